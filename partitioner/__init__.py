@@ -1,0 +1,20 @@
+"""Pure-ONNX planning: load/normalize, capability, partition, extract, plan.
+
+Imports only onnx and numpy at load; a TensorRT parser enters through a
+:class:`CapabilityOracle` passed in by the caller."""
+from __future__ import annotations
+
+from .capability import (CapabilityOracle, Claim, PluginClaim, Piece, QueryResult, Verdict, assess)
+from .errors import InvalidModelError, ModelLoadError, OptionsError, TrtBackendError
+from .extract import boundary, extract
+from .model import Model, load_model
+from .partition import DEFAULT_MIN_SEGMENT_SIZE
+from .plan import NodeInfo, PartitionOptions, Plan, Segment, build_plan, plan_model
+from .rules import Rules
+
+__all__ = [
+    "DEFAULT_MIN_SEGMENT_SIZE", "CapabilityOracle", "Claim", "InvalidModelError", "Model", "ModelLoadError",
+    "NodeInfo", "OptionsError", "PartitionOptions", "Piece", "Plan", "PluginClaim", "QueryResult", "Rules",
+    "Segment", "TrtBackendError", "Verdict", "assess", "boundary", "build_plan", "extract", "load_model",
+    "plan_model",
+]

@@ -1,0 +1,116 @@
+"""Cut a set of main-graph nodes out as a standalone, checker-valid ModelProto."""
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import onnx
+
+from .graph import GraphIndex, subgraphs
+from .model import Model, fitting_ir_version
+
+
+def boundary(index: GraphIndex, nodes: Collection[int]) -> tuple[list[str], list[str]]:
+    """(inputs, outputs) of a node set: tensors it reads from outside (initializers excluded,
+    graph inputs included) in first-read order, and tensors it produces that are read outside it
+    or are graph outputs, in production order."""
+    members = set(nodes)
+    ordered = [i for i in index.order if i in members] if len(members) < len(index.order) else list(index.order)
+    produced: set[str] = set()
+    for i in ordered:
+        produced.update(o for o in index.graph.node[i].output if o)
+    graph_inputs = set(index.graph_inputs)
+    inputs: list[str] = []
+    seen: set[str] = set()
+    for i in ordered:
+        for name in index.reads[i]:
+            if name in produced or name in seen:
+                continue
+            if name in index.initializers and name not in graph_inputs:
+                continue
+            seen.add(name)
+            inputs.append(name)
+    graph_outputs = set(index.graph_outputs)
+    outputs: list[str] = []
+    for i in ordered:
+        for name in index.graph.node[i].output:
+            if not name:
+                continue
+            if name in graph_outputs or any(c not in members for c in index.consumers.get(name, ())):
+                outputs.append(name)
+    if not outputs:  # a dead-end group: expose what nothing inside reads
+        outputs = [o for i in ordered for o in index.graph.node[i].output
+                   if o and not any(c in members for c in index.consumers.get(o, ()))]
+    return inputs, outputs
+
+
+def _value_info(name: str, tp: onnx.TypeProto | None) -> onnx.ValueInfoProto:
+    vi = onnx.ValueInfoProto()
+    vi.name = name
+    if tp is not None:
+        vi.type.CopyFrom(tp)
+    return vi
+
+
+def _used_functions(model: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> list[onnx.FunctionProto]:
+    by_key = {(f.domain, f.name): f for f in model.functions}
+    if not by_key:
+        return []
+    wanted: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+
+    def visit(node_list: Sequence[onnx.NodeProto]) -> None:
+        for node in node_list:
+            key = (node.domain, node.op_type)
+            if key in by_key and key not in seen:
+                seen.add(key)
+                wanted.append(key)
+                visit(by_key[key].node)
+            for sub in subgraphs(node):
+                visit(sub.node)
+
+    visit(nodes)
+    return [by_key[k] for k in sorted(wanted)]
+
+
+def extract(model: Model, nodes: Collection[int], *, name: str,
+            inputs: Sequence[str] | None = None, outputs: Sequence[str] | None = None) -> onnx.ModelProto:
+    """A standalone model of ``nodes`` (indices into the main graph), in topological order.
+
+    Only the initializers it reads are carried (outer-scope reads of subgraphs included); every
+    boundary tensor gets value_info with dtype and (symbolic) shape where known; empty optional
+    inputs (``""``) stay as they are; local functions it calls come along."""
+    index = model.index
+    src = model.proto
+    if inputs is None or outputs is None:
+        b_in, b_out = boundary(index, nodes)
+        inputs = b_in if inputs is None else inputs
+        outputs = b_out if outputs is None else outputs
+    members = set(nodes)
+    ordered = [i for i in index.order if i in members]
+    node_protos = [src.graph.node[i] for i in ordered]
+
+    read: set[str] = set()
+    for i in ordered:
+        read.update(index.reads[i])
+    out = onnx.ModelProto()
+    graph = out.graph
+    graph.name = name
+    graph.node.extend(node_protos)
+    input_set = set(inputs)
+    graph.initializer.extend(t for t in src.graph.initializer if t.name in read and t.name not in input_set)
+    graph.sparse_initializer.extend(t for t in src.graph.sparse_initializer
+                                    if t.values.name in read and t.values.name not in input_set)
+    graph.input.extend(_value_info(n, index.types.get(n)) for n in inputs)
+    graph.output.extend(_value_info(n, index.types.get(n)) for n in outputs)
+    boundary_names = input_set | set(outputs)
+    internal = {o for p in node_protos for o in p.output if o}
+    graph.value_info.extend(vi for vi in src.graph.value_info if vi.name in internal and vi.name not in boundary_names)
+
+    out.opset_import.extend(src.opset_import)
+    out.functions.extend(_used_functions(src, node_protos))
+    out.producer_name = "trt-backend"
+    out.domain = src.domain
+    out.model_version = src.model_version
+    out.ir_version = src.ir_version
+    out.ir_version = fitting_ir_version(out)
+    return out

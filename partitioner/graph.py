@@ -1,0 +1,167 @@
+"""Read-only index over a graph: producers, consumers, implicit (outer-scope) inputs,
+topological order and known value types. Built once per model; O(nodes + edges)."""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import onnx
+
+from .errors import InvalidModelError
+
+CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+
+
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """Graph-valued attributes of a node (If branches, Loop/Scan bodies), in attribute order."""
+    out: list[onnx.GraphProto] = []
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            out.append(attr.g)
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            out.extend(attr.graphs)
+    return out
+
+
+def outer_scope_refs(graph: onnx.GraphProto) -> list[str]:
+    """Names a subgraph reads from enclosing scopes, in first-use order."""
+    defined = {i.name for i in graph.input}
+    defined.update(t.name for t in graph.initializer)
+    defined.update(t.values.name for t in graph.sparse_initializer)
+    refs: list[str] = []
+    seen: set[str] = set()
+
+    def use(name: str) -> None:
+        if name and name not in defined and name not in seen:
+            seen.add(name)
+            refs.append(name)
+
+    for node in graph.node:
+        for name in node.input:
+            use(name)
+        for sub in subgraphs(node):
+            for name in outer_scope_refs(sub):
+                use(name)
+        defined.update(o for o in node.output if o)
+    return refs
+
+
+def node_reads(node: onnx.NodeProto) -> list[str]:
+    """Every tensor a node reads: explicit inputs, then outer-scope refs of its subgraphs."""
+    reads: list[str] = []
+    seen: set[str] = set()
+    for name in node.input:
+        if name and name not in seen:
+            seen.add(name)
+            reads.append(name)
+    for sub in subgraphs(node):
+        for name in outer_scope_refs(sub):
+            if name not in seen:
+                seen.add(name)
+                reads.append(name)
+    return reads
+
+
+@dataclass
+class GraphIndex:
+    """Dependency structure of a main graph. Node ids are indices into ``graph.node``."""
+
+    graph: onnx.GraphProto
+    reads: list[list[str]] = field(default_factory=list)
+    producer: dict[str, int] = field(default_factory=dict)
+    consumers: dict[str, list[int]] = field(default_factory=dict)
+    graph_inputs: list[str] = field(default_factory=list)
+    initializers: set[str] = field(default_factory=set)
+    graph_outputs: list[str] = field(default_factory=list)
+    types: dict[str, onnx.TypeProto] = field(default_factory=dict)
+    order: list[int] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, graph: onnx.GraphProto, where: str = "model") -> GraphIndex:
+        index = cls(graph=graph)
+        index.graph_inputs = [i.name for i in graph.input]
+        index.initializers = {t.name for t in graph.initializer}
+        index.initializers.update(t.values.name for t in graph.sparse_initializer)
+        index.graph_outputs = [o.name for o in graph.output]
+        if len(set(index.graph_inputs)) != len(index.graph_inputs):
+            dup = _first_duplicate(index.graph_inputs)
+            raise InvalidModelError(f"{where}: graph input '{dup}' is declared twice")
+        sources = set(index.graph_inputs) | index.initializers
+        for i, node in enumerate(graph.node):
+            index.reads.append(node_reads(node))
+            for out in node.output:
+                if not out:
+                    continue
+                if out in index.producer:
+                    other = graph.node[index.producer[out]]
+                    raise InvalidModelError(
+                        f"{where}: tensor '{out}' is produced twice, by node {index.producer[out]} "
+                        f"'{other.name}' ({other.op_type}) and node {i} '{node.name}' ({node.op_type})")
+                if out in sources:
+                    raise InvalidModelError(
+                        f"{where}: node {i} '{node.name}' ({node.op_type}) writes tensor '{out}', "
+                        "which is already a graph input or initializer")
+                index.producer[out] = i
+        for i, reads in enumerate(index.reads):
+            for name in reads:
+                if name not in index.producer and name not in sources:
+                    node = graph.node[i]
+                    raise InvalidModelError(
+                        f"{where}: node {i} '{node.name}' ({node.op_type}) reads tensor '{name}', "
+                        "which no node, graph input or initializer defines")
+                index.consumers.setdefault(name, []).append(i)
+        for name in index.graph_outputs:
+            if name not in index.producer and name not in sources:
+                raise InvalidModelError(f"{where}: graph output '{name}' is not produced by any node")
+        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+            if vi.type.WhichOneof("value") is not None:
+                index.types[vi.name] = vi.type
+        for t in graph.initializer:
+            if t.name not in index.types:
+                index.types[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
+        index.order = index._topological_order(where)
+        return index
+
+    def _topological_order(self, where: str) -> list[int]:
+        """Kahn's algorithm, lowest node index first among ready nodes (deterministic)."""
+        n = len(self.graph.node)
+        pending = [0] * n
+        for i, reads in enumerate(self.reads):
+            pending[i] = sum(1 for name in reads if name in self.producer)
+        ready = [i for i in range(n) if pending[i] == 0]
+        heapq.heapify(ready)
+        order: list[int] = []
+        while ready:
+            i = heapq.heappop(ready)
+            order.append(i)
+            for out in self.graph.node[i].output:
+                for c in self.consumers.get(out, ()) if out else ():
+                    pending[c] -= 1
+                    if pending[c] == 0:
+                        heapq.heappush(ready, c)
+        if len(order) != n:
+            stuck = sorted(set(range(n)) - set(order))
+            names = ", ".join(f"{i} '{self.graph.node[i].name}' ({self.graph.node[i].op_type})" for i in stuck[:5])
+            raise InvalidModelError(f"{where}: the graph has a cycle through nodes {names}"
+                                    + (f" and {len(stuck) - 5} more" if len(stuck) > 5 else ""))
+        return order
+
+    def predecessors(self, i: int) -> list[int]:
+        """Nodes producing what node ``i`` reads (deduplicated, ascending)."""
+        return sorted({self.producer[name] for name in self.reads[i] if name in self.producer})
+
+    def successors(self, i: int) -> list[int]:
+        out: set[int] = set()
+        for name in self.graph.node[i].output:
+            if name:
+                out.update(self.consumers.get(name, ()))
+        return sorted(out)
+
+
+def _first_duplicate(names: list[str]) -> str:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return ""

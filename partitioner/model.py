@@ -1,0 +1,270 @@
+"""Load and normalize an ONNX model: one entry point for paths, bytes and ModelProtos.
+
+Normalization makes node names unique and stable, fits the IR version to the opset imports
+(and to what the installed runtime accepts), and runs ONNX shape inference keeping symbolic
+dims. Models whose inputs have unknown dims or unknown rank are accepted."""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Union
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from .errors import InvalidModelError, ModelLoadError
+from .graph import GraphIndex
+
+log = logging.getLogger(__name__)
+
+ModelSource = Union[str, "os.PathLike[str]", bytes, onnx.ModelProto]
+
+# Initializers above this size are shown to shape inference and the checker as external
+# references: both need dims and dtypes, not values, and copying weights costs time and memory.
+_WEIGHTLESS_THRESHOLD = 1024
+
+
+@dataclass
+class Model:
+    """A loaded, normalized model and its dependency index."""
+
+    proto: onnx.ModelProto
+    source: str
+    base_dir: str | None
+    index: GraphIndex
+    fixes: list[str] = field(default_factory=list)
+
+    @property
+    def nodes(self) -> list[onnx.NodeProto]:
+        return list(self.proto.graph.node)
+
+
+def load_model(source: ModelSource | Model, *, base_dir: str | None = None) -> Model:
+    """Read and normalize ``source``; raise :class:`ModelLoadError`/:class:`InvalidModelError`."""
+    if isinstance(source, Model):
+        return source
+    proto, name, base_dir = _read(source, base_dir)
+    return normalize(proto, name=name, base_dir=base_dir)
+
+
+def _read(source: ModelSource, base_dir: str | None) -> tuple[onnx.ModelProto, str, str | None]:
+    if isinstance(source, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(source)
+        name = "<ModelProto>"
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        proto = _parse(bytes(source), "<bytes>")
+        name = "<bytes>"
+    elif isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        name = path
+        if not os.path.exists(path):
+            raise ModelLoadError(f"{path}: no such file")
+        if os.path.isdir(path):
+            raise ModelLoadError(f"{path}: is a directory, not an ONNX model file")
+        with open(path, "rb") as f:
+            proto = _parse(f.read(), path)
+        base_dir = base_dir if base_dir is not None else os.path.dirname(os.path.abspath(path))
+    else:
+        raise ModelLoadError(f"cannot load a model from {type(source).__name__}; "
+                             "pass a path, bytes or an onnx.ModelProto")
+    _load_external(proto, name, base_dir)
+    return proto, name, base_dir
+
+
+def _parse(data: bytes, name: str) -> onnx.ModelProto:
+    if not data:
+        raise ModelLoadError(f"{name}: file is empty")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ModelLoadError(f"{name}: not an ONNX model or truncated ({e})") from None
+    if not proto.HasField("graph") or not proto.opset_import:
+        raise ModelLoadError(f"{name}: not an ONNX model (no graph or no opset imports)")
+    return proto
+
+
+def _load_external(proto: onnx.ModelProto, name: str, base_dir: str | None) -> None:
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    external = [t for t in _get_all_tensors(proto) if uses_external_data(t)]
+    if not external:
+        return
+    if base_dir is None:
+        raise ModelLoadError(f"{name}: tensor '{external[0].name}' has external data; "
+                             "pass base_dir (the folder holding the data files) or load from a path")
+    for tensor in external:
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        path = os.path.join(base_dir, location)
+        if not location or not os.path.isfile(path):
+            raise ModelLoadError(f"{name}: external data file '{location}' of tensor '{tensor.name}' "
+                                 f"not found in {base_dir}")
+    try:
+        onnx.load_external_data_for_model(proto, base_dir)
+    except (OSError, ValueError, onnx.checker.ValidationError) as e:
+        raise ModelLoadError(f"{name}: cannot read external data: {e}") from None
+
+
+def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: str | None = None) -> Model:
+    """Validate and normalize ``proto`` in place; return the :class:`Model`."""
+    graph = proto.graph
+    if len(graph.node) == 0:
+        raise InvalidModelError(f"{name}: the graph has no nodes")
+    fixes: list[str] = []
+    _unique_node_names(graph, fixes)
+    _constant_initializer_inputs(graph, fixes)
+    _fit_ir_version(proto, fixes)
+    index = GraphIndex.build(graph, where=name)  # structure first: clearer errors than the checker's
+    check_model(proto, where=name)
+    _infer_shapes(proto, name)
+    index = GraphIndex.build(graph, where=name)
+    if fixes:
+        log.info("%s: %s", name, "; ".join(fixes))
+    return Model(proto=proto, source=name, base_dir=base_dir, index=index, fixes=fixes)
+
+
+def _unique_node_names(graph: onnx.GraphProto, fixes: list[str]) -> None:
+    taken = {n.name for n in graph.node if n.name}
+    seen: set[str] = set()
+    renamed = 0
+    for i, node in enumerate(graph.node):
+        if node.name and node.name not in seen:
+            seen.add(node.name)
+            continue
+        base = f"{node.op_type}_{i}"
+        candidate, k = base, 1
+        while candidate in taken or candidate in seen:
+            candidate, k = f"{base}_{k}", k + 1
+        node.name = candidate
+        seen.add(candidate)
+        taken.add(candidate)
+        renamed += 1
+    if renamed:
+        fixes.append(f"named {renamed} unnamed or duplicate-named node(s)")
+
+
+def _constant_initializer_inputs(graph: onnx.GraphProto, fixes: list[str]) -> None:
+    """Graph inputs that are also initializers (IR 3 exporters list every weight as an input) are
+    taken as constants: TensorRT cannot build weights that arrive at run time."""
+    init = {t.name for t in graph.initializer}
+    keep = [vi for vi in graph.input if vi.name not in init]
+    if len(keep) != len(graph.input):
+        fixes.append(f"{len(graph.input) - len(keep)} graph input(s) with an initializer taken as constant(s)")
+        del graph.input[:]
+        graph.input.extend(keep)
+
+
+def required_ir_version(proto: onnx.ModelProto) -> int:
+    """Lowest IR version that can carry the model's opset imports."""
+    opsets = [o for o in proto.opset_import if o.domain in ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.training")]
+    try:
+        return int(onnx.helper.find_min_ir_version_for(opsets, ignore_unknown=True))
+    except ValueError:
+        return 3
+
+
+@functools.lru_cache(maxsize=1)
+def runtime_max_ir_version() -> int:
+    """Highest IR version ONNX Runtime accepts here (probed once), else the onnx package's own."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return int(onnx.IR_VERSION)
+    from onnx import TensorProto, helper
+
+    for ir in range(int(onnx.IR_VERSION), 6, -1):
+        v = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+        probe = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [v],
+                                                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]),
+                                  opset_imports=[helper.make_opsetid("", 13)])
+        probe.ir_version = ir
+        try:
+            ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+            return ir
+        except Exception:  # noqa: BLE001 - any refusal means "not this IR version"
+            continue
+    return int(onnx.IR_VERSION)
+
+
+def fitting_ir_version(proto: onnx.ModelProto) -> int:
+    """IR version to write: the model's own if consistent, raised to what its opsets need,
+    lowered to what the runtime accepts when the opsets allow it."""
+    need = required_ir_version(proto)
+    ir = max(int(proto.ir_version), need)
+    cap = runtime_max_ir_version()
+    if ir > cap:
+        ir = max(need, cap)
+    return ir
+
+
+def _fit_ir_version(proto: onnx.ModelProto, fixes: list[str]) -> None:
+    ir = fitting_ir_version(proto)
+    if ir != proto.ir_version:
+        fixes.append(f"IR version {proto.ir_version} changed to {ir} to fit opset imports "
+                     + ", ".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in proto.opset_import))
+        proto.ir_version = ir
+
+
+def weightless_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Copy of ``proto`` whose large initializers are external references (dims kept, no bytes)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for t in copy.graph.initializer:
+        if t.ByteSize() > _WEIGHTLESS_THRESHOLD:
+            dims, dtype, tname = list(t.dims), t.data_type, t.name
+            t.Clear()
+            t.name, t.data_type = tname, dtype
+            t.dims.extend(dims)
+            t.data_location = onnx.TensorProto.EXTERNAL
+            entry = t.external_data.add()
+            entry.key, entry.value = "location", "__weightless__"
+    return copy
+
+
+def check_model(proto: onnx.ModelProto, *, where: str, full: bool = False) -> None:
+    """ONNX checker, minus its one rule that rejects models ONNX Runtime loads: graph inputs and
+    outputs without a shape field (unknown rank). With ``full``, also strict shape inference."""
+    copy = weightless_copy(proto)
+    for vi in list(copy.graph.input) + list(copy.graph.output):
+        if vi.type.WhichOneof("value") == "tensor_type" and not vi.type.tensor_type.HasField("shape"):
+            vi.type.tensor_type.shape.SetInParent()
+    try:
+        onnx.checker.check_model(copy)
+        if full:
+            onnx.shape_inference.infer_shapes(weightless_copy(proto), check_type=True, strict_mode=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InvalidModelError(f"{where}: invalid ONNX model: {first}") from None
+
+
+def _infer_shapes(proto: onnx.ModelProto, name: str) -> None:
+    """Annotate value_info with inferred types and (symbolic) shapes; never fatal."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(weightless_copy(proto), check_type=False,
+                                                     strict_mode=False, data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as e:
+        log.warning("%s: shape inference failed, continuing without it: %s", name, e)
+        return
+    known = {vi.name for vi in list(proto.graph.input) + list(proto.graph.output)}
+    del proto.graph.value_info[:]
+    proto.graph.value_info.extend(vi for vi in inferred.graph.value_info if vi.name not in known)
+    for mine, theirs in zip(proto.graph.output, inferred.graph.output):
+        if _richer(theirs.type, mine.type):
+            mine.type.CopyFrom(theirs.type)
+
+
+def _richer(a: onnx.TypeProto, b: onnx.TypeProto) -> bool:
+    """True when ``a`` says more than ``b`` about a tensor (a dtype or a rank that ``b`` lacks)."""
+    if a.WhichOneof("value") is None:
+        return False
+    if b.WhichOneof("value") is None:
+        return True
+    if a.WhichOneof("value") == "tensor_type" and b.WhichOneof("value") == "tensor_type":
+        ta, tb = a.tensor_type, b.tensor_type
+        if ta.elem_type and not tb.elem_type:
+            return True
+        return ta.HasField("shape") and not tb.HasField("shape")
+    return False

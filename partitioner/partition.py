@@ -1,0 +1,114 @@
+"""Group nodes into segments: TensorRT groups merged as far as possible without a cycle.
+
+Segments are runs of one topological order, so the segment graph is acyclic by construction.
+The order is chosen greedily: keep emitting ready nodes of the current backend and switch
+backend only when none is ready. A group is never split by anything but a real dependency
+on the other backend, and no TensorRT group can feed an ONNX Runtime node that feeds it back."""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .capability import ONNXRUNTIME, TENSORRT, Verdict
+from .graph import GraphIndex
+
+# Why 3: ONNX Runtime's TensorRT EP defaults to 1, and users measure fragmented graphs running
+# several times slower than plain CUDA (onnxruntime#17434, #16886): each segment boundary costs
+# an engine launch and a hand-over between runtimes. One or two cheap nodes between fallbacks do
+# not pay for that; a single heavy op (a Conv, a MatMul) does, so groups holding one are kept.
+DEFAULT_MIN_SEGMENT_SIZE = 3
+HEAVY_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN",
+                       "Attention", "MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul",
+                       "If", "Loop", "Scan"})
+FREE_OPS = frozenset({"Constant"})  # not counted towards a group's size
+
+
+@dataclass(frozen=True)
+class Group:
+    backend: str  # "tensorrt" | "onnxruntime"
+    nodes: tuple[int, ...]  # in execution order
+
+
+def color_runs(index: GraphIndex, colors: Sequence[str], lazy: frozenset[int] = frozenset()) -> list[Group]:
+    """Split a topological order into backend runs by the greedy rule (see module doc).
+
+    ``lazy`` nodes (input-free nodes such as Constant) are not scheduled on their own: each is
+    emitted right before its first consumer, in that consumer's run."""
+    n = len(colors)
+    pending = [sum(1 for name in index.reads[i] if _counts(index.producer.get(name), lazy)) for i in range(n)]
+    ready: dict[str, list[int]] = {TENSORRT: [], ONNXRUNTIME: []}
+    for i in range(n):
+        if pending[i] == 0 and i not in lazy:
+            ready[colors[i]].append(i)
+    for heap in ready.values():
+        heapq.heapify(heap)
+    waiting = set(lazy)
+    groups: list[Group] = []
+    run: list[int] = []
+    firsts = ready[TENSORRT][:1] + ready[ONNXRUNTIME][:1]
+    current = colors[min(firsts)] if firsts else TENSORRT
+    while ready[TENSORRT] or ready[ONNXRUNTIME]:
+        heap = ready[current]
+        if not heap:
+            if run:
+                groups.append(Group(current, tuple(run)))
+                run = []
+            current = ONNXRUNTIME if current == TENSORRT else TENSORRT
+            continue
+        i = heapq.heappop(heap)
+        for name in index.reads[i]:
+            p = index.producer.get(name)
+            if p is not None and p in waiting:
+                waiting.discard(p)
+                run.append(p)
+        run.append(i)
+        for out in index.graph.node[i].output:
+            for c in index.consumers.get(out, ()) if out else ():
+                pending[c] -= 1
+                if pending[c] == 0:
+                    heapq.heappush(ready[colors[c]], c)
+    if run:
+        groups.append(Group(current, tuple(run)))
+    if sum(len(g.nodes) for g in groups) != n:
+        raise RuntimeError("partition: not every node was scheduled (graph index inconsistent)")
+    return groups
+
+
+def _counts(producer: int | None, lazy: frozenset[int]) -> bool:
+    return producer is not None and producer not in lazy
+
+
+def partition(index: GraphIndex, verdicts: Sequence[Verdict],
+              min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE) -> tuple[list[Group], list[Verdict]]:
+    """Backend groups in execution order, and the verdicts after demotions: TensorRT groups
+    below ``min_segment_size`` counted nodes (Constant not counted) and holding no heavy op go
+    to ONNX Runtime, and the grouping is redone until it is stable."""
+    nodes = index.graph.node
+    colors = [TENSORRT if v.on_tensorrt else ONNXRUNTIME for v in verdicts]
+    lazy = frozenset(i for i, v in enumerate(verdicts)
+                     if v.backend == TENSORRT and not index.reads[i] and index.successors(i))
+    final = list(verdicts)
+    while True:
+        groups = color_runs(index, colors, lazy)
+        changed = False
+        for g in groups:
+            if g.backend != TENSORRT:
+                continue
+            counted = [i for i in g.nodes if colors[i] == TENSORRT and nodes[i].op_type not in FREE_OPS]
+            if len(counted) >= min_segment_size or any(nodes[i].op_type in HEAVY_OPS for i in counted):
+                continue
+            for i in g.nodes:
+                if colors[i] == TENSORRT:
+                    colors[i] = ONNXRUNTIME
+                    final[i] = Verdict(ONNXRUNTIME, f"demoted: TensorRT group of {len(counted)} node(s) is "
+                                                    f"below the minimum segment size {min_segment_size}")
+            changed = True
+        if not changed:
+            break
+    for g in groups:
+        if g.backend == ONNXRUNTIME:
+            for i in g.nodes:
+                if final[i].on_tensorrt:
+                    final[i] = Verdict(ONNXRUNTIME, "input-free node placed with its ONNX Runtime consumer")
+    return groups, final

@@ -1,0 +1,159 @@
+"""The plan: segments and per-node verdicts, built from a model, serializable as JSON."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+from .capability import CapabilityOracle, CapabilityStats, PluginClaim, Verdict, assess
+from .errors import OptionsError
+from .extract import boundary, extract
+from .model import Model, ModelSource, load_model
+from .partition import DEFAULT_MIN_SEGMENT_SIZE, partition
+from .rules import Rules
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartitionOptions:
+    """How to cut a model. Exclusions send nodes to ONNX Runtime whatever TensorRT says."""
+
+    exclude_ops: tuple[str, ...] = ()
+    exclude_nodes: tuple[str, ...] = ()
+    min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE
+    max_oracle_calls: int = 1000
+    plugins: tuple[PluginClaim, ...] = ()
+
+
+@dataclass(frozen=True)
+class Segment:
+    id: int
+    backend: str  # "tensorrt" | "onnxruntime"
+    nodes: tuple[int, ...]  # indices into the original graph.node, ascending
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "backend": self.backend, "nodes": list(self.nodes),
+                "inputs": list(self.inputs), "outputs": list(self.outputs)}
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    index: int
+    name: str
+    op_type: str
+    segment: int
+    verdict: str
+    reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "name": self.name, "op_type": self.op_type, "segment": self.segment,
+                "verdict": self.verdict, "reason": self.reason}
+
+
+@dataclass
+class Plan:
+    """Segments in execution order and a verdict per node. ``model`` is the normalized model
+    the plan was made from (absent for a plan read back from JSON)."""
+
+    model_name: str
+    tensorrt: str | None
+    segments: list[Segment]
+    nodes: list[NodeInfo]
+    model: Model | None = field(default=None, repr=False, compare=False)
+    seconds: float = field(default=0.0, compare=False)
+    oracle_calls: int = field(default=0, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model_name, "tensorrt": self.tensorrt,
+                "segments": [s.to_dict() for s in self.segments],
+                "nodes": [n.to_dict() for n in self.nodes]}
+
+    def to_json(self) -> str:
+        """Deterministic JSON: one segment or node per line."""
+        d = self.to_dict()
+        head = {k: v for k, v in d.items() if k not in ("segments", "nodes")}
+        lines = ["{" + json.dumps(head)[1:-1] + ","]
+        for key in ("segments", "nodes"):
+            items = [" " + json.dumps(x) for x in d[key]]
+            lines.append(f' "{key}": [')
+            lines.append(",\n".join(items))
+            lines.append(" ]" + ("," if key == "segments" else ""))
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        segments = [Segment(s["id"], s["backend"], tuple(s["nodes"]), tuple(s["inputs"]), tuple(s["outputs"]))
+                    for s in data["segments"]]
+        nodes = [NodeInfo(n["index"], n["name"], n["op_type"], n["segment"], n["verdict"], n["reason"])
+                 for n in data["nodes"]]
+        return cls(data["model"], data.get("tensorrt"), segments, nodes)
+
+    def extract(self, segment_id: int) -> onnx.ModelProto:
+        """The segment as a standalone ModelProto (needs the plan's model)."""
+        if self.model is None:
+            raise OptionsError("this plan was read from JSON without its model; plan the model again")
+        seg = self.segments[segment_id]
+        return extract(self.model, seg.nodes, name=f"segment_{seg.id}", inputs=seg.inputs, outputs=seg.outputs)
+
+    def tensorrt_segments(self) -> list[Segment]:
+        return [s for s in self.segments if s.backend == "tensorrt"]
+
+
+def validate_options(model: Model, options: PartitionOptions) -> None:
+    if not isinstance(options.min_segment_size, int) or options.min_segment_size < 1:
+        raise OptionsError(f"min segment size must be a whole number >= 1, got {options.min_segment_size!r}")
+    if options.max_oracle_calls < 1:
+        raise OptionsError(f"max oracle calls must be >= 1, got {options.max_oracle_calls!r}")
+    in_model = {n.op_type for n in model.proto.graph.node}
+    for op in options.exclude_ops:
+        if op not in in_model and not onnx.defs.has(op) and not any(onnx.defs.has(op, d) for d in ("ai.onnx.ml",)):
+            raise OptionsError(f"unknown op type '{op}' in exclusions: not an ONNX operator and not in the model")
+    names = {n.name for n in model.proto.graph.node}
+    for name in options.exclude_nodes:
+        if name not in names:
+            raise OptionsError(f"no node named '{name}' in {model.source} (node exclusions)")
+
+
+def plan_model(source: ModelSource | Model, oracle: CapabilityOracle | None,
+               options: PartitionOptions | None = None) -> Plan:
+    """Load/normalize, assess capability, partition: the whole planning pipeline."""
+    start = time.perf_counter()
+    options = options or PartitionOptions()
+    model = load_model(source)
+    validate_options(model, options)
+    rules = Rules(exclude_ops=options.exclude_ops, exclude_nodes=options.exclude_nodes,
+                  local_functions={(f.domain, f.name) for f in model.proto.functions})
+    stats = CapabilityStats()
+    verdicts = assess(model, oracle, rules=rules, plugins=options.plugins,
+                      max_iterations=options.max_oracle_calls, stats=stats)
+    plan = build_plan(model, verdicts, oracle.target if oracle is not None else None, options.min_segment_size)
+    plan.seconds = time.perf_counter() - start
+    plan.oracle_calls = stats.oracle_calls
+    log.info("planned %s: %d segment(s), %d parser call(s), %.3f s", model.source, len(plan.segments),
+             stats.oracle_calls, plan.seconds)
+    return plan
+
+
+def build_plan(model: Model, verdicts: Sequence[Verdict], target: str | None,
+               min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE) -> Plan:
+    """Partition given verdicts into a :class:`Plan` (no parser involved)."""
+    groups, final = partition(model.index, verdicts, min_segment_size)
+    segments: list[Segment] = []
+    segment_of = [0] * len(final)
+    for sid, g in enumerate(groups):
+        inputs, outputs = boundary(model.index, g.nodes)
+        segments.append(Segment(sid, g.backend, tuple(sorted(g.nodes)), tuple(inputs), tuple(outputs)))
+        for i in g.nodes:
+            segment_of[i] = sid
+    nodes = [NodeInfo(i, n.name, n.op_type, segment_of[i], final[i].backend, final[i].reason)
+             for i, n in enumerate(model.proto.graph.node)]
+    return Plan(model.source, target, segments, nodes, model=model)

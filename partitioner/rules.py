@@ -1,0 +1,93 @@
+"""What never goes to TensorRT, whatever its parser says: a reason per node, or None."""
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import onnx
+
+from .graph import GraphIndex, subgraphs
+
+ML_DOMAINS = frozenset({"ai.onnx.ml", "ai.onnx.preview.training", "ai.onnx.training"})
+STANDARD_DOMAINS = frozenset({"", "ai.onnx"})
+SEQUENCE_OPS = frozenset({
+    "SequenceConstruct", "SequenceAt", "SequenceInsert", "SequenceErase", "SequenceLength",
+    "SequenceEmpty", "SplitToSequence", "ConcatFromSequence", "SequenceMap",
+    "Optional", "OptionalGetElement", "OptionalHasElement",
+})
+_UNSUPPORTED_DTYPES = {
+    onnx.TensorProto.STRING: "string",
+    onnx.TensorProto.COMPLEX64: "complex64",
+    onnx.TensorProto.COMPLEX128: "complex128",
+}
+
+
+def type_problem(tp: onnx.TypeProto | None) -> str | None:
+    """Why a value of this type cannot cross into TensorRT, or None."""
+    if tp is None:
+        return None
+    kind = tp.WhichOneof("value")
+    if kind in ("sequence_type", "map_type", "optional_type", "sparse_tensor_type"):
+        return kind.replace("_type", "").replace("sparse_tensor", "sparse tensor")
+    if kind == "tensor_type" and tp.tensor_type.elem_type in _UNSUPPORTED_DTYPES:
+        return _UNSUPPORTED_DTYPES[tp.tensor_type.elem_type]
+    return None
+
+
+class Rules:
+    """Static exclusions: non-tensor values, string/complex dtypes, ONNX-ML and unknown domains,
+    and the user's own exclusions by op type or node name."""
+
+    def __init__(self, *, exclude_ops: Collection[str] = (), exclude_nodes: Collection[str] = (),
+                 local_functions: Collection[tuple[str, str]] = ()) -> None:
+        self.exclude_ops = frozenset(exclude_ops)
+        self.exclude_nodes = frozenset(exclude_nodes)
+        self.local_functions = frozenset(local_functions)
+
+    def check(self, node: onnx.NodeProto, index: GraphIndex) -> str | None:
+        """Reason this main-graph node must run in ONNX Runtime, or None if TensorRT may try it."""
+        if node.name in self.exclude_nodes:
+            return f"excluded by user (node name '{node.name}')"
+        if node.op_type in self.exclude_ops:
+            return f"excluded by user (op type {node.op_type})"
+        reason = self._op_problem(node)
+        if reason:
+            return reason
+        for name in list(node.input) + list(node.output):
+            problem = type_problem(index.types.get(name)) if name else None
+            if problem:
+                return f"tensor '{name}' is a {problem} value, which TensorRT cannot hold"
+        for sub in subgraphs(node):
+            reason = self._body_problem(sub)
+            if reason:
+                return f"{node.op_type} body: {reason}"
+        return None
+
+    def _op_problem(self, node: onnx.NodeProto) -> str | None:
+        domain = node.domain
+        if (domain, node.op_type) in self.local_functions:
+            return None
+        if domain in ML_DOMAINS:
+            return f"{domain} operators are not TensorRT operators"
+        if domain not in STANDARD_DOMAINS:
+            return f"custom domain '{domain}' is unknown to TensorRT"
+        if node.op_type in SEQUENCE_OPS:
+            return f"{node.op_type} works on sequence/optional values, which TensorRT cannot hold"
+        return None
+
+    def _body_problem(self, graph: onnx.GraphProto) -> str | None:
+        vis = {vi.name: vi.type for vi in list(graph.input) + list(graph.output) + list(graph.value_info)}
+        for node in graph.node:
+            if node.op_type in self.exclude_ops:
+                return f"contains {node.op_type}, excluded by user"
+            reason = self._op_problem(node)
+            if reason:
+                return f"node '{node.name or node.op_type}': {reason}"
+            for name in list(node.input) + list(node.output):
+                problem = type_problem(vis.get(name)) if name else None
+                if problem:
+                    return f"tensor '{name}' is a {problem} value"
+            for sub in subgraphs(node):
+                reason = self._body_problem(sub)
+                if reason:
+                    return reason
+        return None

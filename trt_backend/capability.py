@@ -1,0 +1,79 @@
+"""The TensorRT ONNX parser as a capability oracle (partitioner.CapabilityOracle)."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import onnx
+
+from partitioner.capability import Piece, QueryResult
+
+from .flavor import Flavor, load_flavor, make_logger
+
+log = logging.getLogger(__name__)
+
+
+class ParserOracle:
+    """Asks a TensorRT flavor's ``OnnxParser.supports_model_v2`` about standalone models.
+
+    Each question gets a fresh network and parser, kept referenced together (a parser whose
+    network was a temporary segfaults when used)."""
+
+    def __init__(self, flavor: Flavor | str = "auto") -> None:
+        self.flavor = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
+        trt = self.flavor.module
+        self._logger = make_logger(self.flavor, quiet=True)
+        self._builder = trt.Builder(self._logger)
+
+    @property
+    def target(self) -> str:
+        return self.flavor.target
+
+    def _network_flags(self) -> int:
+        trt = self.flavor.module
+        flags = 0
+        # TensorRT 10 still accepts EXPLICIT_BATCH (deprecated, implied); 11 and RTX drop it.
+        if hasattr(trt, "NetworkDefinitionCreationFlag"):
+            enum = trt.NetworkDefinitionCreationFlag
+            if hasattr(enum, "STRONGLY_TYPED") and self.flavor.name == "tensorrt":
+                flags |= 1 << int(enum.STRONGLY_TYPED)
+        return flags
+
+    def query(self, model: onnx.ModelProto) -> QueryResult:
+        trt = self.flavor.module
+        network = self._builder.create_network(self._network_flags())
+        parser: Any = trt.OnnxParser(network, self._logger)
+        supported = bool(parser.supports_model_v2(model.SerializeToString()))
+        pieces = tuple(Piece(tuple(int(k) for k in parser.get_subgraph_nodes(i)), bool(parser.is_subgraph_supported(i)))
+                       for i in range(parser.num_subgraphs))
+        errors: dict[int, str] = {}
+        for i in range(parser.num_errors):
+            err = parser.get_error(i)
+            node = int(err.node())
+            if node >= 0 and node not in errors:
+                errors[node] = _describe(err)
+        del parser, network
+        if not supported and not errors:
+            errors = self._parse_errors(model)  # some versions reject a model without naming a node
+        return QueryResult(supported, pieces, errors)
+
+    def _parse_errors(self, model: onnx.ModelProto) -> dict[int, str]:
+        trt = self.flavor.module
+        network = self._builder.create_network(self._network_flags())
+        parser: Any = trt.OnnxParser(network, self._logger)
+        errors: dict[int, str] = {}
+        if not parser.parse(model.SerializeToString()):
+            for i in range(parser.num_errors):
+                err = parser.get_error(i)
+                if int(err.node()) >= 0:
+                    errors.setdefault(int(err.node()), _describe(err))
+        return errors
+
+
+def _describe(err: Any) -> str:
+    code = str(err.code()).rsplit(".", 1)[-1]
+    desc = str(err.desc()).strip()
+    func = str(err.func()).strip()
+    if desc in ("", "false", "true"):
+        return f"{code} in {func}" if func else code
+    return f"{code}: {desc}"
