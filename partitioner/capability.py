@@ -127,8 +127,8 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
         untyped = _untyped_inputs(model, piece)
         if untyped:
             rest = tuple(i for i in piece if i not in untyped)
-            for i, tensor in untyped.items():
-                verdicts[i] = Verdict(ONNXRUNTIME, f"dtype of input '{tensor}' is unknown after shape inference")
+            for i, reason in untyped.items():
+                verdicts[i] = Verdict(ONNXRUNTIME, reason)
             if rest:
                 work.append(rest)
             continue
@@ -169,21 +169,26 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
 
 
 def _untyped_inputs(model: Model, piece: tuple[int, ...]) -> dict[int, str]:
-    """Nodes of ``piece`` that read a boundary tensor of unknown dtype: no parser can take it."""
+    """Nodes of ``piece`` reading a boundary tensor whose dtype or rank is unknown, with the
+    reason: a TensorRT network input needs both."""
     inputs, _ = boundary(model.index, piece)
-    untyped = {name for name in inputs if not _has_dtype(model.index.types.get(name))}
-    if not untyped:
+    problems = {name: p for name in inputs if (p := _input_problem(name, model.index.types.get(name)))}
+    if not problems:
         return {}
     out: dict[int, str] = {}
     for i in piece:
         for name in model.index.reads[i]:
-            if name in untyped:
-                out.setdefault(i, name)
+            if name in problems:
+                out.setdefault(i, problems[name])
     return out
 
 
-def _has_dtype(tp: onnx.TypeProto | None) -> bool:
-    return tp is not None and tp.WhichOneof("value") == "tensor_type" and tp.tensor_type.elem_type != 0
+def _input_problem(name: str, tp: onnx.TypeProto | None) -> str | None:
+    if tp is None or tp.WhichOneof("value") != "tensor_type" or tp.tensor_type.elem_type == 0:
+        return f"dtype of input '{name}' is unknown after shape inference"
+    if not tp.tensor_type.HasField("shape"):
+        return f"rank of input '{name}' is unknown (a TensorRT input needs a known rank)"
+    return None
 
 
 def _plugin_claims(model: Model, plugins: Sequence[PluginClaim], verdicts: list[Verdict | None]) -> None:

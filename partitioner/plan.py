@@ -129,18 +129,25 @@ def plan_model(source: ModelSource | Model, oracle: CapabilityOracle | None,
     start = time.perf_counter()
     options = options or PartitionOptions()
     model = load_model(source)
-    validate_options(model, options)
-    rules = Rules(exclude_ops=options.exclude_ops, exclude_nodes=options.exclude_nodes,
-                  local_functions={(f.domain, f.name) for f in model.proto.functions})
-    stats = CapabilityStats()
-    verdicts = assess(model, oracle, rules=rules, plugins=options.plugins,
-                      max_iterations=options.max_oracle_calls, stats=stats)
+    verdicts, stats = assess_model(model, oracle, options)
     plan = build_plan(model, verdicts, oracle.target if oracle is not None else None, options.min_segment_size)
     plan.seconds = time.perf_counter() - start
     plan.oracle_calls = stats.oracle_calls
     log.info("planned %s: %d segment(s), %d parser call(s), %.3f s", model.source, len(plan.segments),
              stats.oracle_calls, plan.seconds)
     return plan
+
+
+def assess_model(model: Model, oracle: CapabilityOracle | None,
+                 options: PartitionOptions) -> tuple[list[Verdict], CapabilityStats]:
+    """Capability verdicts before partitioning (options validated first)."""
+    validate_options(model, options)
+    rules = Rules(exclude_ops=options.exclude_ops, exclude_nodes=options.exclude_nodes,
+                  local_functions={(f.domain, f.name) for f in model.proto.functions})
+    stats = CapabilityStats()
+    verdicts = assess(model, oracle, rules=rules, plugins=options.plugins,
+                      max_iterations=options.max_oracle_calls, stats=stats)
+    return verdicts, stats
 
 
 def build_plan(model: Model, verdicts: Sequence[Verdict], target: str | None,

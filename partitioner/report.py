@@ -1,0 +1,189 @@
+"""Human-readable views of a :class:`Plan`: a fallback census, a text summary, a model
+annotated for Netron, and atomic file writes for all of them."""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import stat
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import onnx
+
+from .capability import ONNXRUNTIME, PLUGIN_PREFIX
+from .errors import OptionsError
+from .plan import Plan, Segment
+
+log = logging.getLogger(__name__)
+
+META_PREFIX = "trt_backend."
+META_KEYS = tuple(META_PREFIX + k for k in ("segment", "backend", "verdict", "reason"))
+BACKEND_LABELS = {"tensorrt": "TensorRT", "onnxruntime": "ONNX Runtime"}
+BACKEND_ORDER = {"tensorrt": 0, "onnxruntime": 1}
+ELLIPSIS = "…"
+REASON_WIDTH = 100
+OPS_WIDTH = 60
+
+
+@dataclass(frozen=True)
+class CensusRow:
+    """Fallback nodes sharing an op type and a reason."""
+
+    op_type: str
+    count: int
+    reason: str | None
+
+
+def census(plan: Plan) -> list[CensusRow]:
+    """Nodes left to ONNX Runtime grouped by (op type, reason); most frequent first."""
+    counts = Counter((n.op_type, n.reason) for n in plan.nodes if n.verdict == ONNXRUNTIME)
+    rows = [CensusRow(op, count, reason) for (op, reason), count in counts.items()]
+    rows.sort(key=lambda r: (-r.count, r.op_type, r.reason or ""))
+    return rows
+
+
+def backend_label(backend: str) -> str:
+    if backend.startswith(PLUGIN_PREFIX):
+        return f"plugin {backend[len(PLUGIN_PREFIX):]}"
+    return BACKEND_LABELS.get(backend, backend)
+
+
+def op_counts(plan: Plan, segment: Segment) -> list[tuple[str, int]]:
+    """(op type, count) of a segment's nodes, most frequent first, then by name."""
+    counts = Counter(plan.nodes[i].op_type for i in segment.nodes)
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def format_ops(counts: Sequence[tuple[str, int]], width: int = OPS_WIDTH) -> str:
+    """``Conv x12, Relu x12, Add x4 …`` cut at a whole entry to fit ``width`` characters."""
+    text = ""
+    for k, (op, n) in enumerate(counts):
+        part = f"{op} x{n}"
+        candidate = part if not text else f"{text}, {part}"
+        more = k + 1 < len(counts)
+        if len(candidate) + (2 if more else 0) > width:
+            return clip(f"{text} {ELLIPSIS}" if text else part, width)
+        text = candidate
+    return text
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` on one line, at most ``width`` characters, ending in an ellipsis when cut."""
+    one_line = " ".join(text.split())
+    if len(one_line) <= width:
+        return one_line
+    return one_line[: max(width - 1, 0)].rstrip() + ELLIPSIS
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], right: Sequence[bool]) -> list[str]:
+    """Aligned text table; ``right`` marks right-aligned (numeric) columns. No trailing spaces."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[k]) for r in cells) for k in range(len(headers))]
+    lines = []
+    for r in cells:
+        parts = [c.rjust(w) if right[k] else c.ljust(w) for k, (c, w) in enumerate(zip(r, widths))]
+        lines.append(("  " + "  ".join(parts)).rstrip())
+    return lines
+
+
+def header_line(plan: Plan) -> str:
+    target = f"TensorRT target {plan.tensorrt}" if plan.tensorrt else "no TensorRT parser"
+    per_backend = Counter(s.backend for s in plan.segments)
+    order = sorted(per_backend, key=lambda b: (BACKEND_ORDER.get(b, len(BACKEND_ORDER)), b))
+    split = ", ".join(f"{per_backend[b]} {backend_label(b)}" for b in order)
+    plugins = sum(1 for n in plan.nodes if n.verdict.startswith(PLUGIN_PREFIX))
+    parts = [f"model {plan.model_name}", target, f"{len(plan.nodes)} nodes",
+             f"{len(plan.segments)} segments" + (f" ({split})" if split else "")]
+    if plugins:
+        parts.append(f"{plugins} plugin nodes")
+    parts.append(f"planned in {plan.seconds:.3f} s ({plan.oracle_calls} parser calls)")
+    return " | ".join(parts)
+
+
+def summary(plan: Plan) -> str:
+    """The plan as a CLI prints it: header, segment table, fallback census."""
+    lines = [header_line(plan), "", "Segments"]
+    seg_rows = [(s.id, backend_label(s.backend), len(s.nodes), len(s.inputs), len(s.outputs),
+                 format_ops(op_counts(plan, s))) for s in plan.segments]
+    lines += table(("id", "backend", "nodes", "inputs", "outputs", "ops"), seg_rows,
+                   (True, False, True, True, True, False))
+    rows = census(plan)
+    lines += ["", f"Fallback census ({sum(r.count for r in rows)} nodes on ONNX Runtime)"]
+    if rows:
+        lines += table(("op", "count", "reason"),
+                       [(r.op_type, r.count, clip(r.reason or "-", REASON_WIDTH)) for r in rows],
+                       (False, True, False))
+    else:
+        lines.append("  none: every node runs in TensorRT")
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def annotate(plan: Plan) -> onnx.ModelProto:
+    """Copy of the plan's model whose nodes carry their segment, backend, verdict and reason
+    as ``trt_backend.*`` metadata_props (Netron shows them in the node panel)."""
+    if plan.model is None:
+        raise OptionsError("this plan was read from JSON without its model; plan the model again to annotate it")
+    proto = onnx.ModelProto()
+    proto.CopyFrom(plan.model.proto)
+    graph_nodes = proto.graph.node
+    for info in plan.nodes:
+        node = graph_nodes[info.index]
+        values = {"segment": str(info.segment), "backend": plan.segments[info.segment].backend,
+                  "verdict": info.verdict}
+        if info.reason is not None:
+            values["reason"] = info.reason
+        kept = [(p.key, p.value) for p in node.metadata_props if p.key not in META_KEYS]
+        del node.metadata_props[:]
+        for key, value in kept + [(META_PREFIX + k, v) for k, v in values.items()]:
+            entry = node.metadata_props.add()
+            entry.key, entry.value = key, value
+    return proto
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
+    """Write ``data`` (str as UTF-8) to ``path`` through a temporary file in the same folder and
+    ``os.replace``: readers see the old file or the whole new one, never a partial one, and a
+    failure leaves no temporary file behind."""
+    target = os.fspath(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    folder = os.path.dirname(os.path.abspath(target))
+    tmp = os.path.join(folder, f".{os.path.basename(target)}.{secrets.token_hex(6)}.tmp")
+    mode = _existing_mode(target)
+    done = False
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, target)
+        done = True
+    finally:
+        if not done:
+            _remove_quietly(tmp)
+    log.debug("wrote %s (%d bytes)", target, len(payload))
+
+
+def save_model_atomic(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
+    """Serialize ``proto`` and write it with :func:`write_atomic` (nothing written on failure)."""
+    write_atomic(path, proto.SerializeToString())
+
+
+def _existing_mode(path: str) -> int | None:
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return None
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        log.warning("could not remove temporary file %s: %s", path, e)

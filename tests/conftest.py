@@ -1,0 +1,39 @@
+"""Shared fixtures. TensorRT-dependent tests skip only where no TensorRT flavor imports; in CI
+(CI=true) that is an error instead, since CI installs tensorrt-rtx and must run them."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import onnx
+
+
+def _tensorrt_importable() -> bool:
+    try:
+        from trt_backend.flavor import load_flavor
+
+        load_flavor("auto")
+        return True
+    except Exception:  # noqa: BLE001 - any import failure means "not here"
+        return False
+
+
+HAVE_TENSORRT = _tensorrt_importable()
+
+
+@pytest.fixture(scope="session")
+def oracle():
+    """The real TensorRT(-RTX) parser oracle."""
+    if not HAVE_TENSORRT:
+        if os.environ.get("CI"):
+            pytest.fail("CI must have a TensorRT flavor (tensorrt-rtx-cu13) for capability tests")
+        pytest.skip("no TensorRT flavor importable")
+    from trt_backend.capability import ParserOracle
+
+    return ParserOracle()
+
+
+@pytest.fixture(scope="session")
+def light_dir() -> str:
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")

@@ -1,0 +1,225 @@
+"""Capability with the real TensorRT(-RTX) parser and the static rules."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from partitioner import Claim, PartitionOptions, plan_model
+from partitioner.model import check_model
+from tests.helpers import assert_plan_valid, const, crop_resize, model, vi
+
+ONE = PartitionOptions(min_segment_size=1)
+
+
+def relus(start: str, n: int, prefix: str) -> tuple[list[onnx.NodeProto], str]:
+    nodes, prev = [], start
+    for k in range(n):
+        nodes.append(helper.make_node("Relu", [prev], [f"{prefix}{k}"], name=f"{prefix}{k}"))
+        prev = f"{prefix}{k}"
+    return nodes, prev
+
+
+def test_parser_rejection_gives_reason_and_splits(oracle) -> None:
+    a, last_a = relus("x", 3, "a")
+    rz, inits = crop_resize(last_a, "r")
+    b, last_b = relus("r", 3, "b")
+    b[-1].output[0] = "y"
+    m = model(a + [rz] + b, [vi("x", ["N", 3, 8, 8])], [vi("y", ["N", 3, 8, 8])], inits)
+    plan = plan_model(m, oracle)
+    assert [(s.backend, len(s.nodes)) for s in plan.segments] == [("tensorrt", 3), ("onnxruntime", 1), ("tensorrt", 3)]
+    reason = plan.nodes[3].reason
+    assert reason.startswith("TensorRT parser: UNSUPPORTED_NODE") and "transformation modes" in reason
+    assert plan.tensorrt.startswith("tensorrt")
+    assert_plan_valid(plan)
+
+
+def test_every_unsupported_node_found_and_pieces_reparsed(oracle) -> None:
+    nodes, inits, prev = [], [], "x"
+    for k in range(5):
+        chunk, prev = relus(prev, 4, f"c{k}_")
+        nodes += chunk
+        if k < 4:
+            rz, ri = crop_resize(prev, f"rz{k}")
+            nodes.append(rz)
+            inits += ri
+            prev = f"rz{k}"
+    nodes[-1].output[0] = "y"
+    plan = plan_model(model(nodes, [vi("x", ["N", 3, 8, 8])], [vi("y", ["N", 3, 8, 8])], inits), oracle)
+    assert [s.backend for s in plan.segments] == ["tensorrt", "onnxruntime"] * 4 + ["tensorrt"]
+    assert sum(n.verdict == "tensorrt" for n in plan.nodes) == 20
+    assert plan.oracle_calls >= 2  # one whole-model question, then each unverified piece alone
+    assert_plan_valid(plan)
+
+
+def test_iteration_bound_is_honoured(oracle) -> None:
+    a, last = relus("x", 3, "a")
+    rz, inits = crop_resize(last, "r")
+    b, _ = relus("r", 3, "b")
+    b[-1].output[0] = "y"
+    m = model(a + [rz] + b, [vi("x", ["N", 3, 8, 8])], [vi("y", ["N", 3, 8, 8])], inits)
+    plan = plan_model(m, oracle, PartitionOptions(max_oracle_calls=1, min_segment_size=1))
+    assert plan.oracle_calls == 1
+    assert all(n.verdict == "onnxruntime" for n in plan.nodes)
+    assert plan.nodes[0].reason == "capability check stopped after 1 parser calls"
+    assert plan.nodes[3].reason.startswith("TensorRT parser:")
+
+
+def test_sequence_ops_fall_back_by_rule(oracle) -> None:
+    pre, _ = relus("x", 2, "p")
+    nodes = pre + [helper.make_node("SplitToSequence", ["p1"], ["seq"], axis=1, name="split"),
+                   helper.make_node("ConcatFromSequence", ["seq"], ["cat"], axis=1, name="cat")]
+    post, _ = relus("cat", 2, "q")
+    post[-1].output[0] = "y"
+    plan = plan_model(model(nodes + post, [vi("x", ["N", 4])], [vi("y", ["N", 4])]), oracle, ONE)
+    verdicts = {n.name: (n.verdict, n.reason) for n in plan.nodes}
+    assert verdicts["split"] == ("onnxruntime", "SplitToSequence works on sequence/optional values, "
+                                                "which TensorRT cannot hold")
+    assert verdicts["p0"][0] == verdicts["q1"][0] == "tensorrt"
+    for seg in plan.segments:
+        check_model(plan.extract(seg.id), where=f"segment {seg.id}", full=True)
+
+
+def test_onnx_ml_and_custom_domains_fall_back(oracle) -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"),
+             helper.make_node("Scaler", ["a"], ["b"], domain="ai.onnx.ml", offset=[0.5], scale=[2.0], name="scale"),
+             helper.make_node("Gelu", ["b"], ["y"], domain="com.microsoft", name="gelu")]
+    m = model(nodes, [vi("x", ["N", 4])], [vi("y", ["N", 4])], extra_opsets=[("ai.onnx.ml", 3), ("com.microsoft", 1)])
+    plan = plan_model(m, oracle, ONE)
+    assert plan.nodes[1].reason == "ai.onnx.ml operators are not TensorRT operators"
+    assert plan.nodes[2].reason == "custom domain 'com.microsoft' is unknown to TensorRT"
+    seg = plan.extract(1)
+    ort.InferenceSession(seg.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_string_tensors_fall_back(oracle) -> None:
+    nodes = [helper.make_node("Cast", ["x"], ["s"], to=TensorProto.STRING, name="to_str"),
+             helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT, name="to_float")]
+    plan = plan_model(model(nodes, [vi("x", ["N"])], [vi("y", ["N"])]), oracle, ONE)
+    assert plan.nodes[0].reason == "tensor 's' is a string value, which TensorRT cannot hold"
+    assert [s.backend for s in plan.segments] == ["onnxruntime"]
+
+
+def test_user_exclusions(oracle) -> None:
+    a, _ = relus("x", 4, "a")
+    a[-1].output[0] = "y"
+    plan = plan_model(model(a, [vi("x", ["N", 4])], [vi("y", ["N", 4])]), oracle,
+                      PartitionOptions(exclude_nodes=("a1",), min_segment_size=1))
+    assert [(n.verdict, n.reason) for n in plan.nodes][1] == ("onnxruntime", "excluded by user (node name 'a1')")
+    assert [s.backend for s in plan.segments] == ["tensorrt", "onnxruntime", "tensorrt"]
+
+
+def if_model() -> onnx.ModelProto:
+    then = helper.make_graph([helper.make_node("Add", ["a", "a"], ["o1"])], "then", [], [vi("o1", ["N", 4])])
+    other = helper.make_graph([helper.make_node("Mul", ["a", "a"], ["o2"])], "else", [], [vi("o2", ["N", 4])])
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"),
+             helper.make_node("ReduceSum", ["a"], ["s"], keepdims=0, name="sum"),
+             helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+             helper.make_node("If", ["c"], ["b"], then_branch=then, else_branch=other, name="if"),
+             helper.make_node("Relu", ["b"], ["y"], name="r2")]
+    return model(nodes, [vi("x", ["N", 4])], [vi("y", ["N", 4])], [const("zero", np.array(0, np.float32))])
+
+
+def test_if_with_supported_bodies_goes_to_tensorrt_whole(oracle) -> None:
+    plan = plan_model(if_model(), oracle, ONE)
+    assert [(s.backend, s.nodes) for s in plan.segments] == [("tensorrt", (0, 1, 2, 3, 4))]
+
+
+def test_if_with_excluded_body_op_falls_back_with_outer_scope_captured(oracle) -> None:
+    plan = plan_model(if_model(), oracle, PartitionOptions(exclude_ops=("Mul",), min_segment_size=1))
+    assert plan.nodes[3].reason == "If body: contains Mul, excluded by user"
+    seg = plan.segments[plan.nodes[3].segment]
+    assert seg.backend == "onnxruntime" and seg.inputs == ("c", "a")  # 'a' is read only inside the branches
+    sub = plan.extract(seg.id)
+    check_model(sub, where="if segment", full=True)
+    sess = ort.InferenceSession(sub.SerializeToString(), providers=["CPUExecutionProvider"])
+    a = np.array([[1, 2, 3, 4]], np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"c": np.array(True), "a": a})[0], a + a)
+    np.testing.assert_array_equal(sess.run(None, {"c": np.array(False), "a": a})[0], a * a)
+
+
+def test_loop_body_reading_outer_scope(oracle) -> None:
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["acc_in", "step"], ["acc_out"])],
+        "body", [vi("iter", [], TensorProto.INT64), vi("cond_in", [], TensorProto.BOOL), vi("acc_in", ["N", 4])],
+        [vi("cond_out", [], TensorProto.BOOL), vi("acc_out", ["N", 4])])
+    nodes = [helper.make_node("Relu", ["x"], ["step"], name="r"),
+             helper.make_node("Loop", ["trips", "", "x"], ["y"], body=body, name="loop")]
+    m = model(nodes, [vi("x", ["N", 4])], [vi("y", ["N", 4])], [const("trips", np.array(3, np.int64))])
+    plan = plan_model(m, oracle, PartitionOptions(exclude_nodes=("loop",), min_segment_size=1))
+    assert plan.nodes[0].verdict == "tensorrt"
+    loop_seg = plan.segments[plan.nodes[1].segment]
+    assert loop_seg.backend == "onnxruntime" and loop_seg.inputs == ("x", "step")  # 'step': body's outer read
+    sub = plan.extract(loop_seg.id)
+    assert list(sub.graph.node[0].input) == ["trips", "", "x"]  # empty optional input kept
+    sess = ort.InferenceSession(sub.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.ones((2, 4), np.float32)
+    feeds = {"x": x, "step": np.full((2, 4), 0.5, np.float32)}
+    np.testing.assert_allclose(sess.run(None, feeds)[0], x + 1.5)
+
+
+def test_unknown_rank_input_stays_in_onnxruntime(oracle) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    nodes, _ = relus("x", 3, "a")
+    nodes[-1].output[0] = "y"
+    plan = plan_model(model(nodes, [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]), oracle, ONE)
+    assert plan.nodes[0].reason == "rank of input 'x' is unknown (a TensorRT input needs a known rank)"
+    assert [s.backend for s in plan.segments] == ["onnxruntime"]
+
+
+def test_unknown_dtype_after_custom_op(oracle) -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"),
+             helper.make_node("Mystery", ["a"], ["b"], domain="my.ops", name="mystery"),
+             helper.make_node("Relu", ["b"], ["c"], name="r1"),
+             helper.make_node("Relu", ["c"], ["y"], name="r2")]
+    m = model(nodes, [vi("x", ["N", 4])], [vi("y", ["N", 4])], extra_opsets=[("my.ops", 1)])
+    plan = plan_model(m, oracle, ONE)
+    assert plan.nodes[2].reason == "dtype of input 'b' is unknown after shape inference"
+    assert plan.nodes[3].reason == "dtype of input 'c' is unknown after shape inference"
+    assert plan.nodes[0].verdict == "tensorrt"
+    assert_plan_valid(plan)
+
+
+def test_empty_optional_input_preserved(oracle) -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"),
+             helper.make_node("Clip", ["a", "", "hi"], ["b"], name="clip"),
+             helper.make_node("Sin", ["b"], ["y"], name="sin")]
+    m = model(nodes, [vi("x", ["N", 4])], [vi("y", ["N", 4])], [const("hi", np.array(0.5, np.float32))])
+    plan = plan_model(m, oracle, PartitionOptions(exclude_ops=("Sin",), min_segment_size=1))
+    sub = plan.extract(0)
+    assert list(sub.graph.node[1].input) == ["a", "", "hi"]
+    check_model(sub, where="segment 0", full=True)
+    out = ort.InferenceSession(sub.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.array([[-1, 0.25, 1, 2]], np.float32)})[0]
+    np.testing.assert_array_equal(out, [[0, 0.25, 0.5, 0.5]])
+
+
+class ResizeClaim:
+    name = "resize"
+
+    def claim(self, node: onnx.NodeProto, model) -> Claim:
+        return Claim(node.op_type == "Resize")
+
+
+def test_plugin_claim_keeps_node_in_tensorrt_segment(oracle) -> None:
+    a, last = relus("x", 3, "a")
+    rz, inits = crop_resize(last, "r")
+    b, _ = relus("r", 3, "b")
+    b[-1].output[0] = "y"
+    m = model(a + [rz] + b, [vi("x", ["N", 3, 8, 8])], [vi("y", ["N", 3, 8, 8])], inits)
+    plan = plan_model(m, oracle, PartitionOptions(plugins=(ResizeClaim(),)))
+    assert plan.nodes[3].verdict == "plugin:resize" and plan.nodes[3].reason is None
+    assert [(s.backend, len(s.nodes)) for s in plan.segments] == [("tensorrt", 7)]
+    assert_plan_valid(plan)
+
+
+def test_unknown_exclusion_is_an_error(oracle) -> None:
+    from partitioner import OptionsError
+
+    with pytest.raises(OptionsError, match="unknown op type 'Reluu'"):
+        plan_model(if_model(), oracle, PartitionOptions(exclude_ops=("Reluu",)))
+    with pytest.raises(OptionsError, match="no node named 'nope'"):
+        plan_model(if_model(), oracle, PartitionOptions(exclude_nodes=("nope",)))

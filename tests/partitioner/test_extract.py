@@ -1,0 +1,84 @@
+"""Extracted segments are standalone: full checker, ONNX Runtime loads them, numbers match."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from partitioner import PartitionOptions, plan_model
+from partitioner.extract import extract
+from partitioner.model import check_model, load_model
+from tests.helpers import assert_plan_valid, const, crop_resize, model, vi
+
+LIGHT = ["light_bvlc_alexnet", "light_densenet121", "light_inception_v1", "light_inception_v2", "light_resnet50",
+         "light_shufflenet", "light_squeezenet", "light_vgg19", "light_zfnet512"]
+
+
+def ort_session(proto: onnx.ModelProto) -> ort.InferenceSession:
+    return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("name", LIGHT)
+def test_light_models_plan_as_one_tensorrt_segment(name, light_dir, oracle) -> None:
+    plan = plan_model(os.path.join(light_dir, name + ".onnx"), oracle)
+    assert [s.backend for s in plan.segments] == ["tensorrt"]
+    assert all(n.verdict == "tensorrt" for n in plan.nodes)
+    assert_plan_valid(plan)
+    seg = plan.extract(0)
+    check_model(seg, where=name, full=True)
+    ort_session(seg)
+
+
+def test_light_model_cut_in_three_reproduces_whole_model(light_dir, oracle) -> None:
+    """Force two fallbacks into ResNet-50, run the five segments by hand, compare to the whole."""
+    path = os.path.join(light_dir, "light_resnet50.onnx")
+    whole = load_model(path)
+    relus = [n.name for n in whole.proto.graph.node if n.op_type == "Relu"]
+    plan = plan_model(path, oracle, PartitionOptions(exclude_nodes=(relus[10], relus[30])))
+    assert [s.backend for s in plan.segments] == ["tensorrt", "onnxruntime", "tensorrt", "onnxruntime", "tensorrt"]
+    assert_plan_valid(plan)
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    values = {"gpu_0/data_0": x}
+    for seg in plan.segments:
+        sub = plan.extract(seg.id)
+        check_model(sub, where=f"segment {seg.id}", full=True)
+        outs = ort_session(sub).run(list(seg.outputs), {k: values[k] for k in seg.inputs})
+        values.update(zip(seg.outputs, outs))
+    expected = ort_session(whole.proto).run(None, {"gpu_0/data_0": x})[0]
+    np.testing.assert_allclose(values[whole.proto.graph.output[0].name], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_extract_carries_only_used_initializers_and_typed_boundaries() -> None:
+    rz, inits = crop_resize("a", "r")
+    nodes = [helper.make_node("Mul", ["x", "w"], ["a"], name="mul"), rz,
+             helper.make_node("Add", ["r", "b"], ["y"], name="add")]
+    m = load_model(model(nodes, [vi("x", ["N", 3, 4, 4])], [vi("y", ["N", 3, 4, 4])],
+                         inits + [const("w", np.full((1,), 2, np.float32)), const("b", np.ones((1,), np.float32))]))
+    sub = extract(m, [1, 2], name="tail")
+    assert sorted(t.name for t in sub.graph.initializer) == ["b", "r.roi", "r.scales"]
+    (inp,) = sub.graph.input
+    assert inp.name == "a"
+    assert [d.dim_param or d.dim_value for d in inp.type.tensor_type.shape.dim] == ["N", 3, 4, 4]
+    assert inp.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert [o.name for o in sub.graph.output] == ["y"]
+    check_model(sub, where="tail", full=True)
+    out = ort_session(sub).run(None, {"a": np.ones((2, 3, 4, 4), np.float32)})[0]
+    assert out.shape == (2, 3, 4, 4)
+
+
+def test_extract_brings_local_functions_it_calls() -> None:
+    fn = helper.make_function("my.fn", "Double", ["i"], ["o"], [helper.make_node("Add", ["i", "i"], ["o"])],
+                              [helper.make_opsetid("", 17)])
+    nodes = [helper.make_node("Double", ["x"], ["a"], domain="my.fn", name="dbl"),
+             helper.make_node("Relu", ["a"], ["y"], name="r")]
+    m = model(nodes, [vi("x", ["N"])], [vi("y", ["N"])], extra_opsets=[("my.fn", 1)])
+    m.functions.append(fn)
+    loaded = load_model(m)
+    sub = extract(loaded, [0], name="fn_only")
+    assert [(f.domain, f.name) for f in sub.functions] == [("my.fn", "Double")]
+    assert ort_session(sub).run(None, {"x": np.array([1.5], np.float32)})[0].tolist() == [3.0]
+    assert len(extract(loaded, [1], name="relu_only").functions) == 0

@@ -1,0 +1,144 @@
+"""Loading and normalizing: every bad input gets one clear error of our own type."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from partitioner import InvalidModelError, ModelLoadError, TrtBackendError, load_model
+from partitioner.model import check_model, runtime_max_ir_version
+from tests.helpers import const, model, vi
+
+
+def relu_model(**kw) -> onnx.ModelProto:
+    return model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", ["N", 4])], [vi("y", ["N", 4])], **kw)
+
+
+def test_missing_file(tmp_path) -> None:
+    with pytest.raises(ModelLoadError, match=r"nope\.onnx: no such file"):
+        load_model(str(tmp_path / "nope.onnx"))
+
+
+def test_not_onnx(tmp_path) -> None:
+    p = tmp_path / "notes.onnx"
+    p.write_text("this is not a model\n" * 10)
+    with pytest.raises(ModelLoadError, match=r"notes\.onnx: not an ONNX model"):
+        load_model(str(p))
+
+
+def test_empty_file(tmp_path) -> None:
+    p = tmp_path / "empty.onnx"
+    p.write_bytes(b"")
+    with pytest.raises(ModelLoadError, match="file is empty"):
+        load_model(str(p))
+
+
+def test_truncated(tmp_path, light_dir) -> None:
+    data = open(os.path.join(light_dir, "light_squeezenet.onnx"), "rb").read()
+    p = tmp_path / "cut.onnx"
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelLoadError, match=r"cut\.onnx: not an ONNX model or truncated"):
+        load_model(str(p))
+
+
+def test_external_data_loaded_and_missing_reported(tmp_path) -> None:
+    w = const("w", np.arange(64 * 4, dtype=np.float32).reshape(4, 64))
+    m = model([helper.make_node("MatMul", ["x", "w"], ["y"])], [vi("x", ["N", 4])], [vi("y", ["N", 64])], [w])
+    path = tmp_path / "ext.onnx"
+    onnx.save(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="ext.bin",
+              size_threshold=0)
+    loaded = load_model(str(path))
+    got = onnx.numpy_helper.to_array(loaded.proto.graph.initializer[0])
+    assert got.shape == (4, 64) and got[3, 63] == 4 * 64 - 1
+    os.remove(tmp_path / "ext.bin")
+    with pytest.raises(ModelLoadError, match=r"external data file 'ext\.bin' of tensor 'w' not found"):
+        load_model(str(path))
+
+
+def test_cycle_names_nodes() -> None:
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="first"),
+             helper.make_node("Relu", ["a"], ["b"], name="second"),
+             helper.make_node("Relu", ["a"], ["y"], name="out")]
+    with pytest.raises(InvalidModelError, match=r"cycle through nodes 0 'first' \(Add\), 1 'second' \(Relu\)"):
+        load_model(model(nodes, [vi("x", [4])], [vi("y", [4])]))
+
+
+def test_duplicate_tensor_names() -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["t"], name="a"), helper.make_node("Sigmoid", ["x"], ["t"], name="b"),
+             helper.make_node("Relu", ["t"], ["y"], name="c")]
+    with pytest.raises(InvalidModelError, match=r"tensor 't' is produced twice, by node 0 'a' \(Relu\) and node 1 'b'"):
+        load_model(model(nodes, [vi("x", [4])], [vi("y", [4])]))
+
+
+def test_empty_graph() -> None:
+    with pytest.raises(InvalidModelError, match="the graph has no nodes"):
+        load_model(model([], [vi("x", [4])], [vi("x", [4])]))
+
+
+def test_undefined_input() -> None:
+    with pytest.raises(InvalidModelError, match=r"node 0 'r' \(Relu\) reads tensor 'ghost'"):
+        load_model(model([helper.make_node("Relu", ["ghost"], ["y"], name="r")], [vi("x", [4])], [vi("y", [4])]))
+
+
+def test_checker_failure_is_ours() -> None:
+    bad = model([helper.make_node("Relu", ["x", "x"], ["y"], name="r")], [vi("x", [4])], [vi("y", [4])])
+    with pytest.raises(InvalidModelError, match="invalid ONNX model"):
+        load_model(bad)
+
+
+def test_wrong_source_type() -> None:
+    with pytest.raises(TrtBackendError, match="cannot load a model from int"):
+        load_model(42)  # type: ignore[arg-type]
+
+
+def test_unnamed_and_duplicate_node_names_become_unique_and_stable() -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"], name="dup"),
+             helper.make_node("Relu", ["b"], ["y"], name="dup")]
+    m = load_model(model(nodes, [vi("x", [4])], [vi("y", [4])]))
+    assert [n.name for n in m.proto.graph.node] == ["Relu_0", "dup", "Relu_2"]
+    assert "named 2 unnamed or duplicate-named node(s)" in m.fixes
+
+
+def test_ir_version_raised_to_fit_opset() -> None:
+    m = load_model(relu_model(opset=13, ir=3))  # opset 13 needs IR 7
+    assert m.proto.ir_version == 7
+    assert any("IR version 3 changed to 7" in f for f in m.fixes)
+
+
+def test_ir_version_lowered_to_what_runtime_accepts() -> None:
+    too_new = relu_model(opset=13, ir=runtime_max_ir_version() + 5)
+    m = load_model(too_new)
+    assert m.proto.ir_version == runtime_max_ir_version()
+    ort.InferenceSession(m.proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_unknown_rank_and_unknown_dims_accepted() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)  # no shape field at all
+    m = model([helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Relu", ["t"], ["y"])], [x],
+              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    with pytest.raises(onnx.checker.ValidationError):  # the checker alone would reject it
+        onnx.checker.check_model(m)
+    ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])  # ORT loads it
+    loaded = load_model(m)
+    assert loaded.index.types["t"].tensor_type.elem_type == TensorProto.FLOAT
+    check_model(loaded.proto, where="test", full=True)
+
+
+def test_shape_inference_keeps_symbolic_dims() -> None:
+    w = const("w", np.ones((4, 8), np.float32))
+    m = load_model(model([helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Relu", ["t"], ["y"])],
+                         [vi("x", ["batch", 4])], [vi("y", None)], [w]))
+    dims = [d.dim_param or d.dim_value for d in m.index.types["t"].tensor_type.shape.dim]
+    assert dims == ["batch", 8]
+    out_dims = [d.dim_param or d.dim_value for d in m.proto.graph.output[0].type.tensor_type.shape.dim]
+    assert out_dims == ["batch", 8]
+
+
+def test_initializers_listed_as_inputs_become_constants(light_dir) -> None:
+    m = load_model(os.path.join(light_dir, "light_resnet50.onnx"))
+    assert [i.name for i in m.proto.graph.input] == ["gpu_0/data_0"]
+    assert any("taken as constant" in f for f in m.fixes)

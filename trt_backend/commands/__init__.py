@@ -1,0 +1,1 @@
+"""Subcommands of the ``trt-backend`` CLI; each module exposes ``register(subparsers)``."""

@@ -1,0 +1,73 @@
+"""Planning with the TensorRT parser as oracle, optionally in a child process: the parser is
+native code, and a crash on an untrusted model must not take the caller down with it."""
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import time
+from typing import Any
+
+from partitioner import Model, PartitionOptions, Plan, TrtBackendError, load_model, plan_model
+from partitioner.capability import Verdict
+from partitioner.model import ModelSource
+from partitioner.plan import assess_model, build_plan, validate_options
+
+from .capability import ParserOracle
+from .flavor import load_flavor
+
+log = logging.getLogger(__name__)
+
+
+class ParserCrashError(TrtBackendError):
+    """The TensorRT parser died in the child process while checking the model."""
+
+
+def make_plan(source: ModelSource | Model, options: PartitionOptions | None = None, *, flavor: str = "auto",
+              isolate: bool = False) -> Plan:
+    """Load and plan ``source`` with the parser of ``flavor`` (``auto``: tensorrt, else tensorrt_rtx).
+
+    With ``isolate`` the capability queries run in a child process and only the plan comes back;
+    a native crash there becomes a :class:`ParserCrashError`."""
+    options = options or PartitionOptions()
+    model = load_model(source)
+    if not isolate:
+        return plan_model(model, ParserOracle(load_flavor(flavor)), options)
+    if options.plugins:
+        raise TrtBackendError("plugins cannot be sent to an isolated planner; plan without isolation")
+    start = time.perf_counter()
+    validate_options(model, options)
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(child, model.proto.SerializeToString(), model.source, flavor, options))
+    proc.start()
+    child.close()
+    try:
+        result: dict[str, Any] = parent.recv()
+    except EOFError:
+        result = {}
+    proc.join()
+    if "error" in result:
+        raise result["error"]
+    if "verdicts" not in result:
+        code = proc.exitcode
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        raise ParserCrashError(f"{model.source}: the TensorRT parser crashed ({how}) while checking capability")
+    verdicts = [Verdict(b, r) for b, r in result["verdicts"]]
+    plan = build_plan(model, verdicts, result["target"], options.min_segment_size)
+    plan.oracle_calls = result["oracle_calls"]
+    plan.seconds = time.perf_counter() - start
+    return plan
+
+
+def _child(conn: Any, data: bytes, name: str, flavor: str, options: PartitionOptions) -> None:
+    try:
+        oracle = ParserOracle(load_flavor(flavor))
+        verdicts, stats = assess_model(load_model(data), oracle, options)
+        conn.send({"verdicts": [(v.backend, v.reason) for v in verdicts], "target": oracle.target,
+                   "oracle_calls": stats.oracle_calls})
+    except TrtBackendError as e:
+        conn.send({"error": type(e)(str(e).replace("<bytes>", name))})
+    finally:
+        conn.close()
+        os._exit(0)
