@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from .capability import ONNXRUNTIME, PLUGIN_PREFIX
 from .errors import OptionsError
 from .plan import Plan, Segment
-from .report import backend_label, census, clip, format_ops, header_line, op_counts, write_atomic
+from .report import backend_label, census, clip, format_ops, header_line, op_counts, plural, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +85,6 @@ def flows(plan: Plan) -> dict[tuple[int, int], list[str]]:
     return dict(sorted(edges.items()))
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
 def _names(label: str, names: Sequence[str]) -> str:
     shown = ", ".join(names[:TITLE_NAMES])
     more = f" … and {len(names) - TITLE_NAMES} more" if len(names) > TITLE_NAMES else ""
@@ -96,7 +92,9 @@ def _names(label: str, names: Sequence[str]) -> str:
 
 
 def _wrap(text: str, max_lines: int) -> list[str]:
-    lines = textwrap.wrap(text, CHARS, break_on_hyphens=False) or [""]
+    """Wrap at list separators (``Conv x5`` stays whole), at most ``max_lines`` lines."""
+    glued = text.replace(" x", "\u00a0x")  # textwrap does not break at a no-break space
+    lines = [line.replace("\u00a0", " ") for line in textwrap.wrap(glued, CHARS, break_on_hyphens=False)] or [""]
     if len(lines) > max_lines:
         lines = lines[: max_lines - 1] + [clip(" ".join(lines[max_lines - 1:]), CHARS)]
     return lines
@@ -106,12 +104,12 @@ def _segment_box(plan: Plan, seg: Segment) -> Box:
     infos = [plan.nodes[i] for i in seg.nodes]
     plugin_ops = Counter(f"{n.op_type} ({n.verdict[len(PLUGIN_PREFIX):]})" for n in infos
                          if n.verdict.startswith(PLUGIN_PREFIX))
-    lines = [f"#{seg.id}  {backend_label(seg.backend)}  ·  {_count(len(infos), 'node')}"]
+    lines = [f"#{seg.id}  {backend_label(seg.backend)}  ·  {plural(len(infos), 'node')}"]
     lines += _wrap(format_ops(op_counts(plan, seg), 2 * CHARS), 2)
     if plugin_ops:
         lines += _wrap("◆ plugin: " + format_ops(sorted(plugin_ops.items()), 2 * CHARS), 2)
     reasons = Counter(n.reason for n in infos if n.verdict == ONNXRUNTIME and n.reason)
-    title = [f"segment {seg.id}: {backend_label(seg.backend)}, {_count(len(infos), 'node')}",
+    title = [f"segment {seg.id}: {backend_label(seg.backend)}, {plural(len(infos), 'node')}",
              _names("nodes", [n.name for n in infos]), _names("inputs", seg.inputs),
              _names("outputs", seg.outputs)]
     title += [f"fallback x{k}: {r}" for r, k in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))]
@@ -177,7 +175,7 @@ def _edge_svg(boxes: list[Box], e: Edge) -> list[str]:
         cx, y0, y1 = LEFT + BOX_W // 2, src.y + src.height, dst.y
         out.append(f'<path d="M{cx},{y0} V{y1 - 2}" fill="none" stroke="#444" stroke-width="1.5" '
                    'marker-end="url(#arrow)"/>')
-        label = _count(count, "tensor")
+        label = plural(count, "tensor")
         out.append(f'<text x="{cx + 8}" y="{(y0 + y1) // 2 + 4}" font-size="11">{esc(label)}</text>')
     else:  # skips boxes: out to a lane on the right, down, back in
         x0, lx = LEFT + BOX_W, LEFT + BOX_W + 30 + LANE_GAP * e.lane
@@ -227,6 +225,7 @@ def render_svg(plan: Plan) -> str:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="{FONT}" role="img">',
            f"<title>{esc(f'partition of {plan.model_name}')}</title>",
+           f'<rect class="background" width="{width}" height="{height}" fill="#ffffff"/>',
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
            'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#444"/></marker></defs>']
     for box in boxes:

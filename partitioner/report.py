@@ -88,17 +88,21 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], right: Seque
     return lines
 
 
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def header_line(plan: Plan) -> str:
     target = f"TensorRT target {plan.tensorrt}" if plan.tensorrt else "no TensorRT parser"
     per_backend = Counter(s.backend for s in plan.segments)
     order = sorted(per_backend, key=lambda b: (BACKEND_ORDER.get(b, len(BACKEND_ORDER)), b))
     split = ", ".join(f"{per_backend[b]} {backend_label(b)}" for b in order)
     plugins = sum(1 for n in plan.nodes if n.verdict.startswith(PLUGIN_PREFIX))
-    parts = [f"model {plan.model_name}", target, f"{len(plan.nodes)} nodes",
-             f"{len(plan.segments)} segments" + (f" ({split})" if split else "")]
+    parts = [f"model {plan.model_name}", target, plural(len(plan.nodes), "node"),
+             plural(len(plan.segments), "segment") + (f" ({split})" if split else "")]
     if plugins:
-        parts.append(f"{plugins} plugin nodes")
-    parts.append(f"planned in {plan.seconds:.3f} s ({plan.oracle_calls} parser calls)")
+        parts.append(plural(plugins, "plugin node"))
+    parts.append(f"planned in {plan.seconds:.3f} s ({plural(plan.oracle_calls, 'parser call')})")
     return " | ".join(parts)
 
 
@@ -110,7 +114,7 @@ def summary(plan: Plan) -> str:
     lines += table(("id", "backend", "nodes", "inputs", "outputs", "ops"), seg_rows,
                    (True, False, True, True, True, False))
     rows = census(plan)
-    lines += ["", f"Fallback census ({sum(r.count for r in rows)} nodes on ONNX Runtime)"]
+    lines += ["", f"Fallback census ({plural(sum(r.count for r in rows), 'node')} on ONNX Runtime)"]
     if rows:
         lines += table(("op", "count", "reason"),
                        [(r.op_type, r.count, clip(r.reason or "-", REASON_WIDTH)) for r in rows],
@@ -147,6 +151,8 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
     ``os.replace``: readers see the old file or the whole new one, never a partial one, and a
     failure leaves no temporary file behind."""
     target = os.fspath(path)
+    if not isinstance(data, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"write_atomic takes str or bytes, not {type(data).__name__}")
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     folder = os.path.dirname(os.path.abspath(target))
     tmp = os.path.join(folder, f".{os.path.basename(target)}.{secrets.token_hex(6)}.tmp")

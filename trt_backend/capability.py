@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import onnx
@@ -70,9 +71,15 @@ class ParserOracle:
         return errors
 
 
+_ASSERT_MESSAGE = re.compile(r'&&\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\s*$')
+
+
 def _describe(err: Any) -> str:
     code = str(err.code()).rsplit(".", 1)[-1]
     desc = str(err.desc()).strip()
+    match = _ASSERT_MESSAGE.search(desc)  # "(cond) && "message"": the message says it better
+    if match:
+        desc = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', match.group(1))).strip()
     func = str(err.func()).strip()
     if desc in ("", "false", "true"):
         return f"{code} in {func}" if func else code

@@ -30,12 +30,14 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
     With ``isolate`` the capability queries run in a child process and only the plan comes back;
     a native crash there becomes a :class:`ParserCrashError`."""
     options = options or PartitionOptions()
+    start = time.perf_counter()
     model = load_model(source)
     if not isolate:
-        return plan_model(model, ParserOracle(load_flavor(flavor)), options)
+        plan = plan_model(model, ParserOracle(load_flavor(flavor)), options)
+        plan.seconds = time.perf_counter() - start
+        return plan
     if options.plugins:
         raise TrtBackendError("plugins cannot be sent to an isolated planner; plan without isolation")
-    start = time.perf_counter()
     validate_options(model, options)
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)

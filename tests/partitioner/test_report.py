@@ -11,10 +11,9 @@ import onnx
 import pytest
 from onnx import helper
 
-from partitioner import OptionsError, PartitionOptions, Plan, plan_model
+from partitioner import Claim, Model, OptionsError, PartitionOptions, Plan, plan_model
 from partitioner.picture import flows, layout, render_html, render_svg, write_picture
-from partitioner.report import (CensusRow, annotate, census, clip, format_ops, save_model_atomic, summary,
-                                write_atomic)
+from partitioner.report import CensusRow, annotate, census, clip, format_ops, save_model_atomic, summary, write_atomic
 from tests.helpers import const, crop_resize, model, vi
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -83,29 +82,24 @@ def svg_groups(svg: str, cls: str) -> list[ET.Element]:
 def test_census_counts_parser_rejections(chain_plan: Plan) -> None:
     assert segment_shapes(chain_plan) == [("tensorrt", (0,)), ("onnxruntime", (1,)), ("tensorrt", (2, 3)),
                                           ("onnxruntime", (4,)), ("tensorrt", (5,))]
-    rows = census(chain_plan)
-    assert len(rows) == 1
-    assert (rows[0].op_type, rows[0].count) == ("Resize", 2)
-    assert rows[0].reason is not None and rows[0].reason.startswith("TensorRT parser: UNSUPPORTED_NODE")
-    assert "transformation" in rows[0].reason
+    (row,) = census(chain_plan)
+    assert (row.op_type, row.count) == ("Resize", 2)
+    assert row.reason is not None and row.reason.startswith("TensorRT parser: UNSUPPORTED_NODE")
+    assert "transformation" in row.reason
 
 
 def test_census_orders_by_count_then_op_then_reason(oracle) -> None:
-    plan = plan_model(conv_resize_chain(), oracle)  # default size 3: lone relu1 is demoted, Convs stay
-    rows = census(plan)
+    rows = census(plan_model(conv_resize_chain(), oracle))  # default size 3: lone relu1 is demoted
     assert [(r.op_type, r.count) for r in rows] == [("Resize", 2), ("Relu", 1)]
     assert rows[1].reason == "demoted: TensorRT group of 1 node(s) is below the minimum segment size 3"
-    plan = plan_model(det_and_ml(), oracle)  # everything ends in ONNX Runtime, one node per op type
-    assert census(plan) == [
-        CensusRow("Abs", 1, DEMOTED), CensusRow("Binarizer", 1, "ai.onnx.ml operators are not TensorRT operators"),
-        CensusRow("Det", 1, "TensorRT parser: UNSUPPORTED_NODE in checkDet"), CensusRow("Neg", 1, DEMOTED),
-        CensusRow("Relu", 1, DEMOTED), CensusRow("Sigmoid", 1, DEMOTED)]
-
-
-def test_census_det_and_ml_with_min_size_one(oracle) -> None:
-    plan = plan_model(det_and_ml(), oracle, PartitionOptions(min_segment_size=1))
-    assert segment_shapes(plan) == [("tensorrt", (0, 3)), ("onnxruntime", (1, 4)), ("tensorrt", (2, 5))]
-    assert [(r.op_type, r.count) for r in census(plan)] == [("Binarizer", 1), ("Det", 1)]
+    rows = census(plan_model(det_and_ml(), oracle))  # all on ONNX Runtime, one node per op type
+    assert [(r.op_type, r.count) for r in rows] == [("Abs", 1), ("Binarizer", 1), ("Det", 1), ("Neg", 1),
+                                                    ("Relu", 1), ("Sigmoid", 1)]
+    assert [r.reason for r in rows if r.op_type not in ("Det", "Binarizer")] == [DEMOTED] * 4
+    assert rows[1].reason == "ai.onnx.ml operators are not TensorRT operators"
+    assert rows[2].reason is not None and rows[2].reason.startswith("TensorRT parser: UNSUPPORTED_NODE")
+    rows = census(plan_model(det_and_ml(), oracle, PartitionOptions(min_segment_size=1)))
+    assert [(r.op_type, r.count) for r in rows] == [("Binarizer", 1), ("Det", 1)]
 
 
 # --- summary --------------------------------------------------------------------------------------------
@@ -113,24 +107,25 @@ def test_census_det_and_ml_with_min_size_one(oracle) -> None:
 def test_summary_rows(chain_plan: Plan) -> None:
     text = summary(chain_plan)
     lines = text.splitlines()
-    assert lines[0].startswith("model <ModelProto> | TensorRT target tensorrt_rtx ")
+    assert lines[0].startswith(f"model <ModelProto> | TensorRT target {chain_plan.tensorrt} | ")
     assert "| 6 nodes | 5 segments (3 TensorRT, 2 ONNX Runtime) | planned in " in lines[0]
     rows = [re.split(r"\s{2,}", line.strip()) for line in lines if re.match(r"^\s+\d+\s{2}", line)]
     assert rows == [["0", "TensorRT", "1", "1", "1", "Conv x1"], ["1", "ONNX Runtime", "1", "1", "1", "Resize x1"],
                     ["2", "TensorRT", "2", "1", "1", "Conv x1, Relu x1"],
                     ["3", "ONNX Runtime", "1", "1", "1", "Resize x1"], ["4", "TensorRT", "1", "1", "1", "Relu x1"]]
-    census_line = next(line for line in lines if line.lstrip().startswith("Resize "))
-    assert re.match(r"^  Resize\s+2  TensorRT parser: ", census_line)
-    assert census_line.endswith("…") and len(census_line.split("  ")[-1]) <= 100
+    assert "  id  backend       nodes  inputs  outputs  ops" in lines  # numbers right-aligned under headers
+    assert "   2  TensorRT          2       1        1  Conv x1, Relu x1" in lines
+    census_line = next(line for line in lines if line.startswith("  Resize "))
+    assert re.match(r"^  Resize      2  TensorRT parser: UNSUPPORTED_NODE: .{60,}…$", census_line)
+    assert len(census_line) - len("  Resize      2  ") == 100
     assert all(line == line.rstrip() for line in lines)
-    header = next(line for line in lines if line.lstrip().startswith("id "))
-    assert header.index("nodes") + len("nodes") == lines[lines.index(header) + 1].index("1") + 1  # right-aligned
 
 
 def test_summary_without_parser_and_fallback() -> None:
     plan = plan_model(conv_resize_chain(1), None)
     text = summary(plan)
-    assert "no TensorRT parser | 3 nodes | 1 segments (1 TensorRT)" in text
+    assert "no TensorRT parser | 3 nodes | 1 segment (1 TensorRT) | planned in " in text
+    assert "(0 parser calls)" in text and "Fallback census (0 nodes on ONNX Runtime)" in text
     assert "none: every node runs in TensorRT" in text
 
 
@@ -162,11 +157,6 @@ def test_annotate_marks_every_node(oracle) -> None:
     keys = [p.key for p in annotated.graph.node[1].metadata_props]
     assert keys.count("trt_backend.segment") == 1 and "author" in keys
     assert len(plan.model.proto.graph.node[0].metadata_props) == 0  # the plan's model is untouched
-
-
-def test_annotate_needs_the_model(chain_plan: Plan) -> None:
-    with pytest.raises(OptionsError, match="without its model"):
-        annotate(Plan.from_dict(json.loads(chain_plan.to_json())))
 
 
 # --- atomic writes ----------------------------------------------------------------------------------------
@@ -281,10 +271,12 @@ def test_write_picture_by_suffix(tmp_path, chain_plan: Plan) -> None:
     assert sorted(os.listdir(tmp_path)) == ["p.HTM", "p.html", "p.svg"]
 
 
-def test_picture_from_json_plan(chain_plan: Plan) -> None:
+def test_plan_from_json_draws_but_cannot_annotate(chain_plan: Plan) -> None:
     again = Plan.from_dict(json.loads(chain_plan.to_json()))
     assert flows(again) == flows(chain_plan)
     assert len(svg_groups(render_svg(again), "segment")) == 5
+    with pytest.raises(OptionsError, match="without its model"):
+        annotate(again)
 
 
 def test_many_segments_stay_in_a_column() -> None:
@@ -302,6 +294,28 @@ def test_many_segments_stay_in_a_column() -> None:
     ys = [int(b.find(f"{SVG}rect").get("y")) for b in boxes]
     assert ys == sorted(ys) and len({b.find(f"{SVG}rect").get("x") for b in boxes}) == 1
     assert int(root.get("width")) < 600
+
+
+class CropResizePlugin:
+    """A plugin claim taking every Resize the parser rejected."""
+
+    name = "crop_resize"
+
+    def claim(self, node: onnx.NodeProto, model: Model) -> Claim:
+        return Claim(node.op_type == "Resize")
+
+
+def test_plugin_nodes_are_marked(oracle) -> None:
+    plan = plan_model(conv_resize_chain(), oracle, PartitionOptions(plugins=(CropResizePlugin(),)))
+    assert segment_shapes(plan) == [("tensorrt", (0, 1, 2, 3, 4, 5))] and census(plan) == []
+    assert "| 6 nodes | 1 segment (1 TensorRT) | 2 plugin nodes | planned in " in summary(plan)
+    svg = render_svg(plan)
+    (box,) = svg_groups(svg, "segment")
+    assert [r.get("class") for r in box.iter(f"{SVG}rect")] == [None, "plugin-mark"]
+    assert [t.text for t in box.iter(f"{SVG}text")][-1] == "◆ plugin: Resize (crop_resize) x2"
+    meta = {p.key: p.value for p in annotate(plan).graph.node[1].metadata_props}
+    assert meta == {"trt_backend.segment": "0", "trt_backend.backend": "tensorrt",
+                    "trt_backend.verdict": "plugin:crop_resize"}
 
 
 # --- a real model ---------------------------------------------------------------------------------------
@@ -328,6 +342,9 @@ def test_light_resnet50_with_sums_excluded(light_dir: str) -> None:
     assert census(plan) == [CensusRow("Sum", 16, "excluded by user (op type Sum)")]
     assert [s.backend for s in plan.segments] == ["tensorrt", "onnxruntime"] * 16 + ["tensorrt"]
     _, edges, _, _ = layout(plan)
-    skips = [(e.src, e.dst) for e in edges if e.lane >= 0]
-    assert len(skips) == 16 and all(dst - src == 2 for src, dst in skips)  # the residual paths
+    # segment 0 computes every weight (ConstantOfShape) and hands them to each later TensorRT segment
+    producer = {o: n.op_type for n in plan.model.proto.graph.node for o in n.output}
+    skips = [e for e in edges if e.lane >= 0]
+    assert [(e.src, e.dst, e.lane) for e in skips] == [(1, 3 + 2 * k, k) for k in range(16)]
+    assert {producer[t] for e in skips for t in e.tensors} == {"ConstantOfShape"}
     assert len(svg_groups(render_svg(plan), "edge")) == len(edges) == 16 * 3 + 2

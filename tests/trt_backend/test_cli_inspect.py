@@ -1,0 +1,134 @@
+"""``trt-backend inspect`` and ``demo`` end to end: real planning, real files, clean failures."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from tests.helpers import model, vi
+from trt_backend.cli import main
+from trt_backend.demo import DEMO_PATH, demo_model
+
+pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
+
+
+def test_bundled_demo_file_matches_its_generator() -> None:
+    assert onnx.load(DEMO_PATH).SerializeToString() == demo_model().SerializeToString()
+
+
+def test_inspect_demo_writes_everything(tmp_path, capsys) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    rc = main(["inspect", DEMO_PATH, "--json", str(out / "plan.json"), "--export-segments", str(out / "segs"),
+               "--annotated", str(out / "annotated.onnx"), "--picture", str(out / "plan.svg")])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "3 segments (2 TensorRT, 1 ONNX Runtime)" in text
+    assert "Resize      1  TensorRT parser: UNSUPPORTED_NODE: TensorRT only supports half_pixel" in text
+    plan = json.loads((out / "plan.json").read_text())
+    assert [(s["backend"], s["nodes"]) for s in plan["segments"]] == [
+        ("tensorrt", [0, 1, 2, 3]), ("onnxruntime", [4]), ("tensorrt", [5, 6, 7, 8, 9, 10, 11])]
+    assert plan["tensorrt"].startswith("tensorrt")
+    assert plan["nodes"][4] == {"index": 4, "name": "crop_resize", "op_type": "Resize", "segment": 1,
+                                "verdict": "onnxruntime", "reason": plan["nodes"][4]["reason"]}
+    # the segments chain back into the whole model's numbers
+    x = np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    values = {"image": x}
+    for seg in plan["segments"]:
+        sess = ort.InferenceSession(str(out / "segs" / f"segment_{seg['id']}.onnx"), providers=["CPUExecutionProvider"])
+        values.update(zip(seg["outputs"], sess.run(seg["outputs"], {k: values[k] for k in seg["inputs"]})))
+    whole = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"]).run(None, {"image": x})
+    np.testing.assert_allclose(values["probs"], whole[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(values["top_classes"], whole[2])
+    annotated = onnx.load(str(out / "annotated.onnx"))
+    props = {p.key: p.value for p in annotated.graph.node[4].metadata_props}
+    assert props["trt_backend.segment"] == "1" and props["trt_backend.backend"] == "onnxruntime"
+    svg = ET.parse(str(out / "plan.svg")).getroot()
+    assert svg.tag.endswith("svg")
+
+
+def test_inspect_options_change_the_plan(tmp_path, capsys) -> None:
+    plan_path = tmp_path / "p.json"
+    assert main(["inspect", DEMO_PATH, "--exclude-ops", "Softmax", "--min-segment-size", "1",
+                 "--json", str(plan_path)]) == 0
+    plan = json.loads(plan_path.read_text())
+    assert [s["backend"] for s in plan["segments"]] == ["tensorrt", "onnxruntime", "tensorrt", "onnxruntime",
+                                                         "tensorrt"]
+    assert plan["nodes"][10]["reason"] == "excluded by user (op type Softmax)"
+
+
+def test_inspect_isolated_matches_in_process(tmp_path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["inspect", DEMO_PATH, "--json", str(a)]) == 0
+    assert main(["inspect", DEMO_PATH, "--json", str(b), "--isolate"]) == 0
+    assert a.read_text() == b.read_text()
+
+
+def bad_models(tmp_path) -> dict[str, tuple[str, str]]:
+    """name -> (path, expected message fragment)."""
+    cases: dict[str, tuple[str, str]] = {}
+    data = open(DEMO_PATH, "rb").read()
+    (tmp_path / "truncated.onnx").write_bytes(data[: len(data) // 3])
+    cases["truncated"] = (str(tmp_path / "truncated.onnx"), "not an ONNX model or truncated")
+    (tmp_path / "text.onnx").write_text("hello")
+    cases["not onnx"] = (str(tmp_path / "text.onnx"), "not an ONNX model")
+    cases["missing"] = (str(tmp_path / "missing.onnx"), "no such file")
+    cyc = model([helper.make_node("Add", ["x", "b"], ["a"], name="p"), helper.make_node("Relu", ["a"], ["b"], name="q"),
+                 helper.make_node("Relu", ["a"], ["y"], name="r")], [vi("x", [4])], [vi("y", [4])])
+    onnx.save(cyc, str(tmp_path / "cycle.onnx"))
+    cases["cycle"] = (str(tmp_path / "cycle.onnx"), "cycle through nodes 0 'p' (Add), 1 'q' (Relu)")
+    dup = model([helper.make_node("Relu", ["x"], ["t"], name="a"), helper.make_node("Relu", ["x"], ["t"], name="b"),
+                 helper.make_node("Relu", ["t"], ["y"], name="c")], [vi("x", [4])], [vi("y", [4])])
+    onnx.save(dup, str(tmp_path / "dup.onnx"))
+    cases["duplicate"] = (str(tmp_path / "dup.onnx"), "tensor 't' is produced twice")
+    onnx.save(model([], [vi("x", [4])], [vi("x", [4])]), str(tmp_path / "empty.onnx"))
+    cases["empty"] = (str(tmp_path / "empty.onnx"), "the graph has no nodes")
+    ext = demo_model()
+    onnx.save(ext, str(tmp_path / "ext.onnx"), save_as_external_data=True, location="ext.bin", size_threshold=0)
+    os.remove(tmp_path / "ext.bin")
+    cases["external"] = (str(tmp_path / "ext.onnx"), "external data file 'ext.bin'")
+    return cases
+
+
+def test_bad_inputs_fail_in_one_line_and_write_nothing(tmp_path, capsys) -> None:
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    for name, (path, fragment) in bad_models(tmp_path).items():
+        rc = main(["inspect", path, "--json", str(outdir / "p.json"), "--picture", str(outdir / "p.html"),
+                   "--annotated", str(outdir / "a.onnx"), "--export-segments", str(outdir / "segs")])
+        err = capsys.readouterr().err
+        assert rc == 1, name
+        assert err.startswith("trt-backend: error: ") and err.count("\n") == 1, (name, err)
+        assert fragment in err, (name, err)
+    assert main(["inspect", DEMO_PATH, "--exclude-ops", "NoSuchOp", "--json", str(outdir / "p.json")]) == 1
+    assert "unknown op type 'NoSuchOp'" in capsys.readouterr().err
+    assert main(["inspect", DEMO_PATH, "--picture", str(outdir / "p.png")]) == 1
+    assert "use a .svg or .html" in capsys.readouterr().err
+    assert main(["inspect", DEMO_PATH, "--json", str(tmp_path / "no" / "such" / "p.json")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    assert sorted(os.listdir(outdir)) == []
+
+
+def test_cli_process_prints_no_traceback(tmp_path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07garbage")
+    proc = subprocess.run([sys.executable, "-m", "trt_backend", "inspect", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("trt-backend: error: ") and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_demo_command(tmp_path, capsys) -> None:
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out)]) == 0
+    assert "3 segments (2 TensorRT, 1 ONNX Runtime)" in capsys.readouterr().out
+    assert sorted(os.listdir(out / "segments")) == ["segment_0.onnx", "segment_1.onnx", "segment_2.onnx"]
+    assert json.loads((out / "plan.json").read_text())["segments"][1]["backend"] == "onnxruntime"
