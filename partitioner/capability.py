@@ -139,8 +139,7 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
             for i in piece:
                 verdicts[i] = Verdict(TENSORRT)
             continue
-        members = set(piece)
-        local = [i for i in index.order if i in members]  # sub's node k is local[k]
+        local = index.ordered(piece)  # sub's node k is local[k]
         rejected: set[int] = set()
         for k, message in result.errors.items():
             if 0 <= k < len(local):

@@ -14,7 +14,7 @@ def boundary(index: GraphIndex, nodes: Collection[int]) -> tuple[list[str], list
     graph inputs included) in first-read order, and tensors it produces that are read outside it
     or are graph outputs, in production order."""
     members = set(nodes)
-    ordered = [i for i in index.order if i in members] if len(members) < len(index.order) else list(index.order)
+    ordered = index.ordered(members)
     produced: set[str] = set()
     for i in ordered:
         produced.update(o for o in index.graph.node[i].output if o)
@@ -85,8 +85,7 @@ def extract(model: Model, nodes: Collection[int], *, name: str,
         b_in, b_out = boundary(index, nodes)
         inputs = b_in if inputs is None else inputs
         outputs = b_out if outputs is None else outputs
-    members = set(nodes)
-    ordered = [i for i in index.order if i in members]
+    ordered = index.ordered(nodes)
     node_protos = [src.graph.node[i] for i in ordered]
 
     read: set[str] = set()
@@ -97,14 +96,15 @@ def extract(model: Model, nodes: Collection[int], *, name: str,
     graph.name = name
     graph.node.extend(node_protos)
     input_set = set(inputs)
-    graph.initializer.extend(t for t in src.graph.initializer if t.name in read and t.name not in input_set)
-    graph.sparse_initializer.extend(t for t in src.graph.sparse_initializer
-                                    if t.values.name in read and t.values.name not in input_set)
+    used = sorted(read - input_set)
+    graph.initializer.extend(index.initializer_protos[n] for n in used if n in index.initializer_protos)
+    graph.sparse_initializer.extend(index.sparse_initializer_protos[n] for n in used
+                                    if n in index.sparse_initializer_protos)
     graph.input.extend(_value_info(n, index.types.get(n)) for n in inputs)
     graph.output.extend(_value_info(n, index.types.get(n)) for n in outputs)
     boundary_names = input_set | set(outputs)
-    internal = {o for p in node_protos for o in p.output if o}
-    graph.value_info.extend(vi for vi in src.graph.value_info if vi.name in internal and vi.name not in boundary_names)
+    internal = [o for p in node_protos for o in p.output if o and o not in boundary_names]
+    graph.value_info.extend(index.value_infos[o] for o in internal if o in index.value_infos)
 
     out.opset_import.extend(src.opset_import)
     out.functions.extend(_used_functions(src, node_protos))

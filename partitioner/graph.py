@@ -3,6 +3,7 @@ topological order and known value types. Built once per model; O(nodes + edges).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import onnx
@@ -75,6 +76,10 @@ class GraphIndex:
     graph_outputs: list[str] = field(default_factory=list)
     types: dict[str, onnx.TypeProto] = field(default_factory=dict)
     order: list[int] = field(default_factory=list)
+    position: list[int] = field(default_factory=list)  # position[i]: node i's place in ``order``
+    value_infos: dict[str, onnx.ValueInfoProto] = field(default_factory=dict)
+    initializer_protos: dict[str, onnx.TensorProto] = field(default_factory=dict)
+    sparse_initializer_protos: dict[str, onnx.SparseTensorProto] = field(default_factory=dict)
 
     @classmethod
     def build(cls, graph: onnx.GraphProto, where: str = "model") -> GraphIndex:
@@ -120,7 +125,17 @@ class GraphIndex:
             if t.name not in index.types:
                 index.types[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
         index.order = index._topological_order(where)
+        index.position = [0] * len(index.order)
+        for pos, i in enumerate(index.order):
+            index.position[i] = pos
+        index.value_infos = {vi.name: vi for vi in graph.value_info}
+        index.initializer_protos = {t.name: t for t in graph.initializer}
+        index.sparse_initializer_protos = {t.values.name: t for t in graph.sparse_initializer}
         return index
+
+    def ordered(self, nodes: Iterable[int]) -> list[int]:
+        """``nodes`` in execution order."""
+        return sorted(set(nodes), key=self.position.__getitem__)
 
     def _topological_order(self, where: str) -> list[int]:
         """Kahn's algorithm, lowest node index first among ready nodes (deterministic)."""

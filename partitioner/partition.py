@@ -33,8 +33,9 @@ class Group:
 def color_runs(index: GraphIndex, colors: Sequence[str], lazy: frozenset[int] = frozenset()) -> list[Group]:
     """Split a topological order into backend runs by the greedy rule (see module doc).
 
-    ``lazy`` nodes (input-free nodes such as Constant) are not scheduled on their own: each is
-    emitted right before its first consumer, in that consumer's run."""
+    ``lazy`` nodes (constant-only nodes: Constant, ConstantOfShape of an initializer, and what
+    reads only those) are not scheduled on their own: each is emitted right before its first
+    consumer, in that consumer's run."""
     n = len(colors)
     pending = [sum(1 for name in index.reads[i] if _counts(index.producer.get(name), lazy)) for i in range(n)]
     ready: dict[str, list[int]] = {TENSORRT: [], ONNXRUNTIME: []}
@@ -57,11 +58,7 @@ def color_runs(index: GraphIndex, colors: Sequence[str], lazy: frozenset[int] = 
             current = ONNXRUNTIME if current == TENSORRT else TENSORRT
             continue
         i = heapq.heappop(heap)
-        for name in index.reads[i]:
-            p = index.producer.get(name)
-            if p is not None and p in waiting:
-                waiting.discard(p)
-                run.append(p)
+        _pull(index, i, waiting, run)
         run.append(i)
         for out in index.graph.node[i].output:
             for c in index.consumers.get(out, ()) if out else ():
@@ -75,6 +72,30 @@ def color_runs(index: GraphIndex, colors: Sequence[str], lazy: frozenset[int] = 
     return groups
 
 
+def _pull(index: GraphIndex, i: int, waiting: set[int], run: list[int]) -> None:
+    """Append the waiting constant-only producers node ``i`` reads (theirs first) to ``run``."""
+    for name in index.reads[i]:
+        p = index.producer.get(name)
+        if p is not None and p in waiting:
+            waiting.discard(p)
+            _pull(index, p, waiting, run)
+            run.append(p)
+
+
+def constant_only(index: GraphIndex, candidates: Sequence[bool]) -> frozenset[int]:
+    """Nodes (among ``candidates``) that read only initializers or other such nodes, and feed
+    something: their values never depend on a model input."""
+    graph_inputs = set(index.graph_inputs)
+    out: set[int] = set()
+    for i in index.order:
+        if not candidates[i] or not index.successors(i):
+            continue
+        if all((name in index.initializers and name not in graph_inputs) or index.producer.get(name) in out
+               for name in index.reads[i]):
+            out.add(i)
+    return frozenset(out)
+
+
 def _counts(producer: int | None, lazy: frozenset[int]) -> bool:
     return producer is not None and producer not in lazy
 
@@ -86,8 +107,7 @@ def partition(index: GraphIndex, verdicts: Sequence[Verdict],
     to ONNX Runtime, and the grouping is redone until it is stable."""
     nodes = index.graph.node
     colors = [TENSORRT if v.on_tensorrt else ONNXRUNTIME for v in verdicts]
-    lazy = frozenset(i for i, v in enumerate(verdicts)
-                     if v.backend == TENSORRT and not index.reads[i] and index.successors(i))
+    lazy = constant_only(index, [v.backend == TENSORRT for v in verdicts])
     final = list(verdicts)
     while True:
         groups = color_runs(index, colors, lazy)
@@ -110,5 +130,5 @@ def partition(index: GraphIndex, verdicts: Sequence[Verdict],
         if g.backend == ONNXRUNTIME:
             for i in g.nodes:
                 if final[i].on_tensorrt:
-                    final[i] = Verdict(ONNXRUNTIME, "input-free node placed with its ONNX Runtime consumer")
+                    final[i] = Verdict(ONNXRUNTIME, "constant-only node placed with its ONNX Runtime consumer")
     return groups, final

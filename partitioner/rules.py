@@ -14,7 +14,7 @@ SEQUENCE_OPS = frozenset({
     "SequenceEmpty", "SplitToSequence", "ConcatFromSequence", "SequenceMap",
     "Optional", "OptionalGetElement", "OptionalHasElement",
 })
-_UNSUPPORTED_DTYPES = {
+_UNSUPPORTED_DTYPES: dict[int, str] = {
     onnx.TensorProto.STRING: "string",
     onnx.TensorProto.COMPLEX64: "complex64",
     onnx.TensorProto.COMPLEX128: "complex128",

@@ -109,7 +109,7 @@ def test_constant_feeding_only_fallback_is_placed_in_onnxruntime_segment() -> No
     plan = plan_model(model(nodes, [vi("x", ["N", 4])], [vi("y", ["N", 4])]), None, opts())
     seg_of_k = plan.nodes[1].segment
     assert plan.segments[seg_of_k].backend == "onnxruntime"
-    assert plan.nodes[1].reason == "input-free node placed with its ONNX Runtime consumer"
+    assert plan.nodes[1].reason == "constant-only node placed with its ONNX Runtime consumer"
     assert_plan_valid(plan)
 
 
