@@ -37,3 +37,21 @@ def oracle():
 @pytest.fixture(scope="session")
 def light_dir() -> str:
     return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+def _cuda_devices() -> int:
+    try:
+        from trt_backend.gpu.device import cuda_device_count
+
+        return cuda_device_count()
+    except Exception:  # noqa: BLE001 - no cuda-python, no driver: no device
+        return 0
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items or _cuda_devices() > 0:
+        return
+    skip = pytest.mark.skip(reason="needs a usable CUDA device")
+    for item in gpu_items:
+        item.add_marker(skip)

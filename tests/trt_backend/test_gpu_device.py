@@ -1,0 +1,99 @@
+"""The cuda-python device layer: API names checked here on CPU, behaviour on a GPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trt_backend.gpu import device as dev
+
+
+def cudart_or_skip():
+    try:
+        return dev.cudart()
+    except dev.CudaError as e:
+        pytest.skip(str(e))
+
+
+def test_every_cudart_name_exists_in_cuda_python() -> None:
+    rt = cudart_or_skip()
+    missing = [name for name in dev.CUDART_API if not hasattr(rt, name)]
+    assert missing == []
+    assert hasattr(rt.cudaMemcpyKind, "cudaMemcpyHostToDevice") and hasattr(rt.cudaMemcpyKind, "cudaMemcpyDeviceToHost")
+    assert hasattr(rt.cudaDeviceAttr, "cudaDevAttrComputeCapabilityMajor")
+
+
+def test_device_count_is_an_answer_not_a_crash() -> None:
+    assert dev.cuda_device_count() >= 0
+
+
+def test_size_classes() -> None:
+    assert [dev.BufferPool.size_class(n) for n in (0, 1, 256, 257, 1000, 4096, 4097)] == \
+        [256, 256, 256, 512, 1024, 4096, 8192]
+
+
+class FakeDeviceArray:
+    """Stands in for a CuPy/PyTorch array at the GPU boundary: only the interface dict."""
+
+    def __init__(self, shape, typestr, strides=None) -> None:
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (0xDEAD00, False),
+                                         "version": 3, "strides": strides}
+
+
+def test_foreign_device_arrays_are_viewed_without_copy() -> None:
+    view = dev.as_device_array(FakeDeviceArray((2, 3), "<f4"))
+    assert (view.ptr, view.shape, view.dtype, view.nbytes) == (0xDEAD00, (2, 3), np.float32, 24)
+    assert view.__cuda_array_interface__["data"] == (0xDEAD00, False)
+    assert dev.as_device_array(FakeDeviceArray((2, 3), "<f2", strides=(6, 2))).nbytes == 12
+    with pytest.raises(dev.CudaError, match=r"not C-contiguous \(strides \(2, 4\)\)"):
+        dev.as_device_array(FakeDeviceArray((2, 3), "<f2", strides=(2, 4)))
+    assert dev.as_device_array(np.zeros(3)) is None
+
+
+@pytest.mark.gpu
+def test_round_trip_through_pooled_device_memory() -> None:
+    pool, stream = dev.BufferPool(), dev.Stream()
+    x = np.arange(1000, dtype=np.float32)
+    buf = pool.acquire(x.nbytes)
+    dev.copy_to_device(buf.ptr, x, stream)
+    other = pool.acquire(x.nbytes)
+    dev.copy_device(other.ptr, buf.ptr, x.nbytes, stream)
+    out = dev.DeviceArray(other.ptr, x.shape, x.dtype).to_host(stream)
+    np.testing.assert_array_equal(out, x)
+    pool.release(buf)
+    again = pool.acquire(x.nbytes)
+    assert again.ptr == buf.ptr and pool.allocations == 2  # reused, not reallocated
+    pool.release(again)
+    pool.release(other)
+    pool.close()
+    stream.close()
+    assert pool.allocated_bytes == 0
+
+
+@pytest.mark.gpu
+def test_events_time_work_on_a_stream() -> None:
+    pool, stream = dev.BufferPool(), dev.Stream()
+    x = np.ones(1 << 24, np.float32)
+    buf = pool.acquire(x.nbytes)
+    start, end = dev.Event(), dev.Event()
+    start.record(stream)
+    dev.copy_to_device(buf.ptr, x, stream)
+    end.record(stream)
+    end.synchronize()
+    assert end.elapsed_ms(start) > 0
+    assert dev.compute_capability()[0] >= 7
+
+
+@pytest.mark.gpu
+def test_cupy_and_torch_arrays_shared_without_copy() -> None:
+    cupy = pytest.importorskip("cupy")
+    a = cupy.arange(12, dtype=cupy.float32).reshape(3, 4)
+    view = dev.as_device_array(a)
+    assert view.ptr == a.data.ptr and view.shape == (3, 4)
+    back = cupy.asarray(view)  # our interface consumed by CuPy: same memory
+    back[0, 0] = 42
+    assert float(a[0, 0]) == 42
+    torch = pytest.importorskip("torch")
+    t = torch.arange(6, dtype=torch.float16, device="cuda")
+    tv = dev.as_device_array(t)
+    assert tv.ptr == t.data_ptr() and tv.dtype == np.float16
+    np.testing.assert_array_equal(tv.to_host(), np.arange(6, dtype=np.float16))
