@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -84,13 +84,19 @@ class CapabilityStats:
 
 def assess(model: Model, oracle: CapabilityOracle | None, *, rules: Rules | None = None,
            plugins: Sequence[PluginClaim] = (), max_iterations: int = 1000,
-           stats: CapabilityStats | None = None) -> list[Verdict]:
+           stats: CapabilityStats | None = None, plugin_ops: Collection[str] = (),
+           target: str | None = None) -> list[Verdict]:
     """A verdict for every main-graph node of ``model``.
 
     ``oracle=None`` skips the parser (every rule-passing node is taken as TensorRT-capable);
     useful only for planning what-ifs. The parser is asked about all rule-passing nodes at once,
     then every piece it did not verify is cut out and asked about alone (a fresh network and
-    parser per question, inside the oracle), at most ``max_iterations`` questions in all."""
+    parser per question, inside the oracle), at most ``max_iterations`` questions in all.
+
+    Plugins claim what the parser rejected; nodes of ``plugin_ops`` types are offered to them
+    first and never reach the parser when claimed. Claimed nodes' neighbours are parsed again
+    with native stand-ins in their place. A plugin whose ``target_problem(target)`` names a
+    problem (the target runtime cannot run it) leaves only a note on the ONNX Runtime reason."""
     index = model.index
     rules = rules or Rules(local_functions={(f.domain, f.name) for f in model.proto.functions})
     stats = stats if stats is not None else CapabilityStats()
@@ -103,13 +109,23 @@ def assess(model: Model, oracle: CapabilityOracle | None, *, rules: Rules | None
             verdicts[i] = Verdict(ONNXRUNTIME, reason)
         else:
             candidates.append(i)
+    forced: dict[int, PluginClaim] = {}
+    usable = [p for p in plugins if _target_problem(p, target) is None]
+    if usable and plugin_ops:
+        forced = _forced_claims(model, usable, candidates, set(plugin_ops))
+        candidates = [i for i in candidates if i not in forced]
     if oracle is None:
         for i in candidates:
             verdicts[i] = Verdict(TENSORRT)
     elif candidates:
         _ask_parser(model, oracle, candidates, verdicts, max_iterations, stats)
+    claimed = dict(forced)
     if plugins:
-        _plugin_claims(model, plugins, verdicts)
+        claimed.update(_plugin_claims(model, plugins, verdicts, target))
+    for i, plugin in forced.items():
+        verdicts[i] = Verdict(PLUGIN_PREFIX + plugin.name)
+    if claimed and oracle is not None:
+        _validate_with_standins(model, oracle, claimed, verdicts, max_iterations, stats)
     return [v if v is not None else Verdict(ONNXRUNTIME, "no verdict") for v in verdicts]
 
 
@@ -124,7 +140,8 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
             for i in piece:
                 verdicts[i] = Verdict(ONNXRUNTIME, f"capability check stopped after {max_iterations} parser calls")
             continue
-        untyped = _untyped_inputs(model, piece)
+        inputs, outputs = boundary(index, piece)
+        untyped = _untyped_inputs(model, piece, inputs)
         if untyped:
             rest = tuple(i for i in piece if i not in untyped)
             for i, reason in untyped.items():
@@ -132,7 +149,7 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
             if rest:
                 work.append(rest)
             continue
-        sub = extract(model, piece, name=f"capability_query_{stats.oracle_calls}")
+        sub = extract(model, piece, name=f"capability_query_{stats.oracle_calls}", inputs=inputs, outputs=outputs)
         stats.oracle_calls += 1
         result = oracle.query(sub)
         if result.supported:
@@ -167,10 +184,9 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
                 verdicts[i] = Verdict(ONNXRUNTIME, "TensorRT parser left this node out of every supported subgraph")
 
 
-def _untyped_inputs(model: Model, piece: tuple[int, ...]) -> dict[int, str]:
-    """Nodes of ``piece`` reading a boundary tensor whose dtype or rank is unknown, with the
-    reason: a TensorRT network input needs both."""
-    inputs, _ = boundary(model.index, piece)
+def _untyped_inputs(model: Model, piece: tuple[int, ...], inputs: Sequence[str]) -> dict[int, str]:
+    """Nodes of ``piece`` reading a boundary tensor (one of ``inputs``) whose dtype or rank is
+    unknown, with the reason: a TensorRT network input needs both."""
     problems = {name: p for name in inputs if (p := _input_problem(name, model.index.types.get(name)))}
     if not problems:
         return {}
@@ -190,13 +206,75 @@ def _input_problem(name: str, tp: onnx.TypeProto | None) -> str | None:
     return None
 
 
-def _plugin_claims(model: Model, plugins: Sequence[PluginClaim], verdicts: list[Verdict | None]) -> None:
+def _forced_claims(model: Model, plugins: Sequence[PluginClaim], candidates: list[int],
+                   ops: set[str]) -> dict[int, PluginClaim]:
+    """Nodes of the forced op types that a plugin claims, kept from the parser."""
+    out: dict[int, PluginClaim] = {}
+    for i in candidates:
+        node = model.proto.graph.node[i]
+        if node.op_type in ops:
+            plugin = next((p for p in plugins if p.claim(node, model).claimed), None)
+            if plugin is not None:
+                out[i] = plugin
+    return out
+
+
+def _target_problem(plugin: PluginClaim, target: str | None) -> str | None:
+    problem = getattr(plugin, "target_problem", None)
+    return problem(target) if callable(problem) and target is not None else None
+
+
+def _plugin_claims(model: Model, plugins: Sequence[PluginClaim], verdicts: list[Verdict | None],
+                   target: str | None) -> dict[int, PluginClaim]:
+    """Claims on the nodes TensorRT's parser rejected: verdict ``plugin:<name>``, or, where the
+    target cannot run the plugin, a note on the ONNX Runtime reason; a refusal's reason too."""
+    claimed: dict[int, PluginClaim] = {}
     for i, verdict in enumerate(verdicts):
-        if verdict is None or verdict.on_tensorrt or (verdict.reason or "").startswith("excluded by user"):
+        if verdict is None or verdict.on_tensorrt or not (verdict.reason or "").startswith("TensorRT parser"):
             continue
         node = model.proto.graph.node[i]
+        notes = []
         for plugin in plugins:
             claim = plugin.claim(node, model)
-            if claim.claimed:
+            problem = _target_problem(plugin, target)
+            if claim.claimed and problem is None:
                 verdicts[i] = Verdict(PLUGIN_PREFIX + plugin.name)
+                claimed[i] = plugin
                 break
+            if claim.claimed:
+                notes.append(f"plugin {plugin.name} covers it, but {problem}")
+            elif claim.reason:
+                notes.append(f"plugin {plugin.name} declined: {claim.reason}")
+        else:
+            if notes:
+                verdicts[i] = Verdict(ONNXRUNTIME, "; ".join([verdict.reason or ""] + notes))
+    return claimed
+
+
+def _validate_with_standins(model: Model, oracle: CapabilityOracle, claimed: dict[int, PluginClaim],
+                            verdicts: list[Verdict | None], max_iterations: int, stats: CapabilityStats) -> None:
+    """Parse the TensorRT-bound nodes again with each claimed node replaced by a native stand-in,
+    so the claimed node's neighbours are validated together; demote what the parser rejects."""
+    from .errors import TrtBackendError
+    from .standin import build_standin_model
+
+    try:
+        standin = build_standin_model(model, claimed)
+    except (TrtBackendError, RuntimeError) as e:
+        log.warning("%s: plugin stand-in model failed (%s); plugin claims dropped", model.source, e)
+        for i, plugin in claimed.items():
+            verdicts[i] = Verdict(ONNXRUNTIME, f"plugin {plugin.name}: could not validate its neighbours ({e})")
+        return
+    origin = standin.origin
+    on_trt = [k for k in standin.model.index.order if (v := verdicts[origin[k]]) is not None and v.on_tensorrt]
+    local: list[Verdict | None] = [None] * len(origin)
+    _ask_parser(standin.model, oracle, on_trt, local, max_iterations, stats)
+    for k in on_trt:
+        v = local[k]
+        if v is None or v.on_tensorrt:
+            continue
+        i = origin[k]
+        if i in claimed:
+            verdicts[i] = Verdict(ONNXRUNTIME, f"plugin {claimed[i].name}: native stand-in rejected ({v.reason})")
+        else:
+            verdicts[i] = Verdict(ONNXRUNTIME, f"{v.reason} (parsed next to plugin stand-ins)")

@@ -118,20 +118,26 @@ class GraphIndex:
         for name in index.graph_outputs:
             if name not in index.producer and name not in sources:
                 raise InvalidModelError(f"{where}: graph output '{name}' is not produced by any node")
-        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-            if vi.type.WhichOneof("value") is not None:
-                index.types[vi.name] = vi.type
-        for t in graph.initializer:
-            if t.name not in index.types:
-                index.types[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
+        index.refresh_types()
         index.order = index._topological_order(where)
         index.position = [0] * len(index.order)
         for pos, i in enumerate(index.order):
             index.position[i] = pos
-        index.value_infos = {vi.name: vi for vi in graph.value_info}
         index.initializer_protos = {t.name: t for t in graph.initializer}
         index.sparse_initializer_protos = {t.values.name: t for t in graph.sparse_initializer}
         return index
+
+    def refresh_types(self) -> None:
+        """Re-read value types from the graph (after shape inference rewrote its value_info)."""
+        graph = self.graph
+        self.types = {}
+        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+            if vi.type.WhichOneof("value") is not None:
+                self.types[vi.name] = vi.type
+        for t in graph.initializer:
+            if t.name not in self.types:
+                self.types[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
+        self.value_infos = {vi.name: vi for vi in graph.value_info}
 
     def ordered(self, nodes: Iterable[int]) -> list[int]:
         """``nodes`` in execution order."""

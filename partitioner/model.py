@@ -121,7 +121,7 @@ def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: s
     index = GraphIndex.build(graph, where=name)  # structure first: clearer errors than the checker's
     check_model(proto, where=name)
     _infer_shapes(proto, name)
-    index = GraphIndex.build(graph, where=name)
+    index.refresh_types()
     if fixes:
         log.info("%s: %s", name, "; ".join(fixes))
     return Model(proto=proto, source=name, base_dir=base_dir, index=index, fixes=fixes)

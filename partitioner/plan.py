@@ -19,6 +19,8 @@ from .rules import Rules
 
 log = logging.getLogger(__name__)
 
+TARGETS = ("tensorrt", "tensorrt_rtx")
+
 
 @dataclass(frozen=True)
 class PartitionOptions:
@@ -29,6 +31,8 @@ class PartitionOptions:
     min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE
     max_oracle_calls: int = 1000
     plugins: tuple[PluginClaim, ...] = ()
+    plugin_ops: tuple[str, ...] = ()  # op types offered to plugins before the parser (comparisons)
+    target: str | None = None  # runtime the plan is for: "tensorrt" | "tensorrt_rtx"; None: the parser's flavor
 
 
 @dataclass(frozen=True)
@@ -70,9 +74,10 @@ class Plan:
     model: Model | None = field(default=None, repr=False, compare=False)
     seconds: float = field(default=0.0, compare=False)
     oracle_calls: int = field(default=0, compare=False)
+    target: str | None = None  # runtime the plan is for ("tensorrt" | "tensorrt_rtx"); plugins depend on it
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model_name, "tensorrt": self.tensorrt,
+        return {"model": self.model_name, "tensorrt": self.tensorrt, "target": self.target,
                 "segments": [s.to_dict() for s in self.segments],
                 "nodes": [n.to_dict() for n in self.nodes]}
 
@@ -95,7 +100,7 @@ class Plan:
                     for s in data["segments"]]
         nodes = [NodeInfo(n["index"], n["name"], n["op_type"], n["segment"], n["verdict"], n["reason"])
                  for n in data["nodes"]]
-        return cls(data["model"], data.get("tensorrt"), segments, nodes)
+        return cls(data["model"], data.get("tensorrt"), segments, nodes, target=data.get("target"))
 
     def extract(self, segment_id: int) -> onnx.ModelProto:
         """The segment as a standalone ModelProto (needs the plan's model)."""
@@ -117,6 +122,13 @@ def validate_options(model: Model, options: PartitionOptions) -> None:
     for op in options.exclude_ops:
         if op not in in_model and not onnx.defs.has(op) and not any(onnx.defs.has(op, d) for d in ("ai.onnx.ml",)):
             raise OptionsError(f"unknown op type '{op}' in exclusions: not an ONNX operator and not in the model")
+    if options.target is not None and options.target not in TARGETS:
+        raise OptionsError(f"unknown target '{options.target}'; choose one of {', '.join(TARGETS)}")
+    if options.plugin_ops and not options.plugins:
+        raise OptionsError("plugin ops were forced but no plugins are enabled")
+    for op in options.plugin_ops:
+        if not any(getattr(p, "op_type", op) == op for p in options.plugins):
+            raise OptionsError(f"no plugin covers op type '{op}' (forced plugin ops)")
     names = {n.name for n in model.proto.graph.node}
     for name in options.exclude_nodes:
         if name not in names:
@@ -130,7 +142,8 @@ def plan_model(source: ModelSource | Model, oracle: CapabilityOracle | None,
     options = options or PartitionOptions()
     model = load_model(source)
     verdicts, stats = assess_model(model, oracle, options)
-    plan = build_plan(model, verdicts, oracle.target if oracle is not None else None, options.min_segment_size)
+    plan = build_plan(model, verdicts, oracle.target if oracle is not None else None, options.min_segment_size,
+                      target=plan_target(options, oracle))
     plan.seconds = time.perf_counter() - start
     plan.oracle_calls = stats.oracle_calls
     log.info("planned %s: %d segment(s), %d parser call(s), %.3f s", model.source, len(plan.segments),
@@ -145,13 +158,21 @@ def assess_model(model: Model, oracle: CapabilityOracle | None,
     rules = Rules(exclude_ops=options.exclude_ops, exclude_nodes=options.exclude_nodes,
                   local_functions={(f.domain, f.name) for f in model.proto.functions})
     stats = CapabilityStats()
-    verdicts = assess(model, oracle, rules=rules, plugins=options.plugins,
-                      max_iterations=options.max_oracle_calls, stats=stats)
+    verdicts = assess(model, oracle, rules=rules, plugins=options.plugins, max_iterations=options.max_oracle_calls,
+                      stats=stats, plugin_ops=options.plugin_ops, target=plan_target(options, oracle))
     return verdicts, stats
 
 
-def build_plan(model: Model, verdicts: Sequence[Verdict], target: str | None,
-               min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE) -> Plan:
+def plan_target(options: PartitionOptions, oracle: CapabilityOracle | None) -> str | None:
+    """The runtime a plan is for: the option, else the flavor of the parser that judges it."""
+    if options.target is not None or oracle is None:
+        return options.target
+    flavor = oracle.target.split()[0] if oracle.target else None
+    return flavor if flavor in TARGETS else None
+
+
+def build_plan(model: Model, verdicts: Sequence[Verdict], tensorrt: str | None,
+               min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE, *, target: str | None = None) -> Plan:
     """Partition given verdicts into a :class:`Plan` (no parser involved)."""
     groups, final = partition(model.index, verdicts, min_segment_size)
     segments: list[Segment] = []
@@ -163,4 +184,4 @@ def build_plan(model: Model, verdicts: Sequence[Verdict], target: str | None,
             segment_of[i] = sid
     nodes = [NodeInfo(i, n.name, n.op_type, segment_of[i], final[i].backend, final[i].reason)
              for i, n in enumerate(model.proto.graph.node)]
-    return Plan(model.source, target, segments, nodes, model=model)
+    return Plan(model.source, tensorrt, segments, nodes, model=model, target=target)

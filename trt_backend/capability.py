@@ -1,15 +1,20 @@
 """The TensorRT ONNX parser as a capability oracle (partitioner.CapabilityOracle)."""
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import re
+import sys
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import onnx
 
 from partitioner.capability import Piece, QueryResult
 
-from .flavor import Flavor, load_flavor, make_logger
+from .flavor import Flavor, load_flavor
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +28,9 @@ class ParserOracle:
     def __init__(self, flavor: Flavor | str = "auto") -> None:
         self.flavor = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
         trt = self.flavor.module
-        self._logger = make_logger(self.flavor, quiet=True)
+        # Rejections are expected here and come back through get_error(); a native logger at
+        # INTERNAL_ERROR keeps the parser from calling into Python thousands of times per query.
+        self._logger = trt.Logger(trt.Logger.INTERNAL_ERROR)
         self._builder = trt.Builder(self._logger)
 
     @property
@@ -44,7 +51,8 @@ class ParserOracle:
         trt = self.flavor.module
         network = self._builder.create_network(self._network_flags())
         parser: Any = trt.OnnxParser(network, self._logger)
-        supported = bool(parser.supports_model_v2(model.SerializeToString()))
+        with _captured_stderr():
+            supported = bool(parser.supports_model_v2(model.SerializeToString()))
         pieces = tuple(Piece(tuple(int(k) for k in parser.get_subgraph_nodes(i)), bool(parser.is_subgraph_supported(i)))
                        for i in range(parser.num_subgraphs))
         errors: dict[int, str] = {}
@@ -63,7 +71,9 @@ class ParserOracle:
         network = self._builder.create_network(self._network_flags())
         parser: Any = trt.OnnxParser(network, self._logger)
         errors: dict[int, str] = {}
-        if not parser.parse(model.SerializeToString()):
+        with _captured_stderr():
+            parsed = bool(parser.parse(model.SerializeToString()))
+        if not parsed:
             for i in range(parser.num_errors):
                 err = parser.get_error(i)
                 if int(err.node()) >= 0:
@@ -72,6 +82,29 @@ class ParserOracle:
 
 
 _ASSERT_MESSAGE = re.compile(r'&&\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\s*$')
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Iterator[None]:
+    """The parser writes some complaints ("Unsupported ONNX data type ...") straight to file
+    descriptor 2, outside its logger; route them to the debug log instead of the user's terminal."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable fd 2 (embedded interpreters): nothing to capture
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace").strip()
+            if text:
+                log.debug("TensorRT parser: %s", text)
 
 
 def _describe(err: Any) -> str:
