@@ -35,6 +35,18 @@ def oracle():
 
 
 @pytest.fixture(scope="session")
+def flavor():
+    """The installed TensorRT flavor (tensorrt preferred, else tensorrt_rtx)."""
+    if not HAVE_TENSORRT:
+        if os.environ.get("CI"):
+            pytest.fail("CI must have a TensorRT flavor (tensorrt-rtx-cu13)")
+        pytest.skip("no TensorRT flavor importable")
+    from trt_backend.flavor import load_flavor
+
+    return load_flavor("auto")
+
+
+@pytest.fixture(scope="session")
 def light_dir() -> str:
     return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 

@@ -19,6 +19,16 @@ _LAZY = {
     "Flavor": "trt_backend.flavor",
     "TensorRTUnavailableError": "trt_backend.flavor",
     "ParserCrashError": "trt_backend.planning",
+    "BuildOptions": "trt_backend.builder",
+    "SegmentBuildError": "trt_backend.builder",
+    "build_segment": "trt_backend.builder",
+    "build_engines": "trt_backend.engines",
+    "build_with_fallback": "trt_backend.engines",
+    "BuildReport": "trt_backend.build_report",
+    "BuildResult": "trt_backend.build_report",
+    "EngineCache": "trt_backend.cache",
+    "EngineCacheError": "trt_backend.cache",
+    "apply_precision": "trt_backend.precision",
 }
 
 __all__ = ["InvalidModelError", "ModelLoadError", "OptionsError", "TrtBackendError", "__version__", *sorted(_LAZY)]

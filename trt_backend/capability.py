@@ -60,7 +60,7 @@ class ParserOracle:
             err = parser.get_error(i)
             node = int(err.node())
             if node >= 0 and node not in errors:
-                errors[node] = _describe(err)
+                errors[node] = describe_parser_error(err)
         del parser, network
         if not supported and not errors:
             errors = self._parse_errors(model)  # some versions reject a model without naming a node
@@ -77,7 +77,7 @@ class ParserOracle:
             for i in range(parser.num_errors):
                 err = parser.get_error(i)
                 if int(err.node()) >= 0:
-                    errors.setdefault(int(err.node()), _describe(err))
+                    errors.setdefault(int(err.node()), describe_parser_error(err))
         return errors
 
 
@@ -107,7 +107,7 @@ def _captured_stderr() -> Iterator[None]:
                 log.debug("TensorRT parser: %s", text)
 
 
-def _describe(err: Any) -> str:
+def describe_parser_error(err: Any) -> str:
     code = str(err.code()).rsplit(".", 1)[-1]
     desc = str(err.desc()).strip()
     match = _ASSERT_MESSAGE.search(desc)  # "(cond) && "message"": the message says it better

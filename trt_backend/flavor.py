@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -40,6 +43,18 @@ class Flavor:
                 return False
             obj = getattr(obj, part)
         return True
+
+    @property
+    def strongly_typed_only(self) -> bool:
+        """True where weak typing is gone (TensorRT 11, TensorRT-RTX): no ``BuilderFlag.FP16``."""
+        return not self.has("BuilderFlag.FP16")
+
+    @property
+    def parser_version(self) -> str:
+        """The ONNX parser's version where the module reports it, else the module version."""
+        if self.has("get_nv_onnx_parser_version"):
+            return str(self.module.get_nv_onnx_parser_version())
+        return self.version
 
 
 _cache: dict[str, Flavor] = {}
@@ -83,3 +98,67 @@ def make_logger(flavor: Flavor, *, quiet: bool = False) -> Any:
             pylog.log(logging.DEBUG if quiet else mapping.get(severity, logging.INFO), "%s", msg)
 
     return _Bridge()
+
+
+# One logger per flavor per process: TensorRT warns when a builder gets a logger other than the
+# first one it saw, and messages arrive on the thread that called into TensorRT, so per-call
+# quieting and capturing are thread-local instead of per-logger.
+_shared: dict[str, Any] = {}
+_shared_lock = threading.Lock()
+_local = threading.local()
+_LOGGER_SWAP_NOTICE = "logger passed into createInfer"
+
+
+def shared_logger(flavor: Flavor) -> Any:
+    """The process-wide TensorRT ILogger of ``flavor``, forwarding to ``logging``; see
+    :func:`captured_messages` and :func:`quiet_messages` for per-thread control."""
+    with _shared_lock:
+        if flavor.name not in _shared:
+            _shared[flavor.name] = _make_shared(flavor)
+        return _shared[flavor.name]
+
+
+def _make_shared(flavor: Flavor) -> Any:
+    trt = flavor.module
+    pylog = logging.getLogger("trt_backend.tensorrt")
+    sev = trt.ILogger.Severity
+    # TensorRT's INFO is a build diary (memory stats, phase timings): DEBUG here.
+    mapping = {sev.INTERNAL_ERROR: logging.CRITICAL, sev.ERROR: logging.ERROR, sev.WARNING: logging.WARNING,
+               sev.INFO: logging.DEBUG, sev.VERBOSE: logging.DEBUG}
+
+    class _SharedBridge(trt.ILogger):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+
+        def log(self, severity: Any, msg: str) -> None:
+            level = mapping.get(severity, logging.INFO)
+            sink: list[str] | None = getattr(_local, "capture", None)
+            if sink is not None and level >= logging.ERROR:
+                sink.append(str(msg))
+            if getattr(_local, "quiet", 0) or _LOGGER_SWAP_NOTICE in msg:
+                level = logging.DEBUG
+            pylog.log(level, "%s", msg)
+
+    return _SharedBridge()
+
+
+@contextmanager
+def captured_messages() -> Iterator[list[str]]:
+    """Collect the error messages the shared logger receives on this thread meanwhile."""
+    previous = getattr(_local, "capture", None)
+    sink: list[str] = []
+    _local.capture = sink
+    try:
+        yield sink
+    finally:
+        _local.capture = previous
+
+
+@contextmanager
+def quiet_messages() -> Iterator[None]:
+    """Log everything the shared logger receives on this thread at DEBUG (expected complaints)."""
+    _local.quiet = getattr(_local, "quiet", 0) + 1
+    try:
+        yield
+    finally:
+        _local.quiet -= 1

@@ -1,0 +1,130 @@
+"""Engine build time: our per-segment builds against one plain whole-model build, and engine
+cache hits against cold builds. Real TensorRT(-RTX) builds; on a CPU-only machine that means
+TensorRT-RTX ahead-of-time builds.
+
+1. ``split/whole``: for models TensorRT supports whole (the light models: one TensorRT segment
+   each), the sum of segment build seconds from ``build_engines`` (extraction, precision
+   transform, parse, build) over the seconds of one whole-model build through the bare TensorRT
+   API (parse the file's bytes, build). Target <= 1.2.
+2. ``warm/cold``: ``build_engines`` wall time with a populated engine cache (every segment a hit:
+   extraction, hashing, load, verification) over the same call on an empty cache. Target <= 0.05.
+
+Medians of ``--repeat`` runs (the machines are shared). A report: it exits 0 even when a target
+fails.
+
+    python benchmarks/build_time.py [--models light_resnet50,...] [--repeat 3] [--precision fp16] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import onnx
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from trt_backend.builder import BuildOptions, configure, network_flags  # noqa: E402
+from trt_backend.cache import EngineCache  # noqa: E402
+from trt_backend.engines import build_engines  # noqa: E402
+from trt_backend.flavor import Flavor, load_flavor, shared_logger  # noqa: E402
+from trt_backend.planning import make_plan  # noqa: E402
+from trt_backend.precision import apply_precision  # noqa: E402
+
+LIGHT = ["light_bvlc_alexnet", "light_densenet121", "light_inception_v1", "light_inception_v2", "light_resnet50",
+         "light_shufflenet", "light_squeezenet", "light_vgg19", "light_zfnet512"]
+SPLIT_TARGET, WARM_TARGET = 1.2, 0.05
+
+
+def whole_build_seconds(path: str, flavor: Flavor, options: BuildOptions) -> float:
+    """Parse + build of the model file with the bare TensorRT API (the reference); for fp16/bf16
+    the whole model gets the same ONNX-level precision transform first (timed)."""
+    trt = flavor.module
+    with open(path, "rb") as f:
+        data = f.read()
+    start = time.perf_counter()
+    if options.precision in ("fp16", "bf16"):
+        data = apply_precision(onnx.load_from_string(data), options.precision,
+                               options.keep_fp32_ops).model.SerializeToString()
+    builder = trt.Builder(shared_logger(flavor))
+    network = builder.create_network(network_flags(flavor))
+    parser = trt.OnnxParser(network, shared_logger(flavor))
+    if not parser.parse(data):
+        raise RuntimeError(f"{path}: TensorRT cannot parse the whole model")
+    config = builder.create_builder_config()
+    configure(config, options, flavor)
+    if builder.build_serialized_network(network, config) is None:
+        raise RuntimeError(f"{path}: TensorRT cannot build the whole model")
+    return time.perf_counter() - start
+
+
+def measure(path: str, flavor: Flavor, options: BuildOptions, repeat: int) -> dict[str, Any]:
+    plan = make_plan(path, flavor=flavor.name)
+    segments = len(plan.tensorrt_segments())
+    split, whole, cold, warm = [], [], [], []
+    for _ in range(repeat):
+        whole.append(whole_build_seconds(path, flavor, options))
+        split.append(build_engines(plan, [], options, flavor=flavor).report.build_seconds)
+        with tempfile.TemporaryDirectory() as root:
+            cache = EngineCache(root)
+            t0 = time.perf_counter()
+            build_engines(plan, [], options, cache, flavor=flavor)
+            t1 = time.perf_counter()
+            report = build_engines(plan, [], options, cache, flavor=flavor).report
+            t2 = time.perf_counter()
+            assert all(r.cached for r in report.segments)
+            cold.append(t1 - t0)
+            warm.append(t2 - t1)
+    row: dict[str, Any] = {"model": os.path.basename(path), "nodes": len(plan.nodes), "trt_segments": segments,
+           "whole_s": statistics.median(whole), "split_s": statistics.median(split),
+           "cold_s": statistics.median(cold), "warm_s": statistics.median(warm)}
+    row["split_over_whole"] = row["split_s"] / row["whole_s"]
+    row["warm_over_cold"] = row["warm_s"] / row["cold_s"]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(LIGHT), help="comma-separated light model names or .onnx paths")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16", "bf16"])
+    ap.add_argument("--flavor", default="auto")
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    flavor = load_flavor(args.flavor)
+    light_dir = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    options = BuildOptions(precision=args.precision)
+    print(f"{flavor.target}, precision {args.precision}, median of {args.repeat}")
+    print(f"{'model':<26}{'segs':>5}{'whole s':>9}{'split s':>9}{'split/whole':>12}{'cold s':>8}{'warm s':>8}"
+          f"{'warm/cold':>10}")
+    rows = []
+    for name in args.models.split(","):
+        path = name if name.endswith(".onnx") else os.path.join(light_dir, name + ".onnx")
+        row = measure(path, flavor, options, args.repeat)
+        rows.append(row)
+        print(f"{row['model']:<26}{row['trt_segments']:>5}{row['whole_s']:>9.3f}{row['split_s']:>9.3f}"
+              f"{row['split_over_whole']:>12.3f}{row['cold_s']:>8.3f}{row['warm_s']:>8.3f}"
+              f"{row['warm_over_cold']:>10.3f}")
+    worst_split = max(r["split_over_whole"] for r in rows)
+    worst_warm = max(r["warm_over_cold"] for r in rows)
+    total_split = sum(r["split_s"] for r in rows) / sum(r["whole_s"] for r in rows)
+    total_warm = sum(r["warm_s"] for r in rows) / sum(r["cold_s"] for r in rows)
+    print(f"split/whole: total {total_split:.3f}, worst {worst_split:.3f} (target <= {SPLIT_TARGET}) "
+          f"{'PASS' if total_split <= SPLIT_TARGET else 'FAIL'}")
+    print(f"warm/cold:   total {total_warm:.3f}, worst {worst_warm:.3f} (target <= {WARM_TARGET}) "
+          f"{'PASS' if total_warm <= WARM_TARGET else 'FAIL'}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"flavor": flavor.target, "precision": args.precision, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""The precision transform: I/O dtypes kept, keep-list ops in float32, initializers converted,
+numerics checked by running the transformed model in ONNX Runtime CPU against the original."""
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from partitioner.errors import OptionsError
+from tests.helpers import const, model, vi
+from trt_backend.precision import DEFAULT_KEEP_FP32, PrecisionError, apply_precision, compare_outputs
+
+pytest.importorskip("onnxruntime")
+F16, BF16, F32 = TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT
+RNG = np.random.default_rng(0)
+
+
+def _rand(*shape: int, scale: float = 0.5) -> np.ndarray:
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def block() -> onnx.ModelProto:
+    """Conv -> Relu -> flatten -> MatMul -> LayerNorm -> Softmax, plus a side output."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Flatten", ["r"], ["f"], axis=1, name="flatten"),
+        helper.make_node("MatMul", ["f", "m"], ["mm"], name="matmul"),
+        helper.make_node("Add", ["mm", "bias"], ["a"], name="add"),
+        helper.make_node("LayerNormalization", ["a", "gamma", "beta"], ["ln"], axis=-1, name="ln"),
+        helper.make_node("Softmax", ["ln"], ["y"], axis=-1, name="softmax"),
+        helper.make_node("Mul", ["a", "gamma"], ["side"], name="side"),  # gamma: read fp32 and fp16
+    ]
+    inits = [const("w", _rand(4, 3, 3, 3)), const("m", _rand(4 * 8 * 8, 16, scale=0.1)),
+             const("bias", _rand(16)), const("gamma", _rand(16) + 1), const("beta", _rand(16))]
+    return model(nodes, [vi("x", ["N", 3, 8, 8])], [vi("y", ["N", 16]), vi("a", ["N", 16]), vi("side", ["N", 16])],
+                 inits)
+
+
+def feeds(batch: int = 2) -> dict[str, np.ndarray]:
+    return {"x": _rand(batch, 3, 8, 8, scale=1.0)}
+
+
+def _types(m: onnx.ModelProto) -> dict[str, int]:
+    inferred = onnx.shape_inference.infer_shapes(m)
+    g = inferred.graph
+    out = {v.name: v.type.tensor_type.elem_type for v in (*g.input, *g.value_info, *g.output)}
+    out.update({t.name: t.data_type for t in g.initializer})
+    return out
+
+
+def test_fp16_keeps_io_lowers_the_rest_and_matches_onnxruntime() -> None:
+    original = block()
+    result = apply_precision(original, "fp16")
+    out = result.model
+    assert result.modified and result.precision == "fp16"
+    assert [(v.name, v.type.tensor_type.elem_type) for v in (*out.graph.input, *out.graph.output)] == \
+        [(v.name, v.type.tensor_type.elem_type) for v in (*original.graph.input, *original.graph.output)]
+    types = _types(out)
+    assert types["w"] == F16 and types["m"] == F16 and types["c"] == F16  # weights and activations lowered
+    assert set(result.kept) == {"ln", "softmax"}
+    ln = next(n for n in out.graph.node if n.name == "ln")
+    assert all(types[i] == F32 for i in ln.input)  # the kept op reads float32 (its weights too)
+    assert any(t.name.startswith("gamma_") and t.data_type == F16 for t in out.graph.initializer)
+    assert types["gamma"] == F32  # shared initializer: float32 original kept beside an fp16 copy
+    assert result.casts >= 3 and result.lowered == 6
+    scores = compare_outputs(original, out, feeds(), atol=1e-2, rtol=1e-2)
+    assert set(scores) == {"y", "a", "side"} and max(scores.values()) <= 1.0
+    assert original.graph.initializer[0].data_type == F32  # the argument is untouched
+
+
+def test_fp16_error_is_real_but_within_tolerance() -> None:
+    """Not vacuous: fp16 differs from fp32, beyond fp32 round-off, and stays within 1e-2."""
+    original = block()
+    with pytest.raises(PrecisionError, match="beyond tolerance"):
+        compare_outputs(original, apply_precision(original, "fp16").model, feeds(), atol=1e-7, rtol=1e-7)
+
+
+def test_custom_keep_list() -> None:
+    original = block()
+    result = apply_precision(original, "fp16", keep_fp32_ops=("Conv", "Softmax"))
+    types = _types(result.model)
+    assert types["w"] == F32 and types["c"] == F32  # Conv kept: its output stays float32
+    assert types["r"] == F16  # Relu lowered after it
+    assert {"conv", "softmax"} <= set(result.kept) and "ln" not in result.kept
+    compare_outputs(original, result.model, feeds(), atol=2e-2, rtol=2e-2)
+
+
+def test_default_keep_list_covers_normalisations_softmax_reductions() -> None:
+    for op in ("LayerNormalization", "InstanceNormalization", "GroupNormalization", "Softmax", "LogSoftmax",
+               "ReduceMean", "ReduceSum"):
+        assert op in DEFAULT_KEEP_FP32
+    assert "BatchNormalization" not in DEFAULT_KEEP_FP32  # folded into Conv by TensorRT
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+def test_fp32_and_tf32_leave_the_model_alone(precision: str) -> None:
+    original = block()
+    result = apply_precision(original, precision)
+    assert not result.modified and result.model is original
+
+
+def test_unknown_precision_is_an_options_error() -> None:
+    with pytest.raises(OptionsError, match="unknown precision 'int8'"):
+        apply_precision(block(), "int8")
+
+
+def test_constants_casts_and_shape_ops() -> None:
+    """Cast(to=float) becomes Cast(to=fp16); Constant and ConstantOfShape values converted;
+    Shape reads whatever dtype comes; Resize's float scales input stays float32."""
+    nodes = [
+        helper.make_node("Cast", ["i"], ["ci"], to=F32, name="cast"),
+        helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.array([0.5], np.float32), "k"),
+                         name="const"),
+        helper.make_node("Mul", ["ci", "k"], ["mk"], name="mul"),
+        helper.make_node("Shape", ["mk"], ["s"], name="shape"),
+        helper.make_node("ConstantOfShape", ["s"], ["ones"], value=numpy_helper.from_array(np.array([1.0], np.float32)),
+                         name="cos"),
+        helper.make_node("Add", ["mk", "ones"], ["p"], name="add"),
+        helper.make_node("Resize", ["p", "", "scales"], ["y"], mode="nearest", name="resize"),
+    ]
+    m = model(nodes, [vi("i", [1, 2, 4, 4], TensorProto.INT32)], [vi("y", [1, 2, 8, 8])],
+              [const("scales", np.array([1, 1, 2, 2], np.float32))])
+    out = apply_precision(m, "fp16").model
+    types = _types(out)
+    cast = next(n for n in out.graph.node if n.name == "cast")
+    assert cast.attribute[0].i == F16 and types["k"] == F16 and types["ones"] == F16
+    assert types["scales"] == F32 and types["y"] == F32
+    assert sum(n.op_type == "Cast" for n in out.graph.node) == 2  # the model's own + one for the output
+    x = RNG.integers(-5, 5, (1, 2, 4, 4)).astype(np.int32)
+    compare_outputs(m, out, {"i": x}, atol=1e-3, rtol=1e-3)
+
+
+def test_fp16_clips_out_of_range_initializers(caplog: pytest.LogCaptureFixture) -> None:
+    m = model([helper.make_node("Add", ["x", "big"], ["y"], name="add")], [vi("x", [2])], [vi("y", [2])],
+              [const("big", np.array([1e6, -3.0], np.float32))])
+    with caplog.at_level(logging.WARNING, logger="trt_backend.precision"):
+        result = apply_precision(m, "fp16")
+    assert result.clipped == 1 and "clipped" in caplog.text
+    big = numpy_helper.to_array(next(t for t in result.model.graph.initializer if t.name == "big"))
+    assert big.dtype == np.float16 and float(big[0]) == 65504.0
+
+
+def test_custom_domain_and_subgraph_nodes_stay_float32() -> None:
+    then = helper.make_graph([helper.make_node("Identity", ["a"], ["t"])], "then", [], [vi("t", [2])])
+    other = helper.make_graph([helper.make_node("Neg", ["a"], ["e"])], "else", [], [vi("e", [2])])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("If", ["cond"], ["b"], then_branch=then, else_branch=other, name="if"),
+        helper.make_node("Sigmoid", ["b"], ["y"], name="sig"),
+    ]
+    m = model(nodes, [vi("x", [2]), vi("cond", [], TensorProto.BOOL)], [vi("y", [2])])
+    result = apply_precision(m, "fp16")
+    assert "if" in result.kept and {"relu", "sig"}.isdisjoint(result.kept)
+    branch_reads = {i for n in result.model.graph.node if n.op_type == "If"
+                    for a in n.attribute for inner in a.g.node for i in inner.input}
+    assert branch_reads == {"a_fp32"}  # the branches read 'a' through a cast back to float32
+    for cond in (True, False):
+        compare_outputs(m, result.model, {"x": _rand(2), "cond": np.array(cond)}, atol=1e-2, rtol=1e-2)
+
+
+def _widen(m: onnx.ModelProto) -> onnx.ModelProto:
+    """bf16 -> float32 everywhere (values kept): runs on ONNX Runtime CPU, which has few bf16 kernels."""
+    out = onnx.ModelProto()
+    out.CopyFrom(m)
+    g = out.graph
+    for t in g.initializer:
+        if t.data_type == BF16:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+    for v in (*g.value_info, *g.input, *g.output):
+        if v.type.tensor_type.elem_type == BF16:
+            v.type.tensor_type.elem_type = F32
+    for n in g.node:
+        for a in n.attribute:
+            if n.op_type == "Cast" and a.name == "to" and a.i == BF16:
+                a.i = F32
+    return out
+
+
+def test_bf16_upgrades_opset_and_rounds_weights() -> None:
+    original = block()
+    result = apply_precision(original, "bf16")
+    out = result.model
+    assert next(o.version for o in out.opset_import if o.domain == "") == 22
+    types = _types(out)
+    assert types["w"] == BF16 and types["c"] == BF16 and types["y"] == F32
+    onnx.checker.check_model(out)
+    # wiring check: the same graph with bf16 widened back (weights stay bf16-rounded)
+    compare_outputs(original, _widen(out), feeds(), atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("name", ["light_squeezenet", "light_inception_v1"])
+def test_light_models_fp16(light_dir: str, name: str) -> None:
+    from partitioner import load_model
+
+    m = load_model(os.path.join(light_dir, name + ".onnx")).proto
+    result = apply_precision(m, "fp16")
+    assert result.lowered > 0.9 * len(m.graph.node)
+    x = m.graph.input[0]
+    shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
+    compare_outputs(m, result.model, {x.name: _rand(*shape, scale=1.0)}, atol=1e-2, rtol=1e-2)
