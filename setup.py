@@ -9,13 +9,14 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["partitioner", "partitioner.*", "plugins", "plugins.*",
                                     "trt_backend", "trt_backend.*"]),
-    package_data={"partitioner": ["py.typed"], "plugins": ["py.typed"],
+    package_data={"partitioner": ["py.typed"], "plugins": ["py.typed", "resize/*.cu"],
                   "trt_backend": ["py.typed", "data/*.onnx"]},
     install_requires=["onnx>=1.16", "numpy>=1.23"],
     extras_require={
         "cpu": ["onnxruntime>=1.18", "tensorrt-rtx-cu13>=1.7", "polygraphy>=0.49,<0.54"],
-        "gpu": ["onnxruntime-gpu>=1.18", "tensorrt>=10.0", "cuda-python>=12.6", "polygraphy>=0.49,<0.54"],
-        "test": ["pytest>=7", "onnxscript>=0.1", "cuda-python>=12.6"],
+        "gpu": ["onnxruntime-gpu>=1.18", "tensorrt>=10.0", "cuda-python>=12.6", "nvidia-cuda-nvrtc>=13.0", "polygraphy>=0.49,<0.54"],
+        "test": ["pytest>=7", "onnxscript>=0.1", "cuda-python>=12.6", "nvidia-cuda-nvrtc>=13.0"],
+        "bench": ["onnx-graphsurgeon"],
     },
     entry_points={"console_scripts": ["trt-backend=trt_backend.cli:main"]},
 )

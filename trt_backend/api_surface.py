@@ -20,7 +20,7 @@ COMMON: SurfaceMap = {
          "HardwareCompatibilityLevel", "NetworkDefinitionCreationFlag", "TensorIOMode", "DataType",
          "IOutputAllocator", "IProgressMonitor", "ICudaEngine", "IExecutionContext", "IBuilderConfig",
          "INetworkDefinition", "ITensor", "IOptimizationProfile", "ITimingCache", "IHostMemory", "ParserError",
-         "TensorLocation", "get_nv_onnx_parser_version", "nptype", "__version__"),
+         "TensorLocation", "TensorFormat", "get_nv_onnx_parser_version", "nptype", "__version__"),
     # builder path
     "Builder": ("create_network", "create_builder_config", "create_optimization_profile",
                 "build_serialized_network"),
@@ -51,6 +51,7 @@ COMMON: SurfaceMap = {
                           "infer_shapes", "all_binding_shapes_specified", "set_input_consumed_event"),
     "TensorIOMode": ("INPUT", "OUTPUT", "NONE"),
     "TensorLocation": ("DEVICE", "HOST"),
+    "TensorFormat": ("LINEAR",),
     "DataType": ("FLOAT", "HALF", "BF16", "INT8", "INT32", "INT64", "BOOL", "UINT8", "FP8"),
 }
 

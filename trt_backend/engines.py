@@ -72,9 +72,7 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
                 node = plan.nodes[i]
                 demoted.append(Demotion(i, node.name, node.op_type, reason, rounds))
             log.info("segment %d: %d node(s) go to ONNX Runtime (round %d)", seg.id, len(blamed), rounds)
-        target = getattr(plan, "target", None)  # plans record their target runtime (plugins need it)
-        plan = build_plan(plan.model, verdicts, plan.tensorrt, min_segment_size,
-                          **({"target": target} if target is not None else {}))
+        plan = build_plan(plan.model, verdicts, plan.tensorrt, min_segment_size, target=plan.target)
     report = result.report
     report.demoted, report.rounds, report.seconds = demoted, rounds, time.perf_counter() - start
     return BuildResult(plan, result.engines, report)

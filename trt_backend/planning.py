@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import pickle
 import time
 from typing import Any
 
 from partitioner import Model, PartitionOptions, Plan, TrtBackendError, load_model, plan_model
 from partitioner.capability import Verdict
 from partitioner.model import ModelSource
-from partitioner.plan import assess_model, build_plan, validate_options
+from partitioner.plan import assess_model, build_plan, plan_target, validate_options
 
 from .capability import ParserOracle
 from .flavor import load_flavor
@@ -36,9 +37,12 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
         plan = plan_model(model, ParserOracle(load_flavor(flavor)), options)
         plan.seconds = time.perf_counter() - start
         return plan
-    if options.plugins:
-        raise TrtBackendError("plugins cannot be sent to an isolated planner; plan without isolation")
     validate_options(model, options)
+    try:  # plugins travel to the child by pickle (registry records hold module-level functions)
+        pickle.dumps(options)
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        raise TrtBackendError(f"these plugins cannot be sent to an isolated planner ({e}); "
+                              "plan without isolation") from None
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, model.proto.SerializeToString(), model.source, flavor, options))
@@ -56,7 +60,7 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         raise ParserCrashError(f"{model.source}: the TensorRT parser crashed ({how}) while checking capability")
     verdicts = [Verdict(b, r) for b, r in result["verdicts"]]
-    plan = build_plan(model, verdicts, result["target"], options.min_segment_size)
+    plan = build_plan(model, verdicts, result["target"], options.min_segment_size, target=result["plan_target"])
     plan.oracle_calls = result["oracle_calls"]
     plan.seconds = time.perf_counter() - start
     return plan
@@ -67,7 +71,7 @@ def _child(conn: Any, data: bytes, name: str, flavor: str, options: PartitionOpt
         oracle = ParserOracle(load_flavor(flavor))
         verdicts, stats = assess_model(load_model(data), oracle, options)
         conn.send({"verdicts": [(v.backend, v.reason) for v in verdicts], "target": oracle.target,
-                   "oracle_calls": stats.oracle_calls})
+                   "plan_target": plan_target(options, oracle), "oracle_calls": stats.oracle_calls})
     except TrtBackendError as e:
         conn.send({"error": type(e)(str(e).replace("<bytes>", name))})
     finally:

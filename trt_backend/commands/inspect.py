@@ -44,11 +44,24 @@ def add_partition_arguments(p: argparse.ArgumentParser) -> None:
                    help="TensorRT whose parser decides capability (auto: tensorrt, else tensorrt_rtx)")
     p.add_argument("--isolate", action="store_true",
                    help="run the TensorRT parser in a child process (survives parser crashes)")
+    p.add_argument("--target", choices=("tensorrt", "tensorrt_rtx"), default=None,
+                   help="runtime the plan is for (default: the installed flavor); plugins need full TensorRT")
+    p.add_argument("--no-plugins", action="store_true",
+                   help="use no plugins: what TensorRT rejects goes to ONNX Runtime")
+    p.add_argument("--plugin-ops", type=split_list, default=(), metavar="A,B",
+                   help="op types given to their plugin even where TensorRT has a native layer (comparisons)")
 
 
 def partition_options(args: argparse.Namespace) -> PartitionOptions:
+    from plugins import default_registry
+
+    registry = None if args.no_plugins else default_registry()
+    if registry is not None and args.plugin_ops:
+        registry.select(args.plugin_ops)  # an unknown op type fails here, with the ones covered
     return PartitionOptions(exclude_ops=tuple(args.exclude_ops), exclude_nodes=tuple(args.exclude_nodes),
-                            min_segment_size=args.min_segment_size)
+                            min_segment_size=args.min_segment_size,
+                            plugins=registry.claims() if registry is not None else (),
+                            plugin_ops=tuple(args.plugin_ops), target=args.target)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
