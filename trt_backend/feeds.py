@@ -5,7 +5,7 @@ dtype or rank, fixed dims, and shapes outside every profile all fail with one
 :class:`FeedError` that names the input, what was expected and what was given."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +14,7 @@ import onnx
 
 from partitioner.errors import TrtBackendError
 
-from .profiles import Profile, describe_profile
+from .profiles import STATIC, MissingProfileError, Profile, ProfileError, Shape, TensorProfile, describe_profile
 
 
 class FeedError(TrtBackendError):
@@ -147,16 +147,20 @@ class FeedValidator:
         """Index of the first profile covering every fed shape; FeedError when none does."""
         if not self.profiles:
             return None
-        misses: list[str] = []
+        misses: list[tuple[int, str, tuple[int, ...]]] = []
         for k, profile in enumerate(self.profiles):
-            bad = [(n, s) for n, s in shapes.items() if n in profile and not profile[n].covers(s)]
+            bad = [(n, tuple(s)) for n, s in shapes.items() if n in profile and not profile[n].covers(s)]
             if not bad:
                 return k
-            name, shape = bad[0]
-            misses.append(f"profile {k} allows {describe_profile(profile[name])}")
-        first = next(n for n, s in shapes.items() if any(n in p and not p[n].covers(s) for p in self.profiles))
-        got = tuple(shapes[first])
-        raise FeedError(f"input '{first}': shape {got} is outside every profile: " + "; ".join(misses))
+            misses.append((k, *bad[0]))
+        names = {n for _, n, _ in misses}
+        if len(names) == 1:
+            name, got = misses[0][1], misses[0][2]
+            raise FeedError(f"input '{name}': shape {got} is outside every profile: " + "; ".join(
+                f"profile {k} allows {describe_profile(self.profiles[k][name])}" for k, _, _ in misses))
+        raise FeedError("the feeds fit no profile: " + "; ".join(
+            f"profile {k}: input '{n}' has shape {s}, allowed {describe_profile(self.profiles[k][n])}"
+            for k, n, s in misses))
 
 
 def _check_value(arg: NodeArg, value: Any) -> tuple[Any, str | None]:
@@ -218,7 +222,7 @@ def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]],
             shape = tuple(int(d) for d in arg.shape)  # type: ignore[arg-type]
         else:
             raise FeedError(f"input '{arg.name}' has dynamic shape {shape_text(arg.shape)}; give its shape "
-                            f"(e.g. --shapes {arg.name}:{'x'.join('1' for _ in arg.shape) or '1'})")
+                            f"(e.g. --shapes {arg.name}:{'x'.join(str(d) if isinstance(d, int) else '1' for d in arg.shape) or '1'})")
         feeds[arg.name] = random_array(arg.dtype, shape, rng)
     return feeds
 
@@ -233,3 +237,122 @@ def random_array(dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generat
     if dtype.kind == "c":
         return (rng.random(shape) + 1j * rng.random(shape)).astype(dtype)
     return rng.random(shape, dtype=np.float32).astype(dtype)
+
+
+# ------------------------------------------------------------------ user profiles of model inputs
+
+def _shape(value: Any, what: str) -> Shape:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ProfileError(f"{what}: expected a shape (sequence of ints), got {value!r}")
+    dims = list(value)
+    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims):
+        raise ProfileError(f"{what}: shape dims must be whole numbers >= 0, got {tuple(dims)!r}")
+    return tuple(int(d) for d in dims)
+
+
+def _entry(name: str, value: Any, where: str) -> TensorProfile:
+    what = f"{where}, input '{name}'"
+    if isinstance(value, TensorProfile):
+        return value
+    if isinstance(value, Mapping):
+        missing = [k for k in ("min", "opt", "max") if k not in value]
+        if missing:
+            raise ProfileError(f"{what}: missing {', '.join(missing)} (give min, opt and max shapes)")
+        tp = TensorProfile(_shape(value["min"], what), _shape(value["opt"], what), _shape(value["max"], what))
+    elif isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ProfileError(f"{what}: expected (min_shape, opt_shape, max_shape) or one shape, got {value!r}")
+    else:
+        items = list(value)
+        if items and all(isinstance(d, (int, np.integer)) for d in items) or not items:
+            fixed = _shape(items, what)
+            tp = TensorProfile(fixed, fixed, fixed)
+        elif len(items) == 3:
+            tp = TensorProfile(_shape(items[0], what), _shape(items[1], what), _shape(items[2], what))
+        else:
+            raise ProfileError(f"{what}: expected (min_shape, opt_shape, max_shape) or one shape, got {value!r}")
+    if not (len(tp.min) == len(tp.opt) == len(tp.max)):
+        raise ProfileError(f"{what}: min {tp.min}, opt {tp.opt} and max {tp.max} differ in rank")
+    if not all(a <= b <= c for a, b, c in zip(tp.min, tp.opt, tp.max)):
+        raise ProfileError(f"{what}: need min <= opt <= max in every dim, got {describe_profile(tp)}")
+    return tp
+
+
+def normalize_profiles(user: Sequence[Mapping[str, Any]] | None, inputs: Sequence[NodeArg],
+                       extra: Iterable[str] = ()) -> tuple[list[Profile], list[Profile]]:
+    """Validate user profiles. Returns (model-input profiles, overrides for ``extra`` tensors,
+    i.e. TensorRT segment inputs the user chose to give a profile to)."""
+    if user is None:
+        return [], []
+    if isinstance(user, Mapping):
+        user = [user]
+    if isinstance(user, (str, bytes)) or not isinstance(user, Sequence):
+        raise ProfileError(f"profiles must be a list of dicts (input name -> (min, opt, max)), got {type(user).__name__}")
+    by_name = {a.name: a for a in inputs}
+    extra_set = set(extra)
+    out: list[Profile] = []
+    overrides: list[Profile] = []
+    for k, raw in enumerate(user):
+        where = f"profile {k}"
+        if not isinstance(raw, Mapping):
+            raise ProfileError(f"{where}: expected a dict of input name -> (min, opt, max), got {type(raw).__name__}")
+        prof: Profile = {}
+        over: Profile = {}
+        for name, value in raw.items():
+            if name in by_name:
+                tp = _entry(name, value, where)
+                _check_against(by_name[name], tp, where)
+                prof[name] = tp
+            elif name in extra_set:
+                over[name] = _entry(name, value, where)
+            else:
+                raise ProfileError(f"{where}: '{name}' is not a model input (inputs: "
+                                   f"{', '.join(a.name for a in inputs)}) nor an input of a TensorRT segment")
+        out.append(prof)
+        overrides.append(over)
+    return out, overrides
+
+
+def _check_against(arg: NodeArg, tp: TensorProfile, where: str) -> None:
+    if arg.kind != "tensor":
+        raise ProfileError(f"{where}: input '{arg.name}' is {arg.type}; profiles are for tensors")
+    if arg.rank is None:
+        return
+    if len(tp.min) != arg.rank:
+        raise ProfileError(f"{where}, input '{arg.name}': expected rank {arg.rank} (shape {list(arg.shape)}), "
+                           f"got {describe_profile(tp)}")
+    for axis, want in enumerate(arg.shape):
+        if isinstance(want, int) and not (tp.min[axis] == tp.opt[axis] == tp.max[axis] == want):
+            raise ProfileError(f"{where}, input '{arg.name}': dim {axis} is fixed at {want} in the model "
+                               f"(shape {list(arg.shape)}), got {describe_profile(tp)}")
+
+
+def complete_profiles(profiles: list[Profile], inputs: Sequence[NodeArg], *, required: bool) -> list[Profile]:
+    """Add static inputs to every profile; when ``required``, every dynamic tensor input must
+    have an entry in every profile (else a ProfileError saying what to pass)."""
+    static = {a.name: TensorProfile(tuple(a.shape), tuple(a.shape), tuple(a.shape), STATIC)  # type: ignore[arg-type]
+              for a in inputs if a.kind == "tensor" and not a.is_dynamic}
+    dynamic = [a for a in inputs if a.is_dynamic]
+    if not profiles:
+        if not dynamic or not required:
+            return [dict(static)] if static and required else []
+        profiles = [{}]
+    done: list[Profile] = []
+    for k, prof in enumerate(profiles):
+        full = dict(static)
+        full.update(prof)
+        if required:
+            for arg in dynamic:
+                if arg.name not in full:
+                    raise MissingProfileError(_missing_message(arg, k, len(profiles)))
+        done.append(full)
+    return done
+
+
+def _missing_message(arg: NodeArg, k: int, count: int) -> str:
+    example = tuple(d if isinstance(d, int) else 1 for d in arg.shape) if arg.rank is not None else (1,)
+    cli = f"{arg.name}:{'x'.join(str(d) for d in example)}"
+    where = "no profile gives one" if count <= 1 else f"profile {k} gives none"
+    return (f"input '{arg.name}' has dynamic shape {list(arg.shape) if arg.rank is not None else '(unknown rank)'} "
+            f"and {where}; pass profiles=[{{'{arg.name}': (min_shape, opt_shape, max_shape)}}], "
+            f"e.g. {{'{arg.name}': ({example}, {example}, {example})}} "
+            f"(CLI: --shapes {cli}, or a range with --min-shapes/--opt-shapes/--max-shapes)")

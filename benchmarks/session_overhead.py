@@ -1,0 +1,135 @@
+"""Stitching overhead: emulated Session time / whole-model ONNX Runtime time, on CPU, same
+inputs, per run (median of interleaved runs after a warm-up). Targets: <= 1.05 for
+single-segment models, <= 1.15 for models of five or more segments.
+
+    python benchmarks/session_overhead.py [--runs 30] [--only REGEX]
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tests.trt_backend.test_session_graphs import conv_chain, transformer_model  # noqa: E402
+from trt_backend.session import Session, SessionOptions  # noqa: E402
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+def light(name: str) -> Callable[[], onnx.ModelProto]:
+    return lambda: onnx.load(os.path.join(LIGHT, f"light_{name}.onnx"))
+
+
+# name, model factory, session options, profiles, input shapes
+CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, Any], list[dict[str, Any]] | None, dict[str, tuple]]] = [
+    ("resnet50", light("resnet50"), {}, None, {}),
+    ("inception_v1", light("inception_v1"), {}, None, {}),
+    ("densenet121", light("densenet121"), {}, None, {}),
+    ("squeezenet", light("squeezenet"), {}, None, {}),
+    ("conv_chain x3 (5 segments)", lambda: conv_chain(3, 32, 64), {"exclude_ops": ("Resize",)},
+     [{"x": ((1, 32, 64, 64), (4, 32, 64, 64), (4, 32, 64, 64))}], {"x": (4, 32, 64, 64)}),
+    ("conv_chain x5 (9 segments)", lambda: conv_chain(5, 32, 64), {"exclude_ops": ("Resize",)},
+     [{"x": ((1, 32, 64, 64), (4, 32, 64, 64), (4, 32, 64, 64))}], {"x": (4, 32, 64, 64)}),
+    ("transformer, Softmax+LayerNorm on ORT", lambda: transformer_model(256, 8),
+     {"exclude_ops": ("Softmax", "LayerNormalization"), "min_segment_size": 1},
+     [{"x": ((1, 1, 256), (4, 128, 256), (4, 256, 256))}], {"x": (4, 128, 256)}),
+    ("inception_v1, Concat on ORT", light("inception_v1"), {"exclude_ops": ("Concat",), "min_segment_size": 1},
+     None, {}),
+    ("squeezenet, Concat on ORT", light("squeezenet"), {"exclude_ops": ("Concat",), "min_segment_size": 1},
+     None, {}),
+]
+
+
+class AcceptAll:
+    """A capability oracle that takes every node (for machines without a TensorRT parser; the
+    cases' exclusions then make the same segments the real parser does)."""
+
+    target = "accept-all (what-if)"
+
+    def query(self, model: onnx.ModelProto) -> Any:
+        from partitioner import QueryResult
+
+        return QueryResult(True)
+
+
+def ort_session(model: onnx.ModelProto, threads: int = 0) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = threads
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def measure(fns: Sequence[Callable[[], Any]], runs: int, warmup: int = 3) -> list[float]:
+    """Median seconds per call of each function, calls interleaved so drift hits all alike."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(runs):
+        for k, fn in enumerate(fns):
+            t = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t)
+    return [statistics.median(t) for t in times]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--only", help="only cases whose name matches this regular expression")
+    ap.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads, both sides (0: default)")
+    ap.add_argument("--spinning", choices=("auto", "on", "off"), default="auto",
+                    help="the session's ONNX Runtime thread spinning (auto: off when several segments)")
+    ap.add_argument("--oracle", choices=("parser", "accept-all"), default="parser",
+                    help="capability from the TensorRT parser, or take every node (no TensorRT installed)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    spin = {"auto": None, "on": True, "off": False}[args.spinning]
+    oracle = AcceptAll() if args.oracle == "accept-all" else None
+    import onnxruntime
+
+    print(f"onnxruntime {onnxruntime.__version__}, {os.cpu_count()} CPUs, threads {args.threads or 'default'}, "
+          f"spinning {args.spinning}, oracle {args.oracle}")
+    print(f"{'model':<40} {'segments':>8} {'ORT ms':>9} {'session ms':>11} {'ratio':>7}  target")
+    worst = {True: 0.0, False: 0.0}
+    for name, factory, opts, profiles, shapes in CASES:
+        if args.only and not re.search(args.only, name):
+            continue
+        model = factory()
+        sess = Session(model, profiles, SessionOptions(emulate=True, oracle=oracle, intra_op_threads=args.threads,
+                                                       allow_spinning=spin, **opts))
+        ref = ort_session(model, args.threads)
+        rng = np.random.default_rng(0)
+        feeds = {a.name: rng.random(shapes.get(a.name) or a.shape, dtype=np.float32) for a in sess.get_inputs()}
+        out = [o.name for o in ref.get_outputs()]
+        ours, theirs = sess.run(None, feeds), ref.run(out, feeds)
+        assert all(np.allclose(a, b, atol=1e-4) for a, b in zip(ours, theirs)), name
+        t_ref, t_sess = measure([lambda: ref.run(out, feeds), lambda: sess.run(None, feeds)], args.runs)
+        segments = len(sess.plan.segments)
+        ratio = t_sess / t_ref
+        many = segments >= 5
+        target = 1.15 if many else 1.05
+        worst[many] = max(worst[many], ratio)
+        print(f"{name:<40} {segments:>8} {t_ref * 1e3:9.2f} {t_sess * 1e3:11.2f} {ratio:7.3f}  <= {target}"
+              f"{'' if ratio <= target else '  MISSED'}")
+    print(f"worst ratio: single-segment {worst[False]:.3f} (target 1.05), five or more segments "
+          f"{worst[True]:.3f} (target 1.15)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""``trt-backend run`` end to end: random or given inputs, outputs written, executors shown, saved
+plans reused, and user errors as one line with exit code 1."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.trt_backend.test_session_graphs import ort_reference
+from trt_backend.cli import main
+from trt_backend.demo import DEMO_PATH, demo_model
+
+pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
+
+
+def test_run_random_inputs_prints_outputs_and_executors(capsys) -> None:
+    assert main(["run", DEMO_PATH, "--shapes", "image:2x3x32x32", "--emulate"]) == 0
+    out = capsys.readouterr().out
+    assert "3 segment(s)" in out
+    assert "segment 0: tensorrt    executor emulated" in out and "segment 1: onnxruntime executor onnxruntime" in out
+    assert "image: shape (2, 3, 32, 32) float32" in out
+    assert "probs: shape (2, 10) float32  min" in out and "top_classes: shape (2, 3) int64" in out
+    assert "executors: emulated x2, onnxruntime x1" in out
+
+
+def test_run_given_inputs_writes_outputs_equal_to_onnxruntime(tmp_path, capsys) -> None:
+    x = np.random.default_rng(3).standard_normal((3, 3, 32, 32)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", image=x)
+    rc = main(["run", DEMO_PATH, "--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:2x3x32x32",
+               "--max-shapes", "image:4x3x32x32", "--inputs", str(tmp_path / "in.npz"),
+               "--outputs", str(tmp_path / "out.npz"), "--plan-json", str(tmp_path / "plan.json"), "--emulate"])
+    assert rc == 0
+    got = np.load(tmp_path / "out.npz")
+    for name, ref in zip(["probs", "top_scores", "top_classes"], ort_reference(demo_model(), {"image": x})):
+        np.testing.assert_allclose(got[name], ref, atol=1e-5)
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["segments"][0]["profiles"][0]["image"]["max"] == [4, 3, 32, 32]
+    assert f"wrote {tmp_path / 'out.npz'} (3 output(s))" in capsys.readouterr().out
+    # the saved plan's profiles serve a second run with no profile given
+    assert main(["run", DEMO_PATH, "--saved-plan", str(tmp_path / "plan.json"), "--emulate"]) == 0
+    assert "image: shape (2, 3, 32, 32)" in capsys.readouterr().out  # random inputs at the opt shapes
+
+
+def test_auto_emulation_is_the_default_and_warns(capsys) -> None:
+    proc = subprocess.run([sys.executable, "-m", "trt_backend", "run", DEMO_PATH, "--shapes", "image:1x3x32x32"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 1 and "emulated through ONNX Runtime" in warnings[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "input 'image' has dynamic shape ['batch', 3, 32, 32] and no profile gives one"),
+    (["--shapes", "image=1x3x32x32"], "cannot read shapes 'image=1x3x32x32'"),
+    (["--shapes", "pixels:1x3x32x32"], "profile 0: 'pixels' is not a model input (inputs: image)"),
+    (["--shapes", "image:1x3x32x32", "--min-shapes", "image:1x3x32x32"],
+     "give --min-shapes, --opt-shapes and --max-shapes together"),
+    (["--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:2x3x32x32", "--max-shapes", "image:4x3x32x32",
+      "--shapes", "image:8x3x32x32"], "input 'image': shape (8, 3, 32, 32) is outside every profile"),
+    (["--shapes", "image:1x3x32x32", "--inputs", "/no/such.npz"], "cannot read inputs from /no/such.npz"),
+])
+def test_user_errors_are_one_line_and_exit_1(capsys, args, message) -> None:
+    assert main(["run", DEMO_PATH, "--emulate", *args]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("trt-backend: error: ") and message in err and "\n" not in err
+
+
+def test_wrong_inputs_file_and_changed_plan(tmp_path, capsys) -> None:
+    np.savez(tmp_path / "in.npz", img=np.zeros((1, 3, 32, 32), np.float32))
+    assert main(["run", DEMO_PATH, "--shapes", "image:1x3x32x32", "--inputs", str(tmp_path / "in.npz"), "--emulate"]) == 1
+    assert "unknown input 'img'" in capsys.readouterr().err
+    assert main(["run", DEMO_PATH, "--shapes", "image:1x3x32x32", "--plan-json", str(tmp_path / "p.json"),
+                 "--emulate"]) == 0
+    capsys.readouterr()
+    assert main(["run", DEMO_PATH, "--saved-plan", str(tmp_path / "p.json"), "--exclude-ops", "Gemm", "--emulate"]) == 1
+    assert "changed since its profiles were derived" in capsys.readouterr().err

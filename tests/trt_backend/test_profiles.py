@@ -1,0 +1,148 @@
+"""Profiles: user profiles checked against the model, CLI shape specs, and derived profiles for
+TensorRT segment inputs (symbolic, calibrated, shape-tensor values, data-dependent dims)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from partitioner.errors import OptionsError
+from trt_backend.commands.run import cli_profiles, parse_shapes
+from trt_backend.feeds import complete_profiles, node_arg, normalize_profiles
+from trt_backend.profiles import (CalibrationError, MissingProfileError, ProfileError, TensorProfile,
+                                  profiles_from_json, profiles_to_json, symbolic_profile)
+from trt_backend.session import Session, SessionOptions
+
+X = node_arg("x", h.make_tensor_type_proto(T.FLOAT, ["N", 3, 8]))
+K = node_arg("k", h.make_tensor_type_proto(T.INT64, [2]))
+
+
+def test_user_profile_forms() -> None:
+    (p,), _ = normalize_profiles([{"x": ((1, 3, 8), (2, 3, 8), (4, 3, 8))}], [X])
+    assert p["x"] == TensorProfile((1, 3, 8), (2, 3, 8), (4, 3, 8))
+    (p,), _ = normalize_profiles({"x": {"min": [1, 3, 8], "opt": [1, 3, 8], "max": np.array([5, 3, 8])}}, [X])
+    assert p["x"].max == (5, 3, 8)
+    (p,), _ = normalize_profiles([{"x": (2, 3, 8)}], [X])
+    assert p["x"].min == p["x"].opt == p["x"].max == (2, 3, 8)
+
+
+@pytest.mark.parametrize("profiles, message", [
+    ([{"x": ((4, 3, 8), (2, 3, 8), (1, 3, 8))}], r"profile 0, input 'x': need min <= opt <= max in every dim"),
+    ([{"x": ((1, 3), (2, 3), (4, 3))}], r"profile 0, input 'x': expected rank 3 \(shape \['N', 3, 8\]\)"),
+    ([{"x": ((1, 3, 8), (2, 3, 9), (4, 3, 9))}], r"dim 2 is fixed at 8 in the model"),
+    ([{"y": (1, 3, 8)}], r"profile 0: 'y' is not a model input \(inputs: x\)"),
+    ([{"x": ((1, 3, 8), (2, 3, 8))}], r"expected \(min_shape, opt_shape, max_shape\) or one shape"),
+    ([{"x": ((1, 3, 8), (2, 3, 8), (-1, 3, 8))}], r"dims must be whole numbers >= 0"),
+    ([{"x": {"min": (1, 3, 8)}}], r"missing opt, max"),
+    (["x"], r"profile 0: expected a dict"),
+    ("x", r"profiles must be a list of dicts"),
+])
+def test_bad_user_profiles(profiles, message) -> None:
+    with pytest.raises(ProfileError, match=message):
+        normalize_profiles(profiles, [X])
+
+
+def test_static_inputs_fill_in_and_dynamic_ones_must_be_given() -> None:
+    (full,) = complete_profiles([{"x": TensorProfile((1, 3, 8), (1, 3, 8), (2, 3, 8))}], [X, K], required=True)
+    assert full["k"] == TensorProfile((2,), (2,), (2,), "static")
+    with pytest.raises(MissingProfileError, match=r"input 'x' has dynamic shape \['N', 3, 8\] and no profile gives one; "
+                                                  r"pass profiles=\[\{'x': \(min_shape, opt_shape, max_shape\)\}\], e.g. "
+                                                  r"\{'x': \(\(1, 3, 8\), \(1, 3, 8\), \(1, 3, 8\)\)\} \(CLI: --shapes x:1x3x8"):
+        complete_profiles([], [X, K], required=True)
+    assert complete_profiles([], [X], required=False) == []
+
+
+def test_shape_specs() -> None:
+    assert parse_shapes("x:1x3x224x224,gpu_0/data:[2, 5],s:[],t:") == {
+        "x": (1, 3, 224, 224), "gpu_0/data": (2, 5), "s": (), "t": ()}
+    assert parse_shapes("input:0:4x4") == {"input:0": (4, 4)}
+    for bad in ("x=1x3", "x:1xax3", "x:[1,,b]"):
+        with pytest.raises(OptionsError):
+            parse_shapes(bad)
+    assert cli_profiles([], [], [], "x:2x3x8") == [{"x": ((2, 3, 8),) * 3}]
+    assert cli_profiles(["x:1x3x8", "x:8x3x8"], ["x:2x3x8", "x:8x3x8"], ["x:4x3x8", "x:9x3x8"]) == [
+        {"x": ((1, 3, 8), (2, 3, 8), (4, 3, 8))}, {"x": ((8, 3, 8), (8, 3, 8), (9, 3, 8))}]
+    with pytest.raises(OptionsError, match="give --min-shapes, --opt-shapes and --max-shapes together"):
+        cli_profiles(["x:1x3x8"], [], ["x:4x3x8"])
+
+
+def test_symbolic_profiles_resolve_only_bound_symbols() -> None:
+    binds = {"N": (1, 2, 4), "S": (1, 8, 16)}
+    tp = symbolic_profile(h.make_tensor_type_proto(T.FLOAT, ["N", "S", 64]), binds)
+    assert tp == TensorProfile((1, 1, 64), (2, 8, 64), (4, 16, 64), "symbolic")
+    assert symbolic_profile(h.make_tensor_type_proto(T.FLOAT, ["N", "unk__0"]), binds) is None
+    assert symbolic_profile(h.make_tensor_type_proto(T.FLOAT, None), binds) is None
+
+
+def test_profile_json_round_trip() -> None:
+    profiles = [{"a": TensorProfile((0, 3), (15, 3), (30, 3), "calibrated", None, (0,)),
+                 "s": TensorProfile((2,), (2,), (2,), "calibrated", ((1, 4), (2, 4), (8, 4)))}]
+    assert profiles_from_json(profiles_to_json(profiles)) == profiles
+
+
+def _reshape_model() -> object:
+    """x [N, 6] -> Reshape to the shape fed as input 'target' (excluded: ONNX Runtime) -> a
+    TensorRT chain. The chain's input shape is data, so only calibration can find it."""
+    nodes = [h.make_node("Reshape", ["x", "target"], ["r"], name="reshape"), h.make_node("Relu", ["r"], ["a"]),
+             h.make_node("Mul", ["a", "a"], ["b"]), h.make_node("Add", ["b", "a"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["N", 6]),
+                                  h.make_tensor_value_info("target", T.INT64, [3])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+@pytest.mark.usefixtures("oracle")
+def test_calibration_with_real_feeds_where_random_data_fails() -> None:
+    opts = SessionOptions(emulate=True, exclude_nodes=("reshape",), min_segment_size=1)
+    profiles = [{"x": ((1, 6), (2, 6), (4, 6))}]
+    with pytest.raises(CalibrationError, match=r"cannot derive profiles for r: the calibration run at profile 0 "
+                                               r"(min|opt|max) shapes failed .*give these tensors profiles, or real inputs"):
+        Session(_reshape_model(), profiles, opts)
+    samples = [{"x": np.ones((n, 6), np.float32), "target": np.array([n, 2, 3], np.int64)} for n in (1, 2, 4)]
+    sess = Session(_reshape_model(), profiles, opts, calibration_feeds=samples)
+    r = sess.segment_profiles[1][0]["r"]
+    assert (r.min, r.opt, r.max, r.source) == ((1, 2, 3), (2, 2, 3), (4, 2, 3), "calibrated")
+    assert sess.run(None, samples[2])[0].shape == (4, 2, 3)
+
+
+@pytest.mark.usefixtures("oracle")
+def test_segment_input_outside_its_derived_profile_is_a_clear_error_and_an_override_fixes_it() -> None:
+    opts = SessionOptions(emulate=True, exclude_nodes=("reshape",), min_segment_size=1)
+    samples = [{"x": np.ones((n, 6), np.float32), "target": np.array([n, 2, 3], np.int64)} for n in (1, 2, 4)]
+    sess = Session(_reshape_model(), [{"x": ((1, 6), (2, 6), (4, 6))}], opts, calibration_feeds=samples)
+    feeds = {"x": np.ones((4, 6), np.float32), "target": np.array([4, 3, 2], np.int64)}
+    with pytest.raises(ProfileError, match=r"segment 1 \(tensorrt, executor emulated\): input 'r' has shape \(4, 3, 2\), "
+                                           r"outside its profiles \(profile 0: min \(1, 2, 3\) opt \(2, 2, 3\) max "
+                                           r"\(4, 2, 3\)\)\. .*give 'r' a profile"):
+        sess.run(None, feeds)
+    wide = [{"x": ((1, 6), (2, 6), (4, 6)), "r": ((1, 1, 1), (2, 2, 3), (4, 6, 6))}]
+    sess = Session(_reshape_model(), wide, opts)  # no calibration needed: the user named the tensor
+    assert sess.segment_profiles[1][0]["r"].source == "user"
+    x = np.arange(24, dtype=np.float32).reshape(4, 6) - 10
+    r = np.maximum(x.reshape(4, 3, 2), 0)
+    np.testing.assert_allclose(sess.run(None, {**feeds, "x": x})[0], r * r + r)
+
+
+@pytest.mark.usefixtures("oracle")
+def test_nonzero_output_gets_its_bound_and_shape_tensors_their_values() -> None:
+    nodes = [h.make_node("Greater", ["x", "half"], ["g"]), h.make_node("NonZero", ["g"], ["nz"], name="nonzero"),
+             h.make_node("Transpose", ["nz"], ["idx"]), h.make_node("GatherND", ["x", "idx"], ["picked"]),
+             h.make_node("Shape", ["x"], ["xs"], name="shape"), h.make_node("Reshape", ["x", "xs"], ["same"]),
+             h.make_node("ReduceSum", ["picked"], ["total"], keepdims=0), h.make_node("Relu", ["same"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["N", 5])],
+                     [h.make_tensor_value_info("total", T.FLOAT, None), h.make_tensor_value_info("y", T.FLOAT, None)],
+                     [nh.from_array(np.array(0.5, np.float32), "half")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    sess = Session(m, [{"x": ((1, 5), (2, 5), (3, 5))}],
+                   SessionOptions(emulate=True, exclude_nodes=("nonzero", "shape"), min_segment_size=1))
+    seen = {n: tp for seg in sess.plan.tensorrt_segments() for p in sess.segment_profiles[seg.id] for n, tp in p.items()}
+    assert (seen["nz"].min, seen["nz"].max, seen["nz"].data_dependent) == ((2, 0), (2, 15), (1,))  # 3 x 5 elements
+    assert seen["xs"].values == ((1, 5), (2, 5), (3, 5))
+    rng = np.random.default_rng(0)
+    for n in (1, 3):
+        x = rng.random((n, 5), dtype=np.float32)
+        total, y = sess.run(None, {"x": x})
+        np.testing.assert_allclose(total, x[x > 0.5].sum(), rtol=1e-6)
+        np.testing.assert_array_equal(y, np.maximum(x, 0))

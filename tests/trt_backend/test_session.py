@@ -1,0 +1,243 @@
+"""Session API and behaviour: construction from every source, onnxruntime-like metadata, executor
+choice and its one warning, output selection and pruning, freeing of intermediates, thread
+safety, saved plans, options."""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import weakref
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from partitioner import Plan
+from partitioner.errors import OptionsError, TrtBackendError
+from tests.trt_backend.test_session_graphs import assert_same, conv_chain, ort_reference
+from trt_backend.demo import DEMO_PATH, demo_model
+from trt_backend.flavor import TensorRTUnavailableError
+from trt_backend.profiles import ProfileError
+from trt_backend.runners import SegmentLoadError
+from trt_backend.session import Session, SessionOptions
+
+pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
+
+DEMO_PROFILE = [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}]
+
+
+def demo_session(**opts) -> Session:
+    return Session(DEMO_PATH, DEMO_PROFILE, SessionOptions(emulate=True, **opts))
+
+
+def image(n: int = 2, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, 3, 32, 32)).astype(np.float32)
+
+
+@pytest.mark.parametrize("source", ["path", "bytes", "proto", "plan"])
+def test_every_model_source_gives_the_same_outputs(source) -> None:
+    model = {"path": DEMO_PATH, "bytes": demo_model().SerializeToString(), "proto": demo_model(),
+             "plan": Session.make_plan(DEMO_PATH, SessionOptions(emulate=True))}[source]
+    sess = Session(model, DEMO_PROFILE, SessionOptions(emulate=True))
+    assert_same(sess.run(None, {"image": image()}), ort_reference(demo_model(), {"image": image()}))
+
+
+def test_inputs_and_outputs_read_like_onnxruntime() -> None:
+    sess = demo_session()
+    ref = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"])
+    for ours, theirs in ((sess.get_inputs(), ref.get_inputs()), (sess.get_outputs(), ref.get_outputs())):
+        assert [(a.name, a.shape, a.type) for a in ours] == [(a.name, a.shape, a.type) for a in theirs]
+    assert sess.get_inputs()[0].dtype == np.float32 and sess.get_inputs()[0].is_dynamic
+
+
+def test_plan_json_has_executors_and_profiles_and_reads_back() -> None:
+    sess = demo_session()
+    assert [s.backend for s in sess.plan.segments] == ["tensorrt", "onnxruntime", "tensorrt"]
+    assert sess.segment_executors == ["emulated", "onnxruntime", "emulated"]
+    data = json.loads(sess.plan.to_json())
+    assert [s["executor"] for s in data["segments"]] == sess.segment_executors
+    assert data["segments"][1]["profiles"] == []
+    up = data["segments"][2]["profiles"][0]["up"]  # the Resize output feeding the last TensorRT segment
+    assert up["min"][0] == 1 and up["opt"][0] == 2 and up["max"][0] == 4 and up["source"] in ("symbolic", "calibrated")
+    assert data["input_profiles"] == [{"image": {"min": [1, 3, 32, 32], "opt": [2, 3, 32, 32], "max": [4, 3, 32, 32],
+                                                 "source": "user"}}]
+    back = Plan.from_dict(data)
+    assert [(s.backend, s.nodes) for s in back.segments] == [(s.backend, s.nodes) for s in sess.plan.segments]
+
+
+def test_output_subsets_in_the_order_asked_and_only_needed_segments_run() -> None:
+    sess = demo_session()
+    full = sess.run(None, {"image": image()})
+    top, probs = sess.run(["top_classes", "probs"], {"image": image()})
+    np.testing.assert_array_equal(top, full[2])
+    np.testing.assert_array_equal(probs, full[0])
+    assert [s.runner.segment.id for s in sess.schedule(["probs"])] == [0, 1, 2]
+
+
+def test_pruned_schedule_skips_segments_not_needed() -> None:
+    nodes = [h.make_node("Relu", ["x"], ["a"]), h.make_node("Sin", ["x"], ["b"]), h.make_node("Cos", ["b"], ["c"])]
+    m = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
+                                  [h.make_tensor_value_info("a", T.FLOAT, [2]), h.make_tensor_value_info("c", T.FLOAT, [2])]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    sess = Session(m, options=SessionOptions(emulate=True, exclude_ops=("Sin",), min_segment_size=1))
+    assert len(sess.plan.segments) == 3
+    (only_a,) = sess.schedule(["a"])
+    assert only_a.outputs == ("a",)
+    np.testing.assert_allclose(sess.run(["c"], {"x": np.array([0.5, -1], np.float32)})[0], np.cos(np.sin([0.5, -1])),
+                               rtol=1e-6)
+
+
+def test_intermediates_are_dropped_once_their_last_reader_ran() -> None:
+    sess = Session(conv_chain(blocks=3), [{"x": ((1, 8, 16, 16), (1, 8, 16, 16), (2, 8, 16, 16))}],
+                   SessionOptions(emulate=True))
+    steps = sess.schedule()
+    freed = [n for s in steps for n in s.free]
+    produced = [n for s in steps for n in s.outputs if n != "y"]
+    assert sorted(freed) == sorted(produced)  # every intermediate freed exactly once, the output never
+    for k, step in enumerate(steps):
+        for name in step.free:
+            assert name in step.inputs or name in step.outputs
+            assert not any(name in later.inputs for later in steps[k + 1:])
+    # and at run time: when a segment starts, what was freed before it is gone
+    alive: dict[str, weakref.ref] = {}
+    for k, step in enumerate(steps):
+        runner = step.runner
+        original = runner.run_impl
+
+        def spy(inputs, _original=original, _k=k):
+            gone = {n for s in steps[:_k] for n in s.free}
+            assert all(alive[n]() is None for n in gone), f"step {_k}: freed tensors still alive"
+            outputs = _original(inputs)
+            for name, value in zip(steps[_k].outputs, outputs):
+                alive[name] = weakref.ref(value)
+            return outputs
+
+        runner.run_impl = spy  # type: ignore[method-assign]
+    sess.run(None, {"x": np.ones((1, 8, 16, 16), np.float32)})
+    assert set(alive) == set(produced) | {"y"}
+
+
+def test_auto_emulation_warns_once_and_true_never(caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="trt_backend"):
+        sess = Session(DEMO_PATH, DEMO_PROFILE, SessionOptions(emulate="auto"))
+        sess.run(None, {"image": image()})
+        sess.run(None, {"image": image(1)})
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "emulated through ONNX Runtime" in warnings[0].getMessage()
+    assert "2 TensorRT segment(s)" in warnings[0].getMessage()
+    assert sess.segment_executors == ["emulated", "onnxruntime", "emulated"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trt_backend"):
+        demo_session()
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_no_emulation_without_a_tensorrt_runtime_is_a_clear_error() -> None:
+    with pytest.raises(TensorRTUnavailableError, match="cannot execute segment 0 on TensorRT: .*emulate=True"):
+        Session(DEMO_PATH, DEMO_PROFILE, SessionOptions(emulate=False))
+
+
+def test_flavor_none_runs_everything_on_onnxruntime_without_profiles() -> None:
+    sess = Session(DEMO_PATH, options=SessionOptions(flavor="none"))
+    assert sess.segment_executors == ["onnxruntime"] and sess.input_profiles == []
+    out = sess.run(None, {"image": image(3)})
+    assert_same(out, ort_reference(demo_model(), {"image": image(3)}))
+
+
+def test_concurrent_runs_from_threads_match_sequential_runs() -> None:
+    sess = demo_session()
+    inputs = [image(1 + k % 4, seed=k) for k in range(16)]
+    expected = [sess.run(None, {"image": x}) for x in inputs]
+    results: dict[int, list] = {}
+
+    def work(k: int) -> None:
+        results[k] = sess.run(None, {"image": inputs[k]})
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(len(inputs)):
+        assert_same(results[k], expected[k], atol=0)
+
+
+def test_saved_plan_reuses_profiles_without_deriving(monkeypatch, tmp_path) -> None:
+    first = demo_session()
+    saved = tmp_path / "plan.json"
+    saved.write_text(first.plan.to_json())
+    import trt_backend.session as session_module
+
+    def no_derivation(*args, **kwargs):
+        raise AssertionError("profiles derived again")
+
+    monkeypatch.setattr(session_module, "derive_profiles", no_derivation)
+    for plan in (str(saved), saved.read_text(), json.loads(saved.read_text())):
+        again = Session(DEMO_PATH, options=SessionOptions(emulate=True), plan=plan)
+        assert again.segment_profiles == first.segment_profiles
+        assert again.input_profiles == first.input_profiles
+        assert_same(again.run(None, {"image": image(4)}), first.run(None, {"image": image(4)}), atol=0)
+
+
+def test_saved_plan_of_a_changed_model_or_plan_is_refused() -> None:
+    saved = json.loads(demo_session().plan.to_json())
+    with pytest.raises(ProfileError, match="plan of .* changed since its profiles were derived"):
+        Session(DEMO_PATH, options=SessionOptions(emulate=True, exclude_ops=("Gemm",)), plan=saved)
+    changed = demo_model()
+    changed.graph.initializer[0].float_data[:] = []  # same structure, other weights: still valid
+    w = onnx.numpy_helper.to_array(demo_model().graph.initializer[0]).copy()
+    changed.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w * 2, changed.graph.initializer[0].name))
+    Session(changed, options=SessionOptions(emulate=True), plan=saved)  # weights are not the plan
+    reshaped = demo_model()
+    reshaped.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 33
+    with pytest.raises(TrtBackendError):
+        Session(reshaped, options=SessionOptions(emulate=True), plan=saved)
+    with pytest.raises(ProfileError, match="differ from those"):
+        Session(DEMO_PATH, [{"image": ((1, 3, 32, 32),) * 3}], SessionOptions(emulate=True), plan=saved)
+    with pytest.raises(ProfileError, match="not JSON"):
+        Session(DEMO_PATH, options=SessionOptions(emulate=True), plan="{broken")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"emulate": "yes"}, "emulate must be True, False or 'auto'"),
+    ({"flavor": "cuda"}, "flavor must be one of"),
+    ({"optimization_level": "max"}, "optimization_level must be one of"),
+    ({"intra_op_threads": -1}, "intra_op_threads must be a whole number"),
+])
+def test_bad_options_are_refused(kwargs, message) -> None:
+    with pytest.raises(OptionsError, match=message):
+        SessionOptions(**kwargs)
+
+
+def test_bad_custom_op_library_and_non_options_are_refused() -> None:
+    with pytest.raises(OptionsError, match="cannot load custom-op library"):
+        Session(DEMO_PATH, DEMO_PROFILE, SessionOptions(emulate=True, custom_op_libraries=("/no/such/lib.so",)))
+    with pytest.raises(OptionsError, match="must be a SessionOptions"):
+        Session(DEMO_PATH, DEMO_PROFILE, {"emulate": True})  # type: ignore[arg-type]
+
+
+def test_segment_onnxruntime_cannot_load_is_a_user_error() -> None:
+    node = h.make_node("NoSuchOp", ["x"], ["y"], domain="my.domain")
+    m = h.make_model(h.make_graph([node], "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
+                                  [h.make_tensor_value_info("y", T.FLOAT, [2])]),
+                     opset_imports=[h.make_opsetid("", 17), h.make_opsetid("my.domain", 1)])
+    with pytest.raises(SegmentLoadError, match="segment 0 .*ONNX Runtime cannot load it"):
+        Session(m, options=SessionOptions(emulate=True))
+
+
+def test_outputs_that_are_inputs_or_constants_and_scalar_inputs() -> None:
+    nodes = [h.make_node("Mul", ["x", "s"], ["y"]), h.make_node("Relu", ["y"], ["r"]), h.make_node("Neg", ["r"], ["z"])]
+    const = onnx.numpy_helper.from_array(np.array([1, 2, 3], np.int64), "k")
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [3]), h.make_tensor_value_info("s", T.FLOAT, [])],
+                     [h.make_tensor_value_info("z", T.FLOAT, [3]), h.make_tensor_value_info("x", T.FLOAT, [3]),
+                      h.make_tensor_value_info("k", T.INT64, [3])], [const])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    sess = Session(m, options=SessionOptions(emulate=True))
+    x = np.array([1, -2, 3], np.float32)
+    z, x_back, k = sess.run(None, {"x": x, "s": np.float32(2)})  # a numpy scalar feeds a 0-d input
+    np.testing.assert_array_equal(z, -np.maximum(2 * x, 0))
+    np.testing.assert_array_equal(x_back, x)
+    np.testing.assert_array_equal(k, [1, 2, 3])

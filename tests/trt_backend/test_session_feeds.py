@@ -1,0 +1,112 @@
+"""Feed validation: every bad feed fails with one FeedError naming the input, what was expected
+and what was given, before any segment runs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from partitioner.errors import TrtBackendError
+from trt_backend.demo import DEMO_PATH
+from trt_backend.feeds import FeedError, FeedValidator, node_arg, random_feeds
+from trt_backend.profiles import TensorProfile
+from trt_backend.session import Session, SessionOptions
+
+pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
+
+PROFILES = [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))},
+            {"image": ((8, 3, 32, 32), (8, 3, 32, 32), (16, 3, 32, 32))}]
+
+
+@pytest.fixture(scope="module")
+def sess() -> Session:
+    return Session(DEMO_PATH, PROFILES, SessionOptions(emulate=True))
+
+
+@pytest.fixture()
+def runs(sess, monkeypatch) -> list[int]:
+    """Segment runs made meanwhile (to prove nothing ran)."""
+    count: list[int] = []
+    for runner in sess.runners:
+        original = runner.run_impl
+        monkeypatch.setattr(runner, "run_impl", lambda inputs, _o=original: count.append(1) or _o(inputs))
+    return count
+
+
+def good(n: int = 2) -> np.ndarray:
+    return np.zeros((n, 3, 32, 32), np.float32)
+
+
+@pytest.mark.parametrize("feeds, message", [
+    ({"image": good(), "extra": good()}, r"unknown input 'extra'; the model's inputs are: 'image' tensor\(float\) "
+                                         r"\[batch, 3, 32, 32\]"),
+    ({}, r"missing input 'image' \(expected tensor\(float\) of shape \[batch, 3, 32, 32\]\)"),
+    ({"image": good().tolist()}, r"input 'image': expected a numpy array \(tensor\(float\)\), got list"),
+    ({"image": "pixels"}, r"input 'image': expected a numpy array \(tensor\(float\)\), got str"),
+    ({"image": good().astype(np.float64)}, r"input 'image': expected dtype float32 \(tensor\(float\)\), "
+                                           r"got float64 array of shape \(2, 3, 32, 32\)"),
+    ({"image": np.zeros((3, 32, 32), np.float32)}, r"input 'image': expected rank 4 \(shape \[batch, 3, 32, 32\]\), "
+                                                   r"got shape \(3, 32, 32\)"),
+    ({"image": np.zeros((2, 4, 32, 32), np.float32)}, r"input 'image': dim 1 must be 3 \(shape \[batch, 3, 32, 32\]\), "
+                                                      r"got shape \(2, 4, 32, 32\)"),
+    ({"image": good(6)}, r"input 'image': shape \(6, 3, 32, 32\) is outside every profile: profile 0 allows min "
+                         r"\(1, 3, 32, 32\) opt \(2, 3, 32, 32\) max \(4, 3, 32, 32\); profile 1 allows min "
+                         r"\(8, 3, 32, 32\) opt \(8, 3, 32, 32\) max \(16, 3, 32, 32\)"),
+    ([("image", good())], r"feeds must be a dict of input name -> numpy array, got list"),
+])
+def test_bad_feeds_fail_before_anything_runs(sess, runs, feeds, message) -> None:
+    with pytest.raises(FeedError, match=message) as info:
+        sess.run(None, feeds)
+    assert isinstance(info.value, TrtBackendError) and "\n" not in str(info.value)
+    assert runs == []
+
+
+@pytest.mark.parametrize("names, message", [
+    (["probs", "logits"], r"unknown output name\(s\) 'logits'; the model's outputs are: probs, top_scores, top_classes"),
+    ("probs", r"output names must be a list of names or None, got str"),
+])
+def test_bad_output_names_fail_before_anything_runs(sess, runs, names, message) -> None:
+    with pytest.raises(FeedError, match=message):
+        sess.run(names, {"image": good()})
+    assert runs == []
+
+
+def test_shapes_in_any_profile_run(sess, runs) -> None:
+    for n in (1, 4, 8, 16):
+        assert sess.run(["probs"], {"image": good(n)})[0].shape == (n, 10)
+    assert len(runs) == 4 * 3
+
+
+def test_several_inputs_name_which_misses_each_profile() -> None:
+    args = [node_arg("a", h.make_tensor_type_proto(T.FLOAT, ["n"])), node_arg("b", h.make_tensor_type_proto(T.FLOAT, ["m"]))]
+    profiles = [{"a": TensorProfile((1,), (2,), (4,)), "b": TensorProfile((1,), (2,), (4,))},
+                {"a": TensorProfile((8,), (8,), (9,)), "b": TensorProfile((8,), (8,), (9,))}]
+    v = FeedValidator(args, [], profiles)
+    assert v.check_profiles({"a": (2,), "b": (3,)}) == 0 and v.check_profiles({"a": (8,), "b": (9,)}) == 1
+    with pytest.raises(FeedError, match=r"the feeds fit no profile: profile 0: input 'a' has shape \(8,\), allowed min "
+                                        r"\(1,\) opt \(2,\) max \(4,\); profile 1: input 'b' has shape \(3,\)"):
+        v.check_profiles({"a": (8,), "b": (3,)})
+
+
+def test_string_sequence_and_optional_inputs_are_checked() -> None:
+    seq = node_arg("s", h.make_sequence_type_proto(h.make_tensor_type_proto(T.FLOAT, None)))
+    opt = node_arg("o", h.make_optional_type_proto(h.make_tensor_type_proto(T.FLOAT, [2])))
+    text = node_arg("t", h.make_tensor_type_proto(T.STRING, [2]))
+    assert (seq.type, opt.type, text.type) == ("seq(tensor(float))", "optional(tensor(float))", "tensor(string)")
+    v = FeedValidator([seq, opt, text], [], [])
+    fed = v.validate({"s": [np.zeros(2, np.float32)], "o": None, "t": np.array(["a", "b"])})
+    assert fed["t"].dtype == object and fed["o"] is None
+    with pytest.raises(FeedError, match=r"input 's': expected a list of numpy arrays \(seq\(tensor\(float\)\)\), got "
+                                        r"float32 array"):
+        v.validate({"s": np.zeros(2, np.float32), "o": None, "t": np.array(["a", "b"])})
+
+
+def test_random_feeds_need_shapes_for_dynamic_inputs(sess) -> None:
+    feeds = random_feeds(sess.get_inputs(), {"image": (3, 3, 32, 32)}, seed=1)
+    assert feeds["image"].shape == (3, 3, 32, 32) and feeds["image"].dtype == np.float32
+    again = random_feeds(sess.get_inputs(), {"image": (3, 3, 32, 32)}, seed=1)
+    np.testing.assert_array_equal(feeds["image"], again["image"])
+    with pytest.raises(FeedError, match=r"input 'image' has dynamic shape \[batch, 3, 32, 32\]; give its shape "
+                                        r"\(e.g. --shapes image:1x3x32x32\)"):
+        random_feeds(sess.get_inputs(), {})

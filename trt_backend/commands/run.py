@@ -1,0 +1,172 @@
+"""``trt-backend run``: run a model through the stitched session once and show what came out and
+which executor ran each segment."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from partitioner import OptionsError
+
+from ..feeds import FeedError, random_feeds
+from ..profiles import Shape
+from .inspect import add_partition_arguments
+
+
+_SPEC = re.compile(r"\s*(?P<name>[^,\[]+?):(?P<shape>\[[^\]]*\]|[0-9x]*)\s*(?:,|$)")
+
+
+def parse_shapes(text: str) -> dict[str, Shape]:
+    """``"x:1x3x224x224,y:[2,5],s:[]"`` -> {"x": (1, 3, 224, 224), "y": (2, 5), "s": ()}."""
+    out: dict[str, Shape] = {}
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _SPEC.match(text, pos)
+        if not m or m.end() == pos:
+            raise OptionsError(f"cannot read shapes {text!r} at {text[pos:]!r}; "
+                               "write name:1x3x224x224 or name:[1,3,224,224], separated by commas")
+        shape = m.group("shape")
+        try:
+            if shape.startswith("["):
+                dims = tuple(int(d) for d in shape[1:-1].split(",") if d.strip())
+            else:
+                dims = tuple(int(d) for d in shape.split("x")) if shape else ()
+        except ValueError:
+            raise OptionsError(f"bad shape {shape!r} for '{m.group('name')}' in {text!r}") from None
+        out[m.group("name").strip()] = dims
+        pos = m.end()
+    return out
+
+
+def cli_profiles(min_shapes: Sequence[str], opt_shapes: Sequence[str], max_shapes: Sequence[str],
+                 shapes: str | None = None) -> list[dict[str, Any]]:
+    """Profiles from repeated --min/--opt/--max-shapes (the n-th of each make profile n); with
+    none of them, ``--shapes`` gives one fixed profile."""
+    if not (min_shapes or opt_shapes or max_shapes):
+        return [{n: (s, s, s) for n, s in parse_shapes(shapes).items()}] if shapes else []
+    if not (len(min_shapes) == len(opt_shapes) == len(max_shapes)):
+        raise OptionsError(f"give --min-shapes, --opt-shapes and --max-shapes together (got {len(min_shapes)}, "
+                           f"{len(opt_shapes)} and {len(max_shapes)})")
+    profiles: list[dict[str, Any]] = []
+    for k, (lo, mid, hi) in enumerate(zip(min_shapes, opt_shapes, max_shapes)):
+        a, b, c = parse_shapes(lo), parse_shapes(mid), parse_shapes(hi)
+        if not (a.keys() == b.keys() == c.keys()):
+            raise OptionsError(f"profile {k}: --min-shapes, --opt-shapes and --max-shapes name different inputs "
+                               f"({sorted(a)}, {sorted(b)}, {sorted(c)})")
+        profiles.append({n: (a[n], b[n], c[n]) for n in a})
+    return profiles
+
+
+def stats_line(value: Any) -> str:
+    """Shape, dtype and summary numbers of an output (for reports)."""
+    if isinstance(value, list):
+        return f"sequence of {len(value)} tensor(s)"
+    if value is None:
+        return "empty optional"
+    arr = np.asarray(value)
+    text = f"shape {tuple(arr.shape)} {arr.dtype}"
+    if arr.size and arr.dtype.kind in "biuf":
+        a = arr.astype(np.float64)
+        text += f"  min {a.min():.6g} max {a.max():.6g} mean {a.mean():.6g}"
+    return text
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("run", help="run a model once: TensorRT segments (emulated without a GPU) + ONNX Runtime",
+                       description="Plan MODEL, derive every TensorRT segment's profiles, run it once on the "
+                                   "given (or seeded random) inputs, and print each output's shape, dtype and "
+                                   "stats and which executor ran each segment.")
+    p.add_argument("model", help="ONNX model file")
+    p.add_argument("--shapes", metavar="x:1x3x224x224,...",
+                   help="input shapes to run with (and, without --min/--opt/--max-shapes, a fixed profile)")
+    for which in ("min", "opt", "max"):
+        p.add_argument(f"--{which}-shapes", action="append", default=[], metavar="x:1x3x224x224,...",
+                       help=f"{which} shapes of a profile (repeat all three for several profiles)")
+    p.add_argument("--inputs", metavar="IN.npz", help="inputs by name (default: seeded random data)")
+    p.add_argument("--outputs", metavar="OUT.npz", help="write the outputs here, by name")
+    p.add_argument("--emulate", action="store_true",
+                   help="run TensorRT segments through ONNX Runtime even where TensorRT could run them")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--plan-json", metavar="PLAN.json", help="write the plan with executors and profiles as JSON")
+    p.add_argument("--saved-plan", metavar="PLAN.json", help="reuse the profiles of a plan JSON written earlier")
+    add_partition_arguments(p)
+    p.set_defaults(func=handle)
+
+
+def _load_inputs(path: str) -> dict[str, Any]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as e:
+        raise OptionsError(f"cannot read inputs from {path}: {e}") from None
+
+
+def _run_shapes(args: argparse.Namespace, sess: Any) -> dict[str, tuple[int, ...]]:
+    if args.shapes:
+        return dict(parse_shapes(args.shapes))
+    if sess.input_profiles:
+        return {n: tp.opt for n, tp in sess.input_profiles[0].items()}
+    return {}
+
+
+def handle(args: argparse.Namespace) -> int:
+    from ..session import Session, SessionOptions
+
+    profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
+    options = SessionOptions(emulate=True if args.emulate else "auto", flavor=args.flavor,
+                             exclude_ops=tuple(args.exclude_ops), exclude_nodes=tuple(args.exclude_nodes),
+                             min_segment_size=args.min_segment_size, isolate_parser=args.isolate,
+                             calibration_seed=args.seed)
+    start = time.perf_counter()
+    sess = Session(args.model, profiles or None, options, plan=args.saved_plan)
+    made = time.perf_counter() - start
+    if args.inputs:
+        feeds = _load_inputs(args.inputs)
+        source = args.inputs
+    else:
+        feeds = random_feeds(sess.get_inputs(), _run_shapes(args, sess), args.seed)
+        source = f"random, seed {args.seed}"
+    plan = sess.plan
+    print(f"model {args.model} | TensorRT target {plan.tensorrt or 'none'} | {len(plan.nodes)} nodes | "
+          f"{len(plan.segments)} segment(s) | session made in {made:.3f} s")
+    for line in sess.summary():
+        print("  " + line)
+    start = time.perf_counter()
+    outputs = sess.run(None, feeds)
+    took = time.perf_counter() - start
+    print(f"inputs ({source}):")
+    for name, value in feeds.items():
+        print(f"  {name}: {stats_line(value)}")
+    print(f"outputs (ran in {took * 1000:.2f} ms):")
+    names = [a.name for a in sess.get_outputs()]
+    for name, value in zip(names, outputs):
+        print(f"  {name}: {stats_line(value)}")
+    executors = sess.segment_executors
+    print("executors: " + ", ".join(f"{e} x{executors.count(e)}" for e in dict.fromkeys(executors)))
+    if args.outputs:
+        _save_outputs(args.outputs, names, outputs)
+    if args.plan_json:
+        from partitioner.report import write_atomic
+
+        write_atomic(args.plan_json, plan.to_json())
+        print(f"wrote {args.plan_json}")
+    return 0
+
+
+def _save_outputs(path: str, names: list[str], outputs: list[Any]) -> None:
+    tensors = {n: v for n, v in zip(names, outputs) if isinstance(v, np.ndarray) and v.dtype != object}
+    skipped = [n for n in names if n not in tensors]
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FeedError(f"cannot write outputs to {path}: no folder {directory}")
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, **tensors)  # type: ignore[arg-type]
+    os.replace(tmp, path)
+    print(f"wrote {path} ({len(tensors)} output(s))" + (f"; not saved (not numeric tensors): {', '.join(skipped)}"
+                                                        if skipped else ""))

@@ -1,0 +1,420 @@
+"""The stitched inference session: plan the model, derive every TensorRT segment's profiles,
+make one runner per segment (once), then run segments in order with tensors routed by name."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import onnx
+
+from partitioner import (DEFAULT_MIN_SEGMENT_SIZE, Model, PartitionOptions, Plan, Segment, Verdict, build_plan,
+                         load_model, plan_model)
+from partitioner.errors import OptionsError
+from partitioner.model import ModelSource, weightless_copy
+
+from .feeds import FeedValidator, NodeArg, complete_profiles, node_arg, normalize_profiles
+from .profiles import Profile, ProfileError, derive_profiles, profiles_from_json, profiles_to_json, shape_tensor_inputs
+from .runners import (OPTIMIZATION_LEVELS, EmulatedTensorRTRunner, OnnxRuntimeRunner, OrtOptions,
+                      SegmentRunner, make_tensorrt_runner, ort_session, tensorrt_status, to_numpy)
+
+log = logging.getLogger(__name__)
+
+EMULATE_CHOICES = (True, False, "auto")
+FLAVOR_CHOICES = ("auto", "tensorrt", "tensorrt_rtx", "none")
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """How a :class:`Session` plans, derives profiles and runs.
+
+    ``emulate``: True runs TensorRT segments through ONNX Runtime on CPU; False requires
+    TensorRT; "auto" emulates only when TensorRT cannot execute here (one warning).
+    ``flavor``: whose TensorRT parser decides capability ("none": everything on ONNX Runtime).
+    ``oracle``: a ``partitioner.CapabilityOracle`` to ask instead of a TensorRT parser."""
+
+    emulate: bool | str = "auto"
+    flavor: str = "auto"
+    # partitioning
+    exclude_ops: tuple[str, ...] = ()
+    exclude_nodes: tuple[str, ...] = ()
+    min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE
+    max_oracle_calls: int = 1000
+    plugins: tuple[Any, ...] = ()
+    oracle: Any = None
+    # ONNX Runtime
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    optimization_level: str = "all"
+    custom_op_libraries: tuple[str, ...] = ()
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    # Idle ONNX Runtime threads spin waiting for work; with several segment sessions taking turns
+    # they steal cores from the one running. None: spin only when the model is one segment.
+    allow_spinning: bool | None = None
+    isolate_parser: bool = False  # ask the TensorRT parser in a child process (survives its crashes)
+    # profile derivation
+    calibration_seed: int = 0
+
+    def __post_init__(self) -> None:
+        for f in ("exclude_ops", "exclude_nodes", "plugins", "custom_op_libraries", "providers"):
+            value = getattr(self, f)
+            if isinstance(value, str):
+                value = (value,)
+            object.__setattr__(self, f, tuple(value))
+        if not any(self.emulate is c or (isinstance(c, str) and self.emulate == c) for c in EMULATE_CHOICES):
+            raise OptionsError(f"emulate must be True, False or 'auto', got {self.emulate!r}")
+        if self.flavor not in FLAVOR_CHOICES:
+            raise OptionsError(f"flavor must be one of {', '.join(FLAVOR_CHOICES)}, got {self.flavor!r}")
+        if self.optimization_level not in OPTIMIZATION_LEVELS:
+            raise OptionsError(f"optimization_level must be one of {', '.join(OPTIMIZATION_LEVELS)}, "
+                               f"got {self.optimization_level!r}")
+        for f in ("intra_op_threads", "inter_op_threads"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise OptionsError(f"{f} must be a whole number >= 0, got {v!r}")
+
+    def partition_options(self) -> PartitionOptions:
+        return PartitionOptions(exclude_ops=self.exclude_ops, exclude_nodes=self.exclude_nodes,
+                                min_segment_size=self.min_segment_size, max_oracle_calls=self.max_oracle_calls,
+                                plugins=self.plugins)
+
+    def ort_options(self, segments: int = 1) -> OrtOptions:
+        """ONNX Runtime settings of each segment of a plan of ``segments`` segments."""
+        spin = self.allow_spinning if self.allow_spinning is not None else segments <= 1
+        return OrtOptions(self.intra_op_threads, self.inter_op_threads, self.optimization_level,
+                          self.custom_op_libraries, self.providers, allow_spinning=spin)
+
+
+@dataclass
+class SessionPlan(Plan):
+    """A :class:`Plan` that also knows, per segment, its executor and profiles; its JSON adds
+    ``"executor"`` and ``"profiles"`` to every segment, and ``"input_profiles"`` and
+    ``"fingerprint"`` (of the normalized graph, weights excluded) at the top."""
+
+    executors: list[str] = field(default_factory=list)
+    input_profiles: list[Profile] = field(default_factory=list)
+    segment_profiles: dict[int, list[Profile]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, plan: Plan, **extra: Any) -> SessionPlan:
+        return cls(**{f.name: getattr(plan, f.name) for f in fields(Plan)}, **extra)
+
+    @functools.cached_property
+    def fingerprint(self) -> str | None:
+        return model_fingerprint(self.model.proto) if self.model is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["fingerprint"] = self.fingerprint
+        d["input_profiles"] = profiles_to_json(self.input_profiles)
+        for seg, executor in zip(d["segments"], self.executors):
+            seg["executor"] = executor
+            seg["profiles"] = profiles_to_json(self.segment_profiles.get(seg["id"], []))
+        return d
+
+
+_SHAPE_DTYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
+
+
+def model_fingerprint(proto: onnx.ModelProto) -> str:
+    """Hash of what decides the plan and the shapes: the graph, with initializers reduced to
+    dtype and dims except small integer ones (shape constants). New weights keep it."""
+    copy = weightless_copy(proto)
+    for t in copy.graph.initializer:
+        if t.data_type not in _SHAPE_DTYPES or t.ByteSize() > 4096:
+            dims, dtype, name = list(t.dims), t.data_type, t.name
+            t.Clear()
+            t.name, t.data_type = name, dtype
+            t.dims.extend(dims)
+    return hashlib.sha256(copy.SerializeToString(deterministic=True)).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One segment run of a schedule: what it reads, writes, and what can be dropped after it."""
+
+    runner: SegmentRunner
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    free: tuple[str, ...]
+
+
+_oracle_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=4)
+def _parser_oracle(flavor: str) -> Any:
+    from .capability import ParserOracle
+
+    return ParserOracle(flavor)
+
+
+class Session:
+    """Runs a whole model, TensorRT and ONNX Runtime segments stitched; onnxruntime-like API."""
+
+    def __init__(self, model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, Any]] | None = None,
+                 options: SessionOptions | None = None, *, plan: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+                 calibration_feeds: Sequence[Mapping[str, Any]] = ()) -> None:
+        """``plan``: a plan JSON (dict, text or path) written by an earlier session, whose derived
+        profiles are reused after checking the model still plans the same. ``calibration_feeds``:
+        real inputs to derive profiles with where random data would not do."""
+        self.options = options if options is not None else SessionOptions()
+        if not isinstance(self.options, SessionOptions):
+            raise OptionsError(f"options must be a SessionOptions, got {type(self.options).__name__}")
+        base = model if isinstance(model, Plan) else self.make_plan(model, self.options)
+        if base.model is None:
+            raise OptionsError("this plan was read from JSON without its model; pass the model instead")
+        self.model: Model = base.model
+        graph = self.model.proto.graph
+        self._inputs = [node_arg(vi.name, vi.type) for vi in graph.input]
+        self._outputs = [node_arg(vi.name, vi.type) for vi in graph.output]
+        trt = base.tensorrt_segments()
+        extra = {n for s in trt for n in s.inputs} - {a.name for a in self._inputs}
+        user, overrides = normalize_profiles(profiles, self._inputs, extra)
+        saved = _read_saved(plan) if plan is not None else None
+        if saved is not None:
+            _check_saved(saved, base, user)
+            user = user or profiles_from_json(saved.get("input_profiles", []))
+        input_profiles = complete_profiles(user, self._inputs, required=bool(trt))
+        shape_tensors = {s.id: frozenset(shape_tensor_inputs(self.model, s)) for s in trt}
+        if saved is not None:
+            derived = _saved_segment_profiles(saved)
+        else:
+            derived = derive_profiles(self.model, base, self._inputs, input_profiles, overrides,
+                                      self._calibration_runner, self.options.calibration_seed,
+                                      list(calibration_feeds))
+        emulate = self._decide_emulation(trt)
+        self.runners: list[SegmentRunner] = []
+        ort_opts = self.options.ort_options(len(base.segments))
+        for seg in base.segments:
+            proto = base.extract(seg.id)
+            if seg.backend != "tensorrt":
+                self.runners.append(OnnxRuntimeRunner(seg, proto, ort_opts))
+            elif emulate:
+                self.runners.append(EmulatedTensorRTRunner(seg, proto, ort_opts, derived[seg.id], shape_tensors[seg.id]))
+            else:
+                self.runners.append(make_tensorrt_runner(seg, proto, derived[seg.id], shape_tensors[seg.id]))
+        self.plan = SessionPlan.of(base, executors=[r.executor for r in self.runners],
+                                   input_profiles=input_profiles, segment_profiles=derived)
+        self._validator = FeedValidator(self._inputs, self._outputs, input_profiles)
+        self._constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer
+                           if t.name in {o.name for o in graph.output}}
+        self._schedules: dict[tuple[str, ...], tuple[Step, ...]] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ construction helpers
+
+    @staticmethod
+    def make_plan(model: ModelSource | Model, options: SessionOptions | None = None) -> Plan:
+        """Plan ``model`` as a Session with ``options`` would (a Session also accepts the result)."""
+        opts = options if options is not None else SessionOptions()
+        if opts.isolate_parser and opts.oracle is None and opts.flavor != "none":
+            from .planning import make_plan
+
+            return make_plan(model, opts.partition_options(), flavor=opts.flavor, isolate=True)
+        oracle = opts.oracle
+        if oracle is None and opts.flavor != "none":
+            from .flavor import TensorRTUnavailableError
+
+            try:
+                oracle = _parser_oracle(opts.flavor)
+            except TensorRTUnavailableError as e:
+                if opts.flavor != "auto":
+                    raise
+                log.warning("no TensorRT parser to decide capability (%s); every node runs on ONNX Runtime", e)
+        if oracle is None:
+            loaded = load_model(model)
+            reason = "flavor 'none' chosen" if opts.flavor == "none" else "no TensorRT flavor importable"
+            return build_plan(loaded, [Verdict("onnxruntime", reason)] * len(loaded.proto.graph.node), None)
+        with _oracle_lock:  # one parser/builder per flavor, shared: not re-entrant
+            return plan_model(model, oracle, opts.partition_options())
+
+    def _decide_emulation(self, trt: list[Segment]) -> bool:
+        if not trt or self.options.emulate is True:
+            return True
+        ok, why = tensorrt_status()
+        if ok:
+            return False
+        if self.options.emulate is False:
+            return False  # make_tensorrt_runner raises, naming why
+        log.warning("TensorRT cannot execute here (%s); running %d TensorRT segment(s) of %s emulated through "
+                    "ONNX Runtime", why, len(trt), self.model.source)
+        return True
+
+    def _calibration_runner(self, names: Sequence[str]) -> Any:
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self.model.proto)
+        have = {o.name for o in proto.graph.output}
+        for name in names:
+            if name not in have:
+                vi = proto.graph.output.add()
+                vi.name = name
+                tp = self.model.index.types.get(name)
+                if tp is not None:
+                    vi.type.CopyFrom(tp)
+        sess = ort_session(proto, self.options.ort_options(), f"calibration model of {self.model.source}")
+
+        def run(wanted: Sequence[str], feeds: Mapping[str, Any]) -> list[Any]:
+            from .runners import SegmentRunError, _first_line, _ort_errors
+
+            try:
+                return list(sess.run(list(wanted), dict(feeds)))
+            except _ort_errors() as e:
+                raise SegmentRunError(_first_line(e)) from None
+
+        return run
+
+    # ------------------------------------------------------------ onnxruntime-like API
+
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    @property
+    def segment_executors(self) -> list[str]:
+        """Executor of each segment, in plan order: "tensorrt", "emulated" or "onnxruntime"."""
+        return [r.executor for r in self.runners]
+
+    @property
+    def input_profiles(self) -> list[Profile]:
+        return self.plan.input_profiles
+
+    @property
+    def segment_profiles(self) -> dict[int, list[Profile]]:
+        return self.plan.segment_profiles
+
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+            run_options: Any = None) -> list[Any]:
+        """Outputs (numpy arrays; lists for sequences) for ``output_names`` (None: all, in graph
+        order). Everything is validated before any segment runs. ``run_options`` is accepted
+        for onnxruntime compatibility and ignored."""
+        names = self._validator.output_names(output_names)
+        feeds = self._validator.validate(input_feed)
+        env: dict[str, Any] = dict(self._constants)
+        env.update(feeds)
+        for step in self.schedule(names):
+            values = step.runner.run([env[n] for n in step.inputs])
+            env.update(zip(step.outputs, values))
+            for n in step.free:
+                del env[n]
+        return [to_numpy(env[n]) for n in names]
+
+    def schedule(self, output_names: Sequence[str] | None = None) -> tuple[Step, ...]:
+        """The segment runs needed for ``output_names``, and after which run each intermediate
+        is dropped (once its last reader ran, or at once if nothing needs it)."""
+        names = self._validator.output_names(output_names)
+        with self._lock:
+            cached = self._schedules.get(names)
+            if cached is None:
+                cached = self._schedules[names] = self._make_schedule(names)
+        return cached
+
+    def _make_schedule(self, names: tuple[str, ...]) -> tuple[Step, ...]:
+        needed = set(names)
+        chosen: list[SegmentRunner] = []
+        for runner in reversed(self.runners):
+            if needed.intersection(runner.output_names):
+                chosen.append(runner)
+                needed.update(runner.input_names)
+        chosen.reverse()
+        last: dict[str, int] = {}
+        for k, runner in enumerate(chosen):
+            for n in runner.output_names:
+                last[n] = k
+            for n in runner.input_names:
+                if n in last:
+                    last[n] = k
+        keep = set(names)
+        steps: list[Step] = []
+        for k, runner in enumerate(chosen):
+            free = tuple(n for n, at in last.items() if at == k and n not in keep)
+            steps.append(Step(runner, runner.input_names, runner.output_names, free))
+        return tuple(steps)
+
+    # ------------------------------------------------------------ reporting
+
+    def summary(self) -> list[str]:
+        """One line per segment: id, backend, executor, node count, inputs -> outputs."""
+        lines = []
+        for seg, executor in zip(self.plan.segments, self.segment_executors):
+            lines.append(f"segment {seg.id}: {seg.backend:<11} executor {executor:<11} {len(seg.nodes):>5} node(s)  "
+                         f"{', '.join(seg.inputs)} -> {', '.join(seg.outputs)}")
+        return lines
+
+    def close(self) -> None:
+        for r in self.runners:
+            r.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        counts = {e: self.segment_executors.count(e) for e in dict.fromkeys(self.segment_executors)}
+        return f"<Session {self.model.source}: {len(self.runners)} segment(s) {counts}>"
+
+
+def _read_saved(saved: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
+    if isinstance(saved, Mapping):
+        return dict(saved)
+    text = os.fspath(saved)
+    if not text.lstrip().startswith("{"):
+        try:
+            with open(text, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise ProfileError(f"cannot read saved plan {saved}: {e.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"saved plan is not JSON: {e}") from None
+    if not isinstance(data, dict) or "segments" not in data:
+        raise ProfileError("saved plan has no segments: not a plan JSON")
+    return data
+
+
+def _check_saved(saved: Mapping[str, Any], plan: Plan, user: list[Profile]) -> None:
+    """The model must still plan the same, and given profiles must be those of the saved plan."""
+    now = [s.to_dict() for s in plan.segments]
+    then = [{k: s.get(k) for k in ("id", "backend", "nodes", "inputs", "outputs")} for s in saved["segments"]]
+    src = plan.model.source if plan.model is not None else plan.model_name
+    again = "; drop the saved plan to derive profiles again"
+    if len(now) != len(then):
+        raise ProfileError(f"the plan of {src} changed since its profiles were derived: {len(then)} segment(s) then, "
+                           f"{len(now)} now{again}")
+    for a, b in zip(then, now):
+        for key in ("backend", "nodes", "inputs", "outputs"):
+            if a[key] != b[key]:
+                raise ProfileError(f"the plan of {src} changed since its profiles were derived: segment {b['id']} "
+                                   f"{key} were {a[key]}, now {b[key]}{again}")
+    fp = saved.get("fingerprint")
+    if fp and plan.model is not None and fp != model_fingerprint(plan.model.proto):
+        raise ProfileError(f"the model {src} changed since its profiles were derived (fingerprint {fp}, now "
+                           f"{model_fingerprint(plan.model.proto)}){again}")
+    if user and _strip(user) != _strip(profiles_from_json(saved.get("input_profiles", []))):
+        raise ProfileError("the profiles given differ from those the saved plan's profiles were derived from; "
+                           "drop the saved plan or pass its profiles")
+
+
+def _saved_segment_profiles(saved: Mapping[str, Any]) -> dict[int, list[Profile]]:
+    derived: dict[int, list[Profile]] = {}
+    for s in saved["segments"]:
+        if s.get("backend") == "tensorrt":
+            if "profiles" not in s:
+                raise ProfileError(f"saved plan has no profiles for TensorRT segment {s.get('id')}")
+            derived[int(s["id"])] = profiles_from_json(s["profiles"])
+    return derived
+
+
+def _strip(profiles: Sequence[Profile]) -> list[dict[str, tuple[Any, Any, Any]]]:
+    return [{n: (tp.min, tp.opt, tp.max) for n, tp in p.items() if tp.source != "static"} for p in profiles]
