@@ -1,5 +1,5 @@
 """Stitching overhead: emulated Session time / whole-model ONNX Runtime time, on CPU, same
-inputs, per run (median of interleaved runs after a warm-up). Targets: <= 1.05 for
+inputs, per run (median over alternating blocks of runs, each after a warm-up). Targets: <= 1.05 for
 single-segment models, <= 1.15 for models of five or more segments.
 
     python benchmarks/session_overhead.py [--runs 30] [--only REGEX]
@@ -73,17 +73,21 @@ def ort_session(model: onnx.ModelProto, threads: int = 0) -> Any:
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def measure(fns: Sequence[Callable[[], Any]], runs: int, warmup: int = 3) -> list[float]:
-    """Median seconds per call of each function, calls interleaved so drift hits all alike."""
-    for fn in fns:
-        for _ in range(warmup):
-            fn()
+def measure(fns: Sequence[Callable[[], Any]], runs: int, warmup: int = 3, rounds: int = 3) -> list[float]:
+    """Median seconds per call of each function. Each function runs in blocks of its own (a
+    session's idle threads, still spinning, would otherwise slow the other side), blocks
+    alternate over ``rounds`` so drift hits all alike."""
     times: list[list[float]] = [[] for _ in fns]
-    for _ in range(runs):
+    per_block = max(1, runs // rounds)
+    for _ in range(rounds):
         for k, fn in enumerate(fns):
-            t = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t)
+            time.sleep(0.05)  # let the other side's threads go idle
+            for _ in range(warmup):
+                fn()
+            for _ in range(per_block):
+                t = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t)
     return [statistics.median(t) for t in times]
 
 

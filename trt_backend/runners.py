@@ -1,9 +1,9 @@
 """Segment runners. One base class validates in :meth:`SegmentRunner.run` and leaves the work to
 :meth:`SegmentRunner.run_impl`; runtimes load when a runner is made, never per run.
 
-Values passed between runners are onnxruntime ``OrtValue`` tensors where possible (no copies,
-and every dtype ONNX Runtime knows, bfloat16 and float8 included), else numpy arrays, lists
-(sequences) or None (empty optionals). A TensorRT runner (engine builder issue) will subclass
+Values passed between runners are numpy arrays (ONNX Runtime hands them out without a copy),
+``OrtValue`` tensors for dtypes numpy lacks (bfloat16, float8, int4...), lists (sequences) or
+None (empty optionals). A TensorRT runner (engine builder issue) will subclass
 :class:`SegmentRunner` and share its profile checks."""
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def to_ort_value(value: Any) -> Any:
     arr = np.asarray(value)
     if not arr.flags.c_contiguous:
         arr = arr.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
-    if arr.dtype.kind == "V":  # ml_dtypes (bfloat16, float8, int4...): ORT takes the raw bits
+    if arr.dtype.type.__module__ != "numpy":  # ml_dtypes (bfloat16, float8, int4...): ORT takes the raw bits
         elem = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
         bits = _SUB_BYTE_BITS.get(elem)
         raw = _pack(arr, bits) if bits else arr.view(np.dtype(f"u{arr.dtype.itemsize}"))
@@ -120,6 +120,10 @@ def _sub_byte_types() -> dict[int, int]:
 
 
 _SUB_BYTE_BITS = _sub_byte_types()
+_NO_NUMPY_TYPES = frozenset(
+    f"tensor({onnx.TensorProto.DataType.Name(t).lower()})" for t in onnx.TensorProto.DataType.values()
+    if t not in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING)
+    and (t in _SUB_BYTE_BITS or np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).type.__module__ != "numpy"))
 
 
 def _pack(arr: np.ndarray, bits: int) -> np.ndarray:
@@ -252,8 +256,9 @@ class OnnxRuntimeRunner(SegmentRunner):
         super().__init__(segment, profiles, shape_tensors)
         self._session = ort_session(model, options, f"segment {segment.id} ({segment.backend})")
         ios = list(self._session.get_inputs()) + list(self._session.get_outputs())
-        # OrtValues in and out when every value is a non-string tensor: no copies, every dtype.
-        self._ort_values = all(a.type.startswith("tensor(") and a.type != "tensor(string)" for a in ios)
+        # ``run`` takes numpy arrays or OrtValues and hands numpy out without copying; dtypes
+        # numpy lacks (bfloat16, float8, int4...) need OrtValues in and out.
+        self._ort_values = any(a.type in _NO_NUMPY_TYPES for a in ios)
 
     def run_impl(self, inputs: Sequence[Any]) -> list[Any]:
         try:
