@@ -29,6 +29,8 @@ _LAZY = {
     "EngineCache": "trt_backend.cache",
     "EngineCacheError": "trt_backend.cache",
     "apply_precision": "trt_backend.precision",
+    "load": "trt_backend.artifacts",
+    "ArtifactError": "trt_backend.artifacts",
 }
 
 __all__ = ["InvalidModelError", "ModelLoadError", "OptionsError", "TrtBackendError", "__version__", *sorted(_LAZY)]

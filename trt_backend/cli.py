@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from partitioner.errors import TrtBackendError
 
-COMMANDS = ("inspect", "run", "demo")
+COMMANDS = ("inspect", "run", "build", "bench", "compare", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

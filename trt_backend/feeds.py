@@ -140,7 +140,7 @@ class FeedValidator:
             out[arg.name] = value
         if problems:
             raise FeedError("; ".join(problems))
-        self.check_profiles({n: v.shape for n, v in out.items() if isinstance(v, np.ndarray)})
+        self.check_profiles({n: tuple(v.shape) for n, v in out.items() if _is_array(v)})
         return out
 
     def check_profiles(self, shapes: Mapping[str, tuple[int, ...]]) -> int | None:
@@ -181,7 +181,11 @@ def _check_value(arg: NodeArg, value: Any) -> tuple[Any, str | None]:
         return value, None
     if isinstance(value, np.generic):
         value = np.asarray(value)
-    if not isinstance(value, np.ndarray):
+    if hasattr(value, "__cuda_array_interface__"):  # CuPy, PyTorch, pycuda: used in place, no copy
+        from .gpu.device import as_device_array
+
+        value = as_device_array(value)
+    elif not isinstance(value, np.ndarray):
         if _is_ort_value(value):
             return value, None  # already a runtime value; onnxruntime checks it
         return value, f"input '{arg.name}': expected a numpy array ({arg.type}), got {_given(value)}"
@@ -200,6 +204,10 @@ def _check_value(arg: NodeArg, value: Any) -> tuple[Any, str | None]:
                 return value, (f"input '{arg.name}': dim {axis} must be {want} (shape {shape_text(arg.shape)}), "
                                f"got shape {tuple(value.shape)}")
     return value, None
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__")
 
 
 def _is_ort_value(value: Any) -> bool:

@@ -261,6 +261,7 @@ class OnnxRuntimeRunner(SegmentRunner):
         self._ort_values = any(a.type in _NO_NUMPY_TYPES for a in ios)
 
     def run_impl(self, inputs: Sequence[Any]) -> list[Any]:
+        inputs = [v.to_host() if hasattr(v, "to_host") else v for v in inputs]  # device arrays: to the CPU
         try:
             if self._ort_values:
                 feeds = {n: to_ort_value(v) for n, v in zip(self.input_names, inputs)}
@@ -281,14 +282,13 @@ class EmulatedTensorRTRunner(OnnxRuntimeRunner):
 
 
 def _cuda_device_count() -> int:
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return 0
-    count = ctypes.c_int(0)
-    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return 0
-    return int(count.value)
+    from .gpu.device import cuda_device_count
+
+    return cuda_device_count()
+
+
+# SMs TensorRT-RTX 1.7 builds for (DESIGN.md): data-centre Hopper/Blackwell parts are not among them.
+_RTX_SMS = frozenset({(7, 5), (8, 0), (8, 6), (8, 9), (12, 0), (12, 1)})
 
 
 @functools.lru_cache(maxsize=1)
@@ -303,15 +303,26 @@ def tensorrt_status() -> tuple[bool, str]:
     devices = _cuda_device_count()
     if devices == 0:
         return False, f"{flavor.target} is installed but no CUDA device is usable"
-    return False, (f"{flavor.target} and {devices} CUDA device(s) found, but this version has no TensorRT engine "
-                   "runner yet (engine builder issue)")
+    if flavor.is_rtx:
+        from .gpu.device import compute_capability
+
+        sm = compute_capability()
+        if sm not in _RTX_SMS:
+            return False, f"{flavor.target} cannot run on this GPU (SM {sm[0]}.{sm[1]}); install full TensorRT"
+    return True, f"{flavor.target} on {devices} CUDA device(s)"
 
 
-def make_tensorrt_runner(segment: Segment, model: onnx.ModelProto, profiles: Sequence[Profile],
-                         shape_tensors: frozenset[str]) -> SegmentRunner:
-    """A runner executing ``segment`` as a TensorRT engine (not available yet)."""
-    from .flavor import TensorRTUnavailableError
+def make_tensorrt_runner(segment: Segment, engine: bytes | None, profiles: Sequence[Profile],
+                         shape_tensors: frozenset[str], **kw: Any) -> SegmentRunner:
+    """A runner executing ``segment``'s engine on the GPU (see gpu/trt_runner.py)."""
+    from .flavor import TensorRTUnavailableError, load_flavor
 
     ok, why = tensorrt_status()
-    raise TensorRTUnavailableError(f"cannot execute segment {segment.id} on TensorRT: {why}; "
-                                   "use emulate=True (or 'auto') to run it through ONNX Runtime")
+    if not ok:
+        raise TensorRTUnavailableError(f"cannot execute segment {segment.id} on TensorRT: {why}; "
+                                       "use emulate=True (or 'auto') to run it through ONNX Runtime")
+    if engine is None:
+        raise TensorRTUnavailableError(f"segment {segment.id} has no engine")
+    from .gpu.trt_runner import TensorRTRunner
+
+    return TensorRTRunner(segment, engine, load_flavor("auto"), profiles, shape_tensors, **kw)

@@ -58,11 +58,18 @@ class SessionOptions:
     # they steal cores from the one running. None: spin only when the model is one segment.
     allow_spinning: bool | None = None
     isolate_parser: bool = False  # ask the TensorRT parser in a child process (survives its crashes)
+    target: str | None = None  # runtime the plan is for ("tensorrt" | "tensorrt_rtx"; None: the parser's)
+    plugin_ops: tuple[str, ...] = ()  # op types given to plugins even where TensorRT has a layer
+    # engines (the GPU path)
+    build: Any = None  # a builder.BuildOptions; None: its defaults
+    cache_dir: str | None = None  # engine cache folder; None: build without a cache
+    allow_host_code: bool = False  # load engines that carry host code (version-compatible builds)
+    outputs_on_device: bool = False  # GPU path: return outputs as device arrays (__cuda_array_interface__)
     # profile derivation
     calibration_seed: int = 0
 
     def __post_init__(self) -> None:
-        for f in ("exclude_ops", "exclude_nodes", "plugins", "custom_op_libraries", "providers"):
+        for f in ("exclude_ops", "exclude_nodes", "plugins", "custom_op_libraries", "providers", "plugin_ops"):
             value = getattr(self, f)
             if isinstance(value, str):
                 value = (value,)
@@ -82,7 +89,7 @@ class SessionOptions:
     def partition_options(self) -> PartitionOptions:
         return PartitionOptions(exclude_ops=self.exclude_ops, exclude_nodes=self.exclude_nodes,
                                 min_segment_size=self.min_segment_size, max_oracle_calls=self.max_oracle_calls,
-                                plugins=self.plugins)
+                                plugins=self.plugins, target=self.target, plugin_ops=self.plugin_ops)
 
     def ort_options(self, segments: int = 1) -> OrtOptions:
         """ONNX Runtime settings of each segment of a plan of ``segments`` segments."""
@@ -160,10 +167,12 @@ class Session:
 
     def __init__(self, model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, Any]] | None = None,
                  options: SessionOptions | None = None, *, plan: Mapping[str, Any] | str | os.PathLike[str] | None = None,
-                 calibration_feeds: Sequence[Mapping[str, Any]] = ()) -> None:
+                 calibration_feeds: Sequence[Mapping[str, Any]] = (), engines: Mapping[int, bytes] | None = None) -> None:
         """``plan``: a plan JSON (dict, text or path) written by an earlier session, whose derived
         profiles are reused after checking the model still plans the same. ``calibration_feeds``:
-        real inputs to derive profiles with where random data would not do."""
+        real inputs to derive profiles with where random data would not do. ``engines``: built
+        engines by segment id (``trt-backend build`` artifacts); missing ones are built when
+        TensorRT executes here."""
         self.options = options if options is not None else SessionOptions()
         if not isinstance(self.options, SessionOptions):
             raise OptionsError(f"options must be a SessionOptions, got {type(self.options).__name__}")
@@ -183,23 +192,19 @@ class Session:
             user = user or profiles_from_json(saved.get("input_profiles", []))
         input_profiles = complete_profiles(user, self._inputs, required=bool(trt))
         shape_tensors = {s.id: frozenset(shape_tensor_inputs(self.model, s)) for s in trt}
-        if saved is not None:
-            derived = _saved_segment_profiles(saved)
-        else:
-            derived = derive_profiles(self.model, base, self._inputs, input_profiles, overrides,
-                                      self._calibration_runner, self.options.calibration_seed,
-                                      list(calibration_feeds))
+        def derive(p: Plan) -> dict[int, list[Profile]]:
+            return derive_profiles(self.model, p, self._inputs, input_profiles, overrides, self._calibration_runner,
+                                   self.options.calibration_seed, list(calibration_feeds))
+
+        derived = _saved_segment_profiles(saved) if saved is not None else derive(base)
         emulate = self._decide_emulation(trt)
-        self.runners: list[SegmentRunner] = []
-        ort_opts = self.options.ort_options(len(base.segments))
-        for seg in base.segments:
-            proto = base.extract(seg.id)
-            if seg.backend != "tensorrt":
-                self.runners.append(OnnxRuntimeRunner(seg, proto, ort_opts))
-            elif emulate:
-                self.runners.append(EmulatedTensorRTRunner(seg, proto, ort_opts, derived[seg.id], shape_tensors[seg.id]))
-            else:
-                self.runners.append(make_tensorrt_runner(seg, proto, derived[seg.id], shape_tensors[seg.id]))
+        self.build_report: Any = None
+        engine_map = dict(engines or {})
+        if not emulate and any(s.id not in engine_map for s in trt):
+            base, derived, engine_map = self._build_engines(base, derived, derive, engine_map)
+            trt = base.tensorrt_segments()
+            shape_tensors = {s.id: frozenset(shape_tensor_inputs(self.model, s)) for s in trt}
+        self.runners = self._make_runners(base, emulate, derived, shape_tensors, engine_map)
         self.plan = SessionPlan.of(base, executors=[r.executor for r in self.runners],
                                    input_profiles=input_profiles, segment_profiles=derived)
         self._validator = FeedValidator(self._inputs, self._outputs, input_profiles)
@@ -207,6 +212,15 @@ class Session:
                            if t.name in {o.name for o in graph.output}}
         self._schedules: dict[tuple[str, ...], tuple[Step, ...]] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str], options: SessionOptions | None = None, *,
+             rebuild: bool = False) -> Session:
+        """A session from a ``trt-backend build`` folder: its engines and profiles, no build."""
+        from .artifacts import load
+
+        session: Session = load(os.fspath(folder), options, rebuild=rebuild)
+        return session
 
     # ------------------------------------------------------------ construction helpers
 
@@ -235,6 +249,60 @@ class Session:
         with _oracle_lock:  # one parser/builder per flavor, shared: not re-entrant
             return plan_model(model, oracle, opts.partition_options())
 
+    def _build_engines(self, plan: Plan, derived: dict[int, list[Profile]], derive: Any,
+                       engines: dict[int, bytes]) -> tuple[Plan, dict[int, list[Profile]], dict[int, bytes]]:
+        """Build what ``engines`` lacks; segments TensorRT refuses are demoted and re-planned."""
+        from .builder import BuildOptions
+        from .cache import EngineCache
+        from .engines import build_with_fallback
+
+        memo: dict[int, dict[int, list[Profile]]] = {id(plan): derived}
+
+        def profiles_of(p: Plan) -> dict[int, list[Profile]]:
+            if id(p) not in memo:
+                memo[id(p)] = derive(p)
+            return memo[id(p)]
+
+        cache = EngineCache(self.options.cache_dir, allow_host_code=self.options.allow_host_code) \
+            if self.options.cache_dir else None
+        result = build_with_fallback(plan, profiles_of, self.options.build or BuildOptions(), cache,
+                                     min_segment_size=self.options.min_segment_size)
+        self.build_report = result.report
+        built = dict(result.engines)
+        built.update({k: v for k, v in engines.items() if result.plan is plan})
+        return result.plan, profiles_of(result.plan), built
+
+    def _make_runners(self, plan: Plan, emulate: bool, derived: dict[int, list[Profile]],
+                      shape_tensors: dict[int, frozenset[str]], engines: dict[int, bytes]) -> list[SegmentRunner]:
+        ort_opts = self.options.ort_options(len(plan.segments))
+        gpu = not emulate and bool(plan.tensorrt_segments())
+        device_kw: dict[str, Any] = {}
+        cuda_ort = False
+        if gpu:
+            from .gpu.device import BufferPool, Stream
+            from .gpu.ort_cuda_runner import cuda_provider_available
+
+            self._stream, self._pool = Stream(), BufferPool()
+            device_kw = {"pool": self._pool, "stream": self._stream, "outputs_on_device": True,
+                         "allow_host_code": self.options.allow_host_code}
+            cuda_ort = cuda_provider_available()
+        runners: list[SegmentRunner] = []
+        for seg in plan.segments:
+            proto = plan.extract(seg.id)
+            if seg.backend != "tensorrt":
+                if cuda_ort:
+                    from .gpu.ort_cuda_runner import OrtCudaRunner
+
+                    runners.append(OrtCudaRunner(seg, proto, ort_opts, self._stream))
+                else:
+                    runners.append(OnnxRuntimeRunner(seg, proto, ort_opts))
+            elif emulate:
+                runners.append(EmulatedTensorRTRunner(seg, proto, ort_opts, derived[seg.id], shape_tensors[seg.id]))
+            else:
+                runners.append(make_tensorrt_runner(seg, engines.get(seg.id), derived[seg.id], shape_tensors[seg.id],
+                                                    **device_kw))
+        return runners
+
     def _decide_emulation(self, trt: list[Segment]) -> bool:
         if not trt or self.options.emulate is True:
             return True
@@ -242,7 +310,10 @@ class Session:
         if ok:
             return False
         if self.options.emulate is False:
-            return False  # make_tensorrt_runner raises, naming why
+            from .flavor import TensorRTUnavailableError
+
+            raise TensorRTUnavailableError(f"cannot execute segment {trt[0].id} on TensorRT: {why}; use emulate=True "
+                                           "(or 'auto') to run it through ONNX Runtime")
         log.warning("TensorRT cannot execute here (%s); running %d TensorRT segment(s) of %s emulated through "
                     "ONNX Runtime", why, len(trt), self.model.source)
         return True
@@ -305,7 +376,9 @@ class Session:
             env.update(zip(step.outputs, values))
             for n in step.free:
                 del env[n]
-        return [to_numpy(env[n]) for n in names]
+        if self.options.outputs_on_device:
+            return [env[n] for n in names]
+        return [env[n].to_host() if hasattr(env[n], "to_host") else to_numpy(env[n]) for n in names]
 
     def schedule(self, output_names: Sequence[str] | None = None) -> tuple[Step, ...]:
         """The segment runs needed for ``output_names``, and after which run each intermediate

@@ -97,3 +97,34 @@ def test_cupy_and_torch_arrays_shared_without_copy() -> None:
     tv = dev.as_device_array(t)
     assert tv.ptr == t.data_ptr() and tv.dtype == np.float16
     np.testing.assert_array_equal(tv.to_host(), np.arange(6, dtype=np.float16))
+
+
+def test_every_onnxruntime_name_of_the_cuda_runner_exists() -> None:
+    import onnxruntime as ort
+
+    from trt_backend.gpu.ort_cuda_runner import ORT_API
+
+    missing = []
+    for name in ORT_API:
+        obj = ort
+        for part in name.split("."):
+            obj = getattr(obj, part, None)
+        if obj is None:
+            missing.append(name)
+    assert missing == []
+
+
+def test_session_takes_device_feeds_without_copy_and_validates_them() -> None:
+    """At the GPU boundary: a device array (interface only) is checked like a numpy feed."""
+    from trt_backend import Session, SessionOptions
+    from trt_backend.demo import DEMO_PATH
+    from trt_backend.feeds import FeedError
+
+    sess = Session(DEMO_PATH, [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}],
+                   SessionOptions(emulate=True))
+    validated = sess._validator.validate({"image": FakeDeviceArray((2, 3, 32, 32), "<f4")})
+    assert isinstance(validated["image"], dev.DeviceArray) and validated["image"].ptr == 0xDEAD00
+    with pytest.raises(FeedError, match=r"input 'image': expected dtype float32 .*got float16"):
+        sess._validator.validate({"image": FakeDeviceArray((2, 3, 32, 32), "<f2")})
+    with pytest.raises(FeedError, match=r"shape \(8, 3, 32, 32\) is outside every profile"):
+        sess._validator.validate({"image": FakeDeviceArray((8, 3, 32, 32), "<f4")})

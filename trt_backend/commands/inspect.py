@@ -5,6 +5,7 @@ import argparse
 import os
 import shutil
 import tempfile
+from typing import Any
 
 from partitioner import OptionsError, PartitionOptions, Plan
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
@@ -62,6 +63,16 @@ def partition_options(args: argparse.Namespace) -> PartitionOptions:
                             min_segment_size=args.min_segment_size,
                             plugins=registry.claims() if registry is not None else (),
                             plugin_ops=tuple(args.plugin_ops), target=args.target)
+
+
+def session_options(args: argparse.Namespace, **extra: Any) -> Any:
+    """SessionOptions from the shared planning flags (plus ``extra`` fields)."""
+    from ..session import SessionOptions
+
+    po = partition_options(args)
+    return SessionOptions(flavor=args.flavor, exclude_ops=po.exclude_ops, exclude_nodes=po.exclude_nodes,
+                          min_segment_size=po.min_segment_size, plugins=po.plugins, plugin_ops=po.plugin_ops,
+                          target=po.target, isolate_parser=args.isolate, **extra)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -15,7 +15,7 @@ from partitioner import OptionsError
 
 from ..feeds import FeedError, random_feeds
 from ..profiles import Shape
-from .inspect import add_partition_arguments
+from .inspect import add_partition_arguments, session_options
 
 
 _SPEC = re.compile(r"\s*(?P<name>[^,\[]+?):(?P<shape>\[[^\]]*\]|[0-9x]*)\s*(?:,|$)")
@@ -116,13 +116,10 @@ def _run_shapes(args: argparse.Namespace, sess: Any) -> dict[str, tuple[int, ...
 
 
 def handle(args: argparse.Namespace) -> int:
-    from ..session import Session, SessionOptions
+    from ..session import Session
 
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
-    options = SessionOptions(emulate=True if args.emulate else "auto", flavor=args.flavor,
-                             exclude_ops=tuple(args.exclude_ops), exclude_nodes=tuple(args.exclude_nodes),
-                             min_segment_size=args.min_segment_size, isolate_parser=args.isolate,
-                             calibration_seed=args.seed)
+    options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed)
     start = time.perf_counter()
     sess = Session(args.model, profiles or None, options, plan=args.saved_plan)
     made = time.perf_counter() - start

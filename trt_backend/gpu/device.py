@@ -184,6 +184,10 @@ class DeviceArray:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
                 "strides": None, "stream": self.stream.ptr if self.stream is not None else None}

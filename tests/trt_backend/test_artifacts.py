@@ -1,0 +1,131 @@
+"""``trt-backend build`` folders: real TensorRT-RTX builds on CPU, a load that plans, calibrates
+and builds nothing, and clear errors for edited, corrupt or foreign folders."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import trt_backend
+from trt_backend import ArtifactError, Session, SessionOptions
+from trt_backend.cli import main
+from trt_backend.demo import DEMO_PATH
+
+PROFILE = [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}]
+pytestmark = pytest.mark.usefixtures("flavor")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> str:
+    from trt_backend import artifacts
+
+    out = str(tmp_path_factory.mktemp("b") / "demo")
+    artifacts.build(DEMO_PATH, out, PROFILE)
+    return out
+
+
+def copy_of(src: str, dst) -> str:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return str(dst)
+
+
+def test_manifest_lists_files_with_hashes_and_real_engines(built) -> None:
+    manifest = json.load(open(os.path.join(built, "manifest.json")))
+    assert [(s["backend"], s["engine"] is not None) for s in manifest["segments"]] == [
+        ("tensorrt", True), ("onnxruntime", False), ("tensorrt", True)]
+    for seg in manifest["segments"]:
+        assert os.path.getsize(os.path.join(built, seg["model"])) > 0
+        if seg["engine"]:
+            assert seg["engine_bytes"] == os.path.getsize(os.path.join(built, seg["engine"])) > 10_000
+            assert seg["build_seconds"] > 0
+    assert manifest["tensorrt"].startswith("tensorrt") and manifest["gpu_target"]
+    seg0 = manifest["plan"]["segments"][0]
+    assert seg0["profiles"][0]["image"]["max"] == [4, 3, 32, 32]
+    assert sorted(os.listdir(os.path.dirname(built))) == ["demo"]  # no temp folders left behind
+
+
+def test_load_runs_without_planning_calibrating_or_building(built, monkeypatch) -> None:
+    import trt_backend.engines
+    import trt_backend.session
+
+    def forbidden(*a, **k):
+        raise AssertionError("load must not plan, calibrate or build")
+
+    monkeypatch.setattr(trt_backend.session, "plan_model", forbidden)
+    monkeypatch.setattr(trt_backend.session, "derive_profiles", forbidden)
+    monkeypatch.setattr(trt_backend.engines, "build_with_fallback", forbidden)
+    sess = Session.load(built, SessionOptions(emulate=True))
+    assert sess.segment_executors == ["emulated", "onnxruntime", "emulated"]
+    x = np.random.default_rng(3).standard_normal((3, 3, 32, 32)).astype(np.float32)
+    got = sess.run(None, {"image": x})
+    want = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"]).run(None, {"image": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got[2], want[2])
+
+
+def test_edited_or_corrupt_folders_are_refused(built, tmp_path) -> None:
+    folder = copy_of(built, tmp_path / "corrupt")
+    with open(os.path.join(folder, "segment_2.engine"), "r+b") as f:
+        f.seek(100)
+        f.write(b"\x00garbage\x00")
+    with pytest.raises(ArtifactError, match=r"segment_2\.engine does not match its SHA-256 in manifest\.json"):
+        trt_backend.load(folder)
+    folder = copy_of(built, tmp_path / "missing")
+    os.remove(os.path.join(folder, "segment_0.onnx"))
+    with pytest.raises(ArtifactError, match=r"segment_0\.onnx listed in manifest\.json is missing"):
+        trt_backend.load(folder)
+    folder = copy_of(built, tmp_path / "edited")
+    path = os.path.join(folder, "manifest.json")
+    manifest = json.load(open(path))
+    del manifest["segments"][0]["model_sha256"]
+    json.dump(manifest, open(path, "w"))
+    with pytest.raises(ArtifactError, match="manifest lacks 'model_sha256'"):
+        trt_backend.load(folder)
+    with pytest.raises(ArtifactError, match="no manifest.json"):
+        trt_backend.load(str(tmp_path))
+
+
+def test_engines_of_another_tensorrt_version_are_refused_or_rebuilt(built, tmp_path) -> None:
+    folder = copy_of(built, tmp_path / "foreign")
+    path = os.path.join(folder, "manifest.json")
+    manifest = json.load(open(path))
+    manifest["tensorrt"] = "tensorrt 9.0.0"
+    json.dump(manifest, open(path, "w"))
+    with pytest.raises(ArtifactError, match=r"engines were built with tensorrt 9\.0\.0, this machine has tensorrt"):
+        trt_backend.load(folder, SessionOptions(emulate=False))
+    from trt_backend.flavor import TensorRTUnavailableError
+
+    with pytest.raises(TensorRTUnavailableError, match="no CUDA device"):  # rebuild asked: then it needs a GPU
+        trt_backend.load(folder, SessionOptions(emulate=False), rebuild=True)
+    assert Session.load(folder, SessionOptions(emulate=True)).segment_executors[1] == "onnxruntime"
+
+
+def test_build_refuses_to_replace_an_unrelated_folder_and_replaces_its_own(built, tmp_path, capsys) -> None:
+    other = tmp_path / "photos"
+    other.mkdir()
+    (other / "cat.jpg").write_bytes(b"meow")
+    assert main(["build", DEMO_PATH, "-o", str(other), "--shapes", "image:2x3x32x32"]) == 1
+    assert "holds no manifest.json; refusing to replace it" in capsys.readouterr().err
+    assert os.listdir(other) == ["cat.jpg"]
+    out = copy_of(built, tmp_path / "again")
+    assert main(["build", DEMO_PATH, "-o", out, "--shapes", "image:2x3x32x32", "--exclude-ops", "Softmax",
+                 "--min-segment-size", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "5 segment(s), 3 engine(s)" in text
+    manifest = json.load(open(os.path.join(out, "manifest.json")))
+    assert manifest["plan"]["segments"][0]["profiles"][0]["image"]["min"] == [2, 3, 32, 32]
+    assert sorted(f for f in os.listdir(out) if f.endswith(".engine")) == [
+        "segment_0.engine", "segment_2.engine", "segment_4.engine"]
+
+
+def test_build_errors_are_one_line(tmp_path, capsys) -> None:
+    assert main(["build", str(tmp_path / "nope.onnx"), "-o", str(tmp_path / "o")]) == 1
+    assert "no such file" in capsys.readouterr().err
+    assert main(["build", DEMO_PATH, "-o", str(tmp_path / "o"), "--workspace-mb", "0"]) == 1
+    assert "--workspace-mb must be positive" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "o")

@@ -1,0 +1,59 @@
+"""``trt-backend build``: plan, derive profiles, build every TensorRT segment, write a folder
+that ``trt_backend.load`` (or ``Session.load``) runs without building."""
+from __future__ import annotations
+
+import argparse
+
+from partitioner import OptionsError
+
+from .inspect import add_partition_arguments, session_options
+from .run import cli_profiles
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("build", help="build engines for every TensorRT segment into a folder",
+                       description="Plan MODEL, derive every TensorRT segment's profiles, build its engines "
+                                   "(TensorRT-RTX builds ahead of time on a machine without a GPU) and write "
+                                   "DIR/manifest.json, the segment models and the engines.")
+    p.add_argument("model", help="ONNX model file")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write (replaced atomically)")
+    p.add_argument("--shapes", metavar="x:1x3x224x224,...", help="fixed input shapes (one profile)")
+    for which in ("min", "opt", "max"):
+        p.add_argument(f"--{which}-shapes", action="append", default=[], metavar="x:1x3x224x224,...",
+                       help=f"{which} shapes of a profile (repeat all three for several profiles)")
+    p.add_argument("--precision", choices=("fp32", "tf32", "fp16", "bf16"), default="fp32",
+                   help="precision of TensorRT segments (an ONNX-level transform; default fp32)")
+    p.add_argument("--cache-dir", metavar="DIR", help="engine cache: unchanged segments are not rebuilt")
+    p.add_argument("--workspace-mb", type=int, default=None, metavar="MB", help="builder workspace limit")
+    p.add_argument("--compute-capabilities", default=None, metavar="SM80,SM86",
+                   help="TensorRT-RTX: GPUs to build for ahead of time (default: the builder's choice)")
+    add_partition_arguments(p)
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from .. import artifacts
+    from ..builder import BuildOptions
+
+    profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
+    kw: dict[str, object] = {"precision": args.precision}
+    if args.workspace_mb is not None:
+        if args.workspace_mb <= 0:
+            raise OptionsError(f"--workspace-mb must be positive, got {args.workspace_mb}")
+        kw["workspace_bytes"] = args.workspace_mb << 20
+    if args.compute_capabilities:
+        kw["compute_capabilities"] = tuple(c.strip() for c in args.compute_capabilities.split(",") if c.strip())
+    manifest = artifacts.build(args.model, args.output, profiles or None, session_options(args), BuildOptions(**kw),
+                               args.cache_dir, flavor=args.flavor)
+    segs = manifest["segments"]
+    engines = [s for s in segs if s["engine"]]
+    print(f"model {args.model} | {manifest['tensorrt']} | target {manifest['gpu_target']} | {len(segs)} segment(s), "
+          f"{len(engines)} engine(s) | {manifest['build_seconds']:.2f} s")
+    for s in segs:
+        what = (f"engine {s['engine']} {s['engine_bytes']} bytes, built in {s['build_seconds']:.2f} s"
+                if s["engine"] else "runs in ONNX Runtime")
+        print(f"  segment {s['id']}: {s['backend']:<11} {s['model']}  {what}")
+    for d in manifest["demoted"]:
+        print(f"  demoted node {d['node']} '{d['name']}' ({d['op_type']}): {d['reason']}")
+    print(f"wrote {args.output}/manifest.json")
+    return 0
