@@ -129,6 +129,10 @@ def test_cli_process_prints_no_traceback(tmp_path) -> None:
 def test_demo_command(tmp_path, capsys) -> None:
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out)]) == 0
-    assert "3 segments (2 TensorRT, 1 ONNX Runtime)" in capsys.readouterr().out
-    assert sorted(os.listdir(out / "segments")) == ["segment_0.onnx", "segment_1.onnx", "segment_2.onnx"]
+    text = capsys.readouterr().out
+    assert "3 segments (2 TensorRT, 1 ONNX Runtime)" in text
+    assert "max |probs difference| 0.00e+00, same top classes: True" in text
     assert json.loads((out / "plan.json").read_text())["segments"][1]["backend"] == "onnxruntime"
+    build = sorted(os.listdir(out / "build"))
+    assert build == ["manifest.json", "model.onnx", "segment_0.engine", "segment_0.onnx", "segment_1.onnx",
+                     "segment_2.engine", "segment_2.onnx"]

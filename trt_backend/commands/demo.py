@@ -1,8 +1,11 @@
-"""``trt-backend demo``: the main job end to end on the bundled demo model."""
+"""``trt-backend demo``: the main job end to end on the bundled demo model: plan, build the
+engines, load the build into a session, run it and check it against ONNX Runtime."""
 from __future__ import annotations
 
 import argparse
 import os
+
+import numpy as np
 
 from partitioner import PartitionOptions
 from partitioner.picture import write_picture
@@ -10,26 +13,53 @@ from partitioner.report import summary, write_atomic
 
 from ..demo import DEMO_PATH
 from ..planning import make_plan
-from .inspect import export_segments
+
+PROFILE = [{"image": ((1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32))}]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("demo", help="plan (and run) the bundled demo model",
+    p = sub.add_parser("demo", help="plan, build and run the bundled demo model",
                        description="Plan the bundled demo model (a classifier whose Resize mode TensorRT "
-                                   "rejects), write its plan, picture and segments.")
+                                   "rejects), build its TensorRT engines, load the build into a session, run it "
+                                   "and compare with ONNX Runtime.")
     p.add_argument("--out", default="trt-backend-demo", metavar="DIR", help="where to write (default ./trt-backend-demo)")
     p.add_argument("--flavor", choices=("auto", "tensorrt", "tensorrt_rtx"), default="auto")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    print(f"demo model: {DEMO_PATH}")
+    from .. import artifacts
+    from ..session import Session, SessionOptions
+
+    print(f"1. plan the demo model ({DEMO_PATH})")
     plan = make_plan(DEMO_PATH, PartitionOptions(), flavor=args.flavor)
     print(summary(plan))
     os.makedirs(args.out, exist_ok=True)
     write_atomic(os.path.join(args.out, "plan.json"), plan.to_json())
     write_picture(plan, os.path.join(args.out, "partition.html"))
-    export_segments(plan, os.path.join(args.out, "segments"))
-    print(f"wrote {args.out}/plan.json, {args.out}/partition.html and {len(plan.segments)} segment models "
-          f"in {args.out}/segments/")
-    return 0
+    build_dir = os.path.join(args.out, "build")
+    print(f"\n2. build engines for its TensorRT segments into {build_dir} (batch 1..8)")
+    manifest = artifacts.build(DEMO_PATH, build_dir, PROFILE, SessionOptions(flavor=args.flavor), flavor=args.flavor)
+    for seg in manifest["segments"]:
+        if seg["engine"]:
+            print(f"   segment {seg['id']}: {seg['engine']} {seg['engine_bytes']} bytes in {seg['build_seconds']:.2f} s "
+                  f"({manifest['tensorrt']}, target {manifest['gpu_target']})")
+    print(f"\n3. load the build and run a batch of 4")
+    sess = Session.load(build_dir, SessionOptions(emulate="auto", flavor=args.flavor))
+    for line in sess.summary():
+        print("   " + line)
+    x = np.random.default_rng(0).standard_normal((4, 3, 32, 32)).astype(np.float32)
+    probs, scores, classes = sess.run(None, {"image": x})
+    import onnxruntime as ort
+
+    ref = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"]).run(None, {"image": x})
+    diff = float(np.max(np.abs(probs - ref[0])))
+    same = bool(np.array_equal(classes, ref[2]))
+    print(f"   top classes per image: {classes.tolist()}")
+    print(f"   against whole-model ONNX Runtime: max |probs difference| {diff:.2e}, same top classes: {same}")
+    emulated = sess.segment_executors.count("emulated")
+    if emulated:
+        print(f"   ({emulated} TensorRT segment(s) ran emulated through ONNX Runtime: no usable GPU and TensorRT "
+              "runtime here; the engines above are what a GPU machine runs)")
+    print(f"\nwrote {args.out}/plan.json, {args.out}/partition.html and {build_dir}/")
+    return 0 if diff < 1e-4 and same else 1
