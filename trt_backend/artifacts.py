@@ -44,7 +44,7 @@ def build(model: Any, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None
     from . import __version__
     from .builder import BuildOptions, build_target
     from .cache import EngineCache
-    from .engines import build_with_fallback
+    from .engines import build_with_fallback, plugin_rewrite
     from .flavor import load_flavor
     from .session import Session, SessionOptions
 
@@ -66,7 +66,7 @@ def build(model: Any, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None
 
     cache = EngineCache(cache_dir) if cache_dir else None
     result = build_with_fallback(sess.plan, profiles_of, bopts, cache, flavor=trt,
-                                 min_segment_size=opts.min_segment_size)
+                                 min_segment_size=opts.min_segment_size, rewrite=plugin_rewrite(sess.plan, trt))
     final = sessions.get(id(result.plan)) or Session(result.plan, profiles, opts)
     seconds = {r.segment: r.seconds for r in result.report.segments} if result.report.segments else {}
     files: dict[str, bytes] = {MODEL_FILE: final.model.proto.SerializeToString()}

@@ -217,3 +217,36 @@ def _timing_cache(options: BuildOptions, flavor: Flavor) -> TimingCacheFile | No
         log.warning("%s has no timing cache API; %s ignored", flavor.target, options.timing_cache)
         return None
     return TimingCacheFile(options.timing_cache)
+
+
+def plugin_rewrite(plan: Plan, flavor: Flavor | str = "auto") -> SegmentRewrite | None:
+    """The segment rewrite that turns the plan's plugin nodes into plugin ops for the builder
+    (registering the plugins with TensorRT first), or None when the plan has none."""
+    claimed = {n.name: n.verdict[len("plugin:"):] for n in plan.nodes if n.verdict.startswith("plugin:")}
+    if not claimed:
+        return None
+    trt = _flavor(flavor)
+    if trt.is_rtx:
+        raise OptionsError(f"the plan puts {len(claimed)} node(s) on plugins, which {trt.target} cannot run; "
+                           "plan with --target tensorrt_rtx (or --no-plugins), or build with full TensorRT")
+    from plugins import default_registry, rewrite_for_engine
+
+    registry = default_registry()
+    _register_plugins(trt)
+
+    def rewrite(segment: onnx.ModelProto) -> onnx.ModelProto:
+        return rewrite_for_engine(segment, registry, claimed)
+
+    return rewrite
+
+
+_registered: set[str] = set()
+
+
+def _register_plugins(trt: Flavor) -> None:
+    """TensorRT's plugin registry is per process: register ours there once."""
+    if trt.target not in _registered:
+        from plugins import register_with
+
+        register_with(trt.module)
+        _registered.add(trt.target)

@@ -254,7 +254,7 @@ class Session:
         """Build what ``engines`` lacks; segments TensorRT refuses are demoted and re-planned."""
         from .builder import BuildOptions
         from .cache import EngineCache
-        from .engines import build_with_fallback
+        from .engines import build_with_fallback, plugin_rewrite
 
         memo: dict[int, dict[int, list[Profile]]] = {id(plan): derived}
 
@@ -266,7 +266,7 @@ class Session:
         cache = EngineCache(self.options.cache_dir, allow_host_code=self.options.allow_host_code) \
             if self.options.cache_dir else None
         result = build_with_fallback(plan, profiles_of, self.options.build or BuildOptions(), cache,
-                                     min_segment_size=self.options.min_segment_size)
+                                     min_segment_size=self.options.min_segment_size, rewrite=plugin_rewrite(plan))
         self.build_report = result.report
         built = dict(result.engines)
         built.update({k: v for k, v in engines.items() if result.plan is plan})

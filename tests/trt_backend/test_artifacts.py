@@ -129,3 +129,24 @@ def test_build_errors_are_one_line(tmp_path, capsys) -> None:
     assert main(["build", DEMO_PATH, "-o", str(tmp_path / "o"), "--workspace-mb", "0"]) == 1
     assert "--workspace-mb must be positive" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_plugin_plans_are_not_built_with_tensorrt_rtx(tmp_path, capsys, flavor) -> None:
+    from benchmarks.plugin_models import crop_cnn
+    from trt_backend.engines import plugin_rewrite
+    from trt_backend.planning import make_plan
+    import onnx
+    from partitioner import OptionsError, PartitionOptions
+    from plugins import default_registry
+
+    if not flavor.is_rtx:
+        pytest.skip("full TensorRT installed: plugin engines are buildable here")
+    path = tmp_path / "crop.onnx"
+    onnx.save(crop_cnn(), str(path))
+    plan = make_plan(str(path), PartitionOptions(plugins=default_registry().claims(), target="tensorrt"))
+    assert any(n.verdict.startswith("plugin:") for n in plan.nodes)
+    with pytest.raises(OptionsError, match=r"puts 1 node\(s\) on plugins, which tensorrt_rtx .* cannot run"):
+        plugin_rewrite(plan, flavor)
+    assert plugin_rewrite(make_plan(str(path), PartitionOptions(target="tensorrt_rtx")), flavor) is None
+    assert main(["build", str(path), "-o", str(tmp_path / "b"), "--target", "tensorrt", "--shapes", "x:1x3x16x16"]) == 1
+    assert "cannot run" in capsys.readouterr().err and not os.path.exists(tmp_path / "b")
