@@ -38,9 +38,11 @@ def _sha256(data: bytes) -> str:
 
 
 def build(model: Any, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None = None, options: Any = None,
-          build_options: Any = None, cache_dir: str | None = None, *, flavor: str = "auto") -> dict[str, Any]:
+          build_options: Any = None, cache_dir: str | None = None, *, flavor: str = "auto",
+          progress: Any = None) -> dict[str, Any]:
     """Plan ``model``, derive profiles, build every TensorRT segment (demoting what TensorRT
-    refuses), and write the folder ``out_dir`` atomically. Returns the manifest."""
+    refuses), and write the folder ``out_dir`` atomically. Returns the manifest. ``progress``
+    receives a ``BuildEvent`` as each segment finishes."""
     from . import __version__
     from .builder import BuildOptions, build_target
     from .cache import EngineCache
@@ -66,7 +68,8 @@ def build(model: Any, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None
 
     cache = EngineCache(cache_dir) if cache_dir else None
     result = build_with_fallback(sess.plan, profiles_of, bopts, cache, flavor=trt,
-                                 min_segment_size=opts.min_segment_size, rewrite=plugin_rewrite(sess.plan, trt))
+                                 min_segment_size=opts.min_segment_size, rewrite=plugin_rewrite(sess.plan, trt),
+                                 progress=progress)
     final = sessions.get(id(result.plan)) or Session(result.plan, profiles, opts)
     seconds = {r.segment: r.seconds for r in result.report.segments} if result.report.segments else {}
     files: dict[str, bytes] = {MODEL_FILE: final.model.proto.SerializeToString()}

@@ -3,9 +3,11 @@ that ``trt_backend.load`` (or ``Session.load``) runs without building."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from partitioner import OptionsError
 
+from ..build_report import BuildEvent
 from .inspect import add_partition_arguments, session_options
 from .run import cli_profiles
 
@@ -31,6 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=handle)
 
 
+def _progress(e: BuildEvent) -> None:
+    """One line per finished segment on stderr: builds of big models take minutes."""
+    print(f"  [{e.done}/{e.total}] segment {e.segment} {e.status} in {e.seconds:.2f} s", file=sys.stderr, flush=True)
+
+
 def handle(args: argparse.Namespace) -> int:
     from .. import artifacts
     from ..builder import BuildOptions
@@ -44,7 +51,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.compute_capabilities:
         kw["compute_capabilities"] = tuple(c.strip() for c in args.compute_capabilities.split(",") if c.strip())
     manifest = artifacts.build(args.model, args.output, profiles or None, session_options(args), BuildOptions(**kw),
-                               args.cache_dir, flavor=args.flavor)
+                               args.cache_dir, flavor=args.flavor, progress=_progress)
     segs = manifest["segments"]
     engines = [s for s in segs if s["engine"]]
     print(f"model {args.model} | {manifest['tensorrt']} | target {manifest['gpu_target']} | {len(segs)} segment(s), "
