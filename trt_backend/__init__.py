@@ -30,6 +30,10 @@ _LAZY = {
     "EngineCacheError": "trt_backend.cache",
     "apply_precision": "trt_backend.precision",
     "load": "trt_backend.artifacts",
+    "compare": "trt_backend.compare_api",
+    "CompareOptions": "trt_backend.compare_options",
+    "ComparisonReport": "trt_backend.compare_report",
+    "ReferenceRunError": "trt_backend.compare_options",
     "ArtifactError": "trt_backend.artifacts",
 }
 

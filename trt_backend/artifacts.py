@@ -53,7 +53,7 @@ def build(model: Any, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None
     opts = options if options is not None else SessionOptions()
     opts = _emulated(opts)
     bopts = build_options or BuildOptions()
-    trt = load_flavor(flavor)
+    flv = load_flavor(flavor)
     _check_out_dir(out_dir)
     start = time.perf_counter()
     sess = Session(model, profiles, opts)
@@ -67,8 +67,8 @@ def build(model: Any, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None
         return memo[id(plan)]
 
     cache = EngineCache(cache_dir) if cache_dir else None
-    result = build_with_fallback(sess.plan, profiles_of, bopts, cache, flavor=trt,
-                                 min_segment_size=opts.min_segment_size, rewrite=plugin_rewrite(sess.plan, trt),
+    result = build_with_fallback(sess.plan, profiles_of, bopts, cache, flavor=flv,
+                                 min_segment_size=opts.min_segment_size, rewrite=plugin_rewrite(sess.plan, flv),
                                  progress=progress)
     final = sessions.get(id(result.plan)) or Session(result.plan, profiles, opts)
     seconds = {r.segment: r.seconds for r in result.report.segments} if result.report.segments else {}
@@ -90,8 +90,8 @@ def build(model: Any, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None
     manifest = {
         "format": FORMAT, "trt_backend": __version__, "model": final.model.source,
         "model_file": MODEL_FILE, "model_sha256": _sha256(files[MODEL_FILE]),
-        "tensorrt": trt.target, "gpu_target": build_target(trt, bopts),
-        "versions": _versions(trt), "build_options": bopts.key_fields(),
+        "tensorrt": flv.target, "gpu_target": build_target(flv, bopts),
+        "versions": _versions(flv), "build_options": bopts.key_fields(),
         "plan": final.plan.to_dict(), "segments": segments,
         "demoted": [d.__dict__ for d in result.report.demoted] if result.report.demoted else [],
         "build_seconds": round(time.perf_counter() - start, 4),
@@ -107,10 +107,10 @@ def _emulated(opts: Any) -> Any:
     return dataclasses.replace(opts, emulate=True)
 
 
-def _versions(trt: Any) -> dict[str, str]:
+def _versions(flv: Any) -> dict[str, str]:
     import onnxruntime
 
-    return {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, trt.name: trt.version}
+    return {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, flv.name: flv.version}
 
 
 def _check_out_dir(out_dir: str) -> None:
@@ -215,13 +215,13 @@ def _runtime_mismatch(manifest: Mapping[str, Any]) -> str | None:
     from .flavor import TensorRTUnavailableError, load_flavor
 
     try:
-        trt = load_flavor("auto")
+        flv = load_flavor("auto")
     except TensorRTUnavailableError as e:
         return str(e)
-    if trt.target != manifest.get("tensorrt"):
-        return f"engines were built with {manifest.get('tensorrt')}, this machine has {trt.target}"
+    if flv.target != manifest.get("tensorrt"):
+        return f"engines were built with {manifest.get('tensorrt')}, this machine has {flv.target}"
     fields = manifest.get("build_options", {})
-    here = build_target(trt, BuildOptions(compute_capabilities=tuple(fields.get("compute_capabilities", ()))))
+    here = build_target(flv, BuildOptions(compute_capabilities=tuple(fields.get("compute_capabilities", ()))))
     if here != manifest.get("gpu_target"):
         return f"engines were built for {manifest.get('gpu_target')}, this machine is {here}"
     return None

@@ -80,7 +80,7 @@ class CompareOptions:
 
     atol: float = DEFAULT_TOLERANCE
     rtol: float = DEFAULT_TOLERANCE
-    tolerances: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    tolerances: Mapping[str, tuple[float, float]] | Sequence[str] = field(default_factory=dict)
     error_stat: str = "elemwise"
     error_quantile: float = 0.99
     iterations: int = 1
@@ -152,11 +152,17 @@ class CompareOptions:
 
     def tolerance_for(self, output_name: str) -> tuple[float, float]:
         """(atol, rtol) that apply to ``output_name`` (its own, else the global ones)."""
-        return self.tolerances.get(output_name, (self.atol, self.rtol))
+        return self.output_tolerances.get(output_name, (self.atol, self.rtol))
+
+    @property
+    def output_tolerances(self) -> Mapping[str, tuple[float, float]]:
+        """``tolerances`` as read: output name -> (atol, rtol)."""
+        t = self.tolerances
+        return t if isinstance(t, Mapping) else self._checked_tolerances(t)
 
     def check_output_names(self, outputs: Sequence[str]) -> None:
         """Every per-output tolerance must name a model output."""
-        unknown = [n for n in self.tolerances if n not in outputs]
+        unknown = [n for n in self.output_tolerances if n not in outputs]
         if unknown:
             raise OptionsError(f"--tolerance names unknown output(s) {', '.join(map(repr, unknown))}; "
                                f"the model's outputs are: {', '.join(outputs)}")

@@ -225,14 +225,14 @@ def plugin_rewrite(plan: Plan, flavor: Flavor | str = "auto") -> SegmentRewrite 
     claimed = {n.name: n.verdict[len("plugin:"):] for n in plan.nodes if n.verdict.startswith("plugin:")}
     if not claimed:
         return None
-    trt = _flavor(flavor)
-    if trt.is_rtx:
-        raise OptionsError(f"the plan puts {len(claimed)} node(s) on plugins, which {trt.target} cannot run; "
+    flv = _flavor(flavor)
+    if flv.is_rtx:
+        raise OptionsError(f"the plan puts {len(claimed)} node(s) on plugins, which {flv.target} cannot run; "
                            "plan with --target tensorrt_rtx (or --no-plugins), or build with full TensorRT")
     from plugins import default_registry, rewrite_for_engine
 
     registry = default_registry()
-    _register_plugins(trt)
+    _register_plugins(flv)
 
     def rewrite(segment: onnx.ModelProto) -> onnx.ModelProto:
         return rewrite_for_engine(segment, registry, claimed)
@@ -243,10 +243,10 @@ def plugin_rewrite(plan: Plan, flavor: Flavor | str = "auto") -> SegmentRewrite 
 _registered: set[str] = set()
 
 
-def _register_plugins(trt: Flavor) -> None:
+def _register_plugins(flv: Flavor) -> None:
     """TensorRT's plugin registry is per process: register ours there once."""
-    if trt.target not in _registered:
+    if flv.target not in _registered:
         from plugins import register_with
 
-        register_with(trt.module)
-        _registered.add(trt.target)
+        register_with(flv.module)
+        _registered.add(flv.target)

@@ -1,0 +1,94 @@
+"""``trt-backend compare``: outputs of a model run by trt-backend against ONNX Runtime on the whole
+model (Polygraphy's Comparator), per-output tolerances, and the segment a divergence starts in.
+
+Exit status: 0 every output passed; 1 a mismatch (the report says which outputs, the JSON is
+written with ``"passed": false``); bad input (unknown output in --tolerance, malformed numbers,
+a model the reference cannot run) also exits 1 through the CLI's error path: one line
+``trt-backend: error: ...`` on stderr, no report and no JSON written."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from partitioner import OptionsError
+
+from ..compare_options import DEFAULT_TOLERANCE, ERROR_STATS
+from ..precision import PRECISIONS
+from .inspect import add_partition_arguments, session_options
+from .run import cli_profiles, parse_shapes
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("compare", help="compare trt-backend's outputs with ONNX Runtime on the whole model",
+                       description="Run MODEL through trt-backend (TensorRT segments, emulated without a GPU, and "
+                                   "ONNX Runtime segments) and through ONNX Runtime alone on seeded random inputs at "
+                                   "the profiles' opt shapes, compare every output with Polygraphy, and optionally "
+                                   "name the segment a divergence starts in. Exit 0: all outputs pass; 1: a mismatch "
+                                   "or an error (errors print one 'trt-backend: error:' line and write no JSON).")
+    p.add_argument("model", help="ONNX model file")
+    p.add_argument("--shapes", metavar="x:1x3x224x224,...",
+                   help="input shapes to compare at (and, without --min/--opt/--max-shapes, a fixed profile)")
+    for which in ("min", "opt", "max"):
+        p.add_argument(f"--{which}-shapes", action="append", default=[], metavar="x:1x3x224x224,...",
+                       help=f"{which} shapes of a profile (repeat all three for several profiles)")
+    p.add_argument("--all-profile-shapes", action="store_true",
+                   help="compare at the min, opt and max shapes of every profile (default: opt shapes)")
+    p.add_argument("--atol", default=str(DEFAULT_TOLERANCE), metavar="A",
+                   help=f"absolute tolerance (default {DEFAULT_TOLERANCE:g})")
+    p.add_argument("--rtol", default=str(DEFAULT_TOLERANCE), metavar="R",
+                   help=f"relative tolerance (default {DEFAULT_TOLERANCE:g})")
+    p.add_argument("--tolerance", action="append", default=[], metavar="OUT:ATOL,RTOL",
+                   help="tolerances of one output (repeatable), e.g. --tolerance logits:1e-2,1e-3")
+    p.add_argument("--error-stat", default="elemwise", metavar="|".join(ERROR_STATS),
+                   help="error statistic held to the tolerance (default elemwise: every element within atol or rtol)")
+    p.add_argument("--error-quantile", default="0.99", metavar="Q", help="quantile for --error-stat quantile")
+    p.add_argument("--iterations", default="1", metavar="N", help="inputs per shape point (default 1)")
+    p.add_argument("--seed", default="0", metavar="S", help="seed of the random inputs (default 0)")
+    p.add_argument("--precision", default="fp32", metavar="|".join(PRECISIONS),
+                   help="precision of the TensorRT segments (ONNX-level transform; emulated through ONNX Runtime)")
+    p.add_argument("--emulate", action="store_true",
+                   help="run TensorRT segments through ONNX Runtime even where TensorRT could run them")
+    p.add_argument("--localize", action="store_true",
+                   help="on a mismatch, name the first diverging segment (its nodes, backend, own error)")
+    p.add_argument("--localize-always", action="store_true",
+                   help="localise even when every output passes (per-segment error table)")
+    p.add_argument("--json", metavar="OUT.json", help="write the report as JSON")
+    add_partition_arguments(p)
+    p.set_defaults(func=handle)
+
+
+def _check_json_path(path: str | None) -> None:
+    if path is None:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise OptionsError(f"cannot write --json {path}: no folder {directory}")
+
+
+def handle(args: argparse.Namespace) -> int:
+    from ..compare_api import compare
+    from ..compare_options import CompareOptions
+
+    profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
+    options = CompareOptions(atol=args.atol, rtol=args.rtol, tolerances=tuple(args.tolerance),
+                             error_stat=args.error_stat, error_quantile=args.error_quantile,
+                             iterations=args.iterations, seed=args.seed,
+                             shapes=parse_shapes(args.shapes) if args.shapes else None,
+                             all_profile_shapes=args.all_profile_shapes, precision=args.precision,
+                             localize="always" if args.localize_always else "mismatch" if args.localize else "off")
+    so = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=options.seed)
+    _check_json_path(args.json)
+    report = compare(args.model, options, profiles=profiles or None, session_options=so)
+    executors = report.executors
+    print(f"model {args.model} | {len(executors)} segment(s): "
+          + ", ".join(f"{e} x{executors.count(e)}" for e in dict.fromkeys(executors))
+          + f" | reference: ONNX Runtime, whole model | inputs: "
+          + "; ".join(", ".join(f"{n}:{'x'.join(map(str, s)) or '[]'}" for n, s in p.items()) for p in report.points))
+    for line in report.lines():
+        print(line)
+    if args.json:
+        from partitioner.report import write_atomic
+
+        write_atomic(args.json, report.to_json() + "\n")
+        print(f"wrote {args.json}")
+    return 0 if report.passed else 1
