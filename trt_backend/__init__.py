@@ -31,6 +31,8 @@ _LAZY = {
     "apply_precision": "trt_backend.precision",
     "load": "trt_backend.artifacts",
     "compare": "trt_backend.compare_api",
+    "run_bench": "trt_backend.bench",
+    "BenchOptions": "trt_backend.bench",
     "CompareOptions": "trt_backend.compare_options",
     "ComparisonReport": "trt_backend.compare_report",
     "ReferenceRunError": "trt_backend.compare_options",

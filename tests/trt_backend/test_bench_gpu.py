@@ -1,0 +1,76 @@
+"""GPU phase timing of ``trt-backend bench``: the TensorRT runner steps it hooks still exist in
+that order (CPU), and real CUDA events split real copies and work on a stream (GPU)."""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+from trt_backend.bench_gpu import PhaseRecorder
+from trt_backend.gpu import device as dev
+from trt_backend.gpu.trt_runner import TensorRTRunner
+
+
+def test_the_hooked_steps_of_the_tensorrt_runner_exist_in_order() -> None:
+    src = inspect.getsource(TensorRTRunner.run_impl)
+    steps = [src.index(s) for s in ("self._bind_input(", "execute_async_v3(", "self._output(", "synchronize()")]
+    assert steps == sorted(steps)
+    assert {"ctx", "name", "value", "held", "temp"} <= set(inspect.signature(TensorRTRunner._bind_input).parameters)
+    assert "self.stream = " in inspect.getsource(TensorRTRunner.__init__)
+
+
+class CopyRunner:
+    """TensorRTRunner's sequence on a real stream: H2D per input, 'compute' (device copies of a
+    large buffer), D2H per output, then synchronize."""
+
+    def __init__(self, pool: dev.BufferPool, nbytes: int) -> None:
+        self.stream = dev.Stream()
+        self.pool = pool
+        self.input_names = ("a", "b")
+        self.output_names = ("y",)
+        self.inputs = {n: pool.acquire(nbytes) for n in self.input_names}
+        self.work = pool.acquire(nbytes)
+
+    def _bind_input(self, ctx, name, value, held, temp):
+        dev.copy_to_device(self.inputs[name].ptr, value, self.stream)
+
+    def _output(self, name, allocator):
+        host = np.empty(self.nbytes // 4, np.float32)
+        dev.copy_to_host(host, self.work.ptr, self.stream)
+        return host
+
+    def run(self, inputs):
+        self.nbytes = inputs[0].nbytes
+        for n, v in zip(self.input_names, inputs):
+            self._bind_input(None, n, v, [], [])
+        for _ in range(20):
+            dev.copy_device(self.work.ptr, self.inputs["a"].ptr, self.nbytes, self.stream)
+        out = [self._output(n, None) for n in self.output_names]
+        self.stream.synchronize()
+        return out
+
+
+@pytest.mark.gpu
+def test_cuda_events_split_h2d_compute_d2h() -> None:
+    pool = dev.BufferPool()
+    x = np.random.default_rng(0).random(16 << 20, dtype=np.float32)  # 64 MiB
+    runner = CopyRunner(pool, x.nbytes)
+    rec = PhaseRecorder(runner).install()
+    try:
+        runner.run([x, x])
+        rec.recording = True
+        for _ in range(3):
+            (y,) = runner.run([x, x])
+        np.testing.assert_array_equal(y, x)
+        assert all(len(v) == 3 for v in rec.samples.values())
+        h2d, compute, d2h = (float(np.median(rec.samples[p])) for p in ("h2d", "compute", "d2h"))
+        assert h2d > 0 and compute > 0 and d2h > 0
+        # two pageable 64 MiB uploads vs one download: both take milliseconds, neither is free
+        assert h2d > 0.5 * d2h and h2d + compute + d2h == pytest.approx(float(np.median(rec.totals_ms())), rel=0.5)
+    finally:
+        rec.close()
+        runner.stream.close()
+        for buf in (*runner.inputs.values(), runner.work):
+            pool.release(buf)
+        pool.close()
