@@ -81,25 +81,6 @@ def load_flavor(choice: str = "auto") -> Flavor:
                                    "'tensorrt' (GPU) or 'tensorrt-rtx-cu13' (CPU-capable parser/builder)")
 
 
-def make_logger(flavor: Flavor, *, quiet: bool = False) -> Any:
-    """A TensorRT ILogger forwarding to Python ``logging`` (logger ``trt_backend.tensorrt``).
-    ``quiet`` logs everything at DEBUG: capability queries expect the parser to complain."""
-    trt = flavor.module
-    pylog = logging.getLogger("trt_backend.tensorrt")
-    sev = trt.ILogger.Severity
-    mapping = {sev.INTERNAL_ERROR: logging.CRITICAL, sev.ERROR: logging.ERROR, sev.WARNING: logging.WARNING,
-               sev.INFO: logging.INFO, sev.VERBOSE: logging.DEBUG}
-
-    class _Bridge(trt.ILogger):  # type: ignore[misc, name-defined]
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-
-        def log(self, severity: Any, msg: str) -> None:
-            pylog.log(logging.DEBUG if quiet else mapping.get(severity, logging.INFO), "%s", msg)
-
-    return _Bridge()
-
-
 # One logger per flavor per process: TensorRT warns when a builder gets a logger other than the
 # first one it saw, and messages arrive on the thread that called into TensorRT, so per-call
 # quieting and capturing are thread-local instead of per-logger.

@@ -189,7 +189,6 @@ class _Lowering:
         g = model.graph
         decisions = [self.decide(n) for n in g.node]
         wants = _initializer_wants(g, decisions)
-        inits = {t.name: t for t in g.initializer}
         graph_inputs = {v.name for v in g.input}
         home: dict[str, dict[int, str]] = {}  # tensor -> dtype -> name holding it
         clipped = 0

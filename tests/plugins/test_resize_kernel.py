@@ -27,7 +27,7 @@ def test_per_element_math_is_host_device_code() -> None:
     src = kernel_source()
     assert "#define RZ_HD __host__ __device__ static inline" in src
     for fn in ("rz_coordinate", "rz_nearest", "rz_axis_setup", "rz_axis_tap", "rz_output_element"):
-        assert f"RZ_HD " in src.split(fn + "(")[0].rsplit("\n", 1)[-1], fn
+        assert "RZ_HD " in src.split(fn + "(")[0].rsplit("\n", 1)[-1], fn
 
 
 def test_random_combinations_match_onnx_runtime() -> None:

@@ -14,7 +14,7 @@ from ..bench import PRECISIONS, BenchOptions, run_bench
 from ..bench_runners import BASELINES
 from ..bench_timing import BenchOptionsError, ProgressEvent, TimingConfig
 from .inspect import add_partition_arguments, session_options
-from .run import cli_profiles, parse_shapes
+from .run import add_shape_arguments, cli_profiles, parse_shapes
 
 PROGRESS_AFTER_S = 2.0  # runs shorter than this print no progress
 
@@ -28,11 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "median/p90/p95/p99 (nearest-rank percentiles), throughput, each baseline's ratio to ours, "
                     "ours per segment, and engine build and cache-load times apart from inference.")
     p.add_argument("model", help="ONNX model file")
-    p.add_argument("--shapes", metavar="x:1x3x224x224,...",
-                   help="input shapes to run with (and, without --min/--opt/--max-shapes, a fixed profile)")
-    for which in ("min", "opt", "max"):
-        p.add_argument(f"--{which}-shapes", action="append", default=[], metavar="x:1x3x224x224,...",
-                       help=f"{which} shapes of a profile (repeat all three for several profiles)")
+    add_shape_arguments(p, "run with")
     p.add_argument("--precision", default="fp32", metavar="|".join(PRECISIONS),
                    help="precision of TensorRT engine builds and of the TensorRT EP (default fp32)")
     p.add_argument("--warmup-ms", default="200", metavar="MS", help="warm-up time per runner (default 200)")

@@ -9,7 +9,7 @@ from partitioner import OptionsError
 
 from ..build_report import BuildEvent
 from .inspect import add_partition_arguments, session_options
-from .run import cli_profiles
+from .run import add_shape_arguments, cli_profiles
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -19,10 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "DIR/manifest.json, the segment models and the engines.")
     p.add_argument("model", help="ONNX model file")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write (replaced atomically)")
-    p.add_argument("--shapes", metavar="x:1x3x224x224,...", help="fixed input shapes (one profile)")
-    for which in ("min", "opt", "max"):
-        p.add_argument(f"--{which}-shapes", action="append", default=[], metavar="x:1x3x224x224,...",
-                       help=f"{which} shapes of a profile (repeat all three for several profiles)")
+    add_shape_arguments(p, "build for")
     p.add_argument("--precision", choices=("fp32", "tf32", "fp16", "bf16"), default="fp32",
                    help="precision of TensorRT segments (an ONNX-level transform; default fp32)")
     p.add_argument("--cache-dir", metavar="DIR", help="engine cache: unchanged segments are not rebuilt")

@@ -15,7 +15,7 @@ from partitioner import OptionsError
 from ..compare_options import DEFAULT_TOLERANCE, ERROR_STATS
 from ..precision import PRECISIONS
 from .inspect import add_partition_arguments, session_options
-from .run import cli_profiles, parse_shapes
+from .run import add_shape_arguments, cli_profiles, parse_shapes
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,11 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "name the segment a divergence starts in. Exit 0: all outputs pass; 1: a mismatch "
                                    "or an error (errors print one 'trt-backend: error:' line and write no JSON).")
     p.add_argument("model", help="ONNX model file")
-    p.add_argument("--shapes", metavar="x:1x3x224x224,...",
-                   help="input shapes to compare at (and, without --min/--opt/--max-shapes, a fixed profile)")
-    for which in ("min", "opt", "max"):
-        p.add_argument(f"--{which}-shapes", action="append", default=[], metavar="x:1x3x224x224,...",
-                       help=f"{which} shapes of a profile (repeat all three for several profiles)")
+    add_shape_arguments(p, "compare at")
     p.add_argument("--all-profile-shapes", action="store_true",
                    help="compare at the min, opt and max shapes of every profile (default: opt shapes)")
     p.add_argument("--atol", default=str(DEFAULT_TOLERANCE), metavar="A",
@@ -82,7 +78,7 @@ def handle(args: argparse.Namespace) -> int:
     executors = report.executors
     print(f"model {args.model} | {len(executors)} segment(s): "
           + ", ".join(f"{e} x{executors.count(e)}" for e in dict.fromkeys(executors))
-          + f" | reference: ONNX Runtime, whole model | inputs: "
+          + " | reference: ONNX Runtime, whole model | inputs: "
           + "; ".join(", ".join(f"{n}:{'x'.join(map(str, s)) or '[]'}" for n, s in p.items()) for p in report.points))
     for line in report.lines():
         print(line)

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         if seg["engine"]:
             print(f"   segment {seg['id']}: {seg['engine']} {seg['engine_bytes']} bytes in {seg['build_seconds']:.2f} s "
                   f"({manifest['tensorrt']}, target {manifest['gpu_target']})")
-    print(f"\n3. load the build and run a batch of 4")
+    print("\n3. load the build and run a batch of 4")
     sess = Session.load(build_dir, SessionOptions(emulate="auto", flavor=args.flavor))
     for line in sess.summary():
         print("   " + line)

@@ -63,6 +63,15 @@ def cli_profiles(min_shapes: Sequence[str], opt_shapes: Sequence[str], max_shape
     return profiles
 
 
+def add_shape_arguments(p: argparse.ArgumentParser, what: str) -> None:
+    """``--shapes`` and the repeatable ``--min/--opt/--max-shapes`` that :func:`cli_profiles` reads."""
+    p.add_argument("--shapes", metavar="x:1x3x224x224,...",
+                   help=f"input shapes to {what} (and, without --min/--opt/--max-shapes, a fixed profile)")
+    for which in ("min", "opt", "max"):
+        p.add_argument(f"--{which}-shapes", action="append", default=[], metavar="x:1x3x224x224,...",
+                       help=f"{which} shapes of a profile (repeat all three for several profiles)")
+
+
 def stats_line(value: Any) -> str:
     """Shape, dtype and summary numbers of an output (for reports)."""
     if isinstance(value, list):
@@ -83,11 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "given (or seeded random) inputs, and print each output's shape, dtype and "
                                    "stats and which executor ran each segment.")
     p.add_argument("model", help="ONNX model file")
-    p.add_argument("--shapes", metavar="x:1x3x224x224,...",
-                   help="input shapes to run with (and, without --min/--opt/--max-shapes, a fixed profile)")
-    for which in ("min", "opt", "max"):
-        p.add_argument(f"--{which}-shapes", action="append", default=[], metavar="x:1x3x224x224,...",
-                       help=f"{which} shapes of a profile (repeat all three for several profiles)")
+    add_shape_arguments(p, "run with")
     p.add_argument("--inputs", metavar="IN.npz", help="inputs by name (default: seeded random data)")
     p.add_argument("--outputs", metavar="OUT.npz", help="write the outputs here, by name")
     p.add_argument("--emulate", action="store_true",
