@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from partitioner import OptionsError
 
@@ -40,7 +41,7 @@ def handle(args: argparse.Namespace) -> int:
     from ..builder import BuildOptions
 
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
-    kw: dict[str, object] = {"precision": args.precision}
+    kw: dict[str, Any] = {"precision": args.precision}
     if args.workspace_mb is not None:
         if args.workspace_mb <= 0:
             raise OptionsError(f"--workspace-mb must be positive, got {args.workspace_mb}")
