@@ -2,7 +2,14 @@
 inputs, per run (median over alternating blocks of runs, each after a warm-up). Targets: <= 1.05 for
 single-segment models, <= 1.15 for models of five or more segments.
 
-    python benchmarks/session_overhead.py [--runs 30] [--only REGEX]
+    python benchmarks/session_overhead.py [--runs 30] [--only REGEX] [--spinning auto|on|off] [--share-arena]
+
+Where the multi-segment overhead goes on a 2-core machine: every segment is its own ONNX Runtime
+session with its own intra-op pool, and the first parallel op of each segment run must wake that
+pool's thread (~30-60 us here); idle pools left spinning would take the core of the one running,
+hence "auto" (spin while running, stop when the run returns). The whole model also keeps its
+blocked-layout (NCHWc) tensors across what are segment boundaries here, where each segment
+reorders in and out (squeezenet with Concat on ONNX Runtime: ~25% more work on one thread).
 """
 from __future__ import annotations
 
@@ -97,7 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--only", help="only cases whose name matches this regular expression")
     ap.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads, both sides (0: default)")
     ap.add_argument("--spinning", choices=("auto", "on", "off"), default="auto",
-                    help="the session's ONNX Runtime thread spinning (auto: off when several segments)")
+                    help="the session's ONNX Runtime thread spinning (auto: with several segments, each "
+                         "session's threads stop spinning when its run returns; on: they spin on; off: never)")
+    ap.add_argument("--share-arena", action="store_true",
+                    help="segment sessions allocate from one process-wide CPU arena (SessionOptions.share_arena)")
     ap.add_argument("--oracle", choices=("parser", "accept-all"), default="parser",
                     help="capability from the TensorRT parser, or take every node (no TensorRT installed)")
     args = ap.parse_args(argv)
@@ -107,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import onnxruntime
 
     print(f"onnxruntime {onnxruntime.__version__}, {os.cpu_count()} CPUs, threads {args.threads or 'default'}, "
-          f"spinning {args.spinning}, oracle {args.oracle}")
+          f"spinning {args.spinning}{', shared arena' if args.share_arena else ''}, oracle {args.oracle}")
     print(f"{'model':<40} {'segments':>8} {'ORT ms':>9} {'session ms':>11} {'ratio':>7}  target")
     worst = {True: 0.0, False: 0.0}
     for name, factory, opts, profiles, shapes in CASES:
@@ -115,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         model = factory()
         sess = Session(model, profiles, SessionOptions(emulate=True, oracle=oracle, intra_op_threads=args.threads,
-                                                       allow_spinning=spin, **opts))
+                                                       allow_spinning=spin, share_arena=args.share_arena, **opts))
         ref = ort_session(model, args.threads)
         rng = np.random.default_rng(0)
         feeds = {a.name: rng.random(shapes.get(a.name) or a.shape, dtype=np.float32) for a in sess.get_inputs()}

@@ -45,9 +45,16 @@ class OrtOptions:
     inter_op_threads: int = 0
     optimization_level: str = "all"  # disable | basic | extended | all
     custom_op_libraries: tuple[str, ...] = ()  # e.g. onnxruntime_extensions.get_library_path()
-    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    providers: tuple[str | tuple[str, dict[str, str]], ...] = ("CPUExecutionProvider",)  # names or (name, options)
     log_severity: int = 3  # 0 verbose .. 4 fatal
-    allow_spinning: bool = True  # idle pool threads spin; off when several sessions take turns
+    allow_spinning: bool = True  # pool threads spin waiting for work, on after a run too (ORT's default)
+    # Where allow_spinning is off: spin while a run is in progress, stop when it returns
+    # ("session.force_spinning_stop"). Sessions taking turns then never have idle pools spinning
+    # on the cores of the one running, yet each wakes its threads once per run, not once per op.
+    spin_while_running: bool = False
+    # Allocate from one CPU arena shared by every session that asks for it, registered once per
+    # process with onnxruntime.create_and_register_allocator (replacing any registered before).
+    share_arena: bool = False
 
 
 @functools.lru_cache(maxsize=1)
@@ -75,9 +82,16 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) 
         raise OptionsError(f"unknown optimization level {options.optimization_level!r}; "
                            f"choose one of {', '.join(OPTIMIZATION_LEVELS)}")
     so.graph_optimization_level = levels[options.optimization_level]
-    if not options.allow_spinning:
+    if options.allow_spinning:
+        pass  # ONNX Runtime's default
+    elif options.spin_while_running:
+        so.add_session_config_entry("session.force_spinning_stop", "1")
+    else:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if options.share_arena:
+        _register_shared_arena()
+        so.add_session_config_entry("session.use_env_allocators", "1")
     for lib in options.custom_op_libraries:
         try:
             so.register_custom_ops_library(lib)
@@ -88,6 +102,16 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) 
         return ort.InferenceSession(data, sess_options=so, providers=list(options.providers))
     except _ort_errors() as e:
         raise SegmentLoadError(f"{what}: ONNX Runtime cannot load it: {_first_line(e)}") from None
+
+
+@functools.lru_cache(maxsize=1)
+def _register_shared_arena() -> None:
+    """Once per process: the CPU arena sessions with ``session.use_env_allocators`` share. One
+    segment's freed buffers are then reused, still in cache, by the next segment's session."""
+    import onnxruntime as ort
+
+    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+    ort.create_and_register_allocator(info, ort.OrtArenaCfg({}))
 
 
 def _first_line(e: BaseException) -> str:

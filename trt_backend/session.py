@@ -54,9 +54,15 @@ class SessionOptions:
     optimization_level: str = "all"
     custom_op_libraries: tuple[str, ...] = ()
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
-    # Idle ONNX Runtime threads spin waiting for work; with several segment sessions taking turns
-    # they steal cores from the one running. None: spin only when the model is one segment.
+    # ONNX Runtime pool threads spin waiting for work. None: they spin while their session runs,
+    # and with several segments stop when its run returns (idle pools spinning would take cores
+    # from the segment running); True: ONNX Runtime's default (they spin on after a run); False:
+    # they sleep at once (each parallel op then wakes them: slow).
     allow_spinning: bool | None = None
+    # Segment sessions allocate from one CPU arena (registered process-wide, once, with
+    # onnxruntime.create_and_register_allocator, which replaces one registered before): what a
+    # segment frees is reused, still in cache, by the next. Off: each session has its own arena.
+    share_arena: bool = False
     isolate_parser: bool = False  # ask the TensorRT parser in a child process (survives its crashes)
     target: str | None = None  # runtime the plan is for ("tensorrt" | "tensorrt_rtx"; None: the parser's)
     plugin_ops: tuple[str, ...] = ()  # op types given to plugins even where TensorRT has a layer
@@ -95,7 +101,8 @@ class SessionOptions:
         """ONNX Runtime settings of each segment of a plan of ``segments`` segments."""
         spin = self.allow_spinning if self.allow_spinning is not None else segments <= 1
         return OrtOptions(self.intra_op_threads, self.inter_op_threads, self.optimization_level,
-                          self.custom_op_libraries, self.providers, allow_spinning=spin)
+                          self.custom_op_libraries, self.providers, allow_spinning=spin,
+                          spin_while_running=self.allow_spinning is None, share_arena=self.share_arena)
 
 
 @dataclass

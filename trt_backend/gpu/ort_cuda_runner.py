@@ -3,6 +3,7 @@ buffers on our stream: device inputs are read in place, outputs stay on the devi
 :class:`DeviceArray` views of ONNX Runtime's own OrtValues. Needs onnxruntime-gpu and a GPU."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -40,9 +41,7 @@ class OrtCudaRunner(SegmentRunner):
                                    "(pip install onnxruntime-gpu)")
         cuda = ("CUDAExecutionProvider", {"device_id": str(device_id), "has_user_compute_stream": "1",
                                           "user_compute_stream": str(stream.ptr)})
-        opts = OrtOptions(options.intra_op_threads, options.inter_op_threads, options.optimization_level,
-                          options.custom_op_libraries, (cuda, "CPUExecutionProvider"),  # type: ignore[arg-type]
-                          options.log_severity, options.allow_spinning)
+        opts = dataclasses.replace(options, providers=(cuda, "CPUExecutionProvider"))
         self._session = ort_session(model, opts, f"segment {segment.id} ({segment.backend})")
         self.stream = stream
         self.device_id = device_id
