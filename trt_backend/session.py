@@ -208,7 +208,7 @@ class Session:
         self.build_report: Any = None
         engine_map = dict(engines or {})
         if not emulate and any(s.id not in engine_map for s in trt):
-            base, derived, engine_map = self._build_engines(base, derived, derive, engine_map)
+            base, derived, engine_map = self._build_engines(base, derived, derive)
             trt = base.tensorrt_segments()
             shape_tensors = {s.id: frozenset(shape_tensor_inputs(self.model, s)) for s in trt}
         self.runners = self._make_runners(base, emulate, derived, shape_tensors, engine_map)
@@ -256,9 +256,10 @@ class Session:
         with _oracle_lock:  # one parser/builder per flavor, shared: not re-entrant
             return plan_model(model, oracle, opts.partition_options())
 
-    def _build_engines(self, plan: Plan, derived: dict[int, list[Profile]], derive: Any,
-                       engines: dict[int, bytes]) -> tuple[Plan, dict[int, list[Profile]], dict[int, bytes]]:
-        """Build what ``engines`` lacks; segments TensorRT refuses are demoted and re-planned."""
+    def _build_engines(self, plan: Plan, derived: dict[int, list[Profile]],
+                       derive: Any) -> tuple[Plan, dict[int, list[Profile]], dict[int, bytes]]:
+        """Engines for every TensorRT segment (when the given ones lack any, all are built, through
+        the cache when there is one); segments TensorRT refuses are demoted and re-planned."""
         from .builder import BuildOptions
         from .cache import EngineCache
         from .engines import build_with_fallback, plugin_rewrite
@@ -275,9 +276,7 @@ class Session:
         result = build_with_fallback(plan, profiles_of, self.options.build or BuildOptions(), cache,
                                      min_segment_size=self.options.min_segment_size, rewrite=plugin_rewrite(plan))
         self.build_report = result.report
-        built = dict(result.engines)
-        built.update({k: v for k, v in engines.items() if result.plan is plan})
-        return result.plan, profiles_of(result.plan), built
+        return result.plan, profiles_of(result.plan), dict(result.engines)
 
     def _make_runners(self, plan: Plan, emulate: bool, derived: dict[int, list[Profile]],
                       shape_tensors: dict[int, frozenset[str]], engines: dict[int, bytes]) -> list[SegmentRunner]:
