@@ -3,26 +3,54 @@ make one runner per segment (once), then run segments in order with tensors rout
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
 
 import onnx
 
-from partitioner import (DEFAULT_MIN_SEGMENT_SIZE, Model, PartitionOptions, Plan, Segment, Verdict, build_plan,
-                         load_model, plan_model)
+from partitioner import (
+    DEFAULT_MIN_SEGMENT_SIZE,
+    Model,
+    PartitionOptions,
+    Plan,
+    Segment,
+    Verdict,
+    build_plan,
+    load_model,
+    plan_model,
+)
 from partitioner.errors import OptionsError
-from partitioner.model import ModelSource, weightless_copy
+from partitioner.model import ModelSource
 
-from .feeds import FeedValidator, NodeArg, complete_profiles, node_arg, normalize_profiles
-from .profiles import Profile, ProfileError, derive_profiles, profiles_from_json, profiles_to_json, shape_tensor_inputs
-from .runners import (OPTIMIZATION_LEVELS, EmulatedTensorRTRunner, OnnxRuntimeRunner, OrtOptions,
-                      SegmentRunner, make_tensorrt_runner, ort_session, tensorrt_status, to_numpy)
+from .feeds import (
+    FeedValidator,
+    NodeArg,
+    complete_profiles,
+    node_arg,
+    normalize_profiles,
+)
+from .profiles import (
+    Profile,
+    derive_profiles,
+    profiles_from_json,
+    shape_tensor_inputs,
+)
+from .runners import (
+    OPTIMIZATION_LEVELS,
+    EmulatedTensorRTRunner,
+    OnnxRuntimeRunner,
+    OrtOptions,
+    SegmentRunner,
+    make_tensorrt_runner,
+    ort_session,
+    tensorrt_status,
+    to_numpy,
+)
+from .session_plan import SessionPlan, check_saved, read_saved, saved_segment_profiles
 
 log = logging.getLogger(__name__)
 
@@ -105,50 +133,6 @@ class SessionOptions:
                           spin_while_running=self.allow_spinning is None, share_arena=self.share_arena)
 
 
-@dataclass
-class SessionPlan(Plan):
-    """A :class:`Plan` that also knows, per segment, its executor and profiles; its JSON adds
-    ``"executor"`` and ``"profiles"`` to every segment, and ``"input_profiles"`` and
-    ``"fingerprint"`` (of the normalized graph, weights excluded) at the top."""
-
-    executors: list[str] = field(default_factory=list)
-    input_profiles: list[Profile] = field(default_factory=list)
-    segment_profiles: dict[int, list[Profile]] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, plan: Plan, **extra: Any) -> SessionPlan:
-        return cls(**{f.name: getattr(plan, f.name) for f in fields(Plan)}, **extra)
-
-    @functools.cached_property
-    def fingerprint(self) -> str | None:
-        return model_fingerprint(self.model.proto) if self.model is not None else None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = super().to_dict()
-        d["fingerprint"] = self.fingerprint
-        d["input_profiles"] = profiles_to_json(self.input_profiles)
-        for seg, executor in zip(d["segments"], self.executors):
-            seg["executor"] = executor
-            seg["profiles"] = profiles_to_json(self.segment_profiles.get(seg["id"], []))
-        return d
-
-
-_SHAPE_DTYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
-
-
-def model_fingerprint(proto: onnx.ModelProto) -> str:
-    """Hash of what decides the plan and the shapes: the graph, with initializers reduced to
-    dtype and dims except small integer ones (shape constants). New weights keep it."""
-    copy = weightless_copy(proto)
-    for t in copy.graph.initializer:
-        if t.data_type not in _SHAPE_DTYPES or t.ByteSize() > 4096:
-            dims, dtype, name = list(t.dims), t.data_type, t.name
-            t.Clear()
-            t.name, t.data_type = name, dtype
-            t.dims.extend(dims)
-    return hashlib.sha256(copy.SerializeToString(deterministic=True)).hexdigest()[:16]
-
-
 @dataclass(frozen=True)
 class Step:
     """One segment run of a schedule: what it reads, writes, and what can be dropped after it."""
@@ -193,9 +177,9 @@ class Session:
         trt = base.tensorrt_segments()
         extra = {n for s in trt for n in s.inputs} - {a.name for a in self._inputs}
         user, overrides = normalize_profiles(profiles, self._inputs, extra)
-        saved = _read_saved(plan) if plan is not None else None
+        saved = read_saved(plan) if plan is not None else None
         if saved is not None:
-            _check_saved(saved, base, user)
+            check_saved(saved, base, user)
             user = user or profiles_from_json(saved.get("input_profiles", []))
         input_profiles = complete_profiles(user, self._inputs, required=bool(trt))
         shape_tensors = {s.id: frozenset(shape_tensor_inputs(self.model, s)) for s in trt}
@@ -203,7 +187,7 @@ class Session:
             return derive_profiles(self.model, p, self._inputs, input_profiles, overrides, self._calibration_runner,
                                    self.options.calibration_seed, list(calibration_feeds))
 
-        derived = _saved_segment_profiles(saved) if saved is not None else derive(base)
+        derived = saved_segment_profiles(saved) if saved is not None else derive(base)
         emulate = self._decide_emulation(trt)
         self.build_report: Any = None
         engine_map = dict(engines or {})
@@ -441,59 +425,3 @@ class Session:
     def __repr__(self) -> str:
         counts = {e: self.segment_executors.count(e) for e in dict.fromkeys(self.segment_executors)}
         return f"<Session {self.model.source}: {len(self.runners)} segment(s) {counts}>"
-
-
-def _read_saved(saved: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
-    if isinstance(saved, Mapping):
-        return dict(saved)
-    text = os.fspath(saved)
-    if not text.lstrip().startswith("{"):
-        try:
-            with open(text, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise ProfileError(f"cannot read saved plan {saved}: {e.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ProfileError(f"saved plan is not JSON: {e}") from None
-    if not isinstance(data, dict) or "segments" not in data:
-        raise ProfileError("saved plan has no segments: not a plan JSON")
-    return data
-
-
-def _check_saved(saved: Mapping[str, Any], plan: Plan, user: list[Profile]) -> None:
-    """The model must still plan the same, and given profiles must be those of the saved plan."""
-    now = [s.to_dict() for s in plan.segments]
-    then = [{k: s.get(k) for k in ("id", "backend", "nodes", "inputs", "outputs")} for s in saved["segments"]]
-    src = plan.model.source if plan.model is not None else plan.model_name
-    again = "; drop the saved plan to derive profiles again"
-    if len(now) != len(then):
-        raise ProfileError(f"the plan of {src} changed since its profiles were derived: {len(then)} segment(s) then, "
-                           f"{len(now)} now{again}")
-    for a, b in zip(then, now):
-        for key in ("backend", "nodes", "inputs", "outputs"):
-            if a[key] != b[key]:
-                raise ProfileError(f"the plan of {src} changed since its profiles were derived: segment {b['id']} "
-                                   f"{key} were {a[key]}, now {b[key]}{again}")
-    fp = saved.get("fingerprint")
-    if fp and plan.model is not None and fp != model_fingerprint(plan.model.proto):
-        raise ProfileError(f"the model {src} changed since its profiles were derived (fingerprint {fp}, now "
-                           f"{model_fingerprint(plan.model.proto)}){again}")
-    if user and _strip(user) != _strip(profiles_from_json(saved.get("input_profiles", []))):
-        raise ProfileError("the profiles given differ from those the saved plan's profiles were derived from; "
-                           "drop the saved plan or pass its profiles")
-
-
-def _saved_segment_profiles(saved: Mapping[str, Any]) -> dict[int, list[Profile]]:
-    derived: dict[int, list[Profile]] = {}
-    for s in saved["segments"]:
-        if s.get("backend") == "tensorrt":
-            if "profiles" not in s:
-                raise ProfileError(f"saved plan has no profiles for TensorRT segment {s.get('id')}")
-            derived[int(s["id"])] = profiles_from_json(s["profiles"])
-    return derived
-
-
-def _strip(profiles: Sequence[Profile]) -> list[dict[str, tuple[Any, Any, Any]]]:
-    return [{n: (tp.min, tp.opt, tp.max) for n, tp in p.items() if tp.source != "static"} for p in profiles]
