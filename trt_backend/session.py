@@ -195,6 +195,7 @@ class Session:
             base, derived, engine_map = self._build_engines(base, derived, derive)
             trt = base.tensorrt_segments()
             shape_tensors = {s.id: frozenset(shape_tensor_inputs(self.model, s)) for s in trt}
+        self.emulated_precisions: dict[int, str] = {}  # emulated TensorRT segment -> precision it computes in
         self.runners = self._make_runners(base, emulate, derived, shape_tensors, engine_map)
         self.plan = SessionPlan.of(base, executors=[r.executor for r in self.runners],
                                    input_profiles=input_profiles, segment_profiles=derived)
@@ -287,11 +288,31 @@ class Session:
                 else:
                     runners.append(OnnxRuntimeRunner(seg, proto, ort_opts))
             elif emulate:
-                runners.append(EmulatedTensorRTRunner(seg, proto, ort_opts, derived[seg.id], shape_tensors[seg.id]))
+                runners.append(EmulatedTensorRTRunner(seg, self._emulated_precision(seg, proto), ort_opts,
+                                                      derived[seg.id], shape_tensors[seg.id]))
             else:
                 runners.append(make_tensorrt_runner(seg, engines.get(seg.id), derived[seg.id], shape_tensors[seg.id],
                                                     **device_kw))
         return runners
+
+    def _emulated_precision(self, seg: Segment, proto: onnx.ModelProto) -> onnx.ModelProto:
+        """An emulated TensorRT segment computes in the precision its engine would be built in
+        (the same ONNX-level transform the builder applies), so emulation shows its error."""
+        build = self.options.build
+        self.emulated_precisions[seg.id] = "fp32"
+        if build is None or build.precision not in ("fp16", "bf16"):
+            if build is not None and build.precision == "tf32":
+                log.warning("segment %d: tf32 is a TensorRT builder flag; emulated, it computes in fp32", seg.id)
+            return proto
+        from .precision import PrecisionError, apply_precision
+
+        try:
+            lowered = apply_precision(proto, build.precision, build.keep_fp32_ops).model
+        except PrecisionError as e:
+            log.warning("segment %d: %s; emulating it in fp32, as the builder would build it", seg.id, e)
+            return proto
+        self.emulated_precisions[seg.id] = build.precision
+        return lowered
 
     def _decide_emulation(self, trt: list[Segment]) -> bool:
         if not trt or self.options.emulate is True:

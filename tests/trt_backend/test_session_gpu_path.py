@@ -77,3 +77,13 @@ def test_gpu_path_demotes_what_tensorrt_cannot_build(gpu_boundary) -> None:
     x = np.zeros((2, 3, 32, 32), np.float32)
     want = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"]).run(None, {"image": x})
     np.testing.assert_allclose(sess.run(None, {"image": x})[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+def test_emulated_segments_compute_in_the_build_precision() -> None:
+    x = np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    fp32 = Session(DEMO_PATH, PROFILE, SessionOptions(emulate=True)).run(["probs"], {"image": x})[0]
+    fp16 = Session(DEMO_PATH, PROFILE, SessionOptions(emulate=True, build=BuildOptions(precision="fp16")))
+    got = fp16.run(["probs"], {"image": x})[0]
+    assert got.dtype == np.float32  # the model's own I/O dtype is kept
+    err = float(np.max(np.abs(got - fp32)))
+    assert 0 < err < 5e-3  # fp16 rounding shows, and stays small
