@@ -98,6 +98,14 @@ class TensorRTRunner(SegmentRunner):
         self.dtypes = {n: _np_dtype(trt, self.engine.get_tensor_dtype(n)) for n in names}
         self.host_io = {n for n in names if self.engine.get_tensor_location(n) == trt.TensorLocation.HOST}
         self._local = threading.local()
+        # CUDA events recorded on the stream at four points of each run when set (bench's phase
+        # timing): start, inputs bound (end of H2D), enqueued work done (end of compute),
+        # outputs copied (end of D2H).
+        self.phase_events: tuple[Any, Any, Any, Any] | None = None
+
+    def _mark(self, point: int) -> None:
+        if self.phase_events is not None:
+            self.phase_events[point].record(self.stream)
 
     def _context(self) -> Any:
         """One execution context per thread (contexts are not thread-safe)."""
@@ -120,13 +128,17 @@ class TensorRTRunner(SegmentRunner):
         held: list[Any] = []  # keeps host copies and pool buffers alive until the stream is done
         temp: list[dev.DeviceBuffer] = []
         try:
+            self._mark(0)
             for name, value in zip(self.input_names, inputs):
                 self._bind_input(ctx, name, value, held, temp)
+            self._mark(1)
             # outputs: TensorRT asks the allocator for memory once it knows each size (as
             # Polygraphy's runner does), which also covers data-dependent shapes
             if not ctx.execute_async_v3(self.stream.handle):
                 raise SegmentRunError(f"{self.label}: TensorRT execution failed (see the TensorRT log)")
+            self._mark(2)
             outputs = [self._output(name, allocator) for name in self.output_names]
+            self._mark(3)
             self.stream.synchronize()
             return outputs
         finally:
