@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from partitioner.errors import TrtBackendError
+from partitioner.report import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -41,26 +42,6 @@ def cache_key(material: Mapping[str, Any]) -> str:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same directory, fsync and rename:
-    readers see the old file or the whole new one, never a torn one. The temp file is removed
-    on failure (disk full, file size limit) and the error re-raised."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 @dataclass(frozen=True)
@@ -157,8 +138,8 @@ class EngineCache:
                     "bytes": len(engine), "host_code": bool(host_code), "created": time.time()}
         try:
             os.makedirs(directory, exist_ok=True)
-            atomic_write(os.path.join(directory, name), engine)
-            atomic_write(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True).encode())
+            write_atomic(os.path.join(directory, name), engine)
+            write_atomic(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True).encode())
         except OSError as e:
             log.warning("could not write engine cache entry %s (%s); continuing without caching it", key,
                         e.strerror or e)
@@ -308,7 +289,7 @@ class TimingCacheFile:
             data = bytes(self._merged.serialize())
             try:
                 os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-                atomic_write(self.path, data)
+                write_atomic(self.path, data)
             except OSError as e:
                 log.warning("could not save timing cache %s: %s", self.path, e.strerror or e)
                 return False

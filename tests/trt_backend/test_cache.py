@@ -16,7 +16,7 @@ from partitioner import PartitionOptions
 from tests.helpers import const, model, vi
 from tests.trt_backend.test_builder import PROFILE, conv_resize_conv
 from trt_backend.builder import BuildOptions
-from trt_backend.cache import MANIFEST, EngineCache, EngineCacheError, atomic_write, cache_key, sha256_bytes
+from trt_backend.cache import MANIFEST, EngineCache, EngineCacheError, cache_key, sha256_bytes
 from trt_backend.engines import build_engines
 from trt_backend.planning import make_plan
 
@@ -160,13 +160,6 @@ def test_full_disk_leaves_no_torn_entry(tmp_path) -> None:
     assert proc.exitcode == 0, "put() should report the failed write, not raise or succeed"
     cache = EngineCache(tmp_path)
     assert cache.get(key) is None and os.listdir(cache.entry_dir(key)) == []  # no temp files left
-
-
-def test_atomic_write_replaces_whole_files(tmp_path) -> None:
-    path = str(tmp_path / "f")
-    atomic_write(path, b"one")
-    atomic_write(path, b"two")
-    assert open(path, "rb").read() == b"two" and os.listdir(tmp_path) == ["f"]
 
 
 def _segment_model():

@@ -3,6 +3,7 @@ which executor ran each segment."""
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
 import time
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from partitioner import OptionsError
+from partitioner.report import write_atomic
 
 from ..feeds import FeedError, random_feeds
 from ..profiles import Shape
@@ -154,8 +156,6 @@ def handle(args: argparse.Namespace) -> int:
     if args.outputs:
         _save_outputs(args.outputs, names, outputs)
     if args.plan_json:
-        from partitioner.report import write_atomic
-
         write_atomic(args.plan_json, plan.to_json())
         print(f"wrote {args.plan_json}")
     return 0
@@ -167,8 +167,8 @@ def _save_outputs(path: str, names: list[str], outputs: list[Any]) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise FeedError(f"cannot write outputs to {path}: no folder {directory}")
-    tmp = path + ".tmp.npz"
-    np.savez(tmp, **tensors)  # type: ignore[arg-type]
-    os.replace(tmp, path)
+    buffer = io.BytesIO()
+    np.savez(buffer, **tensors)  # type: ignore[arg-type]
+    write_atomic(path, buffer.getvalue())
     print(f"wrote {path} ({len(tensors)} output(s))" + (f"; not saved (not numeric tensors): {', '.join(skipped)}"
                                                         if skipped else ""))
