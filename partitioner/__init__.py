@@ -5,7 +5,7 @@ Imports only onnx and numpy at load; a TensorRT parser enters through a
 from __future__ import annotations
 
 from .capability import (CapabilityOracle, Claim, PluginClaim, Piece, QueryResult, Verdict, assess)
-from .errors import InvalidModelError, ModelLoadError, OptionsError, TrtBackendError
+from .errors import InvalidModelError, ModelLoadError, ModelTooLargeError, OptionsError, TrtBackendError
 from .extract import boundary, extract
 from .model import Model, load_model
 from .partition import DEFAULT_MIN_SEGMENT_SIZE
@@ -13,7 +13,7 @@ from .plan import NodeInfo, PartitionOptions, Plan, Segment, build_plan, plan_mo
 from .rules import Rules
 
 __all__ = [
-    "DEFAULT_MIN_SEGMENT_SIZE", "CapabilityOracle", "Claim", "InvalidModelError", "Model", "ModelLoadError",
+    "DEFAULT_MIN_SEGMENT_SIZE", "CapabilityOracle", "Claim", "InvalidModelError", "Model", "ModelLoadError", "ModelTooLargeError",
     "NodeInfo", "OptionsError", "PartitionOptions", "Piece", "Plan", "PluginClaim", "QueryResult", "Rules",
     "Segment", "TrtBackendError", "Verdict", "assess", "boundary", "build_plan", "extract", "load_model",
     "plan_model",

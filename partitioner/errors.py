@@ -17,3 +17,7 @@ class InvalidModelError(TrtBackendError):
 
 class OptionsError(TrtBackendError):
     """An option or argument is invalid (unknown op type in exclusions, bad size, ...)."""
+
+
+class ModelTooLargeError(TrtBackendError):
+    """A model (or segment) exceeds protobuf's 2 GiB limit for one serialized message."""

@@ -14,7 +14,7 @@ from typing import Union
 import onnx
 from google.protobuf.message import DecodeError
 
-from .errors import InvalidModelError, ModelLoadError
+from .errors import InvalidModelError, ModelLoadError, ModelTooLargeError
 from .graph import GraphIndex
 
 log = logging.getLogger(__name__)
@@ -207,6 +207,16 @@ def _fit_ir_version(proto: onnx.ModelProto, fixes: list[str]) -> None:
         fixes.append(f"IR version {proto.ir_version} changed to {ir} to fit opset imports "
                      + ", ".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in proto.opset_import))
         proto.ir_version = ir
+
+
+def serialize(proto: onnx.ModelProto, what: str, *, deterministic: bool = False) -> bytes:
+    """``proto`` as bytes, or :class:`ModelTooLargeError` past protobuf's 2 GiB message limit
+    (which models with weights beyond it, kept as external data, reach)."""
+    try:
+        return bytes(proto.SerializeToString(deterministic=deterministic))
+    except ValueError as e:
+        raise ModelTooLargeError(f"{what} is larger than the 2 GiB a serialized ONNX model can hold ({e}); "
+                                 "models this size are not supported yet") from None
 
 
 def weightless_copy(proto: onnx.ModelProto) -> onnx.ModelProto:

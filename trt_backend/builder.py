@@ -19,10 +19,23 @@ from typing import Any, Union
 import onnx
 
 from partitioner.errors import OptionsError, TrtBackendError
+from partitioner.model import serialize
 
 from .capability import describe_parser_error  # one wording for parser errors
-from .flavor import Flavor, captured_messages, load_flavor, quiet_messages, shared_logger
-from .precision import DEFAULT_KEEP_FP32, TRANSFORM_VERSION, PrecisionError, apply_precision, validate_precision
+from .flavor import (
+    Flavor,
+    captured_messages,
+    load_flavor,
+    quiet_messages,
+    shared_logger,
+)
+from .precision import (
+    DEFAULT_KEEP_FP32,
+    TRANSFORM_VERSION,
+    PrecisionError,
+    apply_precision,
+    validate_precision,
+)
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +273,7 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, Range]], opti
         network = builder.create_network(network_flags(flavor))
         parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
         with quiet_messages():  # the parser's complaints come back as get_error() and are reported
-            parsed = parser.parse(model.SerializeToString())
+            parsed = parser.parse(serialize(model, "a segment to build"))
         if not parsed:
             raise _parse_error(parser, model)
         if parse_only:
@@ -376,7 +389,7 @@ def key_material(segment_model: onnx.ModelProto, ranges: Sequence[Mapping[str, R
                  flavor: Flavor, target: str) -> dict[str, Any]:
     """Everything an engine depends on: model bytes (weights included), profiles, options,
     TensorRT flavor/version/parser, target GPU."""
-    data = segment_model.SerializeToString(deterministic=True)
+    data = serialize(segment_model, "a segment to build", deterministic=True)
     profiles = [{name: r.to_json() for name, r in sorted(p.items())} for p in ranges]
     return {"model_sha256": hashlib.sha256(data).hexdigest(), "profiles": json.loads(json.dumps(profiles)),
             "options": options.key_fields(), "flavor": flavor.name, "version": flavor.version,

@@ -13,6 +13,7 @@ from typing import Any
 import onnx
 
 from partitioner.capability import Piece, QueryResult
+from partitioner.model import serialize
 
 from .flavor import Flavor, load_flavor
 
@@ -52,7 +53,7 @@ class ParserOracle:
         network = self._builder.create_network(self._network_flags())
         parser: Any = trt.OnnxParser(network, self._logger)
         with _captured_stderr():
-            supported = bool(parser.supports_model_v2(model.SerializeToString()))
+            supported = bool(parser.supports_model_v2(serialize(model, "a capability query")))
         pieces = tuple(Piece(tuple(int(k) for k in parser.get_subgraph_nodes(i)), bool(parser.is_subgraph_supported(i)))
                        for i in range(parser.num_subgraphs))
         errors: dict[int, str] = {}
@@ -72,7 +73,7 @@ class ParserOracle:
         parser: Any = trt.OnnxParser(network, self._logger)
         errors: dict[int, str] = {}
         with _captured_stderr():
-            parsed = bool(parser.parse(model.SerializeToString()))
+            parsed = bool(parser.parse(serialize(model, "a capability query")))
         if not parsed:
             for i in range(parser.num_errors):
                 err = parser.get_error(i)

@@ -9,9 +9,16 @@ import pickle
 import time
 from typing import Any
 
-from partitioner import Model, PartitionOptions, Plan, TrtBackendError, load_model, plan_model
+from partitioner import (
+    Model,
+    PartitionOptions,
+    Plan,
+    TrtBackendError,
+    load_model,
+    plan_model,
+)
 from partitioner.capability import Verdict
-from partitioner.model import ModelSource
+from partitioner.model import ModelSource, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
 
 from .capability import ParserOracle
@@ -45,7 +52,7 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
                               "plan without isolation") from None
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, model.proto.SerializeToString(), model.source, flavor, options))
+    proc = ctx.Process(target=_child, args=(child, serialize(model.proto, model.source), model.source, flavor, options))
     proc.start()
     child.close()
     try:

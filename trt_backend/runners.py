@@ -20,6 +20,7 @@ import onnx
 
 from partitioner import Segment
 from partitioner.errors import OptionsError, TrtBackendError
+from partitioner.model import serialize
 
 from .profiles import Profile, ProfileError, covering_profile, describe_profile
 
@@ -97,7 +98,7 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) 
             so.register_custom_ops_library(lib)
         except _ort_errors() as e:
             raise OptionsError(f"cannot load custom-op library {lib}: {_first_line(e)}") from None
-    data = model if isinstance(model, bytes) else model.SerializeToString()
+    data = model if isinstance(model, bytes) else serialize(model, what)
     try:
         return ort.InferenceSession(data, sess_options=so, providers=list(options.providers))
     except _ort_errors() as e:

@@ -142,3 +142,19 @@ def test_initializers_listed_as_inputs_become_constants(light_dir) -> None:
     m = load_model(os.path.join(light_dir, "light_resnet50.onnx"))
     assert [i.name for i in m.proto.graph.input] == ["gpu_0/data_0"]
     assert any("taken as constant" in f for f in m.fixes)
+
+
+class _HugeModel:
+    """Stands in for a ModelProto past 2 GiB: protobuf refuses to serialize it."""
+
+    def SerializeToString(self, deterministic: bool = False) -> bytes:
+        raise ValueError("Message onnx.ModelProto exceeds maximum protobuf size of 2GB: 2147483712")
+
+
+def test_models_past_two_gib_are_a_clear_error_not_a_crash() -> None:
+    from partitioner import ModelTooLargeError
+    from partitioner.model import serialize
+
+    with pytest.raises(ModelTooLargeError, match=r"segment 3 is larger than the 2 GiB .* not supported yet"):
+        serialize(_HugeModel(), "segment 3")  # type: ignore[arg-type]
+    assert serialize(relu_model(), "small") == relu_model().SerializeToString()
