@@ -23,27 +23,23 @@ HAVE_TENSORRT = _tensorrt_importable()
 
 
 @pytest.fixture(scope="session")
-def oracle():
-    """The real TensorRT(-RTX) parser oracle."""
-    if not HAVE_TENSORRT:
-        if os.environ.get("CI"):
-            pytest.fail("CI must have a TensorRT flavor (tensorrt-rtx-cu13) for capability tests")
-        pytest.skip("no TensorRT flavor importable")
-    from trt_backend.capability import ParserOracle
-
-    return ParserOracle()
-
-
-@pytest.fixture(scope="session")
 def flavor():
     """The installed TensorRT flavor (tensorrt preferred, else tensorrt_rtx)."""
     if not HAVE_TENSORRT:
         if os.environ.get("CI"):
-            pytest.fail("CI must have a TensorRT flavor (tensorrt-rtx-cu13)")
+            pytest.fail("CI must have a TensorRT flavor (tensorrt-rtx-cu13) for capability and build tests")
         pytest.skip("no TensorRT flavor importable")
     from trt_backend.flavor import load_flavor
 
     return load_flavor("auto")
+
+
+@pytest.fixture(scope="session")
+def oracle(flavor):
+    """The real TensorRT(-RTX) parser oracle."""
+    from trt_backend.capability import ParserOracle
+
+    return ParserOracle(flavor)
 
 
 @pytest.fixture(scope="session")

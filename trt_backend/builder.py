@@ -26,6 +26,7 @@ from .flavor import (
     Flavor,
     captured_messages,
     load_flavor,
+    network_flags,
     quiet_messages,
     shared_logger,
 )
@@ -253,14 +254,6 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
         else:
             raise
     return SegmentEngine(engine, layers, time.perf_counter() - start, precision)
-
-
-def network_flags(flavor: Flavor) -> int:
-    """Strongly typed networks where weak typing still exists (TensorRT 10); 0 elsewhere."""
-    trt = flavor.module
-    if not flavor.strongly_typed_only and flavor.has("NetworkDefinitionCreationFlag.STRONGLY_TYPED"):
-        return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
-    return 0
 
 
 def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, Range]], options: BuildOptions, flavor: Flavor,

@@ -15,7 +15,7 @@ import onnx
 from partitioner.capability import Piece, QueryResult
 from partitioner.model import serialize
 
-from .flavor import Flavor, load_flavor
+from .flavor import Flavor, load_flavor, network_flags
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +38,9 @@ class ParserOracle:
     def target(self) -> str:
         return self.flavor.target
 
-    def _network_flags(self) -> int:
-        trt = self.flavor.module
-        flags = 0
-        # TensorRT 10 still accepts EXPLICIT_BATCH (deprecated, implied); 11 and RTX drop it.
-        if hasattr(trt, "NetworkDefinitionCreationFlag"):
-            enum = trt.NetworkDefinitionCreationFlag
-            if hasattr(enum, "STRONGLY_TYPED") and self.flavor.name == "tensorrt":
-                flags |= 1 << int(enum.STRONGLY_TYPED)
-        return flags
-
     def query(self, model: onnx.ModelProto) -> QueryResult:
         trt = self.flavor.module
-        network = self._builder.create_network(self._network_flags())
+        network = self._builder.create_network(network_flags(self.flavor))
         parser: Any = trt.OnnxParser(network, self._logger)
         with _captured_stderr():
             supported = bool(parser.supports_model_v2(serialize(model, "a capability query")))
@@ -69,7 +59,7 @@ class ParserOracle:
 
     def _parse_errors(self, model: onnx.ModelProto) -> dict[int, str]:
         trt = self.flavor.module
-        network = self._builder.create_network(self._network_flags())
+        network = self._builder.create_network(network_flags(self.flavor))
         parser: Any = trt.OnnxParser(network, self._logger)
         errors: dict[int, str] = {}
         with _captured_stderr():

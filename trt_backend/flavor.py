@@ -57,6 +57,15 @@ class Flavor:
         return self.version
 
 
+def network_flags(flavor: Flavor) -> int:
+    """Strongly typed networks where weak typing still exists (TensorRT 10); 0 elsewhere. The
+    builder and the capability oracle both use it, so the parser judges the network that is built."""
+    trt = flavor.module
+    if not flavor.strongly_typed_only and flavor.has("NetworkDefinitionCreationFlag.STRONGLY_TYPED"):
+        return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    return 0
+
+
 _cache: dict[str, Flavor] = {}
 
 

@@ -22,12 +22,17 @@ def relus(start: str, n: int, prefix: str) -> tuple[list[onnx.NodeProto], str]:
     return nodes, prev
 
 
-def test_parser_rejection_gives_reason_and_splits(oracle) -> None:
-    a, last_a = relus("x", 3, "a")
-    rz, inits = crop_resize(last_a, "r")
-    b, last_b = relus("r", 3, "b")
+def relus_resize_relus() -> onnx.ModelProto:
+    """Relu x3 -> Resize(tf_crop_and_resize, which TensorRT rejects) -> Relu x3 (node 3 is the Resize)."""
+    a, last = relus("x", 3, "a")
+    rz, inits = crop_resize(last, "r")
+    b, _ = relus("r", 3, "b")
     b[-1].output[0] = "y"
-    m = model(a + [rz] + b, [vi("x", ["N", 3, 8, 8])], [vi("y", ["N", 3, 8, 8])], inits)
+    return model(a + [rz] + b, [vi("x", ["N", 3, 8, 8])], [vi("y", ["N", 3, 8, 8])], inits)
+
+
+def test_parser_rejection_gives_reason_and_splits(oracle) -> None:
+    m = relus_resize_relus()
     plan = plan_model(m, oracle)
     assert [(s.backend, len(s.nodes)) for s in plan.segments] == [("tensorrt", 3), ("onnxruntime", 1), ("tensorrt", 3)]
     reason = plan.nodes[3].reason
@@ -55,11 +60,7 @@ def test_every_unsupported_node_found_and_pieces_reparsed(oracle) -> None:
 
 
 def test_iteration_bound_is_honoured(oracle) -> None:
-    a, last = relus("x", 3, "a")
-    rz, inits = crop_resize(last, "r")
-    b, _ = relus("r", 3, "b")
-    b[-1].output[0] = "y"
-    m = model(a + [rz] + b, [vi("x", ["N", 3, 8, 8])], [vi("y", ["N", 3, 8, 8])], inits)
+    m = relus_resize_relus()
     plan = plan_model(m, oracle, PartitionOptions(max_oracle_calls=1, min_segment_size=1))
     assert plan.oracle_calls == 1
     assert all(n.verdict == "onnxruntime" for n in plan.nodes)
@@ -205,11 +206,7 @@ class ResizeClaim:
 
 
 def test_plugin_claim_keeps_node_in_tensorrt_segment(oracle) -> None:
-    a, last = relus("x", 3, "a")
-    rz, inits = crop_resize(last, "r")
-    b, _ = relus("r", 3, "b")
-    b[-1].output[0] = "y"
-    m = model(a + [rz] + b, [vi("x", ["N", 3, 8, 8])], [vi("y", ["N", 3, 8, 8])], inits)
+    m = relus_resize_relus()
     plan = plan_model(m, oracle, PartitionOptions(plugins=(ResizeClaim(),)))
     assert plan.nodes[3].verdict == "plugin:resize" and plan.nodes[3].reason is None
     assert [(s.backend, len(s.nodes)) for s in plan.segments] == [("tensorrt", 7)]
