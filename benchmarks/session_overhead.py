@@ -2,7 +2,8 @@
 inputs, per run (median over alternating blocks of runs, each after a warm-up). Targets: <= 1.05 for
 single-segment models, <= 1.15 for models of five or more segments.
 
-    python benchmarks/session_overhead.py [--runs 30] [--only REGEX] [--spinning auto|on|off] [--share-arena]
+    python benchmarks/session_overhead.py [--runs 30] [--only REGEX] [--thread-pool session|global|both]
+                                          [--spinning auto|on|off] [--share-arena]
 
 Where the multi-segment overhead goes on a 2-core machine: every segment is its own ONNX Runtime
 session with its own intra-op pool, and the first parallel op of each segment run must wake that
@@ -18,6 +19,7 @@ import logging
 import os
 import re
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -72,12 +74,16 @@ class AcceptAll:
 
 
 def ort_session(model: onnx.ModelProto, threads: int = 0) -> Any:
+    """The whole model in one ONNX Runtime session: its own pool of ``threads``, or the process's
+    global pool once the process uses it (the same pool the segments share)."""
     import onnxruntime as ort
+
+    from partitioner.ort_threads import inference_session
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.intra_op_num_threads = threads
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return inference_session(model.SerializeToString(), so)
 
 
 def measure(fns: Sequence[Callable[[], Any]], runs: int, warmup: int = 3, rounds: int = 3) -> list[float]:
@@ -98,6 +104,13 @@ def measure(fns: Sequence[Callable[[], Any]], runs: int, warmup: int = 3, rounds
     return [statistics.median(t) for t in times]
 
 
+def _argv(args: argparse.Namespace, pool: str) -> list[str]:
+    """The command line of ``args`` with the thread-pool mode ``pool``."""
+    out = ["--runs", str(args.runs), "--threads", str(args.threads), "--spinning", args.spinning,
+           "--oracle", args.oracle, "--thread-pool", pool]
+    return out + (["--only", args.only] if args.only else []) + (["--share-arena"] if args.share_arena else [])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=30)
@@ -110,14 +123,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="segment sessions allocate from one process-wide CPU arena (SessionOptions.share_arena)")
     ap.add_argument("--oracle", choices=("parser", "accept-all"), default="parser",
                     help="capability from the TensorRT parser, or take every node (no TensorRT installed)")
+    ap.add_argument("--thread-pool", choices=("session", "global", "both"), default="both",
+                    help="ONNX Runtime pools: one per session (ORT's default), the process's global pool shared by "
+                         "the segments and the whole-model baseline alike, or both (global in a child process, as the "
+                         "switch is process-wide; default)")
     args = ap.parse_args(argv)
+    if args.thread_pool == "both":
+        code = main(_argv(args, "session"))
+        print(flush=True)
+        child = subprocess.run([sys.executable, os.path.abspath(__file__), *_argv(args, "global")], check=False)
+        return code or child.returncode
     logging.basicConfig(level=logging.ERROR)
     spin = {"auto": None, "on": True, "off": False}[args.spinning]
     oracle = AcceptAll() if args.oracle == "accept-all" else None
     import onnxruntime
 
     print(f"onnxruntime {onnxruntime.__version__}, {os.cpu_count()} CPUs, threads {args.threads or 'default'}, "
-          f"spinning {args.spinning}{', shared arena' if args.share_arena else ''}, oracle {args.oracle}")
+          f"{'one global pool' if args.thread_pool == 'global' else 'a pool per session'}, spinning {args.spinning}{', shared arena' if args.share_arena else ''}, oracle {args.oracle}")
     print(f"{'model':<40} {'segments':>8} {'ORT ms':>9} {'session ms':>11} {'ratio':>7}  target")
     worst = {True: 0.0, False: 0.0}
     for name, factory, opts, profiles, shapes in CASES:
@@ -125,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         model = factory()
         sess = Session(model, profiles, SessionOptions(emulate=True, oracle=oracle, intra_op_threads=args.threads,
-                                                       allow_spinning=spin, share_arena=args.share_arena, **opts))
+                                                       allow_spinning=spin, share_arena=args.share_arena,
+                                                       thread_pool=args.thread_pool, **opts))
         ref = ort_session(model, args.threads)
         rng = np.random.default_rng(0)
         feeds = {a.name: rng.random(shapes.get(a.name) or a.shape, dtype=np.float32) for a in sess.get_inputs()}

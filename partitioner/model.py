@@ -171,10 +171,12 @@ def required_ir_version(proto: onnx.ModelProto) -> int:
 def runtime_max_ir_version() -> int:
     """Highest IR version ONNX Runtime accepts here (probed once), else the onnx package's own."""
     try:
-        import onnxruntime as ort
+        import onnxruntime  # noqa: F401
     except ImportError:
         return int(onnx.IR_VERSION)
     from onnx import TensorProto, helper
+
+    from .ort_threads import inference_session
 
     for ir in range(int(onnx.IR_VERSION), 6, -1):
         v = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
@@ -183,7 +185,7 @@ def runtime_max_ir_version() -> int:
                                   opset_imports=[helper.make_opsetid("", 13)])
         probe.ir_version = ir
         try:
-            ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+            inference_session(probe.SerializeToString())
             return ir
         except Exception:  # noqa: BLE001 - any refusal means "not this IR version"
             continue

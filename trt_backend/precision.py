@@ -373,10 +373,10 @@ def compare_outputs(original: onnx.ModelProto, transformed: onnx.ModelProto, fee
                     *, atol: float = 1e-2, rtol: float = 1e-2) -> dict[str, float]:
     """Run both models on ONNX Runtime CPU with ``feeds``; return each output's worst error in
     units of its tolerance (<= 1 passes). Raises PrecisionError listing outputs that exceed it."""
-    import onnxruntime as ort  # heavy; loaded on first use
+    from partitioner.ort_threads import inference_session  # onnxruntime loads on first use
 
     def run(m: onnx.ModelProto) -> list[np.ndarray]:
-        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        sess = inference_session(m.SerializeToString())
         return list(sess.run(None, dict(feeds)))
 
     scores: dict[str, float] = {}

@@ -21,6 +21,7 @@ import onnx
 from partitioner import Segment
 from partitioner.errors import OptionsError, TrtBackendError
 from partitioner.model import serialize
+from partitioner.ort_threads import global_thread_pool, inference_session, use_global_thread_pool
 
 from .profiles import Profile, ProfileError, covering_profile, describe_profile
 
@@ -56,6 +57,9 @@ class OrtOptions:
     # Allocate from one CPU arena shared by every session that asks for it, registered once per
     # process with onnxruntime.create_and_register_allocator (replacing any registered before).
     share_arena: bool = False
+    # Share ONNX Runtime's process-wide intra-op pool (partitioner.ort_threads) instead of one
+    # pool per session; the thread counts above then size that pool, once per process.
+    global_thread_pool: bool = False
 
 
 @functools.lru_cache(maxsize=1)
@@ -72,8 +76,11 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) 
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.intra_op_num_threads = options.intra_op_threads
-    so.inter_op_num_threads = options.inter_op_threads
+    if options.global_thread_pool:
+        use_global_thread_pool(options.intra_op_threads, options.inter_op_threads)
+    if global_thread_pool() is None:  # (a global pool has its own sizes; ORT warns if a session sets any)
+        so.intra_op_num_threads = options.intra_op_threads
+        so.inter_op_num_threads = options.inter_op_threads
     so.log_severity_level = options.log_severity
     levels = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
               "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -83,8 +90,8 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) 
         raise OptionsError(f"unknown optimization level {options.optimization_level!r}; "
                            f"choose one of {', '.join(OPTIMIZATION_LEVELS)}")
     so.graph_optimization_level = levels[options.optimization_level]
-    if options.allow_spinning:
-        pass  # ONNX Runtime's default
+    if options.allow_spinning or global_thread_pool() is not None:
+        pass  # ONNX Runtime's default (a global pool spins as the process set it up)
     elif options.spin_while_running:
         so.add_session_config_entry("session.force_spinning_stop", "1")
     else:
@@ -100,7 +107,7 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) 
             raise OptionsError(f"cannot load custom-op library {lib}: {_first_line(e)}") from None
     data = model if isinstance(model, bytes) else serialize(model, what)
     try:
-        return ort.InferenceSession(data, sess_options=so, providers=list(options.providers))
+        return inference_session(data, so, options.providers)
     except _ort_errors() as e:
         raise SegmentLoadError(f"{what}: ONNX Runtime cannot load it: {_first_line(e)}") from None
 
@@ -224,6 +231,7 @@ class SegmentRunner(ABC):
         self.output_names = tuple(segment.outputs)
         self.profiles = list(profiles)
         self.shape_tensors = shape_tensors
+        self._fits: dict[Any, int] = {}  # input shapes (and shape-tensor values) -> fitting profile
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} segment {self.segment.id} ({self.segment.backend}, {self.executor})>"
@@ -252,8 +260,14 @@ class SegmentRunner(ABC):
                 shapes[name] = shape
                 if name in self.shape_tensors:
                     values[name] = tuple(int(v) for v in np.asarray(to_numpy(value)).reshape(-1))
+        key = (tuple(shapes.items()), tuple(values.items()))
+        k = self._fits.get(key)
+        if k is not None:
+            return k
         k = covering_profile(self.profiles, shapes, values)
         if k is not None:
+            if len(self._fits) < 256:  # a serving loop sees few distinct shapes; bounded all the same
+                self._fits[key] = k
             return k
         name = next(n for n in shapes if any(n in p and (not p[n].covers(shapes[n]) or
                                                          not p[n].covers_values(values.get(n, ()))) for p in self.profiles))

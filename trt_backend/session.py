@@ -25,6 +25,7 @@ from partitioner import (
 )
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
+from partitioner.ort_threads import use_global_thread_pool
 
 from .feeds import (
     FeedValidator,
@@ -56,6 +57,7 @@ log = logging.getLogger(__name__)
 
 EMULATE_CHOICES = (True, False, "auto")
 FLAVOR_CHOICES = ("auto", "tensorrt", "tensorrt_rtx", "none")
+THREAD_POOL_CHOICES = ("session", "global")
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,11 @@ class SessionOptions:
     # onnxruntime.create_and_register_allocator, which replaces one registered before): what a
     # segment frees is reused, still in cache, by the next. Off: each session has its own arena.
     share_arena: bool = False
+    # "session": each ONNX Runtime session (one per segment) has its own intra-op pool, ONNX
+    # Runtime's default. "global": they all share ONNX Runtime's process-wide pool (sized by
+    # intra_op_threads/inter_op_threads, once per process): no sleeping pool to wake per segment,
+    # but the whole process switches (partitioner.ort_threads.use_global_thread_pool).
+    thread_pool: str = "session"
     isolate_parser: bool = False  # ask the TensorRT parser in a child process (survives its crashes)
     target: str | None = None  # runtime the plan is for ("tensorrt" | "tensorrt_rtx"; None: the parser's)
     plugin_ops: tuple[str, ...] = ()  # op types given to plugins even where TensorRT has a layer
@@ -115,6 +122,8 @@ class SessionOptions:
         if self.optimization_level not in OPTIMIZATION_LEVELS:
             raise OptionsError(f"optimization_level must be one of {', '.join(OPTIMIZATION_LEVELS)}, "
                                f"got {self.optimization_level!r}")
+        if self.thread_pool not in THREAD_POOL_CHOICES:
+            raise OptionsError(f"thread_pool must be one of {', '.join(THREAD_POOL_CHOICES)}, got {self.thread_pool!r}")
         for f in ("intra_op_threads", "inter_op_threads"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -130,7 +139,8 @@ class SessionOptions:
         spin = self.allow_spinning if self.allow_spinning is not None else segments <= 1
         return OrtOptions(self.intra_op_threads, self.inter_op_threads, self.optimization_level,
                           self.custom_op_libraries, self.providers, allow_spinning=spin,
-                          spin_while_running=self.allow_spinning is None, share_arena=self.share_arena)
+                          spin_while_running=self.allow_spinning is None, share_arena=self.share_arena,
+                          global_thread_pool=self.thread_pool == "global")
 
 
 @dataclass(frozen=True)
@@ -167,6 +177,8 @@ class Session:
         self.options = options if options is not None else SessionOptions()
         if not isinstance(self.options, SessionOptions):
             raise OptionsError(f"options must be a SessionOptions, got {type(self.options).__name__}")
+        if self.options.thread_pool == "global":  # before any ONNX Runtime session of ours
+            use_global_thread_pool(self.options.intra_op_threads, self.options.inter_op_threads)
         base = model if isinstance(model, Plan) else self.make_plan(model, self.options)
         if base.model is None:
             raise OptionsError("this plan was read from JSON without its model; pass the model instead")

@@ -101,10 +101,12 @@ def ort_divergence(case: Case) -> str | None:
 def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     import onnxruntime as ort
 
+    from partitioner.ort_threads import inference_session
+
     ort.set_default_logger_severity(3)
     opts = ort.SessionOptions()
     opts.log_severity_level = 4
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = inference_session(model.SerializeToString(), opts)
     return sess.run(None, feeds)
 
 

@@ -15,6 +15,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
+from partitioner.ort_threads import inference_session
 from tests.helpers import crop_resize
 from trt_backend.profiles import covering_profile
 from trt_backend.session import Session, SessionOptions
@@ -200,7 +201,7 @@ def ort_reference(model: onnx.ModelProto, feeds: Mapping[str, Any], names: Seque
             m.graph.output.append(onnx.ValueInfoProto(name=n))
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = inference_session(m.SerializeToString(), so)  # follows the process's thread-pool mode
     return sess.run(list(names) if names else None, dict(feeds))
 
 

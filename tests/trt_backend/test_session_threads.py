@@ -1,6 +1,13 @@
 """ONNX Runtime thread and allocator settings of a Session's segment sessions: spinning (stopped
-after each run when several segments take turns) and the optional shared CPU arena."""
+after each run when several segments take turns), the optional shared CPU arena, and the optional
+global thread pool (process-wide, so its tests run in child processes)."""
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import onnx
@@ -11,6 +18,8 @@ from onnx import helper as h
 
 from partitioner import QueryResult
 from tests.trt_backend.test_session_graphs import assert_same, conv_chain, ort_reference
+from partitioner.errors import OptionsError
+from partitioner.ort_threads import use_global_thread_pool
 from trt_backend.runners import OrtOptions, ort_session
 from trt_backend.session import Session, SessionOptions
 
@@ -96,3 +105,81 @@ def test_shared_arena_leaves_other_sessions_alone() -> None:
     assert_same(own.run(None, {"x": x}), expected)
     again = chain_session(share_arena=True)  # registered once; later sessions share it
     assert_same(again.run(None, {"x": x}), expected)
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Run in a child process: the global pool is a process-wide, one-way switch.
+GLOBAL_POOL_CHILD = """
+import json, sys
+import numpy as np, onnxruntime as ort
+from partitioner.errors import OptionsError
+from partitioner.ort_threads import global_thread_pool
+from tests.trt_backend.test_session_threads import chain_session, config, conv_chain
+from tests.trt_backend.test_session_graphs import ort_reference
+out = {}
+if sys.argv[1] == "ours":
+    sess = chain_session(thread_pool="global", intra_op_threads=2)
+else:  # the user switched ONNX Runtime to its global pool before we made any session
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+    state.set_global_thread_pool_sizes(2, 1)
+    sess = chain_session()
+out["pool"] = global_thread_pool()
+out["per_session"] = [r._session.get_session_options().use_per_session_threads for r in sess.runners]
+out["spin_stop"] = [config(r._session, "session.force_spinning_stop") for r in sess.runners]
+later = chain_session()  # a default Session made afterwards follows the process
+out["later_per_session"] = [r._session.get_session_options().use_per_session_threads for r in later.runners]
+err = []
+for n in (1, 3):
+    x = np.random.default_rng(n).standard_normal((n, 8, 16, 16)).astype(np.float32)
+    ref = ort_reference(conv_chain(3), {"x": x})
+    for s in (sess, later):
+        err += [float(np.max(np.abs(a - b))) for a, b in zip(s.run(None, {"x": x}), ref)]
+out["max_err"] = max(err)
+try:
+    chain_session(thread_pool="global", intra_op_threads=3)
+    out["resize"] = None
+except OptionsError as e:
+    out["resize"] = str(e)
+try:  # ONNX Runtime's own rule, which the README states: default sessions are refused now
+    ort.InferenceSession(conv_chain(3).SerializeToString(), providers=["CPUExecutionProvider"])
+    out["plain_ort"] = "accepted"
+except Exception as e:
+    out["plain_ort"] = "refused: " + str(e).splitlines()[0][-120:]
+print("RESULT " + json.dumps(out))
+"""
+
+
+def run_child(mode: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(GLOBAL_POOL_CHILD), mode], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_global_thread_pool_shared_by_every_segment_session() -> None:
+    out = run_child("ours")
+    assert out["pool"] == [2, 0]
+    assert out["per_session"] == [False] * 5  # all five segment sessions use the one global pool
+    assert out["spin_stop"] == [None] * 5  # it spins as set up, not stopped after every segment
+    assert out["later_per_session"] == [False] * 5
+    assert out["max_err"] <= 1e-5
+    assert "already has 2 intra-op threads" in out["resize"] and "3 intra-op threads" in out["resize"]
+    assert out["plain_ort"].startswith("refused") and "global thread pool" in out["plain_ort"]
+
+
+def test_global_thread_pool_switched_by_the_user_is_followed() -> None:
+    out = run_child("user")
+    assert out["pool"] == [0, 0]  # sizes unknown to us: ONNX Runtime's
+    assert out["per_session"] == [False] * 5
+    assert out["max_err"] <= 1e-5
+
+
+def test_thread_pool_option_checked() -> None:
+    with pytest.raises(OptionsError, match="thread_pool must be one of session, global, got 'shared'"):
+        SessionOptions(thread_pool="shared")
+    with pytest.raises(OptionsError, match="intra_op_threads must be a whole number >= 0, got -1"):
+        use_global_thread_pool(-1)  # refused before anything is switched
+    assert chain_session().runners[0]._session.get_session_options().use_per_session_threads  # type: ignore[attr-defined]

@@ -50,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
         print("   " + line)
     x = np.random.default_rng(0).standard_normal((4, 3, 32, 32)).astype(np.float32)
     probs, scores, classes = sess.run(None, {"image": x})
-    import onnxruntime as ort
+    from partitioner.ort_threads import inference_session
 
-    ref = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"]).run(None, {"image": x})
+    ref = inference_session(DEMO_PATH).run(None, {"image": x})
     diff = float(np.max(np.abs(probs - ref[0])))
     same = bool(np.array_equal(classes, ref[2]))
     print(f"   top classes per image: {classes.tolist()}")

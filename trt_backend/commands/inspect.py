@@ -53,6 +53,12 @@ def add_partition_arguments(p: argparse.ArgumentParser) -> None:
                    help="op types given to their plugin even where TensorRT has a native layer (comparisons)")
 
 
+def add_thread_pool_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--thread-pool", choices=("session", "global"), default="session",
+                   help="ONNX Runtime intra-op pools: one per segment session (default, ONNX Runtime's own), or "
+                        "one global pool they all share (fewer thread wake-ups between segments on CPU)")
+
+
 def partition_options(args: argparse.Namespace) -> PartitionOptions:
     from plugins import default_registry
 
