@@ -21,7 +21,11 @@ import onnx
 from partitioner import Segment
 from partitioner.errors import OptionsError, TrtBackendError
 from partitioner.model import serialize
-from partitioner.ort_threads import global_thread_pool, inference_session, use_global_thread_pool
+from partitioner.ort_threads import (
+    global_thread_pool,
+    inference_session,
+    use_global_thread_pool,
+)
 
 from .profiles import Profile, ProfileError, covering_profile, describe_profile
 

@@ -19,7 +19,6 @@ from ..feeds import FeedError, random_feeds
 from ..profiles import Shape
 from .inspect import add_partition_arguments, add_thread_pool_argument, session_options
 
-
 _SPEC = re.compile(r"\s*(?P<name>[^,\[]+?):(?P<shape>\[[^\]]*\]|[0-9x]*)\s*(?:,|$)")
 
 
