@@ -67,14 +67,14 @@ def _describe(sizes: tuple[int, int]) -> str:
 
 def inference_session(data: bytes | str, sess_options: Any = None, providers: Any = ("CPUExecutionProvider",)) -> Any:
     """``onnxruntime.InferenceSession(data, sess_options, providers)`` with
-    ``use_per_session_threads`` matching the process's pools (their thread counts are then the
-    global pool's; the session's own are ignored, as ONNX Runtime does)."""
+    ``use_per_session_threads`` matching the process's pools. Under global pools the options'
+    own thread counts are set to 0: the global pool's sizes apply, as ONNX Runtime has it."""
     global _global_sizes
     import onnxruntime as ort
 
     so = sess_options if sess_options is not None else ort.SessionOptions()
     if _global_sizes is not None:
-        so.use_per_session_threads = False
+        _share_global(so)
     try:
         return ort.InferenceSession(data, sess_options=so, providers=list(providers))
     except Exception as e:  # noqa: BLE001 - only ONNX Runtime's global-pool refusal is handled here
@@ -85,5 +85,13 @@ def inference_session(data: bytes | str, sess_options: Any = None, providers: An
         if _global_sizes is None:
             _global_sizes = (0, 0)
     log.info("this process uses ONNX Runtime's global thread pool (switched outside trt_backend); following it")
-    so.use_per_session_threads = False
+    _share_global(so)
     return ort.InferenceSession(data, sess_options=so, providers=list(providers))
+
+
+def _share_global(so: Any) -> None:
+    """Make ``so`` use the global pools; its own thread counts are cleared (ONNX Runtime would
+    ignore them, with a warning per session)."""
+    so.use_per_session_threads = False
+    so.intra_op_num_threads = 0
+    so.inter_op_num_threads = 0

@@ -82,9 +82,8 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) 
     so = ort.SessionOptions()
     if options.global_thread_pool:
         use_global_thread_pool(options.intra_op_threads, options.inter_op_threads)
-    if global_thread_pool() is None:  # (a global pool has its own sizes; ORT warns if a session sets any)
-        so.intra_op_num_threads = options.intra_op_threads
-        so.inter_op_num_threads = options.inter_op_threads
+    so.intra_op_num_threads = options.intra_op_threads  # (under a global pool, its sizes apply instead)
+    so.inter_op_num_threads = options.inter_op_threads
     so.log_severity_level = options.log_severity
     levels = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
               "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,

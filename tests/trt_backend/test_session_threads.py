@@ -156,7 +156,7 @@ def run_child(mode: str) -> dict:
                           capture_output=True, text=True, timeout=300, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return dict(json.loads(lines[-1][len("RESULT "):]), stderr=proc.stderr)
 
 
 def test_global_thread_pool_shared_by_every_segment_session() -> None:
@@ -164,6 +164,7 @@ def test_global_thread_pool_shared_by_every_segment_session() -> None:
     assert out["pool"] == [2, 0]
     assert out["per_session"] == [False] * 5  # all five segment sessions use the one global pool
     assert out["spin_stop"] == [None] * 5  # it spins as set up, not stopped after every segment
+    assert "ignored when using a global thread pool" not in out["stderr"]  # no per-session thread counts sent
     assert out["later_per_session"] == [False] * 5
     assert out["max_err"] <= 1e-5
     assert "already has 2 intra-op threads" in out["resize"] and "3 intra-op threads" in out["resize"]
