@@ -75,8 +75,7 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
         else:  # a caller's Session leaves as it came (precision runners swapped back)
             for i, runner in enumerate(before):
                 if sess.runners[i] is not runner:
-                    sess.runners[i].close()
-                    _replace_runner(sess, i, runner)
+                    sess.replace_runner(i, runner).close()
 
 
 def _options(options: CompareOptions | None, overrides: Mapping[str, Any]) -> CompareOptions:
@@ -146,17 +145,9 @@ def lower_precision(sess: Any, precision: str, keep_fp32_ops: Sequence[str]) -> 
             continue
         runner = EmulatedTensorRTRunner(r.segment, lowered.model, sess.options.ort_options(len(sess.runners)),
                                         r.profiles, r.shape_tensors)
-        _replace_runner(sess, i, runner)
+        sess.replace_runner(i, runner)
         done[r.segment.id] = precision
     return done
-
-
-def _replace_runner(sess: Any, index: int, runner: SegmentRunner) -> None:
-    # A Session has no precision option yet (see the report of issue 7); swap the runner and drop
-    # the schedules cached with the old one.
-    with sess._lock:
-        sess.runners[index] = runner
-        sess._schedules.clear()
 
 
 def _feed_points(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, list[int]]]:

@@ -2,10 +2,12 @@
 native code, and a crash on an untrusted model must not take the caller down with it."""
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing as mp
 import os
 import pickle
+import threading
 import time
 from typing import Any
 
@@ -27,6 +29,22 @@ from .flavor import load_flavor
 log = logging.getLogger(__name__)
 
 
+_oracle_lock = threading.Lock()  # one parser/builder per flavor, shared by every caller: not re-entrant
+
+
+@functools.lru_cache(maxsize=4)
+def parser_oracle(flavor: str) -> ParserOracle:
+    """The process's parser oracle for ``flavor`` (made once; use it under :func:`oracle_lock`)."""
+    return ParserOracle(load_flavor(flavor))
+
+
+def plan_with_parser(model: ModelSource | Model, flavor: str, options: PartitionOptions) -> Plan:
+    """``plan_model`` with the shared parser oracle of ``flavor``, one caller at a time."""
+    oracle = parser_oracle(flavor)
+    with _oracle_lock:
+        return plan_model(model, oracle, options)
+
+
 class ParserCrashError(TrtBackendError):
     """The TensorRT parser died in the child process while checking the model."""
 
@@ -41,7 +59,7 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
     start = time.perf_counter()
     model = load_model(source)
     if not isolate:
-        plan = plan_model(model, ParserOracle(load_flavor(flavor)), options)
+        plan = plan_with_parser(model, flavor, options)
         plan.seconds = time.perf_counter() - start
         return plan
     validate_options(model, options)

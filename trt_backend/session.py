@@ -2,7 +2,6 @@
 make one runner per segment (once), then run segments in order with tensors routed by name."""
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
@@ -153,16 +152,6 @@ class Step:
     free: tuple[str, ...]
 
 
-_oracle_lock = threading.Lock()
-
-
-@functools.lru_cache(maxsize=4)
-def _parser_oracle(flavor: str) -> Any:
-    from .capability import ParserOracle
-
-    return ParserOracle(flavor)
-
-
 class Session:
     """Runs a whole model, TensorRT and ONNX Runtime segments stitched; onnxruntime-like API."""
 
@@ -236,22 +225,21 @@ class Session:
             from .planning import make_plan
 
             return make_plan(model, opts.partition_options(), flavor=opts.flavor, isolate=True)
-        oracle = opts.oracle
-        if oracle is None and opts.flavor != "none":
+        if opts.oracle is not None:
+            return plan_model(model, opts.oracle, opts.partition_options())
+        if opts.flavor != "none":
             from .flavor import TensorRTUnavailableError
+            from .planning import plan_with_parser
 
             try:
-                oracle = _parser_oracle(opts.flavor)
+                return plan_with_parser(model, opts.flavor, opts.partition_options())
             except TensorRTUnavailableError as e:
                 if opts.flavor != "auto":
                     raise
                 log.warning("no TensorRT parser to decide capability (%s); every node runs on ONNX Runtime", e)
-        if oracle is None:
-            loaded = load_model(model)
-            reason = "flavor 'none' chosen" if opts.flavor == "none" else "no TensorRT flavor importable"
-            return build_plan(loaded, [Verdict("onnxruntime", reason)] * len(loaded.proto.graph.node), None)
-        with _oracle_lock:  # one parser/builder per flavor, shared: not re-entrant
-            return plan_model(model, oracle, opts.partition_options())
+        loaded = load_model(model)
+        reason = "flavor 'none' chosen" if opts.flavor == "none" else "no TensorRT flavor importable"
+        return build_plan(loaded, [Verdict("onnxruntime", reason)] * len(loaded.proto.graph.node), None)
 
     def _build_engines(self, plan: Plan, derived: dict[int, list[Profile]],
                        derive: Any) -> tuple[Plan, dict[int, list[Profile]], dict[int, bytes]]:
@@ -402,6 +390,19 @@ class Session:
         if self.options.outputs_on_device:
             return [env[n] for n in names]
         return [env[n].to_host() if hasattr(env[n], "to_host") else to_numpy(env[n]) for n in names]
+
+    def replace_runner(self, index: int, runner: SegmentRunner) -> SegmentRunner:
+        """Put ``runner`` in place of segment ``index``'s runner (same segment, same inputs and
+        outputs: e.g. the segment in another precision); returns the one it replaces, not closed.
+        Schedules made with the old runner are dropped; runs already going finish with it."""
+        old = self.runners[index]
+        if (runner.segment.id, runner.input_names, runner.output_names) != (old.segment.id, old.input_names,
+                                                                              old.output_names):
+            raise OptionsError(f"{runner.label} cannot replace {old.label}: another segment or other inputs/outputs")
+        with self._lock:
+            self.runners[index] = runner
+            self._schedules.clear()
+        return old
 
     def schedule(self, output_names: Sequence[str] | None = None) -> tuple[Step, ...]:
         """The segment runs needed for ``output_names``, and after which run each intermediate

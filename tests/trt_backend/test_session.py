@@ -21,7 +21,7 @@ from tests.trt_backend.test_session_graphs import assert_same, conv_chain, ort_r
 from trt_backend.demo import DEMO_PATH, demo_model
 from trt_backend.flavor import TensorRTUnavailableError
 from trt_backend.profiles import ProfileError
-from trt_backend.runners import SegmentLoadError
+from trt_backend.runners import EmulatedTensorRTRunner, SegmentLoadError
 from trt_backend.session import Session, SessionOptions
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
@@ -88,6 +88,43 @@ def test_pruned_schedule_skips_segments_not_needed() -> None:
     assert only_a.outputs == ("a",)
     np.testing.assert_allclose(sess.run(["c"], {"x": np.array([0.5, -1], np.float32)})[0], np.cos(np.sin([0.5, -1])),
                                rtol=1e-6)
+
+
+def test_replace_runner_swaps_one_segment_and_refuses_another_segments_runner() -> None:
+    sess = demo_session()
+    expected = sess.run(None, {"image": image()})
+    first = sess.schedule(None)
+    seg = sess.plan.segments[0]
+    # the same segment computing twice its output: the swap shows in the next run's results
+    doubled = onnx.ModelProto()
+    doubled.CopyFrom(sess.plan.extract(seg.id))
+    g = doubled.graph
+    out = g.output[0].name
+    for node in g.node:
+        node.output[:] = [f"{o}_pre" if o == out else o for o in node.output]
+    g.node.append(h.make_node("Add", [f"{out}_pre", f"{out}_pre"], [out]))
+    old = sess.runners[0]
+    swapped = EmulatedTensorRTRunner(seg, doubled, sess.options.ort_options(3), old.profiles, old.shape_tensors)
+    assert sess.replace_runner(0, swapped) is old
+    assert sess.schedule(None) is not first and sess.schedule(None)[0].runner is swapped
+    changed = sess.run(None, {"image": image()})
+    assert not np.allclose(changed[0], expected[0])
+    sess.replace_runner(0, old)
+    assert_same(sess.run(None, {"image": image()}), expected)
+    with pytest.raises(OptionsError, match=r"cannot replace segment 0 \(tensorrt, executor emulated\): another segment"):
+        sess.replace_runner(0, sess.runners[2])
+
+
+def test_planning_shares_one_parser_oracle_per_flavor() -> None:
+    from trt_backend.planning import make_plan, parser_oracle
+
+    make_plan(DEMO_PATH)
+    before = parser_oracle.cache_info()
+    a = make_plan(DEMO_PATH)
+    Session.make_plan(DEMO_PATH, SessionOptions())
+    after = parser_oracle.cache_info()
+    assert after.hits == before.hits + 2 and after.misses == before.misses  # no second parser/builder made
+    assert a.to_json() == make_plan(DEMO_PATH).to_json()
 
 
 def test_intermediates_are_dropped_once_their_last_reader_ran() -> None:
