@@ -5,10 +5,11 @@ single-segment models, <= 1.15 for models of five or more segments.
     python benchmarks/session_overhead.py [--runs 30] [--only REGEX] [--thread-pool session|global|both]
                                           [--explain] [--spinning auto|on|off] [--share-arena]
 
-By default it prints two tables: segment sessions with a thread pool each (ONNX Runtime's
-default), then, in a child process (the switch is process-wide), every session of the process,
-whole-model baseline included, on ONNX Runtime's one global pool (SessionOptions(thread_pool=
-"global")).
+By default it prints two tables: the Session's defaults (segment sessions with a thread pool and
+an arena each, as ONNX Runtime has them), then, in a child process (the switch is process-wide),
+SessionOptions(thread_pool="global", share_arena=True): every session of the process, the
+whole-model baseline included, on ONNX Runtime's one global pool, the segments allocating from
+one arena.
 
 Where the multi-segment overhead goes on a 2-core machine: with a pool per session, the first
 parallel op of each segment run must wake that pool's thread (~30-60 us here); idle pools left
@@ -145,8 +146,9 @@ def kernel_ms(model: onnx.ModelProto, feeds: dict[str, Any], outputs: Sequence[s
 def explain(sess: Session, model: onnx.ModelProto, feeds: dict[str, Any], threads: int, t_ref: float,
             t_sess: float, runs: int = 30) -> str:
     """Where the extra time of a multi-segment session goes: kernel time ONNX Runtime adds inside
-    the segment models (layout conversions at their boundaries, ...), and time outside kernels
-    (run calls, thread hand-offs, our stitching)."""
+    the segment models (layout conversions at their boundaries, ...), time outside kernels (run
+    calls, thread hand-offs, our stitching), and the segments timed alone, summed, against the
+    session (what taking turns and stitching cost beyond the segments' own work)."""
     whole, _ = kernel_ms(model, feeds, [o.name for o in model.graph.output], threads, runs)
     env = dict(feeds)
     segs: dict[str, float] = {}
@@ -156,11 +158,20 @@ def explain(sess: Session, model: onnx.ModelProto, feeds: dict[str, Any], thread
         env.update(zip(step.outputs, values))
         for op, ms in by_op.items():
             segs[op] = segs.get(op, 0.0) + ms
+    alone = 0.0  # each segment's runner, run over and over on its own: no hand-off between sessions
+    env = dict(feeds)
+    for step in sess.schedule(None):
+        args = [env[n] for n in step.inputs]
+        (t,) = measure([lambda: step.runner.run(args)], runs, rounds=1)  # noqa: B023 - measured right here
+        alone += t
+        env.update(zip(step.outputs, step.runner.run(args)))
     k_whole, k_segs = sum(whole.values()), sum(segs.values())
     diff = sorted(((segs.get(op, 0.0) - whole.get(op, 0.0), op) for op in set(whole) | set(segs)), reverse=True)
     top = ", ".join(f"{op} {d:+.2f}" for d, op in diff[:3] if d > 0.005)
     return (f"    kernels: whole {k_whole:.2f} ms, segments {k_segs:.2f} ms ({k_segs - k_whole:+.2f}: {top or 'none'}); "
-            f"outside kernels: whole {t_ref * 1e3 - k_whole:.2f} ms, session {t_sess * 1e3 - k_segs:.2f} ms")
+            f"outside kernels: whole {t_ref * 1e3 - k_whole:.2f} ms, session {t_sess * 1e3 - k_segs:.2f} ms\n"
+            f"    segments run alone, summed: {alone * 1e3:.2f} ms (whole-model ratio {alone / t_ref:.3f}); "
+            f"session / that sum {t_sess / alone:.3f} (routing, checks and hand-offs between sessions)")
 
 
 def _argv(args: argparse.Namespace, pool: str) -> list[str]:
@@ -185,8 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="capability from the TensorRT parser, or take every node (no TensorRT installed)")
     ap.add_argument("--thread-pool", choices=("session", "global", "both"), default="both",
                     help="ONNX Runtime pools: one per session (ORT's default), the process's global pool shared by "
-                         "the segments and the whole-model baseline alike, or both (global in a child process, as the "
-                         "switch is process-wide; default)")
+                         "the segments and the whole-model baseline alike, or both (default): a table as asked, then "
+                         "one with the global pool and a shared arena, in a child process (the switch is process-wide)")
     ap.add_argument("--explain", action="store_true",
                     help="for cases of five or more segments, split the extra time with ONNX Runtime's profiler: kernel "
                          "time the segment models add (by op type) and time outside kernels")
@@ -194,7 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.thread_pool == "both":
         code = main(_argv(args, "session"))
         print(flush=True)
-        child = subprocess.run([sys.executable, os.path.abspath(__file__), *_argv(args, "global")], check=False)
+        fast = _argv(args, "global") + ([] if args.share_arena else ["--share-arena"])
+        child = subprocess.run([sys.executable, os.path.abspath(__file__), *fast], check=False)
         return code or child.returncode
     logging.basicConfig(level=logging.ERROR)
     spin = {"auto": None, "on": True, "off": False}[args.spinning]

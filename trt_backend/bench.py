@@ -244,7 +244,9 @@ def _result(sess: Any, options: BenchOptions, candidates: Sequence[Candidate], m
         shapes={n: [int(d) for d in np.shape(v)] for n, v in feeds.items()},
         settings={"warmup_ms": t.warmup_s * 1e3, "duration_s": t.duration_s, "iterations": t.min_iterations,
                   "rounds": t.rounds, "precision": options.precision, "seed": options.seed,
-                  "baselines": list(options.baselines), "emulate": sess.options.emulate, "build": options.build},
+                  "baselines": list(options.baselines), "emulate": sess.options.emulate, "build": options.build,
+                  "intra_op_threads": sess.options.intra_op_threads, "thread_pool": sess.options.thread_pool,
+                  "share_arena": sess.options.share_arena},
         environment=_environment(sess),
         plan={"segments": len(sess.plan.segments), "tensorrt": sess.plan.tensorrt, "executors": executors,
               "summary": f"{len(sess.plan.segments)} segment(s): " + ", ".join(

@@ -64,6 +64,7 @@ def test_emulated_bench_with_ort_cpu_baseline(tmp_path, capsys) -> None:
     assert cpu["max_abs_diff"] < 1e-4 and cpu["segments"] == []
     assert ours["build"] == {"skipped": "--no-build"}
     assert "nearest rank" in doc["percentile_definition"] and doc["settings"]["iterations"] == 5
+    assert (doc["settings"]["thread_pool"], doc["settings"]["share_arena"]) == ("session", False)
     out = capsys.readouterr().out
     assert "trt-backend" in out and "ort-cpu" in out and "ours/this" in out and "segments of trt-backend" in out
 

@@ -26,6 +26,21 @@ def test_run_random_inputs_prints_outputs_and_executors(capsys) -> None:
     assert "executors: emulated x2, onnxruntime x1" in out
 
 
+def test_run_on_one_global_pool_and_shared_arena_gives_the_same_outputs(tmp_path) -> None:
+    # a child process: the global pool is a one-way switch of the whole process
+    x = np.random.default_rng(5).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", image=x)
+    proc = subprocess.run([sys.executable, "-m", "trt_backend", "run", DEMO_PATH, "--shapes", "image:2x3x32x32",
+                           "--emulate", "--thread-pool", "global", "--share-arena", "--inputs", str(tmp_path / "in.npz"),
+                           "--outputs", str(tmp_path / "out.npz")], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "executors: emulated x2, onnxruntime x1" in proc.stdout
+    got = np.load(tmp_path / "out.npz")
+    for name, ref in zip(["probs", "top_scores", "top_classes"], ort_reference(demo_model(), {"image": x})):
+        np.testing.assert_allclose(got[name], ref, atol=1e-5)
+
+
 def test_run_given_inputs_writes_outputs_equal_to_onnxruntime(tmp_path, capsys) -> None:
     x = np.random.default_rng(3).standard_normal((3, 3, 32, 32)).astype(np.float32)
     np.savez(tmp_path / "in.npz", image=x)

@@ -13,7 +13,12 @@ from typing import IO, Any
 from ..bench import PRECISIONS, BenchOptions, run_bench
 from ..bench_runners import BASELINES
 from ..bench_timing import BenchOptionsError, ProgressEvent, TimingConfig
-from .inspect import add_partition_arguments, add_thread_pool_argument, session_options
+from .inspect import (
+    add_cpu_session_arguments,
+    add_partition_arguments,
+    cpu_session_options,
+    session_options,
+)
 from .run import add_shape_arguments, cli_profiles, parse_shapes
 
 PROGRESS_AFTER_S = 2.0  # runs shorter than this print no progress
@@ -43,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="run TensorRT segments through ONNX Runtime even where TensorRT could run them")
     p.add_argument("--threads", default="0", metavar="N", help="ONNX Runtime intra-op threads, every runner "
                                                                "(default 0: ONNX Runtime's choice)")
-    add_thread_pool_argument(p)
+    add_cpu_session_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--no-build", action="store_true", help="do not build TensorRT engines (no build times)")
     p.add_argument("--cache-dir", metavar="DIR", help="engine cache to build through (default: a temporary one)")
@@ -100,7 +105,7 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
                            timing=timing, precision=args.precision, build=not args.no_build,
                            cache_dir=args.cache_dir, seed=args.seed)
     session = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
-                              intra_op_threads=threads, thread_pool=args.thread_pool)
+                              intra_op_threads=threads, **cpu_session_options(args))
     return options, session
 
 

@@ -53,10 +53,18 @@ def add_partition_arguments(p: argparse.ArgumentParser) -> None:
                    help="op types given to their plugin even where TensorRT has a native layer (comparisons)")
 
 
-def add_thread_pool_argument(p: argparse.ArgumentParser) -> None:
+def add_cpu_session_arguments(p: argparse.ArgumentParser) -> None:
+    """How the ONNX Runtime sessions of the segments share the CPU (run, bench)."""
     p.add_argument("--thread-pool", choices=("session", "global"), default="session",
                    help="ONNX Runtime intra-op pools: one per segment session (default, ONNX Runtime's own), or "
                         "one global pool they all share (fewer thread wake-ups between segments on CPU)")
+    p.add_argument("--share-arena", action="store_true",
+                   help="segment sessions allocate from one CPU arena: what one frees, the next reuses")
+
+
+def cpu_session_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The SessionOptions fields of :func:`add_cpu_session_arguments`."""
+    return {"thread_pool": args.thread_pool, "share_arena": args.share_arena}
 
 
 def partition_options(args: argparse.Namespace) -> PartitionOptions:

@@ -17,7 +17,12 @@ from partitioner.report import write_atomic
 
 from ..feeds import FeedError, random_feeds
 from ..profiles import Shape
-from .inspect import add_partition_arguments, add_thread_pool_argument, session_options
+from .inspect import (
+    add_cpu_session_arguments,
+    add_partition_arguments,
+    cpu_session_options,
+    session_options,
+)
 
 _SPEC = re.compile(r"\s*(?P<name>[^,\[]+?):(?P<shape>\[[^\]]*\]|[0-9x]*)\s*(?:,|$)")
 
@@ -99,7 +104,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--emulate", action="store_true",
                    help="run TensorRT segments through ONNX Runtime even where TensorRT could run them")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    add_thread_pool_argument(p)
+    add_cpu_session_arguments(p)
     p.add_argument("--plan-json", metavar="PLAN.json", help="write the plan with executors and profiles as JSON")
     p.add_argument("--saved-plan", metavar="PLAN.json", help="reuse the profiles of a plan JSON written earlier")
     add_partition_arguments(p)
@@ -127,7 +132,7 @@ def handle(args: argparse.Namespace) -> int:
 
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
-                              thread_pool=args.thread_pool)
+                              **cpu_session_options(args))
     start = time.perf_counter()
     sess = Session(args.model, profiles or None, options, plan=args.saved_plan)
     made = time.perf_counter() - start
