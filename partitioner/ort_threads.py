@@ -58,7 +58,7 @@ def use_global_thread_pool(intra_op_threads: int = 0, inter_op_threads: int = 0)
         state.set_global_thread_pool_sizes(intra_op_threads, inter_op_threads)
         _global_sizes = want
     log.info("ONNX Runtime's global thread pool is on for this process (%s): sessions other code creates "
-                "here must set use_per_session_threads=False", _describe(want))
+             "here must set use_per_session_threads=False", _describe(want))
 
 
 def _describe(sizes: tuple[int, int]) -> str:

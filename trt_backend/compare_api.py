@@ -22,7 +22,7 @@ from .compare_polygraphy import generate_feeds, profile_points, run_comparison
 from .compare_report import ComparisonReport, OutputReport, TensorError
 from .precision import PrecisionError, apply_precision
 from .profiles import Profile
-from .runners import EMULATED, EmulatedTensorRTRunner, OrtOptions, SegmentLoadError, SegmentRunner, ort_session
+from .runners import EMULATED, EmulatedTensorRTRunner, OrtOptions, SegmentLoadError, ort_session
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,8 @@ _oracle_lock = threading.Lock()  # one parser/builder per flavor, shared by ever
 
 @functools.lru_cache(maxsize=4)
 def parser_oracle(flavor: str) -> ParserOracle:
-    """The process's parser oracle for ``flavor`` (made once; use it under :func:`oracle_lock`)."""
+    """The process's parser oracle for ``flavor``, made once; planners use it through
+    :func:`plan_with_parser`, which takes the lock its parser and builder need."""
     return ParserOracle(load_flavor(flavor))
 
 
