@@ -17,7 +17,7 @@ spinning would take the core of the one running, hence "auto" (spin while runnin
 run returns). The global pool removes most of that. What it cannot remove: the whole model keeps
 its blocked-layout (NCHWc) tensors across what are segment boundaries here, where each segment
 model reorders in and out; ``--explain`` shows it with ONNX Runtime's profiler (squeezenet cut at
-every Concat: ReorderInput/ReorderOutput add ~0.6 ms of kernel time to a ~2.6 ms model).
+every Concat: ReorderInput/ReorderOutput add 0.4-0.6 ms of kernel time to a ~2.6 ms model).
 """
 from __future__ import annotations
 
