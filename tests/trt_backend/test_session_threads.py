@@ -118,8 +118,12 @@ from partitioner.ort_threads import global_thread_pool
 from tests.trt_backend.test_session_threads import chain_session, config, conv_chain
 from tests.trt_backend.test_session_graphs import ort_reference
 out = {}
-if sys.argv[1] == "ours":
+x0 = np.random.default_rng(0).standard_normal((2, 8, 16, 16)).astype(np.float32)
+if sys.argv[1] == "ours":  # a session made before the switch keeps its own pool and keeps working
+    before = ort.InferenceSession(conv_chain(3).SerializeToString(), providers=["CPUExecutionProvider"])
+    y0 = before.run(None, {"x": x0})[0]
     sess = chain_session(thread_pool="global", intra_op_threads=2)
+    out["before_still_runs"] = float(np.max(np.abs(before.run(None, {"x": x0})[0] - y0)))
 else:  # the user switched ONNX Runtime to its global pool before we made any session
     from onnxruntime.capi import onnxruntime_pybind11_state as state
     state.set_global_thread_pool_sizes(2, 1)
@@ -162,6 +166,7 @@ def run_child(mode: str) -> dict:
 def test_global_thread_pool_shared_by_every_segment_session() -> None:
     out = run_child("ours")
     assert out["pool"] == [2, 0]
+    assert out["before_still_runs"] == 0.0
     assert out["per_session"] == [False] * 5  # all five segment sessions use the one global pool
     assert out["spin_stop"] == [None] * 5  # it spins as set up, not stopped after every segment
     assert "ignored when using a global thread pool" not in out["stderr"]  # no per-session thread counts sent
