@@ -24,11 +24,12 @@ _lock = threading.Lock()
 # as far as we know (somebody else may still switch; inference_session notices).
 _global_sizes: tuple[int, int] | None = None
 _GLOBAL_REFUSAL = "global thread pool"  # in ONNX Runtime's refusal of a per-session-pool session
+_UNKNOWN = (-1, -1)  # global pools created outside trt_backend: their sizes are not known here
 
 
 def global_thread_pool() -> tuple[int, int] | None:
     """(intra-op threads, inter-op threads) of ONNX Runtime's global pools if this process uses
-    them (0 means ONNX Runtime's default), else None."""
+    them (0: ONNX Runtime's default; -1: set outside trt_backend, unknown), else None."""
     return _global_sizes
 
 
@@ -46,19 +47,26 @@ def use_global_thread_pool(intra_op_threads: int = 0, inter_op_threads: int = 0)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise OptionsError(f"{name} must be a whole number >= 0, got {v!r}")
     want = (intra_op_threads, inter_op_threads)
+    switched = False
     with _lock:
-        if _global_sizes is not None:
-            if _global_sizes != want and want != (0, 0):
-                raise OptionsError(
-                    f"ONNX Runtime's global thread pool of this process already has {_describe(_global_sizes)}; "
-                    f"it cannot be resized to {_describe(want)} (leave the thread counts at 0 to share it as it is)")
-            return
-        from onnxruntime.capi import onnxruntime_pybind11_state as state
+        if _global_sizes is None:
+            from onnxruntime.capi import onnxruntime_pybind11_state as state
 
-        state.set_global_thread_pool_sizes(intra_op_threads, inter_op_threads)
-        _global_sizes = want
-    log.info("ONNX Runtime's global thread pool is on for this process (%s): sessions other code creates "
-             "here must set use_per_session_threads=False", _describe(want))
+            try:
+                state.set_global_thread_pool_sizes(intra_op_threads, inter_op_threads)
+                _global_sizes, switched = want, True
+            except Exception as e:  # noqa: BLE001 - ORT's Fail: "Global thread pools have already been created"
+                if "already been created" not in str(e):
+                    raise
+                _global_sizes = _UNKNOWN  # created outside trt_backend, sizes not known to us
+        if _global_sizes != want and want != (0, 0):
+            held = "sizes set outside trt_backend" if _global_sizes == _UNKNOWN else _describe(_global_sizes)
+            raise OptionsError(f"ONNX Runtime's global thread pool of this process already exists ({held}); "
+                               f"it cannot be resized to {_describe(want)} (leave the thread counts at 0 to share "
+                               "it as it is)")
+    if switched:
+        log.info("ONNX Runtime's global thread pool is on for this process (%s): sessions other code creates "
+                 "here must set use_per_session_threads=False", _describe(want))
 
 
 def _describe(sizes: tuple[int, int]) -> str:
@@ -81,9 +89,11 @@ def inference_session(data: bytes | str, sess_options: Any = None, providers: An
         if not so.use_per_session_threads or _GLOBAL_REFUSAL not in str(e):
             raise
     # Somebody switched the process to global pools behind our back: follow, and remember.
+    # (ONNX Runtime has printed its provider-fallback banner for the refused attempt by now:
+    # once per process, as the switch is remembered.)
     with _lock:
         if _global_sizes is None:
-            _global_sizes = (0, 0)
+            _global_sizes = _UNKNOWN
     log.info("this process uses ONNX Runtime's global thread pool (switched outside trt_backend); following it")
     _share_global(so)
     return ort.InferenceSession(data, sess_options=so, providers=list(providers))

@@ -21,12 +21,29 @@ from typing import Any
 import numpy as np
 
 from partitioner.model import ModelSource
+from partitioner.ort_threads import global_thread_pool
 
 from .bench_report import BenchResult, RunnerResult
-from .bench_runners import BASELINES, OURS, Candidate, build_info, first_run, ort_baseline, trt_whole
+from .bench_runners import (
+    BASELINES,
+    OURS,
+    Candidate,
+    build_info,
+    first_run,
+    ort_baseline,
+    trt_whole,
+)
 from .bench_stats import LatencyStats, throughput_qps
-from .bench_timing import (BenchOptionsError, Measurement, ProgressCallback, ProgressEvent, SegmentTimer,
-                           TimingConfig, timed_loop, warm_up)
+from .bench_timing import (
+    BenchOptionsError,
+    Measurement,
+    ProgressCallback,
+    ProgressEvent,
+    SegmentTimer,
+    TimingConfig,
+    timed_loop,
+    warm_up,
+)
 from .profiles import Shape
 
 log = logging.getLogger(__name__)
@@ -245,7 +262,8 @@ def _result(sess: Any, options: BenchOptions, candidates: Sequence[Candidate], m
         settings={"warmup_ms": t.warmup_s * 1e3, "duration_s": t.duration_s, "iterations": t.min_iterations,
                   "rounds": t.rounds, "precision": options.precision, "seed": options.seed,
                   "baselines": list(options.baselines), "emulate": sess.options.emulate, "build": options.build,
-                  "intra_op_threads": sess.options.intra_op_threads, "thread_pool": sess.options.thread_pool,
+                  "intra_op_threads": sess.options.intra_op_threads,
+                  "thread_pool": "global" if global_thread_pool() is not None else "session",  # what ran
                   "share_arena": sess.options.share_arena},
         environment=_environment(sess),
         plan={"segments": len(sess.plan.segments), "tensorrt": sess.plan.tensorrt, "executors": executors,

@@ -272,8 +272,13 @@ class SegmentRunner(ABC):
             if len(self._fits) < 256:  # a serving loop sees few distinct shapes; bounded all the same
                 self._fits[key] = k
             return k
-        name = next(n for n in shapes if any(n in p and (not p[n].covers(shapes[n]) or
-                                                         not p[n].covers_values(values.get(n, ()))) for p in self.profiles))
+        def misfits(n: str, p: Profile) -> bool:
+            return n in p and (not p[n].covers(shapes[n]) or not p[n].covers_values(values.get(n, ())))
+
+        # name an input no profile takes, if there is one (else the first that some profile refuses)
+        name = next((n for n in shapes if all(misfits(n, p) for p in self.profiles if n in p)
+                     and any(n in p for p in self.profiles)), None) \
+            or next(n for n in shapes if any(misfits(n, p) for p in self.profiles))
         allowed = "; ".join(f"profile {i}: {describe_profile(p[name])}" for i, p in enumerate(self.profiles) if name in p)
         got = f"shape {shapes[name]}" + (f" and values {values[name]}" if name in values else "")
         raise ProfileError(f"{self.label}: input '{name}' has {got}, outside its profiles ({allowed}). Its shape "
@@ -303,12 +308,15 @@ class OnnxRuntimeRunner(SegmentRunner):
         self._ort_values = any(a.type in _NO_NUMPY_TYPES for a in ios)
 
     def run_impl(self, inputs: Sequence[Any]) -> list[Any]:
+        session = self._session  # (one read: close() from another thread cannot pull it away mid-run)
+        if session is None:
+            raise SegmentRunError(f"{self.label} is closed (its Session was closed, or the runner replaced)")
         inputs = [v.to_host() if hasattr(v, "to_host") else v for v in inputs]  # device arrays: to the CPU
         try:
             if self._ort_values:
                 feeds = {n: to_ort_value(v) for n, v in zip(self.input_names, inputs)}
-                return list(self._session.run_with_ort_values(self.output_names, feeds))
-            return list(self._session.run(self.output_names, dict(zip(self.input_names, inputs))))
+                return list(session.run_with_ort_values(self.output_names, feeds))
+            return list(session.run(self.output_names, dict(zip(self.input_names, inputs))))
         except _ort_errors() as e:
             raise SegmentRunError(f"{self.label} failed: {_first_line(e)}") from None
 

@@ -95,7 +95,9 @@ class SessionOptions:
     # "session": each ONNX Runtime session (one per segment) has its own intra-op pool, ONNX
     # Runtime's default. "global": they all share ONNX Runtime's process-wide pool (sized by
     # intra_op_threads/inter_op_threads, once per process): no sleeping pool to wake per segment,
-    # but the whole process switches (partitioner.ort_threads.use_global_thread_pool).
+    # but the whole process switches (partitioner.ort_threads.use_global_thread_pool), from the
+    # first Session that asks and gets past checking its model and profiles. allow_spinning is
+    # for per-session pools (False is refused with "global").
     thread_pool: str = "session"
     isolate_parser: bool = False  # ask the TensorRT parser in a child process (survives its crashes)
     target: str | None = None  # runtime the plan is for ("tensorrt" | "tensorrt_rtx"; None: the parser's)
@@ -123,6 +125,9 @@ class SessionOptions:
                                f"got {self.optimization_level!r}")
         if self.thread_pool not in THREAD_POOL_CHOICES:
             raise OptionsError(f"thread_pool must be one of {', '.join(THREAD_POOL_CHOICES)}, got {self.thread_pool!r}")
+        if self.thread_pool == "global" and self.allow_spinning is False:
+            raise OptionsError("allow_spinning=False applies to per-session thread pools; ONNX Runtime's global pool "
+                               "spins as it was created (use thread_pool='session' to stop spinning)")
         for f in ("intra_op_threads", "inter_op_threads"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -166,8 +171,6 @@ class Session:
         self.options = options if options is not None else SessionOptions()
         if not isinstance(self.options, SessionOptions):
             raise OptionsError(f"options must be a SessionOptions, got {type(self.options).__name__}")
-        if self.options.thread_pool == "global":  # before any ONNX Runtime session of ours
-            use_global_thread_pool(self.options.intra_op_threads, self.options.inter_op_threads)
         base = model if isinstance(model, Plan) else self.make_plan(model, self.options)
         if base.model is None:
             raise OptionsError("this plan was read from JSON without its model; pass the model instead")
@@ -184,6 +187,9 @@ class Session:
             user = user or profiles_from_json(saved.get("input_profiles", []))
         input_profiles = complete_profiles(user, self._inputs, required=bool(trt))
         shape_tensors = {s.id: frozenset(shape_tensor_inputs(self.model, s)) for s in trt}
+        if self.options.thread_pool == "global":  # once the inputs are known good; before our sessions
+            use_global_thread_pool(self.options.intra_op_threads, self.options.inter_op_threads)
+
         def derive(p: Plan) -> dict[int, list[Profile]]:
             return derive_profiles(self.model, p, self._inputs, input_profiles, overrides, self._calibration_runner,
                                    self.options.calibration_seed, list(calibration_feeds))
@@ -229,14 +235,16 @@ class Session:
             return plan_model(model, opts.oracle, opts.partition_options())
         if opts.flavor != "none":
             from .flavor import TensorRTUnavailableError
-            from .planning import plan_with_parser
+            from .planning import parser_oracle, plan_with_parser
 
             try:
-                return plan_with_parser(model, opts.flavor, opts.partition_options())
+                parser_oracle(opts.flavor)  # (only a missing TensorRT falls back; planning errors propagate)
             except TensorRTUnavailableError as e:
                 if opts.flavor != "auto":
                     raise
                 log.warning("no TensorRT parser to decide capability (%s); every node runs on ONNX Runtime", e)
+            else:
+                return plan_with_parser(model, opts.flavor, opts.partition_options())
         loaded = load_model(model)
         reason = "flavor 'none' chosen" if opts.flavor == "none" else "no TensorRT flavor importable"
         return build_plan(loaded, [Verdict("onnxruntime", reason)] * len(loaded.proto.graph.node), None)
@@ -395,11 +403,15 @@ class Session:
         """Put ``runner`` in place of segment ``index``'s runner (same segment, same inputs and
         outputs: e.g. the segment in another precision); returns the one it replaces, not closed.
         Schedules made with the old runner are dropped; runs already going finish with it."""
-        old = self.runners[index]
-        if (runner.segment.id, runner.input_names, runner.output_names) != (old.segment.id, old.input_names,
-                                                                              old.output_names):
-            raise OptionsError(f"{runner.label} cannot replace {old.label}: another segment or other inputs/outputs")
         with self._lock:
+            if not isinstance(index, int) or not 0 <= index < len(self.runners):
+                raise OptionsError(f"no segment runner {index!r}: this Session has {len(self.runners)} (0..."
+                                   f"{len(self.runners) - 1})")
+            old = self.runners[index]
+            if (runner.segment.id, runner.input_names, runner.output_names) != (old.segment.id, old.input_names,
+                                                                                  old.output_names):
+                raise OptionsError(f"{runner.label} cannot replace {old.label}: another segment or other "
+                                   "inputs/outputs")
             self.runners[index] = runner
             self._schedules.clear()
         return old

@@ -195,3 +195,14 @@ def test_build_times_of_a_session_that_built_its_own_engines(tmp_path, flavor) -
     assert info["cached_load_seconds"] < 5 and len(info["engines"]) == 1
     no_cache = build_info(sess.plan, sess.segment_profiles, BuildOptions(), None, flavor, built=built.report)
     assert no_cache["cached_load_seconds"] is None and no_cache["engines"] == {}
+
+
+def test_cpu_session_flags_reach_the_session_options() -> None:
+    from trt_backend.cli import build_parser
+    from trt_backend.commands.bench import options_from_args
+
+    args = build_parser().parse_args(["bench", DEMO_PATH, "--thread-pool", "global", "--share-arena", "--threads", "2"])
+    _, so = options_from_args(args)  # (options only: no ONNX Runtime session is made, nothing is switched)
+    assert (so.thread_pool, so.share_arena, so.intra_op_threads) == ("global", True, 2)
+    _, so = options_from_args(build_parser().parse_args(["bench", DEMO_PATH]))
+    assert (so.thread_pool, so.share_arena, so.intra_op_threads) == ("session", False, 0)

@@ -24,6 +24,7 @@ def test_run_random_inputs_prints_outputs_and_executors(capsys) -> None:
     assert "image: shape (2, 3, 32, 32) float32" in out
     assert "probs: shape (2, 10) float32  min" in out and "top_classes: shape (2, 3) int64" in out
     assert "executors: emulated x2, onnxruntime x1" in out
+    assert "ONNX Runtime CPU sessions: a thread pool each, an arena each" in out
 
 
 def test_run_on_one_global_pool_and_shared_arena_gives_the_same_outputs(tmp_path) -> None:
@@ -36,6 +37,7 @@ def test_run_on_one_global_pool_and_shared_arena_gives_the_same_outputs(tmp_path
                           check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "executors: emulated x2, onnxruntime x1" in proc.stdout
+    assert "ONNX Runtime CPU sessions: one global thread pool, one shared arena" in proc.stdout
     got = np.load(tmp_path / "out.npz")
     for name, ref in zip(["probs", "top_scores", "top_classes"], ort_reference(demo_model(), {"image": x})):
         np.testing.assert_allclose(got[name], ref, atol=1e-5)

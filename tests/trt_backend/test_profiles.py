@@ -146,3 +146,29 @@ def test_nonzero_output_gets_its_bound_and_shape_tensors_their_values() -> None:
         total, y = sess.run(None, {"x": x})
         np.testing.assert_allclose(total, x[x > 0.5].sum(), rtol=1e-6)
         np.testing.assert_array_equal(y, np.maximum(x, 0))
+
+
+def test_runner_profile_choice_is_remembered_per_shape_and_shape_tensor_value() -> None:
+    from partitioner import Segment
+    from trt_backend.runners import SegmentRunner
+
+    class Echo(SegmentRunner):
+        executor = "echo"
+
+        def run_impl(self, inputs):
+            return list(inputs)
+
+    values = ((1, 5), (2, 5), (3, 5))
+    profiles = [{"s": TensorProfile((2,), (2,), (2,), values=values), "x": TensorProfile((1, 5), (2, 5), (3, 5))},
+                {"s": TensorProfile((2,), (2,), (2,), values=((4, 5), (4, 5), (6, 5))),
+                 "x": TensorProfile((4, 5), (4, 5), (6, 5))}]
+    r = Echo(Segment(0, "tensorrt", (0,), ("s", "x"), ("s", "x")), profiles, frozenset({"s"}))
+    x2, x5 = np.zeros((2, 5), np.float32), np.zeros((5, 5), np.float32)
+    for _ in range(2):  # the second round comes from the memo and must agree
+        assert r.select_profile([np.array([2, 5]), x2]) == 0
+        assert r.select_profile([np.array([5, 5]), x5]) == 1
+        # same shapes as a remembered fit, other values: checked afresh, refused
+        with pytest.raises(ProfileError, match=r"input 's' has shape \(2,\) and values \(9, 5\), outside its profiles"):
+            r.select_profile([np.array([9, 5]), x2])
+        with pytest.raises(ProfileError, match=r"input 'x' has shape \(7, 5\)"):
+            r.run([np.array([2, 5]), np.zeros((7, 5), np.float32)])

@@ -21,7 +21,7 @@ from tests.trt_backend.test_session_graphs import assert_same, conv_chain, ort_r
 from trt_backend.demo import DEMO_PATH, demo_model
 from trt_backend.flavor import TensorRTUnavailableError
 from trt_backend.profiles import ProfileError
-from trt_backend.runners import EmulatedTensorRTRunner, SegmentLoadError
+from trt_backend.runners import EmulatedTensorRTRunner, SegmentLoadError, SegmentRunError
 from trt_backend.session import Session, SessionOptions
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
@@ -113,6 +113,11 @@ def test_replace_runner_swaps_one_segment_and_refuses_another_segments_runner() 
     assert_same(sess.run(None, {"image": image()}), expected)
     with pytest.raises(OptionsError, match=r"cannot replace segment 0 \(tensorrt, executor emulated\): another segment"):
         sess.replace_runner(0, sess.runners[2])
+    with pytest.raises(OptionsError, match=r"no segment runner 3: this Session has 3 \(0...2\)"):
+        sess.replace_runner(3, old)
+    swapped.close()  # a closed runner says so, in our error type
+    with pytest.raises(SegmentRunError, match="segment 0 \\(tensorrt, executor emulated\\) is closed"):
+        swapped.run([image()])
 
 
 def test_planning_shares_one_parser_oracle_per_flavor() -> None:

@@ -227,7 +227,7 @@ def boundary_shapes(model: onnx.ModelProto, feeds: Mapping[str, Any], names: Seq
     m.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in {o.name for o in m.graph.output})
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = inference_session(m.SerializeToString(), so)
     fed = {n: ort.OrtValue.ortvalue_from_numpy(v) for n, v in feeds.items()}
     return {n: tuple(v.shape()) for n, v in zip(names, sess.run_with_ort_values(list(names), fed))}
 

@@ -116,10 +116,16 @@ import numpy as np, onnxruntime as ort
 from partitioner.errors import OptionsError
 from partitioner.ort_threads import global_thread_pool
 from tests.trt_backend.test_session_threads import chain_session, config, conv_chain
+from trt_backend.session import Session, SessionOptions
 from tests.trt_backend.test_session_graphs import ort_reference
 out = {}
 x0 = np.random.default_rng(0).standard_normal((2, 8, 16, 16)).astype(np.float32)
 if sys.argv[1] == "ours":  # a session made before the switch keeps its own pool and keeps working
+    from partitioner.errors import ModelLoadError
+    try:  # a Session that fails on its model leaves the process as it was
+        Session("/nonexistent/model.onnx", options=SessionOptions(thread_pool="global"))
+    except ModelLoadError:
+        out["pool_after_bad_model"] = global_thread_pool()
     before = ort.InferenceSession(conv_chain(3).SerializeToString(), providers=["CPUExecutionProvider"])
     y0 = before.run(None, {"x": x0})[0]
     sess = chain_session(thread_pool="global", intra_op_threads=2)
@@ -127,7 +133,13 @@ if sys.argv[1] == "ours":  # a session made before the switch keeps its own pool
 else:  # the user switched ONNX Runtime to its global pool before we made any session
     from onnxruntime.capi import onnxruntime_pybind11_state as state
     state.set_global_thread_pool_sizes(2, 1)
-    sess = chain_session()
+    if sys.argv[1] == "user":  # our first session finds out from ONNX Runtime's refusal
+        sess = chain_session()
+    else:  # "user-global": the user's own global-pool session exists; we ask for the global pool
+        so = ort.SessionOptions()
+        so.use_per_session_threads = False
+        ort.InferenceSession(conv_chain(3).SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = chain_session(thread_pool="global")
 out["pool"] = global_thread_pool()
 out["per_session"] = [r._session.get_session_options().use_per_session_threads for r in sess.runners]
 out["spin_stop"] = [config(r._session, "session.force_spinning_stop") for r in sess.runners]
@@ -167,25 +179,31 @@ def test_global_thread_pool_shared_by_every_segment_session() -> None:
     out = run_child("ours")
     assert out["pool"] == [2, 0]
     assert out["before_still_runs"] == 0.0
+    assert out["pool_after_bad_model"] is None
     assert out["per_session"] == [False] * 5  # all five segment sessions use the one global pool
     assert out["spin_stop"] == [None] * 5  # it spins as set up, not stopped after every segment
     assert "ignored when using a global thread pool" not in out["stderr"]  # no per-session thread counts sent
     assert out["later_per_session"] == [False] * 5
     assert out["max_err"] <= 1e-5
-    assert "already has 2 intra-op threads" in out["resize"] and "3 intra-op threads" in out["resize"]
+    assert "already exists (2 intra-op threads, default inter-op threads)" in out["resize"]
+    assert "cannot be resized to 3 intra-op threads" in out["resize"]
     assert out["plain_ort"].startswith("refused") and "global thread pool" in out["plain_ort"]
 
 
-def test_global_thread_pool_switched_by_the_user_is_followed() -> None:
-    out = run_child("user")
-    assert out["pool"] == [0, 0]  # sizes unknown to us: ONNX Runtime's
-    assert out["per_session"] == [False] * 5
+@pytest.mark.parametrize("mode", ["user", "user-global"])
+def test_global_thread_pool_switched_by_the_user_is_followed(mode) -> None:
+    out = run_child(mode)
+    assert out["pool"] == [-1, -1]  # sizes set outside trt_backend: unknown to us
+    assert out["per_session"] == [False] * 5 and out["later_per_session"] == [False] * 5
     assert out["max_err"] <= 1e-5
+    assert "already exists (sizes set outside trt_backend)" in out["resize"]
 
 
 def test_thread_pool_option_checked() -> None:
     with pytest.raises(OptionsError, match="thread_pool must be one of session, global, got 'shared'"):
         SessionOptions(thread_pool="shared")
+    with pytest.raises(OptionsError, match="allow_spinning=False applies to per-session thread pools"):
+        SessionOptions(thread_pool="global", allow_spinning=False)
     with pytest.raises(OptionsError, match="intra_op_threads must be a whole number >= 0, got -1"):
         use_global_thread_pool(-1)  # refused before anything is switched
     assert chain_session().runners[0]._session.get_session_options().use_per_session_threads  # type: ignore[attr-defined]
