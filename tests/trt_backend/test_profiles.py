@@ -11,8 +11,15 @@ from onnx import numpy_helper as nh
 from partitioner.errors import OptionsError
 from trt_backend.commands.run import cli_profiles, parse_shapes
 from trt_backend.feeds import complete_profiles, node_arg, normalize_profiles
-from trt_backend.profiles import (CalibrationError, MissingProfileError, ProfileError, TensorProfile,
-                                  profiles_from_json, profiles_to_json, symbolic_profile)
+from trt_backend.profiles import (
+    CalibrationError,
+    MissingProfileError,
+    ProfileError,
+    TensorProfile,
+    profiles_from_json,
+    profiles_to_json,
+    symbolic_profile,
+)
 from trt_backend.session import Session, SessionOptions
 
 X = node_arg("x", h.make_tensor_type_proto(T.FLOAT, ["N", 3, 8]))

