@@ -33,6 +33,11 @@ def global_thread_pool() -> tuple[int, int] | None:
     return _global_sizes
 
 
+def thread_pool_mode() -> str:
+    """"global" when this process's ONNX Runtime sessions share its global pool, else "session"."""
+    return "global" if _global_sizes is not None else "session"
+
+
 def use_global_thread_pool(intra_op_threads: int = 0, inter_op_threads: int = 0) -> None:
     """Switch this process to ONNX Runtime's global thread pools, once: every ONNX Runtime
     session made afterwards shares one intra-op pool instead of starting its own. With many

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from partitioner.model import ModelSource
-from partitioner.ort_threads import global_thread_pool
+from partitioner.ort_threads import thread_pool_mode
 
 from .bench_report import BenchResult, RunnerResult
 from .bench_runners import (
@@ -263,7 +263,7 @@ def _result(sess: Any, options: BenchOptions, candidates: Sequence[Candidate], m
                   "rounds": t.rounds, "precision": options.precision, "seed": options.seed,
                   "baselines": list(options.baselines), "emulate": sess.options.emulate, "build": options.build,
                   "intra_op_threads": sess.options.intra_op_threads,
-                  "thread_pool": "global" if global_thread_pool() is not None else "session",  # what ran
+                  "thread_pool": thread_pool_mode(),  # what ran, whatever was asked
                   "share_arena": sess.options.share_arena},
         environment=_environment(sess),
         plan={"segments": len(sess.plan.segments), "tensorrt": sess.plan.tensorrt, "executors": executors,

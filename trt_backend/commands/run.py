@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from partitioner import OptionsError
-from partitioner.ort_threads import global_thread_pool
+from partitioner.ort_threads import thread_pool_mode
 from partitioner.report import write_atomic
 
 from ..feeds import FeedError, random_feeds
@@ -161,9 +161,8 @@ def handle(args: argparse.Namespace) -> int:
     executors = sess.segment_executors
     print("executors: " + ", ".join(f"{e} x{executors.count(e)}" for e in dict.fromkeys(executors)))
     if "onnxruntime" in executors or "emulated" in executors:
-        print("ONNX Runtime CPU sessions: " + ("one global thread pool" if global_thread_pool() is not None
-                                             else "a thread pool each")
-              + (", one shared arena" if options.share_arena else ", an arena each"))
+        pools = {"global": "one global thread pool", "session": "a thread pool each"}[thread_pool_mode()]
+        print(f"ONNX Runtime CPU sessions: {pools}, " + ("one shared arena" if options.share_arena else "an arena each"))
     if args.outputs:
         _save_outputs(args.outputs, names, outputs)
     if args.plan_json:
