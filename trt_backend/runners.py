@@ -275,9 +275,12 @@ class SegmentRunner(ABC):
         def misfits(n: str, p: Profile) -> bool:
             return n in p and (not p[n].covers(shapes[n]) or not p[n].covers_values(values.get(n, ())))
 
+        def refused_by_all(n: str) -> bool:
+            bounding = [p for p in self.profiles if n in p]
+            return bool(bounding) and all(misfits(n, p) for p in bounding)
+
         # name an input no profile takes, if there is one (else the first that some profile refuses)
-        name = next((n for n in shapes if all(misfits(n, p) for p in self.profiles if n in p)
-                     and any(n in p for p in self.profiles)), None) \
+        name = next((n for n in shapes if refused_by_all(n)), None) \
             or next(n for n in shapes if any(misfits(n, p) for p in self.profiles))
         allowed = "; ".join(f"profile {i}: {describe_profile(p[name])}" for i, p in enumerate(self.profiles) if name in p)
         got = f"shape {shapes[name]}" + (f" and values {values[name]}" if name in values else "")
