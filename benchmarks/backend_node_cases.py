@@ -1,4 +1,4 @@
-"""ONNX backend node cases: ONNX Runtime CPU alone vs trt_backend.backend (device "CPU", TensorRT
+"""ONNX backend node cases: ONNX Runtime CPU alone vs trt_backend.onnx_backend (device "CPU", TensorRT
 segments emulated), in the same run. Prints passed / errored / mismatched for both, the cases
 where they differ, and the TensorRT share (nodes placed in TensorRT segments over all nodes of
 the cases that pass through trt_backend).
@@ -84,7 +84,7 @@ def run_ort(case: Any) -> tuple[str, str | None]:
 
 
 def run_ours(case: Any) -> tuple[str, str | None, tuple[int, int]]:
-    from trt_backend import backend
+    from trt_backend import onnx_backend as backend
 
     placed = (0, 0)
     try:

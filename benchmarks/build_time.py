@@ -30,12 +30,17 @@ import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trt_backend.builder import BuildOptions, configure, network_flags  # noqa: E402
-from trt_backend.cache import EngineCache  # noqa: E402
-from trt_backend.engines import build_engines  # noqa: E402
-from trt_backend.flavor import Flavor, load_flavor, shared_logger  # noqa: E402
-from trt_backend.planning import make_plan  # noqa: E402
-from trt_backend.precision import apply_precision  # noqa: E402
+from trt_backend.engines.builder import BuildOptions, configure
+from trt_backend.engines.cache import EngineCache
+from trt_backend.engines.fallback import build_engines
+from trt_backend.engines.precision import apply_precision
+from trt_backend.planning import make_plan
+from trt_backend.tensorrt.flavor import (
+    Flavor,
+    load_flavor,
+    network_flags,
+    shared_logger,
+)
 
 LIGHT = ["light_bvlc_alexnet", "light_densenet121", "light_inception_v1", "light_inception_v2", "light_resnet50",
          "light_shufflenet", "light_squeezenet", "light_vgg19", "light_zfnet512"]

@@ -165,7 +165,7 @@ class _QuietOracle:
 
 
 def make_oracle(mute: bool = True) -> Any:
-    from trt_backend.capability import ParserOracle
+    from trt_backend.tensorrt.oracle import ParserOracle
 
     oracle = ParserOracle()
     return _QuietOracle(oracle) if mute else oracle

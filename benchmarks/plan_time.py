@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from models import long_chain  # noqa: E402
 
-from partitioner import PartitionOptions, plan_model  # noqa: E402
+from partitioner import PartitionOptions, plan_model
 
 CHAIN_SIZES = {"chain_6k": 6000, "chain_60k": 60000}
 UNSUPPORTED_EVERY = 300
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="print a cProfile top-15 of planning the 60k chain")
     args = ap.parse_args(argv)
 
-    from trt_backend.capability import ParserOracle
+    from trt_backend.tensorrt.oracle import ParserOracle
 
     t = time.perf_counter()
     oracle = ParserOracle()

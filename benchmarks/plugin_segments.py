@@ -18,10 +18,10 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.plugin_models import MODELS  # noqa: E402
-from partitioner import PartitionOptions, Plan, plan_model  # noqa: E402
+from partitioner import PartitionOptions, Plan, plan_model
 from plugins import default_registry  # noqa: E402
-from trt_backend.capability import ParserOracle  # noqa: E402
-from trt_backend.demo import DEMO_PATH  # noqa: E402
+from trt_backend.data.demo import DEMO_PATH
+from trt_backend.tensorrt.oracle import ParserOracle
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "plugins, target tensorrt": {"target": "tensorrt"},

@@ -17,8 +17,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from plugins.resize.check import (ATOL, Tally, backend_resize_cases, check_backend_case,  # noqa: E402
-                                  compare, random_case)
+from plugins.resize.check import (  # noqa: E402
+    ATOL,
+    Tally,
+    backend_resize_cases,
+    check_backend_case,
+    compare,
+    random_case,
+)
 
 
 def random_tally(count: int, seed: int, dtype: str) -> Tally:

@@ -39,7 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from tests.trt_backend.test_session_graphs import conv_chain, transformer_model  # noqa: E402
-from trt_backend.session import Session, SessionOptions  # noqa: E402
+from trt_backend.session.session import Session, SessionOptions
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
@@ -85,7 +85,7 @@ def ort_session(model: onnx.ModelProto, threads: int = 0) -> Any:
     global pool once the process uses it (the same pool the segments share)."""
     import onnxruntime as ort
 
-    from partitioner.ort_threads import inference_session
+    from trt_backend.ort.threads import inference_session
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -121,7 +121,7 @@ def kernel_ms(model: onnx.ModelProto, feeds: dict[str, Any], outputs: Sequence[s
 
     import onnxruntime as ort
 
-    from partitioner.ort_threads import inference_session
+    from trt_backend.ort.threads import inference_session
 
     so = ort.SessionOptions()
     so.log_severity_level = 3

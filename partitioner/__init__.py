@@ -4,13 +4,34 @@ Imports only onnx and numpy at load; a TensorRT parser enters through a
 :class:`CapabilityOracle` passed in by the caller."""
 from __future__ import annotations
 
-from .capability import (CapabilityOracle, Claim, PluginClaim, Piece, QueryResult, Verdict, assess)
-from .errors import InvalidModelError, ModelLoadError, ModelTooLargeError, OptionsError, TrtBackendError
-from .extract import boundary, extract
-from .model import Model, load_model
-from .partition import DEFAULT_MIN_SEGMENT_SIZE
-from .plan import NodeInfo, PartitionOptions, Plan, Segment, build_plan, plan_model
-from .rules import Rules
+from partitioner.capability import (
+    CapabilityOracle,
+    Claim,
+    Piece,
+    PluginClaim,
+    QueryResult,
+    Verdict,
+    assess,
+)
+from partitioner.errors import (
+    InvalidModelError,
+    ModelLoadError,
+    ModelTooLargeError,
+    OptionsError,
+    TrtBackendError,
+)
+from partitioner.extract import boundary, extract
+from partitioner.model import Model, load_model
+from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
+from partitioner.plan import (
+    NodeInfo,
+    PartitionOptions,
+    Plan,
+    Segment,
+    build_plan,
+    plan_model,
+)
+from partitioner.rules import Rules
 
 __all__ = [
     "DEFAULT_MIN_SEGMENT_SIZE", "CapabilityOracle", "Claim", "InvalidModelError", "Model", "ModelLoadError", "ModelTooLargeError",

@@ -10,9 +10,9 @@ from typing import Protocol, runtime_checkable
 
 import onnx
 
-from .extract import boundary, extract
-from .model import Model
-from .rules import Rules
+from partitioner.extract import boundary, extract
+from partitioner.model import Model
+from partitioner.rules import Rules
 
 log = logging.getLogger(__name__)
 
@@ -255,8 +255,8 @@ def _validate_with_standins(model: Model, oracle: CapabilityOracle, claimed: dic
                             verdicts: list[Verdict | None], max_iterations: int, stats: CapabilityStats) -> None:
     """Parse the TensorRT-bound nodes again with each claimed node replaced by a native stand-in,
     so the claimed node's neighbours are validated together; demote what the parser rejects."""
-    from .errors import TrtBackendError
-    from .standin import build_standin_model
+    from partitioner.errors import TrtBackendError
+    from partitioner.standin import build_standin_model
 
     try:
         standin = build_standin_model(model, claimed)

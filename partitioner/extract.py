@@ -5,8 +5,8 @@ from collections.abc import Collection, Sequence
 
 import onnx
 
-from .graph import GraphIndex, subgraphs
-from .model import Model, fitting_ir_version
+from partitioner.graph import GraphIndex, subgraphs
+from partitioner.model import Model, fitting_ir_version
 
 
 def boundary(index: GraphIndex, nodes: Collection[int]) -> tuple[list[str], list[str]]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from .errors import InvalidModelError
+from partitioner.errors import InvalidModelError
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
 

@@ -14,8 +14,8 @@ from typing import Union
 import onnx
 from google.protobuf.message import DecodeError
 
-from .errors import InvalidModelError, ModelLoadError, ModelTooLargeError
-from .graph import GraphIndex
+from partitioner.errors import InvalidModelError, ModelLoadError, ModelTooLargeError
+from partitioner.graph import GraphIndex
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ def runtime_max_ir_version() -> int:
         return int(onnx.IR_VERSION)
     from onnx import TensorProto, helper
 
-    from .ort_threads import inference_session
+    from trt_backend.ort.threads import inference_session
 
     for ir in range(int(onnx.IR_VERSION), 6, -1):
         v = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])

@@ -10,8 +10,8 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .capability import ONNXRUNTIME, TENSORRT, Verdict
-from .graph import GraphIndex
+from partitioner.capability import ONNXRUNTIME, TENSORRT, Verdict
+from partitioner.graph import GraphIndex
 
 # Why 3: ONNX Runtime's TensorRT EP defaults to 1, and users measure fragmented graphs running
 # several times slower than plain CUDA (onnxruntime#17434, #16886): each segment boundary costs

@@ -12,10 +12,19 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .capability import ONNXRUNTIME, PLUGIN_PREFIX
-from .errors import OptionsError
-from .plan import Plan, Segment
-from .report import backend_label, census, clip, format_ops, header_line, op_counts, plural, write_atomic
+from partitioner.capability import ONNXRUNTIME, PLUGIN_PREFIX
+from partitioner.errors import OptionsError
+from partitioner.plan import Plan, Segment
+from partitioner.report import (
+    backend_label,
+    census,
+    clip,
+    format_ops,
+    header_line,
+    op_counts,
+    plural,
+)
+from trt_backend._files import write_atomic
 
 log = logging.getLogger(__name__)
 

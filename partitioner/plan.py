@@ -10,12 +10,18 @@ from typing import Any
 
 import onnx
 
-from .capability import CapabilityOracle, CapabilityStats, PluginClaim, Verdict, assess
-from .errors import OptionsError
-from .extract import boundary, extract
-from .model import Model, ModelSource, load_model
-from .partition import DEFAULT_MIN_SEGMENT_SIZE, partition
-from .rules import Rules
+from partitioner.capability import (
+    CapabilityOracle,
+    CapabilityStats,
+    PluginClaim,
+    Verdict,
+    assess,
+)
+from partitioner.errors import OptionsError
+from partitioner.extract import boundary, extract
+from partitioner.model import Model, ModelSource, load_model
+from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE, partition
+from partitioner.rules import Rules
 
 log = logging.getLogger(__name__)
 

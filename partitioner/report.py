@@ -3,18 +3,15 @@ annotated for Netron, and atomic file writes for all of them."""
 from __future__ import annotations
 
 import logging
-import os
-import secrets
-import stat
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import onnx
 
-from .capability import ONNXRUNTIME, PLUGIN_PREFIX
-from .errors import OptionsError
-from .plan import Plan, Segment
+from partitioner.capability import ONNXRUNTIME, PLUGIN_PREFIX
+from partitioner.errors import OptionsError
+from partitioner.plan import Plan, Segment
 
 log = logging.getLogger(__name__)
 
@@ -146,50 +143,3 @@ def annotate(plan: Plan) -> onnx.ModelProto:
     return proto
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
-    """Write ``data`` (str as UTF-8) to ``path`` through a temporary file in the same folder and
-    ``os.replace``: readers see the old file or the whole new one, never a partial one, and a
-    failure leaves no temporary file behind."""
-    target = os.fspath(path)
-    if not isinstance(data, (str, bytes, bytearray, memoryview)):
-        raise TypeError(f"write_atomic takes str or bytes, not {type(data).__name__}")
-    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    folder = os.path.dirname(os.path.abspath(target))
-    tmp = os.path.join(folder, f".{os.path.basename(target)}.{secrets.token_hex(6)}.tmp")
-    mode = _existing_mode(target)
-    done = False
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, target)
-        done = True
-    finally:
-        if not done:
-            _remove_quietly(tmp)
-    log.debug("wrote %s (%d bytes)", target, len(payload))
-
-
-def save_model_atomic(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
-    """Serialize ``proto`` and write it with :func:`write_atomic` (nothing written on failure)."""
-    write_atomic(path, proto.SerializeToString())
-
-
-def _existing_mode(path: str) -> int | None:
-    try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except FileNotFoundError:
-        return None
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        log.warning("could not remove temporary file %s: %s", path, e)

@@ -5,7 +5,7 @@ from collections.abc import Collection
 
 import onnx
 
-from .graph import GraphIndex, subgraphs
+from partitioner.graph import GraphIndex, subgraphs
 
 ML_DOMAINS = frozenset({"ai.onnx.ml", "ai.onnx.preview.training", "ai.onnx.training"})
 STANDARD_DOMAINS = frozenset({"", "ai.onnx"})

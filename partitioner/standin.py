@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import onnx
 
-from .model import Model, normalize
+from partitioner.model import Model, normalize
 
 log = logging.getLogger(__name__)
 

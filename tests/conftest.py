@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 import onnx
+import pytest
 
 
 def _tensorrt_importable() -> bool:
     try:
-        from trt_backend.flavor import load_flavor
+        from trt_backend.tensorrt.flavor import load_flavor
 
         load_flavor("auto")
         return True
@@ -29,7 +28,7 @@ def flavor():
         if os.environ.get("CI"):
             pytest.fail("CI must have a TensorRT flavor (tensorrt-rtx-cu13) for capability and build tests")
         pytest.skip("no TensorRT flavor importable")
-    from trt_backend.flavor import load_flavor
+    from trt_backend.tensorrt.flavor import load_flavor
 
     return load_flavor("auto")
 
@@ -37,7 +36,7 @@ def flavor():
 @pytest.fixture(scope="session")
 def oracle(flavor):
     """The real TensorRT(-RTX) parser oracle."""
-    from trt_backend.capability import ParserOracle
+    from trt_backend.tensorrt.oracle import ParserOracle
 
     return ParserOracle(flavor)
 

@@ -6,40 +6,81 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from partitioner.errors import InvalidModelError, ModelLoadError, OptionsError, TrtBackendError
+from trt_backend.errors import (
+    ArtifactError,
+    CalibrationError,
+    ComparisonError,
+    EngineCacheError,
+    FeedError,
+    InvalidModelError,
+    MissingProfileError,
+    ModelLoadError,
+    ModelTooLargeError,
+    OptionsError,
+    ParserCrashError,
+    PrecisionError,
+    ProfileError,
+    ReferenceRunError,
+    SegmentBuildError,
+    SegmentLoadError,
+    SegmentRunError,
+    TensorRTUnavailableError,
+    TrtBackendError,
+)
 
 __version__ = "0.1.0"
 
+# public name -> module holding it (imported on first use)
 _LAZY = {
-    "Session": "trt_backend.session",
-    "SessionOptions": "trt_backend.session",
-    "ParserOracle": "trt_backend.capability",
+    "Session": "trt_backend.session.session",
+    "SessionOptions": "trt_backend.session.session",
+    "OrtOptions": "trt_backend.ort.options",
+    "PartitionOptions": "partitioner",
+    "ParserOracle": "trt_backend.tensorrt.oracle",
     "make_plan": "trt_backend.planning",
-    "load_flavor": "trt_backend.flavor",
-    "Flavor": "trt_backend.flavor",
-    "TensorRTUnavailableError": "trt_backend.flavor",
-    "ParserCrashError": "trt_backend.planning",
-    "BuildOptions": "trt_backend.builder",
-    "SegmentBuildError": "trt_backend.builder",
-    "build_segment": "trt_backend.builder",
-    "build_engines": "trt_backend.engines",
-    "build_with_fallback": "trt_backend.engines",
-    "BuildReport": "trt_backend.build_report",
-    "BuildResult": "trt_backend.build_report",
-    "EngineCache": "trt_backend.cache",
-    "EngineCacheError": "trt_backend.cache",
-    "apply_precision": "trt_backend.precision",
-    "load": "trt_backend.artifacts",
-    "compare": "trt_backend.compare_api",
-    "run_bench": "trt_backend.bench",
-    "BenchOptions": "trt_backend.bench",
-    "CompareOptions": "trt_backend.compare_options",
-    "ComparisonReport": "trt_backend.compare_report",
-    "ReferenceRunError": "trt_backend.compare_options",
-    "ArtifactError": "trt_backend.artifacts",
+    "load_flavor": "trt_backend.tensorrt.flavor",
+    "Flavor": "trt_backend.tensorrt.flavor",
+    "BuildOptions": "trt_backend.engines.builder",
+    "build_segment": "trt_backend.engines.builder",
+    "build_engines": "trt_backend.engines.fallback",
+    "build_with_fallback": "trt_backend.engines.fallback",
+    "BuildReport": "trt_backend.engines.report",
+    "BuildResult": "trt_backend.engines.report",
+    "EngineCache": "trt_backend.engines.cache",
+    "apply_precision": "trt_backend.engines.precision",
+    "TensorProfile": "trt_backend.profiles",
+    "build": "trt_backend.session.build_folder",
+    "load": "trt_backend.session.build_folder",
+    "compare": "trt_backend.accuracy.compare",
+    "CompareOptions": "trt_backend.accuracy.options",
+    "ComparisonReport": "trt_backend.accuracy.report",
+    "run_bench": "trt_backend.bench.loop",
+    "BenchOptions": "trt_backend.bench.loop",
 }
 
-__all__ = ["InvalidModelError", "ModelLoadError", "OptionsError", "TrtBackendError", "__version__", *sorted(_LAZY)]
+__all__ = [
+    "__version__",
+    "ArtifactError",
+    "CalibrationError",
+    "ComparisonError",
+    "EngineCacheError",
+    "FeedError",
+    "InvalidModelError",
+    "MissingProfileError",
+    "ModelLoadError",
+    "ModelTooLargeError",
+    "OptionsError",
+    "ParserCrashError",
+    "PrecisionError",
+    "ProfileError",
+    "ReferenceRunError",
+    "SegmentBuildError",
+    "SegmentLoadError",
+    "SegmentRunError",
+    "TensorRTUnavailableError",
+    "TrtBackendError",
+]
+__all__ += sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:

@@ -22,9 +22,9 @@ from partitioner import (
 from partitioner.capability import Verdict
 from partitioner.model import ModelSource, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
-
-from .capability import ParserOracle
-from .flavor import load_flavor
+from trt_backend.errors import ParserCrashError
+from trt_backend.tensorrt.flavor import load_flavor
+from trt_backend.tensorrt.oracle import ParserOracle
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +44,6 @@ def plan_with_parser(model: ModelSource | Model, flavor: str, options: Partition
     oracle = parser_oracle(flavor)
     with _oracle_lock:
         return plan_model(model, oracle, options)
-
-
-class ParserCrashError(TrtBackendError):
-    """The TensorRT parser died in the child process while checking the model."""
 
 
 def make_plan(source: ModelSource | Model, options: PartitionOptions | None = None, *, flavor: str = "auto",

@@ -10,8 +10,17 @@ import numpy as np
 
 from ..registry import PluginRecord
 from . import node as _node
-from .spec import (MODES, PLUGIN_NAME, PLUGIN_NAMESPACE, ResizeAttributes, ResizeParams, SpecError, kernel_source,
-                   make_params, read_attributes)
+from .spec import (
+    MODES,
+    PLUGIN_NAME,
+    PLUGIN_NAMESPACE,
+    ResizeAttributes,
+    ResizeParams,
+    SpecError,
+    kernel_source,
+    make_params,
+    read_attributes,
+)
 
 RTX_NOTE = ("TensorRT-RTX 1.7 has no Python plugin support (no add_plugin_v3, no tensorrt_rtx.plugin, "
             "and its parser aborts on Python plugins)")

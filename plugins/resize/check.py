@@ -101,7 +101,7 @@ def ort_divergence(case: Case) -> str | None:
 def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     import onnxruntime as ort
 
-    from partitioner.ort_threads import inference_session
+    from trt_backend.ort.threads import inference_session
 
     ort.set_default_logger_severity(3)
     opts = ort.SessionOptions()

@@ -16,7 +16,14 @@ from onnx import helper, numpy_helper
 from partitioner.model import Model
 from partitioner.standin import Replacement
 
-from .spec import ONNX_DTYPES, Dim, ResizeParams, SpecError, make_params, read_attributes
+from .spec import (
+    ONNX_DTYPES,
+    Dim,
+    ResizeParams,
+    SpecError,
+    make_params,
+    read_attributes,
+)
 
 MAX_DYADIC_SHIFT = 16
 

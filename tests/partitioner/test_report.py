@@ -13,8 +13,9 @@ from onnx import helper
 
 from partitioner import Claim, Model, OptionsError, PartitionOptions, Plan, plan_model
 from partitioner.picture import flows, layout, render_html, render_svg, write_picture
-from partitioner.report import CensusRow, annotate, census, clip, format_ops, save_model_atomic, summary, write_atomic
+from partitioner.report import CensusRow, annotate, census, clip, format_ops, summary
 from tests.helpers import const, crop_resize, model, vi
+from trt_backend._files import save_model_atomic, write_atomic
 
 SVG = "{http://www.w3.org/2000/svg}"
 DEMOTED = "demoted: TensorRT group of 2 node(s) is below the minimum segment size 3"

@@ -16,7 +16,12 @@ from benchmarks.plugin_models import crop_cnn, fpn
 from partitioner import Claim, OptionsError, PluginClaim, load_model
 from plugins import Registry, claimed_nodes, default_registry, rewrite_for_engine
 from plugins.resize import record
-from plugins.resize.tensorrt import PLUGIN_ID, TENSORRT_API, TENSORRT_PLUGIN_API, register
+from plugins.resize.tensorrt import (
+    PLUGIN_ID,
+    TENSORRT_API,
+    TENSORRT_PLUGIN_API,
+    register,
+)
 
 # The public names of ``tensorrt.plugin`` (NVIDIA/TensorRT python/packaging/bindings_wheel/
 # tensorrt/plugin: @public_api() in _plugin_class.py, _tensor.py, _top_level.py, _autotune.py,

@@ -11,7 +11,13 @@ import pytest
 
 from plugins.resize import host
 from plugins.resize.aot import KERNEL_NAME, aot_source
-from plugins.resize.check import Tally, backend_resize_cases, check_backend_case, compare, random_cases
+from plugins.resize.check import (
+    Tally,
+    backend_resize_cases,
+    check_backend_case,
+    compare,
+    random_cases,
+)
 from plugins.resize.spec import kernel_source
 
 

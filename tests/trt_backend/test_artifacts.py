@@ -10,9 +10,10 @@ import onnxruntime as ort
 import pytest
 
 import trt_backend
-from trt_backend import ArtifactError, Session, SessionOptions
 from trt_backend.cli import main
-from trt_backend.demo import DEMO_PATH
+from trt_backend.data.demo import DEMO_PATH
+from trt_backend.errors import ArtifactError
+from trt_backend.session.session import Session, SessionOptions
 
 PROFILE = [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}]
 pytestmark = pytest.mark.usefixtures("flavor")
@@ -20,10 +21,10 @@ pytestmark = pytest.mark.usefixtures("flavor")
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> str:
-    from trt_backend import artifacts
+    from trt_backend.session import build_folder
 
     out = str(tmp_path_factory.mktemp("b") / "demo")
-    artifacts.build(DEMO_PATH, out, PROFILE)
+    build_folder.build(DEMO_PATH, out, PROFILE)
     return out
 
 
@@ -50,15 +51,15 @@ def test_manifest_lists_files_with_hashes_and_real_engines(built) -> None:
 
 
 def test_load_runs_without_planning_calibrating_or_building(built, monkeypatch) -> None:
-    import trt_backend.engines
-    import trt_backend.session
+    import trt_backend.planning as planning_module
+    import trt_backend.session.session as session_module
 
     def forbidden(*a, **k):
         raise AssertionError("load must not plan, calibrate or build")
 
-    monkeypatch.setattr(trt_backend.session, "plan_model", forbidden)
-    monkeypatch.setattr(trt_backend.session, "derive_profiles", forbidden)
-    monkeypatch.setattr(trt_backend.engines, "build_with_fallback", forbidden)
+    monkeypatch.setattr(planning_module, "plan_model", forbidden)
+    monkeypatch.setattr(session_module, "derive_profiles", forbidden)
+    monkeypatch.setattr(session_module, "build_with_fallback", forbidden)
     sess = Session.load(built, SessionOptions(emulate=True))
     assert sess.segment_executors == ["emulated", "onnxruntime", "emulated"]
     x = np.random.default_rng(3).standard_normal((3, 3, 32, 32)).astype(np.float32)
@@ -98,7 +99,7 @@ def test_engines_of_another_tensorrt_version_are_refused_or_rebuilt(built, tmp_p
     json.dump(manifest, open(path, "w"))
     with pytest.raises(ArtifactError, match=r"engines were built with tensorrt 9\.0\.0, this machine has tensorrt"):
         trt_backend.load(folder, SessionOptions(emulate=False))
-    from trt_backend.flavor import TensorRTUnavailableError
+    from trt_backend.errors import TensorRTUnavailableError
 
     with pytest.raises(TensorRTUnavailableError, match="no CUDA device"):  # rebuild asked: then it needs a GPU
         trt_backend.load(folder, SessionOptions(emulate=False), rebuild=True)
@@ -132,12 +133,13 @@ def test_build_errors_are_one_line(tmp_path, capsys) -> None:
 
 
 def test_plugin_plans_are_not_built_with_tensorrt_rtx(tmp_path, capsys, flavor) -> None:
-    from benchmarks.plugin_models import crop_cnn
-    from trt_backend.engines import plugin_rewrite
-    from trt_backend.planning import make_plan
     import onnx
+
+    from benchmarks.plugin_models import crop_cnn
     from partitioner import OptionsError, PartitionOptions
     from plugins import default_registry
+    from trt_backend.engines.fallback import plugin_rewrite
+    from trt_backend.planning import make_plan
 
     if not flavor.is_rtx:
         pytest.skip("full TensorRT installed: plugin engines are buildable here")

@@ -1,4 +1,4 @@
-"""``trt_backend.backend`` as an ``onnx.backend``: prepare/run_model/run_node/supports_device, the
+"""``trt_backend.onnx_backend`` as an ``onnx.backend``: prepare/run_model/run_node/supports_device, the
 ONNX backend node cases against ONNX Runtime alone (a subset: the full run is
 benchmarks/backend_node_cases.py), and onnx's own backend test runner on its stored models."""
 from __future__ import annotations
@@ -12,9 +12,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from benchmarks.backend_node_cases import PASSED, load_cases, run_ort, run_ours
-from trt_backend import backend
-from trt_backend.feeds import FeedError
-from trt_backend.flavor import TensorRTUnavailableError
+from trt_backend import onnx_backend as backend
+from trt_backend.errors import FeedError, TensorRTUnavailableError
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 

@@ -9,12 +9,12 @@ import os
 import pytest
 
 from tests.trt_backend.test_session_graphs import conv_chain
-from trt_backend.bench_runners import cuda_devices
-from trt_backend.bench_stats import STAT_KEYS
-from trt_backend.bench_timing import ProgressEvent
+from trt_backend.bench.candidates import cuda_devices
+from trt_backend.bench.stats import STAT_KEYS
+from trt_backend.bench.timing import ProgressEvent
 from trt_backend.cli import main
 from trt_backend.commands.bench import ProgressPrinter
-from trt_backend.demo import DEMO_PATH
+from trt_backend.data.demo import DEMO_PATH
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 
@@ -165,8 +165,9 @@ def test_progress_waits_then_reports() -> None:
 
 
 def test_library_rounds_alternate_and_progress_reports_builds(tmp_path) -> None:
-    from trt_backend.bench import BenchOptions, TimingConfig, run_bench
-    from trt_backend.session import SessionOptions
+    from trt_backend.bench.loop import BenchOptions, run_bench
+    from trt_backend.bench.timing import TimingConfig
+    from trt_backend.session.session import SessionOptions
 
     events: list[ProgressEvent] = []
     options = BenchOptions(shapes={"x": (1, 4, 8, 8)}, baselines=("ort-cpu",),
@@ -182,11 +183,11 @@ def test_library_rounds_alternate_and_progress_reports_builds(tmp_path) -> None:
 
 def test_build_times_of_a_session_that_built_its_own_engines(tmp_path, flavor) -> None:
     """The GPU path: the session built through the cache; the bench times only the cache load."""
-    from trt_backend.bench_runners import build_info
-    from trt_backend.builder import BuildOptions
-    from trt_backend.cache import EngineCache
-    from trt_backend.engines import build_engines
-    from trt_backend.session import Session, SessionOptions
+    from trt_backend.bench.candidates import build_info
+    from trt_backend.engines.builder import BuildOptions
+    from trt_backend.engines.cache import EngineCache
+    from trt_backend.engines.fallback import build_engines
+    from trt_backend.session.session import Session, SessionOptions
 
     sess = Session(conv_chain(1, 4, 8), [{"x": (1, 4, 8, 8)}], SessionOptions(emulate=True))
     built = build_engines(sess.plan, sess.segment_profiles, BuildOptions(), EngineCache(str(tmp_path)), flavor=flavor)

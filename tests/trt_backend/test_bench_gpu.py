@@ -7,7 +7,7 @@ import inspect
 import numpy as np
 import pytest
 
-from trt_backend.bench_gpu import PhaseRecorder
+from trt_backend.bench.gpu_phases import PhaseRecorder
 from trt_backend.gpu import device as dev
 from trt_backend.gpu.trt_runner import TensorRTRunner
 

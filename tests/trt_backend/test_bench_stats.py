@@ -9,9 +9,22 @@ import time
 import pytest
 
 from partitioner.errors import OptionsError
-from trt_backend.bench_gpu import PhaseRecorder
-from trt_backend.bench_stats import LatencyStats, median, nearest_rank, spread, throughput_qps
-from trt_backend.bench_timing import BenchOptionsError, Measurement, SegmentTimer, TimingConfig, timed_loop, warm_up
+from trt_backend.bench.gpu_phases import PhaseRecorder
+from trt_backend.bench.stats import (
+    LatencyStats,
+    median,
+    nearest_rank,
+    spread,
+    throughput_qps,
+)
+from trt_backend.bench.timing import (
+    Measurement,
+    SegmentTimer,
+    TimingConfig,
+    timed_loop,
+    warm_up,
+)
+from trt_backend.errors import BenchOptionsError
 
 
 def shuffled(values):
@@ -186,7 +199,7 @@ def test_phase_recorder_splits_h2d_compute_d2h_and_nests_with_the_segment_timer(
 
 
 def test_gpu_phases_of_several_segments_add_up_per_query() -> None:
-    from trt_backend.bench import _gpu_stats
+    from trt_backend.bench.loop import _gpu_stats
 
     recs = []
     for _ in range(2):

@@ -13,11 +13,17 @@ from onnx import TensorProto, helper
 from partitioner import PartitionOptions, load_model, plan_model
 from partitioner.errors import OptionsError
 from tests.helpers import assert_plan_valid, const, crop_resize, model, vi
-from trt_backend.builder import (BuildOptions, SegmentBuildError, build_segment, build_target, compile_segment,
-                                 network_flags)
-from trt_backend.build_report import BuildEvent
-from trt_backend.engines import build_engines, build_with_fallback
+from trt_backend.engines.builder import (
+    BuildOptions,
+    build_segment,
+    build_target,
+    compile_segment,
+)
+from trt_backend.engines.fallback import build_engines, build_with_fallback
+from trt_backend.engines.report import BuildEvent
+from trt_backend.errors import SegmentBuildError
 from trt_backend.planning import make_plan
+from trt_backend.tensorrt.flavor import network_flags
 
 pytestmark = pytest.mark.tensorrt
 
@@ -194,7 +200,7 @@ def test_timing_cache_ignored_on_rtx(flavor, tmp_path, caplog: pytest.LogCapture
     if not flavor.is_rtx:
         pytest.skip("TensorRT-RTX behaviour")
     plan = make_plan(conv_resize_conv(batch=1), PartitionOptions(min_segment_size=1), flavor=flavor.name)
-    with caplog.at_level(logging.INFO, logger="trt_backend.engines"):
+    with caplog.at_level(logging.INFO, logger="trt_backend.engines.fallback"):
         result = build_engines(plan, [], BuildOptions(timing_cache=str(tmp_path / "t.cache")), flavor=flavor)
     assert len(result.engines) == 2 and "no-ops in TensorRT-RTX" in caplog.text
     assert not (tmp_path / "t.cache").exists()
@@ -227,8 +233,8 @@ def test_full_tensorrt_cache_target_is_the_current_gpu() -> None:
     """Full TensorRT builds for the GPU it runs on, so its cache keys carry that GPU's SM."""
     import types
 
-    from trt_backend.builder import current_sm
-    from trt_backend.flavor import Flavor
+    from trt_backend.engines.builder import current_sm
+    from trt_backend.tensorrt.flavor import Flavor
 
     sm = current_sm()
     if sm is None:

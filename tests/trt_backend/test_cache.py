@@ -15,9 +15,10 @@ from onnx import helper
 from partitioner import PartitionOptions
 from tests.helpers import const, model, vi
 from tests.trt_backend.test_builder import PROFILE, conv_resize_conv
-from trt_backend.builder import BuildOptions
-from trt_backend.cache import MANIFEST, EngineCache, EngineCacheError, cache_key, sha256_bytes
-from trt_backend.engines import build_engines
+from trt_backend.engines.builder import BuildOptions
+from trt_backend.engines.cache import MANIFEST, EngineCache, cache_key, sha256_bytes
+from trt_backend.engines.fallback import build_engines
+from trt_backend.errors import EngineCacheError
 from trt_backend.planning import make_plan
 
 pytestmark = pytest.mark.tensorrt
@@ -107,7 +108,7 @@ def test_bad_entries_are_logged_and_rebuilt(flavor, tmp_path, caplog: pytest.Log
     else:
         field, value = ("key", "0" * 64) if how == "manifest-foreign" else ("version", "0.0.1")
         open(manifest_path, "w").write(json.dumps({**manifest, field: value}))
-    with caplog.at_level(logging.WARNING, logger="trt_backend.cache"):
+    with caplog.at_level(logging.WARNING, logger="trt_backend.engines.cache"):
         again = build_engines(plan, PROFILE, BuildOptions(), cache, flavor=flavor)
     row = next(r for r in again.report.segments if r.key == key)
     assert not row.cached and f"entry {key} is unusable" in caplog.text
@@ -170,8 +171,8 @@ def _segment_model():
 
 
 def _race_child(root: str, key: str, barrier, results) -> None:
-    from trt_backend.builder import compile_segment
-    from trt_backend.flavor import load_flavor
+    from trt_backend.engines.builder import compile_segment
+    from trt_backend.tensorrt.flavor import load_flavor
 
     fl = load_flavor("auto")
 
@@ -227,8 +228,8 @@ def test_unlocked_concurrent_writers_never_tear_an_entry(tmp_path) -> None:
 def test_timing_cache_file_round_trip(flavor, tmp_path) -> None:
     """The file plumbing (load, one cache per build, merge, save merged with the file's current
     content). Real timings need full TensorRT and a GPU; RTX's caches are empty but well-formed."""
-    from trt_backend.cache import TimingCacheFile
-    from trt_backend.flavor import shared_logger
+    from trt_backend.engines.cache import TimingCacheFile
+    from trt_backend.tensorrt.flavor import shared_logger
 
     trt = flavor.module
     builder = trt.Builder(shared_logger(flavor))

@@ -15,7 +15,7 @@ from onnx import helper
 
 from tests.helpers import model, vi
 from trt_backend.cli import main
-from trt_backend.demo import DEMO_PATH, demo_model
+from trt_backend.data.demo import DEMO_PATH, demo_model
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.trt_backend.test_session_graphs import ort_reference
 from trt_backend.cli import main
-from trt_backend.demo import DEMO_PATH, demo_model
+from trt_backend.data.demo import DEMO_PATH, demo_model
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 

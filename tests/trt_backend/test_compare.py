@@ -18,10 +18,11 @@ from onnx import numpy_helper as nh
 import trt_backend
 from partitioner.errors import ModelLoadError, OptionsError
 from tests.helpers import crop_resize
-from trt_backend.compare_api import compare
-from trt_backend.compare_options import CompareOptions, ReferenceRunError
-from trt_backend.runners import SegmentRunner
-from trt_backend.session import Session, SessionOptions
+from trt_backend.accuracy.compare import compare
+from trt_backend.accuracy.options import CompareOptions
+from trt_backend.errors import ReferenceRunError
+from trt_backend.runners.base import SegmentRunner
+from trt_backend.session.session import Session, SessionOptions
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 
@@ -141,7 +142,7 @@ def test_fp16_errors_per_output_and_localised() -> None:
 
 
 def test_precision_from_build_options() -> None:
-    from trt_backend.builder import BuildOptions
+    from trt_backend.engines.builder import BuildOptions
 
     fp16 = SessionOptions(emulate=True, build=BuildOptions(precision="fp16"))
     report = compare(three_segments(), profiles=PROFILE, session_options=fp16, atol=1e-5, rtol=1e-5)
@@ -216,8 +217,9 @@ def test_a_model_the_reference_cannot_run() -> None:
 
 
 def test_reference_failing_at_run_time_names_the_reference() -> None:
-    from trt_backend.compare_polygraphy import _ReferenceSession
-    from trt_backend.runners import OrtOptions, ort_session
+    from trt_backend.accuracy.polygraphy_glue import _ReferenceSession
+    from trt_backend.ort.options import OrtOptions
+    from trt_backend.ort.sessions import ort_session
 
     nodes = [h.make_node("Reshape", ["x", "s"], ["y"])]
     m = h.make_model(h.make_graph(nodes, "reshape", [h.make_tensor_value_info("x", T.FLOAT, [2, 3]),

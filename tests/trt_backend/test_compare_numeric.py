@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from trt_backend.compare_numeric import tensor_error
-from trt_backend.compare_options import ERROR_STATS, CompareOptions
-from trt_backend.compare_polygraphy import compare_func, compare_tensors
+from trt_backend.accuracy.numeric import tensor_error
+from trt_backend.accuracy.options import ERROR_STATS, CompareOptions
+from trt_backend.accuracy.polygraphy_glue import compare_func, compare_tensors
 
 
 def _cases() -> list[tuple[str, np.ndarray, np.ndarray]]:

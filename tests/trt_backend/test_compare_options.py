@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from partitioner.errors import OptionsError
-from trt_backend.compare_options import CompareOptions, parse_tolerance
-from trt_backend.compare_numeric import mask_nonfinite
-from trt_backend.compare_polygraphy import profile_points
-from trt_backend.compare_report import ComparisonReport, OutputReport, TensorError
+from trt_backend.accuracy.numeric import mask_nonfinite
+from trt_backend.accuracy.options import CompareOptions, parse_tolerance
+from trt_backend.accuracy.polygraphy_glue import profile_points
+from trt_backend.accuracy.report import ComparisonReport, OutputReport, TensorError
 from trt_backend.profiles import TensorProfile
 
 

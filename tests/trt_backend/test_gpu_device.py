@@ -116,9 +116,9 @@ def test_every_onnxruntime_name_of_the_cuda_runner_exists() -> None:
 
 def test_session_takes_device_feeds_without_copy_and_validates_them() -> None:
     """At the GPU boundary: a device array (interface only) is checked like a numpy feed."""
-    from trt_backend import Session, SessionOptions
-    from trt_backend.demo import DEMO_PATH
-    from trt_backend.feeds import FeedError
+    from trt_backend.data.demo import DEMO_PATH
+    from trt_backend.errors import FeedError
+    from trt_backend.session.session import Session, SessionOptions
 
     sess = Session(DEMO_PATH, [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}],
                    SessionOptions(emulate=True))

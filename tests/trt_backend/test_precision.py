@@ -12,7 +12,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from partitioner.errors import OptionsError
 from tests.helpers import const, model, vi
-from trt_backend.precision import DEFAULT_KEEP_FP32, PrecisionError, apply_precision, compare_outputs
+from trt_backend.engines.precision import (
+    DEFAULT_KEEP_FP32,
+    apply_precision,
+    compare_outputs,
+)
+from trt_backend.errors import PrecisionError
 
 pytest.importorskip("onnxruntime")
 F16, BF16, F32 = TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT
@@ -138,7 +143,7 @@ def test_constants_casts_and_shape_ops() -> None:
 def test_fp16_clips_out_of_range_initializers(caplog: pytest.LogCaptureFixture) -> None:
     m = model([helper.make_node("Add", ["x", "big"], ["y"], name="add")], [vi("x", [2])], [vi("y", [2])],
               [const("big", np.array([1e6, -3.0], np.float32))])
-    with caplog.at_level(logging.WARNING, logger="trt_backend.precision"):
+    with caplog.at_level(logging.WARNING, logger="trt_backend.engines.precision"):
         result = apply_precision(m, "fp16")
     assert result.clipped == 1 and "clipped" in caplog.text
     big = numpy_helper.to_array(next(t for t in result.model.graph.initializer if t.name == "big"))

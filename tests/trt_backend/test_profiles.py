@@ -10,17 +10,12 @@ from onnx import numpy_helper as nh
 
 from partitioner.errors import OptionsError
 from trt_backend.commands.run import cli_profiles, parse_shapes
-from trt_backend.feeds import complete_profiles, node_arg, normalize_profiles
-from trt_backend.profiles import (
-    CalibrationError,
-    MissingProfileError,
-    ProfileError,
-    TensorProfile,
-    profiles_from_json,
-    profiles_to_json,
-    symbolic_profile,
-)
-from trt_backend.session import Session, SessionOptions
+from trt_backend.errors import CalibrationError, MissingProfileError, ProfileError
+from trt_backend.profiles import TensorProfile, profiles_from_json, profiles_to_json
+from trt_backend.session.derive import symbolic_profile
+from trt_backend.session.feeds import node_arg
+from trt_backend.session.given import complete_profiles, normalize_profiles
+from trt_backend.session.session import Session, SessionOptions
 
 X = node_arg("x", h.make_tensor_type_proto(T.FLOAT, ["N", 3, 8]))
 K = node_arg("k", h.make_tensor_type_proto(T.INT64, [2]))
@@ -157,7 +152,7 @@ def test_nonzero_output_gets_its_bound_and_shape_tensors_their_values() -> None:
 
 def test_runner_profile_choice_is_remembered_per_shape_and_shape_tensor_value() -> None:
     from partitioner import Segment
-    from trt_backend.runners import SegmentRunner
+    from trt_backend.runners.base import SegmentRunner
 
     class Echo(SegmentRunner):
         executor = "echo"

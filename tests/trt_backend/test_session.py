@@ -18,15 +18,15 @@ from onnx import helper as h
 from partitioner import Plan
 from partitioner.errors import OptionsError, TrtBackendError
 from tests.trt_backend.test_session_graphs import assert_same, conv_chain, ort_reference
-from trt_backend.demo import DEMO_PATH, demo_model
-from trt_backend.flavor import TensorRTUnavailableError
-from trt_backend.profiles import ProfileError
-from trt_backend.runners import (
-    EmulatedTensorRTRunner,
+from trt_backend.data.demo import DEMO_PATH, demo_model
+from trt_backend.errors import (
+    ProfileError,
     SegmentLoadError,
     SegmentRunError,
+    TensorRTUnavailableError,
 )
-from trt_backend.session import Session, SessionOptions
+from trt_backend.runners.ort import EmulatedTensorRTRunner
+from trt_backend.session.session import Session, SessionOptions
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 
@@ -215,7 +215,7 @@ def test_saved_plan_reuses_profiles_without_deriving(monkeypatch, tmp_path) -> N
     first = demo_session()
     saved = tmp_path / "plan.json"
     saved.write_text(first.plan.to_json())
-    import trt_backend.session as session_module
+    import trt_backend.session.session as session_module
 
     def no_derivation(*args, **kwargs):
         raise AssertionError("profiles derived again")

@@ -8,10 +8,11 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from partitioner.errors import TrtBackendError
-from trt_backend.demo import DEMO_PATH
-from trt_backend.feeds import FeedError, FeedValidator, node_arg, random_feeds
+from trt_backend.data.demo import DEMO_PATH
+from trt_backend.errors import FeedError
 from trt_backend.profiles import TensorProfile
-from trt_backend.session import Session, SessionOptions
+from trt_backend.session.feeds import FeedValidator, node_arg, random_feeds
+from trt_backend.session.session import Session, SessionOptions
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 

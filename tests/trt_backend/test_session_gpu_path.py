@@ -8,12 +8,12 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-import trt_backend.gpu.device as device
-import trt_backend.gpu.ort_cuda_runner as ort_cuda
-import trt_backend.session as session_module
-from trt_backend import BuildOptions, Session, SessionOptions
-from trt_backend.demo import DEMO_PATH
-from trt_backend.runners import EmulatedTensorRTRunner
+import trt_backend.session.session as session_module
+from trt_backend.data.demo import DEMO_PATH
+from trt_backend.engines.builder import BuildOptions
+from trt_backend.ort.options import OrtOptions
+from trt_backend.runners.ort import EmulatedTensorRTRunner
+from trt_backend.session.session import Session, SessionOptions
 
 PROFILE = [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}]
 pytestmark = pytest.mark.usefixtures("flavor")
@@ -25,7 +25,7 @@ class EngineKeepingRunner(EmulatedTensorRTRunner):
     def __init__(self, segment, engine, profiles, shape_tensors, **kw) -> None:
         self.engine, self.kw = engine, kw
         proto = _PLAN[0].extract(segment.id)
-        super().__init__(segment, proto, session_module.OrtOptions(), profiles, shape_tensors)
+        super().__init__(segment, proto, OrtOptions(), profiles, shape_tensors)
 
 
 _PLAN: list = []
@@ -34,9 +34,9 @@ _PLAN: list = []
 @pytest.fixture
 def gpu_boundary(monkeypatch):
     monkeypatch.setattr(session_module, "tensorrt_status", lambda: (True, "declared by the test"))
-    monkeypatch.setattr(device, "Stream", lambda: "stream")
-    monkeypatch.setattr(device, "BufferPool", lambda: "pool")
-    monkeypatch.setattr(ort_cuda, "cuda_provider_available", lambda: False)
+    monkeypatch.setattr(session_module, "Stream", lambda: "stream")
+    monkeypatch.setattr(session_module, "BufferPool", lambda: "pool")
+    monkeypatch.setattr(session_module, "cuda_provider_available", lambda: False)
     made: list[EngineKeepingRunner] = []
 
     def fake_runner(segment, engine, profiles, shape_tensors, **kw):

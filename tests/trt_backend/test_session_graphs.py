@@ -15,10 +15,10 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from partitioner.ort_threads import inference_session
 from tests.helpers import crop_resize
+from trt_backend.ort.threads import inference_session
 from trt_backend.profiles import covering_profile
-from trt_backend.session import Session, SessionOptions
+from trt_backend.session.session import Session, SessionOptions
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 

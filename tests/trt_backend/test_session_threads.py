@@ -18,10 +18,11 @@ from onnx import helper as h
 
 from partitioner import QueryResult
 from partitioner.errors import OptionsError
-from partitioner.ort_threads import use_global_thread_pool
 from tests.trt_backend.test_session_graphs import assert_same, conv_chain, ort_reference
-from trt_backend.runners import OrtOptions, ort_session
-from trt_backend.session import Session, SessionOptions
+from trt_backend.ort.options import OrtOptions
+from trt_backend.ort.sessions import ort_session
+from trt_backend.ort.threads import use_global_thread_pool
+from trt_backend.session.session import Session, SessionOptions
 
 PROFILE = [{"x": ((1, 8, 16, 16), (2, 8, 16, 16), (4, 8, 16, 16))}]
 
@@ -114,9 +115,9 @@ GLOBAL_POOL_CHILD = """
 import json, sys
 import numpy as np, onnxruntime as ort
 from partitioner.errors import OptionsError
-from partitioner.ort_threads import global_thread_pool
+from trt_backend.ort.threads import global_thread_pool
 from tests.trt_backend.test_session_threads import chain_session, config, conv_chain
-from trt_backend.session import Session, SessionOptions
+from trt_backend.session.session import Session, SessionOptions
 from tests.trt_backend.test_session_graphs import ort_reference
 out = {}
 x0 = np.random.default_rng(0).standard_normal((2, 8, 16, 16)).astype(np.float32)

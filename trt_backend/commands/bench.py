@@ -10,16 +10,19 @@ import sys
 import time
 from typing import IO, Any
 
-from ..bench import PRECISIONS, BenchOptions, run_bench
-from ..bench_runners import BASELINES
-from ..bench_timing import BenchOptionsError, ProgressEvent, TimingConfig
-from .inspect import (
+from trt_backend._files import write_atomic
+from trt_backend.bench.candidates import BASELINES
+from trt_backend.bench.loop import PRECISIONS, BenchOptions, run_bench
+from trt_backend.bench.report import write_plot
+from trt_backend.bench.timing import ProgressEvent, TimingConfig
+from trt_backend.commands.inspect import (
     add_cpu_session_arguments,
     add_partition_arguments,
     cpu_session_options,
     session_options,
 )
-from .run import add_shape_arguments, cli_profiles, parse_shapes
+from trt_backend.commands.run import add_shape_arguments, cli_profiles, parse_shapes
+from trt_backend.errors import BenchOptionsError
 
 PROGRESS_AFTER_S = 2.0  # runs shorter than this print no progress
 
@@ -149,9 +152,7 @@ class ProgressPrinter:
 
 
 def handler(args: argparse.Namespace) -> int:
-    from partitioner.report import write_atomic
 
-    from ..bench_report import write_plot
 
     options, session = options_from_args(args)
     _check_outputs(args)

@@ -7,10 +7,11 @@ import sys
 from typing import Any
 
 from partitioner import OptionsError
-
-from ..build_report import BuildEvent
-from .inspect import add_partition_arguments, session_options
-from .run import add_shape_arguments, cli_profiles
+from trt_backend.commands.inspect import add_partition_arguments, session_options
+from trt_backend.commands.run import add_shape_arguments, cli_profiles
+from trt_backend.engines.builder import BuildOptions
+from trt_backend.engines.report import BuildEvent
+from trt_backend.session import build_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -37,8 +38,6 @@ def _progress(e: BuildEvent) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from .. import artifacts
-    from ..builder import BuildOptions
 
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     kw: dict[str, Any] = {"precision": args.precision}
@@ -48,7 +47,7 @@ def handle(args: argparse.Namespace) -> int:
         kw["workspace_bytes"] = args.workspace_mb << 20
     if args.compute_capabilities:
         kw["compute_capabilities"] = tuple(c.strip() for c in args.compute_capabilities.split(",") if c.strip())
-    manifest = artifacts.build(args.model, args.output, profiles or None, session_options(args), BuildOptions(**kw),
+    manifest = build_folder.build(args.model, args.output, profiles or None, session_options(args), BuildOptions(**kw),
                                args.cache_dir, flavor=args.flavor, progress=_progress)
     segs = manifest["segments"]
     engines = [s for s in segs if s["engine"]]

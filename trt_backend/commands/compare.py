@@ -11,11 +11,12 @@ import argparse
 import os
 
 from partitioner import OptionsError
-
-from ..compare_options import DEFAULT_TOLERANCE, ERROR_STATS
-from ..precision import PRECISIONS
-from .inspect import add_partition_arguments, session_options
-from .run import add_shape_arguments, cli_profiles, parse_shapes
+from trt_backend._files import write_atomic
+from trt_backend.accuracy.compare import compare
+from trt_backend.accuracy.options import DEFAULT_TOLERANCE, ERROR_STATS, CompareOptions
+from trt_backend.commands.inspect import add_partition_arguments, session_options
+from trt_backend.commands.run import add_shape_arguments, cli_profiles, parse_shapes
+from trt_backend.engines.precision import PRECISIONS
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -62,8 +63,6 @@ def _check_json_path(path: str | None) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from ..compare_api import compare
-    from ..compare_options import CompareOptions
 
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = CompareOptions(atol=args.atol, rtol=args.rtol, tolerances=tuple(args.tolerance),
@@ -83,7 +82,6 @@ def handle(args: argparse.Namespace) -> int:
     for line in report.lines():
         print(line)
     if args.json:
-        from partitioner.report import write_atomic
 
         write_atomic(args.json, report.to_json() + "\n")
         print(f"wrote {args.json}")

@@ -9,10 +9,13 @@ import numpy as np
 
 from partitioner import PartitionOptions
 from partitioner.picture import write_picture
-from partitioner.report import summary, write_atomic
-
-from ..demo import DEMO_PATH
-from ..planning import make_plan
+from partitioner.report import summary
+from trt_backend._files import write_atomic
+from trt_backend.data.demo import DEMO_PATH
+from trt_backend.ort.threads import inference_session
+from trt_backend.planning import make_plan
+from trt_backend.session import build_folder
+from trt_backend.session.session import Session, SessionOptions
 
 PROFILE = [{"image": ((1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32))}]
 
@@ -28,8 +31,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import artifacts
-    from ..session import Session, SessionOptions
 
     print(f"1. plan the demo model ({DEMO_PATH})")
     plan = make_plan(DEMO_PATH, PartitionOptions(), flavor=args.flavor)
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     write_picture(plan, os.path.join(args.out, "partition.html"))
     build_dir = os.path.join(args.out, "build")
     print(f"\n2. build engines for its TensorRT segments into {build_dir} (batch 1..8)")
-    manifest = artifacts.build(DEMO_PATH, build_dir, PROFILE, SessionOptions(flavor=args.flavor), flavor=args.flavor)
+    manifest = build_folder.build(DEMO_PATH, build_dir, PROFILE, SessionOptions(flavor=args.flavor), flavor=args.flavor)
     for seg in manifest["segments"]:
         if seg["engine"]:
             print(f"   segment {seg['id']}: {seg['engine']} {seg['engine_bytes']} bytes in {seg['build_seconds']:.2f} s "
@@ -50,7 +51,6 @@ def run(args: argparse.Namespace) -> int:
         print("   " + line)
     x = np.random.default_rng(0).standard_normal((4, 3, 32, 32)).astype(np.float32)
     probs, scores, classes = sess.run(None, {"image": x})
-    from partitioner.ort_threads import inference_session
 
     ref = inference_session(DEMO_PATH).run(None, {"image": x})
     diff = float(np.max(np.abs(probs - ref[0])))

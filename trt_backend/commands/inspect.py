@@ -10,9 +10,11 @@ from typing import Any
 from partitioner import OptionsError, PartitionOptions, Plan
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from partitioner.picture import write_picture
-from partitioner.report import save_model_atomic, summary, write_atomic
-
-from ..planning import make_plan
+from partitioner.report import annotate, summary
+from plugins import default_registry
+from trt_backend._files import save_model_atomic, write_atomic
+from trt_backend.planning import make_plan
+from trt_backend.session.session import SessionOptions
 
 
 def split_list(value: str) -> tuple[str, ...]:
@@ -68,7 +70,6 @@ def cpu_session_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def partition_options(args: argparse.Namespace) -> PartitionOptions:
-    from plugins import default_registry
 
     registry = None if args.no_plugins else default_registry()
     if registry is not None and args.plugin_ops:
@@ -81,7 +82,6 @@ def partition_options(args: argparse.Namespace) -> PartitionOptions:
 
 def session_options(args: argparse.Namespace, **extra: Any) -> Any:
     """SessionOptions from the shared planning flags (plus ``extra`` fields)."""
-    from ..session import SessionOptions
 
     po = partition_options(args)
     return SessionOptions(flavor=args.flavor, exclude_ops=po.exclude_ops, exclude_nodes=po.exclude_nodes,
@@ -146,7 +146,6 @@ def run(args: argparse.Namespace) -> int:
         files = export_segments(plan, args.export_segments)
         print(f"{len(files)} segment model(s) written to {args.export_segments}")
     if args.annotated:
-        from partitioner.report import annotate
 
         save_model_atomic(annotate(plan), args.annotated)
         print(f"annotated model written to {args.annotated}")

@@ -13,17 +13,18 @@ from typing import Any
 import numpy as np
 
 from partitioner import OptionsError
-from partitioner.ort_threads import thread_pool_mode
-from partitioner.report import write_atomic
-
-from ..feeds import FeedError, random_feeds
-from ..profiles import Shape
-from .inspect import (
+from trt_backend._files import write_atomic
+from trt_backend.commands.inspect import (
     add_cpu_session_arguments,
     add_partition_arguments,
     cpu_session_options,
     session_options,
 )
+from trt_backend.errors import FeedError
+from trt_backend.ort.threads import thread_pool_mode
+from trt_backend.profiles import Shape
+from trt_backend.session.feeds import random_feeds
+from trt_backend.session.session import Session
 
 _SPEC = re.compile(r"\s*(?P<name>[^,\[]+?):(?P<shape>\[[^\]]*\]|[0-9x]*)\s*(?:,|$)")
 
@@ -129,7 +130,6 @@ def _run_shapes(args: argparse.Namespace, sess: Any) -> dict[str, tuple[int, ...
 
 
 def handle(args: argparse.Namespace) -> int:
-    from ..session import Session
 
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,

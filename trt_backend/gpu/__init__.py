@@ -1,1 +1,2 @@
-"""The GPU path: a thin cuda-python device layer. Imports cuda-python only when first used."""
+"""The GPU path: the cuda-python device layer, the TensorRT runner, the ONNX Runtime CUDA-EP runner,
+and whether TensorRT segments can execute here. cuda-python loads only when first used."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from partitioner.errors import TrtBackendError
+from trt_backend.errors import CudaError
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +28,6 @@ CUDART_API = (
     "cudaEventElapsedTime", "cudaEventDestroy", "cudaStreamWaitEvent", "cudaGetErrorName", "cudaError_t",
     "cudaDriverGetVersion", "cudaRuntimeGetVersion",
 )
-
-
-class CudaError(TrtBackendError):
-    """A CUDA runtime call failed (no driver, no device, out of memory...)."""
 
 
 @functools.lru_cache(maxsize=1)

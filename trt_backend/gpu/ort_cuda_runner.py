@@ -11,10 +11,13 @@ import numpy as np
 import onnx
 
 from partitioner import Segment
-
-from ..profiles import Profile
-from ..runners import ONNXRUNTIME, OrtOptions, SegmentLoadError, SegmentRunError, SegmentRunner, ort_session, to_numpy
-from . import device as dev
+from trt_backend.errors import SegmentLoadError, SegmentRunError
+from trt_backend.gpu import device as dev
+from trt_backend.ort.options import OrtOptions
+from trt_backend.ort.sessions import ort_session
+from trt_backend.ort.values import to_numpy
+from trt_backend.profiles import Profile
+from trt_backend.runners.base import ONNXRUNTIME, SegmentRunner
 
 # onnxruntime names this module uses (checked by tests/trt_backend/test_gpu_device.py on CPU)
 ORT_API = ("InferenceSession.io_binding", "InferenceSession.run_with_iobinding", "IOBinding.bind_input",

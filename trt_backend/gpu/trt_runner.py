@@ -1,6 +1,6 @@
 """A TensorRT segment runner: deserialize once, one execution context per thread, inputs bound
 by address, ``execute_async_v3`` on our stream, data-dependent output shapes through an
-``IOutputAllocator``. Written against TensorRT's Python API (names listed in api_surface.py);
+``IOutputAllocator``. Written against TensorRT's Python API (names listed in tensorrt/api_names.py);
 it needs a GPU and full TensorRT (or RTX on an RTX-class GPU), so CI never runs it."""
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from partitioner import Segment
-
-from ..flavor import Flavor, shared_logger
-from ..profiles import Profile
-from ..runners import TENSORRT, SegmentLoadError, SegmentRunError, SegmentRunner, to_numpy
-from . import device as dev
+from trt_backend.errors import SegmentLoadError, SegmentRunError
+from trt_backend.gpu import device as dev
+from trt_backend.ort.values import to_numpy
+from trt_backend.profiles import Profile
+from trt_backend.runners.base import TENSORRT, SegmentRunner
+from trt_backend.tensorrt.flavor import Flavor, shared_logger
 
 log = logging.getLogger(__name__)
 

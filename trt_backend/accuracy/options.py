@@ -1,0 +1,158 @@
+"""What an accuracy comparison checks and how: tolerances (global and per output), the error
+statistic, the inputs it generates, the precision of the TensorRT segments, and localisation.
+
+Only onnx and numpy here; Polygraphy and ONNX Runtime load when a comparison runs."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from partitioner.errors import OptionsError
+from trt_backend.engines.precision import DEFAULT_KEEP_FP32, validate_precision
+
+ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
+LOCALIZE_CHOICES = ("off", "mismatch", "always")
+DEFAULT_TOLERANCE = 1e-3  # the seeds' "1e-3 absolute and relative"
+
+
+def tolerance_value(value: Any, what: str) -> float:
+    """A finite, non-negative float from a number or text; OptionsError otherwise."""
+    if isinstance(value, bool):
+        raise OptionsError(f"{what} must be a number, got {value!r}")
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise OptionsError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(number) or number < 0:
+        raise OptionsError(f"{what} must be a finite number >= 0, got {value!r}")
+    return number
+
+
+def parse_tolerance(text: str) -> tuple[str, float, float]:
+    """``"out_name:1e-2,1e-3"`` -> ("out_name", 0.01, 0.001). The name may itself hold colons
+    (the last one separates it)."""
+    name, sep, values = str(text).rpartition(":")
+    parts = values.split(",")
+    if not sep or not name.strip() or len(parts) != 2:
+        raise OptionsError(f"cannot read tolerance {text!r}; write OUTPUT_NAME:ATOL,RTOL, e.g. logits:1e-2,1e-3")
+    where = f"tolerance {text!r}"
+    return name.strip(), tolerance_value(parts[0], f"{where}: atol"), tolerance_value(parts[1], f"{where}: rtol")
+
+
+def _int_value(value: Any, what: str, lowest: int) -> int:
+    if isinstance(value, bool):
+        raise OptionsError(f"{what} must be a whole number, got {value!r}")
+    try:
+        number = int(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise OptionsError(f"{what} must be a whole number, got {value!r}") from None
+    if number != value and not isinstance(value, str):
+        raise OptionsError(f"{what} must be a whole number, got {value!r}")
+    if number < lowest:
+        raise OptionsError(f"{what} must be >= {lowest}, got {number}")
+    return number
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """How :func:`trt_backend.compare` compares a Session with the reference.
+
+    ``tolerances``: per output name, ``(atol, rtol)`` replacing ``atol``/``rtol`` for it.
+    ``error_stat``: which error must stay within tolerance, as Polygraphy's ``check_error_stat``
+    ("elemwise": every element within atol *or* rtol). ``shapes``: input shapes to generate
+    data with instead of the profiles' opt shapes; ``all_profile_shapes``: min, opt and max of
+    every profile. ``precision``: applied to every TensorRT segment (ONNX-level transform, as the
+    engine builder does). ``localize``: "off", "mismatch" (look for the diverging segment when
+    the comparison fails) or "always"; True means "mismatch"."""
+
+    atol: float = DEFAULT_TOLERANCE
+    rtol: float = DEFAULT_TOLERANCE
+    tolerances: Mapping[str, tuple[float, float]] | Sequence[str] = field(default_factory=dict)
+    error_stat: str = "elemwise"
+    error_quantile: float = 0.99
+    iterations: int = 1
+    seed: int = 0
+    shapes: Mapping[str, Sequence[int]] | None = None
+    all_profile_shapes: bool = False
+    precision: str = "fp32"
+    keep_fp32_ops: tuple[str, ...] = DEFAULT_KEEP_FP32
+    localize: bool | str = "off"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "atol", tolerance_value(self.atol, "atol"))
+        object.__setattr__(self, "rtol", tolerance_value(self.rtol, "rtol"))
+        object.__setattr__(self, "tolerances", MappingProxyType(self._checked_tolerances(self.tolerances)))
+        if self.error_stat not in ERROR_STATS:
+            raise OptionsError(f"unknown error statistic {self.error_stat!r}; choose one of {', '.join(ERROR_STATS)}")
+        quantile = tolerance_value(self.error_quantile, "error_quantile")
+        if quantile > 1:
+            raise OptionsError(f"error_quantile must lie in [0, 1], got {self.error_quantile!r}")
+        object.__setattr__(self, "error_quantile", quantile)
+        object.__setattr__(self, "iterations", _int_value(self.iterations, "iterations", 1))
+        object.__setattr__(self, "seed", _int_value(self.seed, "seed", 0))
+        if self.shapes is not None:
+            object.__setattr__(self, "shapes", MappingProxyType(self._checked_shapes(self.shapes)))
+        keep = (self.keep_fp32_ops,) if isinstance(self.keep_fp32_ops, str) else tuple(self.keep_fp32_ops)
+        validate_precision(self.precision, keep)
+        object.__setattr__(self, "keep_fp32_ops", keep)
+        object.__setattr__(self, "localize", self._checked_localize(self.localize))
+
+    @staticmethod
+    def _checked_tolerances(raw: Mapping[str, Any] | Iterable[str]) -> dict[str, tuple[float, float]]:
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, Mapping):  # CLI-style "name:atol,rtol" strings
+            out: dict[str, tuple[float, float]] = {}
+            for text in raw:
+                name, atol, rtol = parse_tolerance(text)
+                out[name] = (atol, rtol)
+            return out
+        checked: dict[str, tuple[float, float]] = {}
+        for name, pair in raw.items():
+            if not isinstance(name, str) or not name:
+                raise OptionsError(f"tolerances are keyed by output name, got {name!r}")
+            if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+                raise OptionsError(f"tolerance of '{name}' must be (atol, rtol), got {pair!r}")
+            checked[name] = (tolerance_value(pair[0], f"atol of '{name}'"), tolerance_value(pair[1], f"rtol of '{name}'"))
+        return checked
+
+    @staticmethod
+    def _checked_shapes(raw: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+        if not isinstance(raw, Mapping):
+            raise OptionsError(f"shapes must map input names to shapes, got {type(raw).__name__}")
+        out: dict[str, tuple[int, ...]] = {}
+        for name, shape in raw.items():
+            if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
+                raise OptionsError(f"shape of '{name}' must be a sequence of dims, got {shape!r}")
+            out[str(name)] = tuple(_int_value(d, f"dim of '{name}'", 0) for d in shape)
+        return out
+
+    @staticmethod
+    def _checked_localize(value: bool | str) -> str:
+        if value is True:
+            return "mismatch"
+        if value is False or value is None:
+            return "off"
+        if value not in LOCALIZE_CHOICES:
+            raise OptionsError(f"localize must be True, False or one of {', '.join(LOCALIZE_CHOICES)}, got {value!r}")
+        return str(value)
+
+    def tolerance_for(self, output_name: str) -> tuple[float, float]:
+        """(atol, rtol) that apply to ``output_name`` (its own, else the global ones)."""
+        return self.output_tolerances.get(output_name, (self.atol, self.rtol))
+
+    @property
+    def output_tolerances(self) -> Mapping[str, tuple[float, float]]:
+        """``tolerances`` as read: output name -> (atol, rtol)."""
+        t = self.tolerances
+        return t if isinstance(t, Mapping) else self._checked_tolerances(t)
+
+    def check_output_names(self, outputs: Sequence[str]) -> None:
+        """Every per-output tolerance must name a model output."""
+        unknown = [n for n in self.output_tolerances if n not in outputs]
+        if unknown:
+            raise OptionsError(f"--tolerance names unknown output(s) {', '.join(map(repr, unknown))}; "
+                               f"the model's outputs are: {', '.join(outputs)}")

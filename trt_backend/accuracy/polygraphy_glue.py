@@ -1,0 +1,275 @@
+"""Polygraphy glue for accuracy comparisons: a ``BaseRunner`` over our stitched Session, a data
+loader that follows the Session's profiles, NaN/inf handled before Polygraphy's simple compare
+function, and its results read back as :class:`TensorError`.
+
+Polygraphy is imported inside functions only (``import trt_backend.compare_polygraphy`` needs
+neither Polygraphy nor ONNX Runtime). Tested with Polygraphy 0.53.6; the code keeps to API that
+0.49 already had, with a small conditional where 0.53 renamed it (``SimpleCompareFunc`` replaces
+the deprecated ``CompareFunc.simple``)."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from trt_backend.accuracy.numeric import prepare_pair, tidy
+from trt_backend.accuracy.options import CompareOptions
+from trt_backend.accuracy.report import TensorError
+from trt_backend.errors import ComparisonError, FeedError, ReferenceRunError
+from trt_backend.ort.sessions import first_line, ort_errors
+from trt_backend.ort.values import to_numpy
+from trt_backend.profiles import Profile
+from trt_backend.session.feeds import NodeArg, shape_text
+
+log = logging.getLogger(__name__)
+
+POLYGRAPHY_TESTED = (">=0.49", "<0.54")  # 0.53.6 measured; setup.py pins the same range
+OURS, REFERENCE = "trt-backend", "onnxruntime-reference"
+_REQUIRED = {"elemwise": "max", "max": "max", "mean": "mean", "median": "median", "quantile": "quantile"}
+_INF = float("inf")
+
+
+@contextlib.contextmanager
+def polygraphy_logging() -> Iterator[None]:
+    """Polygraphy's logger follows ours (-v: its info, -vv: its verbose; silent otherwise, since
+    our report says it all) and its exceptions become :class:`ComparisonError`. Numpy's
+    warnings about 0/0 and empty means inside its statistics are muted: the report states
+    non-finite values itself."""
+    from polygraphy.exception import PolygraphyException
+    from polygraphy.logger import G_LOGGER
+
+    if log.isEnabledFor(logging.DEBUG):
+        severity = G_LOGGER.VERBOSE
+    elif log.isEnabledFor(logging.INFO):
+        severity = G_LOGGER.INFO
+    else:
+        severity = G_LOGGER.CRITICAL + 1
+    with G_LOGGER.verbosity(severity), warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            yield
+        except PolygraphyException as e:
+            raise ComparisonError(f"Polygraphy: {first_line(e)}") from None
+
+
+@functools.lru_cache(maxsize=1)
+def _runner_classes() -> tuple[type, type]:
+    from polygraphy.backend.base import BaseRunner
+    from polygraphy.backend.onnxrt import OnnxrtRunner
+    from polygraphy.common import TensorMetadata
+
+    class SessionRunner(BaseRunner):  # type: ignore[misc]
+        """Runs a :class:`trt_backend.Session` (TensorRT segments, emulated or not, and ONNX
+        Runtime segments stitched) under Polygraphy's Comparator."""
+
+        def __init__(self, session: Any, output_names: Sequence[str], name: str = OURS) -> None:
+            super().__init__(name=name, prefix="trt-backend-runner")
+            self._session = session
+            self._output_names = list(output_names)
+
+        def activate_impl(self) -> None:
+            self.session = self._session
+
+        def get_input_metadata_impl(self) -> Any:
+            meta = TensorMetadata()
+            for arg in self.session.get_inputs():
+                shape = None if arg.rank is None else [d if isinstance(d, int) else None for d in arg.shape]
+                meta.add(arg.name, dtype=arg.dtype, shape=shape)
+            return meta
+
+        def infer_impl(self, feed_dict: Mapping[str, Any]) -> OrderedDict[str, Any]:
+            start = time.perf_counter()
+            values = self.session.run(self._output_names, dict(feed_dict))
+            self.inference_time = time.perf_counter() - start
+            return OrderedDict(zip(self._output_names, (host(v) for v in values)))
+
+        def deactivate_impl(self) -> None:
+            del self.session
+
+    return SessionRunner, OnnxrtRunner
+
+
+def session_runner(session: Any, output_names: Sequence[str]) -> Any:
+    """A Polygraphy runner over ``session`` producing ``output_names``."""
+    return _runner_classes()[0](session, output_names)
+
+
+class _ReferenceSession:
+    """An ONNX Runtime session whose run failures name the reference."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+
+    def get_inputs(self) -> Any:
+        return self._session.get_inputs()
+
+    def get_outputs(self) -> Any:
+        return self._session.get_outputs()
+
+    def run(self, output_names: Any, feeds: Mapping[str, Any]) -> Any:
+        try:
+            return self._session.run(output_names, feeds)
+        except ort_errors() as e:
+            raise ReferenceRunError(f"the reference (ONNX Runtime, whole model) failed to run: "
+                                    f"{first_line(e)}") from None
+
+
+def reference_runner(ort_session: Any) -> Any:
+    """Polygraphy's ``OnnxrtRunner`` over an ONNX Runtime session of the whole model."""
+    return _runner_classes()[1](_ReferenceSession(ort_session), name=REFERENCE)
+
+
+def host(value: Any) -> Any:
+    """A value as numpy: device arrays (GPU path) copied to the host, OrtValues read."""
+    return value.to_host() if hasattr(value, "to_host") else to_numpy(value)
+
+
+# ------------------------------------------------------------------ inputs
+
+def profile_points(profiles: Sequence[Profile], shapes: Mapping[str, Sequence[int]] | None,
+                   all_profile_shapes: bool) -> list[tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]]:
+    """The (shapes, shape-tensor values) to generate data at: ``shapes`` when given, else each
+    profile's opt point (min, opt and max with ``all_profile_shapes``), duplicates dropped."""
+    if shapes is not None and not all_profile_shapes:
+        return [({n: tuple(s) for n, s in shapes.items()}, {})]
+    points: list[tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]] = []
+    which = (0, 1, 2) if all_profile_shapes else (1,)
+    for prof in profiles:
+        for k in which:
+            dims = {n: (tp.min, tp.opt, tp.max)[k] for n, tp in prof.items()}
+            values = {n: tp.values[k] for n, tp in prof.items() if tp.values is not None}
+            if (dims, values) not in points:
+                points.append((dims, values))
+    if not points and shapes is not None:
+        points.append(({n: tuple(s) for n, s in shapes.items()}, {}))
+    return points or [({}, {})]
+
+
+def generate_feeds(inputs: Sequence[NodeArg], points: Sequence[tuple[Mapping[str, Sequence[int]], Mapping[str, Any]]],
+                   seed: int, iterations: int) -> list[dict[str, Any]]:
+    """``iterations`` feeds per point from Polygraphy's ``DataLoader`` (floats in [0, 1), integers
+    in [0, 1]); shape-tensor inputs get their profile values. Seeds differ per point."""
+    from polygraphy.common import TensorMetadata
+    from polygraphy.comparator import DataLoader
+
+    feeds: list[dict[str, Any]] = []
+    for k, (dims, values) in enumerate(points):
+        meta = TensorMetadata()
+        for arg in inputs:
+            if arg.kind != "tensor" or arg.dtype is None:
+                raise FeedError(f"input '{arg.name}' is {arg.type}; random data is only made for tensors, "
+                                "pass feeds explicitly (compare(..., feeds=[...]))")
+            shape = dims.get(arg.name)
+            if shape is None and arg.rank is not None and not arg.is_dynamic:
+                shape = tuple(int(d) for d in arg.shape)  # type: ignore[arg-type]
+            if shape is None:
+                raise FeedError(f"input '{arg.name}' has dynamic shape {shape_text(arg.shape)} and no profile gives "
+                                f"its shape; pass --shapes {arg.name}:... (or a profile)")
+            meta.add(arg.name, dtype=arg.dtype, shape=list(shape))
+        # Metadata set as the runner's, not as the user's: no shape-tensor guessing by Polygraphy.
+        loader = DataLoader(seed=seed + k * iterations, iterations=iterations)
+        loader.input_metadata = meta
+        with polygraphy_logging():
+            for feed in loader:
+                feed = dict(feed)
+                for name, value in values.items():
+                    if name in feed:
+                        feed[name] = np.asarray(value, dtype=feed[name].dtype).reshape(feed[name].shape)
+                feeds.append(feed)
+    return feeds
+
+
+# ------------------------------------------------------------------ comparing
+
+def compare_func(options: CompareOptions) -> Any:
+    """Polygraphy's simple compare function with our global and per-output tolerances."""
+    from polygraphy import comparator
+
+    atol = {"": options.atol, **{n: t[0] for n, t in options.output_tolerances.items()}}
+    rtol = {"": options.rtol, **{n: t[1] for n, t in options.output_tolerances.items()}}
+    kwargs = dict(atol=atol, rtol=rtol, check_error_stat=options.error_stat, error_quantile=options.error_quantile,
+                  infinities_compare_equal=True)
+    if hasattr(comparator, "SimpleCompareFunc"):  # 0.53+; CompareFunc.simple is deprecated there
+        return comparator.SimpleCompareFunc(**kwargs)
+    return comparator.CompareFunc.simple(**kwargs)
+
+
+def tensor_error(result: Any, options: CompareOptions, matched: int, mismatched: int,
+                 shapes: tuple[Any, Any] = (None, None)) -> TensorError:
+    """A Polygraphy ``OutputCompareResult`` (or the bare False it returns when shapes cannot be
+    aligned) as a :class:`TensorError`."""
+    if shapes[0] is not None and shapes[0] == shapes[1] and 0 in shapes[0]:  # both empty: equal
+        return TensorError(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, mismatched == 0, matched, mismatched)
+    if not hasattr(result, "max_absdiff"):
+        note = f"shape {shapes[0]} vs reference {shapes[1]}: not comparable"
+        return TensorError(_INF, _INF, _INF, _INF, _INF, _INF, False, matched, mismatched, note)
+    stat = _REQUIRED[options.error_stat]
+
+    def value(name: str) -> float:
+        v = getattr(result, name, None)
+        return _INF if v is None else float(v)
+
+    return tidy(TensorError(value("max_absdiff"), value("max_reldiff"), value("mean_absdiff"),
+                            value("median_absdiff"), value(f"{stat}_absdiff"), value(f"{stat}_reldiff"),
+                            bool(result) and mismatched == 0, matched, mismatched))
+
+
+def compare_tensors(ours: Mapping[str, Any], ref: Mapping[str, Any], func: Any,
+                    options: CompareOptions) -> dict[str, TensorError]:
+    """Each tensor of ``ours`` that ``ref`` has, compared by ``func`` after NaN/inf masking;
+    non-tensor values (sequences, empty optionals) are left out."""
+    from polygraphy.comparator import IterationResult
+
+    a: dict[str, Any] = OrderedDict()
+    b: dict[str, Any] = OrderedDict()
+    counts: dict[str, tuple[int, int]] = {}
+    shapes: dict[str, tuple[Any, Any]] = {}
+    for name, value in ours.items():
+        x, y = host(value), host(ref.get(name))
+        if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray):
+            continue
+        a[name], b[name], m, mm = prepare_pair(x, y)
+        counts[name], shapes[name] = (m, mm), (x.shape, y.shape)
+    if not a:
+        return {}
+    with polygraphy_logging():
+        matches = func(IterationResult(a, runner_name=OURS), IterationResult(b, runner_name=REFERENCE))
+    return {n: tensor_error(matches.get(n, False), options, *counts[n], shapes[n]) for n in a}
+
+
+def run_comparison(session: Any, ort_session: Any, feeds: Sequence[Mapping[str, Any]], output_names: Sequence[str],
+                   options: CompareOptions) -> tuple[list[dict[str, TensorError]], dict[str, float]]:
+    """Polygraphy's ``Comparator.run`` (our Session, then the reference) on ``feeds`` and
+    ``Comparator.compare_accuracy`` with the simple compare function. Returns each iteration's
+    errors per output and each runner's mean inference time in ms."""
+    from polygraphy.comparator import Comparator
+
+    runners = [session_runner(session, output_names), reference_runner(ort_session)]
+    func = compare_func(options)
+    with polygraphy_logging():
+        results = Comparator.run(runners, data_loader=[dict(f) for f in feeds])
+        ours, ref = results[0][1], results[1][1]
+        counts: list[dict[str, tuple[int, int]]] = []
+        shapes: list[dict[str, tuple[Any, Any]]] = []
+        for it0, it1 in zip(ours, ref):
+            counts.append({})
+            shapes.append({})
+            for name in list(it0.keys()):
+                if name in it1:
+                    x, y = it0[name], it1[name]
+                    shapes[-1][name] = (getattr(x, "shape", None), getattr(y, "shape", None))
+                    it0[name], it1[name], *pair = prepare_pair(x, y)
+                    counts[-1][name] = (pair[0], pair[1])
+        accuracy = Comparator.compare_accuracy(results, compare_func=func)
+    per_iteration = accuracy[0][(OURS, REFERENCE)]
+    errors = [{n: tensor_error(match.get(n, False), options, *counts[i].get(n, (0, 0)), shapes[i].get(n, (None, None)))
+               for n in output_names} for i, match in enumerate(per_iteration)]
+    timing = {name: 1000.0 * float(np.mean([r.runtime or 0.0 for r in iters])) for name, iters in results}
+    return errors, timing

@@ -1,0 +1,1 @@
+"""trtexec-style benchmarking of a Session against baselines measured in the same run."""

@@ -1,0 +1,335 @@
+"""``trt-backend bench`` as a library: time our stitched session and the baselines a user would
+use instead, in one run on the same inputs, with trtexec's timing and statistics.
+
+    result = run_bench("model.onnx", BenchOptions(shapes={"x": (1, 3, 224, 224)}, baselines=("ort-cpu",)),
+                       SessionOptions(emulate=True))
+    print(result.table()); open("bench.json", "w").write(result.to_json())
+
+Definitions (statistics, ratios) are in :mod:`trt_backend.bench_stats` and the JSON itself."""
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from partitioner.model import ModelSource
+from trt_backend.bench.candidates import (
+    BASELINES,
+    OURS,
+    Candidate,
+    build_info,
+    cuda_devices,
+    first_run,
+    ort_baseline,
+    trt_whole,
+)
+from trt_backend.bench.gpu_phases import attach_phase_recorders
+from trt_backend.bench.report import BenchResult, RunnerResult
+from trt_backend.bench.stats import LatencyStats, throughput_qps
+from trt_backend.bench.timing import (
+    Measurement,
+    ProgressCallback,
+    ProgressEvent,
+    SegmentTimer,
+    TimingConfig,
+    timed_loop,
+    warm_up,
+)
+from trt_backend.engines.builder import BuildOptions
+from trt_backend.errors import BenchOptionsError, TensorRTUnavailableError
+from trt_backend.ort.threads import thread_pool_mode
+from trt_backend.profiles import Shape
+from trt_backend.session.feeds import random_feeds
+from trt_backend.session.session import Session, SessionOptions
+from trt_backend.tensorrt.flavor import load_flavor
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What to benchmark and how. ``shapes``: input shapes to run (default: the opt shapes of
+    the first profile, or the model's fixed shapes); ``profiles`` as :class:`Session` takes
+    them (without any, ``shapes`` make one fixed profile, as ``--shapes`` does); ``build``: build TensorRT engines (timed, apart from inference) where a TensorRT
+    flavor imports; ``cache_dir``: engine cache to build through (default: a fresh temporary
+    one, so the first build is cold and the second a cache hit)."""
+
+    shapes: Mapping[str, Shape] = field(default_factory=dict)
+    profiles: Sequence[Mapping[str, Any]] | None = None
+    baselines: tuple[str, ...] = BASELINES
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    precision: str = "fp32"
+    build: bool = True
+    cache_dir: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        names = (self.baselines,) if isinstance(self.baselines, str) else tuple(self.baselines)
+        unknown = [b for b in names if b not in BASELINES]
+        if unknown:
+            raise BenchOptionsError(f"unknown baseline(s) {', '.join(repr(u) for u in unknown)}; "
+                                    f"choose from {', '.join(BASELINES)}")
+        object.__setattr__(self, "baselines", tuple(dict.fromkeys(names)))
+        if self.precision not in PRECISIONS:
+            raise BenchOptionsError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if not isinstance(self.timing, TimingConfig):
+            raise BenchOptionsError(f"timing must be a TimingConfig, got {type(self.timing).__name__}")
+
+
+def run_bench(model: ModelSource, options: BenchOptions | None = None, session_options: Any = None,
+              progress: ProgressCallback | None = None) -> BenchResult:
+    """Benchmark ``model``: our session, then every baseline asked for (or why it cannot run)."""
+
+    options = options or BenchOptions()
+    profiles = options.profiles or ([{n: tuple(s) for n, s in options.shapes.items()}] if options.shapes else None)
+    cache_dir = temp_cache = None
+    if options.build:
+        cache_dir = options.cache_dir or (temp_cache := tempfile.mkdtemp(prefix="trt-backend-bench-"))
+    so = _session_options(session_options, options, cache_dir)
+    candidates: list[Candidate] = []
+    try:
+        t0 = time.perf_counter()
+        sess = Session(model, profiles, so)  # without profiles, the shapes to run are a fixed one
+        setup_s = time.perf_counter() - t0
+    except BaseException:
+        if temp_cache:
+            shutil.rmtree(temp_cache, ignore_errors=True)
+        raise
+    try:
+        feeds = _feeds(sess, options)
+        names = [a.name for a in sess.get_outputs()]
+        ours = Candidate(OURS, setup_s=setup_s)
+        candidates.append(ours)
+        _prepare_ours(ours, sess, feeds)
+        reference = dict(zip(names, first_run(ours)))  # the session validates the feeds (model, profiles)
+        ours.build = _build_ours(sess, options, cache_dir, so, _build_progress(OURS, progress))
+        for name in options.baselines:
+            candidates.append(_baseline(name, sess, feeds, names, options, cache_dir, ours.build, so,
+                                        _build_progress(name, progress)))
+        for c in candidates[1:]:
+            first_run(c, reference)
+        measured = measure(candidates, options.timing, progress)
+        return _result(sess, options, candidates, measured, feeds)
+    finally:
+        for c in candidates:
+            c.close()
+        sess.close()
+        if temp_cache:
+            shutil.rmtree(temp_cache, ignore_errors=True)
+
+
+def _feeds(sess: Any, options: BenchOptions) -> dict[str, Any]:
+
+    inputs = {a.name for a in sess.get_inputs()}
+    unknown = [n for n in options.shapes if n not in inputs]
+    if unknown:
+        raise BenchOptionsError(f"--shapes names {', '.join(repr(u) for u in unknown)}, not input(s) of the model "
+                                f"(inputs: {', '.join(sorted(inputs)) or 'none'})")
+    shapes = dict(options.shapes)
+    if sess.input_profiles:
+        for n, tp in sess.input_profiles[0].items():
+            shapes.setdefault(n, tp.opt)
+    return random_feeds(sess.get_inputs(), shapes, options.seed)
+
+
+def _build_progress(name: str, progress: ProgressCallback | None) -> Any:
+    """Engine-build events as progress events (phase "build": ``iterations`` segments done of
+    ``target_iterations``, ``elapsed_s`` that segment's seconds)."""
+    if progress is None:
+        return None
+
+    def relay(e: Any) -> None:
+        progress(ProgressEvent(name, "build", 0, 1, e.seconds, e.done, 0.0, e.total))
+
+    return relay
+
+
+def _prepare_ours(c: Candidate, sess: Any, feeds: Mapping[str, Any]) -> None:
+
+    phases = attach_phase_recorders(sess.runners)  # TensorRT runners only; none when emulated
+    timer = SegmentTimer(sess.runners).install()
+    c.recorders += [*phases.values(), timer]
+    c.cleanup += [p.close for p in phases.values()] + [timer.remove]  # closed in reverse: timer first
+    c.segment_timer, c.phases = timer, phases
+    c.call = lambda: sess.run(None, feeds)
+
+
+def _session_options(given: Any, options: BenchOptions, cache_dir: str | None) -> Any:
+    """The session's options, with the bench's precision and engine cache where it builds engines
+    itself (the GPU path) and the caller set none."""
+    from dataclasses import replace
+
+
+    so = given if given is not None else SessionOptions()
+    if so.build is None:
+        so = replace(so, build=BuildOptions(precision=options.precision))
+    if so.cache_dir is None and cache_dir is not None:
+        so = replace(so, cache_dir=cache_dir)
+    return so
+
+
+def _build_ours(sess: Any, options: BenchOptions, cache_dir: str | None, so: Any,
+                progress: Any = None) -> dict[str, Any] | None:
+    """Build seconds and cache-load seconds of our TensorRT segments. On the GPU path the session
+    built them (its ``build_report``); emulated, they are built here, as they would be."""
+
+    if not sess.plan.tensorrt_segments():
+        return {"skipped": "no TensorRT segments"}
+    built = getattr(sess, "build_report", None)
+    if built is None and not options.build:
+        return {"skipped": "--no-build"}
+    try:
+        flavor = load_flavor(so.flavor)
+    except TensorRTUnavailableError as e:
+        return {"skipped": str(e) if str(e).startswith("no TensorRT") else f"no TensorRT flavor importable: {e}"}
+    info = build_info(sess.plan, sess.segment_profiles, so.build, cache_dir, flavor, progress, built)
+    if built is not None:
+        info["note"] = "built by the session while it was made (setup_s includes it)"
+    return info
+
+
+def _baseline(name: str, sess: Any, feeds: Mapping[str, Any], names: list[str], options: BenchOptions,
+              cache_dir: str | None, ours_build: dict[str, Any] | None, so: Any, progress: Any = None) -> Candidate:
+    if name == "trt-whole":
+        capability = sess.plan
+        if so.exclude_ops or so.exclude_nodes:  # ask TensorRT about the whole model, not our exclusions
+            from dataclasses import replace
+
+            capability = sess.make_plan(sess.model, replace(so, exclude_ops=(), exclude_nodes=()))
+        built = ours_build if ours_build and "seconds" in ours_build else None
+        return trt_whole(sess, capability, feeds, so.build, cache_dir, built, so.flavor, options.build, progress)
+    model = sess.model.proto.SerializeToString()
+    ort_dir = os.path.join(cache_dir, "ort-trt") if cache_dir and name == "ort-trt" else None
+    if ort_dir:
+        os.makedirs(ort_dir, exist_ok=True)
+    return ort_baseline(name, model, feeds, names, so.ort_options(1), options.precision, ort_dir)
+
+
+def measure(candidates: Sequence[Candidate], timing: TimingConfig,
+            progress: ProgressCallback | None = None) -> dict[str, Measurement]:
+    """Time every available candidate: per round, each in turn warms up then runs its block."""
+    live = [(c, c.call) for c in candidates if c.call is not None]
+    out = {c.name: Measurement() for c, _ in live}
+    for r in range(timing.rounds):
+        for c, call in live:
+            warm_s, block_s, block_n = timing.block(r)
+            m = out[c.name]
+            time.sleep(timing.pause_s)
+
+            def emit(phase: str, elapsed: float, n: int, name: str = c.name) -> None:
+                if progress is not None:
+                    progress(ProgressEvent(name, phase, r, timing.rounds, elapsed, n, block_s, block_n))
+
+            emit("warmup", 0.0, 0)
+            m.warmup_iterations += warm_up(call, warm_s)
+            before = len(m.samples_ms)
+            c.set_recording(True)
+            try:
+                timed_loop(call, block_s, block_n, m, lambda e, n: emit("timed", e, n))
+            finally:
+                c.set_recording(False)
+            emit("done", block_s, len(m.samples_ms) - before)
+    return out
+
+
+def _result(sess: Any, options: BenchOptions, candidates: Sequence[Candidate], measured: Mapping[str, Measurement],
+            feeds: Mapping[str, Any]) -> BenchResult:
+    runners = [_runner_result(c, measured.get(c.name), sess) for c in candidates]
+    ours = runners[0]
+    for r in runners:
+        if r.latency is not None and ours.latency is not None and r.latency.median > 0:
+            r.ours_ratio = ours.latency.median / r.latency.median
+    executors = sess.segment_executors
+    t = options.timing
+    notes = []
+    if options.precision != "fp32" and "emulated" in executors:
+        notes.append(f"--precision {options.precision} applies to TensorRT engine builds (and ort-trt); emulated "
+                     "segments run in ONNX Runtime at the model's own precision")
+    return BenchResult(
+        model=str(sess.model.source), runners=runners,
+        shapes={n: [int(d) for d in np.shape(v)] for n, v in feeds.items()},
+        settings={"warmup_ms": t.warmup_s * 1e3, "duration_s": t.duration_s, "iterations": t.min_iterations,
+                  "rounds": t.rounds, "precision": options.precision, "seed": options.seed,
+                  "baselines": list(options.baselines), "emulate": sess.options.emulate, "build": options.build,
+                  "intra_op_threads": sess.options.intra_op_threads,
+                  "thread_pool": thread_pool_mode(),  # what ran, whatever was asked
+                  "share_arena": sess.options.share_arena},
+        environment=_environment(sess),
+        plan={"segments": len(sess.plan.segments), "tensorrt": sess.plan.tensorrt, "executors": executors,
+              "summary": f"{len(sess.plan.segments)} segment(s): " + ", ".join(
+                  f"{e} x{executors.count(e)}" for e in dict.fromkeys(executors))},
+        notes=notes)
+
+
+def _runner_result(c: Candidate, m: Measurement | None, sess: Any) -> RunnerResult:
+    extra: dict[str, Any] = {"setup_s": c.setup_s, "first_run_ms": c.first_run_ms,
+                             "build": {k: v for k, v in c.build.items() if k != "engines"} if c.build else None}
+    extra.update(c.details)
+    if m is None or not m.samples_ms:
+        return RunnerResult(c.name, False, c.reason or "nothing was timed", extra=extra)
+    stats = LatencyStats.of(m.samples_ms)
+    extra.update(wall_s=m.wall_s, warmup_iterations=m.warmup_iterations, timing="host (time.perf_counter)")
+    r = RunnerResult(c.name, True, None, stats, throughput_qps(len(m.samples_ms), m.wall_s), len(m.samples_ms),
+                     extra=extra, samples_ms=m.samples_ms)
+    gpu = _gpu_stats(list(c.phases.values()))
+    if gpu:
+        extra.update(gpu_ms=gpu, timing="host (time.perf_counter) + CUDA events (H2D, compute, D2H)")
+    if c.segment_timer is not None:
+        r.segments = _segments(sess, c.segment_timer, c.phases, len(m.samples_ms), stats.mean)
+        extra["overhead_ms"] = stats.mean - sum(s["mean_ms"] for s in r.segments)
+    return r
+
+
+def _gpu_stats(recorders: Sequence[Any]) -> dict[str, dict[str, float]] | None:
+    """Statistics of each GPU phase per query, summed over the recorders (the GPU segments of
+    one query run one after another)."""
+    recorders = [r for r in recorders if r.samples.get("compute")]
+    if not recorders:
+        return None
+    out = {p: LatencyStats.of([sum(v) for v in zip(*(r.samples[p] for r in recorders))]).to_dict()
+           for p in recorders[0].samples}
+    out["total"] = LatencyStats.of([sum(v) for v in zip(*(r.totals_ms() for r in recorders))]).to_dict()
+    return out
+
+
+def _segments(sess: Any, timer: SegmentTimer, phases: Mapping[int, Any], queries: int,
+              mean_ms: float) -> list[dict[str, Any]]:
+    rows = []
+    for k, runner in enumerate(sess.runners):
+        seg = runner.segment
+        seg_ms = timer.total_s[k] * 1e3 / queries if queries else 0.0
+        row: dict[str, Any] = {"id": seg.id, "backend": seg.backend, "executor": runner.executor,
+                               "mean_ms": seg_ms, "share": seg_ms / mean_ms if mean_ms > 0 else 0.0,
+                               "nodes": len(seg.nodes), "runs": timer.counts[k]}
+        rec = phases.get(k)
+        if rec is not None and rec.samples["compute"]:
+            row["gpu_ms"] = {p: float(np.mean(v)) for p, v in rec.samples.items()}
+        rows.append(row)
+    return rows
+
+
+def _environment(sess: Any) -> dict[str, Any]:
+
+    env: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(),
+                           "cpus": os.cpu_count(), "numpy": np.__version__, "tensorrt": sess.plan.tensorrt,
+                           "cuda_devices": cuda_devices()}
+    try:
+        import onnxruntime
+
+        env["onnxruntime"] = onnxruntime.__version__
+    except ImportError:  # pragma: no cover - the session needs it
+        env["onnxruntime"] = None
+    return env
+
+
+__all__ = ["BenchOptions", "BenchOptionsError", "PRECISIONS", "TimingConfig", "measure", "run_bench"]

@@ -1,0 +1,343 @@
+"""Segment ModelProto -> serialized TensorRT engine, for TensorRT 10/11 and TensorRT-RTX.
+
+A fresh builder, network and parser per segment (kept referenced together: a parser outliving its
+network segfaults); builder settings by enum *name* and optional API by ``hasattr``, since enum
+values changed between TensorRT 10 and 11. Precision is an ONNX-level transform
+(:mod:`trt_backend.precision`), so networks are strongly typed everywhere."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Union
+
+import onnx
+
+from partitioner.errors import OptionsError
+from partitioner.model import serialize
+from trt_backend.engines.precision import (
+    DEFAULT_KEEP_FP32,
+    TRANSFORM_VERSION,
+    apply_precision,
+    validate_precision,
+)
+from trt_backend.errors import PrecisionError, SegmentBuildError
+from trt_backend.profiles import TensorProfile, tensor_profile
+from trt_backend.tensorrt.flavor import (
+    Flavor,
+    captured_messages,
+    load_flavor,
+    network_flags,
+    quiet_messages,
+    shared_logger,
+)
+from trt_backend.tensorrt.oracle import describe_parser_error
+
+log = logging.getLogger(__name__)
+
+HARDWARE_LEVELS = ("none", "ampere_plus", "same_compute_capability")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How engines are built. Profiles are not here: they are per segment, passed beside.
+
+    ``compute_capabilities`` (TensorRT-RTX AOT builds): names such as ``"SM80"``/``"sm_86"``/
+    ``"8.9"`` or ``"current"``; empty keeps the flavor's default. Engines built with
+    ``version_compatible`` and ``exclude_lean_runtime=False`` embed host code."""
+
+    precision: str = "fp32"  # fp32 | tf32 | fp16 | bf16
+    keep_fp32_ops: tuple[str, ...] = DEFAULT_KEEP_FP32
+    workspace_bytes: int | None = None
+    optimization_level: int | None = None  # builder optimisation level, 0..5
+    timing_cache: str | None = None  # file: loaded, merged, saved (no-op in TensorRT-RTX)
+    hardware_compatibility: str = "none"  # none | ampere_plus | same_compute_capability
+    compute_capabilities: tuple[str, ...] = ()
+    max_aux_streams: int | None = None
+    version_compatible: bool = False
+    exclude_lean_runtime: bool = True
+    max_workers: int = 0  # parallel segment builds; 0: min(4, CPU count)
+
+    def __post_init__(self) -> None:
+        validate_precision(self.precision, self.keep_fp32_ops)
+        object.__setattr__(self, "keep_fp32_ops", tuple(self.keep_fp32_ops))
+        object.__setattr__(self, "compute_capabilities", tuple(_cc_name(c) for c in self.compute_capabilities))
+        for name in ("workspace_bytes", "max_aux_streams"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise OptionsError(f"{name} must be a whole number >= 0, got {value!r}")
+        if self.optimization_level is not None and self.optimization_level not in range(6):
+            raise OptionsError(f"builder optimisation level must be 0..5, got {self.optimization_level!r}")
+        if self.hardware_compatibility not in HARDWARE_LEVELS:
+            raise OptionsError(f"hardware compatibility must be one of {', '.join(HARDWARE_LEVELS)}, "
+                               f"got {self.hardware_compatibility!r}")
+        if not isinstance(self.max_workers, int) or self.max_workers < 0:
+            raise OptionsError(f"max_workers must be a whole number >= 0, got {self.max_workers!r}")
+
+    @property
+    def host_code(self) -> bool:
+        return self.version_compatible and not self.exclude_lean_runtime
+
+    def workers(self) -> int:
+        return self.max_workers or min(4, os.cpu_count() or 1)
+
+    def key_fields(self) -> dict[str, Any]:
+        """What changes the engine (cache key part): everything but file paths and parallelism."""
+        d = asdict(self)
+        for k in ("timing_cache", "max_workers"):
+            d.pop(k)
+        d["keep_fp32_ops"] = sorted(d["keep_fp32_ops"]) if self.precision in ("fp16", "bf16") else []
+        d["precision_transform"] = TRANSFORM_VERSION
+        return d
+
+
+def _cc_name(value: str) -> str:
+    text = str(value).strip().upper().replace("_", "").replace(".", "")
+    if text == "CURRENT":
+        return text
+    digits = text[2:] if text.startswith("SM") else text
+    if not digits.isdigit() or len(digits) not in (2, 3):
+        raise OptionsError(f"compute capability {value!r} not understood; write e.g. SM80, sm_86, 8.9 or current")
+    return "SM" + digits
+
+
+# ---------------------------------------------------------------- profiles
+
+Profile = Mapping[str, Any]  # tensor name -> TensorProfile | (min, opt, max) | {"min", "opt", "max"[, "values"]}
+SegmentProfiles = Mapping[int, Sequence[Profile]]  # segment id -> profiles
+ProfilesArg = Union[Sequence[Profile], SegmentProfiles, Callable[[Any], SegmentProfiles]]
+
+
+def segment_ranges(model: onnx.ModelProto, profiles: Sequence[Profile]) -> list[dict[str, TensorProfile]]:
+    """Profiles restricted to ``model``'s inputs, as TensorProfiles, checked against declared shapes."""
+    declared = {v.name: v for v in model.graph.input}
+    out: list[dict[str, TensorProfile]] = []
+    for k, profile in enumerate(profiles):
+        ranges: dict[str, TensorProfile] = {}
+        for name, value in profile.items():
+            if name not in declared:
+                continue
+            r = tensor_profile(value, f"profile {k} for '{name}'")
+            dims = declared[name].type.tensor_type.shape.dim
+            if len(dims) != len(r.min) and declared[name].type.tensor_type.HasField("shape"):
+                raise OptionsError(f"profile {k} gives '{name}' rank {len(r.min)}, "
+                                   f"the segment input has rank {len(dims)}")
+            for axis, d in enumerate(dims):
+                if d.HasField("dim_value") and not r.min[axis] == r.max[axis] == d.dim_value:
+                    raise OptionsError(f"profile {k} for '{name}': axis {axis} is fixed at {d.dim_value}, "
+                                       f"profile says {r.min[axis]}..{r.max[axis]}")
+            ranges[name] = r
+        out.append(ranges)
+    return out
+
+
+def _add_profiles(builder: Any, config: Any, network: Any, ranges: Sequence[Mapping[str, TensorProfile]]) -> None:
+    dynamic = []
+    for i in range(network.num_inputs):
+        t = network.get_input(i)
+        if -1 in tuple(t.shape) or t.is_shape_tensor:
+            dynamic.append(t)
+    if not dynamic:
+        return
+    if not ranges:
+        names = ", ".join(f"'{t.name}' {tuple(t.shape)}" for t in dynamic)
+        raise OptionsError(f"segment inputs {names} are dynamic but no optimisation profile covers them")
+    for k, profile_ranges in enumerate(ranges):
+        profile = builder.create_optimization_profile()
+        for t in dynamic:
+            r = profile_ranges.get(t.name)
+            if r is None:
+                raise OptionsError(f"profile {k} gives no shape range for dynamic segment input '{t.name}' "
+                                   f"{tuple(t.shape)}")
+            if -1 in tuple(t.shape):
+                profile.set_shape(t.name, r.min, r.opt, r.max)
+            if t.is_shape_tensor:
+                if r.values is None:
+                    raise OptionsError(f"profile {k}: segment input '{t.name}' is a shape tensor; give its "
+                                       "min/opt/max values")
+                profile.set_shape_input(t.name, *r.values)
+        config.add_optimization_profile(profile)
+
+
+# ---------------------------------------------------------------- one segment
+
+@dataclass(frozen=True)
+class SegmentEngine:
+    engine: bytes
+    layers: int
+    seconds: float
+    precision: str  # what was applied ("fp32" when a transform failed and the build fell back)
+
+
+def build_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile], options: BuildOptions | None = None,
+                  flavor: Flavor | str = "auto") -> bytes:
+    """One segment's serialized engine; raises :class:`SegmentBuildError` naming blamed nodes."""
+    return compile_segment(segment_model, profiles, options, flavor).engine
+
+
+def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
+                    options: BuildOptions | None = None, flavor: Flavor | str = "auto",
+                    timing: Any = None) -> SegmentEngine:
+    """:func:`build_segment` with layer count, seconds and the precision applied.
+    ``timing`` is a :class:`trt_backend.cache.TimingCacheFile` or None."""
+    options = options or BuildOptions()
+    fl = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
+    start = time.perf_counter()
+    ranges = segment_ranges(segment_model, profiles)
+    prepared, precision = segment_model, options.precision
+    if options.precision in ("fp16", "bf16"):
+        try:
+            prepared = apply_precision(segment_model, options.precision, options.keep_fp32_ops).model
+        except PrecisionError as e:
+            log.warning("%s: %s; building it in fp32", segment_model.graph.name, e)
+            precision = "fp32"
+    try:
+        engine, layers = _compile(prepared, ranges, options, fl, timing, names_from=segment_model)
+    except SegmentBuildError as e:
+        if e.stage == "parse" and prepared is not segment_model:
+            _compile(segment_model, ranges, options, fl, None, parse_only=True)  # blame original nodes
+            log.warning("%s: TensorRT rejects its %s form (%s); building it in fp32", segment_model.graph.name,
+                        options.precision, e.message)
+            engine, layers = _compile(segment_model, ranges, options, fl, timing)
+            precision = "fp32"
+        else:
+            raise
+    return SegmentEngine(engine, layers, time.perf_counter() - start, precision)
+
+
+def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile]], options: BuildOptions, flavor: Flavor,
+             timing: Any, parse_only: bool = False, names_from: onnx.ModelProto | None = None) -> tuple[bytes, int]:
+    """Parse and build ``model``; build errors blame nodes of ``names_from`` (default ``model``)."""
+    trt = flavor.module
+    logger = shared_logger(flavor)
+    with captured_messages() as errors:
+        builder = trt.Builder(logger)
+        network = builder.create_network(network_flags(flavor))
+        parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
+        with quiet_messages():  # the parser's complaints come back as get_error() and are reported
+            parsed = parser.parse(serialize(model, "a segment to build"))
+        if not parsed:
+            raise _parse_error(parser, model)
+        if parse_only:
+            return b"", network.num_layers
+        config = builder.create_builder_config()
+        configure(config, options, flavor)
+        _add_profiles(builder, config, network, ranges)
+        cache = timing.attach(config) if timing is not None else None
+        serialized = builder.build_serialized_network(network, config)
+        if serialized is None:
+            message = "; ".join(errors) or "build_serialized_network returned nothing"
+            source = names_from or model
+            blamed = _blame(source, errors)
+            raise SegmentBuildError("build", blamed, message, [source.graph.node[k].name for k in blamed])
+        if cache is not None:
+            timing.merge(config, cache)
+        layers = int(network.num_layers)
+        engine = bytes(serialized)
+        del serialized, config, parser, network, builder
+    return engine, layers
+
+
+def _parse_error(parser: Any, model: onnx.ModelProto) -> SegmentBuildError:
+    nodes: list[int] = []
+    messages: list[str] = []
+    for i in range(parser.num_errors):
+        err = parser.get_error(i)
+        k = int(err.node())
+        if 0 <= k < len(model.graph.node) and k not in nodes:
+            nodes.append(k)
+        messages.append(describe_parser_error(err)
+                        + (f" (node {k} '{model.graph.node[k].name}')" if 0 <= k < len(model.graph.node) else ""))
+    return SegmentBuildError("parse", nodes, "; ".join(messages) or "the ONNX parser rejected the segment",
+                             [model.graph.node[k].name for k in nodes])
+
+
+def _blame(model: onnx.ModelProto, errors: Sequence[str]) -> list[int]:
+    """Nodes whose names appear in TensorRT's build errors (layers are named after nodes)."""
+    text = "\n".join(errors)
+    found = []
+    for k, node in enumerate(model.graph.node):
+        if node.name and re.search(r"(?<![\w/.])" + re.escape(node.name) + r"(?![\w])", text):
+            found.append(k)
+    return found
+
+
+def configure(config: Any, options: BuildOptions, flavor: Flavor) -> None:
+    """Apply ``options`` to an IBuilderConfig: enum members by name, optional API by hasattr."""
+    trt = flavor.module
+    if options.workspace_bytes is not None:
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_bytes)
+    if options.optimization_level is not None:
+        _require(flavor, "IBuilderConfig.builder_optimization_level", "builder optimisation level")
+        config.builder_optimization_level = options.optimization_level
+    if options.precision in ("fp32", "tf32") and flavor.has("BuilderFlag.TF32"):
+        (config.set_flag if options.precision == "tf32" else config.clear_flag)(trt.BuilderFlag.TF32)
+    if options.hardware_compatibility != "none":
+        level = options.hardware_compatibility.upper()
+        _require(flavor, f"HardwareCompatibilityLevel.{level}", f"hardware compatibility '{level.lower()}'")
+        config.hardware_compatibility_level = getattr(trt.HardwareCompatibilityLevel, level)
+    if options.compute_capabilities:
+        if not flavor.has("IBuilderConfig.set_compute_capability"):
+            raise OptionsError(f"{flavor.target} builds for the GPU it runs on; compute capabilities are a "
+                               "TensorRT-RTX option (use hardware compatibility for portable engines)")
+        config.num_compute_capabilities = len(options.compute_capabilities)
+        for i, name in enumerate(options.compute_capabilities):
+            _require(flavor, f"ComputeCapability.{name}", f"compute capability {name}")
+            config.set_compute_capability(getattr(trt.ComputeCapability, name), i)
+    if options.max_aux_streams is not None:
+        _require(flavor, "IBuilderConfig.max_aux_streams", "max auxiliary streams")
+        config.max_aux_streams = options.max_aux_streams
+    if options.version_compatible:
+        config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE)
+        if options.exclude_lean_runtime:
+            config.set_flag(trt.BuilderFlag.EXCLUDE_LEAN_RUNTIME)
+
+
+def _require(flavor: Flavor, dotted: str, what: str) -> None:
+    if not flavor.has(dotted):
+        raise OptionsError(f"{what} is not available in {flavor.target}")
+
+
+# ---------------------------------------------------------------- cache keys
+
+def build_target(flavor: Flavor, options: BuildOptions) -> str:
+    """What the engine runs on, for cache keys: compute capabilities (RTX), a hardware
+    compatibility level, or the current GPU's SM (full TensorRT builds for it)."""
+    if options.compute_capabilities:
+        return "cc:" + ",".join(options.compute_capabilities)
+    if options.hardware_compatibility != "none":
+        return "hw:" + options.hardware_compatibility
+    if flavor.has("ComputeCapability"):
+        return "cc:default"
+    return "sm:" + (current_sm() or "unknown")
+
+
+def current_sm() -> str | None:
+    """The current CUDA device's compute capability as ``"86"``, or None without a usable GPU."""
+    try:
+        from cuda.bindings import runtime as cudart  # optional; loaded on first use
+    except ImportError:
+        return None
+    err, device = cudart.cudaGetDevice()
+    if int(err) != 0:
+        return None
+    attrs = cudart.cudaDeviceAttr
+    err1, major = cudart.cudaDeviceGetAttribute(attrs.cudaDevAttrComputeCapabilityMajor, device)
+    err2, minor = cudart.cudaDeviceGetAttribute(attrs.cudaDevAttrComputeCapabilityMinor, device)
+    return f"{major}{minor}" if int(err1) == int(err2) == 0 else None
+
+
+def key_material(segment_model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile]], options: BuildOptions,
+                 flavor: Flavor, target: str) -> dict[str, Any]:
+    """Everything an engine depends on: model bytes (weights included), profiles, options,
+    TensorRT flavor/version/parser, target GPU."""
+    data = serialize(segment_model, "a segment to build", deterministic=True)
+    profiles = [{name: r.key_json() for name, r in sorted(p.items())} for p in ranges]
+    return {"model_sha256": hashlib.sha256(data).hexdigest(), "profiles": json.loads(json.dumps(profiles)),
+            "options": options.key_fields(), "flavor": flavor.name, "version": flavor.version,
+            "parser": flavor.parser_version, "target": target}

@@ -1,0 +1,267 @@
+"""Engines for a whole plan: every TensorRT segment built in parallel (bounded threads), through
+the engine cache when one is given; and the fallback loop that sends the nodes of a segment
+TensorRT refuses back to ONNX Runtime, re-plans, and builds again (bounded), so the caller always
+ends with a plan whose TensorRT segments all have engines."""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+import onnx
+
+from partitioner import DEFAULT_MIN_SEGMENT_SIZE, Plan, Segment, Verdict, build_plan
+from partitioner.errors import OptionsError
+from plugins import default_registry, register_with, rewrite_for_engine
+from trt_backend.engines.builder import (
+    BuildOptions,
+    Profile,
+    ProfilesArg,
+    SegmentEngine,
+    SegmentProfiles,
+    build_target,
+    compile_segment,
+    key_material,
+    segment_ranges,
+)
+from trt_backend.engines.cache import EngineCache, TimingCacheFile, cache_key
+from trt_backend.engines.report import (
+    BuildEvent,
+    BuildReport,
+    BuildResult,
+    Demotion,
+    ProgressCallback,
+    SegmentFailure,
+    SegmentReport,
+)
+from trt_backend.errors import SegmentBuildError
+from trt_backend.tensorrt.flavor import Flavor, load_flavor
+
+log = logging.getLogger(__name__)
+
+Memo = dict[str, tuple[bytes, dict[str, Any]]]
+SegmentRewrite = Callable[[onnx.ModelProto], onnx.ModelProto]
+
+
+def build_engines(plan: Plan, profiles: ProfilesArg = (), options: BuildOptions | None = None,
+                  cache: EngineCache | None = None, *, flavor: Flavor | str = "auto",
+                  progress: ProgressCallback | None = None, rewrite: SegmentRewrite | None = None) -> BuildResult:
+    """Build every TensorRT segment of ``plan``; segments TensorRT refuses are listed in
+    ``report.failures`` (the plan is not changed; see :func:`build_with_fallback`).
+
+    ``profiles``: a list of profiles by tensor name (used for every segment), a mapping segment
+    id -> profiles (what profile derivation returns), or a callable plan -> that mapping.
+    ``rewrite`` transforms each extracted segment before anything else (plugin substitution);
+    it must keep node names, which is how failures are traced back to the plan's nodes."""
+    return _build_round(plan, profiles, options or BuildOptions(), cache, _flavor(flavor), progress, {}, rewrite)
+
+
+def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOptions | None = None,
+                        cache: EngineCache | None = None, *, flavor: Flavor | str = "auto",
+                        progress: ProgressCallback | None = None, rewrite: SegmentRewrite | None = None,
+                        min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE, max_rounds: int = 3) -> BuildResult:
+    """Build, demote what TensorRT refuses, re-plan, repeat. For ``max_rounds`` rounds only the
+    nodes TensorRT blamed are demoted (a whole segment when it blamed none); after that every
+    failing segment is demoted whole. Each round demotes at least one node, so it ends."""
+    if plan.model is None:
+        raise OptionsError("this plan was read from JSON without its model; plan the model again")
+    options = options or BuildOptions()
+    fl = _flavor(flavor)
+    start = time.perf_counter()
+    memo: Memo = {}
+    pool = _profile_pool(plan, profiles)
+    demoted: list[Demotion] = []
+    rounds = 0
+    while True:
+        rounds += 1
+        result = _build_round(plan, profiles if rounds == 1 else pool, options, cache, fl, progress, memo, rewrite)
+        if not result.report.failures:
+            break
+        verdicts = [Verdict(n.verdict, n.reason) for n in plan.nodes]
+        for failure in result.report.failures:
+            seg = plan.segments[failure.segment]
+            blamed = failure.nodes if failure.nodes and rounds <= max_rounds else seg.nodes
+            reason = f"TensorRT {failure.stage} failed: {failure.message}"
+            for i in blamed:
+                verdicts[i] = Verdict("onnxruntime", reason)
+                node = plan.nodes[i]
+                demoted.append(Demotion(i, node.name, node.op_type, reason, rounds))
+            log.info("segment %d: %d node(s) go to ONNX Runtime (round %d)", seg.id, len(blamed), rounds)
+        plan = build_plan(plan.model, verdicts, plan.tensorrt, min_segment_size, target=plan.target)
+    report = result.report
+    report.demoted, report.rounds, report.seconds = demoted, rounds, time.perf_counter() - start
+    return BuildResult(plan, result.engines, report)
+
+
+def _flavor(flavor: Flavor | str) -> Flavor:
+    return flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
+
+
+def _segment_profiles(plan: Plan, profiles: ProfilesArg, seg: Segment) -> Sequence[Profile]:
+    if callable(profiles):
+        profiles = profiles(plan)
+    return _pick(profiles, seg)
+
+
+def _pick(profiles: Any, seg: Segment) -> Sequence[Profile]:
+    if isinstance(profiles, Mapping):
+        if profiles and not all(isinstance(k, int) for k in profiles):
+            raise OptionsError("profiles: pass a list of profiles (tensor name -> shapes), or a mapping from "
+                               "segment id to such a list")
+        return list(profiles.get(seg.id, ()))
+    return list(profiles)
+
+
+def _profile_pool(plan: Plan, profiles: ProfilesArg) -> Callable[[Plan], SegmentProfiles] | list[Profile]:
+    """Profiles by tensor name, for segments of re-planned plans (their ids and inputs change)."""
+    if callable(profiles):
+        return profiles  # type: ignore[return-value]
+    if not isinstance(profiles, Mapping):
+        return list(profiles)
+    pool: list[Profile] = []
+    for seg in plan.tensorrt_segments():
+        for k, profile in enumerate(_segment_profiles(plan, profiles, seg)):
+            while len(pool) <= k:
+                pool.append({})
+            pool[k] = {**pool[k], **profile}
+    return pool
+
+
+def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: EngineCache | None, flavor: Flavor,
+                 progress: ProgressCallback | None, memo: Memo, rewrite: SegmentRewrite | None = None) -> BuildResult:
+    start = time.perf_counter()
+    segments = plan.tensorrt_segments()
+    report = BuildReport(flavor.target)
+    engines: dict[int, bytes] = {}
+    timing = _timing_cache(options, flavor)
+    target = build_target(flavor, options)
+    if callable(profiles):
+        profiles = profiles(plan)  # once per round: deriving profiles may run the model
+    jobs = []
+    for seg in segments:
+        model = plan.extract(seg.id)
+        if rewrite is not None:
+            model = rewrite(model)
+        ranges = segment_ranges(model, _pick(profiles, seg))
+        key = cache_key(key_material(model, ranges, options, flavor, target))
+        jobs.append((seg, model, ranges, key))
+    with ThreadPoolExecutor(max_workers=max(1, min(options.workers(), len(jobs)))) as pool:
+        futures: dict[Future[tuple[bytes, dict[str, Any], bool]], tuple[Segment, str]] = {}
+        for seg, model, ranges, key in jobs:
+            fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing)
+            futures[fut] = (seg, key)
+        pending = set(futures)
+        try:
+            _drain(futures, pending, plan, report, engines, progress)
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            raise
+    if timing is not None:
+        timing.save()
+    report.segments.sort(key=lambda r: r.segment)
+    report.failures.sort(key=lambda f: f.segment)
+    report.seconds = time.perf_counter() - start
+    return BuildResult(plan, engines, report)
+
+
+def _drain(futures: dict[Future[Any], tuple[Segment, str]], pending: set[Future[Any]], plan: Plan,
+           report: BuildReport, engines: dict[int, bytes], progress: ProgressCallback | None) -> None:
+    """Collect finished builds as they come (``pending`` shrinks in place), reporting progress."""
+    finished = 0
+    while pending:
+        done, _ = wait(pending, return_when=FIRST_EXCEPTION)
+        pending -= done
+        for fut in done:
+            seg, key = futures[fut]
+            _collect(fut, seg, key, plan, report, engines)
+            finished += 1
+            if progress is not None:
+                row = next((r for r in report.segments if r.segment == seg.id), None)
+                status = "failed" if row is None else "cached" if row.cached else "built"
+                progress(BuildEvent(seg.id, status, finished, len(futures), row.seconds if row else 0.0))
+
+
+def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavor, cache: EngineCache | None,
+         memo: Memo, timing: TimingCacheFile | None) -> tuple[bytes, dict[str, Any], bool]:
+    """(engine, metadata, came from a cache) for one segment; SegmentBuildError propagates."""
+    if key in memo:  # built in an earlier round of the fallback loop
+        return memo[key][0], {**memo[key][1], "seconds": 0.0}, True
+    t0 = time.perf_counter()
+
+    def build() -> tuple[bytes, dict[str, Any]]:
+        built: SegmentEngine = compile_segment(model, ranges, options, flavor, timing)
+        return built.engine, {"layers": built.layers, "build_seconds": built.seconds, "precision": built.precision}
+
+    if cache is None:
+        engine, meta = build()
+        hit = False
+    else:
+        entry, hit = cache.get_or_build(key, build, expect={"flavor": flavor.name, "version": flavor.version},
+                                        host_code=options.host_code)
+        engine, meta = entry.engine, dict(entry.manifest)
+    meta = {**meta, "seconds": time.perf_counter() - t0 if hit else meta.get("build_seconds", 0.0)}
+    memo[key] = (engine, meta)
+    return engine, meta, hit
+
+
+def _collect(fut: Future[tuple[bytes, dict[str, Any], bool]], seg: Segment, key: str, plan: Plan,
+             report: BuildReport, engines: dict[int, bytes]) -> None:
+    try:
+        engine, meta, hit = fut.result()
+    except SegmentBuildError as e:
+        members = {plan.nodes[i].name: i for i in seg.nodes}
+        nodes = tuple(sorted(members[n] for n in e.names if n in members))  # by name: rewrites may add nodes
+        report.failures.append(SegmentFailure(seg.id, e.stage, nodes, e.message))
+        log.warning("segment %d: TensorRT %s failed: %s", seg.id, e.stage, e.message)
+        return
+    engines[seg.id] = engine
+    report.segments.append(SegmentReport(seg.id, len(seg.nodes), float(meta["seconds"]), len(engine),
+                                         int(meta.get("layers", 0)), hit, str(meta.get("precision", "")), key))
+    log.info("segment %d of %s: %s, %d bytes, %.2f s", seg.id, plan.model_name, "from cache" if hit else "built",
+             len(engine), meta["seconds"])
+
+
+def _timing_cache(options: BuildOptions, flavor: Flavor) -> TimingCacheFile | None:
+    if options.timing_cache is None:
+        return None
+    if flavor.is_rtx:
+        log.info("timing cache %s ignored: timing caches are no-ops in TensorRT-RTX", options.timing_cache)
+        return None
+    if not flavor.has("IBuilderConfig.create_timing_cache"):
+        log.warning("%s has no timing cache API; %s ignored", flavor.target, options.timing_cache)
+        return None
+    return TimingCacheFile(options.timing_cache)
+
+
+def plugin_rewrite(plan: Plan, flavor: Flavor | str = "auto") -> SegmentRewrite | None:
+    """The segment rewrite that turns the plan's plugin nodes into plugin ops for the builder
+    (registering the plugins with TensorRT first), or None when the plan has none."""
+    claimed = {n.name: n.verdict[len("plugin:"):] for n in plan.nodes if n.verdict.startswith("plugin:")}
+    if not claimed:
+        return None
+    flv = _flavor(flavor)
+    if flv.is_rtx:
+        raise OptionsError(f"the plan puts {len(claimed)} node(s) on plugins, which {flv.target} cannot run; "
+                           "plan with --target tensorrt_rtx (or --no-plugins), or build with full TensorRT")
+
+    registry = default_registry()
+    _register_plugins(flv)
+
+    def rewrite(segment: onnx.ModelProto) -> onnx.ModelProto:
+        return rewrite_for_engine(segment, registry, claimed)
+
+    return rewrite
+
+
+_registered: set[str] = set()
+
+
+def _register_plugins(flv: Flavor) -> None:
+    """TensorRT's plugin registry is per process: register ours there once."""
+    if flv.target not in _registered:
+
+        register_with(flv.module)
+        _registered.add(flv.target)

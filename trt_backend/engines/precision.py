@@ -1,0 +1,393 @@
+"""Precision as an ONNX-level transform of a segment, so it works on TensorRT 10, 11 and
+TensorRT-RTX alike (TensorRT 11 and RTX are strongly typed: no FP16 builder flag).
+
+``fp16``/``bf16``: float32 tensors inside the segment become 16-bit where the op's schema (at the
+model's opset) admits it; ops on the keep list, ops without a schema (custom domains, plugins) and
+ops with subgraphs stay in float32 with casts around them; float32 initializers are converted in
+place (or copied when float32 readers remain). The segment's inputs and outputs keep their dtypes,
+with casts at the boundary. ``fp32`` and ``tf32`` leave the model as it is (TF32 is a builder flag).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from partitioner.errors import OptionsError
+from partitioner.model import fitting_ir_version
+from trt_backend.errors import PrecisionError
+from trt_backend.ort.threads import inference_session
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+LOW_TYPES = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
+TRANSFORM_VERSION = 1  # part of engine cache keys: bump when the transform's output changes
+
+# Normalisations, softmaxes and accumulating reductions lose accuracy in 16 bits. BatchNormalization
+# is left out on purpose: at inference it is a per-channel affine op that TensorRT folds into the
+# preceding convolution, and casts around it would prevent that.
+DEFAULT_KEEP_FP32 = ("LayerNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
+                     "MeanVarianceNormalization", "RMSNormalization", "Softmax", "LogSoftmax", "ReduceMean",
+                     "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                     "ReduceProd")
+# Output dtype chosen by an attribute or by randomness, not by the inputs: never lowered.
+_NEVER_LOWER = frozenset({"EyeLike", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                          "Bernoulli", "Multinomial"})
+BF16_OPSET = 22  # the opset in which ONNX admitted bfloat16 for most ops (Conv, Relu, Pool, ...)
+_FP16_MAX = float(np.finfo(np.float16).max)
+F32 = TensorProto.FLOAT
+
+
+@dataclass(frozen=True)
+class PrecisionResult:
+    """The transformed model and what changed (``modified`` False for fp32/tf32)."""
+
+    model: onnx.ModelProto
+    modified: bool
+    precision: str
+    lowered: int = 0  # nodes now computing in 16 bits
+    kept: tuple[str, ...] = ()  # names of float nodes kept in float32
+    casts: int = 0
+    clipped: int = 0  # initializer values clipped to the fp16 range
+
+
+def validate_precision(precision: str, keep_fp32_ops: Iterable[str] = ()) -> None:
+    if precision not in PRECISIONS:
+        raise OptionsError(f"unknown precision '{precision}'; choose one of {', '.join(PRECISIONS)}")
+    for op in keep_fp32_ops:
+        if not isinstance(op, str) or not op:
+            raise OptionsError(f"keep-fp32 op types must be non-empty strings, got {op!r}")
+
+
+def apply_precision(model: onnx.ModelProto, precision: str,
+                    keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32) -> PrecisionResult:
+    """``model`` transformed to ``precision`` (a new ModelProto; the argument is untouched)."""
+    return PrecisionPass(precision, keep_fp32_ops)(model)
+
+
+class PrecisionPass:
+    """``requires`` -> ``call`` -> ``ensures``, like an onnx_ir pass."""
+
+    def __init__(self, precision: str, keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32) -> None:
+        validate_precision(precision, keep_fp32_ops)
+        self.precision = precision
+        self.keep = frozenset(keep_fp32_ops)
+
+    def __call__(self, model: onnx.ModelProto) -> PrecisionResult:
+        self.requires(model)
+        result = self.call(model)
+        if result.modified:
+            self.ensures(model, result.model)
+        return result
+
+    def requires(self, model: onnx.ModelProto) -> None:
+        if not isinstance(model, onnx.ModelProto) or not model.graph.node:
+            raise PrecisionError("the precision transform needs a ModelProto with at least one node")
+
+    def ensures(self, before: onnx.ModelProto, after: onnx.ModelProto) -> None:
+        """Same I/O names and dtypes; checker-valid; types consistent under strict inference."""
+        def io(m: onnx.ModelProto) -> list[tuple[str, int]]:
+            return [(v.name, v.type.tensor_type.elem_type) for v in (*m.graph.input, *m.graph.output)]
+        if io(before) != io(after):
+            raise PrecisionError("precision transform changed the segment's inputs or outputs")
+        try:
+            onnx.checker.check_model(after)
+            if _strictly_typed(before):  # a model that fails strict inference already proves nothing
+                onnx.shape_inference.infer_shapes(after, check_type=True, strict_mode=True)
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+            raise PrecisionError(f"{self.precision} transform produced an invalid model: {e}") from e
+
+    def call(self, model: onnx.ModelProto) -> PrecisionResult:
+        if self.precision not in LOW_TYPES:
+            return PrecisionResult(model, False, self.precision)
+        if self.precision == "bf16":
+            model = _with_opset(model, BF16_OPSET)
+        return _Lowering(model, self.precision, self.keep).run()
+
+
+class _Lowering:
+    """One run of the fp16/bf16 rewrite over the main graph."""
+
+    def __init__(self, model: onnx.ModelProto, precision: str, keep: frozenset[str]) -> None:
+        self.src = model
+        self.precision = precision
+        self.low = LOW_TYPES[precision]
+        self.keep = keep
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        inferred = onnx.shape_inference.infer_shapes(model)
+        g = inferred.graph
+        self.types: dict[str, int] = {}
+        for v in (*g.input, *g.value_info, *g.output):
+            if v.type.WhichOneof("value") == "tensor_type" and v.type.tensor_type.elem_type:
+                self.types[v.name] = v.type.tensor_type.elem_type
+        for t in g.initializer:
+            self.types[t.name] = t.data_type
+        self.names: set[str] = {n for node in g.node for n in (*node.input, *node.output)} | set(self.types)
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.names:
+            name, k = f"{base}_{k}", k + 1
+        self.names.add(name)
+        return name
+
+    # -- decisions: what dtype each node wants for each input and makes for each output
+    def decide(self, node: onnx.NodeProto) -> tuple[list[int | None], list[int | None], bool]:
+        """(wanted input dtypes, output dtypes, lowered?); None means 'unknown, leave alone'."""
+        ins = [self.types.get(n) if n else None for n in node.input]
+        outs = [self.types.get(n) if n else None for n in node.output]
+        if node.op_type == "Constant":
+            value = next((a for a in node.attribute if a.name == "value"), None)
+            if value is not None and value.t.data_type == F32:
+                return ins, [self.low], True
+            return ins, outs, False
+        if node.op_type == "Cast":  # reads any dtype: take the input as it comes
+            to = next((a.i for a in node.attribute if a.name == "to"), None)
+            return [None] * len(ins), ([self.low] if to == F32 else outs), to == F32
+        schema = self._schema(node)
+        if schema is None:
+            return ins, outs, False
+        params = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+        bound: dict[str, list[int | None]] = {}
+        in_params = [_formal(schema.inputs, k) for k in range(len(ins))]
+        out_params = [_formal(schema.outputs, k) for k in range(len(outs))]
+        for p, t in zip(in_params, ins):
+            bound.setdefault(p, []).append(t)
+        low_str = "tensor(bfloat16)" if self.low == TensorProto.BFLOAT16 else "tensor(float16)"
+        lowered = {p for p, ts in bound.items()
+                   if p in params and low_str in params[p] and ts and all(t == F32 for t in ts)}
+        lowered = {p for p in lowered if all(t in (F32, None) for q, t in zip(out_params, outs) if q == p)}
+        if node.op_type == "ConstantOfShape" and _float_value(node) and low_str in params.get("T2", ()):
+            lowered.add("T2")
+        # A type read by one input and made by no output (Shape, Size, ...) takes what comes.
+        free = {p for p, ts in bound.items() if len(ts) == 1 and p not in out_params}
+        wanted = [None if p in free else self.low if p in lowered else t for p, t in zip(in_params, ins)]
+        made = [self.low if p in lowered else t for p, t in zip(out_params, outs)]
+        return wanted, made, bool(lowered - free)
+
+    def _schema(self, node: onnx.NodeProto) -> Any:
+        if node.domain not in ("", "ai.onnx") or node.op_type in self.keep or node.op_type in _NEVER_LOWER:
+            return None
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            return None
+        try:
+            return onnx.defs.get_schema(node.op_type, self.opset, "")
+        except onnx.defs.SchemaError:
+            return None
+
+    # -- rewrite
+    def run(self) -> PrecisionResult:
+        model = onnx.ModelProto()
+        model.CopyFrom(self.src)
+        g = model.graph
+        decisions = [self.decide(n) for n in g.node]
+        wants = _initializer_wants(g, decisions)
+        graph_inputs = {v.name for v in g.input}
+        home: dict[str, dict[int, str]] = {}  # tensor -> dtype -> name holding it
+        clipped = 0
+        new_inits: list[TensorProto] = []
+        for t in g.initializer:
+            wanted_types = wants.get(t.name, set())
+            if t.data_type != F32 or t.name in graph_inputs or self.low not in wanted_types:
+                new_inits.append(t)
+                continue
+            name = t.name if wanted_types == {self.low} else self.fresh(f"{t.name}_{self.precision}")
+            converted, n = _convert(t, self.low, name)
+            clipped += n
+            if name != t.name:
+                new_inits.append(t)
+            new_inits.append(converted)
+            home[t.name] = {self.low: name} | ({F32: t.name} if name != t.name else {})
+        outputs = {v.name for v in g.output}
+        nodes: list[onnx.NodeProto] = []
+        relabel: set[str] = set()  # tensors now 16-bit under their own name
+        casts = lowered_count = 0
+        kept: list[str] = []
+        for node, (wanted, made, lowered) in zip(g.node, decisions):
+            lowered_count += lowered
+            if not lowered and any(t == F32 for t in (*wanted, *made)):
+                kept.append(node.name or node.op_type)
+            for k, name in enumerate(node.input):
+                want = wanted[k]
+                if not name or want not in (F32, self.low):
+                    continue
+                have = home.setdefault(name, {F32: name} if self.types.get(name) == F32 else {})
+                if want in have or not have:
+                    node.input[k] = have.get(want, name)
+                    continue
+                src = next(iter(have.values()))
+                out = self.fresh(f"{name}_{'fp32' if want == F32 else self.precision}")
+                nodes.append(helper.make_node("Cast", [src], [out], to=want, name=self.fresh(f"{out}_cast")))
+                casts += 1
+                have[want] = out
+                node.input[k] = out
+            casts += self._outer_reads_in_fp32(node, home, nodes)
+            self._rewrite_attributes(node, lowered)
+            after: list[onnx.NodeProto] = []
+            for k, name in enumerate(node.output):
+                if not name or made[k] != self.low or self.types.get(name) != F32:
+                    continue
+                if name in outputs:  # the output keeps its name and dtype: cast right after
+                    inner = self.fresh(f"{name}_{self.precision}")
+                    node.output[k] = inner
+                    after.append(helper.make_node("Cast", [inner], [name], to=F32, name=self.fresh(f"{name}_cast")))
+                    casts += 1
+                    home[name] = {self.low: inner, F32: name}
+                else:
+                    home[name] = {self.low: name}
+                    relabel.add(name)
+            nodes.append(node)
+            nodes.extend(after)
+        del g.node[:]
+        g.node.extend(nodes)
+        del g.initializer[:]
+        g.initializer.extend(new_inits)
+        for v in g.value_info:
+            if v.name in relabel and v.type.tensor_type.elem_type == F32:
+                v.type.tensor_type.elem_type = self.low
+        if clipped:
+            log.warning("%s: %d initializer value(s) beyond the fp16 range were clipped", model.graph.name, clipped)
+        return PrecisionResult(model, True, self.precision, lowered_count, tuple(kept), casts, clipped)
+
+    def _outer_reads_in_fp32(self, node: onnx.NodeProto, home: dict[str, dict[int, str]],
+                             nodes: list[onnx.NodeProto]) -> int:
+        """Subgraphs (kept float32) read lowered outer tensors through a cast; returns casts made."""
+        renames: dict[str, str] = {}
+        for name in sorted(_subgraph_reads(node)):
+            have = home.get(name, {})
+            if self.low in have and F32 not in have:
+                out = self.fresh(f"{name}_fp32")
+                nodes.append(helper.make_node("Cast", [have[self.low]], [out], to=F32, name=self.fresh(f"{out}_cast")))
+                have[F32] = renames[name] = out
+        if renames:
+            for a in node.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    _rename_reads(sub, renames)
+        return len(renames)
+
+    def _rewrite_attributes(self, node: onnx.NodeProto, lowered: bool) -> None:
+        if not lowered:
+            return
+        for a in node.attribute:
+            if node.op_type == "Cast" and a.name == "to":
+                a.i = self.low
+            elif node.op_type in ("Constant", "ConstantOfShape") and a.name == "value" and a.t.data_type == F32:
+                a.t.CopyFrom(_convert(a.t, self.low, a.t.name)[0])
+
+
+def _with_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
+    """``model`` converted up to opset ``target`` when older (bf16 needs it); as is on failure."""
+    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), target)
+    if current >= target:
+        return model
+    from onnx import version_converter
+
+    try:
+        converted = version_converter.convert_version(model, target)
+    except (RuntimeError, ValueError, onnx.checker.ValidationError) as e:
+        log.warning("%s: opset %d -> %d conversion for bf16 failed (%s); ops whose opset-%d schema lacks "
+                    "bfloat16 stay in float32", model.graph.name, current, target, e, current)
+        return model
+    converted.ir_version = fitting_ir_version(converted)
+    return converted
+
+
+def _strictly_typed(model: onnx.ModelProto) -> bool:
+    try:
+        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        return True
+    except onnx.shape_inference.InferenceError:
+        return False
+
+
+def _formal(formals: Sequence[Any], k: int) -> str:
+    """The type string of actual argument ``k`` (variadic formals absorb the tail)."""
+    if not formals:
+        return ""
+    return str(formals[min(k, len(formals) - 1)].type_str)
+
+
+def _float_value(node: onnx.NodeProto) -> bool:
+    return any(a.name == "value" and a.t.data_type == F32 for a in node.attribute)
+
+
+def _initializer_wants(graph: onnx.GraphProto, decisions: Sequence[tuple[list[int | None], Any, Any]]
+                       ) -> dict[str, set[int]]:
+    """Initializer -> the dtypes its readers want (float32 for graph outputs and subgraph reads)."""
+    wants: dict[str, set[int]] = {}
+    for node, (wanted, _, _) in zip(graph.node, decisions):
+        for name, want in zip(node.input, wanted):
+            if name and want is not None:
+                wants.setdefault(name, set()).add(want)
+        for name in _subgraph_reads(node):
+            wants.setdefault(name, set()).add(F32)
+    for v in graph.output:
+        wants.setdefault(v.name, set()).add(F32)
+    return wants
+
+
+def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    reads: set[str] = set()
+    for a in node.attribute:
+        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for inner in sub.node:
+                reads.update(n for n in inner.input if n)
+                reads |= _subgraph_reads(inner)
+    return reads
+
+
+def _rename_reads(graph: onnx.GraphProto, renames: Mapping[str, str]) -> None:
+    for inner in graph.node:
+        for k, name in enumerate(inner.input):
+            if name in renames:
+                inner.input[k] = renames[name]
+        for a in inner.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                _rename_reads(sub, renames)
+
+
+def _convert(tensor: TensorProto, low: int, name: str) -> tuple[TensorProto, int]:
+    """``tensor`` (float32) as ``low``; returns it and the number of values clipped."""
+    arr = numpy_helper.to_array(tensor).astype(np.float32)
+    clipped = 0
+    if low == TensorProto.FLOAT16:
+        clipped = int(np.count_nonzero(np.abs(arr) > _FP16_MAX) - np.count_nonzero(np.isinf(arr)))
+        out = np.clip(arr, -_FP16_MAX, _FP16_MAX).astype(np.float16)
+        out[np.isinf(arr)] = arr[np.isinf(arr)]
+    else:
+        import ml_dtypes  # an onnx dependency; imported here to keep module import light
+
+        out = arr.astype(ml_dtypes.bfloat16)
+    return numpy_helper.from_array(out, name), max(clipped, 0)
+
+
+def compare_outputs(original: onnx.ModelProto, transformed: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+                    *, atol: float = 1e-2, rtol: float = 1e-2) -> dict[str, float]:
+    """Run both models on ONNX Runtime CPU with ``feeds``; return each output's worst error in
+    units of its tolerance (<= 1 passes). Raises PrecisionError listing outputs that exceed it."""
+
+    def run(m: onnx.ModelProto) -> list[np.ndarray]:
+        sess = inference_session(m.SerializeToString())
+        return list(sess.run(None, dict(feeds)))
+
+    scores: dict[str, float] = {}
+    for out, a, b in zip(original.graph.output, run(original), run(transformed)):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise PrecisionError(f"output '{out.name}': {a.dtype}{a.shape} became {b.dtype}{b.shape}")
+        if not np.issubdtype(a.dtype, np.floating):
+            scores[out.name] = 0.0 if np.array_equal(a, b) else float("inf")
+            continue
+        err = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        bound = atol + rtol * np.abs(a.astype(np.float64))
+        scores[out.name] = float(np.max(err / bound)) if err.size else 0.0
+    bad = {k: v for k, v in scores.items() if v > 1.0}
+    if bad:
+        raise PrecisionError("outputs beyond tolerance (error / tolerance): "
+                             + ", ".join(f"{k} {v:.2f}" for k, v in bad.items()))
+    return scores

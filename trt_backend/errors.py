@@ -1,0 +1,126 @@
+"""Every exception a user of trt_backend can catch, in one place.
+
+The roots live in ``partitioner.errors`` (the lowest layer) and are re-exported here with the
+plugins' own errors; everything trt_backend raises for a user's mistake derives from
+:class:`TrtBackendError`, and the CLI prints it in one line."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from partitioner.errors import (
+    InvalidModelError,
+    ModelLoadError,
+    ModelTooLargeError,
+    OptionsError,
+    TrtBackendError,
+)
+from plugins.nvrtc import NvrtcCompileError, NvrtcUnavailableError
+from plugins.resize.host import HostCompilerError
+from plugins.resize.spec import SpecError
+
+
+class ProfileError(OptionsError):
+    """Profiles are missing, malformed, stale, or a shape falls outside them."""
+
+
+class MissingProfileError(ProfileError):
+    """A dynamic model input feeding the TensorRT part of a model has no profile."""
+
+
+class CalibrationError(ProfileError):
+    """Profiles could not be derived by running the model (e.g. random data it cannot take)."""
+
+
+class FeedError(TrtBackendError):
+    """Feeds or requested outputs do not fit the model (names, types, dtypes, shapes)."""
+
+
+class ArtifactError(TrtBackendError):
+    """A build folder is missing, edited, corrupt or was built for another runtime or GPU."""
+
+
+class ReferenceRunError(TrtBackendError):
+    """The reference (ONNX Runtime on the whole model) cannot load or run the model, so there is
+    nothing to compare against."""
+
+
+class ComparisonError(TrtBackendError):
+    """Polygraphy refused the comparison (e.g. a data loader it cannot use); the message is its own."""
+
+
+class PrecisionError(TrtBackendError):
+    """The precision transform produced an invalid model (the segment can still build in fp32)."""
+
+
+class SegmentLoadError(TrtBackendError):
+    """A segment's runtime refused the segment (e.g. ONNX Runtime cannot load the model)."""
+
+
+class SegmentRunError(TrtBackendError):
+    """A segment failed while running (e.g. ONNX Runtime rejected the data)."""
+
+
+class PlotError(OptionsError):
+    """The plot cannot be drawn (matplotlib missing) or written."""
+
+
+class BenchOptionsError(OptionsError):
+    """A benchmark setting is invalid (durations, iterations, baseline names, shapes)."""
+
+
+class TensorRTUnavailableError(TrtBackendError):
+    """No usable TensorRT flavor could be imported."""
+
+
+class CudaError(TrtBackendError):
+    """A CUDA runtime call failed (no driver, no device, out of memory...)."""
+
+
+class EngineCacheError(TrtBackendError):
+    """The cache directory cannot be used, or an entry may not be loaded (host code)."""
+
+
+class ParserCrashError(TrtBackendError):
+    """The TensorRT parser died in the child process while checking the model."""
+
+
+class SegmentBuildError(TrtBackendError):
+    """TensorRT would not parse or build a segment. ``nodes`` index the segment model's nodes
+    TensorRT blamed (empty when it named none)."""
+
+    def __init__(self, stage: str, nodes: Sequence[int], message: str, names: Sequence[str] = ()) -> None:
+        super().__init__(f"TensorRT {stage} failed: {message}")
+        self.stage = stage
+        self.nodes = tuple(nodes)
+        self.names = tuple(names)  # the blamed nodes' names (unique in normalized models)
+        self.message = message
+
+
+__all__ = [
+    "ArtifactError",
+    "BenchOptionsError",
+    "CalibrationError",
+    "ComparisonError",
+    "CudaError",
+    "EngineCacheError",
+    "FeedError",
+    "HostCompilerError",
+    "InvalidModelError",
+    "MissingProfileError",
+    "ModelLoadError",
+    "ModelTooLargeError",
+    "NvrtcCompileError",
+    "NvrtcUnavailableError",
+    "OptionsError",
+    "ParserCrashError",
+    "PlotError",
+    "PrecisionError",
+    "ProfileError",
+    "ReferenceRunError",
+    "SegmentBuildError",
+    "SegmentLoadError",
+    "SegmentRunError",
+    "SpecError",
+    "TensorRTUnavailableError",
+    "TrtBackendError",
+]

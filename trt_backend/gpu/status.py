@@ -1,0 +1,54 @@
+"""Whether TensorRT segments can execute here, and the runner that executes one (above the runner
+base and the TensorRT runner both)."""
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from partitioner import Segment
+from trt_backend.errors import TensorRTUnavailableError
+from trt_backend.gpu.device import compute_capability, cuda_device_count
+from trt_backend.gpu.trt_runner import TensorRTRunner
+from trt_backend.profiles import Profile
+from trt_backend.runners.base import SegmentRunner
+from trt_backend.tensorrt.flavor import load_flavor
+
+
+def _cuda_device_count() -> int:
+
+    return cuda_device_count()
+
+# SMs TensorRT-RTX 1.7 builds for (DESIGN.md): data-centre Hopper/Blackwell parts are not among them.
+_RTX_SMS = frozenset({(7, 5), (8, 0), (8, 6), (8, 9), (12, 0), (12, 1)})
+
+@functools.lru_cache(maxsize=1)
+def tensorrt_status() -> tuple[bool, str]:
+    """(can TensorRT segments execute here, why not)."""
+
+    try:
+        flavor = load_flavor("auto")
+    except TensorRTUnavailableError as e:
+        return False, str(e)
+    devices = _cuda_device_count()
+    if devices == 0:
+        return False, f"{flavor.target} is installed but no CUDA device is usable"
+    if flavor.is_rtx:
+
+        sm = compute_capability()
+        if sm not in _RTX_SMS:
+            return False, f"{flavor.target} cannot run on this GPU (SM {sm[0]}.{sm[1]}); install full TensorRT"
+    return True, f"{flavor.target} on {devices} CUDA device(s)"
+
+def make_tensorrt_runner(segment: Segment, engine: bytes | None, profiles: Sequence[Profile],
+                         shape_tensors: frozenset[str], **kw: Any) -> SegmentRunner:
+    """A runner executing ``segment``'s engine on the GPU (see gpu/trt_runner.py)."""
+
+    ok, why = tensorrt_status()
+    if not ok:
+        raise TensorRTUnavailableError(f"cannot execute segment {segment.id} on TensorRT: {why}; "
+                                       "use emulate=True (or 'auto') to run it through ONNX Runtime")
+    if engine is None:
+        raise TensorRTUnavailableError(f"segment {segment.id} has no engine")
+
+    return TensorRTRunner(segment, engine, load_flavor("auto"), profiles, shape_tensors, **kw)

@@ -1,0 +1,1 @@
+"""ONNX Runtime glue: options, sessions made one way, process thread pools, OrtValue conversions."""

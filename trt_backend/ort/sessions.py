@@ -1,0 +1,78 @@
+"""ONNX Runtime sessions made one way: options applied, thread pools followed, refusals as our errors."""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import onnx
+
+from partitioner.errors import OptionsError
+from partitioner.model import serialize
+from trt_backend.errors import SegmentLoadError
+from trt_backend.ort.options import OPTIMIZATION_LEVELS, OrtOptions
+from trt_backend.ort.threads import (
+    global_thread_pool,
+    inference_session,
+    use_global_thread_pool,
+)
+
+
+@functools.lru_cache(maxsize=1)
+def ort_errors() -> tuple[type[BaseException], ...]:
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    found = [v for v in vars(state).values() if isinstance(v, type) and issubclass(v, Exception)
+             and v.__module__ == state.__name__]
+    return tuple(found) + (RuntimeError, ValueError, TypeError)
+
+def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) -> Any:
+    """An ``onnxruntime.InferenceSession`` for ``model``; SegmentLoadError if ORT refuses it."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    if options.global_thread_pool:
+        use_global_thread_pool(options.intra_op_threads, options.inter_op_threads)
+    so.intra_op_num_threads = options.intra_op_threads  # (under a global pool, its sizes apply instead)
+    so.inter_op_num_threads = options.inter_op_threads
+    so.log_severity_level = options.log_severity
+    levels = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+              "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+              "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+              "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+    if options.optimization_level not in levels:
+        raise OptionsError(f"unknown optimization level {options.optimization_level!r}; "
+                           f"choose one of {', '.join(OPTIMIZATION_LEVELS)}")
+    so.graph_optimization_level = levels[options.optimization_level]
+    if options.allow_spinning or global_thread_pool() is not None:
+        pass  # ONNX Runtime's default (a global pool spins as the process set it up)
+    elif options.spin_while_running:
+        so.add_session_config_entry("session.force_spinning_stop", "1")
+    else:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if options.share_arena:
+        _register_shared_arena()
+        so.add_session_config_entry("session.use_env_allocators", "1")
+    for lib in options.custom_op_libraries:
+        try:
+            so.register_custom_ops_library(lib)
+        except ort_errors() as e:
+            raise OptionsError(f"cannot load custom-op library {lib}: {first_line(e)}") from None
+    data = model if isinstance(model, bytes) else serialize(model, what)
+    try:
+        return inference_session(data, so, options.providers)
+    except ort_errors() as e:
+        raise SegmentLoadError(f"{what}: ONNX Runtime cannot load it: {first_line(e)}") from None
+
+@functools.lru_cache(maxsize=1)
+def _register_shared_arena() -> None:
+    """Once per process: the CPU arena sessions with ``session.use_env_allocators`` share. One
+    segment's freed buffers are then reused, still in cache, by the next segment's session."""
+    import onnxruntime as ort
+
+    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+    ort.create_and_register_allocator(info, ort.OrtArenaCfg({}))
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

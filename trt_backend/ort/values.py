@@ -1,0 +1,91 @@
+"""Values handed between runners: numpy arrays, OrtValues for dtypes numpy lacks, lists, None."""
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+import onnx
+
+from trt_backend.ort.sessions import ort_errors
+
+
+def to_ort_value(value: Any) -> Any:
+    """A tensor value as an OrtValue (no copy for contiguous arrays)."""
+    import onnxruntime as ort
+
+    if isinstance(value, ort.OrtValue):
+        return value
+    arr = np.asarray(value)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
+    if arr.dtype.type.__module__ != "numpy":  # ml_dtypes (bfloat16, float8, int4...): ORT takes the raw bits
+        elem = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
+        bits = _SUB_BYTE_BITS.get(elem)
+        raw = _pack(arr, bits) if bits else arr.view(np.dtype(f"u{arr.dtype.itemsize}"))
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_element_type=elem)
+    return ort.OrtValue.ortvalue_from_numpy(arr)
+
+def _sub_byte_types() -> dict[int, int]:
+    names = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2}
+    return {int(getattr(onnx.TensorProto, n)): bits for n, bits in names.items() if hasattr(onnx.TensorProto, n)}
+
+_SUB_BYTE_BITS = _sub_byte_types()
+
+NO_NUMPY_TYPES = frozenset(
+    f"tensor({onnx.TensorProto.DataType.Name(t).lower()})" for t in onnx.TensorProto.DataType.values()
+    if t not in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING)
+    and (t in _SUB_BYTE_BITS or np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).type.__module__ != "numpy"))
+
+def _pack(arr: np.ndarray, bits: int) -> np.ndarray:
+    """Sub-byte elements (one per byte in ml_dtypes) packed as ONNX stores them, low bits first,
+    in a uint8 array of the logical shape (ORT takes the shape from it and copies the packed
+    bytes from its start)."""
+    per = 8 // bits
+    flat = arr.reshape(-1).view(np.uint8) & ((1 << bits) - 1)
+    flat = np.concatenate([flat, np.zeros((-flat.size) % per, np.uint8)])
+    groups = flat.reshape(-1, per)
+    packed = np.zeros(groups.shape[0], np.uint8)
+    for k in range(per):
+        packed |= (groups[:, k] << (k * bits)).astype(np.uint8)
+    out = np.zeros(arr.shape, np.uint8)
+    out.reshape(-1)[:packed.size] = packed[:out.size]
+    return out
+
+def _unpack(data: np.ndarray, bits: int, count: int) -> np.ndarray:
+    per = 8 // bits
+    parts = [(data >> (k * bits)) & ((1 << bits) - 1) for k in range(per)]
+    return np.stack(parts, axis=-1).reshape(-1)[:count].astype(np.uint8)
+
+def to_numpy(value: Any) -> Any:
+    """An OrtValue (or a list/None of them) as numpy; dtypes numpy lacks come as ml_dtypes."""
+    if value is None or isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [to_numpy(v) for v in value]
+    if type(value).__name__ != "OrtValue":
+        return value
+    elem = value.element_type()
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
+    if elem not in _SUB_BYTE_BITS:
+        try:
+            arr = value.numpy()
+        except ort_errors():
+            arr = None  # numpy has no such dtype: read the bits
+        if arr is not None:
+            # ORT hands float8 out as uint8: same bits, reinterpret
+            return arr if arr.dtype == dtype or arr.dtype.itemsize != dtype.itemsize else arr.view(dtype)
+    shape = tuple(value.shape())
+    size = value.tensor_size_in_bytes()
+    raw = np.frombuffer(bytes((ctypes.c_uint8 * size).from_address(value.data_ptr())) if size else b"", np.uint8)
+    if elem in _SUB_BYTE_BITS:
+        raw = _unpack(raw, _SUB_BYTE_BITS[elem], int(np.prod(shape, dtype=np.int64)))
+        return raw.view(dtype).reshape(shape)
+    return raw.view(dtype).reshape(shape)
+
+def shape_of(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, np.ndarray):
+        return tuple(value.shape)
+    if type(value).__name__ == "OrtValue" and value.is_tensor():
+        return tuple(value.shape())
+    return None

@@ -1,0 +1,107 @@
+"""Segment runners. One base class validates in :meth:`SegmentRunner.run` and leaves the work to
+:meth:`SegmentRunner.run_impl`; runtimes load when a runner is made, never per run.
+
+Values passed between runners are numpy arrays (ONNX Runtime hands them out without a copy),
+``OrtValue`` tensors for dtypes numpy lacks (bfloat16, float8, int4...), lists (sequences) or
+None (empty optionals). A TensorRT runner (engine builder issue) will subclass
+:class:`SegmentRunner` and share its profile checks."""
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from partitioner import Segment
+from trt_backend.errors import ProfileError
+from trt_backend.ort.values import shape_of, to_numpy
+from trt_backend.profiles import Profile, covering_profile, describe_profile
+
+log = logging.getLogger(__name__)
+
+ONNXRUNTIME, EMULATED, TENSORRT = "onnxruntime", "emulated", "tensorrt"
+
+
+# ------------------------------------------------------------------ values
+
+
+# ------------------------------------------------------------------ runners
+
+class SegmentRunner(ABC):
+    """Runs one segment. ``run`` checks what it is given (and, for TensorRT-role runners, that
+    the shapes fit one of the segment's profiles, as an engine would demand), then calls
+    ``run_impl``."""
+
+    executor: ClassVar[str] = "?"
+
+    def __init__(self, segment: Segment, profiles: Sequence[Profile] = (),
+                 shape_tensors: frozenset[str] = frozenset()) -> None:
+        self.segment = segment
+        self.input_names = tuple(segment.inputs)
+        self.output_names = tuple(segment.outputs)
+        self.profiles = list(profiles)
+        self.shape_tensors = shape_tensors
+        self._fits: dict[Any, int] = {}  # input shapes (and shape-tensor values) -> fitting profile
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} segment {self.segment.id} ({self.segment.backend}, {self.executor})>"
+
+    @property
+    def label(self) -> str:
+        return f"segment {self.segment.id} ({self.segment.backend}, executor {self.executor})"
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        if len(inputs) != len(self.input_names):
+            raise ValueError(f"{self.label}: got {len(inputs)} input(s), expected {len(self.input_names)}")
+        if self.profiles:
+            self.select_profile(inputs)
+        outputs = self.run_impl(inputs)
+        if len(outputs) != len(self.output_names):
+            raise RuntimeError(f"{self.label}: produced {len(outputs)} output(s), expected {len(self.output_names)}")
+        return outputs
+
+    def select_profile(self, inputs: Sequence[Any]) -> int:
+        """Index of the first profile that fits every input; ProfileError when none does."""
+        shapes: dict[str, tuple[int, ...]] = {}
+        values: dict[str, tuple[int, ...]] = {}
+        for name, value in zip(self.input_names, inputs):
+            shape = shape_of(value)
+            if shape is not None:
+                shapes[name] = shape
+                if name in self.shape_tensors:
+                    values[name] = tuple(int(v) for v in np.asarray(to_numpy(value)).reshape(-1))
+        key = (tuple(shapes.items()), tuple(values.items()))
+        k = self._fits.get(key)
+        if k is not None:
+            return k
+        k = covering_profile(self.profiles, shapes, values)
+        if k is not None:
+            if len(self._fits) < 256:  # a serving loop sees few distinct shapes; bounded all the same
+                self._fits[key] = k
+            return k
+        def misfits(n: str, p: Profile) -> bool:
+            return n in p and (not p[n].covers(shapes[n]) or not p[n].covers_values(values.get(n, ())))
+
+        def refused_by_all(n: str) -> bool:
+            bounding = [p for p in self.profiles if n in p]
+            return bool(bounding) and all(misfits(n, p) for p in bounding)
+
+        # name an input no profile takes, if there is one (else the first that some profile refuses)
+        name = next((n for n in shapes if refused_by_all(n)), None) \
+            or next(n for n in shapes if any(misfits(n, p) for p in self.profiles))
+        allowed = "; ".join(f"profile {i}: {describe_profile(p[name])}" for i, p in enumerate(self.profiles) if name in p)
+        got = f"shape {shapes[name]}" + (f" and values {values[name]}" if name in values else "")
+        raise ProfileError(f"{self.label}: input '{name}' has {got}, outside its profiles ({allowed}). Its shape "
+                           f"depends on data or on inputs the profiles do not bound; give '{name}' a profile, e.g. "
+                           f"profiles=[{{..., '{name}': (min_shape, opt_shape, max_shape)}}]")
+
+    @abstractmethod
+    def run_impl(self, inputs: Sequence[Any]) -> list[Any]:
+        """Run on validated inputs (in ``input_names`` order); outputs in ``output_names`` order."""
+
+    def close(self) -> None:
+        """Release runtime resources."""
+
+

@@ -1,0 +1,137 @@
+"""The write side of build folders: ``trt-backend build`` plans, derives profiles, builds every
+TensorRT segment and writes the folder atomically; :func:`load` turns one into a Session."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import onnx
+
+from partitioner import Plan
+from trt_backend import __version__
+from trt_backend._files import write_atomic
+from trt_backend.engines.builder import BuildOptions, build_target
+from trt_backend.engines.cache import EngineCache
+from trt_backend.engines.fallback import build_with_fallback, plugin_rewrite
+from trt_backend.errors import ArtifactError
+from trt_backend.session.artifacts import (
+    FORMAT,
+    MANIFEST,
+    MODEL_FILE,
+    sha256_bytes,
+)
+from trt_backend.session.session import Session, SessionOptions
+from trt_backend.tensorrt.flavor import load_flavor
+
+log = logging.getLogger(__name__)
+
+
+def build(model: Any, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None = None, options: Any = None,
+          build_options: Any = None, cache_dir: str | None = None, *, flavor: str = "auto",
+          progress: Any = None) -> dict[str, Any]:
+    """Plan ``model``, derive profiles, build every TensorRT segment (demoting what TensorRT
+    refuses), and write the folder ``out_dir`` atomically. Returns the manifest. ``progress``
+    receives a ``BuildEvent`` as each segment finishes."""
+
+    opts = options if options is not None else SessionOptions()
+    opts = _emulated(opts)
+    bopts = build_options or BuildOptions()
+    flv = load_flavor(flavor)
+    _check_out_dir(out_dir)
+    start = time.perf_counter()
+    sess = Session(model, profiles, opts)
+    memo: dict[int, dict[int, Any]] = {id(sess.plan): sess.segment_profiles}
+    sessions = {id(sess.plan): sess}
+
+    def profiles_of(plan: Plan) -> dict[int, Any]:
+        if id(plan) not in memo:
+            again = Session(plan, profiles, opts)
+            memo[id(plan)], sessions[id(plan)] = again.segment_profiles, again
+        return memo[id(plan)]
+
+    cache = EngineCache(cache_dir) if cache_dir else None
+    result = build_with_fallback(sess.plan, profiles_of, bopts, cache, flavor=flv,
+                                 min_segment_size=opts.min_segment_size, rewrite=plugin_rewrite(sess.plan, flv),
+                                 progress=progress)
+    final = sessions.get(id(result.plan)) or Session(result.plan, profiles, opts)
+    seconds = {r.segment: r.seconds for r in result.report.segments} if result.report.segments else {}
+    files: dict[str, bytes] = {MODEL_FILE: final.model.proto.SerializeToString()}
+    segments = []
+    for seg in final.plan.segments:
+        model_file = f"segment_{seg.id}.onnx"
+        files[model_file] = final.plan.extract(seg.id).SerializeToString()
+        entry: dict[str, Any] = {"id": seg.id, "backend": seg.backend, "model": model_file,
+                                 "model_sha256": sha256_bytes(files[model_file]), "engine": None, "engine_sha256": None,
+                                 "engine_bytes": None, "build_seconds": None}
+        if seg.backend == "tensorrt":
+            engine = result.engines[seg.id]
+            name = f"segment_{seg.id}.engine"
+            files[name] = engine
+            entry.update(engine=name, engine_sha256=sha256_bytes(engine), engine_bytes=len(engine),
+                         build_seconds=round(float(seconds.get(seg.id, 0.0)), 4))
+        segments.append(entry)
+    manifest = {
+        "format": FORMAT, "trt_backend": __version__, "model": final.model.source,
+        "model_file": MODEL_FILE, "model_sha256": sha256_bytes(files[MODEL_FILE]),
+        "tensorrt": flv.target, "gpu_target": build_target(flv, bopts),
+        "versions": _versions(flv), "build_options": bopts.key_fields(),
+        "plan": final.plan.to_dict(), "segments": segments,
+        "demoted": [d.__dict__ for d in result.report.demoted] if result.report.demoted else [],
+        "build_seconds": round(time.perf_counter() - start, 4),
+    }
+    _write_folder(out_dir, files, manifest)
+    return manifest
+
+def _emulated(opts: Any) -> Any:
+    """Building needs no GPU: profiles come from calibration through ONNX Runtime."""
+    import dataclasses
+
+    return dataclasses.replace(opts, emulate=True)
+
+def _versions(flv: Any) -> dict[str, str]:
+    import onnxruntime
+
+    return {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, flv.name: flv.version}
+
+def _check_out_dir(out_dir: str) -> None:
+    if os.path.exists(out_dir):
+        if not os.path.isdir(out_dir):
+            raise ArtifactError(f"{out_dir}: exists and is not a folder")
+        if os.listdir(out_dir) and not os.path.exists(os.path.join(out_dir, MANIFEST)):
+            raise ArtifactError(f"{out_dir}: folder is not empty and holds no {MANIFEST}; refusing to replace it")
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    if not os.path.isdir(parent):
+        raise ArtifactError(f"{out_dir}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ArtifactError(f"{out_dir}: folder {parent} is not writable")
+
+def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[str, Any]) -> None:
+    """Everything into a temp folder beside ``out_dir``, then swapped in: never half a build."""
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
+    try:
+        for name, data in files.items():
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(data)
+        write_atomic(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1) + "\n")
+        old = None
+        if os.path.exists(out_dir):
+            old = tempfile.mkdtemp(prefix=".old-", dir=parent)
+            os.rmdir(old)
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
+
+def load(folder: str | os.PathLike[str], options: SessionOptions | None = None, *, rebuild: bool = False) -> Session:
+    """A Session from a build folder (see :meth:`Session.load`)."""
+    return Session.load(folder, options, rebuild=rebuild)

@@ -1,0 +1,93 @@
+"""Profiles the user gives for model inputs: checked against the model, completed with static inputs."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from trt_backend.errors import MissingProfileError, ProfileError
+from trt_backend.profiles import (
+    STATIC,
+    Profile,
+    TensorProfile,
+    describe_profile,
+    tensor_profile,
+)
+from trt_backend.session.feeds import NodeArg
+
+
+def normalize_profiles(user: Sequence[Mapping[str, Any]] | None, inputs: Sequence[NodeArg],
+                       extra: Iterable[str] = ()) -> tuple[list[Profile], list[Profile]]:
+    """Validate user profiles. Returns (model-input profiles, overrides for ``extra`` tensors,
+    i.e. TensorRT segment inputs the user chose to give a profile to)."""
+    if user is None:
+        return [], []
+    if isinstance(user, Mapping):
+        user = [user]
+    if isinstance(user, (str, bytes)) or not isinstance(user, Sequence):
+        raise ProfileError(f"profiles must be a list of dicts (input name -> (min, opt, max)), got {type(user).__name__}")
+    by_name = {a.name: a for a in inputs}
+    extra_set = set(extra)
+    out: list[Profile] = []
+    overrides: list[Profile] = []
+    for k, raw in enumerate(user):
+        where = f"profile {k}"
+        if not isinstance(raw, Mapping):
+            raise ProfileError(f"{where}: expected a dict of input name -> (min, opt, max), got {type(raw).__name__}")
+        prof: Profile = {}
+        over: Profile = {}
+        for name, value in raw.items():
+            if name in by_name:
+                tp = tensor_profile(value, f"{where}, input '{name}'")
+                _check_against(by_name[name], tp, where)
+                prof[name] = tp
+            elif name in extra_set:
+                over[name] = tensor_profile(value, f"{where}, input '{name}'")
+            else:
+                raise ProfileError(f"{where}: '{name}' is not a model input (inputs: "
+                                   f"{', '.join(a.name for a in inputs)}) nor an input of a TensorRT segment")
+        out.append(prof)
+        overrides.append(over)
+    return out, overrides
+
+def _check_against(arg: NodeArg, tp: TensorProfile, where: str) -> None:
+    if arg.kind != "tensor":
+        raise ProfileError(f"{where}: input '{arg.name}' is {arg.type}; profiles are for tensors")
+    if arg.rank is None:
+        return
+    if len(tp.min) != arg.rank:
+        raise ProfileError(f"{where}, input '{arg.name}': expected rank {arg.rank} (shape {list(arg.shape)}), "
+                           f"got {describe_profile(tp)}")
+    for axis, want in enumerate(arg.shape):
+        if isinstance(want, int) and not (tp.min[axis] == tp.opt[axis] == tp.max[axis] == want):
+            raise ProfileError(f"{where}, input '{arg.name}': dim {axis} is fixed at {want} in the model "
+                               f"(shape {list(arg.shape)}), got {describe_profile(tp)}")
+
+def complete_profiles(profiles: list[Profile], inputs: Sequence[NodeArg], *, required: bool) -> list[Profile]:
+    """Add static inputs to every profile; when ``required``, every dynamic tensor input must
+    have an entry in every profile (else a ProfileError saying what to pass)."""
+    static = {a.name: TensorProfile(tuple(a.shape), tuple(a.shape), tuple(a.shape), STATIC)  # type: ignore[arg-type]
+              for a in inputs if a.kind == "tensor" and not a.is_dynamic}
+    dynamic = [a for a in inputs if a.is_dynamic]
+    if not profiles:
+        if not dynamic or not required:
+            return [dict(static)] if static and required else []
+        profiles = [{}]
+    done: list[Profile] = []
+    for k, prof in enumerate(profiles):
+        full = dict(static)
+        full.update(prof)
+        if required:
+            for arg in dynamic:
+                if arg.name not in full:
+                    raise MissingProfileError(_missing_message(arg, k, len(profiles)))
+        done.append(full)
+    return done
+
+def _missing_message(arg: NodeArg, k: int, count: int) -> str:
+    example = tuple(d if isinstance(d, int) else 1 for d in arg.shape) if arg.rank is not None else (1,)
+    cli = f"{arg.name}:{'x'.join(str(d) for d in example)}"
+    where = "no profile gives one" if count <= 1 else f"profile {k} gives none"
+    return (f"input '{arg.name}' has dynamic shape {list(arg.shape) if arg.rank is not None else '(unknown rank)'} "
+            f"and {where}; pass profiles=[{{'{arg.name}': (min_shape, opt_shape, max_shape)}}], "
+            f"e.g. {{'{arg.name}': ({example}, {example}, {example})}} "
+            f"(CLI: --shapes {cli}, or a range with --min-shapes/--opt-shapes/--max-shapes)")

@@ -1,0 +1,462 @@
+"""The stitched inference session: plan the model, derive every TensorRT segment's profiles,
+make one runner per segment (once), then run segments in order with tensors routed by name."""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+
+from partitioner import (
+    DEFAULT_MIN_SEGMENT_SIZE,
+    Model,
+    PartitionOptions,
+    Plan,
+    Segment,
+    Verdict,
+    build_plan,
+    load_model,
+    plan_model,
+)
+from partitioner.errors import OptionsError
+from partitioner.model import ModelSource
+from trt_backend.engines.builder import BuildOptions
+from trt_backend.engines.cache import EngineCache
+from trt_backend.engines.fallback import build_with_fallback, plugin_rewrite
+from trt_backend.engines.precision import apply_precision
+from trt_backend.errors import PrecisionError, SegmentRunError, TensorRTUnavailableError
+from trt_backend.gpu.device import BufferPool, Stream
+from trt_backend.gpu.ort_cuda_runner import OrtCudaRunner, cuda_provider_available
+from trt_backend.gpu.status import make_tensorrt_runner, tensorrt_status
+from trt_backend.ort.options import OPTIMIZATION_LEVELS, OrtOptions
+from trt_backend.ort.sessions import first_line, ort_errors, ort_session
+from trt_backend.ort.threads import use_global_thread_pool
+from trt_backend.ort.values import to_numpy
+from trt_backend.planning import make_plan, parser_oracle, plan_with_parser
+from trt_backend.profiles import Profile, profiles_from_json
+from trt_backend.runners.base import SegmentRunner
+from trt_backend.runners.ort import EmulatedTensorRTRunner, OnnxRuntimeRunner
+from trt_backend.session.artifacts import open_folder
+from trt_backend.session.derive import derive_profiles, shape_tensor_inputs
+from trt_backend.session.feeds import FeedValidator, NodeArg, node_arg
+from trt_backend.session.given import complete_profiles, normalize_profiles
+from trt_backend.session.saved import (
+    SessionPlan,
+    check_saved,
+    read_saved,
+    saved_segment_profiles,
+)
+
+log = logging.getLogger(__package__)  # "trt_backend.session": the stage's logger, as users see it
+
+EMULATE_CHOICES = (True, False, "auto")
+FLAVOR_CHOICES = ("auto", "tensorrt", "tensorrt_rtx", "none")
+THREAD_POOL_CHOICES = ("session", "global")
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """How a :class:`Session` plans, derives profiles and runs.
+
+    ``emulate``: True runs TensorRT segments through ONNX Runtime on CPU; False requires
+    TensorRT; "auto" emulates only when TensorRT cannot execute here (one warning).
+    ``flavor``: whose TensorRT parser decides capability ("none": everything on ONNX Runtime).
+    ``oracle``: a ``partitioner.CapabilityOracle`` to ask instead of a TensorRT parser."""
+
+    emulate: bool | str = "auto"
+    flavor: str = "auto"
+    # partitioning
+    exclude_ops: tuple[str, ...] = ()
+    exclude_nodes: tuple[str, ...] = ()
+    min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE
+    max_oracle_calls: int = 1000
+    plugins: tuple[Any, ...] = ()
+    oracle: Any = None
+    # ONNX Runtime
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    optimization_level: str = "all"
+    custom_op_libraries: tuple[str, ...] = ()
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    # ONNX Runtime pool threads spin waiting for work. None: they spin while their session runs,
+    # and with several segments stop when its run returns (idle pools spinning would take cores
+    # from the segment running); True: ONNX Runtime's default (they spin on after a run); False:
+    # they sleep at once (each parallel op then wakes them: slow).
+    allow_spinning: bool | None = None
+    # Segment sessions allocate from one CPU arena (registered process-wide, once, with
+    # onnxruntime.create_and_register_allocator, which replaces one registered before): what a
+    # segment frees is reused, still in cache, by the next. Off: each session has its own arena.
+    share_arena: bool = False
+    # "session": each ONNX Runtime session (one per segment) has its own intra-op pool, ONNX
+    # Runtime's default. "global": they all share ONNX Runtime's process-wide pool (sized by
+    # intra_op_threads/inter_op_threads, once per process): no sleeping pool to wake per segment,
+    # but the whole process switches (partitioner.ort_threads.use_global_thread_pool), from the
+    # first Session that asks and gets past checking its model and profiles. allow_spinning is
+    # for per-session pools (False is refused with "global").
+    thread_pool: str = "session"
+    isolate_parser: bool = False  # ask the TensorRT parser in a child process (survives its crashes)
+    target: str | None = None  # runtime the plan is for ("tensorrt" | "tensorrt_rtx"; None: the parser's)
+    plugin_ops: tuple[str, ...] = ()  # op types given to plugins even where TensorRT has a layer
+    # engines (the GPU path)
+    build: Any = None  # a builder.BuildOptions; None: its defaults
+    cache_dir: str | None = None  # engine cache folder; None: build without a cache
+    allow_host_code: bool = False  # load engines that carry host code (version-compatible builds)
+    outputs_on_device: bool = False  # GPU path: return outputs as device arrays (__cuda_array_interface__)
+    # profile derivation
+    calibration_seed: int = 0
+
+    def __post_init__(self) -> None:
+        for f in ("exclude_ops", "exclude_nodes", "plugins", "custom_op_libraries", "providers", "plugin_ops"):
+            value = getattr(self, f)
+            if isinstance(value, str):
+                value = (value,)
+            object.__setattr__(self, f, tuple(value))
+        if not any(self.emulate is c or (isinstance(c, str) and self.emulate == c) for c in EMULATE_CHOICES):
+            raise OptionsError(f"emulate must be True, False or 'auto', got {self.emulate!r}")
+        if self.flavor not in FLAVOR_CHOICES:
+            raise OptionsError(f"flavor must be one of {', '.join(FLAVOR_CHOICES)}, got {self.flavor!r}")
+        if self.optimization_level not in OPTIMIZATION_LEVELS:
+            raise OptionsError(f"optimization_level must be one of {', '.join(OPTIMIZATION_LEVELS)}, "
+                               f"got {self.optimization_level!r}")
+        if self.thread_pool not in THREAD_POOL_CHOICES:
+            raise OptionsError(f"thread_pool must be one of {', '.join(THREAD_POOL_CHOICES)}, got {self.thread_pool!r}")
+        if self.thread_pool == "global" and self.allow_spinning is False:
+            raise OptionsError("allow_spinning=False applies to per-session thread pools; ONNX Runtime's global pool "
+                               "spins as it was created (use thread_pool='session' to stop spinning)")
+        for f in ("intra_op_threads", "inter_op_threads"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise OptionsError(f"{f} must be a whole number >= 0, got {v!r}")
+
+    def partition_options(self) -> PartitionOptions:
+        return PartitionOptions(exclude_ops=self.exclude_ops, exclude_nodes=self.exclude_nodes,
+                                min_segment_size=self.min_segment_size, max_oracle_calls=self.max_oracle_calls,
+                                plugins=self.plugins, target=self.target, plugin_ops=self.plugin_ops)
+
+    def ort_options(self, segments: int = 1) -> OrtOptions:
+        """ONNX Runtime settings of each segment of a plan of ``segments`` segments."""
+        spin = self.allow_spinning if self.allow_spinning is not None else segments <= 1
+        return OrtOptions(self.intra_op_threads, self.inter_op_threads, self.optimization_level,
+                          self.custom_op_libraries, self.providers, allow_spinning=spin,
+                          spin_while_running=self.allow_spinning is None, share_arena=self.share_arena,
+                          global_thread_pool=self.thread_pool == "global")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One segment run of a schedule: what it reads, writes, and what can be dropped after it."""
+
+    runner: SegmentRunner
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    free: tuple[str, ...]
+
+
+class Session:
+    """Runs a whole model, TensorRT and ONNX Runtime segments stitched; onnxruntime-like API."""
+
+    def __init__(self, model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, Any]] | None = None,
+                 options: SessionOptions | None = None, *, plan: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+                 calibration_feeds: Sequence[Mapping[str, Any]] = (), engines: Mapping[int, bytes] | None = None) -> None:
+        """``plan``: a plan JSON (dict, text or path) written by an earlier session, whose derived
+        profiles are reused after checking the model still plans the same. ``calibration_feeds``:
+        real inputs to derive profiles with where random data would not do. ``engines``: built
+        engines by segment id (``trt-backend build`` artifacts); missing ones are built when
+        TensorRT executes here."""
+        self.options = options if options is not None else SessionOptions()
+        if not isinstance(self.options, SessionOptions):
+            raise OptionsError(f"options must be a SessionOptions, got {type(self.options).__name__}")
+        base = model if isinstance(model, Plan) else self.make_plan(model, self.options)
+        if base.model is None:
+            raise OptionsError("this plan was read from JSON without its model; pass the model instead")
+        self.model: Model = base.model
+        graph = self.model.proto.graph
+        self._inputs = [node_arg(vi.name, vi.type) for vi in graph.input]
+        self._outputs = [node_arg(vi.name, vi.type) for vi in graph.output]
+        trt = base.tensorrt_segments()
+        extra = {n for s in trt for n in s.inputs} - {a.name for a in self._inputs}
+        user, overrides = normalize_profiles(profiles, self._inputs, extra)
+        saved = read_saved(plan) if plan is not None else None
+        if saved is not None:
+            check_saved(saved, base, user)
+            user = user or profiles_from_json(saved.get("input_profiles", []))
+        input_profiles = complete_profiles(user, self._inputs, required=bool(trt))
+        shape_tensors = {s.id: frozenset(shape_tensor_inputs(self.model, s)) for s in trt}
+        if self.options.thread_pool == "global":  # once the inputs are known good; before our sessions
+            use_global_thread_pool(self.options.intra_op_threads, self.options.inter_op_threads)
+
+        def derive(p: Plan) -> dict[int, list[Profile]]:
+            return derive_profiles(self.model, p, self._inputs, input_profiles, overrides, self._calibration_runner,
+                                   self.options.calibration_seed, list(calibration_feeds))
+
+        derived = saved_segment_profiles(saved) if saved is not None else derive(base)
+        emulate = self._decide_emulation(trt)
+        self.build_report: Any = None
+        engine_map = dict(engines or {})
+        if not emulate and any(s.id not in engine_map for s in trt):
+            base, derived, engine_map = self._build_engines(base, derived, derive)
+            trt = base.tensorrt_segments()
+            shape_tensors = {s.id: frozenset(shape_tensor_inputs(self.model, s)) for s in trt}
+        self.emulated_precisions: dict[int, str] = {}  # emulated TensorRT segment -> precision it computes in
+        self.runners = self._make_runners(base, emulate, derived, shape_tensors, engine_map)
+        self.plan = SessionPlan.of(base, executors=[r.executor for r in self.runners],
+                                   input_profiles=input_profiles, segment_profiles=derived)
+        self._validator = FeedValidator(self._inputs, self._outputs, input_profiles)
+        self._constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer
+                           if t.name in {o.name for o in graph.output}}
+        self._schedules: dict[tuple[str, ...], tuple[Step, ...]] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str], options: SessionOptions | None = None, *,
+             rebuild: bool = False) -> Session:
+        """A session from a ``trt-backend build`` folder, using its engines and saved profiles: no
+        planning, no calibration, no build. On another TensorRT version or GPU: ArtifactError, or
+        with ``rebuild`` a session that builds fresh engines."""
+        opts = options if options is not None else SessionOptions()
+        executes = opts.emulate is False or (opts.emulate is not True and tensorrt_status()[0])
+        built = open_folder(folder, executes=executes, rebuild=rebuild)
+        return cls(built.plan, None, opts, plan=built.manifest["plan"], engines=built.engines)
+
+    # ------------------------------------------------------------ construction helpers
+
+    @staticmethod
+    def make_plan(model: ModelSource | Model, options: SessionOptions | None = None) -> Plan:
+        """Plan ``model`` as a Session with ``options`` would (a Session also accepts the result)."""
+        opts = options if options is not None else SessionOptions()
+        if opts.isolate_parser and opts.oracle is None and opts.flavor != "none":
+
+            return make_plan(model, opts.partition_options(), flavor=opts.flavor, isolate=True)
+        if opts.oracle is not None:
+            return plan_model(model, opts.oracle, opts.partition_options())
+        if opts.flavor != "none":
+
+            try:
+                parser_oracle(opts.flavor)  # (only a missing TensorRT falls back; planning errors propagate)
+            except TensorRTUnavailableError as e:
+                if opts.flavor != "auto":
+                    raise
+                log.warning("no TensorRT parser to decide capability (%s); every node runs on ONNX Runtime", e)
+            else:
+                return plan_with_parser(model, opts.flavor, opts.partition_options())
+        loaded = load_model(model)
+        reason = "flavor 'none' chosen" if opts.flavor == "none" else "no TensorRT flavor importable"
+        return build_plan(loaded, [Verdict("onnxruntime", reason)] * len(loaded.proto.graph.node), None)
+
+    def _build_engines(self, plan: Plan, derived: dict[int, list[Profile]],
+                       derive: Any) -> tuple[Plan, dict[int, list[Profile]], dict[int, bytes]]:
+        """Engines for every TensorRT segment (when the given ones lack any, all are built, through
+        the cache when there is one); segments TensorRT refuses are demoted and re-planned."""
+
+        memo: dict[int, dict[int, list[Profile]]] = {id(plan): derived}
+
+        def profiles_of(p: Plan) -> dict[int, list[Profile]]:
+            if id(p) not in memo:
+                memo[id(p)] = derive(p)
+            return memo[id(p)]
+
+        cache = EngineCache(self.options.cache_dir, allow_host_code=self.options.allow_host_code) \
+            if self.options.cache_dir else None
+        result = build_with_fallback(plan, profiles_of, self.options.build or BuildOptions(), cache,
+                                     min_segment_size=self.options.min_segment_size, rewrite=plugin_rewrite(plan))
+        self.build_report = result.report
+        return result.plan, profiles_of(result.plan), dict(result.engines)
+
+    def _make_runners(self, plan: Plan, emulate: bool, derived: dict[int, list[Profile]],
+                      shape_tensors: dict[int, frozenset[str]], engines: dict[int, bytes]) -> list[SegmentRunner]:
+        ort_opts = self.options.ort_options(len(plan.segments))
+        gpu = not emulate and bool(plan.tensorrt_segments())
+        device_kw: dict[str, Any] = {}
+        cuda_ort = False
+        if gpu:
+
+            self._stream, self._pool = Stream(), BufferPool()
+            device_kw = {"pool": self._pool, "stream": self._stream, "outputs_on_device": True,
+                         "allow_host_code": self.options.allow_host_code}
+            cuda_ort = cuda_provider_available()
+        runners: list[SegmentRunner] = []
+        for seg in plan.segments:
+            proto = plan.extract(seg.id)
+            if seg.backend != "tensorrt":
+                if cuda_ort:
+
+                    runners.append(OrtCudaRunner(seg, proto, ort_opts, self._stream))
+                else:
+                    runners.append(OnnxRuntimeRunner(seg, proto, ort_opts))
+            elif emulate:
+                runners.append(EmulatedTensorRTRunner(seg, self._emulated_precision(seg, proto), ort_opts,
+                                                      derived[seg.id], shape_tensors[seg.id]))
+            else:
+                runners.append(make_tensorrt_runner(seg, engines.get(seg.id), derived[seg.id], shape_tensors[seg.id],
+                                                    **device_kw))
+        return runners
+
+    def _emulated_precision(self, seg: Segment, proto: onnx.ModelProto) -> onnx.ModelProto:
+        """An emulated TensorRT segment computes in the precision its engine would be built in
+        (the same ONNX-level transform the builder applies), so emulation shows its error."""
+        build = self.options.build
+        self.emulated_precisions[seg.id] = "fp32"
+        if build is None or build.precision not in ("fp16", "bf16"):
+            if build is not None and build.precision == "tf32":
+                log.warning("segment %d: tf32 is a TensorRT builder flag; emulated, it computes in fp32", seg.id)
+            return proto
+
+        try:
+            lowered = apply_precision(proto, build.precision, build.keep_fp32_ops).model
+        except PrecisionError as e:
+            log.warning("segment %d: %s; emulating it in fp32, as the builder would build it", seg.id, e)
+            return proto
+        self.emulated_precisions[seg.id] = build.precision
+        return lowered
+
+    def _decide_emulation(self, trt: list[Segment]) -> bool:
+        if not trt or self.options.emulate is True:
+            return True
+        ok, why = tensorrt_status()
+        if ok:
+            return False
+        if self.options.emulate is False:
+
+            raise TensorRTUnavailableError(f"cannot execute segment {trt[0].id} on TensorRT: {why}; use emulate=True "
+                                           "(or 'auto') to run it through ONNX Runtime")
+        log.warning("TensorRT cannot execute here (%s); running %d TensorRT segment(s) of %s emulated through "
+                    "ONNX Runtime", why, len(trt), self.model.source)
+        return True
+
+    def _calibration_runner(self, names: Sequence[str]) -> Any:
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self.model.proto)
+        have = {o.name for o in proto.graph.output}
+        for name in names:
+            if name not in have:
+                vi = proto.graph.output.add()
+                vi.name = name
+                tp = self.model.index.types.get(name)
+                if tp is not None:
+                    vi.type.CopyFrom(tp)
+        sess = ort_session(proto, self.options.ort_options(), f"calibration model of {self.model.source}")
+
+        def run(wanted: Sequence[str], feeds: Mapping[str, Any]) -> list[Any]:
+
+            try:
+                return list(sess.run(list(wanted), dict(feeds)))
+            except ort_errors() as e:
+                raise SegmentRunError(first_line(e)) from None
+
+        return run
+
+    # ------------------------------------------------------------ onnxruntime-like API
+
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    @property
+    def segment_executors(self) -> list[str]:
+        """Executor of each segment, in plan order: "tensorrt", "emulated" or "onnxruntime"."""
+        return [r.executor for r in self.runners]
+
+    @property
+    def input_profiles(self) -> list[Profile]:
+        return self.plan.input_profiles
+
+    @property
+    def segment_profiles(self) -> dict[int, list[Profile]]:
+        return self.plan.segment_profiles
+
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+            run_options: Any = None) -> list[Any]:
+        """Outputs (numpy arrays; lists for sequences) for ``output_names`` (None: all, in graph
+        order). Everything is validated before any segment runs. ``run_options`` is accepted
+        for onnxruntime compatibility and ignored."""
+        names = self._validator.output_names(output_names)
+        feeds = self._validator.validate(input_feed)
+        env: dict[str, Any] = dict(self._constants)
+        env.update(feeds)
+        for step in self.schedule(names):
+            values = step.runner.run([env[n] for n in step.inputs])
+            env.update(zip(step.outputs, values))
+            for n in step.free:
+                del env[n]
+        if self.options.outputs_on_device:
+            return [env[n] for n in names]
+        return [env[n].to_host() if hasattr(env[n], "to_host") else to_numpy(env[n]) for n in names]
+
+    def replace_runner(self, index: int, runner: SegmentRunner) -> SegmentRunner:
+        """Put ``runner`` in place of segment ``index``'s runner (same segment, same inputs and
+        outputs: e.g. the segment in another precision); returns the one it replaces, not closed.
+        Schedules made with the old runner are dropped; runs already going finish with it."""
+        with self._lock:
+            if not isinstance(index, int) or not 0 <= index < len(self.runners):
+                raise OptionsError(f"no segment runner {index!r}: this Session has {len(self.runners)} (0..."
+                                   f"{len(self.runners) - 1})")
+            old = self.runners[index]
+            if (runner.segment.id, runner.input_names, runner.output_names) != (old.segment.id, old.input_names,
+                                                                                  old.output_names):
+                raise OptionsError(f"{runner.label} cannot replace {old.label}: another segment or other "
+                                   "inputs/outputs")
+            self.runners[index] = runner
+            self._schedules.clear()
+        return old
+
+    def schedule(self, output_names: Sequence[str] | None = None) -> tuple[Step, ...]:
+        """The segment runs needed for ``output_names``, and after which run each intermediate
+        is dropped (once its last reader ran, or at once if nothing needs it)."""
+        names = self._validator.output_names(output_names)
+        with self._lock:
+            cached = self._schedules.get(names)
+            if cached is None:
+                cached = self._schedules[names] = self._make_schedule(names)
+        return cached
+
+    def _make_schedule(self, names: tuple[str, ...]) -> tuple[Step, ...]:
+        needed = set(names)
+        chosen: list[SegmentRunner] = []
+        for runner in reversed(self.runners):
+            if needed.intersection(runner.output_names):
+                chosen.append(runner)
+                needed.update(runner.input_names)
+        chosen.reverse()
+        last: dict[str, int] = {}
+        for k, runner in enumerate(chosen):
+            for n in runner.output_names:
+                last[n] = k
+            for n in runner.input_names:
+                if n in last:
+                    last[n] = k
+        keep = set(names)
+        steps: list[Step] = []
+        for k, runner in enumerate(chosen):
+            free = tuple(n for n, at in last.items() if at == k and n not in keep)
+            steps.append(Step(runner, runner.input_names, runner.output_names, free))
+        return tuple(steps)
+
+    # ------------------------------------------------------------ reporting
+
+    def summary(self) -> list[str]:
+        """One line per segment: id, backend, executor, node count, inputs -> outputs."""
+        lines = []
+        for seg, executor in zip(self.plan.segments, self.segment_executors):
+            lines.append(f"segment {seg.id}: {seg.backend:<11} executor {executor:<11} {len(seg.nodes):>5} node(s)  "
+                         f"{', '.join(seg.inputs)} -> {', '.join(seg.outputs)}")
+        return lines
+
+    def close(self) -> None:
+        for r in self.runners:
+            r.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        counts = {e: self.segment_executors.count(e) for e in dict.fromkeys(self.segment_executors)}
+        return f"<Session {self.model.source}: {len(self.runners)} segment(s) {counts}>"

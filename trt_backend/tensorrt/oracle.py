@@ -1,0 +1,109 @@
+"""The TensorRT ONNX parser as a capability oracle (partitioner.CapabilityOracle)."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import onnx
+
+from partitioner.capability import Piece, QueryResult
+from partitioner.model import serialize
+from trt_backend.tensorrt.flavor import Flavor, load_flavor, network_flags
+
+log = logging.getLogger(__name__)
+
+
+class ParserOracle:
+    """Asks a TensorRT flavor's ``OnnxParser.supports_model_v2`` about standalone models.
+
+    Each question gets a fresh network and parser, kept referenced together (a parser whose
+    network was a temporary segfaults when used)."""
+
+    def __init__(self, flavor: Flavor | str = "auto") -> None:
+        self.flavor = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
+        trt = self.flavor.module
+        # Rejections are expected here and come back through get_error(); a native logger at
+        # INTERNAL_ERROR keeps the parser from calling into Python thousands of times per query.
+        self._logger = trt.Logger(trt.Logger.INTERNAL_ERROR)
+        self._builder = trt.Builder(self._logger)
+
+    @property
+    def target(self) -> str:
+        return self.flavor.target
+
+    def query(self, model: onnx.ModelProto) -> QueryResult:
+        trt = self.flavor.module
+        network = self._builder.create_network(network_flags(self.flavor))
+        parser: Any = trt.OnnxParser(network, self._logger)
+        with _captured_stderr():
+            supported = bool(parser.supports_model_v2(serialize(model, "a capability query")))
+        pieces = tuple(Piece(tuple(int(k) for k in parser.get_subgraph_nodes(i)), bool(parser.is_subgraph_supported(i)))
+                       for i in range(parser.num_subgraphs))
+        errors: dict[int, str] = {}
+        for i in range(parser.num_errors):
+            err = parser.get_error(i)
+            node = int(err.node())
+            if node >= 0 and node not in errors:
+                errors[node] = describe_parser_error(err)
+        del parser, network
+        if not supported and not errors:
+            errors = self._parse_errors(model)  # some versions reject a model without naming a node
+        return QueryResult(supported, pieces, errors)
+
+    def _parse_errors(self, model: onnx.ModelProto) -> dict[int, str]:
+        trt = self.flavor.module
+        network = self._builder.create_network(network_flags(self.flavor))
+        parser: Any = trt.OnnxParser(network, self._logger)
+        errors: dict[int, str] = {}
+        with _captured_stderr():
+            parsed = bool(parser.parse(serialize(model, "a capability query")))
+        if not parsed:
+            for i in range(parser.num_errors):
+                err = parser.get_error(i)
+                if int(err.node()) >= 0:
+                    errors.setdefault(int(err.node()), describe_parser_error(err))
+        return errors
+
+
+_ASSERT_MESSAGE = re.compile(r'&&\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\s*$')
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Iterator[None]:
+    """The parser writes some complaints ("Unsupported ONNX data type ...") straight to file
+    descriptor 2, outside its logger; route them to the debug log instead of the user's terminal."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable fd 2 (embedded interpreters): nothing to capture
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace").strip()
+            if text:
+                log.debug("TensorRT parser: %s", text)
+
+
+def describe_parser_error(err: Any) -> str:
+    code = str(err.code()).rsplit(".", 1)[-1]
+    desc = str(err.desc()).strip()
+    match = _ASSERT_MESSAGE.search(desc)  # "(cond) && "message"": the message says it better
+    if match:
+        desc = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', match.group(1))).strip()
+    func = str(err.func()).strip()
+    if desc in ("", "false", "true"):
+        return f"{code} in {func}" if func else code
+    return f"{code}: {desc}"
