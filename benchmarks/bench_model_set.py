@@ -28,7 +28,7 @@ from trt_backend.bench.candidates import BASELINES
 from trt_backend.bench.loop import BenchOptions, run_bench
 from trt_backend.bench.report import BenchResult
 from trt_backend.bench.timing import TimingConfig
-from trt_backend.session.session import SessionOptions
+from trt_backend.session.options import SessionOptions
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT_MODELS = ("resnet50", "squeezenet", "shufflenet", "inception_v1", "inception_v2", "densenet121",

@@ -24,7 +24,7 @@ sys.path.insert(0, ROOT)
 
 from tests.trt_backend.test_session_graphs import conv_chain  # noqa: E402
 from trt_backend.accuracy.compare import compare
-from trt_backend.session.session import SessionOptions
+from trt_backend.session.options import SessionOptions
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 

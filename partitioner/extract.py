@@ -112,5 +112,5 @@ def extract(model: Model, nodes: Collection[int], *, name: str,
     out.domain = src.domain
     out.model_version = src.model_version
     out.ir_version = src.ir_version
-    out.ir_version = fitting_ir_version(out)
+    out.ir_version = fitting_ir_version(out, model.max_ir_version)
     return out

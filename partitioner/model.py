@@ -5,7 +5,6 @@ Normalization makes node names unique and stable, fits the IR version to the ops
 dims. Models whose inputs have unknown dims or unknown rank are accepted."""
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -36,18 +35,24 @@ class Model:
     base_dir: str | None
     index: GraphIndex
     fixes: list[str] = field(default_factory=list)
+    # Highest IR version the caller's runtime accepts (None: the onnx package's own); extracted
+    # segments are written within it too.
+    max_ir_version: int | None = None
 
     @property
     def nodes(self) -> list[onnx.NodeProto]:
         return list(self.proto.graph.node)
 
 
-def load_model(source: ModelSource | Model, *, base_dir: str | None = None) -> Model:
-    """Read and normalize ``source``; raise :class:`ModelLoadError`/:class:`InvalidModelError`."""
+def load_model(source: ModelSource | Model, *, base_dir: str | None = None,
+               max_ir_version: int | None = None) -> Model:
+    """Read and normalize ``source``; raise :class:`ModelLoadError`/:class:`InvalidModelError`.
+    ``max_ir_version``: the highest IR version the runtime that will run the model accepts
+    (passed in by the caller, as the capability oracle is; None: the onnx package's own)."""
     if isinstance(source, Model):
         return source
     proto, name, base_dir = _read(source, base_dir)
-    return normalize(proto, name=name, base_dir=base_dir)
+    return normalize(proto, name=name, base_dir=base_dir, max_ir_version=max_ir_version)
 
 
 def _read(source: ModelSource, base_dir: str | None) -> tuple[onnx.ModelProto, str, str | None]:
@@ -109,7 +114,8 @@ def _load_external(proto: onnx.ModelProto, name: str, base_dir: str | None) -> N
         raise ModelLoadError(f"{name}: cannot read external data: {e}") from None
 
 
-def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: str | None = None) -> Model:
+def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: str | None = None,
+              max_ir_version: int | None = None) -> Model:
     """Validate and normalize ``proto`` in place; return the :class:`Model`."""
     graph = proto.graph
     if len(graph.node) == 0:
@@ -117,14 +123,14 @@ def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: s
     fixes: list[str] = []
     _unique_node_names(graph, fixes)
     _constant_initializer_inputs(graph, fixes)
-    _fit_ir_version(proto, fixes)
+    _fit_ir_version(proto, fixes, max_ir_version)
     index = GraphIndex.build(graph, where=name)  # structure first: clearer errors than the checker's
     check_model(proto, where=name)
     _infer_shapes(proto, name)
     index.refresh_types()
     if fixes:
         log.info("%s: %s", name, "; ".join(fixes))
-    return Model(proto=proto, source=name, base_dir=base_dir, index=index, fixes=fixes)
+    return Model(proto=proto, source=name, base_dir=base_dir, index=index, fixes=fixes, max_ir_version=max_ir_version)
 
 
 def _unique_node_names(graph: onnx.GraphProto, fixes: list[str]) -> None:
@@ -167,44 +173,20 @@ def required_ir_version(proto: onnx.ModelProto) -> int:
         return 3
 
 
-@functools.lru_cache(maxsize=1)
-def runtime_max_ir_version() -> int:
-    """Highest IR version ONNX Runtime accepts here (probed once), else the onnx package's own."""
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return int(onnx.IR_VERSION)
-    from onnx import TensorProto, helper
-
-    from trt_backend.ort.threads import inference_session
-
-    for ir in range(int(onnx.IR_VERSION), 6, -1):
-        v = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
-        probe = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [v],
-                                                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]),
-                                  opset_imports=[helper.make_opsetid("", 13)])
-        probe.ir_version = ir
-        try:
-            inference_session(probe.SerializeToString())
-            return ir
-        except Exception:  # noqa: BLE001 - any refusal means "not this IR version"
-            continue
-    return int(onnx.IR_VERSION)
-
-
-def fitting_ir_version(proto: onnx.ModelProto) -> int:
+def fitting_ir_version(proto: onnx.ModelProto, max_ir_version: int | None = None) -> int:
     """IR version to write: the model's own if consistent, raised to what its opsets need,
-    lowered to what the runtime accepts when the opsets allow it."""
+    lowered to ``max_ir_version`` (what the runtime accepts; None: the onnx package's own IR
+    version) when the opsets allow it."""
     need = required_ir_version(proto)
     ir = max(int(proto.ir_version), need)
-    cap = runtime_max_ir_version()
+    cap = int(onnx.IR_VERSION) if max_ir_version is None else max_ir_version
     if ir > cap:
         ir = max(need, cap)
     return ir
 
 
-def _fit_ir_version(proto: onnx.ModelProto, fixes: list[str]) -> None:
-    ir = fitting_ir_version(proto)
+def _fit_ir_version(proto: onnx.ModelProto, fixes: list[str], max_ir_version: int | None) -> None:
+    ir = fitting_ir_version(proto, max_ir_version)
     if ir != proto.ir_version:
         fixes.append(f"IR version {proto.ir_version} changed to {ir} to fit opset imports "
                      + ", ".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in proto.opset_import))

@@ -24,7 +24,6 @@ from partitioner.report import (
     op_counts,
     plural,
 )
-from trt_backend._files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -292,8 +291,8 @@ def _census_table(plan: Plan) -> str:
     return "\n".join(lines + ["</table>"])
 
 
-def write_picture(plan: Plan, path: str | os.PathLike[str]) -> None:
-    """Write the picture as SVG (``.svg``) or HTML (``.html``/``.htm``), atomically."""
+def render_picture(plan: Plan, path: str | os.PathLike[str]) -> str:
+    """The picture for a file named ``path``: SVG (``.svg``) or HTML (``.html``/``.htm``)."""
     suffix = os.path.splitext(os.fspath(path))[1].lower()
     if suffix == ".svg":
         text = render_svg(plan)
@@ -301,5 +300,4 @@ def write_picture(plan: Plan, path: str | os.PathLike[str]) -> None:
         text = render_html(plan)
     else:
         raise OptionsError(f"cannot tell the picture format from '{os.fspath(path)}': use a .svg, .html or .htm file")
-    write_atomic(path, text)
-    log.info("wrote partition picture %s", os.fspath(path))
+    return text

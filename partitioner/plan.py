@@ -40,6 +40,11 @@ class PartitionOptions:
     plugin_ops: tuple[str, ...] = ()  # op types offered to plugins before the parser (comparisons)
     target: str | None = None  # runtime the plan is for: "tensorrt" | "tensorrt_rtx"; None: the parser's flavor
 
+    def __post_init__(self) -> None:
+        for f in ("exclude_ops", "exclude_nodes", "plugins", "plugin_ops"):
+            value = getattr(self, f)
+            object.__setattr__(self, f, (value,) if isinstance(value, str) else tuple(value))
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -142,11 +147,12 @@ def validate_options(model: Model, options: PartitionOptions) -> None:
 
 
 def plan_model(source: ModelSource | Model, oracle: CapabilityOracle | None,
-               options: PartitionOptions | None = None) -> Plan:
-    """Load/normalize, assess capability, partition: the whole planning pipeline."""
+               options: PartitionOptions | None = None, *, max_ir_version: int | None = None) -> Plan:
+    """Load/normalize, assess capability, partition: the whole planning pipeline.
+    ``max_ir_version``: see :func:`partitioner.model.load_model`."""
     start = time.perf_counter()
     options = options or PartitionOptions()
-    model = load_model(source)
+    model = load_model(source, max_ir_version=max_ir_version)
     verdicts, stats = assess_model(model, oracle, options)
     plan = build_plan(model, verdicts, oracle.target if oracle is not None else None, options.min_segment_size,
                       target=plan_target(options, oracle))

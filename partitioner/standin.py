@@ -115,7 +115,8 @@ def build_standin_model(model: Model, claims: Mapping[int, object]) -> StandInMo
     kept_vi = [vi for vi in out.graph.value_info if vi.name not in known]
     del out.graph.value_info[:]
     out.graph.value_info.extend(kept_vi)
-    standin = normalize(out, name=f"{model.source} (plugin stand-ins)", base_dir=model.base_dir)
+    standin = normalize(out, name=f"{model.source} (plugin stand-ins)", base_dir=model.base_dir,
+                        max_ir_version=model.max_ir_version)
     if len(standin.proto.graph.node) != len(origin):
         raise RuntimeError("stand-in model lost or gained nodes during normalization")
     return StandInModel(standin, origin, dropped)

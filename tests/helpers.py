@@ -58,3 +58,16 @@ def assert_plan_valid(plan) -> None:
         available.update(o for i in seg.nodes for o in graph.node[i].output if o)
     for o in graph.output:
         assert o.name in available
+
+
+def conv_resize_chain(blocks: int = 2) -> onnx.ModelProto:
+    """x -> [Conv -> Resize(tf_crop_and_resize) -> Relu] * blocks -> y."""
+    nodes, inits, prev = [], [const("w", np.ones((4, 4, 3, 3), np.float32))], "x"
+    for b in range(blocks):
+        resize, extra = crop_resize(f"c{b}", f"r{b}", name=f"resize{b}")
+        nodes += [helper.make_node("Conv", [prev, "w"], [f"c{b}"], name=f"conv{b}", pads=[1, 1, 1, 1]), resize,
+                  helper.make_node("Relu", [f"r{b}"], [f"y{b}"], name=f"relu{b}")]
+        inits += extra
+        prev = f"y{b}"
+    nodes[-1].output[0] = "y"
+    return model(nodes, [vi("x", [1, 4, 8, 8])], [vi("y", [1, 4, 8, 8])], inits)

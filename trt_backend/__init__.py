@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from trt_backend._version import __version__
 from trt_backend.errors import (
     ArtifactError,
     CalibrationError,
@@ -28,12 +29,11 @@ from trt_backend.errors import (
     TrtBackendError,
 )
 
-__version__ = "0.1.0"
-
 # public name -> module holding it (imported on first use)
 _LAZY = {
     "Session": "trt_backend.session.session",
-    "SessionOptions": "trt_backend.session.session",
+    "SessionOptions": "trt_backend.session.options",
+    "RunOptions": "trt_backend.session.options",
     "OrtOptions": "trt_backend.ort.options",
     "PartitionOptions": "partitioner",
     "ParserOracle": "trt_backend.tensorrt.oracle",

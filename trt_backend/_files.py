@@ -9,6 +9,9 @@ import stat
 
 import onnx
 
+from partitioner import Plan
+from partitioner.picture import render_picture
+
 log = logging.getLogger(__name__)
 
 
@@ -61,3 +64,9 @@ def _remove_quietly(path: str) -> None:
 def sha256_bytes(data: bytes) -> str:
     """Hex SHA-256 of ``data`` (file hashes of build folders and engine caches)."""
     return hashlib.sha256(data).hexdigest()
+
+
+def write_picture(plan: Plan, path: str | os.PathLike[str]) -> None:
+    """Write the plan's picture as SVG (``.svg``) or HTML (``.html``/``.htm``), atomically."""
+    write_atomic(path, render_picture(plan, path))
+    log.info("wrote partition picture %s", os.fspath(path))

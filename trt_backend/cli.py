@@ -1,16 +1,17 @@
 """The ``trt-backend`` command line. Each subcommand lives in ``trt_backend.commands.<name>``
-and exposes ``register(subparsers)``; user errors print one line and exit 1."""
+and exposes ``register(subparsers)``, which points the parser at its ``handle(args)``; user
+errors print one line and exit 1."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 from collections.abc import Sequence
 
-from partitioner.errors import TrtBackendError
+from trt_backend.commands import bench, build, compare, demo, inspect, run
+from trt_backend.errors import TrtBackendError
 
-COMMANDS = ("inspect", "run", "build", "bench", "compare", "demo")
+COMMANDS = (inspect, run, build, bench, compare, demo)  # in the order --help lists them
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,14 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"trt_backend.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"trt_backend.commands.{name}":
-                raise
-            continue  # command not built yet
-        module.register(sub)
+    for command in COMMANDS:
+        command.register(sub)
     return parser
 
 

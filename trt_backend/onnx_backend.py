@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -25,11 +25,12 @@ from trt_backend.errors import (
     ProfileError,
 )
 from trt_backend.gpu.status import tensorrt_status
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import OPTION_NAMES, SessionOptions
+from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)
 
-_OPTION_NAMES = frozenset(f.name for f in fields(SessionOptions))
+_OPTION_NAMES = OPTION_NAMES
 _MAX_SHAPE_SESSIONS = 8
 
 

@@ -1,5 +1,8 @@
 """Planning with the TensorRT parser as oracle, optionally in a child process: the parser is
-native code, and a crash on an untrusted model must not take the caller down with it."""
+native code, and a crash on an untrusted model must not take the caller down with it.
+
+Every model trt_backend plans is loaded here (:func:`load`), normalised within the IR version
+the installed ONNX Runtime accepts; :func:`plan_for` is what a Session does to plan a model."""
 from __future__ import annotations
 
 import functools
@@ -19,10 +22,11 @@ from partitioner import (
     load_model,
     plan_model,
 )
-from partitioner.capability import Verdict
+from partitioner.capability import CapabilityOracle, Verdict
 from partitioner.model import ModelSource, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
-from trt_backend.errors import ParserCrashError
+from trt_backend.errors import ParserCrashError, TensorRTUnavailableError
+from trt_backend.ort.sessions import max_ir_version
 from trt_backend.tensorrt.flavor import load_flavor
 from trt_backend.tensorrt.oracle import ParserOracle
 
@@ -39,11 +43,43 @@ def parser_oracle(flavor: str) -> ParserOracle:
     return ParserOracle(load_flavor(flavor))
 
 
+def load(source: ModelSource | Model) -> Model:
+    """``source`` loaded and normalised for trt_backend: IR versions within what the installed
+    ONNX Runtime accepts (the partitioner is handed the cap; it has no runtime of its own)."""
+    return load_model(source, max_ir_version=max_ir_version())
+
+
 def plan_with_parser(model: ModelSource | Model, flavor: str, options: PartitionOptions) -> Plan:
     """``plan_model`` with the shared parser oracle of ``flavor``, one caller at a time."""
     oracle = parser_oracle(flavor)
+    loaded = load(model)
     with _oracle_lock:
-        return plan_model(model, oracle, options)
+        return plan_model(loaded, oracle, options)
+
+
+def plan_for(source: ModelSource | Model, options: PartitionOptions | None = None, *, flavor: str = "auto",
+             oracle: CapabilityOracle | None = None, isolate: bool = False) -> Plan:
+    """Plan ``source`` as a Session does: with ``oracle`` when given, else the TensorRT parser of
+    ``flavor`` (in a child process with ``isolate``). ``flavor="none"`` puts every node on ONNX
+    Runtime; so does ``"auto"`` when no TensorRT is importable (with a warning), where a named
+    flavor that is missing is a TensorRTUnavailableError."""
+    options = options or PartitionOptions()
+    if oracle is not None:
+        return plan_model(load(source), oracle, options)
+    if flavor != "none":
+        if isolate:
+            return make_plan(source, options, flavor=flavor, isolate=True)
+        try:
+            parser_oracle(flavor)  # (only a missing TensorRT falls back; planning errors propagate)
+        except TensorRTUnavailableError as e:
+            if flavor != "auto":
+                raise
+            log.warning("no TensorRT parser to decide capability (%s); every node runs on ONNX Runtime", e)
+        else:
+            return plan_with_parser(source, flavor, options)
+    loaded = load(source)
+    reason = "flavor 'none' chosen" if flavor == "none" else "no TensorRT flavor importable"
+    return build_plan(loaded, [Verdict("onnxruntime", reason)] * len(loaded.proto.graph.node), None)
 
 
 def make_plan(source: ModelSource | Model, options: PartitionOptions | None = None, *, flavor: str = "auto",
@@ -54,7 +90,7 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
     a native crash there becomes a :class:`ParserCrashError`."""
     options = options or PartitionOptions()
     start = time.perf_counter()
-    model = load_model(source)
+    model = load(source)
     if not isolate:
         plan = plan_with_parser(model, flavor, options)
         plan.seconds = time.perf_counter() - start
@@ -67,7 +103,8 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
                               "plan without isolation") from None
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, serialize(model.proto, model.source), model.source, flavor, options))
+    proc = ctx.Process(target=_child, args=(child, serialize(model.proto, model.source), model.source, flavor, options,
+                                            model.max_ir_version))
     proc.start()
     child.close()
     try:
@@ -88,10 +125,11 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
     return plan
 
 
-def _child(conn: Any, data: bytes, name: str, flavor: str, options: PartitionOptions) -> None:
+def _child(conn: Any, data: bytes, name: str, flavor: str, options: PartitionOptions,
+           ir_cap: int | None) -> None:
     try:
         oracle = ParserOracle(load_flavor(flavor))
-        verdicts, stats = assess_model(load_model(data), oracle, options)
+        verdicts, stats = assess_model(load_model(data, max_ir_version=ir_cap), oracle, options)
         conn.send({"verdicts": [(v.backend, v.reason) for v in verdicts], "target": oracle.target,
                    "plan_target": plan_target(options, oracle), "oracle_calls": stats.oracle_calls})
     except TrtBackendError as e:

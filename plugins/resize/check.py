@@ -99,14 +99,21 @@ def ort_divergence(case: Case) -> str | None:
 
 
 def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """ONNX Runtime's Resize, the reference. (plugins sit below trt_backend's ONNX Runtime glue, so
+    this reference session follows a process switched to global thread pools by itself.)"""
     import onnxruntime as ort
-
-    from trt_backend.ort.threads import inference_session
 
     ort.set_default_logger_severity(3)
     opts = ort.SessionOptions()
     opts.log_severity_level = 4
-    sess = inference_session(model.SerializeToString(), opts)
+    data = model.SerializeToString()
+    try:
+        sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - only the global-pool refusal is retried
+        if "global thread pool" not in str(e):
+            raise
+        opts.use_per_session_threads = False
+        sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
 
 

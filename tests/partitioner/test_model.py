@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from partitioner import InvalidModelError, ModelLoadError, TrtBackendError, load_model
-from partitioner.model import check_model, runtime_max_ir_version
+from partitioner.model import check_model
 from tests.helpers import const, model, vi
 
 
@@ -109,11 +109,16 @@ def test_ir_version_raised_to_fit_opset() -> None:
     assert any("IR version 3 changed to 7" in f for f in m.fixes)
 
 
-def test_ir_version_lowered_to_what_runtime_accepts() -> None:
-    too_new = relu_model(opset=13, ir=runtime_max_ir_version() + 5)
-    m = load_model(too_new)
-    assert m.proto.ir_version == runtime_max_ir_version()
-    ort.InferenceSession(m.proto.SerializeToString(), providers=["CPUExecutionProvider"])
+def test_ir_version_lowered_to_the_cap_passed_in() -> None:
+    """The partitioner has no runtime of its own: the caller passes the highest IR version its
+    runtime accepts (trt_backend: the installed ONNX Runtime's), else the onnx package's applies."""
+    too_new = relu_model(opset=13, ir=onnx.IR_VERSION + 5)
+    assert load_model(too_new).proto.ir_version == onnx.IR_VERSION
+    m = load_model(relu_model(opset=13, ir=onnx.IR_VERSION + 5), max_ir_version=8)
+    assert m.proto.ir_version == 8 and m.max_ir_version == 8
+    assert any("changed to 8" in f for f in m.fixes)
+    assert load_model(relu_model(opset=13, ir=9), max_ir_version=7).proto.ir_version == 7  # opset 13 needs IR 7
+    assert load_model(relu_model(opset=13, ir=9), max_ir_version=6).proto.ir_version == 7  # never below the opset
 
 
 def test_unknown_rank_and_unknown_dims_accepted() -> None:

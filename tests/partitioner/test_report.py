@@ -12,26 +12,12 @@ import pytest
 from onnx import helper
 
 from partitioner import Claim, Model, OptionsError, PartitionOptions, Plan, plan_model
-from partitioner.picture import flows, layout, render_html, render_svg, write_picture
+from partitioner.picture import flows, layout, render_html, render_picture, render_svg
 from partitioner.report import CensusRow, annotate, census, clip, format_ops, summary
-from tests.helpers import const, crop_resize, model, vi
-from trt_backend._files import save_model_atomic, write_atomic
+from tests.helpers import const, conv_resize_chain, crop_resize, model, vi
 
 SVG = "{http://www.w3.org/2000/svg}"
 DEMOTED = "demoted: TensorRT group of 2 node(s) is below the minimum segment size 3"
-
-
-def conv_resize_chain(blocks: int = 2) -> onnx.ModelProto:
-    """x -> [Conv -> Resize(tf_crop_and_resize) -> Relu] * blocks -> y."""
-    nodes, inits, prev = [], [const("w", np.ones((4, 4, 3, 3), np.float32))], "x"
-    for b in range(blocks):
-        resize, extra = crop_resize(f"c{b}", f"r{b}", name=f"resize{b}")
-        nodes += [helper.make_node("Conv", [prev, "w"], [f"c{b}"], name=f"conv{b}", pads=[1, 1, 1, 1]), resize,
-                  helper.make_node("Relu", [f"r{b}"], [f"y{b}"], name=f"relu{b}")]
-        inits += extra
-        prev = f"y{b}"
-    nodes[-1].output[0] = "y"
-    return model(nodes, [vi("x", [1, 4, 8, 8])], [vi("y", [1, 4, 8, 8])], inits)
 
 
 def det_and_ml() -> onnx.ModelProto:
@@ -160,51 +146,6 @@ def test_annotate_marks_every_node(oracle) -> None:
     assert len(plan.model.proto.graph.node[0].metadata_props) == 0  # the plan's model is untouched
 
 
-# --- atomic writes ----------------------------------------------------------------------------------------
-
-def test_write_atomic_writes_and_replaces(tmp_path) -> None:
-    target = tmp_path / "out.txt"
-    write_atomic(target, "héllo")
-    assert target.read_bytes() == "héllo".encode()
-    write_atomic(str(target), b"\x00\x01")
-    assert target.read_bytes() == b"\x00\x01"
-    assert os.listdir(tmp_path) == ["out.txt"]
-
-
-@pytest.mark.parametrize("failing", ["replace", "fsync"])
-def test_write_atomic_leaves_nothing_on_failure(tmp_path, monkeypatch, failing: str) -> None:
-    def boom(*args: object) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(os, failing, boom)
-    with pytest.raises(OSError, match="No space"):
-        write_atomic(tmp_path / "new.onnx", b"x" * 1000)
-    assert os.listdir(tmp_path) == []
-    monkeypatch.undo()
-    (tmp_path / "old.svg").write_text("old")
-    monkeypatch.setattr(os, failing, boom)
-    with pytest.raises(OSError):
-        write_atomic(tmp_path / "old.svg", "new")
-    assert os.listdir(tmp_path) == ["old.svg"] and (tmp_path / "old.svg").read_text() == "old"
-
-
-def test_save_model_atomic(tmp_path, monkeypatch, chain_plan: Plan) -> None:
-    path = tmp_path / "annotated.onnx"
-    save_model_atomic(annotate(chain_plan), path)
-    onnx.checker.check_model(onnx.load(str(path)))
-
-    class TooLarge:  # what protobuf does with a model over 2 GiB
-        def SerializeToString(self) -> bytes:
-            raise ValueError("Message onnx.ModelProto exceeds maximum protobuf size of 2GB")
-
-    with pytest.raises(ValueError, match="2GB"):
-        save_model_atomic(TooLarge(), tmp_path / "big.onnx")  # type: ignore[arg-type]
-    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError("disk gone")))
-    with pytest.raises(OSError, match="disk gone"):
-        save_model_atomic(annotate(chain_plan), tmp_path / "other.onnx")
-    assert sorted(os.listdir(tmp_path)) == ["annotated.onnx"]
-
-
 # --- picture --------------------------------------------------------------------------------------------
 
 def test_svg_boxes_and_edges(chain_plan: Plan) -> None:
@@ -259,17 +200,6 @@ def test_html_is_self_contained(chain_plan: Plan) -> None:
     assert "<script" not in page
     assert page.count("<tr><td class=\"n\">") == 5  # one row per segment
     assert "<td>Resize</td><td class=\"n\">2</td><td>TensorRT parser: UNSUPPORTED_NODE" in page
-
-
-def test_write_picture_by_suffix(tmp_path, chain_plan: Plan) -> None:
-    write_picture(chain_plan, tmp_path / "p.svg")
-    write_picture(chain_plan, tmp_path / "p.HTM")
-    write_picture(chain_plan, str(tmp_path / "p.html"))
-    assert (tmp_path / "p.svg").read_text(encoding="utf-8") == render_svg(chain_plan)
-    assert (tmp_path / "p.html").read_text(encoding="utf-8") == render_html(chain_plan)
-    with pytest.raises(OptionsError, match=r"\.svg, \.html or \.htm"):
-        write_picture(chain_plan, tmp_path / "p.png")
-    assert sorted(os.listdir(tmp_path)) == ["p.HTM", "p.html", "p.svg"]
 
 
 def test_plan_from_json_draws_but_cannot_annotate(chain_plan: Plan) -> None:
@@ -352,3 +282,10 @@ def test_light_resnet50_with_sums_excluded(light_dir: str) -> None:
             consumers = plan.model.index.consumers[n.output[0]]
             assert seg_of[plan.model.index.producer[n.output[0]]] == seg_of[consumers[0]]
     assert len(svg_groups(render_svg(plan), "edge")) == len(edges) == 32 + 2
+
+
+def test_render_picture_by_suffix(chain_plan: Plan) -> None:
+    assert render_picture(chain_plan, "p.svg") == render_svg(chain_plan)
+    assert render_picture(chain_plan, "p.HTM") == render_picture(chain_plan, "x/p.html") == render_html(chain_plan)
+    with pytest.raises(OptionsError, match=r"\.svg, \.html or \.htm"):
+        render_picture(chain_plan, "p.png")

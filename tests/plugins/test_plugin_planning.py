@@ -59,7 +59,8 @@ def test_target_tensorrt_plans_one_segment_and_rtx_three(oracle, antialias: bool
 
 @pytest.mark.parametrize("antialias", [False, True])
 def test_emulated_sessions_match_whole_model_onnx_runtime(oracle, antialias: bool) -> None:
-    from trt_backend.session.session import Session, SessionOptions
+    from trt_backend.session.options import SessionOptions
+    from trt_backend.session.session import Session
 
     model = crop_cnn(antialias=antialias)
     x = np.random.default_rng(4).standard_normal((2, 3, 16, 16)).astype(np.float32)

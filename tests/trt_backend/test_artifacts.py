@@ -13,7 +13,8 @@ import trt_backend
 from trt_backend.cli import main
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import ArtifactError
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 
 PROFILE = [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}]
 pytestmark = pytest.mark.usefixtures("flavor")

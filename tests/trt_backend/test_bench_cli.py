@@ -167,7 +167,7 @@ def test_progress_waits_then_reports() -> None:
 def test_library_rounds_alternate_and_progress_reports_builds(tmp_path) -> None:
     from trt_backend.bench.loop import BenchOptions, run_bench
     from trt_backend.bench.timing import TimingConfig
-    from trt_backend.session.session import SessionOptions
+    from trt_backend.session.options import SessionOptions
 
     events: list[ProgressEvent] = []
     options = BenchOptions(shapes={"x": (1, 4, 8, 8)}, baselines=("ort-cpu",),
@@ -187,7 +187,8 @@ def test_build_times_of_a_session_that_built_its_own_engines(tmp_path, flavor) -
     from trt_backend.engines.builder import BuildOptions
     from trt_backend.engines.cache import EngineCache
     from trt_backend.engines.fallback import build_engines
-    from trt_backend.session.session import Session, SessionOptions
+    from trt_backend.session.options import SessionOptions
+    from trt_backend.session.session import Session
 
     sess = Session(conv_chain(1, 4, 8), [{"x": (1, 4, 8, 8)}], SessionOptions(emulate=True))
     built = build_engines(sess.plan, sess.segment_profiles, BuildOptions(), EngineCache(str(tmp_path)), flavor=flavor)
@@ -204,6 +205,6 @@ def test_cpu_session_flags_reach_the_session_options() -> None:
 
     args = build_parser().parse_args(["bench", DEMO_PATH, "--thread-pool", "global", "--share-arena", "--threads", "2"])
     _, so = options_from_args(args)  # (options only: no ONNX Runtime session is made, nothing is switched)
-    assert (so.thread_pool, so.share_arena, so.intra_op_threads) == ("global", True, 2)
+    assert (so.ort.thread_pool, so.ort.share_arena, so.ort.intra_op_threads) == ("global", True, 2)
     _, so = options_from_args(build_parser().parse_args(["bench", DEMO_PATH]))
-    assert (so.thread_pool, so.share_arena, so.intra_op_threads) == ("session", False, 0)
+    assert (so.ort.thread_pool, so.ort.share_arena, so.ort.intra_op_threads) == ("session", False, 0)

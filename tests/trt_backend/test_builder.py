@@ -142,7 +142,7 @@ def test_build_segment_raises_with_local_node_indices(flavor) -> None:
 def test_options_are_applied(flavor) -> None:
     m = conv_resize_conv(batch=2)
     seg = make_plan(m, PartitionOptions(min_segment_size=1), flavor=flavor.name).extract(0)
-    options = BuildOptions(workspace_bytes=1 << 28, optimization_level=1, max_aux_streams=2,
+    options = BuildOptions(workspace_bytes=1 << 28, builder_optimization_level=1, max_aux_streams=2,
                            hardware_compatibility="ampere_plus", precision="fp32")
     built = compile_segment(seg, [], options, flavor)
     assert built.layers == 1 and len(built.engine) > 1000 and built.precision == "fp32"
@@ -156,7 +156,7 @@ def test_options_are_applied(flavor) -> None:
 
 
 def test_options_validation() -> None:
-    for bad in ({"precision": "int8"}, {"optimization_level": 7}, {"workspace_bytes": -1},
+    for bad in ({"precision": "int8"}, {"builder_optimization_level": 7}, {"workspace_bytes": -1},
                 {"hardware_compatibility": "turing"}, {"compute_capabilities": ("eighty",)}, {"max_workers": -2}):
         with pytest.raises(OptionsError):
             BuildOptions(**bad)  # type: ignore[arg-type]

@@ -22,7 +22,8 @@ from trt_backend.accuracy.compare import compare
 from trt_backend.accuracy.options import CompareOptions
 from trt_backend.errors import ReferenceRunError
 from trt_backend.runners.base import SegmentRunner
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 
@@ -61,10 +62,10 @@ class Noisy(SegmentRunner):
         self.executor = inner.executor  # type: ignore[misc]
         self.inner, self.scale, self.nan = inner, scale, nan
 
-    def run_impl(self, inputs: Sequence[Any]) -> list[Any]:
+    def run_impl(self, inputs: Sequence[Any], ort_run_options: Any = None) -> list[Any]:
         rng = np.random.default_rng(7)
         outs = []
-        for o in self.inner.run(inputs):
+        for o in self.inner.run(inputs, ort_run_options):
             o = o + (self.scale * rng.standard_normal(o.shape)).astype(o.dtype)
             if self.nan:
                 o.reshape(-1)[0] = np.nan

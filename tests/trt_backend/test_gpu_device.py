@@ -118,7 +118,8 @@ def test_session_takes_device_feeds_without_copy_and_validates_them() -> None:
     """At the GPU boundary: a device array (interface only) is checked like a numpy feed."""
     from trt_backend.data.demo import DEMO_PATH
     from trt_backend.errors import FeedError
-    from trt_backend.session.session import Session, SessionOptions
+    from trt_backend.session.options import SessionOptions
+    from trt_backend.session.session import Session
 
     sess = Session(DEMO_PATH, [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}],
                    SessionOptions(emulate=True))

@@ -15,7 +15,8 @@ from trt_backend.profiles import TensorProfile, profiles_from_json, profiles_to_
 from trt_backend.session.derive import symbolic_profile
 from trt_backend.session.feeds import node_arg
 from trt_backend.session.given import complete_profiles, normalize_profiles
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 
 X = node_arg("x", h.make_tensor_type_proto(T.FLOAT, ["N", 3, 8]))
 K = node_arg("k", h.make_tensor_type_proto(T.INT64, [2]))
@@ -157,7 +158,7 @@ def test_runner_profile_choice_is_remembered_per_shape_and_shape_tensor_value() 
     class Echo(SegmentRunner):
         executor = "echo"
 
-        def run_impl(self, inputs):
+        def run_impl(self, inputs, ort_run_options=None):
             return list(inputs)
 
     values = ((1, 5), (2, 5), (3, 5))

@@ -26,7 +26,8 @@ from trt_backend.errors import (
     TensorRTUnavailableError,
 )
 from trt_backend.runners.ort import EmulatedTensorRTRunner
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 
@@ -108,7 +109,7 @@ def test_replace_runner_swaps_one_segment_and_refuses_another_segments_runner() 
         node.output[:] = [f"{o}_pre" if o == out else o for o in node.output]
     g.node.append(h.make_node("Add", [f"{out}_pre", f"{out}_pre"], [out]))
     old = sess.runners[0]
-    swapped = EmulatedTensorRTRunner(seg, doubled, sess.options.ort_options(3), old.profiles, old.shape_tensors)
+    swapped = EmulatedTensorRTRunner(seg, doubled, sess.options.ort_for(3), old.profiles, old.shape_tensors)
     assert sess.replace_runner(0, swapped) is old
     assert sess.schedule(None) is not first and sess.schedule(None)[0].runner is swapped
     changed = sess.run(None, {"image": image()})
@@ -153,10 +154,10 @@ def test_intermediates_are_dropped_once_their_last_reader_ran() -> None:
         runner = step.runner
         original = runner.run_impl
 
-        def spy(inputs, _original=original, _k=k):
+        def spy(inputs, ort_run_options=None, _original=original, _k=k):
             gone = {n for s in steps[:_k] for n in s.free}
             assert all(alive[n]() is None for n in gone), f"step {_k}: freed tensors still alive"
-            outputs = _original(inputs)
+            outputs = _original(inputs, ort_run_options)
             for name, value in zip(steps[_k].outputs, outputs):
                 alive[name] = weakref.ref(value)
             return outputs
@@ -250,8 +251,13 @@ def test_saved_plan_of_a_changed_model_or_plan_is_refused() -> None:
 @pytest.mark.parametrize("kwargs, message", [
     ({"emulate": "yes"}, "emulate must be True, False or 'auto'"),
     ({"flavor": "cuda"}, "flavor must be one of"),
-    ({"optimization_level": "max"}, "optimization_level must be one of"),
+    ({"graph_optimization_level": "max"}, "graph_optimization_level must be one of"),
     ({"intra_op_threads": -1}, "intra_op_threads must be a whole number"),
+    ({"optimization_level": 3}, "say graph_optimization_level .* or builder_optimization_level"),
+    ({"builder_optimization_level": 9}, "builder optimisation level must be 0..5"),
+    ({"exclude_op": ("Resize",)}, "SessionOptions has no option 'exclude_op'"),
+    ({"ort": {"intra_op_threads": 2}}, "ort must be a OrtOptions, got dict"),
+    ({"calibration_seed": "7"}, "calibration_seed must be a whole number"),
 ])
 def test_bad_options_are_refused(kwargs, message) -> None:
     with pytest.raises(OptionsError, match=message):
@@ -287,3 +293,58 @@ def test_outputs_that_are_inputs_or_constants_and_scalar_inputs() -> None:
     np.testing.assert_array_equal(z, -np.maximum(2 * x, 0))
     np.testing.assert_array_equal(x_back, x)
     np.testing.assert_array_equal(k, [1, 2, 3])
+
+
+def test_session_options_compose_the_stages_options() -> None:
+    """Each stage's options validate themselves once; the flat keywords land in the one stage that
+    has a field of that name; dataclasses.replace keeps working."""
+    import dataclasses
+
+    from partitioner import PartitionOptions
+    from trt_backend.engines.builder import BuildOptions
+    from trt_backend.ort.options import OrtOptions
+    from trt_backend.session.options import OPTION_NAMES
+
+    composed = SessionOptions(partition=PartitionOptions(exclude_ops=("Gemm",), min_segment_size=2),
+                              ort=OrtOptions(intra_op_threads=2, thread_pool="session"),
+                              build=BuildOptions(precision="fp16", builder_optimization_level=3), emulate=True)
+    flat = SessionOptions(exclude_ops="Gemm", min_segment_size=2, intra_op_threads=2, precision="fp16",
+                          builder_optimization_level=3, emulate=True)
+    assert composed == flat
+    assert flat.partition.exclude_ops == ("Gemm",) and flat.ort.intra_op_threads == 2
+    assert flat.build.precision == "fp16" and flat.build.builder_optimization_level == 3
+    # flat keywords refine the stage object given beside them
+    both = SessionOptions(partition=PartitionOptions(exclude_ops=("Gemm",)), min_segment_size=5)
+    assert (both.partition.exclude_ops, both.partition.min_segment_size) == (("Gemm",), 5)
+    again = dataclasses.replace(flat, emulate="auto")
+    assert again.partition == flat.partition and again.ort == flat.ort and again.emulate == "auto"
+    # one name per meaning: no name belongs to two stages, and the old ambiguous one is refused
+    stage_names = [f.name for cls in (PartitionOptions, OrtOptions, BuildOptions) for f in dataclasses.fields(cls)]
+    assert len(stage_names) == len(set(stage_names))
+    assert "optimization_level" not in OPTION_NAMES and "graph_optimization_level" in OPTION_NAMES
+    assert BuildOptions(builder_optimization_level=2).key_fields()["optimization_level"] == 2  # cache keys kept
+
+
+def test_run_options_per_run() -> None:
+    """RunOptions: outputs_on_device per run (on CPU, outputs are numpy either way); an
+    onnxruntime.RunOptions reaches the ONNX Runtime segment runs (a terminated one stops them)."""
+    from trt_backend.session.options import RunOptions
+
+    sess = demo_session()
+    x = np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    want = sess.run(None, {"image": x})
+    got = sess.run(None, {"image": x}, RunOptions(outputs_on_device=False))
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)
+    ro = ort.RunOptions()
+    ro.log_severity_level = 3
+    for a, b in zip(want, sess.run(None, {"image": x}, ro)):
+        np.testing.assert_array_equal(a, b)
+    stop = ort.RunOptions()
+    stop.terminate = True
+    with pytest.raises(SegmentRunError, match="segment 0 .*failed"):
+        sess.run(None, {"image": x}, RunOptions(ort=stop))
+    with pytest.raises(OptionsError, match="run_options must be a trt_backend RunOptions"):
+        sess.run(None, {"image": x}, {"outputs_on_device": True})
+    with pytest.raises(OptionsError, match="RunOptions.ort must be an onnxruntime.RunOptions"):
+        RunOptions(ort="fast")

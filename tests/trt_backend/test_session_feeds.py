@@ -12,7 +12,8 @@ from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import FeedError
 from trt_backend.profiles import TensorProfile
 from trt_backend.session.feeds import FeedValidator, node_arg, random_feeds
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 
@@ -31,7 +32,7 @@ def runs(sess, monkeypatch) -> list[int]:
     count: list[int] = []
     for runner in sess.runners:
         original = runner.run_impl
-        monkeypatch.setattr(runner, "run_impl", lambda inputs, _o=original: count.append(1) or _o(inputs))
+        monkeypatch.setattr(runner, "run_impl", lambda inputs, ro=None, _o=original: count.append(1) or _o(inputs, ro))
     return count
 
 

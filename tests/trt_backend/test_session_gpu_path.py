@@ -13,7 +13,8 @@ from trt_backend.data.demo import DEMO_PATH
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.ort.options import OrtOptions
 from trt_backend.runners.ort import EmulatedTensorRTRunner
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 
 PROFILE = [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}]
 pytestmark = pytest.mark.usefixtures("flavor")

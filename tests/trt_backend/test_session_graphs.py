@@ -18,7 +18,8 @@ from onnx import numpy_helper as nh
 from tests.helpers import crop_resize
 from trt_backend.ort.threads import inference_session
 from trt_backend.profiles import covering_profile
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 

@@ -9,7 +9,8 @@ import onnx
 import pytest
 
 from tests.trt_backend.test_session_graphs import assert_same, ort_reference
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 

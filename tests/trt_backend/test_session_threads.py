@@ -22,7 +22,8 @@ from tests.trt_backend.test_session_graphs import assert_same, conv_chain, ort_r
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import ort_session
 from trt_backend.ort.threads import use_global_thread_pool
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 
 PROFILE = [{"x": ((1, 8, 16, 16), (2, 8, 16, 16), (4, 8, 16, 16))}]
 
@@ -56,7 +57,7 @@ def config(sess: ort.InferenceSession, key: str) -> str | None:
     (False, 1, False, False),
 ])
 def test_spinning_choice_per_segment_count(spin, segments, allow, while_running) -> None:
-    o = SessionOptions(allow_spinning=spin).ort_options(segments)
+    o = SessionOptions(ort=OrtOptions(allow_spinning=spin)).ort_for(segments)
     assert (o.allow_spinning, o.spin_while_running, o.share_arena) == (allow, while_running, False)
 
 
@@ -65,7 +66,7 @@ def test_ort_session_settings_reach_onnxruntime() -> None:
                                       [h.make_tensor_value_info("x", T.FLOAT, [2])],
                                       [h.make_tensor_value_info("y", T.FLOAT, [2])]),
                          opset_imports=[h.make_opsetid("", 17)])
-    default = ort_session(model, OrtOptions(spin_while_running=True), "relu")  # spins on: nothing to stop
+    default = ort_session(model, OrtOptions(allow_spinning=True), "relu")  # spins on: nothing to stop
     assert config(default, "session.force_spinning_stop") is None
     assert config(default, "session.intra_op.allow_spinning") is None
     assert config(default, "session.use_env_allocators") is None
@@ -117,7 +118,8 @@ import numpy as np, onnxruntime as ort
 from partitioner.errors import OptionsError
 from trt_backend.ort.threads import global_thread_pool
 from tests.trt_backend.test_session_threads import chain_session, config, conv_chain
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 from tests.trt_backend.test_session_graphs import ort_reference
 out = {}
 x0 = np.random.default_rng(0).standard_normal((2, 8, 16, 16)).astype(np.float32)

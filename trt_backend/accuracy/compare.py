@@ -36,7 +36,8 @@ from trt_backend.ort.sessions import ort_session
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import EMULATED
 from trt_backend.runners.ort import EmulatedTensorRTRunner
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
             raise OptionsError("a ready Session brings its own profiles and options; pass the model instead")
         sess, owned = model, False
         precision = effective_precision(opts, sess.options.build)
-        reference = reference_session(sess.model, sess.options.ort_options(len(sess.runners) + 1))
+        reference = reference_session(sess.model, sess.options.ort_for(len(sess.runners) + 1))
     else:
         so = session_options if session_options is not None else SessionOptions()
         if not isinstance(so, SessionOptions):
@@ -75,7 +76,7 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
         plan = model if isinstance(model, Plan) else Session.make_plan(model, so)
         # The reference first: a model ONNX Runtime cannot load is reported as such, not as a
         # failure to derive profiles.
-        reference = reference_session(plan.model, so.ort_options(len(plan.segments) + 1))
+        reference = reference_session(plan.model, so.ort_for(len(plan.segments) + 1))
         sess, owned = Session(plan, profiles, so), True
     before = list(sess.runners)
     try:
@@ -155,7 +156,7 @@ def lower_precision(sess: Any, precision: str, keep_fp32_ops: Sequence[str]) -> 
         except PrecisionError as e:
             log.warning("%s stays fp32: %s", r.label, e)
             continue
-        runner = EmulatedTensorRTRunner(r.segment, lowered.model, sess.options.ort_options(len(sess.runners)),
+        runner = EmulatedTensorRTRunner(r.segment, lowered.model, sess.options.ort_for(len(sess.runners)),
                                         r.profiles, r.shape_tensors)
         sess.replace_runner(i, runner)
         done[r.segment.id] = precision
@@ -201,7 +202,7 @@ def _compare(sess: Any, reference: Any, opts: CompareOptions, feeds: Sequence[Ma
                               skipped_outputs=skipped, inference_ms=timing, model=str(sess.model.source))
     if opts.localize == "always" or (opts.localize == "mismatch" and not passed):
         first_bad = next((i for i, it in enumerate(errors) if not all(e.passed for e in it.values())), 0)
-        ort_opts = sess.options.ort_options(len(sess.runners) + 1)
+        ort_opts = sess.options.ort_for(len(sess.runners) + 1)
         run_reference = reference_with_boundaries(sess.model, boundary_names(sess.runners), ort_opts)
         report.segments = segment_reports(sess, data[first_bad], opts, run_reference, precisions)
         report.localization = blame(report.segments, sess.model.proto.graph, first_bad, not passed)

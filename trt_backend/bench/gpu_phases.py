@@ -69,12 +69,12 @@ class PhaseRecorder:
             if close is not None:
                 close()
 
-    def _run(self, run: Callable[[Sequence[Any]], list[Any]]) -> Callable[[Sequence[Any]], list[Any]]:
+    def _run(self, run: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
         start, h2d_end, compute_end, d2h_end = self.events
 
         @functools.wraps(run)
-        def timed(inputs: Sequence[Any]) -> list[Any]:
-            out = run(inputs)  # the runner recorded the four events and synchronized its stream
+        def timed(inputs: Sequence[Any], *args: Any) -> list[Any]:
+            out = run(inputs, *args)  # the runner recorded the four events and synchronized its stream
             if self.recording:
                 d2h_end.synchronize()
                 self.samples["h2d"].append(h2d_end.elapsed_ms(start))

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -48,7 +48,8 @@ from trt_backend.errors import BenchOptionsError, TensorRTUnavailableError
 from trt_backend.ort.threads import thread_pool_mode
 from trt_backend.profiles import Shape
 from trt_backend.session.feeds import random_feeds
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 from trt_backend.tensorrt.flavor import load_flavor
 
 log = logging.getLogger(__name__)
@@ -167,11 +168,8 @@ def _prepare_ours(c: Candidate, sess: Any, feeds: Mapping[str, Any]) -> None:
 def _session_options(given: Any, options: BenchOptions, cache_dir: str | None) -> Any:
     """The session's options, with the bench's precision and engine cache where it builds engines
     itself (the GPU path) and the caller set none."""
-    from dataclasses import replace
-
-
     so = given if given is not None else SessionOptions()
-    if so.build is None:
+    if so.build == BuildOptions():
         so = replace(so, build=BuildOptions(precision=options.precision))
     if so.cache_dir is None and cache_dir is not None:
         so = replace(so, cache_dir=cache_dir)
@@ -202,17 +200,16 @@ def _baseline(name: str, sess: Any, feeds: Mapping[str, Any], names: list[str], 
               cache_dir: str | None, ours_build: dict[str, Any] | None, so: Any, progress: Any = None) -> Candidate:
     if name == "trt-whole":
         capability = sess.plan
-        if so.exclude_ops or so.exclude_nodes:  # ask TensorRT about the whole model, not our exclusions
-            from dataclasses import replace
-
-            capability = sess.make_plan(sess.model, replace(so, exclude_ops=(), exclude_nodes=()))
+        if so.partition.exclude_ops or so.partition.exclude_nodes:  # ask TensorRT about the whole model
+            whole = replace(so, partition=replace(so.partition, exclude_ops=(), exclude_nodes=()))
+            capability = sess.make_plan(sess.model, whole)
         built = ours_build if ours_build and "seconds" in ours_build else None
         return trt_whole(sess, capability, feeds, so.build, cache_dir, built, so.flavor, options.build, progress)
     model = sess.model.proto.SerializeToString()
     ort_dir = os.path.join(cache_dir, "ort-trt") if cache_dir and name == "ort-trt" else None
     if ort_dir:
         os.makedirs(ort_dir, exist_ok=True)
-    return ort_baseline(name, model, feeds, names, so.ort_options(1), options.precision, ort_dir)
+    return ort_baseline(name, model, feeds, names, so.ort_for(1), options.precision, ort_dir)
 
 
 def measure(candidates: Sequence[Candidate], timing: TimingConfig,
@@ -261,9 +258,9 @@ def _result(sess: Any, options: BenchOptions, candidates: Sequence[Candidate], m
         settings={"warmup_ms": t.warmup_s * 1e3, "duration_s": t.duration_s, "iterations": t.min_iterations,
                   "rounds": t.rounds, "precision": options.precision, "seed": options.seed,
                   "baselines": list(options.baselines), "emulate": sess.options.emulate, "build": options.build,
-                  "intra_op_threads": sess.options.intra_op_threads,
+                  "intra_op_threads": sess.options.ort.intra_op_threads,
                   "thread_pool": thread_pool_mode(),  # what ran, whatever was asked
-                  "share_arena": sess.options.share_arena},
+                  "share_arena": sess.options.ort.share_arena},
         environment=_environment(sess),
         plan={"segments": len(sess.plan.segments), "tensorrt": sess.plan.tensorrt, "executors": executors,
               "summary": f"{len(sess.plan.segments)} segment(s): " + ", ".join(

@@ -145,14 +145,14 @@ class SegmentTimer:
                     runner.__dict__["run"] = saved
             self._installed = False
 
-    def _wrap(self, k: int, run: Callable[[Sequence[Any]], list[Any]]) -> Callable[[Sequence[Any]], list[Any]]:
+    def _wrap(self, k: int, run: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
         clock = time.perf_counter
 
-        def timed(inputs: Sequence[Any]) -> list[Any]:
+        def timed(inputs: Sequence[Any], *args: Any) -> list[Any]:
             if not self.recording:
-                return run(inputs)
+                return run(inputs, *args)
             t0 = clock()
-            out = run(inputs)
+            out = run(inputs, *args)
             self.total_s[k] += clock() - t0
             self.counts[k] += 1
             return out

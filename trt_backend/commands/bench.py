@@ -15,13 +15,15 @@ from trt_backend.bench.candidates import BASELINES
 from trt_backend.bench.loop import PRECISIONS, BenchOptions, run_bench
 from trt_backend.bench.report import write_plot
 from trt_backend.bench.timing import ProgressEvent, TimingConfig
-from trt_backend.commands.inspect import (
+from trt_backend.commands._args import (
     add_cpu_session_arguments,
     add_partition_arguments,
-    cpu_session_options,
+    add_shape_arguments,
+    cli_profiles,
+    ort_options,
+    parse_shapes,
     session_options,
 )
-from trt_backend.commands.run import add_shape_arguments, cli_profiles, parse_shapes
 from trt_backend.errors import BenchOptionsError
 
 PROGRESS_AFTER_S = 2.0  # runs shorter than this print no progress
@@ -59,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--plot", metavar="OUT.png", help="draw the latency distribution per runner (needs matplotlib)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     add_partition_arguments(p)
-    p.set_defaults(func=handler)
+    p.set_defaults(func=handle)
 
 
 def _number(text: str, flag: str, kind: type = float) -> Any:
@@ -108,7 +110,7 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
                            timing=timing, precision=args.precision, build=not args.no_build,
                            cache_dir=args.cache_dir, seed=args.seed)
     session = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
-                              intra_op_threads=threads, **cpu_session_options(args))
+                              ort=ort_options(args, intra_op_threads=threads))
     return options, session
 
 
@@ -151,7 +153,7 @@ class ProgressPrinter:
             self.stream.flush()
 
 
-def handler(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
 
 
     options, session = options_from_args(args)

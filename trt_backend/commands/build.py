@@ -7,8 +7,12 @@ import sys
 from typing import Any
 
 from partitioner import OptionsError
-from trt_backend.commands.inspect import add_partition_arguments, session_options
-from trt_backend.commands.run import add_shape_arguments, cli_profiles
+from trt_backend.commands._args import (
+    add_partition_arguments,
+    add_shape_arguments,
+    cli_profiles,
+    session_options,
+)
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.report import BuildEvent
 from trt_backend.session import build_folder

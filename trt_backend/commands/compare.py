@@ -14,8 +14,13 @@ from partitioner import OptionsError
 from trt_backend._files import write_atomic
 from trt_backend.accuracy.compare import compare
 from trt_backend.accuracy.options import DEFAULT_TOLERANCE, ERROR_STATS, CompareOptions
-from trt_backend.commands.inspect import add_partition_arguments, session_options
-from trt_backend.commands.run import add_shape_arguments, cli_profiles, parse_shapes
+from trt_backend.commands._args import (
+    add_partition_arguments,
+    add_shape_arguments,
+    cli_profiles,
+    parse_shapes,
+    session_options,
+)
 from trt_backend.engines.precision import PRECISIONS
 
 

@@ -8,14 +8,14 @@ import os
 import numpy as np
 
 from partitioner import PartitionOptions
-from partitioner.picture import write_picture
 from partitioner.report import summary
-from trt_backend._files import write_atomic
+from trt_backend._files import write_atomic, write_picture
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.ort.threads import inference_session
 from trt_backend.planning import make_plan
 from trt_backend.session import build_folder
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 
 PROFILE = [{"image": ((1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32))}]
 
@@ -27,10 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "and compare with ONNX Runtime.")
     p.add_argument("--out", default="trt-backend-demo", metavar="DIR", help="where to write (default ./trt-backend-demo)")
     p.add_argument("--flavor", choices=("auto", "tensorrt", "tensorrt_rtx"), default="auto")
-    p.set_defaults(func=run)
+    p.set_defaults(func=handle)
 
 
-def run(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
 
     print(f"1. plan the demo model ({DEMO_PATH})")
     plan = make_plan(DEMO_PATH, PartitionOptions(), flavor=args.flavor)

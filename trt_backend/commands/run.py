@@ -5,79 +5,26 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import re
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from partitioner import OptionsError
 from trt_backend._files import write_atomic
-from trt_backend.commands.inspect import (
+from trt_backend.commands._args import (
     add_cpu_session_arguments,
     add_partition_arguments,
-    cpu_session_options,
+    add_shape_arguments,
+    cli_profiles,
+    ort_options,
+    parse_shapes,
     session_options,
 )
 from trt_backend.errors import FeedError
 from trt_backend.ort.threads import thread_pool_mode
-from trt_backend.profiles import Shape
 from trt_backend.session.feeds import random_feeds
 from trt_backend.session.session import Session
-
-_SPEC = re.compile(r"\s*(?P<name>[^,\[]+?):(?P<shape>\[[^\]]*\]|[0-9x]*)\s*(?:,|$)")
-
-
-def parse_shapes(text: str) -> dict[str, Shape]:
-    """``"x:1x3x224x224,y:[2,5],s:[]"`` -> {"x": (1, 3, 224, 224), "y": (2, 5), "s": ()}."""
-    out: dict[str, Shape] = {}
-    pos = 0
-    text = text.strip()
-    while pos < len(text):
-        m = _SPEC.match(text, pos)
-        if not m or m.end() == pos:
-            raise OptionsError(f"cannot read shapes {text!r} at {text[pos:]!r}; "
-                               "write name:1x3x224x224 or name:[1,3,224,224], separated by commas")
-        shape = m.group("shape")
-        try:
-            if shape.startswith("["):
-                dims = tuple(int(d) for d in shape[1:-1].split(",") if d.strip())
-            else:
-                dims = tuple(int(d) for d in shape.split("x")) if shape else ()
-        except ValueError:
-            raise OptionsError(f"bad shape {shape!r} for '{m.group('name')}' in {text!r}") from None
-        out[m.group("name").strip()] = dims
-        pos = m.end()
-    return out
-
-
-def cli_profiles(min_shapes: Sequence[str], opt_shapes: Sequence[str], max_shapes: Sequence[str],
-                 shapes: str | None = None) -> list[dict[str, Any]]:
-    """Profiles from repeated --min/--opt/--max-shapes (the n-th of each make profile n); with
-    none of them, ``--shapes`` gives one fixed profile."""
-    if not (min_shapes or opt_shapes or max_shapes):
-        return [{n: (s, s, s) for n, s in parse_shapes(shapes).items()}] if shapes else []
-    if not (len(min_shapes) == len(opt_shapes) == len(max_shapes)):
-        raise OptionsError(f"give --min-shapes, --opt-shapes and --max-shapes together (got {len(min_shapes)}, "
-                           f"{len(opt_shapes)} and {len(max_shapes)})")
-    profiles: list[dict[str, Any]] = []
-    for k, (lo, mid, hi) in enumerate(zip(min_shapes, opt_shapes, max_shapes)):
-        a, b, c = parse_shapes(lo), parse_shapes(mid), parse_shapes(hi)
-        if not (a.keys() == b.keys() == c.keys()):
-            raise OptionsError(f"profile {k}: --min-shapes, --opt-shapes and --max-shapes name different inputs "
-                               f"({sorted(a)}, {sorted(b)}, {sorted(c)})")
-        profiles.append({n: (a[n], b[n], c[n]) for n in a})
-    return profiles
-
-
-def add_shape_arguments(p: argparse.ArgumentParser, what: str) -> None:
-    """``--shapes`` and the repeatable ``--min/--opt/--max-shapes`` that :func:`cli_profiles` reads."""
-    p.add_argument("--shapes", metavar="x:1x3x224x224,...",
-                   help=f"input shapes to {what} (and, without --min/--opt/--max-shapes, a fixed profile)")
-    for which in ("min", "opt", "max"):
-        p.add_argument(f"--{which}-shapes", action="append", default=[], metavar="x:1x3x224x224,...",
-                       help=f"{which} shapes of a profile (repeat all three for several profiles)")
 
 
 def stats_line(value: Any) -> str:
@@ -133,7 +80,7 @@ def handle(args: argparse.Namespace) -> int:
 
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
-                              **cpu_session_options(args))
+                              ort=ort_options(args))
     start = time.perf_counter()
     sess = Session(args.model, profiles or None, options, plan=args.saved_plan)
     made = time.perf_counter() - start
@@ -162,7 +109,7 @@ def handle(args: argparse.Namespace) -> int:
     print("executors: " + ", ".join(f"{e} x{executors.count(e)}" for e in dict.fromkeys(executors)))
     if "onnxruntime" in executors or "emulated" in executors:
         pools = {"global": "one global thread pool", "session": "a thread pool each"}[thread_pool_mode()]
-        print(f"ONNX Runtime CPU sessions: {pools}, " + ("one shared arena" if options.share_arena else "an arena each"))
+        print(f"ONNX Runtime CPU sessions: {pools}, " + ("one shared arena" if options.ort.share_arena else "an arena each"))
     if args.outputs:
         _save_outputs(args.outputs, names, outputs)
     if args.plan_json:

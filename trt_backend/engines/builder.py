@@ -54,7 +54,7 @@ class BuildOptions:
     precision: str = "fp32"  # fp32 | tf32 | fp16 | bf16
     keep_fp32_ops: tuple[str, ...] = DEFAULT_KEEP_FP32
     workspace_bytes: int | None = None
-    optimization_level: int | None = None  # builder optimisation level, 0..5
+    builder_optimization_level: int | None = None  # TensorRT builder optimisation level, 0..5
     timing_cache: str | None = None  # file: loaded, merged, saved (no-op in TensorRT-RTX)
     hardware_compatibility: str = "none"  # none | ampere_plus | same_compute_capability
     compute_capabilities: tuple[str, ...] = ()
@@ -71,8 +71,8 @@ class BuildOptions:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 0):
                 raise OptionsError(f"{name} must be a whole number >= 0, got {value!r}")
-        if self.optimization_level is not None and self.optimization_level not in range(6):
-            raise OptionsError(f"builder optimisation level must be 0..5, got {self.optimization_level!r}")
+        if self.builder_optimization_level is not None and self.builder_optimization_level not in range(6):
+            raise OptionsError(f"builder optimisation level must be 0..5, got {self.builder_optimization_level!r}")
         if self.hardware_compatibility not in HARDWARE_LEVELS:
             raise OptionsError(f"hardware compatibility must be one of {', '.join(HARDWARE_LEVELS)}, "
                                f"got {self.hardware_compatibility!r}")
@@ -93,6 +93,8 @@ class BuildOptions:
             d.pop(k)
         d["keep_fp32_ops"] = sorted(d["keep_fp32_ops"]) if self.precision in ("fp16", "bf16") else []
         d["precision_transform"] = TRANSFORM_VERSION
+        # the key written before the field was renamed: engine caches and build manifests keep theirs
+        d["optimization_level"] = d.pop("builder_optimization_level")
         return d
 
 
@@ -272,9 +274,9 @@ def configure(config: Any, options: BuildOptions, flavor: Flavor) -> None:
     trt = flavor.module
     if options.workspace_bytes is not None:
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_bytes)
-    if options.optimization_level is not None:
+    if options.builder_optimization_level is not None:
         _require(flavor, "IBuilderConfig.builder_optimization_level", "builder optimisation level")
-        config.builder_optimization_level = options.optimization_level
+        config.builder_optimization_level = options.builder_optimization_level
     if options.precision in ("fp32", "tf32") and flavor.has("BuilderFlag.TF32"):
         (config.set_flag if options.precision == "tf32" else config.clear_flag)(trt.BuilderFlag.TF32)
     if options.hardware_compatibility != "none":

@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 from partitioner.errors import OptionsError
 from partitioner.model import fitting_ir_version
 from trt_backend.errors import PrecisionError
+from trt_backend.ort.sessions import max_ir_version
 from trt_backend.ort.threads import inference_session
 
 log = logging.getLogger(__name__)
@@ -294,7 +295,7 @@ def _with_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
         log.warning("%s: opset %d -> %d conversion for bf16 failed (%s); ops whose opset-%d schema lacks "
                     "bfloat16 stay in float32", model.graph.name, current, target, e, current)
         return model
-    converted.ir_version = fitting_ir_version(converted)
+    converted.ir_version = fitting_ir_version(converted, max_ir_version())
     return converted
 
 

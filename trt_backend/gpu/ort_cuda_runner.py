@@ -50,7 +50,7 @@ class OrtCudaRunner(SegmentRunner):
         self.device_id = device_id
         self._types = {i.name: i.type for i in self._session.get_inputs()}
 
-    def run_impl(self, inputs: Sequence[Any]) -> list[Any]:
+    def run_impl(self, inputs: Sequence[Any], ort_run_options: Any = None) -> list[Any]:
         binding = self._session.io_binding()
         held: list[Any] = []
         for name, value in zip(self.input_names, inputs):
@@ -65,7 +65,7 @@ class OrtCudaRunner(SegmentRunner):
         for name in self.output_names:
             binding.bind_output(name, "cuda", self.device_id)
         try:
-            self._session.run_with_iobinding(binding)
+            self._session.run_with_iobinding(binding, ort_run_options)
         except Exception as e:  # noqa: BLE001 - ONNX Runtime's own error types
             raise SegmentRunError(f"{self.label} failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         outputs = []

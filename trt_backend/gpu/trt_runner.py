@@ -119,7 +119,7 @@ class TensorRTRunner(SegmentRunner):
             self._local.context, self._local.allocator, self._local.profile = ctx, allocator, -1
         return ctx
 
-    def run_impl(self, inputs: Sequence[Any]) -> list[Any]:
+    def run_impl(self, inputs: Sequence[Any], ort_run_options: Any = None) -> list[Any]:
         ctx = self._context()
         allocator: _OutputAllocator = self._local.allocator
         profile = self.select_profile(inputs) if self.profiles else 0

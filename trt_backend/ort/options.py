@@ -1,28 +1,73 @@
-"""ONNX Runtime settings of a Session's sessions."""
+"""ONNX Runtime settings of a Session's sessions (segments, calibration, references, baselines)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
+from partitioner.errors import OptionsError
+
+GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
+THREAD_POOLS = ("session", "global")
+
 
 @dataclass(frozen=True)
 class OrtOptions:
-    """ONNX Runtime settings shared by every ONNX Runtime session of a Session."""
+    """ONNX Runtime settings shared by every ONNX Runtime session of a Session.
+
+    ``allow_spinning``: pool threads spin waiting for work. None: they spin while their session
+    runs, and with several segments stop when its run returns (idle pools spinning would take
+    cores from the segment running); True: ONNX Runtime's default (they spin on after a run);
+    False: they sleep at once (each parallel op then wakes them: slow).
+    ``share_arena``: segment sessions allocate from one CPU arena (registered process-wide, once,
+    with ``onnxruntime.create_and_register_allocator``, which replaces one registered before):
+    what a segment frees is reused, still in cache, by the next.
+    ``thread_pool``: "session" gives each ONNX Runtime session (one per segment) its own
+    intra-op pool, ONNX Runtime's default; "global" makes them all share ONNX Runtime's
+    process-wide pool (sized by the thread counts, once per process): no sleeping pool to wake
+    per segment, but the whole process switches (:func:`trt_backend.ort.threads.use_global_thread_pool`)
+    from the first Session that asks and gets past checking its model and profiles.
+    ``allow_spinning`` is for per-session pools (False is refused with "global")."""
 
     intra_op_threads: int = 0  # 0: ONNX Runtime's default
     inter_op_threads: int = 0
-    optimization_level: str = "all"  # disable | basic | extended | all
+    graph_optimization_level: str = "all"  # disable | basic | extended | all
     custom_op_libraries: tuple[str, ...] = ()  # e.g. onnxruntime_extensions.get_library_path()
     providers: tuple[str | tuple[str, dict[str, str]], ...] = ("CPUExecutionProvider",)  # names or (name, options)
     log_severity: int = 3  # 0 verbose .. 4 fatal
-    allow_spinning: bool = True  # pool threads spin waiting for work, on after a run too (ORT's default)
-    # Where allow_spinning is off: spin while a run is in progress, stop when it returns
-    # ("session.force_spinning_stop"). Sessions taking turns then never have idle pools spinning
-    # on the cores of the one running, yet each wakes its threads once per run, not once per op.
-    spin_while_running: bool = False
-    # Allocate from one CPU arena shared by every session that asks for it, registered once per
-    # process with onnxruntime.create_and_register_allocator (replacing any registered before).
+    allow_spinning: bool | None = None
     share_arena: bool = False
-    # Share ONNX Runtime's process-wide intra-op pool (partitioner.ort_threads) instead of one
-    # pool per session; the thread counts above then size that pool, once per process.
-    global_thread_pool: bool = False
+    thread_pool: str = "session"
+    # Set by :meth:`for_segments`, not by users: spin while a run is in progress, stop when it
+    # returns ("session.force_spinning_stop"), where allow_spinning is False.
+    spin_while_running: bool = False
+
+    def __post_init__(self) -> None:
+        for f in ("custom_op_libraries", "providers"):
+            value = getattr(self, f)
+            object.__setattr__(self, f, (value,) if isinstance(value, str) else tuple(value))
+        if self.graph_optimization_level not in GRAPH_OPTIMIZATION_LEVELS:
+            raise OptionsError(f"graph_optimization_level must be one of {', '.join(GRAPH_OPTIMIZATION_LEVELS)}, "
+                               f"got {self.graph_optimization_level!r}")
+        if self.thread_pool not in THREAD_POOLS:
+            raise OptionsError(f"thread_pool must be one of {', '.join(THREAD_POOLS)}, got {self.thread_pool!r}")
+        if self.thread_pool == "global" and self.allow_spinning is False:
+            raise OptionsError("allow_spinning=False applies to per-session thread pools; ONNX Runtime's global pool "
+                               "spins as it was created (use thread_pool='session' to stop spinning)")
+        for f in ("intra_op_threads", "inter_op_threads"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise OptionsError(f"{f} must be a whole number >= 0, got {v!r}")
+        if self.allow_spinning not in (None, True, False):
+            raise OptionsError(f"allow_spinning must be None, True or False, got {self.allow_spinning!r}")
+
+    @property
+    def global_thread_pool(self) -> bool:
+        return self.thread_pool == "global"
+
+    def for_segments(self, segments: int) -> OrtOptions:
+        """These settings as each session of a plan of ``segments`` segments gets them: the
+        spinning choice made (None: spin on with one session, only while running with several)."""
+        if self.global_thread_pool:  # the global pool spins as the process created it
+            return replace(self, allow_spinning=True, spin_while_running=False)
+        if self.allow_spinning is None:
+            return replace(self, allow_spinning=segments <= 1, spin_while_running=True)
+        return replace(self, spin_while_running=False)

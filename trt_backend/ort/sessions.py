@@ -9,7 +9,7 @@ import onnx
 from partitioner.errors import OptionsError
 from partitioner.model import serialize
 from trt_backend.errors import SegmentLoadError
-from trt_backend.ort.options import OPTIMIZATION_LEVELS, OrtOptions
+from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.threads import (
     global_thread_pool,
     inference_session,
@@ -39,11 +39,8 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) 
               "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
               "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
               "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
-    if options.optimization_level not in levels:
-        raise OptionsError(f"unknown optimization level {options.optimization_level!r}; "
-                           f"choose one of {', '.join(OPTIMIZATION_LEVELS)}")
-    so.graph_optimization_level = levels[options.optimization_level]
-    if options.allow_spinning or global_thread_pool() is not None:
+    so.graph_optimization_level = levels[options.graph_optimization_level]
+    if options.allow_spinning is not False or global_thread_pool() is not None:
         pass  # ONNX Runtime's default (a global pool spins as the process set it up)
     elif options.spin_while_running:
         so.add_session_config_entry("session.force_spinning_stop", "1")
@@ -76,3 +73,28 @@ def _register_shared_arena() -> None:
 def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+@functools.lru_cache(maxsize=1)
+def max_ir_version() -> int | None:
+    """Highest IR version the installed ONNX Runtime accepts (probed once; None without
+    onnxruntime). Passed to the partitioner, which has no runtime of its own, so models are
+    normalised and segments extracted within it."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return None
+    from onnx import TensorProto, helper
+
+    for ir in range(int(onnx.IR_VERSION), 6, -1):
+        v = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+        probe = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [v],
+                                                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]),
+                                  opset_imports=[helper.make_opsetid("", 13)])
+        probe.ir_version = ir
+        try:
+            inference_session(probe.SerializeToString())
+            return ir
+        except Exception:  # noqa: BLE001 - any refusal means "not this IR version"
+            continue
+    return None

@@ -52,12 +52,14 @@ class SegmentRunner(ABC):
     def label(self) -> str:
         return f"segment {self.segment.id} ({self.segment.backend}, executor {self.executor})"
 
-    def run(self, inputs: Sequence[Any]) -> list[Any]:
+    def run(self, inputs: Sequence[Any], ort_run_options: Any = None) -> list[Any]:
+        """Outputs for ``inputs`` (in ``input_names`` order). ``ort_run_options``: an
+        ``onnxruntime.RunOptions`` for runners that run ONNX Runtime (others ignore it)."""
         if len(inputs) != len(self.input_names):
             raise ValueError(f"{self.label}: got {len(inputs)} input(s), expected {len(self.input_names)}")
         if self.profiles:
             self.select_profile(inputs)
-        outputs = self.run_impl(inputs)
+        outputs = self.run_impl(inputs, ort_run_options)
         if len(outputs) != len(self.output_names):
             raise RuntimeError(f"{self.label}: produced {len(outputs)} output(s), expected {len(self.output_names)}")
         return outputs
@@ -98,7 +100,7 @@ class SegmentRunner(ABC):
                            f"profiles=[{{..., '{name}': (min_shape, opt_shape, max_shape)}}]")
 
     @abstractmethod
-    def run_impl(self, inputs: Sequence[Any]) -> list[Any]:
+    def run_impl(self, inputs: Sequence[Any], ort_run_options: Any = None) -> list[Any]:
         """Run on validated inputs (in ``input_names`` order); outputs in ``output_names`` order."""
 
     def close(self) -> None:

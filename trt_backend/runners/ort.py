@@ -29,7 +29,7 @@ class OnnxRuntimeRunner(SegmentRunner):
         # numpy lacks (bfloat16, float8, int4...) need OrtValues in and out.
         self._ort_values = any(a.type in NO_NUMPY_TYPES for a in ios)
 
-    def run_impl(self, inputs: Sequence[Any]) -> list[Any]:
+    def run_impl(self, inputs: Sequence[Any], ort_run_options: Any = None) -> list[Any]:
         session = self._session  # (one read: close() from another thread cannot pull it away mid-run)
         if session is None:
             raise SegmentRunError(f"{self.label} is closed (its Session was closed, or the runner replaced)")
@@ -37,8 +37,8 @@ class OnnxRuntimeRunner(SegmentRunner):
         try:
             if self._ort_values:
                 feeds = {n: to_ort_value(v) for n, v in zip(self.input_names, inputs)}
-                return list(session.run_with_ort_values(self.output_names, feeds))
-            return list(session.run(self.output_names, dict(zip(self.input_names, inputs))))
+                return list(session.run_with_ort_values(self.output_names, feeds, ort_run_options))
+            return list(session.run(self.output_names, dict(zip(self.input_names, inputs)), ort_run_options))
         except ort_errors() as e:
             raise SegmentRunError(f"{self.label} failed: {first_line(e)}") from None
 

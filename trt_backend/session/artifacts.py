@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from partitioner import Plan
-from partitioner.model import load_model
 from trt_backend._files import sha256_bytes
 from trt_backend.engines.builder import BuildOptions, build_target
 from trt_backend.errors import ArtifactError, TensorRTUnavailableError
+from trt_backend.planning import load
 from trt_backend.tensorrt.flavor import load_flavor
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool
                 with open(os.path.join(folder, os.path.basename(seg["engine"])), "rb") as f:
                     engines[int(seg["id"])] = f.read()
     plan = Plan.from_dict(manifest["plan"])
-    plan.model = load_model(os.path.join(folder, manifest["model_file"]))
+    plan.model = load(os.path.join(folder, manifest["model_file"]))
     return BuiltFolder(plan, manifest, engines)
 
 

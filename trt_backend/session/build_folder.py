@@ -14,8 +14,8 @@ from typing import Any
 import onnx
 
 from partitioner import Plan
-from trt_backend import __version__
 from trt_backend._files import write_atomic
+from trt_backend._version import __version__
 from trt_backend.engines.builder import BuildOptions, build_target
 from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.fallback import build_with_fallback, plugin_rewrite
@@ -26,7 +26,8 @@ from trt_backend.session.artifacts import (
     MODEL_FILE,
     sha256_bytes,
 )
-from trt_backend.session.session import Session, SessionOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 from trt_backend.tensorrt.flavor import load_flavor
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ def build(model: Any, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None
 
     cache = EngineCache(cache_dir) if cache_dir else None
     result = build_with_fallback(sess.plan, profiles_of, bopts, cache, flavor=flv,
-                                 min_segment_size=opts.min_segment_size, rewrite=plugin_rewrite(sess.plan, flv),
+                                 min_segment_size=opts.partition.min_segment_size, rewrite=plugin_rewrite(sess.plan, flv),
                                  progress=progress)
     final = sessions.get(id(result.plan)) or Session(result.plan, profiles, opts)
     seconds = {r.segment: r.seconds for r in result.report.segments} if result.report.segments else {}

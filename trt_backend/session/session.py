@@ -12,19 +12,12 @@ from typing import Any
 import onnx
 
 from partitioner import (
-    DEFAULT_MIN_SEGMENT_SIZE,
     Model,
-    PartitionOptions,
     Plan,
     Segment,
-    Verdict,
-    build_plan,
-    load_model,
-    plan_model,
 )
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
-from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.fallback import build_with_fallback, plugin_rewrite
 from trt_backend.engines.precision import apply_precision
@@ -32,11 +25,10 @@ from trt_backend.errors import PrecisionError, SegmentRunError, TensorRTUnavaila
 from trt_backend.gpu.device import BufferPool, Stream
 from trt_backend.gpu.ort_cuda_runner import OrtCudaRunner, cuda_provider_available
 from trt_backend.gpu.status import make_tensorrt_runner, tensorrt_status
-from trt_backend.ort.options import OPTIMIZATION_LEVELS, OrtOptions
 from trt_backend.ort.sessions import first_line, ort_errors, ort_session
 from trt_backend.ort.threads import use_global_thread_pool
 from trt_backend.ort.values import to_numpy
-from trt_backend.planning import make_plan, parser_oracle, plan_with_parser
+from trt_backend.planning import plan_for
 from trt_backend.profiles import Profile, profiles_from_json
 from trt_backend.runners.base import SegmentRunner
 from trt_backend.runners.ort import EmulatedTensorRTRunner, OnnxRuntimeRunner
@@ -44,6 +36,7 @@ from trt_backend.session.artifacts import open_folder
 from trt_backend.session.derive import derive_profiles, shape_tensor_inputs
 from trt_backend.session.feeds import FeedValidator, NodeArg, node_arg
 from trt_backend.session.given import complete_profiles, normalize_profiles
+from trt_backend.session.options import RunOptions, SessionOptions
 from trt_backend.session.saved import (
     SessionPlan,
     check_saved,
@@ -53,99 +46,6 @@ from trt_backend.session.saved import (
 
 log = logging.getLogger(__package__)  # "trt_backend.session": the stage's logger, as users see it
 
-EMULATE_CHOICES = (True, False, "auto")
-FLAVOR_CHOICES = ("auto", "tensorrt", "tensorrt_rtx", "none")
-THREAD_POOL_CHOICES = ("session", "global")
-
-
-@dataclass(frozen=True)
-class SessionOptions:
-    """How a :class:`Session` plans, derives profiles and runs.
-
-    ``emulate``: True runs TensorRT segments through ONNX Runtime on CPU; False requires
-    TensorRT; "auto" emulates only when TensorRT cannot execute here (one warning).
-    ``flavor``: whose TensorRT parser decides capability ("none": everything on ONNX Runtime).
-    ``oracle``: a ``partitioner.CapabilityOracle`` to ask instead of a TensorRT parser."""
-
-    emulate: bool | str = "auto"
-    flavor: str = "auto"
-    # partitioning
-    exclude_ops: tuple[str, ...] = ()
-    exclude_nodes: tuple[str, ...] = ()
-    min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE
-    max_oracle_calls: int = 1000
-    plugins: tuple[Any, ...] = ()
-    oracle: Any = None
-    # ONNX Runtime
-    intra_op_threads: int = 0
-    inter_op_threads: int = 0
-    optimization_level: str = "all"
-    custom_op_libraries: tuple[str, ...] = ()
-    providers: tuple[str, ...] = ("CPUExecutionProvider",)
-    # ONNX Runtime pool threads spin waiting for work. None: they spin while their session runs,
-    # and with several segments stop when its run returns (idle pools spinning would take cores
-    # from the segment running); True: ONNX Runtime's default (they spin on after a run); False:
-    # they sleep at once (each parallel op then wakes them: slow).
-    allow_spinning: bool | None = None
-    # Segment sessions allocate from one CPU arena (registered process-wide, once, with
-    # onnxruntime.create_and_register_allocator, which replaces one registered before): what a
-    # segment frees is reused, still in cache, by the next. Off: each session has its own arena.
-    share_arena: bool = False
-    # "session": each ONNX Runtime session (one per segment) has its own intra-op pool, ONNX
-    # Runtime's default. "global": they all share ONNX Runtime's process-wide pool (sized by
-    # intra_op_threads/inter_op_threads, once per process): no sleeping pool to wake per segment,
-    # but the whole process switches (partitioner.ort_threads.use_global_thread_pool), from the
-    # first Session that asks and gets past checking its model and profiles. allow_spinning is
-    # for per-session pools (False is refused with "global").
-    thread_pool: str = "session"
-    isolate_parser: bool = False  # ask the TensorRT parser in a child process (survives its crashes)
-    target: str | None = None  # runtime the plan is for ("tensorrt" | "tensorrt_rtx"; None: the parser's)
-    plugin_ops: tuple[str, ...] = ()  # op types given to plugins even where TensorRT has a layer
-    # engines (the GPU path)
-    build: Any = None  # a builder.BuildOptions; None: its defaults
-    cache_dir: str | None = None  # engine cache folder; None: build without a cache
-    allow_host_code: bool = False  # load engines that carry host code (version-compatible builds)
-    outputs_on_device: bool = False  # GPU path: return outputs as device arrays (__cuda_array_interface__)
-    # profile derivation
-    calibration_seed: int = 0
-
-    def __post_init__(self) -> None:
-        for f in ("exclude_ops", "exclude_nodes", "plugins", "custom_op_libraries", "providers", "plugin_ops"):
-            value = getattr(self, f)
-            if isinstance(value, str):
-                value = (value,)
-            object.__setattr__(self, f, tuple(value))
-        if not any(self.emulate is c or (isinstance(c, str) and self.emulate == c) for c in EMULATE_CHOICES):
-            raise OptionsError(f"emulate must be True, False or 'auto', got {self.emulate!r}")
-        if self.flavor not in FLAVOR_CHOICES:
-            raise OptionsError(f"flavor must be one of {', '.join(FLAVOR_CHOICES)}, got {self.flavor!r}")
-        if self.optimization_level not in OPTIMIZATION_LEVELS:
-            raise OptionsError(f"optimization_level must be one of {', '.join(OPTIMIZATION_LEVELS)}, "
-                               f"got {self.optimization_level!r}")
-        if self.thread_pool not in THREAD_POOL_CHOICES:
-            raise OptionsError(f"thread_pool must be one of {', '.join(THREAD_POOL_CHOICES)}, got {self.thread_pool!r}")
-        if self.thread_pool == "global" and self.allow_spinning is False:
-            raise OptionsError("allow_spinning=False applies to per-session thread pools; ONNX Runtime's global pool "
-                               "spins as it was created (use thread_pool='session' to stop spinning)")
-        for f in ("intra_op_threads", "inter_op_threads"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise OptionsError(f"{f} must be a whole number >= 0, got {v!r}")
-
-    def partition_options(self) -> PartitionOptions:
-        return PartitionOptions(exclude_ops=self.exclude_ops, exclude_nodes=self.exclude_nodes,
-                                min_segment_size=self.min_segment_size, max_oracle_calls=self.max_oracle_calls,
-                                plugins=self.plugins, target=self.target, plugin_ops=self.plugin_ops)
-
-    def ort_options(self, segments: int = 1) -> OrtOptions:
-        """ONNX Runtime settings of each segment of a plan of ``segments`` segments."""
-        spin = self.allow_spinning if self.allow_spinning is not None else segments <= 1
-        return OrtOptions(self.intra_op_threads, self.inter_op_threads, self.optimization_level,
-                          self.custom_op_libraries, self.providers, allow_spinning=spin,
-                          spin_while_running=self.allow_spinning is None, share_arena=self.share_arena,
-                          global_thread_pool=self.thread_pool == "global")
-
-
 @dataclass(frozen=True)
 class Step:
     """One segment run of a schedule: what it reads, writes, and what can be dropped after it."""
@@ -154,6 +54,9 @@ class Step:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     free: tuple[str, ...]
+
+
+_DEFAULT_RUN = RunOptions()
 
 
 class Session:
@@ -186,8 +89,9 @@ class Session:
             user = user or profiles_from_json(saved.get("input_profiles", []))
         input_profiles = complete_profiles(user, self._inputs, required=bool(trt))
         shape_tensors = {s.id: frozenset(shape_tensor_inputs(self.model, s)) for s in trt}
-        if self.options.thread_pool == "global":  # once the inputs are known good; before our sessions
-            use_global_thread_pool(self.options.intra_op_threads, self.options.inter_op_threads)
+        ort_opts = self.options.ort
+        if ort_opts.global_thread_pool:  # once the inputs are known good; before our sessions
+            use_global_thread_pool(ort_opts.intra_op_threads, ort_opts.inter_op_threads)
 
         def derive(p: Plan) -> dict[int, list[Profile]]:
             return derive_profiles(self.model, p, self._inputs, input_profiles, overrides, self._calibration_runner,
@@ -228,24 +132,7 @@ class Session:
     def make_plan(model: ModelSource | Model, options: SessionOptions | None = None) -> Plan:
         """Plan ``model`` as a Session with ``options`` would (a Session also accepts the result)."""
         opts = options if options is not None else SessionOptions()
-        if opts.isolate_parser and opts.oracle is None and opts.flavor != "none":
-
-            return make_plan(model, opts.partition_options(), flavor=opts.flavor, isolate=True)
-        if opts.oracle is not None:
-            return plan_model(model, opts.oracle, opts.partition_options())
-        if opts.flavor != "none":
-
-            try:
-                parser_oracle(opts.flavor)  # (only a missing TensorRT falls back; planning errors propagate)
-            except TensorRTUnavailableError as e:
-                if opts.flavor != "auto":
-                    raise
-                log.warning("no TensorRT parser to decide capability (%s); every node runs on ONNX Runtime", e)
-            else:
-                return plan_with_parser(model, opts.flavor, opts.partition_options())
-        loaded = load_model(model)
-        reason = "flavor 'none' chosen" if opts.flavor == "none" else "no TensorRT flavor importable"
-        return build_plan(loaded, [Verdict("onnxruntime", reason)] * len(loaded.proto.graph.node), None)
+        return plan_for(model, opts.partition, flavor=opts.flavor, oracle=opts.oracle, isolate=opts.isolate_parser)
 
     def _build_engines(self, plan: Plan, derived: dict[int, list[Profile]],
                        derive: Any) -> tuple[Plan, dict[int, list[Profile]], dict[int, bytes]]:
@@ -261,14 +148,14 @@ class Session:
 
         cache = EngineCache(self.options.cache_dir, allow_host_code=self.options.allow_host_code) \
             if self.options.cache_dir else None
-        result = build_with_fallback(plan, profiles_of, self.options.build or BuildOptions(), cache,
-                                     min_segment_size=self.options.min_segment_size, rewrite=plugin_rewrite(plan))
+        result = build_with_fallback(plan, profiles_of, self.options.build, cache,
+                                     min_segment_size=self.options.partition.min_segment_size, rewrite=plugin_rewrite(plan))
         self.build_report = result.report
         return result.plan, profiles_of(result.plan), dict(result.engines)
 
     def _make_runners(self, plan: Plan, emulate: bool, derived: dict[int, list[Profile]],
                       shape_tensors: dict[int, frozenset[str]], engines: dict[int, bytes]) -> list[SegmentRunner]:
-        ort_opts = self.options.ort_options(len(plan.segments))
+        ort_opts = self.options.ort_for(len(plan.segments))
         gpu = not emulate and bool(plan.tensorrt_segments())
         device_kw: dict[str, Any] = {}
         cuda_ort = False
@@ -300,8 +187,8 @@ class Session:
         (the same ONNX-level transform the builder applies), so emulation shows its error."""
         build = self.options.build
         self.emulated_precisions[seg.id] = "fp32"
-        if build is None or build.precision not in ("fp16", "bf16"):
-            if build is not None and build.precision == "tf32":
+        if build.precision not in ("fp16", "bf16"):
+            if build.precision == "tf32":
                 log.warning("segment %d: tf32 is a TensorRT builder flag; emulated, it computes in fp32", seg.id)
             return proto
 
@@ -338,7 +225,7 @@ class Session:
                 tp = self.model.index.types.get(name)
                 if tp is not None:
                     vi.type.CopyFrom(tp)
-        sess = ort_session(proto, self.options.ort_options(), f"calibration model of {self.model.source}")
+        sess = ort_session(proto, self.options.ort_for(1), f"calibration model of {self.model.source}")
 
         def run(wanted: Sequence[str], feeds: Mapping[str, Any]) -> list[Any]:
 
@@ -371,22 +258,36 @@ class Session:
         return self.plan.segment_profiles
 
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
-            run_options: Any = None) -> list[Any]:
+            run_options: RunOptions | None = None) -> list[Any]:
         """Outputs (numpy arrays; lists for sequences) for ``output_names`` (None: all, in graph
-        order). Everything is validated before any segment runs. ``run_options`` is accepted
-        for onnxruntime compatibility and ignored."""
+        order). Everything is validated before any segment runs. ``run_options``: a
+        :class:`RunOptions` (or, as with onnxruntime, an ``onnxruntime.RunOptions``, which is
+        handed to every ONNX Runtime segment run)."""
+        run = self._run_options(run_options)
         names = self._validator.output_names(output_names)
         feeds = self._validator.validate(input_feed)
         env: dict[str, Any] = dict(self._constants)
         env.update(feeds)
         for step in self.schedule(names):
-            values = step.runner.run([env[n] for n in step.inputs])
+            values = step.runner.run([env[n] for n in step.inputs], run.ort)
             env.update(zip(step.outputs, values))
             for n in step.free:
                 del env[n]
-        if self.options.outputs_on_device:
+        on_device = self.options.outputs_on_device if run.outputs_on_device is None else run.outputs_on_device
+        if on_device:
             return [env[n] for n in names]
         return [env[n].to_host() if hasattr(env[n], "to_host") else to_numpy(env[n]) for n in names]
+
+    @staticmethod
+    def _run_options(given: Any) -> RunOptions:
+        if given is None:
+            return _DEFAULT_RUN
+        if isinstance(given, RunOptions):
+            return given
+        if type(given).__name__ == "RunOptions" and type(given).__module__.startswith("onnxruntime"):
+            return RunOptions(ort=given)
+        raise OptionsError(f"run_options must be a trt_backend RunOptions or an onnxruntime.RunOptions, "
+                           f"got {type(given).__name__}")
 
     def replace_runner(self, index: int, runner: SegmentRunner) -> SegmentRunner:
         """Put ``runner`` in place of segment ``index``'s runner (same segment, same inputs and

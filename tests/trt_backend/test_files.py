@@ -1,0 +1,69 @@
+"""Files written whole or not at all (trt_backend._files): atomic writes, models, pictures."""
+from __future__ import annotations
+
+import os
+
+import onnx
+import pytest
+
+from partitioner import OptionsError, PartitionOptions, Plan, plan_model
+from partitioner.picture import render_html, render_svg
+from partitioner.report import annotate
+from tests.helpers import conv_resize_chain
+from trt_backend._files import save_model_atomic, write_atomic, write_picture
+
+
+@pytest.fixture(scope="module")
+def chain_plan(oracle) -> Plan:
+    return plan_model(conv_resize_chain(), oracle, PartitionOptions(min_segment_size=1))
+
+
+def test_write_atomic_writes_and_replaces(tmp_path) -> None:
+    target = tmp_path / "out.txt"
+    write_atomic(target, "héllo")
+    assert target.read_bytes() == "héllo".encode()
+    write_atomic(str(target), b"\x00\x01")
+    assert target.read_bytes() == b"\x00\x01"
+    assert os.listdir(tmp_path) == ["out.txt"]
+
+@pytest.mark.parametrize("failing", ["replace", "fsync"])
+def test_write_atomic_leaves_nothing_on_failure(tmp_path, monkeypatch, failing: str) -> None:
+    def boom(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, failing, boom)
+    with pytest.raises(OSError, match="No space"):
+        write_atomic(tmp_path / "new.onnx", b"x" * 1000)
+    assert os.listdir(tmp_path) == []
+    monkeypatch.undo()
+    (tmp_path / "old.svg").write_text("old")
+    monkeypatch.setattr(os, failing, boom)
+    with pytest.raises(OSError):
+        write_atomic(tmp_path / "old.svg", "new")
+    assert os.listdir(tmp_path) == ["old.svg"] and (tmp_path / "old.svg").read_text() == "old"
+
+def test_save_model_atomic(tmp_path, monkeypatch, chain_plan: Plan) -> None:
+    path = tmp_path / "annotated.onnx"
+    save_model_atomic(annotate(chain_plan), path)
+    onnx.checker.check_model(onnx.load(str(path)))
+
+    class TooLarge:  # what protobuf does with a model over 2 GiB
+        def SerializeToString(self) -> bytes:
+            raise ValueError("Message onnx.ModelProto exceeds maximum protobuf size of 2GB")
+
+    with pytest.raises(ValueError, match="2GB"):
+        save_model_atomic(TooLarge(), tmp_path / "big.onnx")  # type: ignore[arg-type]
+    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError("disk gone")))
+    with pytest.raises(OSError, match="disk gone"):
+        save_model_atomic(annotate(chain_plan), tmp_path / "other.onnx")
+    assert sorted(os.listdir(tmp_path)) == ["annotated.onnx"]
+
+def test_write_picture_by_suffix(tmp_path, chain_plan: Plan) -> None:
+    write_picture(chain_plan, tmp_path / "p.svg")
+    write_picture(chain_plan, tmp_path / "p.HTM")
+    write_picture(chain_plan, str(tmp_path / "p.html"))
+    assert (tmp_path / "p.svg").read_text(encoding="utf-8") == render_svg(chain_plan)
+    assert (tmp_path / "p.html").read_text(encoding="utf-8") == render_html(chain_plan)
+    with pytest.raises(OptionsError, match=r"\.svg, \.html or \.htm"):
+        write_picture(chain_plan, tmp_path / "p.png")
+    assert sorted(os.listdir(tmp_path)) == ["p.HTM", "p.html", "p.svg"]

@@ -1,0 +1,138 @@
+"""Argument groups the subcommands share, and the options they turn into."""
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from partitioner import OptionsError, PartitionOptions
+from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
+from plugins import default_registry
+from trt_backend.ort.options import OrtOptions
+from trt_backend.profiles import Shape
+from trt_backend.session.options import SessionOptions
+
+
+def split_list(value: str) -> tuple[str, ...]:
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return items
+
+
+def positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{value}'") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {n}")
+    return n
+
+
+def add_partition_arguments(p: argparse.ArgumentParser) -> None:
+    """Options every planning command shares."""
+    p.add_argument("--exclude-ops", type=split_list, default=(), metavar="A,B",
+                   help="op types that always run in ONNX Runtime")
+    p.add_argument("--exclude-nodes", type=split_list, default=(), metavar="N1,N2",
+                   help="node names that always run in ONNX Runtime")
+    p.add_argument("--min-segment-size", type=positive_int, default=DEFAULT_MIN_SEGMENT_SIZE, metavar="N",
+                   help=f"smallest TensorRT segment, in nodes (default {DEFAULT_MIN_SEGMENT_SIZE}; "
+                        "a segment holding a Conv/MatMul/Gemm-like op is always kept)")
+    p.add_argument("--flavor", choices=("auto", "tensorrt", "tensorrt_rtx"), default="auto",
+                   help="TensorRT whose parser decides capability (auto: tensorrt, else tensorrt_rtx)")
+    p.add_argument("--isolate", action="store_true",
+                   help="run the TensorRT parser in a child process (survives parser crashes)")
+    p.add_argument("--target", choices=("tensorrt", "tensorrt_rtx"), default=None,
+                   help="runtime the plan is for (default: the installed flavor); plugins need full TensorRT")
+    p.add_argument("--no-plugins", action="store_true",
+                   help="use no plugins: what TensorRT rejects goes to ONNX Runtime")
+    p.add_argument("--plugin-ops", type=split_list, default=(), metavar="A,B",
+                   help="op types given to their plugin even where TensorRT has a native layer (comparisons)")
+
+
+def add_cpu_session_arguments(p: argparse.ArgumentParser) -> None:
+    """How the ONNX Runtime sessions of the segments share the CPU (run, bench)."""
+    p.add_argument("--thread-pool", choices=("session", "global"), default="session",
+                   help="ONNX Runtime intra-op pools: one per segment session (default, ONNX Runtime's own), or "
+                        "one global pool they all share (fewer thread wake-ups between segments on CPU)")
+    p.add_argument("--share-arena", action="store_true",
+                   help="segment sessions allocate from one CPU arena: what one frees, the next reuses")
+
+
+def ort_options(args: argparse.Namespace, *, intra_op_threads: int = 0) -> OrtOptions:
+    """ONNX Runtime settings from :func:`add_cpu_session_arguments`."""
+    return OrtOptions(intra_op_threads=intra_op_threads, thread_pool=args.thread_pool, share_arena=args.share_arena)
+
+
+def partition_options(args: argparse.Namespace) -> PartitionOptions:
+
+    registry = None if args.no_plugins else default_registry()
+    if registry is not None and args.plugin_ops:
+        registry.select(args.plugin_ops)  # an unknown op type fails here, with the ones covered
+    return PartitionOptions(exclude_ops=tuple(args.exclude_ops), exclude_nodes=tuple(args.exclude_nodes),
+                            min_segment_size=args.min_segment_size,
+                            plugins=registry.claims() if registry is not None else (),
+                            plugin_ops=tuple(args.plugin_ops), target=args.target)
+
+
+def session_options(args: argparse.Namespace, **extra: Any) -> Any:
+    """SessionOptions from the shared planning flags (plus ``extra`` fields)."""
+
+    return SessionOptions(partition=partition_options(args), flavor=args.flavor, isolate_parser=args.isolate,
+                          **extra)
+
+
+_SPEC = re.compile(r"\s*(?P<name>[^,\[]+?):(?P<shape>\[[^\]]*\]|[0-9x]*)\s*(?:,|$)")
+
+
+def parse_shapes(text: str) -> dict[str, Shape]:
+    """``"x:1x3x224x224,y:[2,5],s:[]"`` -> {"x": (1, 3, 224, 224), "y": (2, 5), "s": ()}."""
+    out: dict[str, Shape] = {}
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _SPEC.match(text, pos)
+        if not m or m.end() == pos:
+            raise OptionsError(f"cannot read shapes {text!r} at {text[pos:]!r}; "
+                               "write name:1x3x224x224 or name:[1,3,224,224], separated by commas")
+        shape = m.group("shape")
+        try:
+            if shape.startswith("["):
+                dims = tuple(int(d) for d in shape[1:-1].split(",") if d.strip())
+            else:
+                dims = tuple(int(d) for d in shape.split("x")) if shape else ()
+        except ValueError:
+            raise OptionsError(f"bad shape {shape!r} for '{m.group('name')}' in {text!r}") from None
+        out[m.group("name").strip()] = dims
+        pos = m.end()
+    return out
+
+
+def cli_profiles(min_shapes: Sequence[str], opt_shapes: Sequence[str], max_shapes: Sequence[str],
+                 shapes: str | None = None) -> list[dict[str, Any]]:
+    """Profiles from repeated --min/--opt/--max-shapes (the n-th of each make profile n); with
+    none of them, ``--shapes`` gives one fixed profile."""
+    if not (min_shapes or opt_shapes or max_shapes):
+        return [{n: (s, s, s) for n, s in parse_shapes(shapes).items()}] if shapes else []
+    if not (len(min_shapes) == len(opt_shapes) == len(max_shapes)):
+        raise OptionsError(f"give --min-shapes, --opt-shapes and --max-shapes together (got {len(min_shapes)}, "
+                           f"{len(opt_shapes)} and {len(max_shapes)})")
+    profiles: list[dict[str, Any]] = []
+    for k, (lo, mid, hi) in enumerate(zip(min_shapes, opt_shapes, max_shapes)):
+        a, b, c = parse_shapes(lo), parse_shapes(mid), parse_shapes(hi)
+        if not (a.keys() == b.keys() == c.keys()):
+            raise OptionsError(f"profile {k}: --min-shapes, --opt-shapes and --max-shapes name different inputs "
+                               f"({sorted(a)}, {sorted(b)}, {sorted(c)})")
+        profiles.append({n: (a[n], b[n], c[n]) for n in a})
+    return profiles
+
+
+def add_shape_arguments(p: argparse.ArgumentParser, what: str) -> None:
+    """``--shapes`` and the repeatable ``--min/--opt/--max-shapes`` that :func:`cli_profiles` reads."""
+    p.add_argument("--shapes", metavar="x:1x3x224x224,...",
+                   help=f"input shapes to {what} (and, without --min/--opt/--max-shapes, a fixed profile)")
+    for which in ("min", "opt", "max"):
+        p.add_argument(f"--{which}-shapes", action="append", default=[], metavar="x:1x3x224x224,...",
+                       help=f"{which} shapes of a profile (repeat all three for several profiles)")

@@ -1,0 +1,117 @@
+"""What a Session is (:class:`SessionOptions`) and what one run does (:class:`RunOptions`).
+
+A SessionOptions is composed of the options of the stages it drives, each validating itself:
+``partition`` (:class:`partitioner.PartitionOptions`: how the model is cut), ``ort``
+(:class:`~trt_backend.ort.options.OrtOptions`: every ONNX Runtime session it makes) and
+``build`` (:class:`~trt_backend.engines.builder.BuildOptions`: how engines are built), plus the
+few settings that are the session's own. As with ONNX Runtime's ``SessionOptions``, the stages'
+fields may also be given flat (``SessionOptions(exclude_ops=("Resize",), intra_op_threads=2)``):
+each goes to the one stage that has a field of that name."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from partitioner import PartitionOptions
+from partitioner.capability import CapabilityOracle
+from partitioner.errors import OptionsError
+from trt_backend.engines.builder import BuildOptions
+from trt_backend.ort.options import OrtOptions
+
+EMULATE_CHOICES = (True, False, "auto")
+FLAVOR_CHOICES = ("auto", "tensorrt", "tensorrt_rtx", "none")
+
+# Flat keyword -> the stage option it belongs to (one stage per name: the names do not overlap).
+_STAGES: dict[str, type] = {"partition": PartitionOptions, "ort": OrtOptions, "build": BuildOptions}
+_FLAT = {f.name: stage for stage, cls in _STAGES.items() for f in fields(cls) if f.name != "spin_while_running"}
+_RENAMED = {"optimization_level": "graph_optimization_level (ONNX Runtime's level: disable|basic|extended|all) "
+                                  "or builder_optimization_level (TensorRT's builder level 0..5)"}
+
+
+@dataclass(frozen=True, init=False)
+class SessionOptions:
+    """How a :class:`~trt_backend.session.session.Session` plans, derives profiles and runs.
+
+    ``emulate``: True runs TensorRT segments through ONNX Runtime on CPU; False requires
+    TensorRT; "auto" emulates only when TensorRT cannot execute here (one warning).
+    ``flavor``: whose TensorRT parser decides capability ("none": everything on ONNX Runtime).
+    ``oracle``: a ``partitioner.CapabilityOracle`` to ask instead of a TensorRT parser.
+    ``isolate_parser``: ask the TensorRT parser in a child process (survives its crashes).
+    ``cache_dir``: engine cache folder (None: build without a cache). ``allow_host_code``: load
+    engines that carry host code (version-compatible builds). ``outputs_on_device``: GPU path,
+    return outputs as device arrays (``__cuda_array_interface__``) unless a run says otherwise.
+    ``calibration_seed``: seed of the random inputs profiles are calibrated with."""
+
+    partition: PartitionOptions = field(default_factory=PartitionOptions)
+    ort: OrtOptions = field(default_factory=OrtOptions)
+    build: BuildOptions = field(default_factory=BuildOptions)
+    emulate: bool | str = "auto"
+    flavor: str = "auto"
+    oracle: CapabilityOracle | None = None
+    isolate_parser: bool = False
+    cache_dir: str | None = None
+    allow_host_code: bool = False
+    outputs_on_device: bool = False
+    calibration_seed: int = 0
+
+    def __init__(self, *, partition: PartitionOptions | None = None, ort: OrtOptions | None = None,
+                 build: BuildOptions | None = None, emulate: bool | str = "auto", flavor: str = "auto",
+                 oracle: CapabilityOracle | None = None, isolate_parser: bool = False, cache_dir: str | None = None,
+                 allow_host_code: bool = False, outputs_on_device: bool = False, calibration_seed: int = 0,
+                 **flat: Any) -> None:
+        stages: dict[str, Any] = {"partition": partition if partition is not None else PartitionOptions(),
+                                  "ort": ort if ort is not None else OrtOptions(),
+                                  "build": build if build is not None else BuildOptions()}
+        for name, cls in _STAGES.items():
+            if not isinstance(stages[name], cls):
+                raise OptionsError(f"{name} must be a {cls.__name__}, got {type(stages[name]).__name__}")
+        by_stage: dict[str, dict[str, Any]] = {}
+        for key, value in flat.items():
+            if key in _RENAMED:
+                raise OptionsError(f"SessionOptions has no option '{key}': say {_RENAMED[key]}")
+            if key not in _FLAT:
+                raise OptionsError(f"SessionOptions has no option '{key}' (its own: {', '.join(_OWN)}; "
+                                   f"or a field of PartitionOptions, OrtOptions or BuildOptions)")
+            by_stage.setdefault(_FLAT[key], {})[key] = value
+        for name, changes in by_stage.items():
+            try:
+                stages[name] = replace(stages[name], **changes)
+            except TypeError as e:  # a value the stage's own checks could not even look at
+                raise OptionsError(f"{name} options: {e}") from None
+        own = {"emulate": emulate, "flavor": flavor, "oracle": oracle, "isolate_parser": isolate_parser,
+               "cache_dir": cache_dir, "allow_host_code": allow_host_code, "outputs_on_device": outputs_on_device,
+               "calibration_seed": calibration_seed}
+        for key, value in {**stages, **own}.items():
+            object.__setattr__(self, key, value)
+        if not any(emulate is c or (isinstance(c, str) and emulate == c) for c in EMULATE_CHOICES):
+            raise OptionsError(f"emulate must be True, False or 'auto', got {emulate!r}")
+        if flavor not in FLAVOR_CHOICES:
+            raise OptionsError(f"flavor must be one of {', '.join(FLAVOR_CHOICES)}, got {flavor!r}")
+        if not isinstance(calibration_seed, int) or isinstance(calibration_seed, bool):
+            raise OptionsError(f"calibration_seed must be a whole number, got {calibration_seed!r}")
+
+    def ort_for(self, segments: int) -> OrtOptions:
+        """ONNX Runtime settings of each session of a plan of ``segments`` segments."""
+        return self.ort.for_segments(segments)
+
+
+_OWN = tuple(f.name for f in dataclasses.fields(SessionOptions))
+# every keyword SessionOptions(...) takes: its own fields and the stages' fields, flat
+OPTION_NAMES = frozenset(_OWN) | frozenset(_FLAT)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What one :meth:`Session.run` does. ``outputs_on_device``: None follows the session's
+    option. ``ort``: an ``onnxruntime.RunOptions`` handed to every ONNX Runtime segment run of
+    this call (log level, run tag, ``terminate`` to stop a run from another thread)."""
+
+    outputs_on_device: bool | None = None
+    ort: Any = None
+
+    def __post_init__(self) -> None:
+        if self.outputs_on_device not in (None, True, False):
+            raise OptionsError(f"outputs_on_device must be None, True or False, got {self.outputs_on_device!r}")
+        if self.ort is not None and type(self.ort).__name__ != "RunOptions":
+            raise OptionsError(f"RunOptions.ort must be an onnxruntime.RunOptions, got {type(self.ort).__name__}")
