@@ -42,15 +42,18 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
             _remove_quietly(tmp)
     log.debug("wrote %s (%d bytes)", target, len(payload))
 
+
 def save_model_atomic(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
     """Serialize ``proto`` and write it with :func:`write_atomic` (nothing written on failure)."""
     write_atomic(path, proto.SerializeToString())
+
 
 def _existing_mode(path: str) -> int | None:
     try:
         return stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:
         return None
+
 
 def _remove_quietly(path: str) -> None:
     try:

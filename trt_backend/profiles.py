@@ -127,7 +127,6 @@ def tensor_profile(value: Any, what: str) -> TensorProfile:
     return tp
 
 
-
 def covering_profile(profiles: Sequence[Profile], shapes: Mapping[str, Sequence[int]],
                      values: Mapping[str, Sequence[int]] | None = None) -> int | None:
     """Index of the first profile covering every shape (and shape-tensor value) given."""

@@ -26,6 +26,7 @@ def test_write_atomic_writes_and_replaces(tmp_path) -> None:
     assert target.read_bytes() == b"\x00\x01"
     assert os.listdir(tmp_path) == ["out.txt"]
 
+
 @pytest.mark.parametrize("failing", ["replace", "fsync"])
 def test_write_atomic_leaves_nothing_on_failure(tmp_path, monkeypatch, failing: str) -> None:
     def boom(*args: object) -> None:
@@ -42,6 +43,7 @@ def test_write_atomic_leaves_nothing_on_failure(tmp_path, monkeypatch, failing: 
         write_atomic(tmp_path / "old.svg", "new")
     assert os.listdir(tmp_path) == ["old.svg"] and (tmp_path / "old.svg").read_text() == "old"
 
+
 def test_save_model_atomic(tmp_path, monkeypatch, chain_plan: Plan) -> None:
     path = tmp_path / "annotated.onnx"
     save_model_atomic(annotate(chain_plan), path)
@@ -57,6 +59,7 @@ def test_save_model_atomic(tmp_path, monkeypatch, chain_plan: Plan) -> None:
     with pytest.raises(OSError, match="disk gone"):
         save_model_atomic(annotate(chain_plan), tmp_path / "other.onnx")
     assert sorted(os.listdir(tmp_path)) == ["annotated.onnx"]
+
 
 def test_write_picture_by_suffix(tmp_path, chain_plan: Plan) -> None:
     write_picture(chain_plan, tmp_path / "p.svg")

@@ -45,7 +45,7 @@ __all__ = ["compare", "lower_precision"]
 
 
 def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | None = None, *,
-            profiles: Sequence[Mapping[str, Any]] | None = None, session_options: Any = None,
+            profiles: Sequence[Mapping[str, Any]] | None = None, session_options: SessionOptions | None = None,
             feeds: Sequence[Mapping[str, Any]] | None = None, **overrides: Any) -> ComparisonReport:
     """Compare ``model`` run by a :class:`~trt_backend.Session` with ONNX Runtime running the
     whole model (the reference), on seeded random inputs at the profiles' opt shapes (or given
@@ -128,7 +128,7 @@ def effective_precision(opts: CompareOptions, build: Any) -> tuple[str, tuple[st
     return built, tuple(build.keep_fp32_ops) if build is not None else opts.keep_fp32_ops
 
 
-def lower_precision(sess: Any, precision: str, keep_fp32_ops: Sequence[str]) -> dict[int, str]:
+def lower_precision(sess: Session, precision: str, keep_fp32_ops: Sequence[str]) -> dict[int, str]:
     """Apply the ONNX-level ``precision`` transform to every emulated TensorRT segment of
     ``sess`` (as the engine builder does before a build); returns the precision each segment
     computes in. A segment whose transform fails stays fp32, with a warning, as in a build.
@@ -172,7 +172,7 @@ def _feed_points(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, list[int]
     return points
 
 
-def _compare(sess: Any, reference: Any, opts: CompareOptions, feeds: Sequence[Mapping[str, Any]] | None) -> ComparisonReport:
+def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequence[Mapping[str, Any]] | None) -> ComparisonReport:
     outputs = sess.get_outputs()
     opts.check_output_names([a.name for a in outputs])
     names = [a.name for a in outputs if a.kind in ("tensor", "unknown")]

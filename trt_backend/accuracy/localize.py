@@ -14,14 +14,16 @@ from typing import Any
 import numpy as np
 import onnx
 
+from partitioner.model import Model
 from trt_backend.accuracy.numeric import tensor_error
 from trt_backend.accuracy.options import CompareOptions
 from trt_backend.accuracy.polygraphy_glue import host
 from trt_backend.accuracy.report import Localization, SegmentReport, TensorError
-from trt_backend.errors import ReferenceRunError, SegmentLoadError
+from trt_backend.errors import ReferenceRunError, SegmentLoadError, SegmentRunError
 from trt_backend.ort.options import OrtOptions
-from trt_backend.ort.sessions import first_line, ort_errors, ort_session
+from trt_backend.ort.sessions import tapped_session
 from trt_backend.runners.base import SegmentRunner
+from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -37,37 +39,22 @@ def boundary_names(runners: Sequence[SegmentRunner]) -> list[str]:
     return list(names)
 
 
-def reference_with_boundaries(model: Any, names: Sequence[str], options: OrtOptions) -> Callable[[Mapping[str, Any]], Values]:
+def reference_with_boundaries(model: Model, names: Sequence[str], options: OrtOptions) -> Callable[[Mapping[str, Any]], Values]:
     """ONNX Runtime on the whole (normalized) model with ``names`` added to its outputs; returns
     a function from feeds to the value of every output and every feed by name."""
-    proto = onnx.ModelProto()
-    proto.CopyFrom(model.proto)
-    graph = proto.graph
-    have = {o.name for o in graph.output} | {i.name for i in graph.input}
-    for name in names:
-        if name not in have:
-            vi = graph.output.add()
-            vi.name = name
-            tp = model.index.types.get(name)
-            if tp is not None:
-                vi.type.CopyFrom(tp)
-            have.add(name)
-    wanted = [o.name for o in graph.output]
     try:
-        sess = ort_session(proto, options, f"reference of {model.source} with segment boundaries as outputs")
+        run = tapped_session(model, names, options, f"reference of {model.source} with segment boundaries as outputs")
     except SegmentLoadError as e:
         raise ReferenceRunError(str(e)) from None
+    wanted = list(dict.fromkeys([o.name for o in model.proto.graph.output] + list(names)))
 
-    def run(feeds: Mapping[str, Any]) -> Values:
+    def reference(feeds: Mapping[str, Any]) -> Values:
         try:
-            values = sess.run(wanted, dict(feeds))
-        except ort_errors() as e:
-            raise ReferenceRunError(f"the reference with segment boundaries as outputs failed: {first_line(e)}") from None
-        env: Values = dict(feeds)
-        env.update(zip(wanted, values))
-        return env
+            return run(feeds, wanted)
+        except SegmentRunError as e:
+            raise ReferenceRunError(f"the reference with segment boundaries as outputs failed: {e}") from None
 
-    return run
+    return reference
 
 
 def _stitched(runners: Sequence[SegmentRunner], feeds: Mapping[str, Any], fallback: Values) -> Values:
@@ -95,7 +82,7 @@ def _worst(errors: Mapping[str, TensorError]) -> tuple[float, bool]:
     return max(e.max_abs_error for e in errors.values()), all(e.passed for e in errors.values())
 
 
-def segment_reports(session: Any, feeds: Mapping[str, Any], options: CompareOptions,
+def segment_reports(session: Session, feeds: Mapping[str, Any], options: CompareOptions,
                     reference: Callable[[Mapping[str, Any]], Values],
                     precisions: Mapping[int, str]) -> list[SegmentReport]:
     """Stitched and own errors of every segment of ``session`` on ``feeds``."""

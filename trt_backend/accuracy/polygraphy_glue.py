@@ -27,6 +27,7 @@ from trt_backend.ort.sessions import first_line, ort_errors
 from trt_backend.ort.values import to_numpy
 from trt_backend.profiles import Profile
 from trt_backend.session.feeds import NodeArg, shape_text
+from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ def _runner_classes() -> tuple[type, type]:
     return SessionRunner, OnnxrtRunner
 
 
-def session_runner(session: Any, output_names: Sequence[str]) -> Any:
+def session_runner(session: Session, output_names: Sequence[str]) -> Any:
     """A Polygraphy runner over ``session`` producing ``output_names``."""
     return _runner_classes()[0](session, output_names)
 
@@ -244,7 +245,7 @@ def compare_tensors(ours: Mapping[str, Any], ref: Mapping[str, Any], func: Any,
     return {n: tensor_error(matches.get(n, False), options, *counts[n], shapes[n]) for n in a}
 
 
-def run_comparison(session: Any, ort_session: Any, feeds: Sequence[Mapping[str, Any]], output_names: Sequence[str],
+def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[str, Any]], output_names: Sequence[str],
                    options: CompareOptions) -> tuple[list[dict[str, TensorError]], dict[str, float]]:
     """Polygraphy's ``Comparator.run`` (our Session, then the reference) on ``feeds`` and
     ``Comparator.compare_accuracy`` with the simple compare function. Returns each iteration's

@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from partitioner import Segment, Verdict, build_plan
+from partitioner import Plan, Segment, Verdict, build_plan
 from partitioner.errors import TrtBackendError
 from trt_backend.bench.gpu_phases import PhaseRecorder
+from trt_backend.engines.builder import BuildOptions, ProfilesArg
 from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.fallback import build_engines, plugin_rewrite
 from trt_backend.errors import CudaError, SegmentLoadError, TensorRTUnavailableError
@@ -25,7 +26,9 @@ from trt_backend.gpu.device import cuda_device_count
 from trt_backend.gpu.status import tensorrt_status
 from trt_backend.gpu.trt_runner import TensorRTRunner
 from trt_backend.ort.sessions import ort_session
-from trt_backend.tensorrt.flavor import load_flavor
+from trt_backend.profiles import Profile
+from trt_backend.session.session import Session
+from trt_backend.tensorrt.flavor import Flavor, load_flavor
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +161,7 @@ def ort_baseline(name: str, model: bytes, feeds: Mapping[str, Any], output_names
 
 # ------------------------------------------------------------------ TensorRT builds
 
-def build_info(plan: Any, profiles: Any, build_options: Any, cache_dir: str | None, flavor: Any,
+def build_info(plan: Plan, profiles: ProfilesArg, build_options: BuildOptions, cache_dir: str | None, flavor: Flavor,
                progress: Callable[[Any], None] | None = None, built: Any = None) -> dict[str, Any]:
     """Build every TensorRT segment of ``plan`` through an engine cache at ``cache_dir``, then
     again (all cache hits): seconds of each, apart from inference. ``engines`` holds the bytes.
@@ -194,7 +197,7 @@ def build_info(plan: Any, profiles: Any, build_options: Any, cache_dir: str | No
     return info
 
 
-def whole_model_blocker(plan: Any) -> str | None:
+def whole_model_blocker(plan: Plan) -> str | None:
     """Why one TensorRT engine cannot hold the whole model of ``plan``, or None."""
     if plan.tensorrt is None:
         return "no TensorRT parser decided capability (no TensorRT flavor importable)"
@@ -206,7 +209,7 @@ def whole_model_blocker(plan: Any) -> str | None:
             f"e.g. {n.op_type} '{n.name}' ({n.verdict}: {n.reason or 'no reason given'})")
 
 
-def trt_whole(sess: Any, capability_plan: Any, feeds: Mapping[str, Any], build_options: Any, cache_dir: str | None,
+def trt_whole(sess: Session, capability_plan: Plan, feeds: Mapping[str, Any], build_options: BuildOptions, cache_dir: str | None,
               ours_build: dict[str, Any] | None, flavor_choice: str, build: bool = True,
               progress: Callable[[Any], None] | None = None) -> Candidate:
     """One TensorRT engine for the whole model: built (timed) where a TensorRT flavor imports and
@@ -257,12 +260,12 @@ def trt_whole(sess: Any, capability_plan: Any, feeds: Mapping[str, Any], build_o
     return c
 
 
-def _is_whole(plan: Any) -> bool:
+def _is_whole(plan: Plan) -> bool:
     return len(plan.segments) == 1 and plan.segments[0].backend == "tensorrt"
 
 
-def _attach_engine_runner(c: Candidate, seg: Segment, engines: Mapping[int, bytes], flavor: Any,
-                          profiles: Any, feeds: Mapping[str, Any]) -> None:
+def _attach_engine_runner(c: Candidate, seg: Segment, engines: Mapping[int, bytes], flavor: Flavor,
+                          profiles: Sequence[Profile], feeds: Mapping[str, Any]) -> None:
 
     t0 = time.perf_counter()
     try:

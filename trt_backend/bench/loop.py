@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from partitioner import Plan
 from partitioner.model import ModelSource
 from trt_backend.bench.candidates import (
     BASELINES,
@@ -87,7 +88,7 @@ class BenchOptions:
             raise BenchOptionsError(f"timing must be a TimingConfig, got {type(self.timing).__name__}")
 
 
-def run_bench(model: ModelSource, options: BenchOptions | None = None, session_options: Any = None,
+def run_bench(model: ModelSource, options: BenchOptions | None = None, session_options: SessionOptions | None = None,
               progress: ProgressCallback | None = None) -> BenchResult:
     """Benchmark ``model``: our session, then every baseline asked for (or why it cannot run)."""
 
@@ -129,7 +130,7 @@ def run_bench(model: ModelSource, options: BenchOptions | None = None, session_o
             shutil.rmtree(temp_cache, ignore_errors=True)
 
 
-def _feeds(sess: Any, options: BenchOptions) -> dict[str, Any]:
+def _feeds(sess: Session, options: BenchOptions) -> dict[str, Any]:
 
     inputs = {a.name for a in sess.get_inputs()}
     unknown = [n for n in options.shapes if n not in inputs]
@@ -155,7 +156,7 @@ def _build_progress(name: str, progress: ProgressCallback | None) -> Any:
     return relay
 
 
-def _prepare_ours(c: Candidate, sess: Any, feeds: Mapping[str, Any]) -> None:
+def _prepare_ours(c: Candidate, sess: Session, feeds: Mapping[str, Any]) -> None:
 
     phases = attach_phase_recorders(sess.runners)  # TensorRT runners only; none when emulated
     timer = SegmentTimer(sess.runners).install()
@@ -165,7 +166,7 @@ def _prepare_ours(c: Candidate, sess: Any, feeds: Mapping[str, Any]) -> None:
     c.call = lambda: sess.run(None, feeds)
 
 
-def _session_options(given: Any, options: BenchOptions, cache_dir: str | None) -> Any:
+def _session_options(given: SessionOptions | None, options: BenchOptions, cache_dir: str | None) -> SessionOptions:
     """The session's options, with the bench's precision and engine cache where it builds engines
     itself (the GPU path) and the caller set none."""
     so = given if given is not None else SessionOptions()
@@ -176,7 +177,7 @@ def _session_options(given: Any, options: BenchOptions, cache_dir: str | None) -
     return so
 
 
-def _build_ours(sess: Any, options: BenchOptions, cache_dir: str | None, so: Any,
+def _build_ours(sess: Session, options: BenchOptions, cache_dir: str | None, so: SessionOptions,
                 progress: Any = None) -> dict[str, Any] | None:
     """Build seconds and cache-load seconds of our TensorRT segments. On the GPU path the session
     built them (its ``build_report``); emulated, they are built here, as they would be."""
@@ -196,10 +197,10 @@ def _build_ours(sess: Any, options: BenchOptions, cache_dir: str | None, so: Any
     return info
 
 
-def _baseline(name: str, sess: Any, feeds: Mapping[str, Any], names: list[str], options: BenchOptions,
-              cache_dir: str | None, ours_build: dict[str, Any] | None, so: Any, progress: Any = None) -> Candidate:
+def _baseline(name: str, sess: Session, feeds: Mapping[str, Any], names: list[str], options: BenchOptions,
+              cache_dir: str | None, ours_build: dict[str, Any] | None, so: SessionOptions, progress: Any = None) -> Candidate:
     if name == "trt-whole":
-        capability = sess.plan
+        capability: Plan = sess.plan
         if so.partition.exclude_ops or so.partition.exclude_nodes:  # ask TensorRT about the whole model
             whole = replace(so, partition=replace(so.partition, exclude_ops=(), exclude_nodes=()))
             capability = sess.make_plan(sess.model, whole)
@@ -239,7 +240,7 @@ def measure(candidates: Sequence[Candidate], timing: TimingConfig,
     return out
 
 
-def _result(sess: Any, options: BenchOptions, candidates: Sequence[Candidate], measured: Mapping[str, Measurement],
+def _result(sess: Session, options: BenchOptions, candidates: Sequence[Candidate], measured: Mapping[str, Measurement],
             feeds: Mapping[str, Any]) -> BenchResult:
     runners = [_runner_result(c, measured.get(c.name), sess) for c in candidates]
     ours = runners[0]
@@ -268,7 +269,7 @@ def _result(sess: Any, options: BenchOptions, candidates: Sequence[Candidate], m
         notes=notes)
 
 
-def _runner_result(c: Candidate, m: Measurement | None, sess: Any) -> RunnerResult:
+def _runner_result(c: Candidate, m: Measurement | None, sess: Session) -> RunnerResult:
     extra: dict[str, Any] = {"setup_s": c.setup_s, "first_run_ms": c.first_run_ms,
                              "build": {k: v for k, v in c.build.items() if k != "engines"} if c.build else None}
     extra.update(c.details)
@@ -299,7 +300,7 @@ def _gpu_stats(recorders: Sequence[Any]) -> dict[str, dict[str, float]] | None:
     return out
 
 
-def _segments(sess: Any, timer: SegmentTimer, phases: Mapping[int, Any], queries: int,
+def _segments(sess: Session, timer: SegmentTimer, phases: Mapping[int, Any], queries: int,
               mean_ms: float) -> list[dict[str, Any]]:
     rows = []
     for k, runner in enumerate(sess.runners):
@@ -315,7 +316,7 @@ def _segments(sess: Any, timer: SegmentTimer, phases: Mapping[int, Any], queries
     return rows
 
 
-def _environment(sess: Any) -> dict[str, Any]:
+def _environment(sess: Session) -> dict[str, Any]:
 
     env: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(),
                            "cpus": os.cpu_count(), "numpy": np.__version__, "tensorrt": sess.plan.tensorrt,

@@ -68,7 +68,7 @@ def _load_inputs(path: str) -> dict[str, Any]:
         raise OptionsError(f"cannot read inputs from {path}: {e}") from None
 
 
-def _run_shapes(args: argparse.Namespace, sess: Any) -> dict[str, tuple[int, ...]]:
+def _run_shapes(args: argparse.Namespace, sess: Session) -> dict[str, tuple[int, ...]]:
     if args.shapes:
         return dict(parse_shapes(args.shapes))
     if sess.input_profiles:

@@ -88,13 +88,13 @@ class BuildOptions:
 
     def key_fields(self) -> dict[str, Any]:
         """What changes the engine (cache key part): everything but file paths and parallelism."""
-        d = asdict(self)
+        # (under the key written before the field was renamed, in its place: engine caches and
+        # build manifests keep theirs)
+        d = {("optimization_level" if k == "builder_optimization_level" else k): v for k, v in asdict(self).items()}
         for k in ("timing_cache", "max_workers"):
             d.pop(k)
         d["keep_fp32_ops"] = sorted(d["keep_fp32_ops"]) if self.precision in ("fp16", "bf16") else []
         d["precision_transform"] = TRANSFORM_VERSION
-        # the key written before the field was renamed: engine caches and build manifests keep theirs
-        d["optimization_level"] = d.pop("builder_optimization_level")
         return d
 
 

@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import onnx
 
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 Memo = dict[str, tuple[bytes, dict[str, Any]]]
 SegmentRewrite = Callable[[onnx.ModelProto], onnx.ModelProto]
+T = TypeVar("T")
 
 
 def build_engines(plan: Plan, profiles: ProfilesArg = (), options: BuildOptions | None = None,
@@ -93,6 +94,23 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
     report = result.report
     report.demoted, report.rounds, report.seconds = demoted, rounds, time.perf_counter() - start
     return BuildResult(plan, result.engines, report)
+
+
+class PlanMemo(Generic[T]):
+    """``make(plan)`` once per plan. :func:`build_with_fallback` asks for the profiles of every
+    plan it re-plans into; its callers derive them (a calibration, a Session) once per plan."""
+
+    def __init__(self, make: Callable[[Plan], T], known: tuple[Plan, T] | None = None) -> None:
+        self._make = make
+        self._done: dict[int, tuple[Plan, T]] = {}  # (the plan is kept: its id stays its own)
+        if known is not None:
+            self._done[id(known[0])] = known
+
+    def __call__(self, plan: Plan) -> T:
+        hit = self._done.get(id(plan))
+        if hit is None:
+            hit = self._done[id(plan)] = (plan, self._make(plan))
+        return hit[1]
 
 
 def _flavor(flavor: Flavor | str) -> Flavor:

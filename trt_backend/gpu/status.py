@@ -19,8 +19,10 @@ def _cuda_device_count() -> int:
 
     return cuda_device_count()
 
+
 # SMs TensorRT-RTX 1.7 builds for (DESIGN.md): data-centre Hopper/Blackwell parts are not among them.
 _RTX_SMS = frozenset({(7, 5), (8, 0), (8, 6), (8, 9), (12, 0), (12, 1)})
+
 
 @functools.lru_cache(maxsize=1)
 def tensorrt_status() -> tuple[bool, str]:
@@ -39,6 +41,7 @@ def tensorrt_status() -> tuple[bool, str]:
         if sm not in _RTX_SMS:
             return False, f"{flavor.target} cannot run on this GPU (SM {sm[0]}.{sm[1]}); install full TensorRT"
     return True, f"{flavor.target} on {devices} CUDA device(s)"
+
 
 def make_tensorrt_runner(segment: Segment, engine: bytes | None, profiles: Sequence[Profile],
                          shape_tensors: frozenset[str], **kw: Any) -> SegmentRunner:

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import onnx
 
+from partitioner import Model
 from partitioner.errors import OptionsError
 from partitioner.model import serialize
-from trt_backend.errors import SegmentLoadError
+from trt_backend.errors import SegmentLoadError, SegmentRunError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.threads import (
     global_thread_pool,
@@ -24,6 +26,7 @@ def ort_errors() -> tuple[type[BaseException], ...]:
     found = [v for v in vars(state).values() if isinstance(v, type) and issubclass(v, Exception)
              and v.__module__ == state.__name__]
     return tuple(found) + (RuntimeError, ValueError, TypeError)
+
 
 def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) -> Any:
     """An ``onnxruntime.InferenceSession`` for ``model``; SegmentLoadError if ORT refuses it."""
@@ -61,6 +64,7 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) 
     except ort_errors() as e:
         raise SegmentLoadError(f"{what}: ONNX Runtime cannot load it: {first_line(e)}") from None
 
+
 @functools.lru_cache(maxsize=1)
 def _register_shared_arena() -> None:
     """Once per process: the CPU arena sessions with ``session.use_env_allocators`` share. One
@@ -69,6 +73,7 @@ def _register_shared_arena() -> None:
 
     info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
     ort.create_and_register_allocator(info, ort.OrtArenaCfg({}))
+
 
 def first_line(e: BaseException) -> str:
     text = str(e).strip()
@@ -98,3 +103,39 @@ def max_ir_version() -> int | None:
         except Exception:  # noqa: BLE001 - any refusal means "not this IR version"
             continue
     return None
+
+
+TappedRun = Callable[[Mapping[str, Any], Sequence[str]], dict[str, Any]]
+
+
+def tapped_session(model: Model, names: Sequence[str], options: OrtOptions, what: str) -> TappedRun:
+    """ONNX Runtime on the whole (normalised) ``model`` with the intermediate tensors ``names``
+    added to its outputs (typed from shape inference). Returns ``run(feeds, wanted)``: the feeds
+    and the value of every output in ``wanted`` by name. SegmentLoadError if ONNX Runtime refuses
+    the model, SegmentRunError (ONNX Runtime's first line) if a run fails."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    graph = proto.graph
+    have = {o.name for o in graph.output} | {i.name for i in graph.input}
+    for name in names:
+        if name not in have:
+            vi = graph.output.add()
+            vi.name = name
+            tp = model.index.types.get(name)
+            if tp is not None:
+                vi.type.CopyFrom(tp)
+            have.add(name)
+    sess = ort_session(proto, options, what)
+    outputs = {o.name for o in graph.output}
+
+    def run(feeds: Mapping[str, Any], wanted: Sequence[str]) -> dict[str, Any]:
+        fetch = [n for n in dict.fromkeys(wanted) if n in outputs]
+        try:
+            values = sess.run(fetch, dict(feeds))
+        except ort_errors() as e:
+            raise SegmentRunError(first_line(e)) from None
+        env = dict(feeds)
+        env.update(zip(fetch, values))
+        return env
+
+    return run

@@ -26,9 +26,11 @@ def to_ort_value(value: Any) -> Any:
         return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_element_type=elem)
     return ort.OrtValue.ortvalue_from_numpy(arr)
 
+
 def _sub_byte_types() -> dict[int, int]:
     names = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2}
     return {int(getattr(onnx.TensorProto, n)): bits for n, bits in names.items() if hasattr(onnx.TensorProto, n)}
+
 
 _SUB_BYTE_BITS = _sub_byte_types()
 
@@ -36,6 +38,7 @@ NO_NUMPY_TYPES = frozenset(
     f"tensor({onnx.TensorProto.DataType.Name(t).lower()})" for t in onnx.TensorProto.DataType.values()
     if t not in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING)
     and (t in _SUB_BYTE_BITS or np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).type.__module__ != "numpy"))
+
 
 def _pack(arr: np.ndarray, bits: int) -> np.ndarray:
     """Sub-byte elements (one per byte in ml_dtypes) packed as ONNX stores them, low bits first,
@@ -52,10 +55,12 @@ def _pack(arr: np.ndarray, bits: int) -> np.ndarray:
     out.reshape(-1)[:packed.size] = packed[:out.size]
     return out
 
+
 def _unpack(data: np.ndarray, bits: int, count: int) -> np.ndarray:
     per = 8 // bits
     parts = [(data >> (k * bits)) & ((1 << bits) - 1) for k in range(per)]
     return np.stack(parts, axis=-1).reshape(-1)[:count].astype(np.uint8)
+
 
 def to_numpy(value: Any) -> Any:
     """An OrtValue (or a list/None of them) as numpy; dtypes numpy lacks come as ml_dtypes."""
@@ -82,6 +87,7 @@ def to_numpy(value: Any) -> Any:
         raw = _unpack(raw, _SUB_BYTE_BITS[elem], int(np.prod(shape, dtype=np.int64)))
         return raw.view(dtype).reshape(shape)
     return raw.view(dtype).reshape(shape)
+
 
 def shape_of(value: Any) -> tuple[int, ...] | None:
     if isinstance(value, np.ndarray):

@@ -83,6 +83,7 @@ class SegmentRunner(ABC):
             if len(self._fits) < 256:  # a serving loop sees few distinct shapes; bounded all the same
                 self._fits[key] = k
             return k
+
         def misfits(n: str, p: Profile) -> bool:
             return n in p and (not p[n].covers(shapes[n]) or not p[n].covers_values(values.get(n, ())))
 

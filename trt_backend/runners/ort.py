@@ -45,6 +45,7 @@ class OnnxRuntimeRunner(SegmentRunner):
     def close(self) -> None:
         self._session = None
 
+
 class EmulatedTensorRTRunner(OnnxRuntimeRunner):
     """A TensorRT segment run through ONNX Runtime on CPU, holding the segment to its
     profiles as an engine would."""

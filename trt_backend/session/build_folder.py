@@ -2,6 +2,7 @@
 TensorRT segment and writes the folder atomically; :func:`load` turns one into a Session."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -13,12 +14,14 @@ from typing import Any
 
 import onnx
 
-from partitioner import Plan
+from partitioner import Model
+from partitioner.model import ModelSource
 from trt_backend._files import write_atomic
 from trt_backend._version import __version__
 from trt_backend.engines.builder import BuildOptions, build_target
 from trt_backend.engines.cache import EngineCache
-from trt_backend.engines.fallback import build_with_fallback, plugin_rewrite
+from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
+from trt_backend.engines.report import ProgressCallback
 from trt_backend.errors import ArtifactError
 from trt_backend.session.artifacts import (
     FORMAT,
@@ -28,14 +31,15 @@ from trt_backend.session.artifacts import (
 )
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
-from trt_backend.tensorrt.flavor import load_flavor
+from trt_backend.tensorrt.flavor import Flavor, load_flavor
 
 log = logging.getLogger(__name__)
 
 
-def build(model: Any, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None = None, options: Any = None,
-          build_options: Any = None, cache_dir: str | None = None, *, flavor: str = "auto",
-          progress: Any = None) -> dict[str, Any]:
+def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None = None,
+          options: SessionOptions | None = None, build_options: BuildOptions | None = None,
+          cache_dir: str | None = None, *, flavor: str = "auto",
+          progress: ProgressCallback | None = None) -> dict[str, Any]:
     """Plan ``model``, derive profiles, build every TensorRT segment (demoting what TensorRT
     refuses), and write the folder ``out_dir`` atomically. Returns the manifest. ``progress``
     receives a ``BuildEvent`` as each segment finishes."""
@@ -47,20 +51,12 @@ def build(model: Any, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None
     _check_out_dir(out_dir)
     start = time.perf_counter()
     sess = Session(model, profiles, opts)
-    memo: dict[int, dict[int, Any]] = {id(sess.plan): sess.segment_profiles}
-    sessions = {id(sess.plan): sess}
-
-    def profiles_of(plan: Plan) -> dict[int, Any]:
-        if id(plan) not in memo:
-            again = Session(plan, profiles, opts)
-            memo[id(plan)], sessions[id(plan)] = again.segment_profiles, again
-        return memo[id(plan)]
-
+    session_of = PlanMemo(lambda plan: Session(plan, profiles, opts), (sess.plan, sess))
     cache = EngineCache(cache_dir) if cache_dir else None
-    result = build_with_fallback(sess.plan, profiles_of, bopts, cache, flavor=flv,
-                                 min_segment_size=opts.partition.min_segment_size, rewrite=plugin_rewrite(sess.plan, flv),
-                                 progress=progress)
-    final = sessions.get(id(result.plan)) or Session(result.plan, profiles, opts)
+    result = build_with_fallback(sess.plan, lambda plan: session_of(plan).segment_profiles, bopts, cache, flavor=flv,
+                                 min_segment_size=opts.partition.min_segment_size,
+                                 rewrite=plugin_rewrite(sess.plan, flv), progress=progress)
+    final = session_of(result.plan)
     seconds = {r.segment: r.seconds for r in result.report.segments} if result.report.segments else {}
     files: dict[str, bytes] = {MODEL_FILE: final.model.proto.SerializeToString()}
     segments = []
@@ -89,16 +85,17 @@ def build(model: Any, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None
     _write_folder(out_dir, files, manifest)
     return manifest
 
-def _emulated(opts: Any) -> Any:
-    """Building needs no GPU: profiles come from calibration through ONNX Runtime."""
-    import dataclasses
 
+def _emulated(opts: SessionOptions) -> SessionOptions:
+    """Building needs no GPU: profiles come from calibration through ONNX Runtime."""
     return dataclasses.replace(opts, emulate=True)
 
-def _versions(flv: Any) -> dict[str, str]:
+
+def _versions(flv: Flavor) -> dict[str, str]:
     import onnxruntime
 
     return {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, flv.name: flv.version}
+
 
 def _check_out_dir(out_dir: str) -> None:
     if os.path.exists(out_dir):
@@ -111,6 +108,7 @@ def _check_out_dir(out_dir: str) -> None:
         raise ArtifactError(f"{out_dir}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise ArtifactError(f"{out_dir}: folder {parent} is not writable")
+
 
 def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[str, Any]) -> None:
     """Everything into a temp folder beside ``out_dir``, then swapped in: never half a build."""
@@ -132,6 +130,7 @@ def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[st
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
+
 
 def load(folder: str | os.PathLike[str], options: SessionOptions | None = None, *, rebuild: bool = False) -> Session:
     """A Session from a build folder (see :meth:`Session.load`)."""

@@ -39,6 +39,7 @@ SHAPE_PASS = frozenset({"Concat", "Gather", "Cast", "Add", "Sub", "Mul", "Div", 
                         "Unsqueeze", "Slice", "Identity", "Where", "ReduceProd", "ReduceMax", "ReduceMin",
                         "Neg", "Abs", "Mod", "Floor", "Ceil", "Sum", "Clip"})
 
+
 def shape_tensor_inputs(model: Model, segment: Segment) -> set[str]:
     """Segment inputs TensorRT takes as shape tensors (integer, rank <= 1, used as a shape)."""
     index = model.index
@@ -52,12 +53,14 @@ def shape_tensor_inputs(model: Model, segment: Segment) -> set[str]:
                 marked.add(name)
     return {n for n in segment.inputs if n in marked and _small_int(index.types.get(n))}
 
+
 def _small_int(tp: onnx.TypeProto | None) -> bool:
     if tp is None or tp.WhichOneof("value") != "tensor_type":
         return False
     tt = tp.tensor_type
     ints = (onnx.TensorProto.INT32, onnx.TensorProto.INT64)
     return tt.elem_type in ints and (not tt.HasField("shape") or len(tt.shape.dim) <= 1)
+
 
 def _bindings(model: Model, profile: Profile) -> dict[str, tuple[int, int, int]]:
     """dim_param symbol of a model input -> (min, opt, max) under ``profile``; symbols bound
@@ -77,6 +80,7 @@ def _bindings(model: Model, profile: Profile) -> dict[str, tuple[int, int, int]]
         del out[sym]
     return out
 
+
 def symbolic_profile(tp: onnx.TypeProto | None, bindings: Mapping[str, tuple[int, int, int]]) -> TensorProfile | None:
     if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
         return None
@@ -94,7 +98,9 @@ def symbolic_profile(tp: onnx.TypeProto | None, bindings: Mapping[str, tuple[int
         hi.append(rng[2])
     return TensorProfile(tuple(lo), tuple(mid), tuple(hi), SYMBOLIC)
 
+
 Runner = Callable[[Sequence[str], Mapping[str, Any]], Sequence[Any]]
+
 
 def derive_profiles(model: Model, plan: Plan, inputs: Sequence[NodeArg], input_profiles: Sequence[Profile],
                     overrides: Sequence[Profile], make_runner: Callable[[Sequence[str]], Runner],
@@ -135,6 +141,7 @@ def derive_profiles(model: Model, plan: Plan, inputs: Sequence[NodeArg], input_p
                         result[seg.id][k][name] = seen[k][name]
     return result
 
+
 # Data-dependent outputs with a known upper bound: op -> function(input values at max shapes)
 # giving the largest size of the data-dependent dim (dim 0 for NMS, dim 1 for NonZero).
 def _nms_bound(ins: Sequence[Any]) -> int:
@@ -144,12 +151,14 @@ def _nms_bound(ins: Sequence[Any]) -> int:
         per_class = min(spatial, max(0, int(np.asarray(ins[2]).reshape(-1)[0])))
     return int(batches * classes * per_class)
 
+
 _BOUNDS: dict[str, tuple[int, Callable[[Sequence[Any]], int]]] = {
     "NonMaxSuppression": (0, _nms_bound),
     "NonZero": (1, lambda ins: int(np.size(ins[0]))),
     "Compress": (-1, lambda ins: int(np.size(ins[0]))),
     "Unique": (-1, lambda ins: int(np.size(ins[0]))),
 }
+
 
 def _bounded(model: Model, names: Sequence[str]) -> dict[str, tuple[int, str, list[str]]]:
     """Calibrated tensors made directly by an op with a known bound: name -> (dim, op, op inputs)."""
@@ -160,6 +169,7 @@ def _bounded(model: Model, names: Sequence[str]) -> dict[str, tuple[int, str, li
         if node is not None and node.op_type in _BOUNDS and node.output[0] == name:
             out[name] = (_BOUNDS[node.op_type][0], node.op_type, [n for n in node.input])
     return out
+
 
 def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], input_profiles: Sequence[Profile],
               make_runner: Callable[[Sequence[str]], Runner], seed: int = 0,
@@ -220,6 +230,7 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
         out.append(found)
     return out
 
+
 def _probe(run: Runner, fetch: Sequence[str], prof: Profile, samples: Sequence[Mapping[str, Any]],
            random_feeds: Callable[[Mapping[str, Shape]], dict[str, Any]]) -> dict[str, Any] | None:
     """One more run at the opt shapes with other data (another sample of those shapes, else
@@ -232,6 +243,7 @@ def _probe(run: Runner, fetch: Sequence[str], prof: Profile, samples: Sequence[M
     except TrtBackendError as e:
         log.info("data-dependence probe skipped: %s", e)
         return None
+
 
 def _combine(name: str, seen: Sequence[Any], more: Sequence[Any] = (), probe: Any = None,
              bound: tuple[int, int] | None = None) -> TensorProfile:

@@ -49,6 +49,7 @@ def normalize_profiles(user: Sequence[Mapping[str, Any]] | None, inputs: Sequenc
         overrides.append(over)
     return out, overrides
 
+
 def _check_against(arg: NodeArg, tp: TensorProfile, where: str) -> None:
     if arg.kind != "tensor":
         raise ProfileError(f"{where}: input '{arg.name}' is {arg.type}; profiles are for tensors")
@@ -61,6 +62,7 @@ def _check_against(arg: NodeArg, tp: TensorProfile, where: str) -> None:
         if isinstance(want, int) and not (tp.min[axis] == tp.opt[axis] == tp.max[axis] == want):
             raise ProfileError(f"{where}, input '{arg.name}': dim {axis} is fixed at {want} in the model "
                                f"(shape {list(arg.shape)}), got {describe_profile(tp)}")
+
 
 def complete_profiles(profiles: list[Profile], inputs: Sequence[NodeArg], *, required: bool) -> list[Profile]:
     """Add static inputs to every profile; when ``required``, every dynamic tensor input must
@@ -82,6 +84,7 @@ def complete_profiles(profiles: list[Profile], inputs: Sequence[NodeArg], *, req
                     raise MissingProfileError(_missing_message(arg, k, len(profiles)))
         done.append(full)
     return done
+
 
 def _missing_message(arg: NodeArg, k: int, count: int) -> str:
     example = tuple(d if isinstance(d, int) else 1 for d in arg.shape) if arg.rank is not None else (1,)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,13 +19,13 @@ from partitioner import (
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
 from trt_backend.engines.cache import EngineCache
-from trt_backend.engines.fallback import build_with_fallback, plugin_rewrite
+from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
 from trt_backend.engines.precision import apply_precision
-from trt_backend.errors import PrecisionError, SegmentRunError, TensorRTUnavailableError
+from trt_backend.errors import PrecisionError, TensorRTUnavailableError
 from trt_backend.gpu.device import BufferPool, Stream
 from trt_backend.gpu.ort_cuda_runner import OrtCudaRunner, cuda_provider_available
 from trt_backend.gpu.status import make_tensorrt_runner, tensorrt_status
-from trt_backend.ort.sessions import first_line, ort_errors, ort_session
+from trt_backend.ort.sessions import tapped_session
 from trt_backend.ort.threads import use_global_thread_pool
 from trt_backend.ort.values import to_numpy
 from trt_backend.planning import plan_for
@@ -33,7 +33,7 @@ from trt_backend.profiles import Profile, profiles_from_json
 from trt_backend.runners.base import SegmentRunner
 from trt_backend.runners.ort import EmulatedTensorRTRunner, OnnxRuntimeRunner
 from trt_backend.session.artifacts import open_folder
-from trt_backend.session.derive import derive_profiles, shape_tensor_inputs
+from trt_backend.session.derive import Runner, derive_profiles, shape_tensor_inputs
 from trt_backend.session.feeds import FeedValidator, NodeArg, node_arg
 from trt_backend.session.given import complete_profiles, normalize_profiles
 from trt_backend.session.options import RunOptions, SessionOptions
@@ -45,6 +45,7 @@ from trt_backend.session.saved import (
 )
 
 log = logging.getLogger(__package__)  # "trt_backend.session": the stage's logger, as users see it
+
 
 @dataclass(frozen=True)
 class Step:
@@ -135,17 +136,11 @@ class Session:
         return plan_for(model, opts.partition, flavor=opts.flavor, oracle=opts.oracle, isolate=opts.isolate_parser)
 
     def _build_engines(self, plan: Plan, derived: dict[int, list[Profile]],
-                       derive: Any) -> tuple[Plan, dict[int, list[Profile]], dict[int, bytes]]:
+                       derive: Callable[[Plan], dict[int, list[Profile]]],
+                       ) -> tuple[Plan, dict[int, list[Profile]], dict[int, bytes]]:
         """Engines for every TensorRT segment (when the given ones lack any, all are built, through
         the cache when there is one); segments TensorRT refuses are demoted and re-planned."""
-
-        memo: dict[int, dict[int, list[Profile]]] = {id(plan): derived}
-
-        def profiles_of(p: Plan) -> dict[int, list[Profile]]:
-            if id(p) not in memo:
-                memo[id(p)] = derive(p)
-            return memo[id(p)]
-
+        profiles_of = PlanMemo(derive, (plan, derived))
         cache = EngineCache(self.options.cache_dir, allow_host_code=self.options.allow_host_code) \
             if self.options.cache_dir else None
         result = build_with_fallback(plan, profiles_of, self.options.build, cache,
@@ -214,27 +209,9 @@ class Session:
                     "ONNX Runtime", why, len(trt), self.model.source)
         return True
 
-    def _calibration_runner(self, names: Sequence[str]) -> Any:
-        proto = onnx.ModelProto()
-        proto.CopyFrom(self.model.proto)
-        have = {o.name for o in proto.graph.output}
-        for name in names:
-            if name not in have:
-                vi = proto.graph.output.add()
-                vi.name = name
-                tp = self.model.index.types.get(name)
-                if tp is not None:
-                    vi.type.CopyFrom(tp)
-        sess = ort_session(proto, self.options.ort_for(1), f"calibration model of {self.model.source}")
-
-        def run(wanted: Sequence[str], feeds: Mapping[str, Any]) -> list[Any]:
-
-            try:
-                return list(sess.run(list(wanted), dict(feeds)))
-            except ort_errors() as e:
-                raise SegmentRunError(first_line(e)) from None
-
-        return run
+    def _calibration_runner(self, names: Sequence[str]) -> Runner:
+        run = tapped_session(self.model, names, self.options.ort_for(1), f"calibration model of {self.model.source}")
+        return lambda wanted, feeds: [run(feeds, wanted)[n] for n in wanted]
 
     # ------------------------------------------------------------ onnxruntime-like API
 
