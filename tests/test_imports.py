@@ -45,3 +45,65 @@ def test_public_facades() -> None:
     for name in trt_backend.__all__:
         assert getattr(trt_backend, name) is not None, name
     assert "Session" in trt_backend.__all__ and "plan_model" in partitioner.__all__
+
+
+RUNTIMES = ("onnxruntime", "tensorrt", "tensorrt_rtx", "cuda", "pycuda", "polygraphy", "cupy", "torch")
+
+
+def test_partitioner_source_imports_no_runtime_anywhere() -> None:
+    """Not even inside a function: the partitioner is pure ONNX (the capability oracle and the
+    IR-version cap are passed in), and it never reaches up into trt_backend."""
+    import ast
+    import os
+
+    root = os.path.dirname(partitioner.__file__)
+    found = []
+    for name in sorted(os.listdir(root)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(root, name), encoding="utf-8") as f:
+            tree = ast.parse(f.read(), name)
+        for node in ast.walk(tree):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{name}:{node.lineno} {m}" for m in mods if m.split(".")[0] in (*RUNTIMES, "trt_backend")]
+    assert len([n for n in os.listdir(root) if n.endswith(".py")]) >= 10
+    assert found == []
+
+
+PLAN_CHILD = textwrap.dedent("""
+    import importlib.abc, json, sys
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "onnxruntime":
+                raise ImportError(f"blocked for this test: {name}")
+            return None
+    if sys.argv[1] == "blocked":
+        sys.meta_path.insert(0, Block())
+    import onnx
+    from partitioner import PartitionOptions, plan_model
+    from trt_backend.data.demo import demo_model
+    from trt_backend.tensorrt.flavor import load_flavor
+    from trt_backend.tensorrt.oracle import ParserOracle
+    m = demo_model()
+    m.ir_version = onnx.IR_VERSION + 2  # too new for anyone: normalisation must lower it the same way
+    plan = plan_model(m, ParserOracle(load_flavor("auto")), PartitionOptions(min_segment_size=1))
+    d = plan.to_dict()
+    d.pop("seconds", None)
+    print(json.dumps({"plan": d, "ir": plan.model.proto.ir_version,
+                      "ort_loaded": any(k.split(".")[0] == "onnxruntime" for k in sys.modules)}, sort_keys=True))
+""")
+
+
+def test_partitioner_plans_identically_with_onnxruntime_absent(flavor) -> None:
+    import json
+
+    runs = {}
+    for mode in ("blocked", "present"):
+        proc = subprocess.run([sys.executable, "-c", PLAN_CHILD, mode], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert runs["blocked"]["ort_loaded"] is False
+    assert runs["blocked"]["plan"] == runs["present"]["plan"]
+    assert runs["blocked"]["ir"] == runs["present"]["ir"]
+    assert [s["backend"] for s in runs["blocked"]["plan"]["segments"]] == ["tensorrt", "onnxruntime", "tensorrt"]

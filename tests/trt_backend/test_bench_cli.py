@@ -9,12 +9,12 @@ import os
 import pytest
 
 from tests.trt_backend.test_session_graphs import conv_chain
-from trt_backend.bench.candidates import cuda_devices
 from trt_backend.bench.stats import STAT_KEYS
 from trt_backend.bench.timing import ProgressEvent
 from trt_backend.cli import main
 from trt_backend.commands.bench import ProgressPrinter
 from trt_backend.data.demo import DEMO_PATH
+from trt_backend.gpu.device import cuda_device_count
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 
@@ -98,7 +98,7 @@ def test_single_segment_model_reports_build_and_cache_load_times(tmp_path) -> No
     assert build["seconds"] > 0 and build["cached_load_seconds"] >= 0 and build["all_cache_hits"]
     assert [s["cached"] for s in build["segments"]] == [False] and build["segments"][0]["engine_bytes"] > 0
     assert whole["build"]["seconds"] == build["seconds"]
-    if cuda_devices() == 0:
+    if cuda_device_count() == 0:
         assert not whole["available"] and whole["reason"].startswith("no CUDA device")
     assert os.listdir(tmp_path / "cache")  # built through the cache asked for
 

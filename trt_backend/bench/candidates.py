@@ -70,12 +70,6 @@ class Candidate:
         self.cleanup.clear()
 
 
-def cuda_devices() -> int:
-    """Usable CUDA devices (0 without cuda-python, a driver or a device)."""
-
-    return cuda_device_count()
-
-
 def max_abs_diff(ours: Sequence[Any], theirs: Sequence[Any]) -> float | None:
     """Largest absolute difference over the numeric tensor outputs (None when none compare)."""
     worst: float | None = None
@@ -117,7 +111,7 @@ def provider_problem(name: str) -> str | None:
     if provider not in have:
         return (f"{provider} not available in this onnxruntime build (onnxruntime {ort.__version__}; "
                 f"providers: {', '.join(have)})")
-    if name != "ort-cpu" and cuda_devices() == 0:
+    if name != "ort-cpu" and cuda_device_count() == 0:
         return f"no CUDA device ({provider} is in this onnxruntime build but has no GPU to run on)"
     return None
 
@@ -226,7 +220,7 @@ def trt_whole(sess: Session, capability_plan: Plan, feeds: Mapping[str, Any], bu
     if blocker:
         c.reason = blocker
         return c
-    runs_here, why = (False, "no CUDA device") if cuda_devices() == 0 else tensorrt_status()
+    runs_here, why = (False, "no CUDA device") if cuda_device_count() == 0 else tensorrt_status()
     model = sess.model
     plan = sess.plan if _is_whole(sess.plan) else build_plan(
         model, [Verdict("tensorrt", None)] * len(model.proto.graph.node), capability_plan.tensorrt,
@@ -284,5 +278,5 @@ def _attach_engine_runner(c: Candidate, seg: Segment, engines: Mapping[int, byte
     c.details["timing"] = "host + CUDA events (H2D, compute, D2H)"
 
 
-__all__ = ["BASELINES", "Candidate", "OURS", "build_info", "cuda_devices", "first_run", "max_abs_diff",
+__all__ = ["BASELINES", "Candidate", "OURS", "build_info", "first_run", "max_abs_diff",
            "ort_baseline", "provider_problem", "trt_whole", "whole_model_blocker"]

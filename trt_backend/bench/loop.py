@@ -27,7 +27,6 @@ from trt_backend.bench.candidates import (
     OURS,
     Candidate,
     build_info,
-    cuda_devices,
     first_run,
     ort_baseline,
     trt_whole,
@@ -46,6 +45,7 @@ from trt_backend.bench.timing import (
 )
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.errors import BenchOptionsError, TensorRTUnavailableError
+from trt_backend.gpu.device import cuda_device_count
 from trt_backend.ort.threads import thread_pool_mode
 from trt_backend.profiles import Shape
 from trt_backend.session.feeds import random_feeds
@@ -320,7 +320,7 @@ def _environment(sess: Session) -> dict[str, Any]:
 
     env: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(),
                            "cpus": os.cpu_count(), "numpy": np.__version__, "tensorrt": sess.plan.tensorrt,
-                           "cuda_devices": cuda_devices()}
+                           "cuda_devices": cuda_device_count()}
     try:
         import onnxruntime
 

@@ -14,12 +14,6 @@ from trt_backend.profiles import Profile
 from trt_backend.runners.base import SegmentRunner
 from trt_backend.tensorrt.flavor import load_flavor
 
-
-def _cuda_device_count() -> int:
-
-    return cuda_device_count()
-
-
 # SMs TensorRT-RTX 1.7 builds for (DESIGN.md): data-centre Hopper/Blackwell parts are not among them.
 _RTX_SMS = frozenset({(7, 5), (8, 0), (8, 6), (8, 9), (12, 0), (12, 1)})
 
@@ -32,7 +26,7 @@ def tensorrt_status() -> tuple[bool, str]:
         flavor = load_flavor("auto")
     except TensorRTUnavailableError as e:
         return False, str(e)
-    devices = _cuda_device_count()
+    devices = cuda_device_count()
     if devices == 0:
         return False, f"{flavor.target} is installed but no CUDA device is usable"
     if flavor.is_rtx:
