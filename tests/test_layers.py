@@ -140,3 +140,25 @@ def test_the_checker_sees_a_violation(tmp_path) -> None:
     deps = imports_of("trt_backend.ort.sessions", str(low), known)
     assert deps == {"trt_backend.session.session", "trt_backend.ort.options"}
     assert layer_of("trt_backend.session.session") > layer_of("trt_backend.ort.sessions")
+
+
+def test_package_imports_sit_at_module_top() -> None:
+    """An import of the package's own modules inside a function only hides a circle (and leaves
+    signatures typed ``Any``); the heavy runtimes are the ones that load lazily."""
+    nested = []
+    for module, path in sorted(package_modules().items()):
+        if not module.startswith("trt_backend"):
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or "."] if isinstance(node, ast.ImportFrom) else []
+                if isinstance(node, ast.ImportFrom) and node.level:
+                    names = ["." * node.level + (node.module or "")]
+                nested += [f"{module}:{node.lineno} {n}" for n in names
+                           if n.startswith(".") or n.split(".")[0] in PACKAGES]
+    assert nested == []

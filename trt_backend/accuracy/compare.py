@@ -52,7 +52,7 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
     ``feeds``). ``model`` may be a ready Session (its own profiles and options apply). Options
     come as a :class:`CompareOptions` or as its fields by keyword: ``compare(m, atol=1e-2)``.
 
-    Raises :class:`~trt_backend.compare_options.ReferenceRunError` when the reference cannot
+    Raises :class:`~trt_backend.errors.ReferenceRunError` when the reference cannot
     run the model, ``OptionsError`` for bad options; a mismatch is a report with
     ``passed`` False, not an exception. A Session passed in is left as it came (the precision
     transform applies for the comparison only)."""
@@ -135,8 +135,7 @@ def lower_precision(sess: Session, precision: str, keep_fp32_ops: Sequence[str])
     Segments running as TensorRT engines keep what they were built with, which must match."""
     done = {r.segment.id: "fp32" for r in sess.runners}
     build = sess.options.build
-    built = {row.segment: row.precision for row in getattr(sess.build_report, "segments", ())} \
-        if getattr(sess, "build_report", None) is not None else {}
+    built = {row.segment: row.precision for row in sess.build_report.segments} if sess.build_report else {}
     for i, r in enumerate(list(sess.runners)):
         if r.segment.backend != "tensorrt":
             continue

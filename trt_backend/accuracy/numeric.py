@@ -6,7 +6,7 @@ handled before either.
 Model outputs are compared by Polygraphy itself. Localisation compares every segment boundary
 tensor twice, where Polygraphy's function formats its (muted) log lines eagerly and that
 dominated the time (a 17-segment SqueezeNet: 0.8 s of 0.9 s); this module computes the same
-numbers without it. ``tests/trt_backend/test_compare_numeric.py`` holds both to agreement."""
+numbers without it. ``tests/trt_backend/accuracy/test_numeric.py`` holds both to agreement."""
 from __future__ import annotations
 
 import dataclasses

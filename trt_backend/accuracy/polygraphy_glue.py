@@ -2,7 +2,7 @@
 loader that follows the Session's profiles, NaN/inf handled before Polygraphy's simple compare
 function, and its results read back as :class:`TensorError`.
 
-Polygraphy is imported inside functions only (``import trt_backend.compare_polygraphy`` needs
+Polygraphy is imported inside functions only (``import trt_backend.accuracy.polygraphy_glue`` needs
 neither Polygraphy nor ONNX Runtime). Tested with Polygraphy 0.53.6; the code keeps to API that
 0.49 already had, with a small conditional where 0.53 renamed it (``SimpleCompareFunc`` replaces
 the deprecated ``CompareFunc.simple``)."""

@@ -5,7 +5,7 @@ use instead, in one run on the same inputs, with trtexec's timing and statistics
                        SessionOptions(emulate=True))
     print(result.table()); open("bench.json", "w").write(result.to_json())
 
-Definitions (statistics, ratios) are in :mod:`trt_backend.bench_stats` and the JSON itself."""
+Definitions (statistics, ratios) are in :mod:`trt_backend.bench.stats` and the JSON itself."""
 from __future__ import annotations
 
 import logging
@@ -184,7 +184,7 @@ def _build_ours(sess: Session, options: BenchOptions, cache_dir: str | None, so:
 
     if not sess.plan.tensorrt_segments():
         return {"skipped": "no TensorRT segments"}
-    built = getattr(sess, "build_report", None)
+    built = sess.build_report
     if built is None and not options.build:
         return {"skipped": "--no-build"}
     try:

@@ -3,7 +3,7 @@
 A fresh builder, network and parser per segment (kept referenced together: a parser outliving its
 network segfaults); builder settings by enum *name* and optional API by ``hasattr``, since enum
 values changed between TensorRT 10 and 11. Precision is an ONNX-level transform
-(:mod:`trt_backend.precision`), so networks are strongly typed everywhere."""
+(:mod:`trt_backend.engines.precision`), so networks are strongly typed everywhere."""
 from __future__ import annotations
 
 import hashlib
@@ -186,7 +186,7 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
                     options: BuildOptions | None = None, flavor: Flavor | str = "auto",
                     timing: Any = None) -> SegmentEngine:
     """:func:`build_segment` with layer count, seconds and the precision applied.
-    ``timing`` is a :class:`trt_backend.cache.TimingCacheFile` or None."""
+    ``timing`` is a :class:`trt_backend.engines.cache.TimingCacheFile` or None."""
     options = options or BuildOptions()
     fl = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
     start = time.perf_counter()

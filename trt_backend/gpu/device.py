@@ -18,7 +18,7 @@ from trt_backend.errors import CudaError
 
 log = logging.getLogger(__name__)
 
-# Every cuda.bindings.runtime name used here; tests/trt_backend/test_gpu_device.py checks them
+# Every cuda.bindings.runtime name used here; tests/trt_backend/gpu/test_device.py checks them
 # against the installed cuda-python, so a misspelt name fails CI even without a GPU.
 CUDART_API = (
     "cudaGetDeviceCount", "cudaGetDevice", "cudaSetDevice", "cudaDeviceGetAttribute", "cudaDeviceAttr",

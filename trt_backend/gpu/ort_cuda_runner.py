@@ -19,7 +19,7 @@ from trt_backend.ort.values import to_numpy
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import ONNXRUNTIME, SegmentRunner
 
-# onnxruntime names this module uses (checked by tests/trt_backend/test_gpu_device.py on CPU)
+# onnxruntime names this module uses (checked by tests/trt_backend/gpu/test_device.py on CPU)
 ORT_API = ("InferenceSession.io_binding", "InferenceSession.run_with_iobinding", "IOBinding.bind_input",
            "IOBinding.bind_output", "IOBinding.bind_cpu_input", "IOBinding.get_outputs", "IOBinding.clear_binding_inputs",
            "IOBinding.clear_binding_outputs", "OrtValue.data_ptr", "OrtValue.shape", "OrtValue.element_type",

@@ -3,8 +3,9 @@
 
 Values passed between runners are numpy arrays (ONNX Runtime hands them out without a copy),
 ``OrtValue`` tensors for dtypes numpy lacks (bfloat16, float8, int4...), lists (sequences) or
-None (empty optionals). A TensorRT runner (engine builder issue) will subclass
-:class:`SegmentRunner` and share its profile checks."""
+None (empty optionals). The runners that execute engines on a GPU (:mod:`trt_backend.gpu`)
+subclass :class:`SegmentRunner` and share its profile checks; choosing a runner is above both
+(:func:`trt_backend.gpu.status.make_tensorrt_runner`)."""
 from __future__ import annotations
 
 import logging

@@ -21,6 +21,7 @@ from partitioner.model import ModelSource
 from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
 from trt_backend.engines.precision import apply_precision
+from trt_backend.engines.report import BuildReport
 from trt_backend.errors import PrecisionError, TensorRTUnavailableError
 from trt_backend.gpu.device import BufferPool, Stream
 from trt_backend.gpu.ort_cuda_runner import OrtCudaRunner, cuda_provider_available
@@ -100,7 +101,7 @@ class Session:
 
         derived = saved_segment_profiles(saved) if saved is not None else derive(base)
         emulate = self._decide_emulation(trt)
-        self.build_report: Any = None
+        self.build_report: BuildReport | None = None  # set when this session built engines
         engine_map = dict(engines or {})
         if not emulate and any(s.id not in engine_map for s in trt):
             base, derived, engine_map = self._build_engines(base, derived, derive)

@@ -1,7 +1,7 @@
 """Every TensorRT name trt-backend uses, builder and runtime paths, in one place.
 
 The GPU runtime cannot run on CI machines, so a misspelt method there would only fail on a
-user's GPU. ``tests/trt_backend/test_api_surface.py`` checks these lists against the installed
+user's GPU. ``tests/trt_backend/tensorrt/test_api_names.py`` checks these lists against the installed
 ``tensorrt_rtx`` module and against the text of ``tensorrt-stubs`` 10.13 (full TensorRT), and
 checks that the code's ``trt.X.Y`` chains and ``flavor.has("X.Y")`` strings are listed here.
 

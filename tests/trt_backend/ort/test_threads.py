@@ -18,7 +18,7 @@ from onnx import helper as h
 
 from partitioner import QueryResult
 from partitioner.errors import OptionsError
-from tests.trt_backend.test_session_graphs import assert_same, conv_chain, ort_reference
+from tests.trt_backend.session.test_graphs import assert_same, conv_chain, ort_reference
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import ort_session
 from trt_backend.ort.threads import use_global_thread_pool
@@ -109,7 +109,7 @@ def test_shared_arena_leaves_other_sessions_alone() -> None:
     assert_same(again.run(None, {"x": x}), expected)
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 # Run in a child process: the global pool is a process-wide, one-way switch.
 GLOBAL_POOL_CHILD = """
@@ -117,10 +117,10 @@ import json, sys
 import numpy as np, onnxruntime as ort
 from partitioner.errors import OptionsError
 from trt_backend.ort.threads import global_thread_pool
-from tests.trt_backend.test_session_threads import chain_session, config, conv_chain
+from tests.trt_backend.ort.test_threads import chain_session, config, conv_chain
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
-from tests.trt_backend.test_session_graphs import ort_reference
+from tests.trt_backend.session.test_graphs import ort_reference
 out = {}
 x0 = np.random.default_rng(0).standard_normal((2, 8, 16, 16)).astype(np.float32)
 if sys.argv[1] == "ours":  # a session made before the switch keeps its own pool and keeps working

@@ -14,7 +14,7 @@ from onnx import helper
 
 from partitioner import PartitionOptions
 from tests.helpers import const, model, vi
-from tests.trt_backend.test_builder import PROFILE, conv_resize_conv
+from tests.trt_backend.engines.test_builder import PROFILE, conv_resize_conv
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.cache import MANIFEST, EngineCache, cache_key, sha256_bytes
 from trt_backend.engines.fallback import build_engines
