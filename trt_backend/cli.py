@@ -1,32 +1,46 @@
-"""The ``trt-backend`` command line. Each subcommand lives in ``trt_backend.commands.<name>``
-and exposes ``register(subparsers)``, which points the parser at its ``handle(args)``; user
-errors print one line and exit 1."""
+"""The ``trt-backend`` command line. Each subcommand lives in ``trt_backend.commands.<name>``,
+whose ``register(parser)`` adds its arguments and points the parser at its ``handle(args)``;
+only the subcommand being run is imported. User errors print one line and exit 1."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
 
-from trt_backend.commands import bench, build, compare, demo, inspect, run
 from trt_backend.errors import TrtBackendError
 
-COMMANDS = (inspect, run, build, bench, compare, demo)  # in the order --help lists them
+COMMANDS = {  # name -> one-line help, in the order --help lists them; trt_backend.commands.<name> does the rest
+    "inspect": "plan a model: which nodes run in TensorRT, which in ONNX Runtime",
+    "run": "run a model once: TensorRT segments (emulated without a GPU) + ONNX Runtime",
+    "build": "build engines for every TensorRT segment into a folder",
+    "bench": "benchmark the stitched session against ONNX Runtime and whole-model TensorRT",
+    "compare": "compare trt-backend's outputs with ONNX Runtime on the whole model",
+    "demo": "plan, build and run the bundled demo model",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``command`` (a subcommand name), only that subcommand's module is
+    imported and given its arguments (the others are listed by name and help only), so a
+    command starts without loading what the others need."""
     parser = argparse.ArgumentParser(prog="trt-backend", description="TensorRT engines with ONNX Runtime fallback.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for command in COMMANDS:
-        command.register(sub)
+    for name, text in COMMANDS.items():
+        p = sub.add_parser(name, help=text)
+        if command is None or name == command:
+            importlib.import_module(f"trt_backend.commands.{name}").register(p)  # (an import error is raised)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in args_list if not a.startswith("-")), None)
+    parser = build_parser(command if command in COMMANDS else None)
+    args = parser.parse_args(args_list)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -1,1 +1,2 @@
-"""Subcommands of the ``trt-backend`` CLI; each module exposes ``register(subparsers)``."""
+"""Subcommands of the ``trt-backend`` CLI: one module each, with ``register(parser)`` (its
+arguments) and ``handle(args)`` (its work); ``_args`` holds the argument groups they share."""

@@ -29,14 +29,13 @@ from trt_backend.errors import BenchOptionsError
 PROGRESS_AFTER_S = 2.0  # runs shorter than this print no progress
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser(
-        "bench", help="benchmark the stitched session against ONNX Runtime and whole-model TensorRT",
-        description="Time MODEL through trt-backend (TensorRT segments emulated where TensorRT cannot execute) "
-                    "and through the baselines, on the same inputs: warm-up by time, then at least --iterations "
-                    "runs and --duration-s seconds per runner (trtexec's rule). Prints latency min/max/mean/"
-                    "median/p90/p95/p99 (nearest-rank percentiles), throughput, each baseline's ratio to ours, "
-                    "ours per segment, and engine build and cache-load times apart from inference.")
+def register(p: argparse.ArgumentParser) -> None:
+    """Arguments of `trt-backend bench` (the CLI names it and gives its one-line help)."""
+    p.description = ("Time MODEL through trt-backend (TensorRT segments emulated where TensorRT cannot execute) "
+                   "and through the baselines, on the same inputs: warm-up by time, then at least --iterations "
+                   "runs and --duration-s seconds per runner (trtexec's rule). Prints latency min/max/mean/"
+                   "median/p90/p95/p99 (nearest-rank percentiles), throughput, each baseline's ratio to ours, "
+                   "ours per segment, and engine build and cache-load times apart from inference.")
     p.add_argument("model", help="ONNX model file")
     add_shape_arguments(p, "run with")
     p.add_argument("--precision", default="fp32", metavar="|".join(PRECISIONS),

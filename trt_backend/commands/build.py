@@ -18,11 +18,11 @@ from trt_backend.engines.report import BuildEvent
 from trt_backend.session import build_folder
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("build", help="build engines for every TensorRT segment into a folder",
-                       description="Plan MODEL, derive every TensorRT segment's profiles, build its engines "
-                                   "(TensorRT-RTX builds ahead of time on a machine without a GPU) and write "
-                                   "DIR/manifest.json, the segment models and the engines.")
+def register(p: argparse.ArgumentParser) -> None:
+    """Arguments of `trt-backend build` (the CLI names it and gives its one-line help)."""
+    p.description = ("Plan MODEL, derive every TensorRT segment's profiles, build its engines "
+                   "(TensorRT-RTX builds ahead of time on a machine without a GPU) and write "
+                   "DIR/manifest.json, the segment models and the engines.")
     p.add_argument("model", help="ONNX model file")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write (replaced atomically)")
     add_shape_arguments(p, "build for")

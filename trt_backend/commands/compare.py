@@ -24,13 +24,13 @@ from trt_backend.commands._args import (
 from trt_backend.engines.precision import PRECISIONS
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("compare", help="compare trt-backend's outputs with ONNX Runtime on the whole model",
-                       description="Run MODEL through trt-backend (TensorRT segments, emulated without a GPU, and "
-                                   "ONNX Runtime segments) and through ONNX Runtime alone on seeded random inputs at "
-                                   "the profiles' opt shapes, compare every output with Polygraphy, and optionally "
-                                   "name the segment a divergence starts in. Exit 0: all outputs pass; 1: a mismatch "
-                                   "or an error (errors print one 'trt-backend: error:' line and write no JSON).")
+def register(p: argparse.ArgumentParser) -> None:
+    """Arguments of `trt-backend compare` (the CLI names it and gives its one-line help)."""
+    p.description = ("Run MODEL through trt-backend (TensorRT segments, emulated without a GPU, and "
+                   "ONNX Runtime segments) and through ONNX Runtime alone on seeded random inputs at "
+                   "the profiles' opt shapes, compare every output with Polygraphy, and optionally "
+                   "name the segment a divergence starts in. Exit 0: all outputs pass; 1: a mismatch "
+                   "or an error (errors print one 'trt-backend: error:' line and write no JSON).")
     p.add_argument("model", help="ONNX model file")
     add_shape_arguments(p, "compare at")
     p.add_argument("--all-profile-shapes", action="store_true",

@@ -20,11 +20,11 @@ from trt_backend.session.session import Session
 PROFILE = [{"image": ((1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32))}]
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("demo", help="plan, build and run the bundled demo model",
-                       description="Plan the bundled demo model (a classifier whose Resize mode TensorRT "
-                                   "rejects), build its TensorRT engines, load the build into a session, run it "
-                                   "and compare with ONNX Runtime.")
+def register(p: argparse.ArgumentParser) -> None:
+    """Arguments of `trt-backend demo` (the CLI names it and gives its one-line help)."""
+    p.description = ("Plan the bundled demo model (a classifier whose Resize mode TensorRT "
+                   "rejects), build its TensorRT engines, load the build into a session, run it "
+                   "and compare with ONNX Runtime.")
     p.add_argument("--out", default="trt-backend-demo", metavar="DIR", help="where to write (default ./trt-backend-demo)")
     p.add_argument("--flavor", choices=("auto", "tensorrt", "tensorrt_rtx"), default="auto")
     p.set_defaults(func=handle)

@@ -13,9 +13,9 @@ from trt_backend.commands._args import add_partition_arguments, partition_option
 from trt_backend.planning import make_plan
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("inspect", help="plan a model: which nodes run in TensorRT, which in ONNX Runtime",
-                       description="Plan MODEL and print its segments and the fallback census.")
+def register(p: argparse.ArgumentParser) -> None:
+    """Arguments of `trt-backend inspect` (the CLI names it and gives its one-line help)."""
+    p.description = ("Plan MODEL and print its segments and the fallback census.")
     p.add_argument("model", help="ONNX model file")
     p.add_argument("--json", metavar="PLAN.json", help="write the plan as JSON")
     p.add_argument("--export-segments", metavar="DIR", help="write segment_<id>.onnx per segment into DIR")

@@ -41,11 +41,11 @@ def stats_line(value: Any) -> str:
     return text
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("run", help="run a model once: TensorRT segments (emulated without a GPU) + ONNX Runtime",
-                       description="Plan MODEL, derive every TensorRT segment's profiles, run it once on the "
-                                   "given (or seeded random) inputs, and print each output's shape, dtype and "
-                                   "stats and which executor ran each segment.")
+def register(p: argparse.ArgumentParser) -> None:
+    """Arguments of `trt-backend run` (the CLI names it and gives its one-line help)."""
+    p.description = ("Plan MODEL, derive every TensorRT segment's profiles, run it once on the "
+                   "given (or seeded random) inputs, and print each output's shape, dtype and "
+                   "stats and which executor ran each segment.")
     p.add_argument("model", help="ONNX model file")
     add_shape_arguments(p, "run with")
     p.add_argument("--inputs", metavar="IN.npz", help="inputs by name (default: seeded random data)")
