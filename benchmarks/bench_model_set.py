@@ -24,11 +24,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from tests.trt_backend.session.test_graphs import detection_model, transformer_model  # noqa: E402
-from trt_backend.bench.candidates import BASELINES
-from trt_backend.bench.loop import BenchOptions, run_bench
-from trt_backend.bench.report import BenchResult
-from trt_backend.bench.timing import TimingConfig
-from trt_backend.session.options import SessionOptions
+from trt_backend.bench.candidates import BASELINES  # noqa: E402
+from trt_backend.bench.loop import BenchOptions, run_bench  # noqa: E402
+from trt_backend.bench.report import BenchResult  # noqa: E402
+from trt_backend.bench.timing import TimingConfig  # noqa: E402
+from trt_backend.session.options import SessionOptions  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT_MODELS = ("resnet50", "squeezenet", "shufflenet", "inception_v1", "inception_v2", "densenet121",

@@ -39,8 +39,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from tests.trt_backend.session.test_graphs import conv_chain, transformer_model  # noqa: E402
-from trt_backend.session.options import SessionOptions
-from trt_backend.session.session import Session
+from trt_backend.session.options import SessionOptions  # noqa: E402
+from trt_backend.session.session import Session  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 

@@ -1,4 +1,4 @@
-"""The ``onnx.backend`` API over :class:`~trt_backend.session.Session`.
+"""The ``onnx.backend`` API over :class:`~trt_backend.session.session.Session`.
 
 ``prepare(model, "CPU")`` runs the whole pipeline (plan, profiles, segments) with TensorRT
 segments emulated through ONNX Runtime; ``"CUDA"`` asks for real TensorRT execution. A model
@@ -25,7 +25,7 @@ from trt_backend.errors import (
     ProfileError,
 )
 from trt_backend.gpu.status import tensorrt_status
-from trt_backend.session.options import OPTION_NAMES, SessionOptions
+from trt_backend.session.options import OPTION_NAMES, RENAMED_OPTIONS, SessionOptions
 from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,8 @@ def _options(device: str, kwargs: Mapping[str, Any]) -> SessionOptions:
     base = kwargs.get("options")
     if base is not None and not isinstance(base, SessionOptions):
         raise OptionsError(f"options must be a SessionOptions, got {type(base).__name__}")
-    given = {k: v for k, v in kwargs.items() if k in _OPTION_NAMES}
-    ignored = sorted(set(kwargs) - _OPTION_NAMES - {"options", "profiles"})
+    given = {k: v for k, v in kwargs.items() if k in _OPTION_NAMES or k in RENAMED_OPTIONS}  # (renamed: its error)
+    ignored = sorted(set(kwargs) - _OPTION_NAMES - set(RENAMED_OPTIONS) - {"options", "profiles"})
     if ignored:
         log.debug("prepare: ignoring unknown keyword(s) %s", ", ".join(ignored))
     emulate = _device_type(device) == DeviceType.CPU

@@ -13,7 +13,7 @@ from onnx import helper as h
 
 from benchmarks.backend_node_cases import PASSED, load_cases, run_ort, run_ours
 from trt_backend import onnx_backend as backend
-from trt_backend.errors import FeedError, TensorRTUnavailableError
+from trt_backend.errors import FeedError, OptionsError, TensorRTUnavailableError
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 
@@ -71,6 +71,10 @@ def test_dynamic_model_without_profiles_gets_one_per_input_shapes() -> None:
     assert len(rep._by_shapes) == 2
     given = backend.prepare(m, "CPU", profiles=[{"x": ((1, 4), (2, 4), (8, 4))}], min_segment_size=1)
     assert given.session is not None and given.session.segment_executors == ["emulated"]
+    with pytest.raises(OptionsError, match="say graph_optimization_level"):  # a renamed option is named
+        backend.prepare(m, "CPU", optimization_level="basic")
+    tuned = backend.prepare(m, "CPU", graph_optimization_level="basic", intra_op_threads=1)
+    assert (tuned.options.ort.graph_optimization_level, tuned.options.ort.intra_op_threads) == ("basic", 1)
 
 
 def test_run_node() -> None:

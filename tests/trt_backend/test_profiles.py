@@ -158,7 +158,7 @@ def test_runner_profile_choice_is_remembered_per_shape_and_shape_tensor_value() 
     class Echo(SegmentRunner):
         executor = "echo"
 
-        def run_impl(self, inputs, ort_run_options=None):
+        def run_impl(self, inputs):  # (the form runners had before run options: still taken)
             return list(inputs)
 
     values = ((1, 5), (2, 5), (3, 5))

@@ -56,7 +56,6 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
     run the model, ``OptionsError`` for bad options; a mismatch is a report with
     ``passed`` False, not an exception. A Session passed in is left as it came (the precision
     transform applies for the comparison only)."""
-
     opts = _options(options, overrides)
     if isinstance(model, Session):
         if profiles is not None or session_options is not None:
@@ -70,8 +69,7 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
             raise OptionsError(f"session_options must be a SessionOptions, got {type(so).__name__}")
         precision = effective_precision(opts, so.build)
         if precision[0] != "fp32":  # the GPU path builds its engines in it
-
-            build = dataclasses.replace(so.build or BuildOptions(), precision=precision[0], keep_fp32_ops=precision[1])
+            build = dataclasses.replace(so.build, precision=precision[0], keep_fp32_ops=precision[1])
             so = dataclasses.replace(so, build=build)
         plan = model if isinstance(model, Plan) else Session.make_plan(model, so)
         # The reference first: a model ONNX Runtime cannot load is reported as such, not as a
@@ -116,16 +114,16 @@ def reference_session(model: Model | None, options: OrtOptions) -> Any:
         raise ReferenceRunError(str(e)) from None
 
 
-def effective_precision(opts: CompareOptions, build: Any) -> tuple[str, tuple[str, ...]]:
+def effective_precision(opts: CompareOptions, build: BuildOptions) -> tuple[str, tuple[str, ...]]:
     """The precision to compare in: ``opts.precision``, or, left at fp32, the one the session's
     ``BuildOptions`` ask for (so emulated and built segments agree). Both set and different:
     OptionsError."""
-    built = build.precision if build is not None else "fp32"
+    built = build.precision
     if opts.precision != "fp32":
         if built not in ("fp32", opts.precision):
             raise OptionsError(f"precision {opts.precision} asked for, but the session's BuildOptions say {built}")
         return opts.precision, opts.keep_fp32_ops
-    return built, tuple(build.keep_fp32_ops) if build is not None else opts.keep_fp32_ops
+    return built, tuple(build.keep_fp32_ops)
 
 
 def lower_precision(sess: Session, precision: str, keep_fp32_ops: Sequence[str]) -> dict[int, str]:
@@ -140,7 +138,7 @@ def lower_precision(sess: Session, precision: str, keep_fp32_ops: Sequence[str])
         if r.segment.backend != "tensorrt":
             continue
         if r.executor != EMULATED:
-            asked = build.precision if build is not None else "fp32"
+            asked = build.precision
             if asked != precision:
                 raise OptionsError(f"{r.label} runs an engine built in {asked}, not {precision}; pass the model "
                                    f"instead of the Session (compare builds its engines in {precision})")

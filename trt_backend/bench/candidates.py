@@ -1,7 +1,7 @@
 """What ``trt-backend bench`` times: our stitched session and the baselines a user would use
 instead, each made here or declared unavailable with the reason (never dropped).
 
-- ``trt-backend``: the :class:`~trt_backend.session.Session` (emulated TensorRT segments on CPU).
+- ``trt-backend``: the :class:`~trt_backend.session.session.Session` (emulated TensorRT segments on CPU).
 - ``ort-cpu`` / ``ort-cuda`` / ``ort-trt``: the whole model in one ONNX Runtime session with the
   CPU, CUDA or TensorRT execution provider, with the same ONNX Runtime settings as ours.
 - ``trt-whole``: one TensorRT engine for the whole model, when TensorRT supports every node."""
@@ -119,7 +119,6 @@ def provider_problem(name: str) -> str | None:
 def ort_baseline(name: str, model: bytes, feeds: Mapping[str, Any], output_names: Sequence[str], ort_options: Any,
                  precision: str, cache_dir: str | None) -> Candidate:
     """The whole model in one ONNX Runtime session with ``name``'s provider (same settings as ours)."""
-
     c = Candidate(name)
     problem = provider_problem(name)
     if problem:
@@ -162,7 +161,6 @@ def build_info(plan: Plan, profiles: ProfilesArg, build_options: BuildOptions, c
     ``built``: a BuildReport of a build already done (a session on the GPU path builds its own
     engines), so only the cache load is timed. ``progress`` gets the first build's BuildEvents.
     A plan TensorRT cannot build for (plugins with TensorRT-RTX) comes back as ``skipped``."""
-
     try:
         rewrite = plugin_rewrite(plan, flavor)
     except TrtBackendError as e:
@@ -209,7 +207,6 @@ def trt_whole(sess: Session, capability_plan: Plan, feeds: Mapping[str, Any], bu
     """One TensorRT engine for the whole model: built (timed) where a TensorRT flavor imports and
     ``build`` (always where it can run), run where TensorRT executes, with H2D / compute / D2H
     timed by CUDA events."""
-
     c = Candidate("trt-whole")
     try:
         flavor = load_flavor(flavor_choice)
@@ -260,7 +257,6 @@ def _is_whole(plan: Plan) -> bool:
 
 def _attach_engine_runner(c: Candidate, seg: Segment, engines: Mapping[int, bytes], flavor: Flavor,
                           profiles: Sequence[Profile], feeds: Mapping[str, Any]) -> None:
-
     t0 = time.perf_counter()
     try:
         runner = TensorRTRunner(seg, engines[seg.id], flavor, profiles)

@@ -36,7 +36,6 @@ class PhaseRecorder:
 
     def __init__(self, runner: Any, event_factory: Callable[[], Any] | None = None) -> None:
         if event_factory is None:
-
             event_factory = Event
         self.runner = runner
         self.events = tuple(event_factory() for _ in range(4))

@@ -44,6 +44,7 @@ from trt_backend.bench.timing import (
     warm_up,
 )
 from trt_backend.engines.builder import BuildOptions
+from trt_backend.engines.precision import PRECISIONS
 from trt_backend.errors import BenchOptionsError, TensorRTUnavailableError
 from trt_backend.gpu.device import cuda_device_count
 from trt_backend.ort.threads import thread_pool_mode
@@ -55,7 +56,6 @@ from trt_backend.tensorrt.flavor import load_flavor
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,6 @@ class BenchOptions:
 def run_bench(model: ModelSource, options: BenchOptions | None = None, session_options: SessionOptions | None = None,
               progress: ProgressCallback | None = None) -> BenchResult:
     """Benchmark ``model``: our session, then every baseline asked for (or why it cannot run)."""
-
     options = options or BenchOptions()
     profiles = options.profiles or ([{n: tuple(s) for n, s in options.shapes.items()}] if options.shapes else None)
     cache_dir = temp_cache = None
@@ -131,7 +130,6 @@ def run_bench(model: ModelSource, options: BenchOptions | None = None, session_o
 
 
 def _feeds(sess: Session, options: BenchOptions) -> dict[str, Any]:
-
     inputs = {a.name for a in sess.get_inputs()}
     unknown = [n for n in options.shapes if n not in inputs]
     if unknown:
@@ -157,7 +155,6 @@ def _build_progress(name: str, progress: ProgressCallback | None) -> Any:
 
 
 def _prepare_ours(c: Candidate, sess: Session, feeds: Mapping[str, Any]) -> None:
-
     phases = attach_phase_recorders(sess.runners)  # TensorRT runners only; none when emulated
     timer = SegmentTimer(sess.runners).install()
     c.recorders += [*phases.values(), timer]
@@ -168,7 +165,8 @@ def _prepare_ours(c: Candidate, sess: Session, feeds: Mapping[str, Any]) -> None
 
 def _session_options(given: SessionOptions | None, options: BenchOptions, cache_dir: str | None) -> SessionOptions:
     """The session's options, with the bench's precision and engine cache where it builds engines
-    itself (the GPU path) and the caller set none."""
+    itself (the GPU path) and the caller set none: BenchOptions.precision applies where the
+    session's BuildOptions are the defaults (fp32), any other BuildOptions are kept as given."""
     so = given if given is not None else SessionOptions()
     if so.build == BuildOptions():
         so = replace(so, build=BuildOptions(precision=options.precision))
@@ -181,7 +179,6 @@ def _build_ours(sess: Session, options: BenchOptions, cache_dir: str | None, so:
                 progress: Any = None) -> dict[str, Any] | None:
     """Build seconds and cache-load seconds of our TensorRT segments. On the GPU path the session
     built them (its ``build_report``); emulated, they are built here, as they would be."""
-
     if not sess.plan.tensorrt_segments():
         return {"skipped": "no TensorRT segments"}
     built = sess.build_report
@@ -317,7 +314,6 @@ def _segments(sess: Session, timer: SegmentTimer, phases: Mapping[int, Any], que
 
 
 def _environment(sess: Session) -> dict[str, Any]:
-
     env: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(),
                            "cpus": os.cpu_count(), "numpy": np.__version__, "tensorrt": sess.plan.tensorrt,
                            "cuda_devices": cuda_device_count()}

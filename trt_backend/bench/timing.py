@@ -3,7 +3,7 @@ until both a minimum number of iterations and a minimum duration are reached, ti
 iteration on the host with ``time.perf_counter`` (monotonic). Optionally split into rounds
 that alternate between runners, so slow drift of a shared machine hits every runner alike.
 
-Per-segment times of a stitched :class:`~trt_backend.session.Session` come from
+Per-segment times of a stitched :class:`~trt_backend.session.session.Session` come from
 :class:`SegmentTimer`, which wraps each segment runner's ``run`` for the time of a benchmark
 (an instance attribute shadowing the method; removed afterwards)."""
 from __future__ import annotations

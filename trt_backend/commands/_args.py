@@ -9,7 +9,7 @@ from typing import Any
 from partitioner import OptionsError, PartitionOptions
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from plugins import default_registry
-from trt_backend.ort.options import OrtOptions
+from trt_backend.ort.options import THREAD_POOLS, OrtOptions
 from trt_backend.profiles import Shape
 from trt_backend.session.options import SessionOptions
 
@@ -54,7 +54,7 @@ def add_partition_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_cpu_session_arguments(p: argparse.ArgumentParser) -> None:
     """How the ONNX Runtime sessions of the segments share the CPU (run, bench)."""
-    p.add_argument("--thread-pool", choices=("session", "global"), default="session",
+    p.add_argument("--thread-pool", choices=THREAD_POOLS, default="session",
                    help="ONNX Runtime intra-op pools: one per segment session (default, ONNX Runtime's own), or "
                         "one global pool they all share (fewer thread wake-ups between segments on CPU)")
     p.add_argument("--share-arena", action="store_true",
@@ -67,7 +67,6 @@ def ort_options(args: argparse.Namespace, *, intra_op_threads: int = 0) -> OrtOp
 
 
 def partition_options(args: argparse.Namespace) -> PartitionOptions:
-
     registry = None if args.no_plugins else default_registry()
     if registry is not None and args.plugin_ops:
         registry.select(args.plugin_ops)  # an unknown op type fails here, with the ones covered
@@ -79,7 +78,6 @@ def partition_options(args: argparse.Namespace) -> PartitionOptions:
 
 def session_options(args: argparse.Namespace, **extra: Any) -> Any:
     """SessionOptions from the shared planning flags (plus ``extra`` fields)."""
-
     return SessionOptions(partition=partition_options(args), flavor=args.flavor, isolate_parser=args.isolate,
                           **extra)
 

@@ -153,7 +153,6 @@ class ProgressPrinter:
 
 
 def handle(args: argparse.Namespace) -> int:
-
     options, session = options_from_args(args)
     _check_outputs(args)
     printer = None if args.no_progress else ProgressPrinter()

@@ -42,7 +42,6 @@ def _progress(e: BuildEvent) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     kw: dict[str, Any] = {"precision": args.precision}
     if args.workspace_mb is not None:

@@ -68,7 +68,6 @@ def _check_json_path(path: str | None) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = CompareOptions(atol=args.atol, rtol=args.rtol, tolerances=tuple(args.tolerance),
                              error_stat=args.error_stat, error_quantile=args.error_quantile,
@@ -87,7 +86,6 @@ def handle(args: argparse.Namespace) -> int:
     for line in report.lines():
         print(line)
     if args.json:
-
         write_atomic(args.json, report.to_json() + "\n")
         print(f"wrote {args.json}")
     return 0 if report.passed else 1

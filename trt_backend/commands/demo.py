@@ -31,7 +31,6 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-
     print(f"1. plan the demo model ({DEMO_PATH})")
     plan = make_plan(DEMO_PATH, PartitionOptions(), flavor=args.flavor)
     print(summary(plan))

@@ -70,7 +70,6 @@ def handle(args: argparse.Namespace) -> int:
         files = export_segments(plan, args.export_segments)
         print(f"{len(files)} segment model(s) written to {args.export_segments}")
     if args.annotated:
-
         save_model_atomic(annotate(plan), args.annotated)
         print(f"annotated model written to {args.annotated}")
     if args.picture:

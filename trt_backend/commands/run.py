@@ -77,7 +77,6 @@ def _run_shapes(args: argparse.Namespace, sess: Session) -> dict[str, tuple[int,
 
 
 def handle(args: argparse.Namespace) -> int:
-
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
                               ort=ort_options(args))

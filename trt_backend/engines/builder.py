@@ -6,7 +6,6 @@ values changed between TensorRT 10 and 11. Precision is an ONNX-level transform
 (:mod:`trt_backend.engines.precision`), so networks are strongly typed everywhere."""
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -20,6 +19,7 @@ import onnx
 
 from partitioner.errors import OptionsError
 from partitioner.model import serialize
+from trt_backend._files import sha256_bytes
 from trt_backend.engines.precision import (
     DEFAULT_KEEP_FP32,
     TRANSFORM_VERSION,
@@ -340,6 +340,6 @@ def key_material(segment_model: onnx.ModelProto, ranges: Sequence[Mapping[str, T
     TensorRT flavor/version/parser, target GPU."""
     data = serialize(segment_model, "a segment to build", deterministic=True)
     profiles = [{name: r.key_json() for name, r in sorted(p.items())} for p in ranges]
-    return {"model_sha256": hashlib.sha256(data).hexdigest(), "profiles": json.loads(json.dumps(profiles)),
+    return {"model_sha256": sha256_bytes(data), "profiles": json.loads(json.dumps(profiles)),
             "options": options.key_fields(), "flavor": flavor.name, "version": flavor.version,
             "parser": flavor.parser_version, "target": target}

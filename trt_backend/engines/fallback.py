@@ -280,6 +280,5 @@ _registered: set[str] = set()
 def _register_plugins(flv: Flavor) -> None:
     """TensorRT's plugin registry is per process: register ours there once."""
     if flv.target not in _registered:
-
         register_with(flv.module)
         _registered.add(flv.target)

@@ -14,7 +14,7 @@ from partitioner import Segment
 from trt_backend.errors import SegmentLoadError, SegmentRunError
 from trt_backend.gpu import device as dev
 from trt_backend.ort.options import OrtOptions
-from trt_backend.ort.sessions import ort_session
+from trt_backend.ort.sessions import first_line, ort_errors, ort_session
 from trt_backend.ort.values import to_numpy
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import ONNXRUNTIME, SegmentRunner
@@ -66,8 +66,8 @@ class OrtCudaRunner(SegmentRunner):
             binding.bind_output(name, "cuda", self.device_id)
         try:
             self._session.run_with_iobinding(binding, ort_run_options)
-        except Exception as e:  # noqa: BLE001 - ONNX Runtime's own error types
-            raise SegmentRunError(f"{self.label} failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        except ort_errors() as e:
+            raise SegmentRunError(f"{self.label} failed: {first_line(e)}") from None
         outputs = []
         for value in binding.get_outputs():
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value.element_type()))

@@ -21,7 +21,6 @@ _RTX_SMS = frozenset({(7, 5), (8, 0), (8, 6), (8, 9), (12, 0), (12, 1)})
 @functools.lru_cache(maxsize=1)
 def tensorrt_status() -> tuple[bool, str]:
     """(can TensorRT segments execute here, why not)."""
-
     try:
         flavor = load_flavor("auto")
     except TensorRTUnavailableError as e:
@@ -30,7 +29,6 @@ def tensorrt_status() -> tuple[bool, str]:
     if devices == 0:
         return False, f"{flavor.target} is installed but no CUDA device is usable"
     if flavor.is_rtx:
-
         sm = compute_capability()
         if sm not in _RTX_SMS:
             return False, f"{flavor.target} cannot run on this GPU (SM {sm[0]}.{sm[1]}); install full TensorRT"
@@ -40,7 +38,6 @@ def tensorrt_status() -> tuple[bool, str]:
 def make_tensorrt_runner(segment: Segment, engine: bytes | None, profiles: Sequence[Profile],
                          shape_tensors: frozenset[str], **kw: Any) -> SegmentRunner:
     """A runner executing ``segment``'s engine on the GPU (see gpu/trt_runner.py)."""
-
     ok, why = tensorrt_status()
     if not ok:
         raise TensorRTUnavailableError(f"cannot execute segment {segment.id} on TensorRT: {why}; "

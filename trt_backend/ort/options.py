@@ -60,13 +60,13 @@ class OrtOptions:
             raise OptionsError(f"allow_spinning must be None, True or False, got {self.allow_spinning!r}")
 
     @property
-    def global_thread_pool(self) -> bool:
+    def shares_global_pool(self) -> bool:
         return self.thread_pool == "global"
 
     def for_segments(self, segments: int) -> OrtOptions:
         """These settings as each session of a plan of ``segments`` segments gets them: the
         spinning choice made (None: spin on with one session, only while running with several)."""
-        if self.global_thread_pool:  # the global pool spins as the process created it
+        if self.shares_global_pool:  # the global pool spins as the process created it
             return replace(self, allow_spinning=True, spin_while_running=False)
         if self.allow_spinning is None:
             return replace(self, allow_spinning=segments <= 1, spin_while_running=True)

@@ -33,7 +33,7 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) 
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    if options.global_thread_pool:
+    if options.shares_global_pool:
         use_global_thread_pool(options.intra_op_threads, options.inter_op_threads)
     so.intra_op_num_threads = options.intra_op_threads  # (under a global pool, its sizes apply instead)
     so.inter_op_num_threads = options.inter_op_threads

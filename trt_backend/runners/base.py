@@ -60,7 +60,8 @@ class SegmentRunner(ABC):
             raise ValueError(f"{self.label}: got {len(inputs)} input(s), expected {len(self.input_names)}")
         if self.profiles:
             self.select_profile(inputs)
-        outputs = self.run_impl(inputs, ort_run_options)
+        # (runners written before run options existed take the inputs alone)
+        outputs = self.run_impl(inputs) if ort_run_options is None else self.run_impl(inputs, ort_run_options)
         if len(outputs) != len(self.output_names):
             raise RuntimeError(f"{self.label}: produced {len(outputs)} output(s), expected {len(self.output_names)}")
         return outputs

@@ -96,7 +96,6 @@ def read_manifest(folder: str) -> dict[str, Any]:
 
 
 def _runtime_mismatch(manifest: Mapping[str, Any]) -> str | None:
-
     try:
         flv = load_flavor("auto")
     except TensorRTUnavailableError as e:

@@ -43,7 +43,6 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
     """Plan ``model``, derive profiles, build every TensorRT segment (demoting what TensorRT
     refuses), and write the folder ``out_dir`` atomically. Returns the manifest. ``progress``
     receives a ``BuildEvent`` as each segment finishes."""
-
     opts = options if options is not None else SessionOptions()
     opts = _emulated(opts)
     bopts = build_options or BuildOptions()

@@ -179,7 +179,6 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
     run instead of random data there, and every sample widens the profile it falls in. One more
     run at opt shapes with other data finds dims that depend on the data; for outputs of
     NonMaxSuppression, NonZero, Compress and Unique their max is the op's bound."""
-
     log.info("%s: calibrating profiles of %d segment input(s) with ONNX Runtime", model.source, len(names))
     bounded = _bounded(model, names)
     fetch = list(dict.fromkeys(list(names) + [n for _, _, ins in bounded.values() for n in ins if n]))

@@ -25,7 +25,7 @@ FLAVOR_CHOICES = ("auto", "tensorrt", "tensorrt_rtx", "none")
 # Flat keyword -> the stage option it belongs to (one stage per name: the names do not overlap).
 _STAGES: dict[str, type] = {"partition": PartitionOptions, "ort": OrtOptions, "build": BuildOptions}
 _FLAT = {f.name: stage for stage, cls in _STAGES.items() for f in fields(cls) if f.name != "spin_while_running"}
-_RENAMED = {"optimization_level": "graph_optimization_level (ONNX Runtime's level: disable|basic|extended|all) "
+RENAMED_OPTIONS = {"optimization_level": "graph_optimization_level (ONNX Runtime's level: disable|basic|extended|all) "
                                   "or builder_optimization_level (TensorRT's builder level 0..5)"}
 
 
@@ -68,8 +68,8 @@ class SessionOptions:
                 raise OptionsError(f"{name} must be a {cls.__name__}, got {type(stages[name]).__name__}")
         by_stage: dict[str, dict[str, Any]] = {}
         for key, value in flat.items():
-            if key in _RENAMED:
-                raise OptionsError(f"SessionOptions has no option '{key}': say {_RENAMED[key]}")
+            if key in RENAMED_OPTIONS:
+                raise OptionsError(f"SessionOptions has no option '{key}': say {RENAMED_OPTIONS[key]}")
             if key not in _FLAT:
                 raise OptionsError(f"SessionOptions has no option '{key}' (its own: {', '.join(_OWN)}; "
                                    f"or a field of PartitionOptions, OrtOptions or BuildOptions)")
@@ -101,6 +101,12 @@ _OWN = tuple(f.name for f in dataclasses.fields(SessionOptions))
 OPTION_NAMES = frozenset(_OWN) | frozenset(_FLAT)
 
 
+def is_ort_run_options(value: Any) -> bool:
+    """Whether ``value`` is an ``onnxruntime.RunOptions`` (told without importing onnxruntime)."""
+    cls = type(value)
+    return cls.__name__ == "RunOptions" and cls.__module__.startswith("onnxruntime")
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """What one :meth:`Session.run` does. ``outputs_on_device``: None follows the session's
@@ -113,5 +119,5 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.outputs_on_device not in (None, True, False):
             raise OptionsError(f"outputs_on_device must be None, True or False, got {self.outputs_on_device!r}")
-        if self.ort is not None and type(self.ort).__name__ != "RunOptions":
+        if self.ort is not None and not is_ort_run_options(self.ort):
             raise OptionsError(f"RunOptions.ort must be an onnxruntime.RunOptions, got {type(self.ort).__name__}")

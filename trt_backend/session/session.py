@@ -37,7 +37,7 @@ from trt_backend.session.artifacts import open_folder
 from trt_backend.session.derive import Runner, derive_profiles, shape_tensor_inputs
 from trt_backend.session.feeds import FeedValidator, NodeArg, node_arg
 from trt_backend.session.given import complete_profiles, normalize_profiles
-from trt_backend.session.options import RunOptions, SessionOptions
+from trt_backend.session.options import RunOptions, SessionOptions, is_ort_run_options
 from trt_backend.session.saved import (
     SessionPlan,
     check_saved,
@@ -92,7 +92,7 @@ class Session:
         input_profiles = complete_profiles(user, self._inputs, required=bool(trt))
         shape_tensors = {s.id: frozenset(shape_tensor_inputs(self.model, s)) for s in trt}
         ort_opts = self.options.ort
-        if ort_opts.global_thread_pool:  # once the inputs are known good; before our sessions
+        if ort_opts.shares_global_pool:  # once the inputs are known good; before our sessions
             use_global_thread_pool(ort_opts.intra_op_threads, ort_opts.inter_op_threads)
 
         def derive(p: Plan) -> dict[int, list[Profile]]:
@@ -156,7 +156,6 @@ class Session:
         device_kw: dict[str, Any] = {}
         cuda_ort = False
         if gpu:
-
             self._stream, self._pool = Stream(), BufferPool()
             device_kw = {"pool": self._pool, "stream": self._stream, "outputs_on_device": True,
                          "allow_host_code": self.options.allow_host_code}
@@ -166,7 +165,6 @@ class Session:
             proto = plan.extract(seg.id)
             if seg.backend != "tensorrt":
                 if cuda_ort:
-
                     runners.append(OrtCudaRunner(seg, proto, ort_opts, self._stream))
                 else:
                     runners.append(OnnxRuntimeRunner(seg, proto, ort_opts))
@@ -203,7 +201,6 @@ class Session:
         if ok:
             return False
         if self.options.emulate is False:
-
             raise TensorRTUnavailableError(f"cannot execute segment {trt[0].id} on TensorRT: {why}; use emulate=True "
                                            "(or 'auto') to run it through ONNX Runtime")
         log.warning("TensorRT cannot execute here (%s); running %d TensorRT segment(s) of %s emulated through "
@@ -212,7 +209,12 @@ class Session:
 
     def _calibration_runner(self, names: Sequence[str]) -> Runner:
         run = tapped_session(self.model, names, self.options.ort_for(1), f"calibration model of {self.model.source}")
-        return lambda wanted, feeds: [run(feeds, wanted)[n] for n in wanted]
+
+        def calibration_run(wanted: Sequence[str], feeds: Mapping[str, Any]) -> list[Any]:
+            env = run(feeds, wanted)  # one run of the whole model for every tensor wanted
+            return [env[n] for n in wanted]
+
+        return calibration_run
 
     # ------------------------------------------------------------ onnxruntime-like API
 
@@ -247,7 +249,8 @@ class Session:
         env: dict[str, Any] = dict(self._constants)
         env.update(feeds)
         for step in self.schedule(names):
-            values = step.runner.run([env[n] for n in step.inputs], run.ort)
+            inputs = [env[n] for n in step.inputs]
+            values = step.runner.run(inputs) if run.ort is None else step.runner.run(inputs, run.ort)
             env.update(zip(step.outputs, values))
             for n in step.free:
                 del env[n]
@@ -262,7 +265,7 @@ class Session:
             return _DEFAULT_RUN
         if isinstance(given, RunOptions):
             return given
-        if type(given).__name__ == "RunOptions" and type(given).__module__.startswith("onnxruntime"):
+        if is_ort_run_options(given):
             return RunOptions(ort=given)
         raise OptionsError(f"run_options must be a trt_backend RunOptions or an onnxruntime.RunOptions, "
                            f"got {type(given).__name__}")
