@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -38,6 +39,8 @@ class Model:
     # Highest IR version the caller's runtime accepts (None: the onnx package's own); extracted
     # segments are written within it too.
     max_ir_version: int | None = None
+    # tensor -> how its type was learned where shape inference could not tell (see learn_types)
+    learned: dict[str, str] = field(default_factory=dict)
 
     @property
     def nodes(self) -> list[onnx.NodeProto]:
@@ -240,6 +243,47 @@ def check_model(proto: onnx.ModelProto, *, where: str, full: bool = False) -> No
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InvalidModelError(f"{where}: invalid ONNX model: {first}") from None
+
+
+def learn_types(model: Model, types: Mapping[str, onnx.TypeProto], how: str) -> None:
+    """Give ``model`` the types of tensors that shape inference left unknown (a runtime learned
+    them, e.g. by running the model; the partitioner cannot), then infer again so what follows
+    from them is known too. Records each tensor in ``model.learned`` as learned by ``how``."""
+    if not types:
+        return
+    graph = model.proto.graph
+    kept = [vi for vi in graph.value_info if vi.name not in types]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
+    for name, tp in types.items():
+        vi = graph.value_info.add()
+        vi.name = name
+        vi.type.CopyFrom(tp)
+    _infer_shapes(model.proto, model.source)
+    model.index.refresh_types()
+    model.learned.update(dict.fromkeys(types, how))
+    log.info("%s: types of %d tensor(s) learned by %s: %s", model.source, len(types), how, ", ".join(types))
+
+
+def unknown_tensor_types(model: Model) -> list[str]:
+    """Outputs of the main graph's nodes whose dtype or rank shape inference left unknown (what a
+    TensorRT input cannot be), in graph order, where something reads them or they are graph
+    outputs (an unused optional output, such as an old Dropout's mask, matters to nobody); values
+    typed as sequences, maps or optionals are known and not listed."""
+    index = model.index
+    wanted = set(index.consumers) | set(index.graph_outputs)
+    out = []
+    for node in model.proto.graph.node:
+        for name in node.output:
+            if not name or name not in wanted:
+                continue
+            tp = model.index.types.get(name)
+            if tp is None or tp.WhichOneof("value") is None:
+                out.append(name)
+            elif tp.WhichOneof("value") == "tensor_type" and (tp.tensor_type.elem_type == 0
+                                                               or not tp.tensor_type.HasField("shape")):
+                out.append(name)
+    return out
 
 
 def _infer_shapes(proto: onnx.ModelProto, name: str) -> None:

@@ -26,6 +26,7 @@ from partitioner.capability import CapabilityOracle, Verdict
 from partitioner.model import ModelSource, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
 from trt_backend.errors import ParserCrashError, TensorRTUnavailableError
+from trt_backend.ort.probe import learn_unknown_types
 from trt_backend.ort.sessions import max_ir_version
 from trt_backend.tensorrt.flavor import load_flavor
 from trt_backend.tensorrt.oracle import ParserOracle
@@ -45,8 +46,15 @@ def parser_oracle(flavor: str) -> ParserOracle:
 
 def load(source: ModelSource | Model) -> Model:
     """``source`` loaded and normalised for trt_backend: IR versions within what the installed
-    ONNX Runtime accepts (the partitioner is handed the cap; it has no runtime of its own)."""
-    return load_model(source, max_ir_version=max_ir_version())
+    ONNX Runtime accepts (the partitioner is handed the cap; it has no runtime of its own), and
+    the types shape inference left unknown learned by running the model where ONNX Runtime is
+    installed (:mod:`trt_backend.ort.probe`)."""
+    if isinstance(source, Model):
+        return source
+    model = load_model(source, max_ir_version=max_ir_version())
+    if max_ir_version() is not None:  # (None: no onnxruntime here to run the model)
+        learn_unknown_types(model)
+    return model
 
 
 def plan_with_parser(model: ModelSource | Model, flavor: str, options: PartitionOptions) -> Plan:

@@ -95,3 +95,16 @@ def shape_of(value: Any) -> tuple[int, ...] | None:
     if type(value).__name__ == "OrtValue" and value.is_tensor():
         return tuple(value.shape())
     return None
+
+
+def random_array(dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Seeded random data: floats in [0, 1), integers in [0, 3), booleans, short strings."""
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if dtype.kind in "iu":
+        return rng.integers(0, 3, size=shape).astype(dtype)
+    if dtype.kind == "O":
+        return np.array(rng.choice(["a", "b", "c"], size=shape), dtype=object).reshape(shape)
+    if dtype.kind == "c":
+        return (rng.random(shape) + 1j * rng.random(shape)).astype(dtype)
+    return rng.random(shape, dtype=np.float32).astype(dtype)

@@ -14,6 +14,7 @@ import onnx
 from partitioner import Model, Plan, Segment
 from partitioner.errors import TrtBackendError
 from trt_backend.errors import CalibrationError
+from trt_backend.ort.values import random_array
 from trt_backend.profiles import (
     CALIBRATED,
     SYMBOLIC,
@@ -22,7 +23,7 @@ from trt_backend.profiles import (
     TensorProfile,
     covering_profile,
 )
-from trt_backend.session.feeds import NodeArg, random_array
+from trt_backend.session.feeds import NodeArg
 
 log = logging.getLogger(__name__)
 

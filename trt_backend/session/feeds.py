@@ -14,6 +14,7 @@ import onnx
 
 from trt_backend.errors import FeedError
 from trt_backend.gpu.device import as_device_array
+from trt_backend.ort.values import random_array
 from trt_backend.profiles import Profile, describe_profile
 
 Dim = int | str | None
@@ -227,18 +228,6 @@ def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]],
                             f"(e.g. --shapes {arg.name}:{'x'.join(str(d) if isinstance(d, int) else '1' for d in arg.shape) or '1'})")
         feeds[arg.name] = random_array(arg.dtype, shape, rng)
     return feeds
-
-
-def random_array(dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    if dtype == np.bool_:
-        return rng.integers(0, 2, size=shape).astype(np.bool_)
-    if dtype.kind in "iu":
-        return rng.integers(0, 3, size=shape).astype(dtype)
-    if dtype.kind == "O":
-        return np.array(rng.choice(["a", "b", "c"], size=shape), dtype=object).reshape(shape)
-    if dtype.kind == "c":
-        return (rng.random(shape) + 1j * rng.random(shape)).astype(dtype)
-    return rng.random(shape, dtype=np.float32).astype(dtype)
 
 
 # ------------------------------------------------------------------ user profiles of model inputs

@@ -1,0 +1,93 @@
+"""Types shape inference cannot give are learned by running the model (trt_backend.ort.probe):
+an skl2onnx pipeline's MLP core after its ai.onnx.ml nodes goes to TensorRT in one segment, runs
+emulated equal to ONNX Runtime and builds; a probe that cannot run names what it could not learn."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from tests.trt_backend.session.test_graphs import assert_same, ort_reference
+from trt_backend.ort.probe import HOW
+from trt_backend.planning import make_plan
+from trt_backend.session import build_folder
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
+
+
+def mlp_pipeline():
+    pytest.importorskip("sklearn")  # (the test extra installs both)
+    skl2onnx = pytest.importorskip("skl2onnx")
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((120, 8)).astype(np.float32)
+    y = (X[:, 0] + X[:, 1] > 0).astype(np.int64) + (X[:, 2] > 1)
+    pipe = make_pipeline(StandardScaler(), MLPClassifier(hidden_layer_sizes=(16, 8), max_iter=300,
+                                                         random_state=0)).fit(X, y)
+    return skl2onnx.convert_sklearn(pipe, initial_types=[("X", FloatTensorType([None, 8]))],
+                                    target_opset={"": 17, "ai.onnx.ml": 3})
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_mlp_core_after_ml_ops_is_one_tensorrt_segment(flavor, tmp_path) -> None:
+    m = mlp_pipeline()
+    plan = make_plan(m)
+    matmuls = [i for i, n in enumerate(m.graph.node) if n.op_type in ("MatMul", "Add", "Relu")]
+    assert len(matmuls) == 8
+    holding = {plan.nodes[i].segment for i in matmuls}
+    assert len(holding) == 1 and plan.segments[holding.pop()].backend == "tensorrt"
+    scaled = m.graph.node[0].output[0]  # the Scaler's output: unknown to ONNX's shape inference
+    assert plan.learned[scaled] == HOW and len(plan.learned) >= 9
+    tp = plan.model.index.types[scaled].tensor_type
+    assert tp.elem_type == T.FLOAT and [d.dim_value for d in tp.shape.dim] == [0, 8]  # batch unknown, 8 static
+    assert '"learned_types": {' in plan.to_json()
+    # it runs emulated as ONNX Runtime runs the whole model, and it builds
+    profiles = [{"X": ((1, 8), (4, 8), (16, 8))}]
+    sess = Session(m, profiles, SessionOptions(emulate=True))
+    rng = np.random.default_rng(5)
+    for n in (1, 4, 16):
+        feeds = {"X": rng.standard_normal((n, 8)).astype(np.float32)}
+        assert_same(sess.run(None, feeds), ort_reference(m, feeds))
+    manifest = build_folder.build(m, str(tmp_path / "b"), profiles, SessionOptions())
+    engines = [s for s in manifest["segments"] if s["engine"]]
+    assert len(engines) >= 1 and all(s["engine_bytes"] > 0 for s in engines)
+
+
+def test_named_input_dims_carry_over() -> None:
+    """A learned dim that follows a named input dim in both probe runs gets its name."""
+    x = h.make_tensor_value_info("x", T.FLOAT, ["batch", 4])
+    nodes = [h.make_node("Scaler", ["x"], ["s"], domain="ai.onnx.ml", offset=[0.5] * 4, scale=[2.0] * 4),
+             h.make_node("Relu", ["s"], ["y"])]
+    m = h.make_model(h.make_graph(nodes, "g", [x], [h.make_tensor_value_info("y", T.FLOAT, None)]),
+                     opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.ml", 3)])
+    from trt_backend.planning import load
+
+    model = load(m)
+    dims = model.index.types["s"].tensor_type.shape.dim
+    assert [(d.dim_param, d.dim_value) for d in dims] == [("batch", 0), ("", 4)]
+    assert model.learned == {"s": HOW, "y": HOW}  # (the output, declared without a shape, too)
+
+
+def test_a_probe_that_cannot_run_names_the_tensors(flavor, caplog) -> None:
+    """ONNX Runtime cannot run an op of an unknown domain: the probe fails, a warning names the
+    tensors it could not learn, and planning goes on with their readers on ONNX Runtime."""
+    x = h.make_tensor_value_info("x", T.FLOAT, [2, 4])
+    nodes = [h.make_node("Mystery", ["x"], ["u"], domain="com.example"),
+             h.make_node("Relu", ["u"], ["r"]), h.make_node("Neg", ["r"], ["y"])]
+    m = h.make_model(h.make_graph(nodes, "g", [x], [h.make_tensor_value_info("y", T.FLOAT, [2, 4])]),
+                     opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.example", 1)])
+    from partitioner import PartitionOptions
+
+    with caplog.at_level(logging.WARNING, logger="trt_backend.ort.probe"):
+        plan = make_plan(m, PartitionOptions(min_segment_size=1))
+    assert plan.learned == {}
+    assert "could not be learned by running the model" in caplog.text and "'u'" in caplog.text
+    relu = plan.nodes[1]
+    assert relu.verdict == "onnxruntime" and "dtype of input 'u' is unknown" in relu.reason
