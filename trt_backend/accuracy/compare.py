@@ -172,8 +172,8 @@ def _feed_points(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, list[int]
 def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequence[Mapping[str, Any]] | None) -> ComparisonReport:
     outputs = sess.get_outputs()
     opts.check_output_names([a.name for a in outputs])
-    names = [a.name for a in outputs if a.kind in ("tensor", "unknown")]
-    skipped = [a.name for a in outputs if a.name not in names]
+    names = [a.name for a in outputs]  # (sequences, maps and optionals are compared by side_errors)
+    skipped: list[str] = []
     precisions = lower_precision(sess, opts.precision, opts.keep_fp32_ops)
     if feeds is None:
         input_profiles: list[Profile] = sess.input_profiles

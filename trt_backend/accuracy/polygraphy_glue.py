@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from trt_backend.accuracy.numeric import prepare_pair, tidy
+from trt_backend.accuracy.numeric import tensor_error as numeric_tensor_error
 from trt_backend.accuracy.options import CompareOptions
 from trt_backend.accuracy.report import TensorError
 from trt_backend.errors import ComparisonError, FeedError, ReferenceRunError
@@ -74,6 +75,7 @@ def _runner_classes() -> tuple[type, type]:
             super().__init__(name=name, prefix="trt-backend-runner")
             self._session = session
             self._output_names = list(output_names)
+            self.side_outputs: list[dict[str, Any]] = []  # per inference: outputs that are not tensors
 
         def activate_impl(self) -> None:
             self.session = self._session
@@ -89,7 +91,8 @@ def _runner_classes() -> tuple[type, type]:
             start = time.perf_counter()
             values = self.session.run(self._output_names, dict(feed_dict))
             self.inference_time = time.perf_counter() - start
-            return OrderedDict(zip(self._output_names, (host(v) for v in values)))
+            out = OrderedDict(zip(self._output_names, (host(v) for v in values)))
+            return _tensors_only(out, self.side_outputs)
 
         def deactivate_impl(self) -> None:
             del self.session
@@ -103,23 +106,70 @@ def session_runner(session: Session, output_names: Sequence[str]) -> Any:
 
 
 class _ReferenceSession:
-    """An ONNX Runtime session whose run failures name the reference."""
+    """An ONNX Runtime session whose run failures name the reference. Polygraphy sees its tensor
+    outputs only; sequences and maps (ZipMap's probabilities) are kept aside, per run, in
+    ``side_outputs`` and compared by :func:`side_errors`."""
 
     def __init__(self, session: Any) -> None:
         self._session = session
+        self.side_outputs: list[dict[str, Any]] = []
+        self._tensors = [o for o in session.get_outputs() if str(o.type).startswith("tensor(")]
 
     def get_inputs(self) -> Any:
         return self._session.get_inputs()
 
     def get_outputs(self) -> Any:
-        return self._session.get_outputs()
+        return list(self._tensors)
 
     def run(self, output_names: Any, feeds: Mapping[str, Any]) -> Any:
+        every = [o.name for o in self._session.get_outputs()]
         try:
-            return self._session.run(output_names, feeds)
+            values = self._session.run(every, feeds)
         except ort_errors() as e:
             raise ReferenceRunError(f"the reference (ONNX Runtime, whole model) failed to run: "
                                     f"{first_line(e)}") from None
+        out = _tensors_only(OrderedDict(zip(every, values)), self.side_outputs)
+        wanted = output_names if output_names is not None else [o.name for o in self._tensors]
+        return [out[n] for n in wanted]
+
+
+def _tensors_only(values: OrderedDict[str, Any], side: list[dict[str, Any]]) -> OrderedDict[str, Any]:
+    """The tensors of ``values``; the rest (sequences, maps, empty optionals) appended to ``side``."""
+    side.append({n: v for n, v in values.items() if not isinstance(v, np.ndarray)})
+    return OrderedDict((n, v) for n, v in values.items() if isinstance(v, np.ndarray))
+
+
+def side_errors(name: str, ours: Any, ref: Any, options: CompareOptions) -> TensorError:
+    """A sequence of tensors or of maps (or an empty optional) against the reference's: same
+    length, same keys, and the numbers together within tolerance."""
+    if isinstance(ours, dict) and isinstance(ref, dict):  # a map output: one map
+        ours, ref = [ours], [ref]
+    if ours is None or ref is None:
+        same = ours is None and ref is None
+        return TensorError(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, same, note=None if same else "an empty optional on one side")
+    if not isinstance(ours, (list, tuple)) or not isinstance(ref, (list, tuple)) or len(ours) != len(ref):
+        return TensorError(_INF, _INF, _INF, _INF, _INF, _INF, False,
+                           note=f"{_describe(ours)} vs reference {_describe(ref)}: not comparable")
+    pairs = []
+    for a, b in zip(ours, ref):
+        if isinstance(a, dict) and isinstance(b, dict):
+            if a.keys() != b.keys():
+                return TensorError(_INF, _INF, _INF, _INF, _INF, _INF, False, note="map keys differ from the reference's")
+            pairs += [(np.asarray(a[k]), np.asarray(b[k])) for k in b]
+        else:
+            pairs.append((np.asarray(host(a)), np.asarray(host(b))))
+    if not pairs:
+        return TensorError(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, True)
+    if any(x.shape != y.shape for x, y in pairs):
+        return TensorError(_INF, _INF, _INF, _INF, _INF, _INF, False, note="element shapes differ from the reference's")
+    flat_ours = np.concatenate([x.reshape(-1) for x, _ in pairs])
+    flat_ref = np.concatenate([y.reshape(-1) for _, y in pairs])
+    atol, rtol = options.output_tolerances.get(name, (options.atol, options.rtol))
+    return numeric_tensor_error(flat_ours, flat_ref, atol, rtol, options.error_stat, options.error_quantile)
+
+
+def _describe(value: Any) -> str:
+    return f"a sequence of {len(value)}" if isinstance(value, (list, tuple)) else type(value).__name__
 
 
 def reference_runner(ort_session: Any) -> Any:
@@ -252,7 +302,9 @@ def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[s
     errors per output and each runner's mean inference time in ms."""
     from polygraphy.comparator import Comparator
 
-    runners = [session_runner(session, output_names), reference_runner(ort_session)]
+    reference = _ReferenceSession(ort_session)
+    ours_runner = session_runner(session, output_names)
+    runners = [ours_runner, _runner_classes()[1](reference, name=REFERENCE)]
     func = compare_func(options)
     with polygraphy_logging():
         results = Comparator.run(runners, data_loader=[dict(f) for f in feeds])
@@ -270,7 +322,9 @@ def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[s
                     counts[-1][name] = (pair[0], pair[1])
         accuracy = Comparator.compare_accuracy(results, compare_func=func)
     per_iteration = accuracy[0][(OURS, REFERENCE)]
-    errors = [{n: tensor_error(match.get(n, False), options, *counts[i].get(n, (0, 0)), shapes[i].get(n, (None, None)))
+    ours_side, ref_side = ours_runner.side_outputs, reference.side_outputs
+    errors = [{n: side_errors(n, ours_side[i][n], ref_side[i].get(n), options) if n in ours_side[i] else
+               tensor_error(match.get(n, False), options, *counts[i].get(n, (0, 0)), shapes[i].get(n, (None, None)))
                for n in output_names} for i, match in enumerate(per_iteration)]
     timing = {name: 1000.0 * float(np.mean([r.runtime or 0.0 for r in iters])) for name, iters in results}
     return errors, timing

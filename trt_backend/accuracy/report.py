@@ -131,7 +131,7 @@ class ComparisonReport:
     points: list[dict[str, list[int]]] = field(default_factory=list)  # input shapes generated
     executors: list[str] = field(default_factory=list)
     segments: list[SegmentReport] | None = None  # filled by localisation
-    skipped_outputs: list[str] = field(default_factory=list)  # not tensors: not compared
+    skipped_outputs: list[str] = field(default_factory=list)  # outputs not compared (none today: every kind is)
     inference_ms: dict[str, float] = field(default_factory=dict)  # mean per runner
     model: str = ""
 

@@ -91,3 +91,25 @@ def test_a_probe_that_cannot_run_names_the_tensors(flavor, caplog) -> None:
     assert "could not be learned by running the model" in caplog.text and "'u'" in caplog.text
     relu = plan.nodes[1]
     assert relu.verdict == "onnxruntime" and "dtype of input 'u' is unknown" in relu.reason
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_compare_checks_sequence_of_maps_outputs(flavor) -> None:
+    """ZipMap's probabilities (a sequence of maps) are compared too, not handed to Polygraphy
+    (which cannot take them); a difference in them fails the comparison."""
+    from trt_backend.accuracy.compare import compare
+    from trt_backend.accuracy.options import CompareOptions
+    from trt_backend.accuracy.polygraphy_glue import side_errors
+
+    m = mlp_pipeline()
+    report = compare(m, CompareOptions(), profiles=[{"X": ((1, 8), (4, 8), (8, 8))}],
+                     session_options=SessionOptions(emulate=True))
+    assert report.passed and [o.name for o in report.outputs] == ["output_label", "output_probability"]
+    assert report.skipped_outputs == []
+    opts = CompareOptions()
+    same = [{0: 0.25, 1: 0.75}, {0: 0.5, 1: 0.5}]
+    assert side_errors("p", same, [dict(d) for d in same], opts).passed
+    off = side_errors("p", same, [{0: 0.25, 1: 0.75}, {0: 0.6, 1: 0.4}], opts)
+    assert not off.passed and off.max_abs_error == pytest.approx(0.1)
+    assert side_errors("p", same, [{0: 0.25, 2: 0.75}, {0: 0.5, 1: 0.5}], opts).note == "map keys differ from the reference's"
+    assert not side_errors("p", same, same[:1], opts).passed
