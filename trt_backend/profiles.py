@@ -30,7 +30,9 @@ class TensorProfile:
     max: Shape
     source: str = USER  # user | static | symbolic | calibrated
     values: tuple[Shape, Shape, Shape] | None = None
-    data_dependent: tuple[int, ...] = ()  # dims that changed with the data alone during calibration
+    data_dependent: tuple[int, ...] = ()  # dims that change with the data alone
+    # data-dependent dims whose max is what calibration saw, widened (the graph gave no bound)
+    observed: tuple[int, ...] = ()
 
     def covers(self, shape: Sequence[int]) -> bool:
         return len(shape) == len(self.min) and all(lo <= d <= hi for lo, d, hi in zip(self.min, shape, self.max))
@@ -47,6 +49,8 @@ class TensorProfile:
             d["values"] = {"min": list(self.values[0]), "opt": list(self.values[1]), "max": list(self.values[2])}
         if self.data_dependent:
             d["data_dependent"] = list(self.data_dependent)
+        if self.observed:
+            d["observed"] = list(self.observed)
         return d
 
     @classmethod
@@ -54,7 +58,7 @@ class TensorProfile:
         v = d.get("values")
         values = (tuple(v["min"]), tuple(v["opt"]), tuple(v["max"])) if v else None
         return cls(tuple(d["min"]), tuple(d["opt"]), tuple(d["max"]), d.get("source", USER), values,
-                   tuple(d.get("data_dependent", ())))
+                   tuple(d.get("data_dependent", ())), tuple(d.get("observed", ())))
 
     def key_json(self) -> list[Any]:
         """What an engine depends on (engine cache keys): the shapes and shape-tensor values."""

@@ -23,9 +23,13 @@ from trt_backend.profiles import (
     TensorProfile,
     covering_profile,
 )
+from trt_backend.session.bounds import Bound, DimBounds
 from trt_backend.session.feeds import NodeArg
 
 log = logging.getLogger(__name__)
+
+# A data-dependent dim the graph does not bound gets this many times what calibration saw as its max.
+OBSERVED_WIDEN = 4
 
 # (op_type, input position) read as a shape or a shape-like value by TensorRT.
 SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
@@ -220,13 +224,15 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
                  if covering_profile([prof], shapes(s)) == 0]
         found: dict[str, TensorProfile] = {}
         more = extra + ([probe] if probe is not None else [])
+        graph_bounds = DimBounds(model, {n: tp.max for n, tp in prof.items()})
         for name in names:
             bound = None
             if name in bounded:
                 dim, op, ins = bounded[name]
                 bound = (dim, _BOUNDS[op][1]([runs[2].get(n) if n else None for n in ins]))
+            traced = {d: graph_bounds.bound(name, d) for d in range(np.ndim(runs[1][name]))}
             found[name] = _combine(name, [r[name] for r in runs], [r[name] for r in more],
-                                   probe[name] if probe is not None else None, bound)
+                                   probe[name] if probe is not None else None, bound, traced)
         out.append(found)
     return out
 
@@ -246,11 +252,14 @@ def _probe(run: Runner, fetch: Sequence[str], prof: Profile, samples: Sequence[M
 
 
 def _combine(name: str, seen: Sequence[Any], more: Sequence[Any] = (), probe: Any = None,
-             bound: tuple[int, int] | None = None) -> TensorProfile:
+             bound: tuple[int, int] | None = None, traced: Mapping[int, Bound] | None = None) -> TensorProfile:
     """min/max over every run, opt from the run at the profile's opt shapes (``seen[1]``). Dims
-    that differ between that run and ``probe`` (same shapes, other data) depend on the data:
-    their min becomes 0 and their max the op's ``bound`` (dim, size) if known, else what
-    calibration saw (with a warning)."""
+    that differ between that run and ``probe`` (same shapes, other data), or that the graph
+    derives from a data-dependent op (``traced``: per dim, the graph's bound and whether such an
+    op lies on the way, see :class:`~trt_backend.session.bounds.DimBounds`), depend on the data:
+    their min becomes 0 and their max the producing op's ``bound`` (dim, size) or the graph's,
+    else what calibration saw times OBSERVED_WIDEN, flagged ``observed`` (with a warning)."""
+    traced = traced or {}
     arrays = [np.asarray(v) for v in list(seen) + list(more)]
     shapes = [tuple(int(d) for d in a.shape) for a in arrays]
     if len({len(s) for s in shapes}) != 1:
@@ -261,18 +270,24 @@ def _combine(name: str, seen: Sequence[Any], more: Sequence[Any] = (), probe: An
     dependent: tuple[int, ...] = ()
     if probe is not None:
         dependent = tuple(i for i, (a, b) in enumerate(zip(shapes[1], np.shape(probe))) if a != b)
+    dependent = tuple(sorted(set(dependent) | {d for d, (_, through) in traced.items() if through}))
+    bounded_dims: dict[int, int] = {d: v for d, (v, _) in traced.items() if v is not None}
     if bound is not None:
         dim = bound[0] % len(lo) if lo else 0
         dependent = tuple(sorted(set(dependent) | {dim}))
-        hi = tuple(max(d, bound[1]) if i == dim else d for i, d in enumerate(hi))
+        bounded_dims[dim] = max(bound[1], bounded_dims.get(dim, 0))
+    observed: tuple[int, ...] = ()
     if dependent:
         lo = tuple(0 if i in dependent else d for i, d in enumerate(lo))
-        if bound is None:
-            log.warning("tensor '%s' has data-dependent dim(s) %s (calibration saw %s and %s at the same input "
-                        "shapes): its profile allows %s..%s, what calibration saw; give it a profile if the data "
-                        "can go further", name, list(dependent), shapes[1], tuple(np.shape(probe)), lo, hi)
+        observed = tuple(d for d in dependent if d not in bounded_dims)
+        hi = tuple(max(h, bounded_dims[i]) if i in bounded_dims else
+                   max(1, h) * OBSERVED_WIDEN if i in observed else h for i, h in enumerate(hi))
+        if observed:
+            log.warning("tensor '%s' has data-dependent dim(s) %s that the graph does not bound: its profile allows "
+                        "%s..%s, %dx what calibration saw; give it a profile if the data can go further", name,
+                        list(observed), lo, hi, OBSERVED_WIDEN)
     values = None
     if arrays[0].dtype.kind in "iu" and arrays[0].ndim <= 1 and len({a.size for a in arrays}) == 1:
         vals = [tuple(int(x) for x in a.reshape(-1)) for a in arrays]
         values = (tuple(min(v) for v in zip(*vals)), vals[1], tuple(max(v) for v in zip(*vals)))
-    return TensorProfile(lo, shapes[1], hi, CALIBRATED, values, dependent)
+    return TensorProfile(lo, shapes[1], hi, CALIBRATED, values, dependent, observed)
