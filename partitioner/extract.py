@@ -9,19 +9,26 @@ from partitioner.graph import GraphIndex, subgraphs
 from partitioner.model import Model, fitting_ir_version
 
 
-def boundary(index: GraphIndex, nodes: Collection[int]) -> tuple[list[str], list[str]]:
+def boundary(index: GraphIndex, nodes: Collection[int], copies: Collection[int] = (),
+             shared: Collection[int] = ()) -> tuple[list[str], list[str]]:
     """(inputs, outputs) of a node set: tensors it reads from outside (initializers excluded,
     graph inputs included) in first-read order, and tensors it produces that are read outside it
-    or are graph outputs, in production order."""
+    or are graph outputs, in production order.
+
+    ``copies``: constant-only nodes of other segments copied in; they are read from like members
+    but produce no outputs. ``shared``: nodes every other reader has its own copy of; their
+    tensors are outputs only when they are graph outputs."""
     members = set(nodes)
+    shared_set = set(shared)
     ordered = index.ordered(members)
+    inside = index.ordered(members | set(copies)) if copies else ordered
     produced: set[str] = set()
-    for i in ordered:
+    for i in inside:
         produced.update(o for o in index.graph.node[i].output if o)
     graph_inputs = set(index.graph_inputs)
     inputs: list[str] = []
     seen: set[str] = set()
-    for i in ordered:
+    for i in inside:
         for name in index.reads[i]:
             if name in produced or name in seen:
                 continue
@@ -35,7 +42,8 @@ def boundary(index: GraphIndex, nodes: Collection[int]) -> tuple[list[str], list
         for name in index.graph.node[i].output:
             if not name:
                 continue
-            if name in graph_outputs or any(c not in members for c in index.consumers.get(name, ())):
+            if name in graph_outputs or (i not in shared_set
+                                         and any(c not in members for c in index.consumers.get(name, ()))):
                 outputs.append(name)
     if not outputs:  # a dead-end group: expose what nothing inside reads
         outputs = [o for i in ordered for o in index.graph.node[i].output

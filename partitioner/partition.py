@@ -28,6 +28,7 @@ FREE_OPS = frozenset({"Constant"})  # not counted towards a group's size
 class Group:
     backend: str  # "tensorrt" | "onnxruntime"
     nodes: tuple[int, ...]  # in execution order
+    copies: tuple[int, ...] = ()  # constant-only nodes of other groups it reads, copied in (ascending)
 
 
 def color_runs(index: GraphIndex, colors: Sequence[str], lazy: frozenset[int] = frozenset()) -> list[Group]:
@@ -96,6 +97,22 @@ def constant_only(index: GraphIndex, candidates: Sequence[bool]) -> frozenset[in
     return frozenset(out)
 
 
+def copies_for(index: GraphIndex, nodes: Sequence[int], lazy: frozenset[int]) -> tuple[int, ...]:
+    """The ``lazy`` (constant-only) nodes outside ``nodes`` whose values ``nodes`` read, directly
+    or through other such nodes, ascending: copied into the group, so that no boundary carries a
+    value that does not depend on a model input."""
+    members = set(nodes)
+    out: set[int] = set()
+    stack = [name for i in nodes for name in index.reads[i]]
+    while stack:
+        p = index.producer.get(stack.pop())
+        if p is None or p in members or p in out or p not in lazy:
+            continue
+        out.add(p)
+        stack.extend(index.reads[p])
+    return tuple(sorted(out))
+
+
 def _counts(producer: int | None, lazy: frozenset[int]) -> bool:
     return producer is not None and producer not in lazy
 
@@ -104,7 +121,9 @@ def partition(index: GraphIndex, verdicts: Sequence[Verdict],
               min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE) -> tuple[list[Group], list[Verdict]]:
     """Backend groups in execution order, and the verdicts after demotions: TensorRT groups
     below ``min_segment_size`` counted nodes (Constant not counted) and holding no heavy op go
-    to ONNX Runtime, and the grouping is redone until it is stable."""
+    to ONNX Runtime, and the grouping is redone until it is stable. A constant-only node belongs
+    to the group of its first consumer; every other group that reads it gets a copy
+    (``Group.copies``)."""
     nodes = index.graph.node
     colors = [TENSORRT if v.on_tensorrt else ONNXRUNTIME for v in verdicts]
     lazy = constant_only(index, [v.backend == TENSORRT for v in verdicts])
@@ -131,4 +150,4 @@ def partition(index: GraphIndex, verdicts: Sequence[Verdict],
             for i in g.nodes:
                 if final[i].on_tensorrt:
                     final[i] = Verdict(ONNXRUNTIME, "constant-only node placed with its ONNX Runtime consumer")
-    return groups, final
+    return [Group(g.backend, g.nodes, copies_for(index, g.nodes, lazy)) for g in groups], final

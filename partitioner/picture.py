@@ -120,6 +120,8 @@ def _segment_box(plan: Plan, seg: Segment) -> Box:
     title = [f"segment {seg.id}: {backend_label(seg.backend)}, {plural(len(infos), 'node')}",
              _names("nodes", [n.name for n in infos]), _names("inputs", seg.inputs),
              _names("outputs", seg.outputs)]
+    if seg.copies:
+        title.append(_names("constant-only nodes copied in", [plan.nodes[i].name for i in seg.copies]))
     title += [f"fallback x{k}: {r}" for r, k in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))]
     return Box(seg.id + 1, seg.backend, lines, "\n".join(title), seg, sum(plugin_ops.values()))
 

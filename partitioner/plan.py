@@ -53,10 +53,21 @@ class Segment:
     nodes: tuple[int, ...]  # indices into the original graph.node, ascending
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    # constant-only nodes (ascending) of other segments whose values this one reads: it computes
+    # its own copies, so no constant-only value crosses a segment boundary
+    copies: tuple[int, ...] = ()
+
+    @property
+    def members(self) -> tuple[int, ...]:
+        """Every node the segment's model holds: its own and the copies, ascending."""
+        return tuple(sorted(self.nodes + self.copies)) if self.copies else self.nodes
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "backend": self.backend, "nodes": list(self.nodes),
-                "inputs": list(self.inputs), "outputs": list(self.outputs)}
+        d: dict[str, Any] = {"id": self.id, "backend": self.backend, "nodes": list(self.nodes)}
+        if self.copies:  # absent when empty: plans without shared constants are as before
+            d["copies"] = list(self.copies)
+        d["inputs"], d["outputs"] = list(self.inputs), list(self.outputs)
+        return d
 
 
 @dataclass(frozen=True)
@@ -111,19 +122,19 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
-        segments = [Segment(s["id"], s["backend"], tuple(s["nodes"]), tuple(s["inputs"]), tuple(s["outputs"]))
-                    for s in data["segments"]]
+        segments = [Segment(s["id"], s["backend"], tuple(s["nodes"]), tuple(s["inputs"]), tuple(s["outputs"]),
+                            tuple(s.get("copies", ()))) for s in data["segments"]]
         nodes = [NodeInfo(n["index"], n["name"], n["op_type"], n["segment"], n["verdict"], n["reason"])
                  for n in data["nodes"]]
         return cls(data["model"], data.get("tensorrt"), segments, nodes, target=data.get("target"),
                    learned=dict(data.get("learned_types", {})))
 
     def extract(self, segment_id: int) -> onnx.ModelProto:
-        """The segment as a standalone ModelProto (needs the plan's model)."""
+        """The segment as a standalone ModelProto (needs the plan's model), copies included."""
         if self.model is None:
             raise OptionsError("this plan was read from JSON without its model; plan the model again")
         seg = self.segments[segment_id]
-        return extract(self.model, seg.nodes, name=f"segment_{seg.id}", inputs=seg.inputs, outputs=seg.outputs)
+        return extract(self.model, seg.members, name=f"segment_{seg.id}", inputs=seg.inputs, outputs=seg.outputs)
 
     def tensorrt_segments(self) -> list[Segment]:
         return [s for s in self.segments if s.backend == "tensorrt"]
@@ -194,9 +205,10 @@ def build_plan(model: Model, verdicts: Sequence[Verdict], tensorrt: str | None,
     groups, final = partition(model.index, verdicts, min_segment_size)
     segments: list[Segment] = []
     segment_of = [0] * len(final)
+    shared = {i for g in groups for i in g.copies}  # every reader outside their segment copies these
     for sid, g in enumerate(groups):
-        inputs, outputs = boundary(model.index, g.nodes)
-        segments.append(Segment(sid, g.backend, tuple(sorted(g.nodes)), tuple(inputs), tuple(outputs)))
+        inputs, outputs = boundary(model.index, g.nodes, g.copies, shared)
+        segments.append(Segment(sid, g.backend, tuple(sorted(g.nodes)), tuple(inputs), tuple(outputs), g.copies))
         for i in g.nodes:
             segment_of[i] = sid
     nodes = [NodeInfo(i, n.name, n.op_type, segment_of[i], final[i].backend, final[i].reason)

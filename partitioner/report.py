@@ -16,7 +16,7 @@ from partitioner.plan import Plan, Segment
 log = logging.getLogger(__name__)
 
 META_PREFIX = "trt_backend."
-META_KEYS = tuple(META_PREFIX + k for k in ("segment", "backend", "verdict", "reason"))
+META_KEYS = tuple(META_PREFIX + k for k in ("segment", "backend", "verdict", "reason", "copied_into"))
 BACKEND_LABELS = {"tensorrt": "TensorRT", "onnxruntime": "ONNX Runtime"}
 BACKEND_ORDER = {"tensorrt": 0, "onnxruntime": 1}
 ELLIPSIS = "…"
@@ -123,18 +123,25 @@ def summary(plan: Plan) -> str:
 
 def annotate(plan: Plan) -> onnx.ModelProto:
     """Copy of the plan's model whose nodes carry their segment, backend, verdict and reason
-    as ``trt_backend.*`` metadata_props (Netron shows them in the node panel)."""
+    as ``trt_backend.*`` metadata_props (Netron shows them in the node panel); a constant-only
+    node copied into other segments also carries ``copied_into`` (their ids, comma-separated)."""
     if plan.model is None:
         raise OptionsError("this plan was read from JSON without its model; plan the model again to annotate it")
     proto = onnx.ModelProto()
     proto.CopyFrom(plan.model.proto)
     graph_nodes = proto.graph.node
+    copied_into: dict[int, list[str]] = {}
+    for seg in plan.segments:
+        for i in seg.copies:
+            copied_into.setdefault(i, []).append(str(seg.id))
     for info in plan.nodes:
         node = graph_nodes[info.index]
         values = {"segment": str(info.segment), "backend": plan.segments[info.segment].backend,
                   "verdict": info.verdict}
         if info.reason is not None:
             values["reason"] = info.reason
+        if info.index in copied_into:
+            values["copied_into"] = ",".join(copied_into[info.index])
         kept = [(p.key, p.value) for p in node.metadata_props if p.key not in META_KEYS]
         del node.metadata_props[:]
         for key, value in kept + [(META_PREFIX + k, v) for k, v in values.items()]:

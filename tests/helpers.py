@@ -45,8 +45,13 @@ def assert_plan_valid(plan) -> None:
     seen = sorted(i for s in plan.segments for i in s.nodes)
     assert seen == list(range(n)), "every node in exactly one segment"
     available = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    constants = constant_derived(plan)
     for k, seg in enumerate(plan.segments):
         assert seg.id == k
+        assert not set(seg.copies) & set(seg.nodes), "a segment holds no copy of its own node"
+        for i in seg.copies:
+            assert all(o in constants for o in graph.node[i].output if o), f"copied node {i} is not constant-only"
+            assert not set(graph.node[i].output) & set(seg.outputs), f"segment {seg.id} outputs a copy's tensor"
         for name in seg.inputs:
             assert name in available, f"segment {seg.id} reads '{name}' before any segment makes it"
         for i in seg.nodes:
@@ -71,3 +76,52 @@ def conv_resize_chain(blocks: int = 2) -> onnx.ModelProto:
         prev = f"y{b}"
     nodes[-1].output[0] = "y"
     return model(nodes, [vi("x", [1, 4, 8, 8])], [vi("y", [1, 4, 8, 8])], inits)
+
+
+def shared_constants_model(shape_output: bool = False) -> onnx.ModelProto:
+    """x [N, 6] -> Relu -> Sin -> ..., where a scalar ``Constant`` (k), a scalar initializer (idx)
+    and a ``ConstantOfShape``->``Cast`` chain (shp = [-1], a Reshape's shape) are read by Gather
+    and Reshape nodes on both sides of the Sin (exclude it: ONNX Runtime), after it also as
+    shape tensors (``Gather(Shape(s), k)`` -> ... -> a Reshape's shape). ``shape_output``: shp
+    is a graph output too. Nodes 0-2 are the constant-only ones."""
+    i64 = TensorProto.INT64
+    nodes = [
+        helper.make_node("Constant", [], ["k"], name="k", value=const("kv", np.array(1, np.int64))),
+        helper.make_node("ConstantOfShape", ["one"], ["neg"], name="fill",
+                         value=helper.make_tensor("v", F, [1], [-1.0])),
+        helper.make_node("Cast", ["neg"], ["shp"], name="cast", to=i64),
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("Gather", ["a", "k"], ["ga"], name="ga", axis=1),
+        helper.make_node("Gather", ["a", "idx"], ["gb"], name="gb", axis=1),
+        helper.make_node("Reshape", ["a", "shp"], ["ra"], name="ra"),
+        helper.make_node("Sin", ["a"], ["s"], name="sin"),
+        helper.make_node("Gather", ["s", "k"], ["h1"], name="h1", axis=1),
+        helper.make_node("Gather", ["s", "idx"], ["h2"], name="h2", axis=1),
+        helper.make_node("Reshape", ["s", "shp"], ["rs"], name="rs"),
+        helper.make_node("Add", ["h1", "ga"], ["y1"], name="y1"),
+        helper.make_node("Add", ["h2", "gb"], ["y2"], name="y2"),
+        helper.make_node("Add", ["rs", "ra"], ["y3"], name="y3"),
+        helper.make_node("Shape", ["s"], ["sh"], name="sh"),  # y4 = s reshaped to [6, -1]: k and shp as shapes
+        helper.make_node("Gather", ["sh", "k"], ["d"], name="d", axis=0),
+        helper.make_node("Unsqueeze", ["d", "ax0"], ["d0"], name="d0"),
+        helper.make_node("Tile", ["d0", "one"], ["d1"], name="d1"),
+        helper.make_node("Concat", ["d1", "shp"], ["to"], name="to", axis=0),
+        helper.make_node("Reshape", ["s", "to"], ["y4"], name="y4"),
+    ]
+    outputs = [vi("y1", ["N"]), vi("y2", ["N"]), vi("y3", [None]), vi("y4", [6, None])]
+    if shape_output:
+        outputs.append(vi("shp", [1], i64))
+    return model(nodes, [vi("x", ["N", 6])], outputs,
+                 [const("one", np.array([1], np.int64)), const("idx", np.array(2, np.int64)),
+                  const("ax0", np.array([0], np.int64))])
+
+
+def constant_derived(plan) -> set[str]:
+    """Tensors of the plan's model that depend on no model input: initializers and what nodes
+    make from them alone."""
+    index = plan.model.index
+    out = set(index.initializers) - set(index.graph_inputs)
+    for i in index.order:
+        if all(name in out for name in index.reads[i]):
+            out.update(o for o in index.graph.node[i].output if o)
+    return out

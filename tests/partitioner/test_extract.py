@@ -12,7 +12,14 @@ from onnx import helper
 from partitioner import PartitionOptions, plan_model
 from partitioner.extract import extract
 from partitioner.model import check_model, load_model
-from tests.helpers import assert_plan_valid, const, crop_resize, model, vi
+from tests.helpers import (
+    assert_plan_valid,
+    const,
+    crop_resize,
+    model,
+    shared_constants_model,
+    vi,
+)
 
 LIGHT = ["light_bvlc_alexnet", "light_densenet121", "light_inception_v1", "light_inception_v2", "light_resnet50",
          "light_shufflenet", "light_squeezenet", "light_vgg19", "light_zfnet512"]
@@ -50,6 +57,35 @@ def test_light_model_cut_in_three_reproduces_whole_model(light_dir, oracle) -> N
         values.update(zip(seg.outputs, outs))
     expected = ort_session(whole.proto).run(None, {"gpu_0/data_0": x})[0]
     np.testing.assert_allclose(values[whole.proto.graph.output[0].name], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape_output", [False, True])
+def test_segments_with_copied_constants_are_standalone_and_stitch_to_the_whole_model(oracle, shape_output) -> None:
+    """Each segment model holds the constant-only nodes it reads (the later TensorRT segment its
+    copies of k, fill and cast) and the initializers; run one after another they give the whole
+    model's outputs, a constant-only graph output included."""
+    proto = shared_constants_model(shape_output)
+    plan = plan_model(proto, oracle, PartitionOptions(exclude_ops=("Sin",)))
+    x = np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32)
+    values = {"x": x}
+    for seg in plan.segments:
+        sub = plan.extract(seg.id)
+        onnx.checker.check_model(sub, full_check=True)
+        assert [i.name for i in sub.graph.input] == list(seg.inputs)
+        names = [n.name for n in sub.graph.node]
+        assert all(plan.nodes[i].name in names for i in seg.members)
+        outs = ort_session(sub).run(list(seg.outputs), {k: values[k] for k in seg.inputs})
+        values.update(zip(seg.outputs, outs))
+    tail = plan.extract(2)
+    assert [n.name for n in tail.graph.node][:3] == ["k", "fill", "cast"]
+    assert sorted(t.name for t in tail.graph.initializer) == ["ax0", "idx", "one"]
+    expected = ort_session(proto).run(None, {"x": x})
+    assert len(expected) == 4 + shape_output
+    for out, want in zip(proto.graph.output, expected):
+        np.testing.assert_array_equal(values[out.name], want)
+    assert values["y4"].shape == (6, 3)
+    if shape_output:
+        assert values["shp"].tolist() == [-1]
 
 
 def test_extract_carries_only_used_initializers_and_typed_boundaries() -> None:

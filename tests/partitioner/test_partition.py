@@ -2,14 +2,29 @@
 constants, determinism; plus invariants on random DAGs."""
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
 import pytest
 from onnx import helper
 
-from partitioner import PartitionOptions, Verdict, build_plan, load_model, plan_model
-from tests.helpers import assert_plan_valid, const, model, vi
+from partitioner import (
+    PartitionOptions,
+    Plan,
+    Verdict,
+    build_plan,
+    load_model,
+    plan_model,
+)
+from tests.helpers import (
+    assert_plan_valid,
+    const,
+    constant_derived,
+    model,
+    shared_constants_model,
+    vi,
+)
 
 ORT_OP = "Sin"  # excluded by option below: lets tests pick the fallback nodes exactly
 
@@ -111,6 +126,51 @@ def test_constant_feeding_only_fallback_is_placed_in_onnxruntime_segment() -> No
     assert plan.segments[seg_of_k].backend == "onnxruntime"
     assert plan.nodes[1].reason == "constant-only node placed with its ONNX Runtime consumer"
     assert_plan_valid(plan)
+
+
+def test_constants_read_by_two_tensorrt_segments_are_copied_not_passed(oracle) -> None:
+    """A Constant, a ConstantOfShape->Cast chain (and an initializer) read by Gather/Reshape nodes
+    on both sides of an ONNX Runtime node: the later TensorRT segment computes its own copy."""
+    plan = plan_model(shared_constants_model(), oracle, opts(3))
+    assert backends(plan) == [("tensorrt", (0, 1, 2, 3, 4, 5, 6)), ("onnxruntime", (7,)),
+                              ("tensorrt", tuple(range(8, 20)))]
+    assert [s.copies for s in plan.segments] == [(), (), (0, 1, 2)]
+    assert [s.inputs for s in plan.segments] == [("x",), ("a",), ("s", "ga", "gb", "ra")]
+    assert plan.segments[0].outputs == ("a", "ga", "gb", "ra")  # k, shp: not handed over
+    constants = constant_derived(plan)
+    assert {"k", "shp", "idx", "neg"} <= constants
+    assert not [(s.id, t) for s in plan.segments for t in s.inputs if t in constants]
+    assert [n.segment for n in plan.nodes[:3]] == [0, 0, 0]  # the originals stay with their first reader
+    assert_plan_valid(plan)
+
+
+def test_copies_in_plan_json_and_read_back(oracle) -> None:
+    plan = plan_model(shared_constants_model(), oracle, opts(3))
+    data = json.loads(plan.to_json())
+    assert [list(s) for s in data["segments"]][2] == ["id", "backend", "nodes", "copies", "inputs", "outputs"]
+    assert data["segments"][2]["copies"] == [0, 1, 2]
+    assert "copies" not in data["segments"][0]
+    back = Plan.from_dict(data)
+    assert back.segments == plan.segments and back.segments[2].members == tuple(range(3)) + tuple(range(8, 20))
+    old = {**data, "segments": [{k: v for k, v in s.items() if k != "copies"} for s in data["segments"]]}
+    assert [s.copies for s in Plan.from_dict(old).segments] == [(), (), ()]  # plans written before copies
+
+
+def test_constant_only_graph_output_is_still_produced_once(oracle) -> None:
+    plan = plan_model(shared_constants_model(shape_output=True), oracle, opts(3))
+    producers = [s.id for s in plan.segments if "shp" in s.outputs]
+    assert producers == [0] and plan.segments[2].copies == (0, 1, 2)
+    assert_plan_valid(plan)
+
+
+def test_plans_without_shared_constants_have_no_copies_field() -> None:
+    nodes = [helper.make_node("Constant", [], ["k"], name="k", value=const("kv", np.ones((1,), np.float32))),
+             helper.make_node("Add", ["x", "k"], ["a"], name="add"),
+             helper.make_node(ORT_OP, ["a"], ["s"], name="s"),
+             helper.make_node("Relu", ["s"], ["y"], name="r")]
+    plan = plan_model(model(nodes, [vi("x", ["N", 4])], [vi("y", ["N", 4])]), None, opts())
+    assert [s.copies for s in plan.segments] == [(), (), ()]
+    assert '"copies"' not in plan.to_json()
 
 
 def test_plan_json_is_byte_identical_across_runs(tmp_path) -> None:

@@ -14,7 +14,14 @@ from onnx import helper
 from partitioner import Claim, Model, OptionsError, PartitionOptions, Plan, plan_model
 from partitioner.picture import flows, layout, render_html, render_picture, render_svg
 from partitioner.report import CensusRow, annotate, census, clip, format_ops, summary
-from tests.helpers import const, conv_resize_chain, crop_resize, model, vi
+from tests.helpers import (
+    const,
+    conv_resize_chain,
+    crop_resize,
+    model,
+    shared_constants_model,
+    vi,
+)
 
 SVG = "{http://www.w3.org/2000/svg}"
 DEMOTED = "demoted: TensorRT group of 2 node(s) is below the minimum segment size 3"
@@ -144,6 +151,20 @@ def test_annotate_marks_every_node(oracle) -> None:
     keys = [p.key for p in annotated.graph.node[1].metadata_props]
     assert keys.count("trt_backend.segment") == 1 and "author" in keys
     assert len(plan.model.proto.graph.node[0].metadata_props) == 0  # the plan's model is untouched
+
+
+def test_annotation_and_picture_show_copied_constants(oracle) -> None:
+    plan = plan_model(shared_constants_model(), oracle, PartitionOptions(exclude_ops=("Sin",)))
+    annotated = annotate(plan)
+    metas = [{p.key: p.value for p in node.metadata_props} for node in annotated.graph.node]
+    assert [m.get("trt_backend.copied_into") for m in metas[:4]] == ["2", "2", "2", None]
+    assert [m["trt_backend.segment"] for m in metas[:3]] == ["0", "0", "0"]
+    assert not any("trt_backend.copied_into" in m for m in metas[3:])
+    again = annotate(plan_model(annotated, oracle, PartitionOptions(exclude_ops=("Sin",))))  # replaced, not doubled
+    assert [p.key for p in again.graph.node[0].metadata_props].count("trt_backend.copied_into") == 1
+    svg = render_svg(plan)
+    assert "constant-only nodes copied in (3): k, fill, cast" in svg
+    assert svg.count("copied in") == 1
 
 
 # --- picture --------------------------------------------------------------------------------------------

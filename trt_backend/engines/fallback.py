@@ -230,7 +230,7 @@ def _collect(fut: Future[tuple[bytes, dict[str, Any], bool]], seg: Segment, key:
     try:
         engine, meta, hit = fut.result()
     except SegmentBuildError as e:
-        members = {plan.nodes[i].name: i for i in seg.nodes}
+        members = {plan.nodes[i].name: i for i in seg.members}  # a copy blamed demotes its original
         nodes = tuple(sorted(members[n] for n in e.names if n in members))  # by name: rewrites may add nodes
         report.failures.append(SegmentFailure(seg.id, e.stage, nodes, e.message))
         log.warning("segment %d: TensorRT %s failed: %s", seg.id, e.stage, e.message)

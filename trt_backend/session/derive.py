@@ -50,7 +50,8 @@ def shape_tensor_inputs(model: Model, segment: Segment) -> set[str]:
     index = model.index
     nodes = model.proto.graph.node
     marked: set[str] = set()
-    for i in reversed([i for i in index.order if i in set(segment.nodes)]):
+    members = set(segment.members)
+    for i in reversed([i for i in index.order if i in members]):
         node = nodes[i]
         passes = node.op_type in SHAPE_PASS and any(o in marked for o in node.output)
         for pos, name in enumerate(node.input):

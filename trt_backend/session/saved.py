@@ -83,15 +83,16 @@ def read_saved(saved: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, A
 
 def check_saved(saved: Mapping[str, Any], plan: Plan, user: list[Profile]) -> None:
     """The model must still plan the same, and given profiles must be those of the saved plan."""
-    now = [s.to_dict() for s in plan.segments]
-    then = [{k: s.get(k) for k in ("id", "backend", "nodes", "inputs", "outputs")} for s in saved["segments"]]
+    keys = ("id", "backend", "nodes", "copies", "inputs", "outputs")
+    now = [{k: d.get(k, []) for k in keys} for d in (s.to_dict() for s in plan.segments)]
+    then = [{k: s.get(k, [] if k == "copies" else None) for k in keys} for s in saved["segments"]]
     src = plan.model.source if plan.model is not None else plan.model_name
     again = "; drop the saved plan to derive profiles again"
     if len(now) != len(then):
         raise ProfileError(f"the plan of {src} changed since its profiles were derived: {len(then)} segment(s) then, "
                            f"{len(now)} now{again}")
     for a, b in zip(then, now):
-        for key in ("backend", "nodes", "inputs", "outputs"):
+        for key in keys[1:]:
             if a[key] != b[key]:
                 raise ProfileError(f"the plan of {src} changed since its profiles were derived: segment {b['id']} "
                                    f"{key} were {a[key]}, now {b[key]}{again}")
