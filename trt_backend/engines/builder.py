@@ -31,6 +31,7 @@ from trt_backend.profiles import TensorProfile, tensor_profile
 from trt_backend.tensorrt.flavor import (
     Flavor,
     captured_messages,
+    create_builder,
     load_flavor,
     network_flags,
     quiet_messages,
@@ -218,7 +219,7 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
     trt = flavor.module
     logger = shared_logger(flavor)
     with captured_messages() as errors:
-        builder = trt.Builder(logger)
+        builder = create_builder(flavor, logger)
         network = builder.create_network(network_flags(flavor))
         parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
         with quiet_messages():  # the parser's complaints come back as get_error() and are reported

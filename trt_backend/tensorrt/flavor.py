@@ -104,6 +104,18 @@ def shared_logger(flavor: Flavor) -> Any:
         return _shared[flavor.name]
 
 
+_builder_lock = threading.Lock()
+
+
+def create_builder(flavor: Flavor, logger: Any) -> Any:
+    """``trt.Builder(logger)``, one thread at a time. Making a builder takes a lock inside
+    TensorRT and may log through ``logger`` (a Python callback, which needs the GIL) while
+    holding it, and the binding keeps the GIL while it waits for that lock: two threads making
+    builders at once deadlock (seen with parallel segment builds). Waiting here releases the GIL."""
+    with _builder_lock:
+        return flavor.module.Builder(logger)
+
+
 def _make_shared(flavor: Flavor) -> Any:
     trt = flavor.module
     pylog = logging.getLogger("trt_backend.tensorrt")

@@ -14,7 +14,12 @@ import onnx
 
 from partitioner.capability import Piece, QueryResult
 from partitioner.model import serialize
-from trt_backend.tensorrt.flavor import Flavor, load_flavor, network_flags
+from trt_backend.tensorrt.flavor import (
+    Flavor,
+    create_builder,
+    load_flavor,
+    network_flags,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +36,7 @@ class ParserOracle:
         # Rejections are expected here and come back through get_error(); a native logger at
         # INTERNAL_ERROR keeps the parser from calling into Python thousands of times per query.
         self._logger = trt.Logger(trt.Logger.INTERNAL_ERROR)
-        self._builder = trt.Builder(self._logger)
+        self._builder = create_builder(self.flavor, self._logger)
 
     @property
     def target(self) -> str:
