@@ -188,3 +188,10 @@ def test_options_reach_the_rewritten_plan(quantized, oracle) -> None:
                      flavor=oracle.flavor.name)
     node = next(n for n in plan.nodes if n.name == "x_QuantizeLinear/Round")
     assert node.verdict == "onnxruntime"
+
+
+def test_isolated_planning_rewrites_the_same_way(quantized, oracle) -> None:
+    """The child process plans the model the parent rewrote: the same plan, byte for byte."""
+    here = make_plan(quantized["default"], flavor=oracle.flavor.name)
+    isolated = make_plan(quantized["default"], flavor=oracle.flavor.name, isolate=True)
+    assert isolated.to_json() == here.to_json() and len(isolated.rewritten) == 21
