@@ -41,6 +41,8 @@ class Model:
     max_ir_version: int | None = None
     # tensor -> how its type was learned where shape inference could not tell (see learn_types)
     learned: dict[str, str] = field(default_factory=dict)
+    # node name -> what a rewrite pass made of it (see partitioner.qdq)
+    rewritten: dict[str, str] = field(default_factory=dict)
 
     @property
     def nodes(self) -> list[onnx.NodeProto]:
@@ -134,6 +136,14 @@ def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: s
     if fixes:
         log.info("%s: %s", name, "; ".join(fixes))
     return Model(proto=proto, source=name, base_dir=base_dir, index=index, fixes=fixes, max_ir_version=max_ir_version)
+
+
+def reindex(model: Model) -> None:
+    """Index ``model`` again and infer its types after a pass edited its graph (the pass drops
+    the value_info of tensors whose producer it replaced)."""
+    model.index = GraphIndex.build(model.proto.graph, where=model.source)
+    _infer_shapes(model.proto, model.source)
+    model.index.refresh_types()
 
 
 def _unique_node_names(graph: onnx.GraphProto, fixes: list[str]) -> None:

@@ -98,11 +98,14 @@ class Plan:
     oracle_calls: int = field(default=0, compare=False)
     target: str | None = None  # runtime the plan is for ("tensorrt" | "tensorrt_rtx"); plugins depend on it
     learned: dict[str, str] = field(default_factory=dict)  # tensor -> how its type was learned (not inferred)
+    rewritten: dict[str, str] = field(default_factory=dict)  # original node name -> what a rewrite made of it
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"model": self.model_name, "tensorrt": self.tensorrt, "target": self.target}
         if self.learned:  # (absent where shape inference knew every type: such plans are unchanged)
             d["learned_types"] = dict(self.learned)
+        if self.rewritten:  # (absent where nothing was rewritten: such plans are unchanged)
+            d["rewritten"] = dict(self.rewritten)
         d["segments"] = [s.to_dict() for s in self.segments]
         d["nodes"] = [n.to_dict() for n in self.nodes]
         return d
@@ -127,7 +130,7 @@ class Plan:
         nodes = [NodeInfo(n["index"], n["name"], n["op_type"], n["segment"], n["verdict"], n["reason"])
                  for n in data["nodes"]]
         return cls(data["model"], data.get("tensorrt"), segments, nodes, target=data.get("target"),
-                   learned=dict(data.get("learned_types", {})))
+                   learned=dict(data.get("learned_types", {})), rewritten=dict(data.get("rewritten", {})))
 
     def extract(self, segment_id: int) -> onnx.ModelProto:
         """The segment as a standalone ModelProto (needs the plan's model), copies included."""
@@ -213,4 +216,5 @@ def build_plan(model: Model, verdicts: Sequence[Verdict], tensorrt: str | None,
             segment_of[i] = sid
     nodes = [NodeInfo(i, n.name, n.op_type, segment_of[i], final[i].backend, final[i].reason)
              for i, n in enumerate(model.proto.graph.node)]
-    return Plan(model.source, tensorrt, segments, nodes, model=model, target=target, learned=dict(model.learned))
+    return Plan(model.source, tensorrt, segments, nodes, model=model, target=target, learned=dict(model.learned),
+                rewritten=dict(model.rewritten))

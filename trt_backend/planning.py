@@ -25,6 +25,7 @@ from partitioner import (
 from partitioner.capability import CapabilityOracle, Verdict
 from partitioner.model import ModelSource, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
+from partitioner.qdq import rewrite_qdq
 from trt_backend.errors import ParserCrashError, TensorRTUnavailableError
 from trt_backend.ort.probe import learn_unknown_types
 from trt_backend.ort.sessions import max_ir_version
@@ -47,11 +48,14 @@ def parser_oracle(flavor: str) -> ParserOracle:
 def load(source: ModelSource | Model) -> Model:
     """``source`` loaded and normalised for trt_backend: IR versions within what the installed
     ONNX Runtime accepts (the partitioner is handed the cap; it has no runtime of its own), and
-    the types shape inference left unknown learned by running the model where ONNX Runtime is
-    installed (:mod:`trt_backend.ort.probe`)."""
+    explicit quantization TensorRT refuses only for its form rewritten into nodes it takes
+    (:mod:`partitioner.qdq`, recorded in ``Model.rewritten``), and the types shape inference
+    left unknown learned by running the model where ONNX Runtime is installed
+    (:mod:`trt_backend.ort.probe`)."""
     if isinstance(source, Model):
         return source
     model = load_model(source, max_ir_version=max_ir_version())
+    rewrite_qdq(model)
     if max_ir_version() is not None:  # (None: no onnxruntime here to run the model)
         learn_unknown_types(model)
     return model

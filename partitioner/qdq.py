@@ -1,0 +1,343 @@
+"""Explicit quantization in the forms TensorRT takes.
+
+TensorRT takes QuantizeLinear/DequantizeLinear with constant, symmetric (zero point 0) scales,
+per-tensor or per-channel. ``onnxruntime.quantization.quantize_static`` with its defaults
+writes asymmetric activations and int32 bias DequantizeLinear, which TensorRT refuses only
+for their form, so such a model fragments into a segment per Conv. This pass rewrites them into
+nodes TensorRT takes, with ONNX's reference numerics:
+
+* a DequantizeLinear of a constant that TensorRT refuses (int32 input, a nonzero zero point,
+  or a type TensorRT has no Q/DQ for) is folded into a float32 initializer,
+  ``(x - zero_point) * scale`` computed as ONNX defines it (per axis where the scale is 1-D);
+* an asymmetric QuantizeLinear whose every reader is a DequantizeLinear with the same constant
+  scale and zero point is float arithmetic: ``Div(scale) -> Round -> Add(zp) -> Clip(qmin, qmax)``
+  under the QuantizeLinear's name, ``Sub(zp) -> Mul(scale)`` under each DequantizeLinear's.
+
+What TensorRT already takes (symmetric int8, per-channel weights) and what cannot be rewritten
+exactly (non-constant scales, blocked quantization, float8/int4, non-float32 scales, unknown
+ranks) stays as it was. ``requires`` -> ``call`` -> ``ensures``, like an onnx_ir pass."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from partitioner.errors import InvalidModelError
+from partitioner.graph import node_reads
+from partitioner.model import Model, check_model, reindex
+
+log = logging.getLogger(__name__)
+
+# Zero-point types whose Q/DQ TensorRT's importer takes when the zero point is 0.
+_TENSORRT_QTYPES = frozenset({TensorProto.INT8, TensorProto.UINT8, TensorProto.INT4, TensorProto.UINT4,
+                              TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT4E2M1})
+# Integer types whose quantization is emulated exactly in float32 (|values| < 2**24, so exact)
+_EMULATED: dict[int, type[np.integer[Any]]] = {TensorProto.INT8: np.int8, TensorProto.UINT8: np.uint8,
+             TensorProto.INT16: np.int16, TensorProto.UINT16: np.uint16}
+# ... and types a constant DequantizeLinear is folded from (int32: bias).
+_FOLDABLE: dict[int, type[np.integer[Any]]] = {**_EMULATED, TensorProto.INT32: np.int32}
+ROUND_OPSET = 11  # Round and Clip-with-inputs exist from opset 11
+
+
+@dataclass(frozen=True)
+class QdqResult:
+    """The model (rewritten in place) and, per rewritten node name, what became of it."""
+
+    model: Model
+    modified: bool
+    rewritten: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Quant:
+    """A Q or DQ node's constant quantization parameters."""
+
+    scale: np.ndarray  # float32, scalar or 1-D
+    zero_point: np.ndarray  # same shape as scale, of the quantized type
+    qtype: int  # TensorProto type of the quantized values
+    axis: int | None  # normalized axis for 1-D scales, else None
+
+    def same(self, other: _Quant) -> bool:
+        return (self.qtype == other.qtype and self.axis == other.axis
+                and np.array_equal(self.scale, other.scale) and np.array_equal(self.zero_point, other.zero_point)
+                and self.scale.shape == other.scale.shape and self.zero_point.shape == other.zero_point.shape)
+
+    @property
+    def tensorrt_takes(self) -> bool:
+        return self.qtype in _TENSORRT_QTYPES and not np.any(self.zero_point)
+
+    def along(self, value: np.ndarray, rank: int) -> np.ndarray:
+        """``value`` (scalar or per-axis 1-D) shaped to broadcast against a rank-``rank`` tensor."""
+        if self.axis is None or value.ndim == 0:
+            return value.reshape(())
+        shape = [1] * rank
+        shape[self.axis] = value.size
+        return value.reshape(shape)
+
+
+class QdqPass:
+    """Rewrite the explicit quantization TensorRT refuses only for its form (see the module)."""
+
+    def __call__(self, model: Model) -> QdqResult:
+        self.requires(model)
+        before = _io(model.proto)
+        result = self.call(model)
+        if result.modified:
+            self.ensures(before, result)
+        return result
+
+    def requires(self, model: Model) -> None:
+        if not isinstance(model, Model) or not model.proto.graph.node:
+            raise InvalidModelError("the Q/DQ rewrite needs a loaded Model with at least one node")
+
+    def ensures(self, before: list[tuple[str, int]], result: QdqResult) -> None:
+        """Same graph inputs and outputs; structurally valid; checker-valid; every rewritten
+        Q/DQ gone (so a second pass finds nothing: a saved model plans as it was planned)."""
+        proto = result.model.proto
+        if _io(proto) != before:
+            raise InvalidModelError(f"{result.model.source}: the Q/DQ rewrite changed the graph's inputs or outputs")
+        left = {n.name for n in proto.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")}
+        if left & set(result.rewritten):
+            raise InvalidModelError(f"{result.model.source}: the Q/DQ rewrite left rewritten nodes behind: "
+                                    + ", ".join(sorted(left & set(result.rewritten))))
+        check_model(proto, where=f"{result.model.source} (after the Q/DQ rewrite)")
+
+    def call(self, model: Model) -> QdqResult:
+        rewrite = _Rewrite(model)
+        if not rewrite.plan():
+            return QdqResult(model, False)
+        rewrite.apply()
+        reindex(model)
+        model.fixes.append(f"rewrote {len(rewrite.rewritten)} Q/DQ node(s) TensorRT refuses for their form "
+                           "(asymmetric or int32) into float nodes and initializers")
+        model.rewritten.update(rewrite.rewritten)
+        log.info("%s: %s", model.source, model.fixes[-1])
+        return QdqResult(model, True, dict(rewrite.rewritten))
+
+
+def rewrite_qdq(model: Model) -> QdqResult:
+    """:class:`QdqPass` applied to ``model`` (in place)."""
+    return QdqPass()(model)
+
+
+def _io(proto: onnx.ModelProto) -> list[tuple[str, int]]:
+    return [(v.name, v.type.tensor_type.elem_type) for v in (*proto.graph.input, *proto.graph.output)]
+
+
+class _Rewrite:
+    """One run over the main graph: :meth:`plan` decides, :meth:`apply` edits."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.graph = model.proto.graph
+        self.index = model.index
+        self.opset = next((o.version for o in model.proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+        self.outputs = set(self.index.graph_outputs)
+        self.folds: dict[int, np.ndarray] = {}  # DQ node -> its value
+        self.pairs: dict[int, tuple[_Quant, list[int]]] = {}  # Q node -> its parameters, its DQ readers
+        self.rewritten: dict[str, str] = {}
+        self.names = {t.name for t in self.graph.initializer} | {i.name for i in self.graph.input}
+        self.names.update(o for n in self.graph.node for o in n.output)
+        self.names.update(n.name for n in self.graph.node)
+
+    # -- deciding -------------------------------------------------------------------------
+    def plan(self) -> bool:
+        for i, node in enumerate(self.graph.node):
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            if node.op_type == "DequantizeLinear":
+                self._plan_fold(i, node)
+            elif node.op_type == "QuantizeLinear":
+                self._plan_pair(i, node)
+        return bool(self.folds or self.pairs)
+
+    def _plan_fold(self, i: int, node: onnx.NodeProto) -> None:
+        x = self.constant(node.input[0])
+        if x is None or node.output[0] in self.outputs or _attr(node, "output_dtype", 0) not in (0, TensorProto.FLOAT):
+            return
+        quant = self.quant(node, x_rank=x.ndim)
+        if quant is None or quant.tensorrt_takes or quant.qtype not in _FOLDABLE or x.dtype != _FOLDABLE[quant.qtype]:
+            return
+        self.folds[i] = dequantize(x, quant)
+        why = "int32" if quant.qtype == TensorProto.INT32 else (
+            "nonzero zero point" if np.any(quant.zero_point) else onnx.helper.tensor_dtype_to_string(quant.qtype))
+        self.rewritten[node.name] = f"constant DequantizeLinear ({why}) folded into float32 initializer '{node.output[0]}'"
+
+    def _plan_pair(self, i: int, node: onnx.NodeProto) -> None:
+        if self.opset < ROUND_OPSET or not node.output[0] or node.output[0] in self.outputs:
+            return
+        if _elem_type(self.index.types.get(node.input[0])) != TensorProto.FLOAT:
+            return
+        if _attr(node, "precision", 0) not in (0, TensorProto.FLOAT):
+            return
+        rank = _rank(self.index.types.get(node.input[0]))
+        quant = self.quant(node, x_rank=rank)
+        if quant is None or quant.tensorrt_takes or quant.qtype not in _EMULATED:
+            return
+        if quant.axis is not None and rank is None:
+            return
+        readers = self.index.consumers.get(node.output[0], [])
+        if not readers:
+            return
+        for r in readers:
+            dq = self.graph.node[r]
+            if dq.op_type != "DequantizeLinear" or dq.domain not in ("", "ai.onnx") or dq.input[0] != node.output[0]:
+                return
+            if _attr(dq, "output_dtype", 0) not in (0, TensorProto.FLOAT):
+                return
+            theirs = self.quant(dq, x_rank=rank)
+            if theirs is None or not theirs.same(quant):
+                return
+        self.pairs[i] = (quant, readers)
+        zp = quant.zero_point.ravel()
+        what = f"zero point {zp[0]}" if zp.size == 1 else f"zero points per axis {quant.axis}"
+        type_name = onnx.helper.tensor_dtype_to_string(quant.qtype).replace("TensorProto.", "").lower()
+        self.rewritten[node.name] = (f"QuantizeLinear ({type_name}, {what}) emulated in float32: "
+                                     "Div, Round, Add, Clip")
+        for r in readers:
+            self.rewritten[self.graph.node[r].name] = (f"DequantizeLinear of QuantizeLinear '{node.name}' emulated "
+                                                       "in float32: Sub, Mul")
+
+    def quant(self, node: onnx.NodeProto, x_rank: int | None) -> _Quant | None:
+        """The node's constant float32 scale and zero point, per tensor or per axis; None
+        when they are not constants, blocked, or not what this pass emulates."""
+        if _attr(node, "block_size", 0):
+            return None
+        scale = self.constant(node.input[1]) if len(node.input) > 1 else None
+        if scale is None or scale.dtype != np.float32 or scale.ndim > 1:
+            return None
+        zp_name = node.input[2] if len(node.input) > 2 else ""
+        if zp_name:
+            zp = self.constant(zp_name)
+            proto = self.constant_proto(zp_name)
+            if zp is None or proto is None or zp.size != scale.size or proto.data_type not in _FOLDABLE:
+                return None
+            qtype = proto.data_type
+        else:
+            qtype = _attr(node, "output_dtype", 0) or TensorProto.UINT8
+            if node.op_type == "DequantizeLinear":
+                qtype = _elem_type(self.index.types.get(node.input[0])) or TensorProto.UINT8
+            if qtype not in _FOLDABLE:
+                return None
+            zp = np.zeros(scale.shape, _FOLDABLE[qtype])
+        axis: int | None = None
+        if scale.size == 1:  # (a 1-element vector is per tensor, as ONNX Runtime takes it)
+            scale, zp = scale.reshape(()), zp.reshape(())
+        else:
+            if x_rank is None:
+                return None
+            axis = _attr(node, "axis", 1)
+            axis = axis + x_rank if axis < 0 else axis
+            if not 0 <= axis < x_rank:
+                return None
+        return _Quant(scale, zp, qtype, axis)
+
+    def constant_proto(self, name: str) -> onnx.TensorProto | None:
+        """An initializer or a Constant node's ``value``; None for anything else."""
+        proto = self.index.initializer_protos.get(name)
+        if proto is None and name in self.index.producer:
+            node = self.graph.node[self.index.producer[name]]
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                proto = next((a.t for a in node.attribute if a.name == "value"), None)
+        return proto
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """The value of :meth:`constant_proto` where it is float32 or an integer type this pass reads."""
+        proto = self.constant_proto(name)
+        if proto is None or proto.data_type not in (*_FOLDABLE, TensorProto.FLOAT):
+            return None
+        return np.asarray(numpy_helper.to_array(proto))
+
+    # -- editing --------------------------------------------------------------------------
+    def apply(self) -> None:
+        readers = {r: q for q, (_, rs) in self.pairs.items() for r in rs}
+        replaced = [self.graph.node[i] for i in (*self.folds, *self.pairs, *readers)]
+        released = {name for node in replaced for name in node.input if name}
+        params: dict[int, tuple[str, str]] = {}  # Q node -> its float scale and zero point initializers
+        nodes: list[onnx.NodeProto] = []
+        for i, node in enumerate(self.graph.node):
+            if i in self.folds:
+                self.graph.initializer.append(numpy_helper.from_array(self.folds[i], node.output[0]))
+            elif i in self.pairs:
+                nodes.extend(self._quantize(node, self.pairs[i][0], params.setdefault(i, self._params(node, i))))
+            elif i in readers:
+                nodes.extend(self._dequantize(node, params[readers[i]]))
+            else:
+                nodes.append(node)
+        read = {name for node in nodes for name in node_reads(node)} | self.outputs
+        dead = released - read  # what only the replaced nodes read: quantized biases, their scales
+        del self.graph.node[:]
+        self.graph.node.extend(n for n in nodes if not (n.op_type == "Constant" and n.output[0] in dead))
+        kept = [t for t in self.graph.initializer if t.name not in dead]
+        del self.graph.initializer[:]
+        self.graph.initializer.extend(kept)
+        changed = {node.output[0] for node in replaced}  # (their value_info is stale: a Q's output is float now)
+        info = [vi for vi in self.graph.value_info if vi.name not in changed]
+        del self.graph.value_info[:]
+        self.graph.value_info.extend(info)
+
+    def _params(self, q: onnx.NodeProto, i: int) -> tuple[str, str]:
+        quant = self.pairs[i][0]
+        rank = _rank(self.index.types.get(q.input[0])) or 0
+        return (self.initializer(f"{q.name}/scale", quant.along(quant.scale, rank)),
+                self.initializer(f"{q.name}/zero_point", quant.along(quant.zero_point.astype(np.float32), rank)))
+
+    def _quantize(self, q: onnx.NodeProto, quant: _Quant, params: tuple[str, str]) -> Iterator[onnx.NodeProto]:
+        scale, zp = params
+        info = np.iinfo(_EMULATED[quant.qtype])
+        qmin = self.initializer(f"{q.name}/qmin", np.array(info.min, np.float32))
+        qmax = self.initializer(f"{q.name}/qmax", np.array(info.max, np.float32))
+        divided, rounded, shifted = (self.fresh(f"{q.name}/{op}_output") for op in ("Div", "Round", "Add"))
+        yield helper.make_node("Div", [q.input[0], scale], [divided], name=self.fresh(f"{q.name}/Div"))
+        yield helper.make_node("Round", [divided], [rounded], name=self.fresh(f"{q.name}/Round"))
+        yield helper.make_node("Add", [rounded, zp], [shifted], name=self.fresh(f"{q.name}/Add"))
+        yield helper.make_node("Clip", [shifted, qmin, qmax], [q.output[0]], name=self.fresh(f"{q.name}/Clip"))
+
+    def _dequantize(self, dq: onnx.NodeProto, params: tuple[str, str]) -> Iterator[onnx.NodeProto]:
+        scale, zp = params
+        centred = self.fresh(f"{dq.name}/Sub_output")
+        yield helper.make_node("Sub", [dq.input[0], zp], [centred], name=self.fresh(f"{dq.name}/Sub"))
+        yield helper.make_node("Mul", [centred, scale], [dq.output[0]], name=self.fresh(f"{dq.name}/Mul"))
+
+    def initializer(self, base: str, value: np.ndarray) -> str:
+        name = self.fresh(base)
+        self.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        return name
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.names:
+            name, k = f"{base}_{k}", k + 1
+        self.names.add(name)
+        return name
+
+
+def dequantize(x: np.ndarray, quant: _Quant) -> np.ndarray:
+    """ONNX DequantizeLinear on a constant: ``(x - zero_point) * scale`` in float32, the
+    difference taken in integers first (as ONNX Runtime does), per axis where the scale is 1-D."""
+    diff = x.astype(np.int64) - quant.along(quant.zero_point, x.ndim).astype(np.int64)
+    return (diff.astype(np.float32) * quant.along(quant.scale, x.ndim)).astype(np.float32)
+
+
+def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    for a in node.attribute:
+        if a.name == name:
+            return int(a.i)
+    return default
+
+
+def _elem_type(tp: onnx.TypeProto | None) -> int:
+    if tp is None or tp.WhichOneof("value") != "tensor_type":
+        return 0
+    return int(tp.tensor_type.elem_type)
+
+
+def _rank(tp: onnx.TypeProto | None) -> int | None:
+    if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+        return None
+    return len(tp.tensor_type.shape.dim)
