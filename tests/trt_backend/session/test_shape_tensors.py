@@ -1,0 +1,47 @@
+"""Whatever runs also builds (issue 12, item 3): a segment input TensorRT reads as a shape tensor
+gets min/opt/max values from calibration even where the session's rules do not see it used as a
+shape (here a shape computed on ONNX Runtime, reshaped, then given to Expand), so the build never
+asks the user for values of a tensor they cannot name."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from tests.trt_backend.session.test_graphs import assert_same, ort_reference
+from trt_backend.session import build_folder
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
+
+
+def computed_shape_model():
+    inits = [nh.from_array(np.array([-1], np.int64), "flat"), nh.from_array(np.array([2], np.int64), "two")]
+    nodes = [h.make_node("Shape", ["x"], ["s"]),                         # on ONNX Runtime (excluded)
+             h.make_node("Mul", ["s", "two"], ["s2"]),                    # ... and so is this
+             h.make_node("Reshape", ["s2", "flat"], ["target"]),          # TensorRT from here
+             h.make_node("Expand", ["one", "target"], ["ones"]),
+             h.make_node("Relu", ["ones"], ["r"]), h.make_node("Neg", ["r"], ["y"])]
+    graph = h.make_graph(nodes, "computed_shape", [h.make_tensor_value_info("x", T.FLOAT, ["N", 4]),
+                                                    h.make_tensor_value_info("one", T.FLOAT, [1, 1])],
+                         [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_a_shape_computed_elsewhere_builds_without_asking(flavor, tmp_path) -> None:
+    m = computed_shape_model()
+    profiles = [{"x": ((1, 4), (2, 4), (4, 4))}]
+    opts = SessionOptions(emulate=True, exclude_ops=("Shape", "Mul"), min_segment_size=1)
+    sess = Session(m, profiles, opts)
+    tail = sess.plan.segments[-1]
+    assert tail.backend == "tensorrt" and tail.inputs[0] == "s2"
+    s2 = sess.segment_profiles[tail.id][0]["s2"]
+    assert s2.values == ((2, 8), (4, 8), (8, 8)) and s2.source == "calibrated"
+    for n in (1, 3, 4):
+        feeds = {"x": np.zeros((n, 4), np.float32), "one": np.ones((1, 1), np.float32)}
+        assert_same(sess.run(None, feeds), ort_reference(m, feeds))
+    manifest = build_folder.build(m, str(tmp_path / "b"), profiles, opts)  # (asked for values before)
+    assert [s["backend"] for s in manifest["segments"]][-1] == "tensorrt"
+    assert manifest["segments"][-1]["engine_bytes"] > 0
