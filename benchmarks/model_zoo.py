@@ -269,7 +269,8 @@ class Row:
     errors: dict[str, str] = field(default_factory=dict)  # step -> error line
 
 
-_HEADER = re.compile(r"\| (\d+) nodes \| .*planned in ([\d.]+) s \((\d+) parser calls?\)")
+_HEADER = re.compile(r"\| (\d+) nodes? \| .*planned in ([\d.]+) s \((\d+) parser calls?\)")
+_QUOTED = re.compile(r"'[^']*'")
 
 
 def plan_columns(row: Row, plan: dict[str, Any], stdout: str) -> None:
@@ -285,15 +286,20 @@ def plan_columns(row: Row, plan: dict[str, Any], stdout: str) -> None:
         row.plan_s, row.parser_calls = f"{float(m.group(2)):.2f}", m.group(3)
     reasons: collections.Counter[str] = collections.Counter()
     ops: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    example: dict[str, str] = {}
     for n in nodes:
         if n["verdict"] == "onnxruntime":
+            # Reasons that differ only in the tensor they name ("rank of input 'x' is unknown")
+            # count as one; the first one seen is shown.
             reason = n["reason"] or "(no reason)"
-            reasons[reason] += 1
-            ops[reason][n["op_type"]] += 1
+            key = _QUOTED.sub("'…'", reason)
+            example.setdefault(key, reason)
+            reasons[key] += 1
+            ops[key][n["op_type"]] += 1
     if reasons:
-        reason, count = reasons.most_common(1)[0]
-        op_list = ", ".join(op for op, _ in ops[reason].most_common(3))
-        row.fallback = f"{count}x {op_list}: {reason}"
+        key, count = reasons.most_common(1)[0]
+        op_list = ", ".join(op for op, _ in ops[key].most_common(3))
+        row.fallback = f"{count}x {op_list}: {example[key]}"
     else:
         row.fallback = "none"
 
@@ -371,8 +377,21 @@ COLUMNS = ("model", "nodes", "segments (TRT/ORT)", "TRT share", "parser takes al
            "build", "run vs ORT max abs", f"compare {ATOL:g}", "largest fallback", "wall s")
 
 
+_NAME_LIST = re.compile(r"(?:[^\s,]*[^\s,:], ){3,}[^\s,]*[^\s,:]")
+_ORT_SOURCE = re.compile(r"/onnxruntime_src/\S+:\d+ [\w:]+\([^)]*\) ")
+
+
+def _squeeze_lists(text: str) -> str:
+    """Long comma-separated lists of tensor names cut to their first two and a count; ONNX
+    Runtime's source locations dropped."""
+    def squeeze(m: re.Match[str]) -> str:
+        names = m.group(0).split(", ")
+        return f"{names[0]}, {names[1]}, … ({len(names)} names)"
+    return _NAME_LIST.sub(squeeze, _ORT_SOURCE.sub("", text))
+
+
 def _cell(text: Any, width: int = 110) -> str:
-    s = str(text).replace("|", "\\|").replace("\n", " ")
+    s = _squeeze_lists(str(text)).replace("|", "\\|").replace("\n", " ")
     return s if len(s) <= width else s[:width - 1] + "…"
 
 
@@ -388,7 +407,7 @@ def markdown(rows: list[Row]) -> str:
     failures = [(r.model, step, msg) for r in rows for step, msg in r.errors.items()]
     if failures:
         lines += ["", "Failures (first line of each error):", ""]
-        lines += [f"- {m} / {step}: {_cell(msg, 300)}" for m, step, msg in failures]
+        lines += [f"- {m} / {step}: {_cell(msg, 400)}" for m, step, msg in failures]
     return "\n".join(lines)
 
 

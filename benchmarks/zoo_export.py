@@ -34,6 +34,9 @@ def _torch() -> Any:
     import torch
     torch.manual_seed(0)
     torch.set_num_threads(2)
+    # nn.MultiheadAttention's inference fast path (aten::_native_multi_head_attention) has no
+    # ONNX export; the plain path exports as MatMul/Softmax.
+    torch.backends.mha.set_fastpath_enabled(False)
     return torch
 
 
@@ -83,28 +86,25 @@ exporter("vit_tiny")(_classifier(_tiny_vit, size=96))
 
 # ---- torchvision segmentation -------------------------------------------------------------
 
-class _SegmentationOut:
-    """Wraps a torchvision segmentation model so that it returns the ``out`` tensor."""
+def _segmentation_out(model: Any) -> Any:
+    """A torchvision segmentation model that returns its ``out`` tensor (not a dict)."""
+    torch = _torch()
 
-    @staticmethod
-    def wrap(model: Any) -> Any:
-        torch = _torch()
+    class Wrapped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
 
-        class Wrapped(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
-
-            def forward(self, x: Any) -> Any:
-                return self.model(x)["out"]
-        return Wrapped()
+        def forward(self, x: Any) -> Any:
+            return self.model(x)["out"]
+    return Wrapped()
 
 
 def _segmenter(name: str) -> Callable[[str], None]:
     def export(out: str) -> None:
         import torchvision
         model = getattr(torchvision.models.segmentation, name)(weights=None, weights_backbone=None, num_classes=21)
-        torch_export(_SegmentationOut.wrap(model), (_image_batch(256),), out, ["x"], ["out"],
+        torch_export(_segmentation_out(model), (_image_batch(256),), out, ["x"], ["out"],
                      {"x": {0: "batch"}, "out": {0: "batch"}})
     return export
 
@@ -353,7 +353,12 @@ def _small_cnn_fp32(out: str, size: int = 128) -> None:
 def _quantized(trt_friendly: bool) -> Callable[[str], None]:
     def export(out: str) -> None:
         import numpy as np
-        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization import (
+            CalibrationDataReader,
+            QuantFormat,
+            QuantType,
+            quantize_static,
+        )
         from onnxruntime.quantization.shape_inference import quant_pre_process
         base, pre = out + ".fp32.onnx", out + ".pre.onnx"
         _small_cnn_fp32(base)
@@ -385,7 +390,6 @@ exporter("qdq_resnet18_trt")(_quantized(True))
 def _fp16_resnet18(out: str) -> None:
     """``model.half()`` exported; where half convolutions do not trace on this CPU, the fp32
     export converted by onnxruntime's float16 converter (its inputs and outputs fp16 too)."""
-    torch = _torch()
     import torchvision
     model = torchvision.models.resnet18(weights=None).eval().half()
     try:
