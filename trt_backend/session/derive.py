@@ -234,7 +234,13 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
             bound = None
             if name in bounded:
                 dim, op, ins = bounded[name]
-                bound = (dim, _BOUNDS[op][1]([runs[2].get(n) if n else None for n in ins]))
+                # the op's bound is taken from its inputs at the max-shape run: exact only where
+                # the graph bounds those inputs' dims; else (boxes that survived an earlier filter)
+                # what calibration saw, which the widening below handles as such
+                exact = all(graph_bounds.bound(t, d)[0] is not None for t in ins[:2] if t
+                            for d in range(graph_bounds.rank(t) or 0))
+                if exact:
+                    bound = (dim, _BOUNDS[op][1]([runs[2].get(n) if n else None for n in ins]))
             traced = {d: graph_bounds.bound(name, d) for d in range(np.ndim(runs[1][name]))}
             found[name] = _combine(name, [r[name] for r in runs], [r[name] for r in more],
                                    probe[name] if probe is not None else None, bound, traced)
