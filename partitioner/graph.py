@@ -186,3 +186,12 @@ def _first_duplicate(names: list[str]) -> str:
             return name
         seen.add(name)
     return ""
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``... the first not in ``taken``; added to ``taken``."""
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    taken.add(name)
+    return name

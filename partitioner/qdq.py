@@ -28,7 +28,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from partitioner.errors import InvalidModelError
-from partitioner.graph import node_reads
+from partitioner.graph import fresh_name, node_reads
 from partitioner.model import Model, check_model, reindex
 
 log = logging.getLogger(__name__)
@@ -310,11 +310,7 @@ class _Rewrite:
         return name
 
     def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.names:
-            name, k = f"{base}_{k}", k + 1
-        self.names.add(name)
-        return name
+        return fresh_name(base, self.names)
 
 
 def dequantize(x: np.ndarray, quant: _Quant) -> np.ndarray:

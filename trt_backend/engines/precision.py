@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from partitioner.errors import OptionsError
+from partitioner.graph import fresh_name
 from partitioner.model import fitting_ir_version
 from trt_backend.errors import PrecisionError
 from trt_backend.ort.sessions import max_ir_version
@@ -132,11 +133,7 @@ class _Lowering:
         self.names: set[str] = {n for node in g.node for n in (*node.input, *node.output)} | set(self.types)
 
     def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.names:
-            name, k = f"{base}_{k}", k + 1
-        self.names.add(name)
-        return name
+        return fresh_name(base, self.names)
 
     # -- decisions: what dtype each node wants for each input and makes for each output
     def decide(self, node: onnx.NodeProto) -> tuple[list[int | None], list[int | None], bool]:
