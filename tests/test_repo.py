@@ -23,3 +23,31 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     ci_lines = [line.strip() for line in read(".ci/run").splitlines()]
     assert test_cmd in ci_lines
     assert 'pip install -q -e ".[cpu,test]"' in read(".ci/run") and 'pip install -e ".[cpu,test]"' in tests
+
+
+def test_ci_fails_on_a_skip_it_does_not_allow(tmp_path) -> None:
+    """With CI set, a skip other than the gpu tests and the named platform gaps fails the run."""
+    import subprocess
+    import sys
+
+    (tmp_path / "conftest.py").write_text(
+        "from tests.conftest import pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401\n")
+    (tmp_path / "test_some.py").write_text(
+        "import pytest\n\n"
+        "def test_runs():\n    assert True\n\n"
+        "def test_gpu():\n    pytest.skip('needs a usable CUDA device')\n\n"
+        "def test_missing():\n    pytest.skip('no TensorRT flavor importable')\n")
+    env = dict(os.environ, CI="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path), *args],
+                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+
+    refused = run()
+    assert refused.returncode == 1, refused.stdout[-1500:]
+    assert "CI skips: 2 (gpu 1, locale 0, not allowed 1)" in refused.stdout
+    assert "skipped and not allowed to be: test_some.py::test_missing" in refused.stdout
+    allowed = run("-k", "not missing")
+    assert allowed.returncode == 0, allowed.stdout[-1500:]
+    env.pop("CI")
+    assert run().returncode == 0  # outside CI a skip is a skip
