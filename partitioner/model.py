@@ -125,6 +125,7 @@ def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: s
     graph = proto.graph
     if len(graph.node) == 0:
         raise InvalidModelError(f"{name}: the graph has no nodes")
+    _check_declared_types(graph, name)
     fixes: list[str] = []
     _unique_node_names(graph, fixes)
     _constant_initializer_inputs(graph, fixes)
@@ -144,6 +145,26 @@ def reindex(model: Model) -> None:
     model.index = GraphIndex.build(model.proto.graph, where=model.source)
     _infer_shapes(model.proto, model.source)
     model.index.refresh_types()
+
+
+_KNOWN_ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
+
+
+def _check_declared_types(graph: onnx.GraphProto, name: str) -> None:
+    """Graph inputs and outputs declare dtypes ONNX knows and no negative dims (the checker lets
+    both through; they would fail later, far from their cause)."""
+    for kind, values in (("input", graph.input), ("output", graph.output)):
+        for vi in values:
+            if vi.type.WhichOneof("value") != "tensor_type":
+                continue
+            tt = vi.type.tensor_type
+            if tt.elem_type not in _KNOWN_ELEM_TYPES:
+                raise InvalidModelError(f"{name}: graph {kind} '{vi.name}' declares elem_type {tt.elem_type}, "
+                                        "which is not an ONNX data type")
+            for axis, d in enumerate(tt.shape.dim):
+                if d.WhichOneof("value") == "dim_value" and d.dim_value < 0:
+                    raise InvalidModelError(f"{name}: graph {kind} '{vi.name}' declares dim {axis} as "
+                                            f"{d.dim_value}; dims are >= 0 (or symbolic)")
 
 
 def _unique_node_names(graph: onnx.GraphProto, fixes: list[str]) -> None:

@@ -31,6 +31,10 @@ class CalibrationError(ProfileError):
     """Profiles could not be derived by running the model (e.g. random data it cannot take)."""
 
 
+class MemoryLimitError(OptionsError):
+    """A tensor asked for would need more memory than this machine has available."""
+
+
 class FeedError(TrtBackendError):
     """Feeds or requested outputs do not fit the model (names, types, dtypes, shapes)."""
 
@@ -108,6 +112,7 @@ __all__ = [
     "InvalidModelError",
     "MissingProfileError",
     "ModelLoadError",
+    "MemoryLimitError",
     "ModelTooLargeError",
     "NvrtcCompileError",
     "NvrtcUnavailableError",

@@ -163,3 +163,17 @@ def test_models_past_two_gib_are_a_clear_error_not_a_crash() -> None:
     with pytest.raises(ModelTooLargeError, match=r"segment 3 is larger than the 2 GiB .* not supported yet"):
         serialize(_HugeModel(), "segment 3")  # type: ignore[arg-type]
     assert serialize(relu_model(), "small") == relu_model().SerializeToString()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m.graph.input[0].type.tensor_type.shape.dim[0].__setattr__("dim_value", -3),
+     "graph input 'x' declares dim 0 as -3"),
+    (lambda m: m.graph.input[0].type.tensor_type.__setattr__("elem_type", 99),
+     "graph input 'x' declares elem_type 99, which is not an ONNX data type"),
+    (lambda m: m.graph.output[0].type.tensor_type.__setattr__("elem_type", 77), "graph output 'y' declares elem_type 77"),
+])
+def test_declared_types_are_checked_at_load(edit, message) -> None:
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [4])], [vi("y", [4])])
+    edit(m)
+    with pytest.raises(InvalidModelError, match=message):
+        load_model(m)

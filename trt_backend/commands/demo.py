@@ -11,6 +11,7 @@ from partitioner import PartitionOptions
 from partitioner.report import summary
 from trt_backend._files import write_atomic, write_picture
 from trt_backend.data.demo import DEMO_PATH
+from trt_backend.errors import OptionsError
 from trt_backend.ort.threads import inference_session
 from trt_backend.planning import make_plan
 from trt_backend.session import build_folder
@@ -34,7 +35,12 @@ def handle(args: argparse.Namespace) -> int:
     print(f"1. plan the demo model ({DEMO_PATH})")
     plan = make_plan(DEMO_PATH, PartitionOptions(), flavor=args.flavor)
     print(summary(plan))
-    os.makedirs(args.out, exist_ok=True)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise OptionsError(f"--out {args.out}: exists and is not a folder")
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as e:
+        raise OptionsError(f"--out {args.out}: cannot make the folder ({e.strerror or e})") from None
     write_atomic(os.path.join(args.out, "plan.json"), plan.to_json())
     write_picture(plan, os.path.join(args.out, "partition.html"))
     build_dir = os.path.join(args.out, "build")

@@ -86,7 +86,7 @@ def _probe(model: Model, names: Sequence[str]) -> tuple[list[dict[str, Any]], li
                     if d.WhichOneof("value") == "dim_param":
                         named[d.dim_param] = size
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tp.tensor_type.elem_type))
-            feeds[vi.name] = random_array(dtype, tuple(shape), rng)
+            feeds[vi.name] = random_array(dtype, tuple(shape), rng, f"probe input '{vi.name}'")
         runs.append(run(feeds, names))
         symbols.append({v: s for s, v in named.items()})  # (every named dim has the run's one size)
     return runs, symbols

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import onnx
 
+from trt_backend.errors import MemoryLimitError
 from trt_backend.ort.sessions import ort_errors
 
 
@@ -97,8 +99,38 @@ def shape_of(value: Any) -> tuple[int, ...] | None:
     return None
 
 
-def random_array(dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Seeded random data: floats in [0, 1), integers in [0, 3), booleans, short strings."""
+def available_memory() -> int | None:
+    """Bytes of memory available to allocate now (Linux: MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_allocation(shape: Sequence[int], dtype: np.dtype, what: str) -> None:
+    """MemoryLimitError naming ``what`` when an array of ``shape`` and ``dtype`` would need more
+    memory than is available: one clear line instead of an allocation failure or an out-of-memory
+    kill of the process."""
+    need = int(np.prod([int(d) for d in shape], dtype=object)) * np.dtype(dtype).itemsize
+    have = available_memory()
+    if have is not None and need > have:
+        raise MemoryLimitError(f"{what}: shape {tuple(int(d) for d in shape)} of {np.dtype(dtype)} needs "
+                               f"{_size(need)}, this machine has {_size(have)} available")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def random_array(dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator,
+                 what: str = "a random tensor") -> np.ndarray:
+    """Seeded random data: floats in [0, 1), integers in [0, 3), booleans, short strings.
+    MemoryLimitError (naming ``what``) where the array would not fit in available memory."""
+    check_allocation(shape, dtype, what)
     if dtype == np.bool_:
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     if dtype.kind in "iu":

@@ -213,7 +213,7 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
             if arg.kind != "tensor" or arg.dtype is None or arg.name not in want:
                 raise CalibrationError(f"cannot derive profiles for {', '.join(names)}: model input '{arg.name}' "
                                        f"({arg.type}) has no profile to calibrate with; give these tensors profiles")
-            feeds[arg.name] = random_array(arg.dtype, want[arg.name], rng)
+            feeds[arg.name] = random_array(arg.dtype, want[arg.name], rng, f"calibration input '{arg.name}'")
         return feeds
 
     out: list[dict[str, TensorProfile]] = []

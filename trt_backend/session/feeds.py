@@ -226,7 +226,7 @@ def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]],
         else:
             raise FeedError(f"input '{arg.name}' has dynamic shape {shape_text(arg.shape)}; give its shape "
                             f"(e.g. --shapes {arg.name}:{'x'.join(str(d) if isinstance(d, int) else '1' for d in arg.shape) or '1'})")
-        feeds[arg.name] = random_array(arg.dtype, shape, rng)
+        feeds[arg.name] = random_array(arg.dtype, shape, rng, f"input '{arg.name}'")
     return feeds
 
 

@@ -94,3 +94,25 @@ def test_wrong_inputs_file_and_changed_plan(tmp_path, capsys) -> None:
     capsys.readouterr()
     assert main(["run", DEMO_PATH, "--saved-plan", str(tmp_path / "p.json"), "--exclude-ops", "Gemm", "--emulate"]) == 1
     assert "changed since its profiles were derived" in capsys.readouterr().err
+
+
+def test_a_shape_larger_than_memory_is_one_line(capsys) -> None:
+    """--shapes x:20000000x3x32x32 asks for 229 GiB of input: one line naming the tensor, the
+    shape and both sizes, exit 1 (it was numpy's allocation error, or an out-of-memory kill)."""
+    from trt_backend.ort.values import available_memory
+
+    have = available_memory()
+    if have is None:
+        pytest.skip("no /proc/meminfo: this platform does not say what memory is available")
+    rows = 2 * have // (3 * 32 * 32 * 4)  # twice what is available (never allocated: refused first)
+    assert main(["run", DEMO_PATH, "--shapes", f"image:{rows}x3x32x32", "--emulate"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "image" in err[0] and f"({rows}, 3, 32, 32)" in err[0]
+    assert "GiB" in err[0] and "available" in err[0]
+
+
+def test_demo_out_that_is_a_file_is_one_line(tmp_path, capsys) -> None:
+    existing = tmp_path / "a_file"
+    existing.write_text("x")
+    assert main(["demo", "--out", str(existing)]) == 1
+    assert capsys.readouterr().err.strip() == f"trt-backend: error: --out {existing}: exists and is not a folder"
