@@ -36,6 +36,7 @@ from trt_backend.ort.sessions import ort_session
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import EMULATED
 from trt_backend.runners.ort import EmulatedTensorRTRunner
+from trt_backend.session.artifacts import is_build_folder
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
@@ -71,11 +72,15 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
         if precision[0] != "fp32":  # the GPU path builds its engines in it
             build = dataclasses.replace(so.build, precision=precision[0], keep_fp32_ops=precision[1])
             so = dataclasses.replace(so, build=build)
-        plan = model if isinstance(model, Plan) else Session.make_plan(model, so)
-        # The reference first: a model ONNX Runtime cannot load is reported as such, not as a
-        # failure to derive profiles.
-        reference = reference_session(plan.model, so.ort_for(len(plan.segments) + 1))
-        sess, owned = Session(plan, profiles, so), True
+        if is_build_folder(model):  # its engines, plan and profiles: no plan, calibration or build
+            sess, owned = Session(model, profiles, so), True
+            reference = reference_session(sess.model, so.ort_for(len(sess.runners) + 1))
+        else:
+            plan = model if isinstance(model, Plan) else Session.make_plan(model, so)
+            # The reference first: a model ONNX Runtime cannot load is reported as such, not as a
+            # failure to derive profiles.
+            reference = reference_session(plan.model, so.ort_for(len(plan.segments) + 1))
+            sess, owned = Session(plan, profiles, so), True
     before = list(sess.runners)
     try:
         return _compare(sess, reference, dataclasses.replace(opts, precision=precision[0],

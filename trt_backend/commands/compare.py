@@ -31,7 +31,7 @@ def register(p: argparse.ArgumentParser) -> None:
                    "the profiles' opt shapes, compare every output with Polygraphy, and optionally "
                    "name the segment a divergence starts in. Exit 0: all outputs pass; 1: a mismatch "
                    "or an error (errors print one 'trt-backend: error:' line and write no JSON).")
-    p.add_argument("model", help="ONNX model file")
+    p.add_argument("model", help="ONNX model file, or a folder written by trt-backend build")
     add_shape_arguments(p, "compare at")
     p.add_argument("--all-profile-shapes", action="store_true",
                    help="compare at the min, opt and max shapes of every profile (default: opt shapes)")

@@ -23,6 +23,7 @@ from trt_backend.commands._args import (
 )
 from trt_backend.errors import FeedError
 from trt_backend.ort.threads import thread_pool_mode
+from trt_backend.session.artifacts import is_build_folder
 from trt_backend.session.feeds import random_feeds
 from trt_backend.session.session import Session
 
@@ -46,7 +47,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.description = ("Plan MODEL, derive every TensorRT segment's profiles, run it once on the "
                    "given (or seeded random) inputs, and print each output's shape, dtype and "
                    "stats and which executor ran each segment.")
-    p.add_argument("model", help="ONNX model file")
+    p.add_argument("model", help="ONNX model file, or a folder written by trt-backend build")
     add_shape_arguments(p, "run with")
     p.add_argument("--inputs", metavar="IN.npz", help="inputs by name (default: seeded random data)")
     p.add_argument("--outputs", metavar="OUT.npz", help="write the outputs here, by name")
@@ -81,7 +82,9 @@ def handle(args: argparse.Namespace) -> int:
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
                               ort=ort_options(args))
     start = time.perf_counter()
-    sess = Session(args.model, profiles or None, options, plan=args.saved_plan)
+    # (a build folder brings its profiles: --shapes then only shape the random inputs)
+    given = None if is_build_folder(args.model) else profiles or None
+    sess = Session(args.model, given, options, plan=args.saved_plan)
     made = time.perf_counter() - start
     if args.inputs:
         feeds = _load_inputs(args.inputs)

@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from partitioner import Plan
 from trt_backend._files import sha256_bytes
@@ -36,6 +36,11 @@ class BuiltFolder:
     plan: Plan
     manifest: dict[str, Any]
     engines: dict[int, bytes] | None
+
+
+def is_build_folder(source: object) -> TypeGuard[str | os.PathLike[str]]:
+    """Whether ``source`` names a folder (a model is a file): read as a build folder."""
+    return isinstance(source, (str, os.PathLike)) and os.path.isdir(source)
 
 
 def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool = False) -> BuiltFolder:

@@ -33,7 +33,7 @@ from trt_backend.planning import plan_for
 from trt_backend.profiles import Profile, profiles_from_json
 from trt_backend.runners.base import SegmentRunner
 from trt_backend.runners.ort import EmulatedTensorRTRunner, OnnxRuntimeRunner
-from trt_backend.session.artifacts import open_folder
+from trt_backend.session.artifacts import BuiltFolder, is_build_folder, open_folder
 from trt_backend.session.derive import Runner, derive_profiles, shape_tensor_inputs
 from trt_backend.session.feeds import FeedValidator, NodeArg, node_arg
 from trt_backend.session.given import complete_profiles, normalize_profiles
@@ -71,10 +71,17 @@ class Session:
         profiles are reused after checking the model still plans the same. ``calibration_feeds``:
         real inputs to derive profiles with where random data would not do. ``engines``: built
         engines by segment id (``trt-backend build`` artifacts); missing ones are built when
-        TensorRT executes here."""
+        TensorRT executes here. ``model`` may be a ``trt-backend build`` folder (as
+        :meth:`load`, which can also rebuild)."""
         self.options = options if options is not None else SessionOptions()
         if not isinstance(self.options, SessionOptions):
             raise OptionsError(f"options must be a SessionOptions, got {type(self.options).__name__}")
+        if is_build_folder(model):
+            if profiles is not None or plan is not None or engines is not None:
+                raise OptionsError(f"{os.fspath(model)}: a build folder brings its own profiles, plan and engines; "
+                                   "give none of them")
+            built = self._open_folder(model, self.options)
+            model, plan, engines = built.plan, built.manifest["plan"], built.engines
         base = model if isinstance(model, Plan) else self.make_plan(model, self.options)
         if base.model is None:
             raise OptionsError("this plan was read from JSON without its model; pass the model instead")
@@ -124,9 +131,13 @@ class Session:
         planning, no calibration, no build. On another TensorRT version or GPU: ArtifactError, or
         with ``rebuild`` a session that builds fresh engines."""
         opts = options if options is not None else SessionOptions()
-        executes = opts.emulate is False or (opts.emulate is not True and tensorrt_status()[0])
-        built = open_folder(folder, executes=executes, rebuild=rebuild)
+        built = cls._open_folder(folder, opts, rebuild)
         return cls(built.plan, None, opts, plan=built.manifest["plan"], engines=built.engines)
+
+    @staticmethod
+    def _open_folder(folder: str | os.PathLike[str], options: SessionOptions, rebuild: bool = False) -> BuiltFolder:
+        executes = options.emulate is False or (options.emulate is not True and tensorrt_status()[0])
+        return open_folder(folder, executes=executes, rebuild=rebuild)
 
     # ------------------------------------------------------------ construction helpers
 

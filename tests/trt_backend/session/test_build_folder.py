@@ -12,7 +12,7 @@ import pytest
 import trt_backend
 from trt_backend.cli import main
 from trt_backend.data.demo import DEMO_PATH
-from trt_backend.errors import ArtifactError
+from trt_backend.errors import ArtifactError, OptionsError
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
@@ -153,3 +153,26 @@ def test_plugin_plans_are_not_built_with_tensorrt_rtx(tmp_path, capsys, flavor) 
     assert plugin_rewrite(make_plan(str(path), PartitionOptions(target="tensorrt_rtx")), flavor) is None
     assert main(["build", str(path), "-o", str(tmp_path / "b"), "--target", "tensorrt", "--shapes", "x:1x3x16x16"]) == 1
     assert "cannot run" in capsys.readouterr().err and not os.path.exists(tmp_path / "b")
+
+
+def test_run_and_compare_take_a_build_folder(built, capsys, monkeypatch) -> None:
+    """Build once, run many: run DIR and compare DIR use the folder's plan, profiles and engines
+    (emulated here) with no planning, calibration or build; Session(DIR) too."""
+    import trt_backend.planning as planning_module
+    import trt_backend.session.session as session_module
+
+    def forbidden(*a, **k):
+        raise AssertionError("a build folder must not be planned, calibrated or built again")
+
+    monkeypatch.setattr(planning_module, "plan_model", forbidden)
+    monkeypatch.setattr(session_module, "derive_profiles", forbidden)
+    monkeypatch.setattr(session_module, "build_with_fallback", forbidden)
+    assert main(["run", built, "--shapes", "image:3x3x32x32", "--emulate"]) == 0
+    out = capsys.readouterr().out
+    assert "probs: shape (3, 10) float32" in out and "executors: emulated x2, onnxruntime x1" in out
+    assert main(["compare", built, "--emulate"]) == 0
+    assert "PASSED | 1 comparison(s)" in capsys.readouterr().out
+    sess = Session(built, options=SessionOptions(emulate=True))
+    assert sess.segment_executors == ["emulated", "onnxruntime", "emulated"]
+    with pytest.raises(OptionsError, match="a build folder brings its own profiles"):
+        Session(built, PROFILE, SessionOptions(emulate=True))
