@@ -6,28 +6,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from trt_backend import errors
 from trt_backend._version import __version__
-from trt_backend.errors import (
-    ArtifactError,
-    CalibrationError,
-    ComparisonError,
-    EngineCacheError,
-    FeedError,
-    InvalidModelError,
-    MissingProfileError,
-    ModelLoadError,
-    ModelTooLargeError,
-    OptionsError,
-    ParserCrashError,
-    PrecisionError,
-    ProfileError,
-    ReferenceRunError,
-    SegmentBuildError,
-    SegmentLoadError,
-    SegmentRunError,
-    TensorRTUnavailableError,
-    TrtBackendError,
-)
+from trt_backend.errors import *  # noqa: F403 - every exception a user can catch, as errors lists them
 
 # public name -> module holding it (imported on first use)
 _LAZY = {
@@ -58,29 +39,7 @@ _LAZY = {
     "BenchOptions": "trt_backend.bench.loop",
 }
 
-__all__ = [
-    "__version__",
-    "ArtifactError",
-    "CalibrationError",
-    "ComparisonError",
-    "EngineCacheError",
-    "FeedError",
-    "InvalidModelError",
-    "MissingProfileError",
-    "ModelLoadError",
-    "ModelTooLargeError",
-    "OptionsError",
-    "ParserCrashError",
-    "PrecisionError",
-    "ProfileError",
-    "ReferenceRunError",
-    "SegmentBuildError",
-    "SegmentLoadError",
-    "SegmentRunError",
-    "TensorRTUnavailableError",
-    "TrtBackendError",
-]
-__all__ += sorted(_LAZY)
+__all__ = ["__version__", *errors.__all__, *sorted(_LAZY)]
 
 
 def __getattr__(name: str) -> Any:
