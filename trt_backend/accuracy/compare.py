@@ -29,7 +29,7 @@ from trt_backend.accuracy.polygraphy_glue import (
 )
 from trt_backend.accuracy.report import ComparisonReport, OutputReport, TensorError
 from trt_backend.engines.builder import BuildOptions
-from trt_backend.engines.precision import apply_precision
+from trt_backend.engines.emulation import emulation_model, emulation_ort_options
 from trt_backend.errors import PrecisionError, ReferenceRunError, SegmentLoadError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import ort_session
@@ -154,14 +154,15 @@ def lower_precision(sess: Session, precision: str, keep_fp32_ops: Sequence[str])
                 log.warning("%s: tf32 is a TensorRT builder flag; emulated, the segment computes in fp32", r.label)
             continue
         try:
-            lowered = apply_precision(sess.plan.extract(r.segment.id), precision, tuple(keep_fp32_ops))
+            emulated = emulation_model(sess.plan.extract(r.segment.id), precision, tuple(keep_fp32_ops))
         except PrecisionError as e:
             log.warning("%s stays fp32: %s", r.label, e)
             continue
-        runner = EmulatedTensorRTRunner(r.segment, lowered.model, sess.options.ort_for(len(sess.runners)),
+        runner = EmulatedTensorRTRunner(r.segment, emulated.model,
+                                        emulation_ort_options(sess.options.ort_for(len(sess.runners))),
                                         r.profiles, r.shape_tensors)
         sess.replace_runner(i, runner)
-        done[r.segment.id] = precision
+        done[r.segment.id] = emulated.precision
     return done
 
 

@@ -20,7 +20,7 @@ from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
 from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
-from trt_backend.engines.precision import apply_precision
+from trt_backend.engines.emulation import emulation_model, emulation_ort_options
 from trt_backend.engines.report import BuildReport
 from trt_backend.errors import PrecisionError, TensorRTUnavailableError
 from trt_backend.gpu.device import BufferPool, Stream
@@ -180,8 +180,9 @@ class Session:
                 else:
                     runners.append(OnnxRuntimeRunner(seg, proto, ort_opts))
             elif emulate:
-                runners.append(EmulatedTensorRTRunner(seg, self._emulated_precision(seg, proto), ort_opts,
-                                                      derived[seg.id], shape_tensors[seg.id]))
+                emulated = self._emulated_precision(seg, proto)
+                opts = emulation_ort_options(ort_opts) if emulated is not proto else ort_opts
+                runners.append(EmulatedTensorRTRunner(seg, emulated, opts, derived[seg.id], shape_tensors[seg.id]))
             else:
                 runners.append(make_tensorrt_runner(seg, engines.get(seg.id), derived[seg.id], shape_tensors[seg.id],
                                                     **device_kw))
@@ -198,12 +199,12 @@ class Session:
             return proto
 
         try:
-            lowered = apply_precision(proto, build.precision, build.keep_fp32_ops).model
+            emulated = emulation_model(proto, build.precision, build.keep_fp32_ops)
         except PrecisionError as e:
             log.warning("segment %d: %s; emulating it in fp32, as the builder would build it", seg.id, e)
             return proto
-        self.emulated_precisions[seg.id] = build.precision
-        return lowered
+        self.emulated_precisions[seg.id] = emulated.precision
+        return emulated.model
 
     def _decide_emulation(self, trt: list[Segment]) -> bool:
         if not trt or self.options.emulate is True:
