@@ -31,6 +31,11 @@ class CalibrationError(ProfileError):
     """Profiles could not be derived by running the model (e.g. random data it cannot take)."""
 
 
+class CalibrationDataError(OptionsError):
+    """int8 calibration data is missing, unreadable, or does not fit the model's inputs (names,
+    dtypes, shapes, empty, NaN/inf)."""
+
+
 class MemoryLimitError(OptionsError):
     """A tensor asked for would need more memory than this machine has available."""
 
@@ -103,6 +108,7 @@ class SegmentBuildError(TrtBackendError):
 __all__ = [
     "ArtifactError",
     "BenchOptionsError",
+    "CalibrationDataError",
     "CalibrationError",
     "ComparisonError",
     "CudaError",

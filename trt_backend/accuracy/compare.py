@@ -154,7 +154,8 @@ def lower_precision(sess: Session, precision: str, keep_fp32_ops: Sequence[str])
                 log.warning("%s: tf32 is a TensorRT builder flag; emulated, the segment computes in fp32", r.label)
             continue
         try:
-            emulated = emulation_model(sess.plan.extract(r.segment.id), precision, tuple(keep_fp32_ops))
+            quantizer = sess.quantizer() if precision == "int8" else None
+            emulated = emulation_model(sess.plan.extract(r.segment.id), precision, tuple(keep_fp32_ops), quantizer)
         except PrecisionError as e:
             log.warning("%s stays fp32: %s", r.label, e)
             continue

@@ -9,8 +9,10 @@ from typing import Any
 from partitioner import OptionsError
 from trt_backend.commands._args import (
     add_partition_arguments,
+    add_precision_arguments,
     add_shape_arguments,
     cli_profiles,
+    precision_fields,
     session_options,
 )
 from trt_backend.engines.builder import BuildOptions
@@ -26,8 +28,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="ONNX model file")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write (replaced atomically)")
     add_shape_arguments(p, "build for")
-    p.add_argument("--precision", choices=("fp32", "tf32", "fp16", "bf16"), default="fp32",
-                   help="precision of TensorRT segments (an ONNX-level transform; default fp32)")
+    add_precision_arguments(p)
     p.add_argument("--cache-dir", metavar="DIR", help="engine cache: unchanged segments are not rebuilt")
     p.add_argument("--workspace-mb", type=int, default=None, metavar="MB", help="builder workspace limit")
     p.add_argument("--compute-capabilities", default=None, metavar="SM80,SM86",
@@ -43,7 +44,7 @@ def _progress(e: BuildEvent) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
-    kw: dict[str, Any] = {"precision": args.precision}
+    kw: dict[str, Any] = precision_fields(args)
     if args.workspace_mb is not None:
         if args.workspace_mb <= 0:
             raise OptionsError(f"--workspace-mb must be positive, got {args.workspace_mb}")

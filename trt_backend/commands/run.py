@@ -15,10 +15,12 @@ from trt_backend._files import write_atomic
 from trt_backend.commands._args import (
     add_cpu_session_arguments,
     add_partition_arguments,
+    add_precision_arguments,
     add_shape_arguments,
     cli_profiles,
     ort_options,
     parse_shapes,
+    precision_fields,
     session_options,
 )
 from trt_backend.errors import FeedError
@@ -54,6 +56,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emulate", action="store_true",
                    help="run TensorRT segments through ONNX Runtime even where TensorRT could run them")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    add_precision_arguments(p, "TensorRT segments (built, or emulated through ONNX Runtime without a GPU)")
     add_cpu_session_arguments(p)
     p.add_argument("--plan-json", metavar="PLAN.json", help="write the plan with executors and profiles as JSON")
     p.add_argument("--saved-plan", metavar="PLAN.json", help="reuse the profiles of a plan JSON written earlier")
@@ -80,7 +83,7 @@ def _run_shapes(args: argparse.Namespace, sess: Session) -> dict[str, tuple[int,
 def handle(args: argparse.Namespace) -> int:
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
-                              ort=ort_options(args))
+                              ort=ort_options(args), **precision_fields(args))
     start = time.perf_counter()
     # (a build folder brings its profiles: --shapes then only shape the random inputs)
     given = None if is_build_folder(args.model) else profiles or None

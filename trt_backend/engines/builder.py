@@ -20,12 +20,14 @@ import onnx
 from partitioner.errors import OptionsError
 from partitioner.model import serialize
 from trt_backend._files import sha256_bytes
+from trt_backend.engines.calibration import CALIBRATION_METHODS, data_sha256
 from trt_backend.engines.precision import (
     DEFAULT_KEEP_FP32,
     TRANSFORM_VERSION,
     apply_precision,
     validate_precision,
 )
+from trt_backend.engines.quantize import QUANTIZER_VERSION, require_calibration
 from trt_backend.errors import PrecisionError, SegmentBuildError
 from trt_backend.profiles import TensorProfile, tensor_profile
 from trt_backend.tensorrt.flavor import (
@@ -52,8 +54,10 @@ class BuildOptions:
     ``"8.9"`` or ``"current"``; empty keeps the flavor's default. Engines built with
     ``version_compatible`` and ``exclude_lean_runtime=False`` embed host code."""
 
-    precision: str = "fp32"  # fp32 | tf32 | fp16 | bf16
+    precision: str = "fp32"  # fp32 | tf32 | fp16 | bf16 | int8
     keep_fp32_ops: tuple[str, ...] = DEFAULT_KEEP_FP32
+    calibration_data: str | None = None  # int8: FILE.npz | a folder of them | "random" (a smoke test)
+    calibration_method: str = "minmax"  # int8: minmax | entropy | percentile
     workspace_bytes: int | None = None
     builder_optimization_level: int | None = None  # TensorRT builder optimisation level, 0..5
     timing_cache: str | None = None  # file: loaded, merged, saved (no-op in TensorRT-RTX)
@@ -67,6 +71,12 @@ class BuildOptions:
     def __post_init__(self) -> None:
         validate_precision(self.precision, self.keep_fp32_ops)
         object.__setattr__(self, "keep_fp32_ops", tuple(self.keep_fp32_ops))
+        if self.calibration_method not in CALIBRATION_METHODS:
+            raise OptionsError(f"calibration method must be one of {', '.join(CALIBRATION_METHODS)}, "
+                               f"got {self.calibration_method!r}")
+        if self.calibration_data is not None:
+            object.__setattr__(self, "calibration_data", os.fspath(self.calibration_data))
+        require_calibration(self.precision, self.calibration_data)
         object.__setattr__(self, "compute_capabilities", tuple(_cc_name(c) for c in self.compute_capabilities))
         for name in ("workspace_bytes", "max_aux_streams"):
             value = getattr(self, name)
@@ -92,10 +102,13 @@ class BuildOptions:
         # (under the key written before the field was renamed, in its place: engine caches and
         # build manifests keep theirs)
         d = {("optimization_level" if k == "builder_optimization_level" else k): v for k, v in asdict(self).items()}
-        for k in ("timing_cache", "max_workers"):
+        for k in ("timing_cache", "max_workers", "calibration_data", "calibration_method"):
             d.pop(k)
         d["keep_fp32_ops"] = sorted(d["keep_fp32_ops"]) if self.precision in ("fp16", "bf16") else []
         d["precision_transform"] = TRANSFORM_VERSION
+        if self.precision == "int8":  # the data by its bytes, not its path
+            d["calibration"] = {"sha256": data_sha256(str(self.calibration_data)), "method": self.calibration_method,
+                                "quantizer": QUANTIZER_VERSION}
         return d
 
 
@@ -185,17 +198,23 @@ def build_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile], o
 
 def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
                     options: BuildOptions | None = None, flavor: Flavor | str = "auto",
-                    timing: Any = None) -> SegmentEngine:
+                    timing: Any = None, quantize: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None,
+                    ) -> SegmentEngine:
     """:func:`build_segment` with layer count, seconds and the precision applied.
-    ``timing`` is a :class:`trt_backend.engines.cache.TimingCacheFile` or None."""
+    ``timing`` is a :class:`trt_backend.engines.cache.TimingCacheFile` or None; ``quantize``
+    (int8, required there) inserts the segment's Q/DQ (:class:`~trt_backend.engines.quantize.SegmentQuantizer`)."""
     options = options or BuildOptions()
     fl = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
     start = time.perf_counter()
     ranges = segment_ranges(segment_model, profiles)
     prepared, precision = segment_model, options.precision
-    if options.precision in ("fp16", "bf16"):
+    if options.precision == "int8" and quantize is None:
+        raise OptionsError("an int8 build needs the segment's quantizer (build through build_engines, or pass "
+                           "quantize=SegmentQuantizer(...))")
+    if options.precision in ("fp16", "bf16", "int8"):
         try:
-            prepared = apply_precision(segment_model, options.precision, options.keep_fp32_ops).model
+            prepared = (quantize(segment_model) if options.precision == "int8" and quantize is not None
+                        else apply_precision(segment_model, options.precision, options.keep_fp32_ops).model)
         except PrecisionError as e:
             log.warning("%s: %s; building it in fp32", segment_model.graph.name, e)
             precision = "fp32"

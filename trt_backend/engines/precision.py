@@ -27,7 +27,7 @@ from trt_backend.ort.threads import inference_session
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8")  # int8: Q/DQ (engines/quantize.py), not this transform
 LOW_TYPES = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
 TRANSFORM_VERSION = 2  # part of engine cache keys: bump when the transform's output changes
 

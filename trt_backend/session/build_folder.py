@@ -54,9 +54,11 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
     cache = EngineCache(cache_dir) if cache_dir else None
     result = build_with_fallback(sess.plan, lambda plan: session_of(plan).segment_profiles, bopts, cache, flavor=flv,
                                  min_segment_size=opts.partition.min_segment_size,
-                                 rewrite=plugin_rewrite(sess.plan, flv), progress=progress)
+                                 rewrite=plugin_rewrite(sess.plan, flv), progress=progress,
+                                 quantizer=sess.quantizer(bopts) if bopts.precision == "int8" else None)
     final = session_of(result.plan)
     seconds = {r.segment: r.seconds for r in result.report.segments} if result.report.segments else {}
+    precisions = {r.segment: r.precision for r in result.report.segments}
     files: dict[str, bytes] = {MODEL_FILE: final.model.proto.SerializeToString()}
     segments = []
     for seg in final.plan.segments:
@@ -70,7 +72,8 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
             name = f"segment_{seg.id}.engine"
             files[name] = engine
             entry.update(engine=name, engine_sha256=sha256_bytes(engine), engine_bytes=len(engine),
-                         build_seconds=round(float(seconds.get(seg.id, 0.0)), 4))
+                         build_seconds=round(float(seconds.get(seg.id, 0.0)), 4),
+                         precision=precisions.get(seg.id) or bopts.precision)
         segments.append(entry)
     manifest = {
         "format": FORMAT, "trt_backend": __version__, "model": final.model.source,

@@ -18,9 +18,11 @@ from partitioner import (
 )
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
+from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.cache import EngineCache
-from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
 from trt_backend.engines.emulation import emulation_model, emulation_ort_options
+from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
+from trt_backend.engines.quantize import SegmentQuantizer, require_calibration
 from trt_backend.engines.report import BuildReport
 from trt_backend.errors import PrecisionError, TensorRTUnavailableError
 from trt_backend.gpu.device import BufferPool, Stream
@@ -107,6 +109,9 @@ class Session:
                                    self.options.calibration_seed, list(calibration_feeds))
 
         derived = saved_segment_profiles(saved) if saved is not None else derive(base)
+        self._quantizers: dict[tuple[str, str], SegmentQuantizer] = {}
+        self._opt_batches = {n: tp.opt[0] for n, tp in (input_profiles[0] if input_profiles else {}).items()
+                             if len(tp.opt) > 0}
         emulate = self._decide_emulation(trt)
         self.build_report: BuildReport | None = None  # set when this session built engines
         engine_map = dict(engines or {})
@@ -155,8 +160,10 @@ class Session:
         profiles_of = PlanMemo(derive, (plan, derived))
         cache = EngineCache(self.options.cache_dir, allow_host_code=self.options.allow_host_code) \
             if self.options.cache_dir else None
+        quantizer = self.quantizer() if self.options.build.precision == "int8" else None
         result = build_with_fallback(plan, profiles_of, self.options.build, cache,
-                                     min_segment_size=self.options.partition.min_segment_size, rewrite=plugin_rewrite(plan))
+                                     min_segment_size=self.options.partition.min_segment_size, rewrite=plugin_rewrite(plan),
+                                     quantizer=quantizer)
         self.build_report = result.report
         return result.plan, profiles_of(result.plan), dict(result.engines)
 
@@ -193,18 +200,31 @@ class Session:
         (the same ONNX-level transform the builder applies), so emulation shows its error."""
         build = self.options.build
         self.emulated_precisions[seg.id] = "fp32"
-        if build.precision not in ("fp16", "bf16"):
+        if build.precision not in ("fp16", "bf16", "int8"):
             if build.precision == "tf32":
                 log.warning("segment %d: tf32 is a TensorRT builder flag; emulated, it computes in fp32", seg.id)
             return proto
 
         try:
-            emulated = emulation_model(proto, build.precision, build.keep_fp32_ops)
+            emulated = emulation_model(proto, build.precision, build.keep_fp32_ops,
+                                       self.quantizer() if build.precision == "int8" else None)
         except PrecisionError as e:
             log.warning("segment %d: %s; emulating it in fp32, as the builder would build it", seg.id, e)
             return proto
         self.emulated_precisions[seg.id] = emulated.precision
         return emulated.model
+
+    def quantizer(self, build: BuildOptions | None = None) -> SegmentQuantizer:
+        """The int8 quantizer of this session's model on ``build``'s calibration data (default the
+        session's): segment inputs calibrated as the whole model computes them, batches of the
+        first profile's opt batch. One per data source and method, kept."""
+        b = build if build is not None else self.options.build
+        require_calibration("int8", b.calibration_data)
+        key = (str(b.calibration_data), b.calibration_method)
+        if key not in self._quantizers:
+            self._quantizers[key] = SegmentQuantizer(self.model, key[0], b.calibration_method, self._opt_batches,
+                                                     self.options.ort_for(1), self.options.calibration_seed)
+        return self._quantizers[key]
 
     def _decide_emulation(self, trt: list[Segment]) -> bool:
         if not trt or self.options.emulate is True:
