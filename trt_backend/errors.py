@@ -61,6 +61,11 @@ class PrecisionError(TrtBackendError):
     """The precision transform produced an invalid model (the segment can still build in fp32)."""
 
 
+class PrecisionSearchError(TrtBackendError):
+    """``--precision auto`` cannot meet the tolerance: an output differs from the reference even in
+    fp32 (nondeterministic ops)."""
+
+
 class SegmentLoadError(TrtBackendError):
     """A segment's runtime refused the segment (e.g. ONNX Runtime cannot load the model)."""
 
@@ -126,6 +131,7 @@ __all__ = [
     "ParserCrashError",
     "PlotError",
     "PrecisionError",
+    "PrecisionSearchError",
     "ProfileError",
     "ReferenceRunError",
     "SegmentBuildError",

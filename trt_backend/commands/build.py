@@ -12,9 +12,9 @@ from trt_backend.commands._args import (
     add_precision_arguments,
     add_shape_arguments,
     cli_profiles,
-    precision_fields,
     session_options,
 )
+from trt_backend.commands._precision import add_auto_arguments, build_fields
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.report import BuildEvent
 from trt_backend.session import build_folder
@@ -29,6 +29,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write (replaced atomically)")
     add_shape_arguments(p, "build for")
     add_precision_arguments(p)
+    add_auto_arguments(p)
     p.add_argument("--cache-dir", metavar="DIR", help="engine cache: unchanged segments are not rebuilt")
     p.add_argument("--workspace-mb", type=int, default=None, metavar="MB", help="builder workspace limit")
     p.add_argument("--compute-capabilities", default=None, metavar="SM80,SM86",
@@ -44,14 +45,15 @@ def _progress(e: BuildEvent) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
-    kw: dict[str, Any] = precision_fields(args)
+    so = session_options(args)
+    kw: dict[str, Any] = build_fields(args, args.model, profiles or None, so)
     if args.workspace_mb is not None:
         if args.workspace_mb <= 0:
             raise OptionsError(f"--workspace-mb must be positive, got {args.workspace_mb}")
         kw["workspace_bytes"] = args.workspace_mb << 20
     if args.compute_capabilities:
         kw["compute_capabilities"] = tuple(c.strip() for c in args.compute_capabilities.split(",") if c.strip())
-    manifest = build_folder.build(args.model, args.output, profiles or None, session_options(args), BuildOptions(**kw),
+    manifest = build_folder.build(args.model, args.output, profiles or None, so, BuildOptions(**kw),
                                args.cache_dir, flavor=args.flavor, progress=_progress)
     segs = manifest["segments"]
     engines = [s for s in segs if s["engine"]]
@@ -60,7 +62,8 @@ def handle(args: argparse.Namespace) -> int:
     for s in segs:
         what = (f"engine {s['engine']} {s['engine_bytes']} bytes, built in {s['build_seconds']:.2f} s"
                 if s["engine"] else "runs in ONNX Runtime")
-        print(f"  segment {s['id']}: {s['backend']:<11} {s['model']}  {what}")
+        precision = f" {s['precision']}" if s.get("precision") else ""
+        print(f"  segment {s['id']}: {s['backend']:<11}{precision} {s['model']}  {what}")
     for d in manifest["demoted"]:
         print(f"  demoted node {d['node']} '{d['name']}' ({d['op_type']}): {d['reason']}")
     print(f"wrote {args.output}/manifest.json")

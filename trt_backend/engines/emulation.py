@@ -2,17 +2,19 @@
 is built in, so that ``compare`` and the precision search measure the error the engine will have
 (apart from TensorRT's own fusions and kernel choices).
 
-- fp16: the transformed segment as is. ONNX Runtime's CPU provider computes ops it has no fp16
-  kernel for in fp32 between casts it inserts itself: every tensor is still rounded through fp16.
-- bf16: ONNX Runtime's CPU kernels have almost no bfloat16, so the transformed segment is widened
-  back to fp32 with every bf16 tensor rounded through bf16 where it is made (Cast to bf16 and
-  back after each op that computes), weights keep their bf16 values.
+- fp16 and bf16: the transformed segment widened back to fp32, every 16-bit tensor rounded
+  through its 16-bit type where an op makes it (a Cast there and back after each op that
+  computes), weights keeping their 16-bit values: what the engine holds between layers, computed
+  with fp32 accumulation as TensorRT's kernels do. (Not the 16-bit model itself: ONNX Runtime's
+  CPU provider runs ops it has no fp16 kernel for in fp32 between casts it inserts, then removes
+  the cast pairs between two such ops, so (x + 1000) - 1000 came back exact in "fp16"; and it has
+  almost no bf16 kernels.)
 - int8: the segment with its Q/DQ (:mod:`trt_backend.engines.quantize`); ONNX Runtime runs Q/DQ
   as the rounding and clipping they describe.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -20,7 +22,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from partitioner.graph import fresh_name
-from trt_backend.engines.precision import PrecisionResult, apply_precision
+from trt_backend.engines.builder import BuildOptions, segment_precision
+from trt_backend.engines.precision import LOW_TYPES, PrecisionResult, apply_precision
 from trt_backend.ort.options import OrtOptions
 
 BF16, F32 = TensorProto.BFLOAT16, TensorProto.FLOAT
@@ -31,7 +34,7 @@ _EXACT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "
                     "Neg", "Abs", "Max", "Min", "Where", "DepthToSpace", "SpaceToDepth", "ReduceMax", "ReduceMin",
                     "Cast", "CastLike", "Constant", "ConstantOfShape", "Shape", "Size"})
 
-Quantizer = Callable[[onnx.ModelProto], onnx.ModelProto]
+Quantizer = Callable[..., onnx.ModelProto]  # (segment[, nodes to leave float]) -> segment with Q/DQ
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,12 @@ def bf16_as_fp32(model: onnx.ModelProto) -> onnx.ModelProto:
     """A bf16-transformed model computing in fp32, every bf16 tensor rounded through bf16 where
     an op makes it: the numbers a bf16 engine would hold between layers, on kernels ONNX Runtime
     has."""
+    return rounded_in_fp32(model, BF16)
+
+
+def rounded_in_fp32(model: onnx.ModelProto, low: int) -> onnx.ModelProto:
+    """A model transformed to ``low`` (fp16 or bf16) computing in fp32, every ``low`` tensor
+    rounded through ``low`` where an op makes it (a Cast there and back, which ONNX Runtime keeps)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
@@ -56,32 +65,32 @@ def bf16_as_fp32(model: onnx.ModelProto) -> onnx.ModelProto:
     types.update({t.name: t.data_type for t in g.initializer})
     names = {n for node in g.node for n in (*node.input, *node.output)} | set(types)
     for t in g.initializer:
-        if t.data_type == BF16:
+        if t.data_type == low:
             t.CopyFrom(_widened(t, t.name))
     nodes: list[onnx.NodeProto] = []
     for node in g.node:
         for a in node.attribute:
-            if a.name == "value" and a.type == onnx.AttributeProto.TENSOR and a.t.data_type == BF16:
+            if a.name == "value" and a.type == onnx.AttributeProto.TENSOR and a.t.data_type == low:
                 a.t.CopyFrom(_widened(a.t, a.t.name))
         after: list[onnx.NodeProto] = []
-        cast_to_bf16 = node.op_type == "Cast" and any(a.name == "to" and a.i == BF16 for a in node.attribute)
+        cast_to_low = node.op_type == "Cast" and any(a.name == "to" and a.i == low for a in node.attribute)
         for k, name in enumerate(node.output):
-            if not name or types.get(name) != BF16 or (node.op_type in _EXACT and not cast_to_bf16):
+            if not name or types.get(name) != low or (node.op_type in _EXACT and not cast_to_low):
                 continue
-            rounded = fresh_name(f"{name}_bf16", names)
-            if cast_to_bf16:  # the model's own rounding: keep it, then widen its result
+            rounded = fresh_name(f"{name}_low", names)
+            if cast_to_low:  # the model's own rounding: keep it, then widen its result
                 node.output[k] = rounded
             else:
                 raw = fresh_name(f"{name}_fp32", names)
                 node.output[k] = raw
-                after.append(helper.make_node("Cast", [raw], [rounded], to=BF16, name=fresh_name(f"{raw}_round", names)))
+                after.append(helper.make_node("Cast", [raw], [rounded], to=low, name=fresh_name(f"{raw}_round", names)))
             after.append(helper.make_node("Cast", [rounded], [name], to=F32, name=fresh_name(f"{rounded}_widen", names)))
         nodes.append(node)
         nodes.extend(after)
     del g.node[:]
     g.node.extend(nodes)
     for v in (*g.value_info, *g.input, *g.output):
-        if v.type.tensor_type.elem_type == BF16:
+        if v.type.tensor_type.elem_type == low:
             v.type.tensor_type.elem_type = F32
     return out
 
@@ -91,18 +100,27 @@ def _widened(tensor: TensorProto, name: str) -> TensorProto:
 
 
 def emulation_model(segment: onnx.ModelProto, precision: str, keep_fp32_ops: tuple[str, ...],
-                    quantizer: Quantizer | None = None) -> Emulation:
+                    quantizer: Quantizer | None = None, keep_fp32_nodes: Iterable[str] = ()) -> Emulation:
     """The model that emulates ``segment`` built in ``precision`` (``quantizer``: int8's Q/DQ
-    insertion, required for int8). Raises PrecisionError when the transform fails."""
+    insertion, required for int8; ``keep_fp32_nodes``: nodes pinned to fp32, left out of the
+    transform or the quantization). Raises PrecisionError when the transform fails."""
+    pinned = tuple(keep_fp32_nodes)
     if precision == "int8":
         if quantizer is None:
             raise ValueError("int8 emulation needs a quantizer")  # (an internal call error, not a user's)
-        return Emulation(quantizer(segment), "int8")
+        return Emulation(quantizer(segment, pinned) if pinned else quantizer(segment), "int8")
     if precision not in ("fp16", "bf16"):
         return Emulation(segment, "fp32")
-    result: PrecisionResult = apply_precision(segment, precision, keep_fp32_ops)
-    model = bf16_as_fp32(result.model) if precision == "bf16" else result.model
-    return Emulation(model, precision)
+    result: PrecisionResult = apply_precision(segment, precision, keep_fp32_ops, pinned)
+    return Emulation(rounded_in_fp32(result.model, LOW_TYPES[precision]), precision)
+
+
+def segment_emulation(segment: onnx.ModelProto, options: BuildOptions, quantizer: Quantizer | None = None
+                      ) -> Emulation:
+    """The emulation of ``segment`` as ``options`` would build it (auto: its plan's precision and
+    pinned nodes)."""
+    precision, pinned = segment_precision(segment, options)
+    return emulation_model(segment, precision, options.keep_fp32_ops, quantizer, pinned)
 
 
 def emulation_ort_options(options: OrtOptions) -> OrtOptions:

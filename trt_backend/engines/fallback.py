@@ -123,7 +123,7 @@ class PlanMemo(Generic[T]):
 
 
 def _quantizer(plan: Plan, options: BuildOptions, given: SegmentRewrite | None) -> SegmentRewrite | None:
-    if options.precision != "int8" or given is not None:
+    if options.precision not in ("int8", "auto") or not options.calibration_data or given is not None:
         return given
     if plan.model is None:
         raise OptionsError("this plan was read from JSON without its model; int8 calibration needs the model")

@@ -27,7 +27,7 @@ from trt_backend.ort.threads import inference_session
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8")  # int8: Q/DQ (engines/quantize.py), not this transform
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "auto")  # int8: Q/DQ (engines/quantize.py); auto: a search
 LOW_TYPES = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
 TRANSFORM_VERSION = 2  # part of engine cache keys: bump when the transform's output changes
 
@@ -68,18 +68,23 @@ def validate_precision(precision: str, keep_fp32_ops: Iterable[str] = ()) -> Non
 
 
 def apply_precision(model: onnx.ModelProto, precision: str,
-                    keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32) -> PrecisionResult:
-    """``model`` transformed to ``precision`` (a new ModelProto; the argument is untouched)."""
-    return PrecisionPass(precision, keep_fp32_ops)(model)
+                    keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32,
+                    keep_fp32_nodes: Iterable[str] = ()) -> PrecisionResult:
+    """``model`` transformed to ``precision`` (a new ModelProto; the argument is untouched).
+    ``keep_fp32_nodes``: names of nodes kept in float32 besides the op types of ``keep_fp32_ops``
+    (the nodes ``--precision auto`` pins)."""
+    return PrecisionPass(precision, keep_fp32_ops, keep_fp32_nodes)(model)
 
 
 class PrecisionPass:
     """``requires`` -> ``call`` -> ``ensures``, like an onnx_ir pass."""
 
-    def __init__(self, precision: str, keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32) -> None:
+    def __init__(self, precision: str, keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32,
+                 keep_fp32_nodes: Iterable[str] = ()) -> None:
         validate_precision(precision, keep_fp32_ops)
         self.precision = precision
         self.keep = frozenset(keep_fp32_ops)
+        self.keep_nodes = frozenset(keep_fp32_nodes)
 
     def __call__(self, model: onnx.ModelProto) -> PrecisionResult:
         self.requires(model)
@@ -110,17 +115,19 @@ class PrecisionPass:
             return PrecisionResult(model, False, self.precision)
         if self.precision == "bf16":
             model = _with_opset(model, BF16_OPSET)
-        return _Lowering(model, self.precision, self.keep).run()
+        return _Lowering(model, self.precision, self.keep, self.keep_nodes).run()
 
 
 class _Lowering:
     """One run of the fp16/bf16 rewrite over the main graph."""
 
-    def __init__(self, model: onnx.ModelProto, precision: str, keep: frozenset[str]) -> None:
+    def __init__(self, model: onnx.ModelProto, precision: str, keep: frozenset[str],
+                 keep_nodes: frozenset[str] = frozenset()) -> None:
         self.src = model
         self.precision = precision
         self.low = LOW_TYPES[precision]
         self.keep = keep
+        self.keep_nodes = keep_nodes
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
         inferred = onnx.shape_inference.infer_shapes(model)
         g = inferred.graph
@@ -171,6 +178,8 @@ class _Lowering:
 
     def _schema(self, node: onnx.NodeProto) -> Any:
         if node.domain not in ("", "ai.onnx") or node.op_type in self.keep or node.op_type in _NEVER_LOWER:
+            return None
+        if node.name and node.name in self.keep_nodes:
             return None
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             return None
@@ -251,7 +260,8 @@ class _Lowering:
             if v.name in relabel and v.type.tensor_type.elem_type == F32:
                 v.type.tensor_type.elem_type = self.low
         if clipped:
-            log.warning("%s: %d initializer value(s) beyond the fp16 range were clipped", model.graph.name, clipped)
+            log.warning("%s: %d initializer value(s) beyond the %s range were clipped", model.graph.name, clipped,
+                        self.precision)
         return PrecisionResult(model, True, self.precision, lowered_count, tuple(kept), casts, clipped)
 
     def _outer_reads_in_fp32(self, node: onnx.NodeProto, home: dict[str, dict[int, str]],
@@ -400,7 +410,10 @@ def _convert(tensor: TensorProto, low: int, name: str) -> tuple[TensorProto, int
     else:
         import ml_dtypes  # an onnx dependency; imported here to keep module import light
 
-        out = arr.astype(ml_dtypes.bfloat16)
+        # float32's extremes (attention masks' -3.4e38) round to inf in bf16: clip to its largest finite
+        top = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+        clipped = int(np.count_nonzero(np.isfinite(arr) & (np.abs(arr) > top)))
+        out = np.asarray(np.where(np.isinf(arr), arr, np.clip(arr, -top, top))).astype(ml_dtypes.bfloat16)
     return numpy_helper.from_array(out, name), max(clipped, 0)
 
 

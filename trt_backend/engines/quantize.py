@@ -64,14 +64,16 @@ class SegmentQuantizer:
         self._done: dict[str, onnx.ModelProto] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, segment: onnx.ModelProto) -> onnx.ModelProto:
+    def __call__(self, segment: onnx.ModelProto, exclude: Sequence[str] = ()) -> onnx.ModelProto:
+        """``segment`` with Q/DQ; the compute nodes named in ``exclude`` stay float."""
         if carries_qdq(segment):
             log.info("%s already carries Q/DQ: kept as it is", segment.graph.name)
             return segment
-        key = sha256_bytes(serialize(segment, "a segment to quantize", deterministic=True))
+        key = sha256_bytes(serialize(segment, "a segment to quantize", deterministic=True)) + "|" + ",".join(
+            sorted(exclude))
         with self._lock:  # (parallel segment builds: one calibration run at a time, and each once)
             if key not in self._done:
-                self._done[key] = self._quantize(segment)
+                self._done[key] = self._quantize(segment, frozenset(exclude))
             return self._done[key]
 
     def segment_feeds(self, names: Sequence[str]) -> list[dict[str, Any]]:
@@ -88,7 +90,7 @@ class SegmentQuantizer:
             self._taps.update(values)
         return [{n: self._taps[n][k] for n in names} for k in range(len(self.data.batches))]
 
-    def _quantize(self, segment: onnx.ModelProto) -> onnx.ModelProto:
+    def _quantize(self, segment: onnx.ModelProto, exclude: frozenset[str] = frozenset()) -> onnx.ModelProto:
         from onnxruntime.quantization import (  # heavy: loaded on first use
             CalibrationMethod,
             QuantFormat,
@@ -99,7 +101,7 @@ class SegmentQuantizer:
         inits = {t.name for t in segment.graph.initializer}
         names = [v.name for v in segment.graph.input if v.name not in inits]
         feeds = self.segment_feeds(names)
-        compute = [n.name for n in segment.graph.node if n.op_type in COMPUTE_OPS]
+        compute = [n.name for n in segment.graph.node if n.op_type in COMPUTE_OPS and n.name not in exclude]
         if not compute:
             log.info("%s has no Conv/MatMul/Gemm: nothing to quantize", segment.graph.name)
             return segment
@@ -113,7 +115,7 @@ class SegmentQuantizer:
             try:
                 with _quiet_root_logger():  # the quantizer warns through the root logger (pre-processing advice...)
                     quantize_static(src, dst, _Reader(feeds), quant_format=QuantFormat.QDQ,
-                                    op_types_to_quantize=list(COMPUTE_OPS), per_channel=True,
+                                    op_types_to_quantize=list(COMPUTE_OPS), nodes_to_quantize=compute, per_channel=True,
                                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                                     calibrate_method=method, extra_options=extra)
             except (ValueError, RuntimeError, KeyError, IndexError) as e:  # (the quantizer's own failures)

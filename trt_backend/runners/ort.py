@@ -23,6 +23,7 @@ class OnnxRuntimeRunner(SegmentRunner):
     def __init__(self, segment: Segment, model: onnx.ModelProto, options: OrtOptions,
                  profiles: Sequence[Profile] = (), shape_tensors: frozenset[str] = frozenset()) -> None:
         super().__init__(segment, profiles, shape_tensors)
+        self.model = model  # what runs (a precision search taps its tensors)
         self._session = ort_session(model, options, f"segment {segment.id} ({segment.backend})")
         ios = list(self._session.get_inputs()) + list(self._session.get_outputs())
         # ``run`` takes numpy arrays or OrtValues and hands numpy out without copying; dtypes

@@ -82,6 +82,7 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
         "versions": _versions(flv), "build_options": bopts.key_fields(),
         "plan": final.plan.to_dict(), "segments": segments,
         "demoted": [d.__dict__ for d in result.report.demoted] if result.report.demoted else [],
+        "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,
         "build_seconds": round(time.perf_counter() - start, 4),
     }
     _write_folder(out_dir, files, manifest)

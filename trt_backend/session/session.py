@@ -2,6 +2,7 @@
 make one runner per segment (once), then run segments in order with tensors routed by name."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -18,10 +19,11 @@ from partitioner import (
 )
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
-from trt_backend.engines.builder import BuildOptions
+from trt_backend.engines.builder import BuildOptions, segment_precision
 from trt_backend.engines.cache import EngineCache
-from trt_backend.engines.emulation import emulation_model, emulation_ort_options
+from trt_backend.engines.emulation import emulation_ort_options, segment_emulation
 from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
+from trt_backend.engines.precision_plan import PrecisionPlan
 from trt_backend.engines.quantize import SegmentQuantizer, require_calibration
 from trt_backend.engines.report import BuildReport
 from trt_backend.errors import PrecisionError, TensorRTUnavailableError
@@ -63,6 +65,27 @@ class Step:
 _DEFAULT_RUN = RunOptions()
 
 
+def _folder_precision(options: SessionOptions, manifest: Mapping[str, Any]) -> SessionOptions:
+    """A build folder's precision (and precision plan) for a session that set none, so emulated
+    segments compute as the folder's engines do. int8 emulation needs the calibration data,
+    which a folder does not hold: without it in ``options``, the segments emulate in fp32."""
+    built = manifest.get("build_options", {})
+    precision = built.get("precision", "fp32")
+    if options.build.precision != "fp32" or precision in ("fp32", "tf32"):
+        return options
+    plan = None
+    if precision == "auto" and manifest.get("precision_plan"):
+        plan = PrecisionPlan.from_dict(manifest["precision_plan"])
+    uses_int8 = precision == "int8" or (plan is not None and any(s.precision == "int8" for s in plan.segments))
+    if uses_int8 and not options.build.calibration_data:
+        log.warning("the build folder's engines are int8; emulated without its calibration data (give "
+                    "calibration_data), its segments compute in fp32")
+        return options
+    build = dataclasses.replace(options.build, precision=precision, precision_plan=plan,
+                                keep_fp32_ops=tuple(built.get("keep_fp32_ops") or options.build.keep_fp32_ops))
+    return dataclasses.replace(options, build=build)
+
+
 class Session:
     """Runs a whole model, TensorRT and ONNX Runtime segments stitched; onnxruntime-like API."""
 
@@ -84,6 +107,7 @@ class Session:
                                    "give none of them")
             built = self._open_folder(model, self.options)
             model, plan, engines = built.plan, built.manifest["plan"], built.engines
+            self.options = _folder_precision(self.options, built.manifest)
         base = model if isinstance(model, Plan) else self.make_plan(model, self.options)
         if base.model is None:
             raise OptionsError("this plan was read from JSON without its model; pass the model instead")
@@ -200,14 +224,14 @@ class Session:
         (the same ONNX-level transform the builder applies), so emulation shows its error."""
         build = self.options.build
         self.emulated_precisions[seg.id] = "fp32"
-        if build.precision not in ("fp16", "bf16", "int8"):
-            if build.precision == "tf32":
+        precision = segment_precision(proto, build)[0]
+        if precision not in ("fp16", "bf16", "int8"):
+            if precision == "tf32":
                 log.warning("segment %d: tf32 is a TensorRT builder flag; emulated, it computes in fp32", seg.id)
             return proto
 
         try:
-            emulated = emulation_model(proto, build.precision, build.keep_fp32_ops,
-                                       self.quantizer() if build.precision == "int8" else None)
+            emulated = segment_emulation(proto, build, self.quantizer() if precision == "int8" else None)
         except PrecisionError as e:
             log.warning("segment %d: %s; emulating it in fp32, as the builder would build it", seg.id, e)
             return proto
