@@ -269,6 +269,13 @@ class _Search:
         found.sort(key=lambda t: (t[0], t[1]))
         return [(not later, out, node, tensor) for later, _, node, tensor, out in found]
 
+    def pinnable(self, i: int, state: _SegmentState) -> int:
+        """How many of the segment's nodes a pin could return to fp32 in its precision."""
+        kept = set(self.sess.options.build.keep_fp32_ops)
+        if self.allowed[state.level] == "int8":
+            return sum(n.op_type in COMPUTE_OPS for n in self.protos[i].graph.node)
+        return sum(n.op_type not in kept for n in self.protos[i].graph.node)
+
     def with_producers(self, i: int, state: _SegmentState, points: list[tuple[bool, float, onnx.NodeProto, str]]
                        ) -> list[tuple[bool, float, onnx.NodeProto, str]]:
         """The smallest group around each offender: it and the nodes making its inputs in the
@@ -332,7 +339,7 @@ class _Search:
             points = self.divergence_points(i, state, first_bad) if state.stall < MAX_STALLS else []
             starts = sum(p[0] for p in points)
             chosen = self.with_producers(i, state, points[:max(2 ** state.stall, min(4, starts))])
-            limit = MAX_PINNED_SHARE * len(self.protos[i].graph.node)
+            limit = MAX_PINNED_SHARE * self.pinnable(i, state)
             if chosen and len(state.pinned) + len(chosen) <= limit:
                 for _, out, node, tensor in chosen:
                     state.pinned[node.name] = PinnedNode(node.name, node.op_type, tensor, round(out, 4), rnd)
@@ -342,7 +349,7 @@ class _Search:
             else:
                 was = self._name(state)
                 states[i] = _SegmentState(state.level + 1, {})
-                why = (" (pins would exceed half its nodes)" if chosen else
+                why = (" (pins would exceed half of what it computes in reduced precision)" if chosen else
                        f" (pins stopped helping: {state.stall} rounds without a {1 - IMPROVES:.0%} gain)"
                        if state.stall >= MAX_STALLS else " (nothing left to pin)")
                 self.note(f"round {rnd}: {config}: worst {top:.3g} x tolerance; segment {seg_id} {was} -> "
@@ -378,8 +385,8 @@ class _Search:
         proto = self.protos[i]
         precision = self._name(state)
         names = tuple(n.name for n in proto.graph.node)
-        return SegmentPrecision(precision, names, tuple(state.pinned.values()), reduced_nodes(proto, precision,
-                                                                                               state.pinned))
+        return SegmentPrecision(precision, names, tuple(state.pinned.values()),
+                                reduced_nodes(proto, precision, state.pinned), self.sess.runners[i].segment.id)
 
 
 def _flavor(sess: Session) -> Flavor | None:

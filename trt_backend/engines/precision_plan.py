@@ -34,6 +34,7 @@ class SegmentPrecision:
     nodes: tuple[str, ...]  # names of the segment's nodes (how a segment is found again)
     pinned: tuple[PinnedNode, ...] = ()
     reduced: int = 0  # nodes computing in reduced precision (lowered or reading Q/DQ)
+    segment: int = -1  # its id in the plan the search ran on (for reading; matching is by names)
 
     @property
     def pinned_names(self) -> tuple[str, ...]:
@@ -65,7 +66,7 @@ class PrecisionPlan:
     def to_dict(self) -> dict[str, Any]:
         return {"format": PLAN_FORMAT, "atol": self.atol, "rtol": self.rtol, "allowed": list(self.allowed),
                 "seconds": round(self.seconds, 3), "worst": dict(self.worst), "rounds": list(self.rounds),
-                "segments": [{"precision": s.precision, "reduced": s.reduced, "nodes": list(s.nodes),
+                "segments": [{"segment": s.segment, "precision": s.precision, "reduced": s.reduced, "nodes": list(s.nodes),
                               "pinned": [p.__dict__ for p in s.pinned]} for s in self.segments]}
 
     @classmethod
@@ -78,7 +79,8 @@ class PrecisionPlan:
             if data.get("format") != PLAN_FORMAT:
                 raise KeyError("format")
             segments = tuple(SegmentPrecision(str(s["precision"]), tuple(s["nodes"]),
-                                              tuple(PinnedNode(**p) for p in s["pinned"]), int(s.get("reduced", 0)))
+                                              tuple(PinnedNode(**p) for p in s["pinned"]), int(s.get("reduced", 0)),
+                                              int(s.get("segment", -1)))
                              for s in data["segments"])
             return cls(segments, float(data["atol"]), float(data["rtol"]), tuple(data["allowed"]),
                        tuple(data.get("rounds", ())), float(data.get("seconds", 0.0)), dict(data.get("worst", {})))
@@ -92,7 +94,8 @@ class PrecisionPlan:
             pins = ", ".join(f"{p.node} ({p.op_type}, " + (p.tensor[1:-1] if p.tensor.startswith("(") else
                                                             f"{p.error:.3g} x tolerance") + ")" for p in s.pinned[:6])
             more = f" and {len(s.pinned) - 6} more" if len(s.pinned) > 6 else ""
-            out.append(f"segment {k}: {s.precision}, {s.reduced}/{len(s.nodes)} node(s) reduced, "
+            out.append(f"segment {s.segment if s.segment >= 0 else k}: {s.precision}, {s.reduced}/{len(s.nodes)} "
+                       "node(s) reduced, "
                        f"{len(s.pinned)} pinned to fp32" + (f": {pins}{more}" if s.pinned else ""))
         return out
 
