@@ -31,7 +31,11 @@ import onnx
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from trt_backend.accuracy.auto_precision import AutoOptions, reduced_nodes, search_precision  # noqa: E402
+from trt_backend.accuracy.auto_precision import (  # noqa: E402
+    AutoOptions,
+    reduced_nodes,
+    search_precision,
+)
 from trt_backend.engines.builder import BuildOptions  # noqa: E402
 from trt_backend.ort.threads import inference_session  # noqa: E402
 from trt_backend.session.options import SessionOptions  # noqa: E402
