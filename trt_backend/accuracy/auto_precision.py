@@ -34,6 +34,7 @@ from trt_backend.accuracy.options import DEFAULT_TOLERANCE, tolerance_value
 from trt_backend.accuracy.polygraphy_glue import generate_feeds, host, profile_points
 from trt_backend.engines.builder import BuildOptions, refused_in_precision
 from trt_backend.engines.emulation import emulation_ort_options, segment_emulation
+from trt_backend.engines.precision import apply_precision
 from trt_backend.engines.precision_plan import (
     PinnedNode,
     PrecisionPlan,
@@ -401,8 +402,6 @@ def _flavor(sess: Session) -> Flavor | None:
 def reduced_nodes(proto: onnx.ModelProto, precision: str, pinned: Mapping[str, Any]) -> int:
     """Nodes of the segment that compute in reduced precision: lowered by the fp16/bf16
     transform, or (int8) compute ops reading Q/DQ."""
-    from trt_backend.engines.precision import apply_precision
-
     if precision == "int8":
         return sum(n.op_type in COMPUTE_OPS and n.name not in pinned for n in proto.graph.node)
     if precision in ("fp16", "bf16"):
