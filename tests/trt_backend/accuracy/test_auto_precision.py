@@ -126,3 +126,17 @@ def test_bad_auto_options() -> None:
         AutoOptions(allow=("fp8",))
     with pytest.raises(OptionsError, match="precision 'auto' builds from a precision plan"):
         BuildOptions(precision="auto")
+
+
+def test_inspect_and_run_show_the_plan(model_path, plan, flavor, tmp_path, capsys) -> None:
+    out = str(tmp_path / "built")
+    build_folder.build(model_path, out, PROFILE, SessionOptions(), BuildOptions(precision="auto", precision_plan=plan))
+    page = str(tmp_path / "picture.html")
+    assert main(["inspect", model_path, "--precision-plan", out, "--picture", page]) == 0
+    text = capsys.readouterr().out
+    assert "segment 0: fp16, " in text and "pinned to fp32: " in text and "unshift (Sub, " in text
+    with open(page, encoding="utf-8") as f:
+        html = f.read()
+    assert "<h2>Precision</h2>" in html and "unshift (Sub): " in html
+    assert main(["run", out, "--emulate", "--shapes", "x:4x8"]) == 0
+    assert "emulated in: segment 0 fp16" in capsys.readouterr().out
