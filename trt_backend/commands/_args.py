@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from partitioner import OptionsError, PartitionOptions
+from partitioner import BoundaryCost, OptionsError, PartitionOptions
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from plugins import default_registry
 from trt_backend.ort.options import THREAD_POOLS, OrtOptions
@@ -39,7 +39,14 @@ def add_partition_arguments(p: argparse.ArgumentParser) -> None:
                    help="node names that always run in ONNX Runtime")
     p.add_argument("--min-segment-size", type=positive_int, default=DEFAULT_MIN_SEGMENT_SIZE, metavar="N",
                    help=f"smallest TensorRT segment, in nodes (default {DEFAULT_MIN_SEGMENT_SIZE}; "
-                        "a segment holding a Conv/MatMul/Gemm-like op is always kept)")
+                        "a segment holding a Conv/MatMul/Gemm-like op is always kept; 1 keeps every segment "
+                        "TensorRT takes, the boundary price included)")
+    p.add_argument("--launch-cost-us", type=float, default=BoundaryCost().launch_us, metavar="US",
+                   help="price of one hand-over between segments, in microseconds: a TensorRT segment without "
+                        "a heavy op whose estimated saving is below its boundaries' price goes to ONNX Runtime "
+                        f"(default {BoundaryCost().launch_us:g})")
+    p.add_argument("--no-boundary-cost", action="store_true",
+                   help="keep every TensorRT segment whatever its boundaries cost (the size rule still applies)")
     p.add_argument("--flavor", choices=("auto", "tensorrt", "tensorrt_rtx"), default="auto",
                    help="TensorRT whose parser decides capability (auto: tensorrt, else tensorrt_rtx)")
     p.add_argument("--isolate", action="store_true",
@@ -72,6 +79,7 @@ def partition_options(args: argparse.Namespace) -> PartitionOptions:
         registry.select(args.plugin_ops)  # an unknown op type fails here, with the ones covered
     return PartitionOptions(exclude_ops=tuple(args.exclude_ops), exclude_nodes=tuple(args.exclude_nodes),
                             min_segment_size=args.min_segment_size,
+                            boundary_cost=None if args.no_boundary_cost else BoundaryCost(launch_us=args.launch_cost_us),
                             plugins=registry.claims() if registry is not None else (),
                             plugin_ops=tuple(args.plugin_ops), target=args.target)
 

@@ -54,6 +54,7 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
     cache = EngineCache(cache_dir) if cache_dir else None
     result = build_with_fallback(sess.plan, lambda plan: session_of(plan).segment_profiles, bopts, cache, flavor=flv,
                                  min_segment_size=opts.partition.min_segment_size,
+                                 boundary_cost=opts.partition.boundary_cost,
                                  rewrite=plugin_rewrite(sess.plan, flv), progress=progress)
     final = session_of(result.plan)
     seconds = {r.segment: r.seconds for r in result.report.segments} if result.report.segments else {}

@@ -156,7 +156,8 @@ class Session:
         cache = EngineCache(self.options.cache_dir, allow_host_code=self.options.allow_host_code) \
             if self.options.cache_dir else None
         result = build_with_fallback(plan, profiles_of, self.options.build, cache,
-                                     min_segment_size=self.options.partition.min_segment_size, rewrite=plugin_rewrite(plan))
+                                     min_segment_size=self.options.partition.min_segment_size,
+                                     boundary_cost=self.options.partition.boundary_cost, rewrite=plugin_rewrite(plan))
         self.build_report = result.report
         return result.plan, profiles_of(result.plan), dict(result.engines)
 
