@@ -17,14 +17,18 @@ from trt_backend.bench.report import write_plot
 from trt_backend.bench.timing import ProgressEvent, TimingConfig
 from trt_backend.commands._args import (
     add_cpu_session_arguments,
+    add_memory_argument,
     add_partition_arguments,
     add_shape_arguments,
+    add_sign_key_argument,
     cli_profiles,
+    max_memory,
     ort_options,
     parse_shapes,
     session_options,
 )
 from trt_backend.errors import BenchOptionsError
+from trt_backend.ort.values import memory_limit
 
 PROGRESS_AFTER_S = 2.0  # runs shorter than this print no progress
 
@@ -59,6 +63,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="OUT.json", help="write every number as JSON")
     p.add_argument("--plot", metavar="OUT.png", help="draw the latency distribution per runner (needs matplotlib)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    add_memory_argument(p)
+    add_sign_key_argument(p)
     add_partition_arguments(p)
     p.set_defaults(func=handle)
 
@@ -153,6 +159,11 @@ class ProgressPrinter:
 
 
 def handle(args: argparse.Namespace) -> int:
+    with memory_limit(max_memory(args)):  # every tensor this command allocates, held to --max-memory
+        return _handle(args)
+
+
+def _handle(args: argparse.Namespace) -> int:
     options, session = options_from_args(args)
     _check_outputs(args)
     printer = None if args.no_progress else ProgressPrinter()

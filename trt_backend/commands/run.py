@@ -14,15 +14,19 @@ from partitioner import OptionsError
 from trt_backend._files import write_atomic
 from trt_backend.commands._args import (
     add_cpu_session_arguments,
+    add_memory_argument,
     add_partition_arguments,
     add_shape_arguments,
+    add_sign_key_argument,
     cli_profiles,
+    max_memory,
     ort_options,
     parse_shapes,
     session_options,
 )
 from trt_backend.errors import FeedError
 from trt_backend.ort.threads import thread_pool_mode
+from trt_backend.ort.values import memory_limit
 from trt_backend.session.artifacts import is_build_folder
 from trt_backend.session.feeds import random_feeds
 from trt_backend.session.session import Session
@@ -57,6 +61,8 @@ def register(p: argparse.ArgumentParser) -> None:
     add_cpu_session_arguments(p)
     p.add_argument("--plan-json", metavar="PLAN.json", help="write the plan with executors and profiles as JSON")
     p.add_argument("--saved-plan", metavar="PLAN.json", help="reuse the profiles of a plan JSON written earlier")
+    add_memory_argument(p)
+    add_sign_key_argument(p)
     add_partition_arguments(p)
     p.set_defaults(func=handle)
 
@@ -78,6 +84,11 @@ def _run_shapes(args: argparse.Namespace, sess: Session) -> dict[str, tuple[int,
 
 
 def handle(args: argparse.Namespace) -> int:
+    with memory_limit(max_memory(args)):  # every tensor this command allocates, held to --max-memory
+        return _handle(args)
+
+
+def _handle(args: argparse.Namespace) -> int:
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
                               ort=ort_options(args))
