@@ -29,6 +29,7 @@ from trt_backend.commands._args import (
 )
 from trt_backend.errors import BenchOptionsError
 from trt_backend.ort.values import memory_limit
+from trt_backend.session.artifacts import is_build_folder
 
 PROGRESS_AFTER_S = 2.0  # runs shorter than this print no progress
 
@@ -40,7 +41,8 @@ def register(p: argparse.ArgumentParser) -> None:
                    "runs and --duration-s seconds per runner (trtexec's rule). Prints latency min/max/mean/"
                    "median/p90/p95/p99 (nearest-rank percentiles), throughput, each baseline's ratio to ours, "
                    "ours per segment, and engine build and cache-load times apart from inference.")
-    p.add_argument("model", help="ONNX model file")
+    p.add_argument("model", help="ONNX model file, or a folder written by trt-backend build (its engines "
+                                 "measured as built: nothing planned, calibrated or built)")
     add_shape_arguments(p, "run with")
     p.add_argument("--precision", default="fp32", metavar="|".join(PRECISIONS),
                    help="precision of TensorRT engine builds and of the TensorRT EP (default fp32)")
@@ -110,6 +112,8 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
     if threads < 0:
         raise BenchOptionsError(f"--threads must be >= 0, got {threads}")
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
+    if is_build_folder(args.model) and not (args.min_shapes or args.opt_shapes or args.max_shapes):
+        profiles = []  # a build folder brings its profiles: --shapes only shapes the inputs
     shapes = parse_shapes(args.shapes) if args.shapes else {}
     options = BenchOptions(shapes=shapes, profiles=profiles or None, baselines=_baselines(args.baselines),
                            timing=timing, precision=args.precision, build=not args.no_build,

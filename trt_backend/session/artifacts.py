@@ -54,7 +54,7 @@ def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool
     manifest = read_manifest(folder, sign_key)
     engines: dict[int, bytes] | None = {}
     if executes:
-        problem = _runtime_mismatch(manifest)
+        problem = runtime_mismatch(manifest)
         if problem and not rebuild:
             raise ArtifactError(f"{folder}: {problem}; rebuild it (trt-backend build, or load(..., rebuild=True))")
         if problem:
@@ -105,7 +105,9 @@ def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
     return manifest
 
 
-def _runtime_mismatch(manifest: Mapping[str, Any]) -> str | None:
+def runtime_mismatch(manifest: Mapping[str, Any]) -> str | None:
+    """Why the manifest's engines cannot execute with this machine's TensorRT (version, GPU
+    target), or None when they can (as far as the manifest tells)."""
     try:
         flv = load_flavor("auto")
     except TensorRTUnavailableError as e:

@@ -78,12 +78,14 @@ class Session:
         self.options = options if options is not None else SessionOptions()
         if not isinstance(self.options, SessionOptions):
             raise OptionsError(f"options must be a SessionOptions, got {type(self.options).__name__}")
+        self.folder_manifest: dict[str, Any] | None = None  # the build folder's manifest, when made from one
         if is_build_folder(model):
             if profiles is not None or plan is not None or engines is not None:
                 raise OptionsError(f"{os.fspath(model)}: a build folder brings its own profiles, plan and engines; "
                                    "give none of them")
             built = self._open_folder(model, self.options)
             model, plan, engines = built.plan, built.manifest["plan"], built.engines
+            self.folder_manifest = built.manifest
         base = model if isinstance(model, Plan) else self.make_plan(model, self.options)
         if base.model is None:
             raise OptionsError("this plan was read from JSON without its model; pass the model instead")
@@ -138,7 +140,9 @@ class Session:
         if sign_key is not None:
             opts = dataclasses.replace(opts, sign_key=sign_key)
         built = cls._open_folder(folder, opts, rebuild)
-        return cls(built.plan, None, opts, plan=built.manifest["plan"], engines=built.engines)
+        sess = cls(built.plan, None, opts, plan=built.manifest["plan"], engines=built.engines)
+        sess.folder_manifest = built.manifest
+        return sess
 
     @staticmethod
     def _open_folder(folder: str | os.PathLike[str], options: SessionOptions, rebuild: bool = False) -> BuiltFolder:
