@@ -112,6 +112,10 @@ def _check_out_dir(out_dir: str) -> None:
         raise ArtifactError(f"{out_dir}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise ArtifactError(f"{out_dir}: folder {parent} is not writable")
+    try:  # (os.access says yes to root, also on read-only file systems: try it, before building)
+        os.rmdir(tempfile.mkdtemp(prefix=".build-probe-", dir=parent))
+    except OSError as e:
+        raise ArtifactError(f"{out_dir}: cannot write in folder {parent} ({e.strerror or e})") from None
 
 
 def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[str, Any]) -> None:
