@@ -74,6 +74,6 @@ def _handle(args: argparse.Namespace) -> int:
         print(f"  segment {s['id']}: {s['backend']:<11} {s['model']}  {what}")
     for d in manifest["demoted"]:
         print(f"  demoted node {d['node']} '{d['name']}' ({d['op_type']}): {d['reason']}")
-    sealed = "signed (HMAC-SHA256)" if "signature" in manifest else "digest " + manifest["digest"][:19] + "..."
-    print(f"wrote {args.output}/manifest.json ({sealed})")
+    signed = ", signed with HMAC-SHA256" if "signature" in manifest else ""
+    print(f"wrote {args.output}/manifest.json (digest {manifest['digest'][:19]}...{signed})")
     return 0

@@ -154,7 +154,7 @@ def test_sign_key_on_the_command_line(folders, tmp_path, capsys, monkeypatch) ->
     monkeypatch.setenv(SIGN_KEY_ENV, KEY)
     out = str(tmp_path / "env_signed")
     assert main(["build", DEMO_PATH, "-o", out, "--shapes", "image:2x3x32x32"]) == 0  # signs with the env key
-    assert "(signed (HMAC-SHA256))" in capsys.readouterr().out
+    assert ", signed with HMAC-SHA256)\n" in capsys.readouterr().out
     monkeypatch.delenv(SIGN_KEY_ENV)
     Session.load(out, EMULATED, sign_key=KEY)
     assert main(["build", DEMO_PATH, "-o", str(tmp_path / "x"), "--sign-key", f"@{tmp_path / 'missing.key'}"]) == 1
