@@ -133,3 +133,25 @@ def test_session_max_memory(built) -> None:
     assert SessionOptions(max_memory="1.5G").max_memory == 3 << 29
     with pytest.raises(OptionsError, match="max_memory must be more than 0 bytes"):
         SessionOptions(max_memory=0)
+
+
+def test_an_inputs_file_claiming_a_huge_array_is_refused_before_numpy_allocates(built, tmp_path, capsys) -> None:
+    """An .npz member's header may claim any shape: its size is checked from the header first."""
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": (1 << 30, 3, 32, 32)})
+    crafted = tmp_path / "big.npz"
+    with zipfile.ZipFile(crafted, "w") as z:
+        z.writestr("image.npy", b"\x93NUMPY\x01\x00" + header.getvalue()[8:] + b"\x00" * 64)
+    assert main(["run", built, "--inputs", str(crafted), "--emulate"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"trt-backend: error: input 'image' in {crafted}: shape (1073741824, 3, 32, 32) of float32 "
+                          "needs 12.0 TiB, ") and "\n" not in err
+    np.savez(tmp_path / "ok.npz", image=np.zeros((2, 3, 32, 32), np.float32))
+    assert main(["run", built, "--inputs", str(tmp_path / "ok.npz"), "--emulate", "--max-memory", "16K"]) == 1
+    assert "input 'image' in" in capsys.readouterr().err
+    assert main(["run", built, "--inputs", str(tmp_path / "ok.npz"), "--emulate", "--max-memory", "32K"]) == 0
+    assert "probs: shape (2, 10) float32" in capsys.readouterr().out
