@@ -10,6 +10,7 @@ from partitioner import BoundaryCost, OptionsError, PartitionOptions
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from plugins import default_registry
 from trt_backend.ort.options import THREAD_POOLS, OrtOptions
+from trt_backend.ort.values import parse_size
 from trt_backend.profiles import Shape
 from trt_backend.session.options import SessionOptions
 
@@ -85,9 +86,33 @@ def partition_options(args: argparse.Namespace) -> PartitionOptions:
 
 
 def session_options(args: argparse.Namespace, **extra: Any) -> Any:
-    """SessionOptions from the shared planning flags (plus ``extra`` fields)."""
+    """SessionOptions from the shared planning flags (plus ``extra`` fields), with --max-memory
+    and --sign-key where the command has them."""
+    extra.setdefault("max_memory", max_memory(args))
+    if getattr(args, "sign_key", None) is not None:
+        extra.setdefault("sign_key", args.sign_key)
     return SessionOptions(partition=partition_options(args), flavor=args.flavor, isolate_parser=args.isolate,
                           **extra)
+
+
+def max_memory(args: argparse.Namespace) -> int | None:
+    """Bytes of ``--max-memory`` (None when not given); a malformed size is an OptionsError."""
+    return parse_size(getattr(args, "max_memory", None), "--max-memory")
+
+
+def add_memory_argument(p: argparse.ArgumentParser) -> None:
+    """``--max-memory SIZE``: the largest tensor the command may allocate (besides free memory)."""
+    p.add_argument("--max-memory", default=None, metavar="SIZE",
+                   help="refuse any input, calibration or output tensor larger than SIZE (e.g. 8G, 512M; "
+                        "tensors larger than the memory available are always refused)")
+
+
+def add_sign_key_argument(p: argparse.ArgumentParser, signs: bool = False) -> None:
+    """``--sign-key KEY|@FILE``: sign a build folder (build) or require its signature (the rest)."""
+    what = ("sign the folder's manifest (HMAC-SHA256) with this key" if signs else
+            "a build folder must be signed with this key (HMAC-SHA256)")
+    p.add_argument("--sign-key", default=None, metavar="KEY|@FILE",
+                   help=f"{what}; @FILE reads the key from a file (default: $TRT_BACKEND_SIGN_KEY when set)")
 
 
 _SPEC = re.compile(r"\s*(?P<name>[^,\[]+?):(?P<shape>\[[^\]]*\]|[0-9x]*)\s*(?:,|$)")
