@@ -255,13 +255,25 @@ def main(argv: list[str]) -> int:
     p.add_argument("--samples", type=int, default=500)
     p.add_argument("--out", default=None, metavar="FILE.md")
     p.add_argument("--json", default=None, metavar="FILE.json")
+    p.add_argument("--table-only", action="store_true", help="print the table of the rows kept in CACHE/precision/")
     args = p.parse_args(argv)
     rows: list[Row] = []
+    kept = os.path.join(args.cache, "precision")  # one JSON per model, written as each finishes
+    os.makedirs(kept, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="precision-study-") as tmp:
         for spec in MODELS:
             if args.only and not re.search(args.only, spec.name):
                 continue
-            rows += study(spec, args.cache, args.samples, tmp)
+            saved = os.path.join(kept, spec.name + ".json")
+            if args.table_only:
+                if os.path.exists(saved):
+                    with open(saved, encoding="utf-8") as f:
+                        rows += [Row(**r) for r in json.load(f)]
+                continue
+            found = study(spec, args.cache, args.samples, tmp)
+            with open(saved, "w", encoding="utf-8") as f:
+                json.dump([r.__dict__ for r in found], f, indent=1)
+            rows += found
     text = table(rows) + "\n\n" + "\n".join(targets(rows))
     print(text)
     if args.out:

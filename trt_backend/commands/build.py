@@ -8,15 +8,19 @@ from typing import Any
 
 from partitioner import OptionsError
 from trt_backend.commands._args import (
+    add_memory_argument,
     add_partition_arguments,
     add_precision_arguments,
     add_shape_arguments,
+    add_sign_key_argument,
     cli_profiles,
+    max_memory,
     session_options,
 )
 from trt_backend.commands._precision import add_auto_arguments, build_fields
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.report import BuildEvent
+from trt_backend.ort.values import memory_limit
 from trt_backend.session import build_folder
 
 
@@ -34,6 +38,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace-mb", type=int, default=None, metavar="MB", help="builder workspace limit")
     p.add_argument("--compute-capabilities", default=None, metavar="SM80,SM86",
                    help="TensorRT-RTX: GPUs to build for ahead of time (default: the builder's choice)")
+    add_memory_argument(p)
+    add_sign_key_argument(p, signs=True)
     add_partition_arguments(p)
     p.set_defaults(func=handle)
 
@@ -44,6 +50,11 @@ def _progress(e: BuildEvent) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    with memory_limit(max_memory(args)):  # every tensor this command allocates, held to --max-memory
+        return _handle(args)
+
+
+def _handle(args: argparse.Namespace) -> int:
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     so = session_options(args)
     kw: dict[str, Any] = build_fields(args, args.model, profiles or None, so)
@@ -54,7 +65,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.compute_capabilities:
         kw["compute_capabilities"] = tuple(c.strip() for c in args.compute_capabilities.split(",") if c.strip())
     manifest = build_folder.build(args.model, args.output, profiles or None, so, BuildOptions(**kw),
-                               args.cache_dir, flavor=args.flavor, progress=_progress)
+                                  args.cache_dir, flavor=args.flavor, progress=_progress, sign_key=args.sign_key)
     segs = manifest["segments"]
     engines = [s for s in segs if s["engine"]]
     print(f"model {args.model} | {manifest['tensorrt']} | target {manifest['gpu_target']} | {len(segs)} segment(s), "
@@ -66,5 +77,6 @@ def handle(args: argparse.Namespace) -> int:
         print(f"  segment {s['id']}: {s['backend']:<11}{precision} {s['model']}  {what}")
     for d in manifest["demoted"]:
         print(f"  demoted node {d['node']} '{d['name']}' ({d['op_type']}): {d['reason']}")
-    print(f"wrote {args.output}/manifest.json")
+    signed = ", signed with HMAC-SHA256" if "signature" in manifest else ""
+    print(f"wrote {args.output}/manifest.json (digest {manifest['digest'][:19]}...{signed})")
     return 0
