@@ -60,6 +60,7 @@ ORDER = ("int8", "bf16", "fp16")  # lowest first
 MAX_PINNED_SHARE = 0.5  # pins beyond this share of a segment's nodes: the segment moves up a precision
 IMPROVES = 0.8  # a round improves when the worst error drops below this share of the best so far...
 MAX_STALLS = 2  # ...and after this many rounds that did not, pinning gives way to the next precision
+PINNABLE = 16.0  # a precision whose worst error, unpinned, exceeds this many tolerances is not searched
 
 
 @dataclass(frozen=True)
@@ -313,7 +314,8 @@ class _Search:
                                        "in fp32 (nondeterministic ops?): no precision can meet it; loosen the "
                                        "tolerance or drop that output from the comparison")
         self.note(f"fp32: worst output error {max(worst.values(), default=0.0):.3g} x tolerance")
-        states = {i: _SegmentState(0, {}) for i in self.trt}
+        first = self.first_level() if self.trt else 0
+        states = {i: _SegmentState(first, {}) for i in self.trt}
         best = float("inf")
         passed = not self.trt
         for rnd in range(1, self.opts.max_rounds + 1):
@@ -356,8 +358,8 @@ class _Search:
                 self.note(f"round {rnd}: {config}: worst {top:.3g} x tolerance; segment {seg_id} {was} -> "
                           f"{self._name(states[i])}{why}")
                 best = float("inf")
-        if not passed:  # bounded: what still diverges goes to fp32, one segment at a time, until it passes
-            for _ in range(len(self.trt) + 1):
+        if not passed:  # bounded: what still diverges moves up a precision, pins cleared, until it passes
+            for _ in range(len(self.trt) * (len(self.allowed) + 1)):
                 self.install(states)
                 worst, first_bad = self.output_errors()
                 if first_bad < 0:
@@ -366,8 +368,10 @@ class _Search:
                 i = self.diverging_segment(first_bad)
                 if states[i].level >= len(self.allowed):
                     i = next((j for j in self.trt if states[j].level < len(self.allowed)), i)
-                states[i] = _SegmentState(len(self.allowed), {})
-                self.note(f"rounds spent: segment {self.sess.runners[i].segment.id} -> fp32")
+                was = self._name(states[i])
+                states[i] = _SegmentState(min(states[i].level + 1, len(self.allowed)), {})
+                self.note(f"rounds spent: worst {max(worst.values(), default=0.0):.3g} x tolerance; segment "
+                          f"{self.sess.runners[i].segment.id} {was} -> {self._name(states[i])}")
         self.install(states)
         worst, _ = self.output_errors()
         self.note(f"result: worst output error {max(worst.values(), default=0.0):.3g} x tolerance")
@@ -378,6 +382,20 @@ class _Search:
         segments = tuple(self._entry(i, states[i]) for i in self.trt)
         return PrecisionPlan(segments, self.opts.atol, self.opts.rtol, self.allowed, tuple(self.log),
                              time.perf_counter() - start, worst)
+
+    def first_level(self) -> int:
+        """The lowest precision worth pinning in: every segment in each allowed precision once,
+        unpinned; the lowest whose worst error is within PINNABLE x the tolerance (pins fix
+        errors that start at a few nodes, not a precision that is wrong everywhere)."""
+        for level in range(len(self.allowed)):
+            self.install({i: _SegmentState(level, {}) for i in self.trt})
+            top = max(self.output_errors()[0].values(), default=0.0)
+            if top <= PINNABLE:
+                self.note(f"start: every segment {self.allowed[level]}: worst {top:.3g} x tolerance")
+                return level
+            self.note(f"start: every segment {self.allowed[level]}: worst {top:.3g} x tolerance, beyond what pins fix "
+                      f"({PINNABLE:g} x): skipped")
+        return len(self.allowed) - 1
 
     def _name(self, state: _SegmentState) -> str:
         return self.allowed[state.level] if state.level < len(self.allowed) else "fp32"
