@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 ORDER = ("int8", "bf16", "fp16")  # lowest first
 MAX_PINNED_SHARE = 0.5  # pins beyond this share of a segment's nodes: the segment moves up a precision
-IMPROVES = 0.8  # a round improves when the worst error drops below this share of the best so far...
+IMPROVES = 0.95  # a round improves when the worst error drops below this share of the best so far...
 MAX_STALLS = 2  # ...and after this many rounds that did not, pinning gives way to the next precision
 PINNABLE = 16.0  # a precision whose worst error, unpinned, exceeds this many tolerances is not searched
 
@@ -259,15 +259,23 @@ class _Search:
         ratio = {n: self.ratio(ours[n], ref[n]) for n in names if n in ours and n in ref}
         found = []
         kept = set(self.sess.options.build.keep_fp32_ops)  # in fp32 already: pinning them changes nothing
+        maker = {o: n for n in proto.graph.node for o in n.output}
         for node in proto.graph.node:
-            if node.name in state.pinned or (precision == "int8" and node.op_type not in COMPUTE_OPS) or (
-                    precision != "int8" and node.op_type in kept):
+            if node.name in state.pinned or (precision == "int8" and node.op_type not in COMPUTE_OPS):
                 continue
             out = max((ratio.get(o, 0.0) for o in node.output), default=0.0)
             inp = max((ratio.get(n, 0.0) for n in node.input), default=0.0)
-            if out > 1:
-                tensor = max(node.output, key=lambda o: ratio.get(o, 0.0))
-                found.append((inp > 1, -(out - inp), node, tensor, out))
+            if out <= 1:
+                continue
+            tensor = max(node.output, key=lambda o: ratio.get(o, 0.0))
+            if precision != "int8" and node.op_type in kept:
+                # a kept op (LayerNorm) amplifying its inputs' rounding: what makes its inputs is to blame
+                for name in node.input:
+                    producer = maker.get(name)
+                    if producer is not None and producer.name not in state.pinned and producer.op_type not in kept:
+                        found.append((inp > 1, -(out - inp), producer, f"{tensor} (through {node.name})", out))
+                continue
+            found.append((inp > 1, -(out - inp), node, tensor, out))
         found.sort(key=lambda t: (t[0], t[1]))
         return [(not later, out, node, tensor) for later, _, node, tensor, out in found]
 
