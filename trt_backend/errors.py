@@ -43,6 +43,11 @@ class ArtifactError(TrtBackendError):
     """A build folder is missing, edited, corrupt or was built for another runtime or GPU."""
 
 
+class ExportError(TrtBackendError):
+    """A build cannot be exported as asked (e.g. a Triton model repository): names the segment or
+    tensor that prevents it and why."""
+
+
 class ReferenceRunError(TrtBackendError):
     """The reference (ONNX Runtime on the whole model) cannot load or run the model, so there is
     nothing to compare against."""
@@ -107,6 +112,7 @@ __all__ = [
     "ComparisonError",
     "CudaError",
     "EngineCacheError",
+    "ExportError",
     "FeedError",
     "HostCompilerError",
     "InvalidModelError",

@@ -1,0 +1,106 @@
+"""Whether Triton may batch a build: with ``max_batch_size > 0`` Triton adds the batch as the
+leading dim of every input and output of every composing model, so every tensor crossing a
+segment boundary (model inputs and outputs included) must have the batch as its leading, dynamic
+dim, and every engine's profiles must take batches 1..max_batch_size. Checked against the model's
+symbolic dims and the derived profiles; the first tensor that breaks it is named."""
+from __future__ import annotations
+
+import onnx
+
+from trt_backend.errors import ExportError
+from trt_backend.export.source import ExportSource
+from trt_backend.profiles import TensorProfile
+
+_DEFAULT = " (export without --max-batch-size: full shapes, no batching)"
+
+
+def _leading(vi: onnx.ValueInfoProto) -> onnx.TensorShapeProto.Dimension | None:
+    tt = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type") or not tt.HasField("shape") or not tt.shape.dim:
+        return None
+    return tt.shape.dim[0]
+
+
+def check_batching(source: ExportSource, max_batch: int) -> None:
+    """ExportError naming the first tensor that Triton could not batch up to ``max_batch``."""
+    what = f"--max-batch-size {max_batch}"
+    model = source.plan.model
+    if model is None:
+        raise ExportError(f"{what}: the build's plan has no model")
+    consumed = {n for seg in source.plan.segments for n in seg.inputs}
+    symbols: dict[str, str] = {}
+    for vi in model.proto.graph.input:
+        if vi.name not in consumed:
+            continue
+        dim = _leading(vi)
+        if dim is None:
+            raise ExportError(f"{what}: model input '{vi.name}' has no leading dim to batch{_DEFAULT}")
+        if not dim.dim_param:
+            fixed = f"is fixed at {dim.dim_value}" if dim.HasField("dim_value") else "has no name"
+            raise ExportError(f"{what}: model input '{vi.name}': its leading dim {fixed}, so it is not a batch "
+                              f"dim{_DEFAULT}")
+        symbols[vi.name] = dim.dim_param
+    if len(set(symbols.values())) > 1:
+        pairs = ", ".join(f"'{n}' {s}" for n, s in symbols.items())
+        raise ExportError(f"{what}: the model inputs lead with different dims ({pairs}); Triton batches them all "
+                          f"alike{_DEFAULT}")
+    symbol = next(iter(symbols.values()), None)
+    ranges = _batch_ranges(source, symbols, what, max_batch)
+    profiled: dict[str, list[TensorProfile]] = {}
+    for seg_id, profiles in source.segment_profiles.items():
+        for p in profiles:
+            for name, tp in p.items():
+                profiled.setdefault(name, []).append(tp)
+    for seg in source.plan.segments:
+        proto = source.segment_models[seg.id]
+        values = {vi.name: vi for vi in list(proto.graph.input) + list(proto.graph.output)}
+        for role, names in (("input", seg.inputs), ("output", seg.outputs)):
+            for name in names:
+                _check_tensor(values.get(name), name, f"{what}: segment {seg.id} {role} '{name}'", symbol,
+                              profiled.get(name, []), ranges)
+
+
+def _batch_ranges(source: ExportSource, symbols: dict[str, str], what: str, max_batch: int) -> list[tuple[int, int]]:
+    """Per input profile, the batch range (min, max) of the model inputs; each must take 1..max_batch."""
+    ranges: list[tuple[int, int]] = []
+    for k, profile in enumerate(source.input_profiles):
+        seen = {name: (profile[name].min[0], profile[name].max[0]) for name in symbols if name in profile
+                and profile[name].min}
+        if not seen:
+            continue
+        if len(set(seen.values())) > 1:
+            raise ExportError(f"{what}: profile {k} gives the inputs different batch ranges {seen}{_DEFAULT}")
+        (name, (lo, hi)), = list(seen.items())[:1]
+        if lo > 1 or hi < max_batch:
+            raise ExportError(f"{what}: profile {k} of model input '{name}' takes batches {lo}..{hi}, but Triton sends "
+                              f"any batch from 1 to {max_batch}; build with a profile covering 1..{max_batch} or lower "
+                              "--max-batch-size")
+        ranges.append((lo, hi))
+    return ranges
+
+
+def _check_tensor(vi: onnx.ValueInfoProto | None, name: str, what: str, symbol: str | None,
+                  profiles: list[TensorProfile], ranges: list[tuple[int, int]]) -> None:
+    dim = _leading(vi) if vi is not None else None
+    if dim is None:
+        raise ExportError(f"{what} has no leading dim (a scalar, or rank unknown), so it cannot carry the "
+                          f"batch{_DEFAULT}")
+    if dim.HasField("dim_value"):
+        raise ExportError(f"{what}: its leading dim is fixed at {dim.dim_value}, not the batch{_DEFAULT}")
+    if dim.dim_param and symbol is not None and dim.dim_param != symbol and not dim.dim_param.startswith("unk__"):
+        raise ExportError(f"{what}: its leading dim is '{dim.dim_param}', not the batch ('{symbol}'){_DEFAULT}")
+    for tp in profiles:
+        if 0 in tp.data_dependent:
+            raise ExportError(f"{what}: its leading dim depends on the data (derived profile min {tp.min} max "
+                              f"{tp.max}), not the batch{_DEFAULT}")
+    if profiles:
+        spans = sorted({(tp.min[0], tp.max[0]) for tp in profiles if tp.min})
+        if ranges and any(span not in ranges for span in spans):
+            raise ExportError(f"{what}: its leading dim spans {spans} in the derived profiles while the batch spans "
+                              f"{sorted(set(ranges))}, so it is not the batch{_DEFAULT}")
+        if ranges:
+            return
+    if symbol is None or dim.dim_param != symbol:
+        shown = f"'{dim.dim_param}'" if dim.dim_param else "unnamed"
+        raise ExportError(f"{what}: its leading dim ({shown}) is not known to be the batch ('{symbol}'), and no derived "
+                          f"profile shows it follows the batch{_DEFAULT}")
