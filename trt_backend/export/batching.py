@@ -2,14 +2,19 @@
 leading dim of every input and output of every composing model, so every tensor crossing a
 segment boundary (model inputs and outputs included) must have the batch as its leading, dynamic
 dim, and every engine's profiles must take batches 1..max_batch_size. Checked against the model's
-symbolic dims and the derived profiles; the first tensor that breaks it is named."""
+symbolic dims and the derived profiles, and where neither tells, by running the model at two batch
+sizes; the first tensor that breaks it is named."""
 from __future__ import annotations
 
+import numpy as np
 import onnx
 
-from trt_backend.errors import ExportError
+from trt_backend.errors import ExportError, FeedError, SegmentLoadError, SegmentRunError
 from trt_backend.export.source import ExportSource
+from trt_backend.ort.options import OrtOptions
+from trt_backend.ort.sessions import tapped_session
 from trt_backend.profiles import TensorProfile
+from trt_backend.session.feeds import node_arg, random_feeds
 
 _DEFAULT = " (export without --max-batch-size: full shapes, no batching)"
 
@@ -51,13 +56,54 @@ def check_batching(source: ExportSource, max_batch: int) -> None:
         for p in profiles:
             for name, tp in p.items():
                 profiled.setdefault(name, []).append(tp)
+    undecided: dict[str, tuple[str, str]] = {}  # tensor -> (what, its leading dim's name)
     for seg in source.plan.segments:
         proto = source.segment_models[seg.id]
         values = {vi.name: vi for vi in list(proto.graph.input) + list(proto.graph.output)}
         for role, names in (("input", seg.inputs), ("output", seg.outputs)):
             for name in names:
-                _check_tensor(values.get(name), name, f"{what}: segment {seg.id} {role} '{name}'", symbol,
-                              profiled.get(name, []), ranges)
+                label = f"{what}: segment {seg.id} {role} '{name}'"
+                shown = _check_tensor(values.get(name), label, symbol, profiled.get(name, []), ranges)
+                if shown is not None and name not in undecided:
+                    undecided[name] = (label, shown)
+    if undecided:
+        _check_by_running(source, undecided, symbols, max_batch)
+
+
+def _check_by_running(source: ExportSource, undecided: dict[str, tuple[str, str]], symbols: dict[str, str],
+                      max_batch: int) -> None:
+    """Tensors whose leading dim neither the model's dim names nor a derived profile tie to the
+    batch: run the whole model in ONNX Runtime at batch 1 and ``max_batch`` (other dims at the
+    first profile's opt) and require their leading dim to be the batch both times."""
+    model = source.plan.model
+    assert model is not None
+    graph = model.proto.graph
+    args = [node_arg(vi.name, vi.type) for vi in graph.input]
+    batches = sorted({1, max_batch, 2 if max_batch > 1 else 1})
+    first = source.input_profiles[0] if source.input_profiles else {}
+    seen: dict[str, list[int]] = {n: [] for n in undecided}
+    try:
+        run = tapped_session(model, list(undecided), OrtOptions(), "the batch check of --max-batch-size")
+        for b in batches:
+            shapes: dict[str, tuple[int, ...]] = {}
+            for arg in args:
+                base = list(first[arg.name].opt) if arg.name in first else \
+                    [d if isinstance(d, int) else 1 for d in (arg.shape or ())]
+                if arg.name in symbols and base:
+                    base[0] = b
+                shapes[arg.name] = tuple(base)
+            values = run(random_feeds(args, shapes, seed=b), list(undecided))
+            for n in undecided:
+                seen[n].append(int(np.shape(values[n])[0]) if np.ndim(values[n]) else -1)
+    except (SegmentRunError, SegmentLoadError, FeedError) as e:
+        label, shown = next(iter(undecided.values()))
+        raise ExportError(f"{label}: its leading dim ({shown}) is not known to be the batch, and running the model "
+                          f"to see failed: {e}{_DEFAULT}") from None
+    for n, (label, shown) in undecided.items():
+        if seen[n] != batches:
+            runs = ", ".join(f"{d} at batch {b}" for d, b in zip(seen[n], batches))
+            raise ExportError(f"{label}: its leading dim ({shown}) does not follow the batch: ONNX Runtime gave {runs}"
+                              f"{_DEFAULT}")
 
 
 def _batch_ranges(source: ExportSource, symbols: dict[str, str], what: str, max_batch: int) -> list[tuple[int, int]]:
@@ -79,8 +125,10 @@ def _batch_ranges(source: ExportSource, symbols: dict[str, str], what: str, max_
     return ranges
 
 
-def _check_tensor(vi: onnx.ValueInfoProto | None, name: str, what: str, symbol: str | None,
-                  profiles: list[TensorProfile], ranges: list[tuple[int, int]]) -> None:
+def _check_tensor(vi: onnx.ValueInfoProto | None, what: str, symbol: str | None, profiles: list[TensorProfile],
+                  ranges: list[tuple[int, int]]) -> str | None:
+    """ExportError if the tensor cannot carry the batch; None if it does; else (undecided: to be
+    checked by running) how its leading dim is named."""
     dim = _leading(vi) if vi is not None else None
     if dim is None:
         raise ExportError(f"{what} has no leading dim (a scalar, or rank unknown), so it cannot carry the "
@@ -99,8 +147,7 @@ def _check_tensor(vi: onnx.ValueInfoProto | None, name: str, what: str, symbol: 
             raise ExportError(f"{what}: its leading dim spans {spans} in the derived profiles while the batch spans "
                               f"{sorted(set(ranges))}, so it is not the batch{_DEFAULT}")
         if ranges:
-            return
+            return None
     if symbol is None or dim.dim_param != symbol:
-        shown = f"'{dim.dim_param}'" if dim.dim_param else "unnamed"
-        raise ExportError(f"{what}: its leading dim ({shown}) is not known to be the batch ('{symbol}'), and no derived "
-                          f"profile shows it follows the batch{_DEFAULT}")
+        return f"'{dim.dim_param}'" if dim.dim_param else "unnamed"
+    return None

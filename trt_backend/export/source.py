@@ -22,6 +22,7 @@ from trt_backend.session import build_folder
 from trt_backend.session.artifacts import is_build_folder, open_folder
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.saved import saved_segment_profiles
+from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -154,3 +155,17 @@ def from_model(model: str, profiles: Sequence[Mapping[str, Any]] | None, options
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return source
+
+
+def from_session(session: Session, *, name: str | None = None, engines: Mapping[int, Mapping[str, bytes]] | None = None,
+                 runtime: str | None = None, external_weights: bool = False) -> ExportSource:
+    """An export source from a Session's plan and derived profiles. Without ``engines`` (by segment
+    id, then GPU target) its TensorRT segments export as ONNX (Triton's TensorRT accelerator);
+    ``runtime`` names the TensorRT that built the engines given."""
+    plan = session.plan
+    return ExportSource(
+        name=name or _stem(session.model.source or "model"), plan=plan,
+        segment_models={seg.id: plan.extract(seg.id) for seg in plan.segments},
+        segment_profiles=dict(session.segment_profiles), input_profiles=list(session.input_profiles),
+        engines={k: dict(v) for k, v in (engines or {}).items()}, runtime=runtime,
+        precision=session.options.build.precision, external_weights=external_weights)

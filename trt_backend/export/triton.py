@@ -17,7 +17,7 @@ ONNXRUNTIME = "onnxruntime"
 KIND_GPU, KIND_CPU = "KIND_GPU", "KIND_CPU"
 
 # ONNX element type -> Triton data type (model_config.proto's DataType)
-DATA_TYPES = {
+DATA_TYPES: dict[int, str] = {
     onnx.TensorProto.BOOL: "TYPE_BOOL", onnx.TensorProto.UINT8: "TYPE_UINT8", onnx.TensorProto.UINT16: "TYPE_UINT16",
     onnx.TensorProto.UINT32: "TYPE_UINT32", onnx.TensorProto.UINT64: "TYPE_UINT64", onnx.TensorProto.INT8: "TYPE_INT8",
     onnx.TensorProto.INT16: "TYPE_INT16", onnx.TensorProto.INT32: "TYPE_INT32", onnx.TensorProto.INT64: "TYPE_INT64",
