@@ -41,6 +41,7 @@ SEGMENT_ONNX = "segment.onnx"  # beside a plan: the segment it was built from (c
 PLAN, ONNX = "plan", "onnx"
 TRT_FORMATS = (PLAN, ONNX)
 INSTANCE_KINDS = ("cpu", "gpu")
+AOT_PLUGINS = (10, 9)  # TensorRT whose Python plugins embed an ahead-of-time kernel in the engine
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,12 @@ def _form(source: ExportSource, seg: Segment, opts: TritonOptions) -> str:
         if not plan_possible:
             raise ExportError(f"segment {seg.id} holds plugin node '{node}' ({plugin}), which Triton runs only as a "
                               f"TensorRT plan, but {_no_plan_reason(source)}; build it with full TensorRT")
+        version = _version(source.runtime)
+        if version is not None and version < AOT_PLUGINS:
+            raise ExportError(f"segment {seg.id} holds plugin node '{node}' ({plugin}), built with {source.runtime}: "
+                              "before TensorRT 10.9 the plugin runs through Python, which Triton's TensorRT backend "
+                              "cannot call; build with TensorRT >= 10.9 (the plugin's ahead-of-time kernel is then "
+                              "inside the engine)")
         return PLAN
     if opts.trt_format == PLAN and not plan_possible:
         raise ExportError(f"--trt-format plan: segment {seg.id} cannot be a plan: {_no_plan_reason(source)}; "
@@ -212,6 +219,12 @@ def _form(source: ExportSource, seg: Segment, opts: TritonOptions) -> str:
     if opts.trt_format == ONNX:
         return ONNX
     return PLAN if plan_possible else ONNX
+
+
+def _version(runtime: str | None) -> tuple[int, ...] | None:
+    """``"tensorrt 10.13.0.35"`` -> (10, 13)."""
+    m = re.match(r"\S+ (\d+)\.(\d+)", runtime or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def _io(source: ExportSource, seg: Segment, batched: bool, shape_tensors: set[str]) -> tuple[list[TensorConfig],

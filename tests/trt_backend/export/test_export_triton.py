@@ -193,6 +193,9 @@ def test_plugin_segments_export_as_plans_only(tmp_path) -> None:
     with pytest.raises(ExportError, match=r"segment 0 holds plugin node 'resize0' \(resize\).*the build has no "
                                           "engines; build it with full TensorRT"):
         triton_repo(from_session(sess, name="plug"))
+    old = from_session(sess, name="plug", engines={0: {"8.0": b"stand-in engine"}}, runtime="tensorrt 10.8.0.43")
+    with pytest.raises(ExportError, match="before TensorRT 10.9 the plugin runs through Python"):
+        triton_repo(old)
     source = from_session(sess, name="plug", engines={0: {"8.0": b"stand-in engine"}}, runtime="tensorrt 10.13.0.35")
     with pytest.raises(ExportError, match="Triton runs it only as a TensorRT plan"):
         triton_repo(source, TritonOptions(trt_format="onnx"))
