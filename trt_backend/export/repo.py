@@ -32,7 +32,7 @@ from trt_backend.export.triton import (
     TensorConfig,
     tensor_config,
 )
-from trt_backend.profiles import Profile
+from trt_backend.profiles import Profile, TensorProfile
 from trt_backend.session.derive import shape_tensor_inputs
 
 VERSION = "1"
@@ -283,19 +283,24 @@ def _segment_model(source: ExportSource, seg: Segment, name: str, opts: TritonOp
 
 def _accelerator(source: ExportSource, seg: Segment) -> dict[str, str]:
     """Parameters of Triton's TensorRT execution accelerator (ONNX Runtime's TensorRT EP): the
-    segment's derived profiles, so the EP builds once for the whole range instead of per shape."""
+    segment's derived profiles, so the EP builds once for the whole range instead of per shape
+    (for a shape tensor the EP reads the profile as its values, as TensorRT takes them)."""
     params: dict[str, str] = {}
     profiles: list[Profile] = source.segment_profiles.get(seg.id, [])
     names = [n for n in seg.inputs if all(n in p for p in profiles)]
-    usable = profiles and all(":" not in n and "," not in n for n in names) and \
-        all(len(p[n].min) > 0 for p in profiles for n in names)
+    points = [[(n, _profile_point(p[n])) for n in names] for p in profiles]
+    usable = bool(profiles) and all(":" not in n and "," not in n for n in names) and \
+        all(pt and all(len(d) > 0 and min(d) >= 0 for d in pt) for prof in points for _, pt in prof)
     if usable:
         for key, pick in (("trt_profile_min_shapes", 0), ("trt_profile_opt_shapes", 1), ("trt_profile_max_shapes", 2)):
-            params[key] = ",".join(f"{n}:{'x'.join(str(d) for d in (p[n].min, p[n].opt, p[n].max)[pick])}"
-                                   for p in profiles for n in names)
+            params[key] = ",".join(f"{n}:{'x'.join(str(d) for d in pt[pick])}" for prof in points for n, pt in prof)
     if source.precision == "fp16":
         params["precision_mode"] = "FP16"
     return params
+
+
+def _profile_point(tp: TensorProfile) -> tuple[tuple[int, ...], ...]:
+    return tp.values if tp.values is not None else (tp.min, tp.opt, tp.max)
 
 
 def _onnx_file(where: str, filename: str, proto: onnx.ModelProto, external: bool, *, as_folder: bool,

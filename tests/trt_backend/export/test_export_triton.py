@@ -5,6 +5,7 @@ whole-model ONNX Runtime at 1e-5."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import onnx
@@ -288,6 +289,17 @@ def test_transformer_with_dynamic_sequence_length(tmp_path) -> None:
     models, ens = check_repo(repo)
     assert ens.name == "transformer"
     assert list(ens.config.input[0].dims) == [-1, -1, 32]
+    shape_tensors = {n for seg in source.plan.segments if seg.backend == "tensorrt"
+                     for p in source.segment_profiles[seg.id] for n, tp in p.items() if tp.values is not None}
+    assert shape_tensors  # the head split/merge shapes cross into TensorRT segments as shape tensors
+    params = {}
+    for rm in models.values():
+        for acc in rm.config.optimization.execution_accelerators.gpu_execution_accelerator:
+            params.update({k: acc.parameters[k] for k in ("trt_profile_min_shapes", "trt_profile_max_shapes")
+                           if k in acc.parameters and any(n + ":" in acc.parameters[k] for n in shape_tensors)})
+    # a shape tensor's profile is its values (B in 1..2, S in 1..16), as ONNX Runtime's TensorRT EP reads it
+    assert re.search(r"(split|merge)_shape:1x1(x|,|$)", params["trt_profile_min_shapes"])
+    assert re.search(r"(split|merge)_shape:2x16(x|,|$)", params["trt_profile_max_shapes"])
     rng = np.random.default_rng(7)
     _check_against_ort(repo, m, [{"x": rng.standard_normal((b, s, 32)).astype(np.float32)}
                                  for b, s in ((1, 1), (2, 7), (1, 16), (2, 16))])
