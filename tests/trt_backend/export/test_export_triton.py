@@ -15,8 +15,13 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from tests.trt_backend.export.triton_checker import check_repo, load_repo, run_ensemble
-from tests.trt_backend.session.test_graphs import assert_same, conv_chain, detection_model, ort_reference, \
-    transformer_model
+from tests.trt_backend.session.test_graphs import (
+    assert_same,
+    conv_chain,
+    detection_model,
+    ort_reference,
+    transformer_model,
+)
 from trt_backend.cli import main
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import ExportError, OptionsError
