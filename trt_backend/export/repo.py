@@ -176,6 +176,9 @@ def triton_repo(source: ExportSource, options: TritonOptions | None = None) -> T
         why = ("asked for with --trt-format onnx" if opts.trt_format == ONNX else _no_plan_reason(source))
         notes.append(f"TensorRT segment(s) {', '.join(map(str, onnx_trt))} exported as ONNX Runtime models with Triton's "
                      f"TensorRT execution accelerator: {why}")
+    if onnx_trt and source.precision in ("bf16", "tf32"):
+        notes.append(f"the build's precision {source.precision} has no counterpart in the TensorRT accelerator's "
+                     "precision_mode (FP32, FP16, INT8): those segments run in FP32 there")
     plans = [m.segment for m in models if m.form == PLAN]
     if plans:
         notes.append(f"TensorRT segment(s) {', '.join(map(str, plans))} exported as TensorRT plans (built with "

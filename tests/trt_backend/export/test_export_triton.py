@@ -390,3 +390,15 @@ def test_the_checker_refuses_missing_files_and_weights(demo_build, tmp_path) -> 
     os.remove(os.path.join(repo, "demo_2_trt", "1", "model.onnx", "model.onnx"))
     with pytest.raises(RepoInvalid, match="demo_2_trt.*model.onnx is missing"):
         check_repo(repo)
+
+
+def test_a_failed_write_leaves_the_old_repo_and_no_temp_folder(demo_build, tmp_path, capsys) -> None:
+    repo = tmp_path / "repo"
+    assert main(["export-triton", demo_build, "-o", str(repo)]) == 0
+    before = sorted(os.listdir(repo))
+    long_name = "m" * 300  # a valid model name, but no file system takes a folder name this long
+    assert main(["export-triton", demo_build, "-o", str(repo), "--force", "--name", long_name]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"trt-backend: error: cannot write {repo}: File name too long") and err.count("\n") == 1
+    assert sorted(os.listdir(repo)) == before
+    assert sorted(os.listdir(tmp_path)) == ["repo"]
