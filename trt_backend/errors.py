@@ -43,6 +43,10 @@ class ArtifactError(TrtBackendError):
     """A build folder is missing, edited, corrupt or was built for another runtime or GPU."""
 
 
+class SignatureError(ArtifactError):
+    """A build folder is unsigned, or signed with another key, where a signing key is required."""
+
+
 class ExportError(TrtBackendError):
     """A build cannot be exported as asked (e.g. a Triton model repository): names the segment or
     tensor that prevents it and why."""
@@ -131,6 +135,7 @@ __all__ = [
     "SegmentBuildError",
     "SegmentLoadError",
     "SegmentRunError",
+    "SignatureError",
     "SpecError",
     "TensorRTUnavailableError",
     "TrtBackendError",
