@@ -11,6 +11,7 @@ from partitioner import OptionsError
 from trt_backend.commands._args import (
     add_partition_arguments,
     add_shape_arguments,
+    add_sign_key_argument,
     cli_profiles,
     positive_int,
     session_options,
@@ -50,6 +51,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trt-format", choices=TRT_FORMATS, default=None,
                    help="TensorRT segments as plans or as ONNX with Triton's TensorRT accelerator (default: plans "
                         "when Triton's TensorRT backend can load the engines, else ONNX)")
+    add_sign_key_argument(p)
     g = p.add_argument_group("building a model first (SOURCE is a model file)")
     add_shape_arguments(g, "build for")  # type: ignore[arg-type]
     g.add_argument("--precision", choices=("fp32", "tf32", "fp16", "bf16"), default="fp32",
@@ -66,14 +68,14 @@ def _source(args: argparse.Namespace) -> ExportSource:
     if models and len(sources) > 1:
         raise OptionsError(f"give one model file, or build folders only (got {', '.join(sources)})")
     if not models:
-        return from_build_folders(sources, name=args.name)
+        return from_build_folders(sources, name=args.name, sign_key=args.sign_key)
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     kw: dict[str, Any] = {"precision": args.precision}
     if args.compute_capabilities:
         kw["compute_capabilities"] = tuple(c.strip() for c in args.compute_capabilities.split(",") if c.strip())
     scratch = os.path.dirname(os.path.abspath(args.output))
     return from_model(models[0], profiles or None, session_options(args), BuildOptions(**kw), flavor=args.flavor,
-                      scratch_dir=scratch if os.path.isdir(scratch) else None, name=args.name)
+                      scratch_dir=scratch if os.path.isdir(scratch) else None, name=args.name, sign_key=args.sign_key)
 
 
 def _summary(repo: TritonRepo, out: str, wrote: bool) -> list[str]:

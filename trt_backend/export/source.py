@@ -22,6 +22,7 @@ from trt_backend.session import build_folder
 from trt_backend.session.artifacts import is_build_folder, open_folder
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.saved import saved_segment_profiles
+from trt_backend.session.seal import sign_key as read_sign_key
 from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)
@@ -83,10 +84,12 @@ def _file_has_external_data(path: str) -> bool:
         return False
 
 
-def from_build_folders(folders: Sequence[str], *, name: str | None = None,
-                       external_weights: bool | None = None) -> ExportSource:
+def from_build_folders(folders: Sequence[str], *, name: str | None = None, external_weights: bool | None = None,
+                       sign_key: str | bytes | None = None) -> ExportSource:
     """An export source from build folders of one model, one per GPU target (their plans must be
-    the same). ``external_weights`` None: as the folders keep them."""
+    the same). ``external_weights`` None: as the folders keep them. ``sign_key`` (the key,
+    ``@FILE``, or else ``TRT_BACKEND_SIGN_KEY``): each folder must be signed with it."""
+    seal_key = read_sign_key(sign_key)
     if not folders:
         raise ExportError("no build folder given")
     first: ExportSource | None = None
@@ -94,7 +97,7 @@ def from_build_folders(folders: Sequence[str], *, name: str | None = None,
     for folder in folders:
         if not is_build_folder(folder):
             raise ExportError(f"{folder}: not a folder; give trt-backend build folders, or one model file")
-        built = open_folder(folder, executes=False)
+        built = open_folder(folder, executes=False, sign_key=seal_key)
         manifest = built.manifest
         key = target_key(manifest.get("gpu_target"))
         if key in targets:
@@ -139,17 +142,18 @@ def _check_same_plan(first: ExportSource, plan: Plan, manifest: Mapping[str, Any
 
 def from_model(model: str, profiles: Sequence[Mapping[str, Any]] | None, options: SessionOptions | None,
                build_options: BuildOptions | None, *, flavor: str = "auto", scratch_dir: str | None = None,
-               name: str | None = None, external_weights: bool | None = None) -> ExportSource:
+               name: str | None = None, external_weights: bool | None = None,
+               sign_key: str | bytes | None = None) -> ExportSource:
     """Build ``model`` into a scratch folder (removed afterwards) and read it as an export source.
     ``external_weights`` None: as the model file keeps its weights."""
     if is_build_folder(model):
-        return from_build_folders([model], name=name, external_weights=external_weights)
+        return from_build_folders([model], name=name, external_weights=external_weights, sign_key=sign_key)
     external = _file_has_external_data(model) if external_weights is None else external_weights
     scratch = tempfile.mkdtemp(prefix=".export-build-", dir=scratch_dir)
     try:
         out = os.path.join(scratch, "build")
-        build_folder.build(model, out, profiles, options, build_options, flavor=flavor)
-        source = from_build_folders([out], name=name or _stem(model), external_weights=external)
+        build_folder.build(model, out, profiles, options, build_options, flavor=flavor, sign_key=sign_key)
+        source = from_build_folders([out], name=name or _stem(model), external_weights=external, sign_key=sign_key)
     except ArtifactError as e:
         raise ExportError(f"{model}: building it for export failed: {e}") from None
     finally:

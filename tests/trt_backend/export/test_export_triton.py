@@ -402,3 +402,15 @@ def test_a_failed_write_leaves_the_old_repo_and_no_temp_folder(demo_build, tmp_p
     assert err.startswith(f"trt-backend: error: cannot write {repo}: File name too long") and err.count("\n") == 1
     assert sorted(os.listdir(repo)) == before
     assert sorted(os.listdir(tmp_path)) == ["repo"]
+
+
+def test_signed_builds_export_only_with_their_key(tmp_path, capsys) -> None:
+    from trt_backend.session import build_folder
+
+    signed = str(tmp_path / "signed")
+    build_folder.build(DEMO_PATH, signed, DEMO_PROFILE, sign_key="key-one")
+    assert main(["export-triton", signed, "-o", str(tmp_path / "a"), "--sign-key", "key-one"]) == 0
+    capsys.readouterr()
+    assert main(["export-triton", signed, "-o", str(tmp_path / "b"), "--sign-key", "key-two"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sign" in err and not (tmp_path / "b").exists()
