@@ -18,8 +18,9 @@ from tests.trt_backend.export.test_export_triton import nonzero_detection_model 
 from tests.trt_backend.session.test_graphs import conv_chain, transformer_model  # noqa: E402
 from trt_backend.cli import main as cli  # noqa: E402
 from trt_backend.data.demo import DEMO_PATH  # noqa: E402
-from trt_backend.export.repo import TritonOptions, triton_repo, write_repo  # noqa: E402
+from trt_backend.export.repo import TritonOptions, triton_repo
 from trt_backend.export.source import from_build_folders  # noqa: E402
+from trt_backend.export.write import write_repo  # noqa: E402
 
 
 def main() -> int:

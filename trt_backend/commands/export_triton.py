@@ -22,11 +22,10 @@ from trt_backend.export.repo import (
     TRT_FORMATS,
     TritonOptions,
     TritonRepo,
-    check_out_dir,
     triton_repo,
-    write_repo,
 )
 from trt_backend.export.source import ExportSource, from_build_folders, from_model
+from trt_backend.export.write import check_out_dir, write_repo
 
 
 def register(p: argparse.ArgumentParser) -> None:

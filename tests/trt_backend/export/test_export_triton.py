@@ -25,8 +25,9 @@ from tests.trt_backend.session.test_graphs import (
 from trt_backend.cli import main
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import ExportError, OptionsError
-from trt_backend.export.repo import TritonOptions, triton_repo, write_repo
+from trt_backend.export.repo import TritonOptions, triton_repo
 from trt_backend.export.source import from_build_folders, from_model
+from trt_backend.export.write import write_repo
 from trt_backend.session.options import SessionOptions
 
 pytestmark = pytest.mark.usefixtures("flavor")
