@@ -6,15 +6,12 @@ symbolic dims and the derived profiles, and where neither tells, by running the 
 sizes; the first tensor that breaks it is named."""
 from __future__ import annotations
 
-import numpy as np
 import onnx
 
 from trt_backend.errors import ExportError, FeedError, SegmentLoadError, SegmentRunError
+from trt_backend.export.observe import observed_shapes
 from trt_backend.export.source import ExportSource
-from trt_backend.ort.options import OrtOptions
-from trt_backend.ort.sessions import tapped_session
 from trt_backend.profiles import TensorProfile
-from trt_backend.session.feeds import node_arg, random_feeds
 
 _DEFAULT = " (export without --max-batch-size: full shapes, no batching)"
 
@@ -73,36 +70,20 @@ def check_batching(source: ExportSource, max_batch: int) -> None:
 def _check_by_running(source: ExportSource, undecided: dict[str, tuple[str, str]], symbols: dict[str, str],
                       max_batch: int) -> None:
     """Tensors whose leading dim neither the model's dim names nor a derived profile tie to the
-    batch: run the whole model in ONNX Runtime at batch 1 and ``max_batch`` (other dims at the
-    first profile's opt) and require their leading dim to be the batch both times."""
-    model = source.plan.model
-    assert model is not None
-    graph = model.proto.graph
-    args = [node_arg(vi.name, vi.type) for vi in graph.input]
+    batch: run the whole model in ONNX Runtime at batch 1, 2 and ``max_batch`` (other dims at the
+    first profile's opt) and require their leading dim to be the batch every time."""
     batches = sorted({1, max_batch, 2 if max_batch > 1 else 1})
-    first = source.input_profiles[0] if source.input_profiles else {}
-    seen: dict[str, list[int]] = {n: [] for n in undecided}
     try:
-        run = tapped_session(model, list(undecided), OrtOptions(), "the batch check of --max-batch-size")
-        for b in batches:
-            shapes: dict[str, tuple[int, ...]] = {}
-            for arg in args:
-                base = list(first[arg.name].opt) if arg.name in first else \
-                    [d if isinstance(d, int) else 1 for d in (arg.shape or ())]
-                if arg.name in symbols and base:
-                    base[0] = b
-                shapes[arg.name] = tuple(base)
-            values = run(random_feeds(args, shapes, seed=b), list(undecided))
-            for n in undecided:
-                seen[n].append(int(np.shape(values[n])[0]) if np.ndim(values[n]) else -1)
+        runs = observed_shapes(source, list(undecided), batches, list(symbols), "the batch check of --max-batch-size")
     except (SegmentRunError, SegmentLoadError, FeedError) as e:
         label, shown = next(iter(undecided.values()))
         raise ExportError(f"{label}: its leading dim ({shown}) is not known to be the batch, and running the model "
                           f"to see failed: {e}{_DEFAULT}") from None
     for n, (label, shown) in undecided.items():
-        if seen[n] != batches:
-            runs = ", ".join(f"{d} at batch {b}" for d, b in zip(seen[n], batches))
-            raise ExportError(f"{label}: its leading dim ({shown}) does not follow the batch: ONNX Runtime gave {runs}"
+        seen = [shapes[n][0] if shapes[n] else -1 for shapes in runs]
+        if seen != batches:
+            got = ", ".join(f"{d} at batch {b}" for d, b in zip(seen, batches))
+            raise ExportError(f"{label}: its leading dim ({shown}) does not follow the batch: ONNX Runtime gave {got}"
                               f"{_DEFAULT}")
 
 

@@ -18,6 +18,8 @@ from partitioner import Segment
 from partitioner.errors import OptionsError
 from trt_backend.errors import ExportError
 from trt_backend.export.batching import check_batching
+from trt_backend.export.observe import learn_ranks
+from trt_backend.export.scalars import scalar_io, wrap_scalars
 from trt_backend.export.source import DEFAULT_TARGET, ExportSource
 from trt_backend.export.triton import (
     ENSEMBLE,
@@ -100,6 +102,8 @@ class ComposingModel:
     form: str
     config: ModelConfig
     files: list[RepoFile]
+    tensors: dict[str, str] = field(default_factory=dict)  # model input/output name -> ensemble tensor
+    note: str = ""
 
 
 @dataclass
@@ -164,12 +168,16 @@ def triton_repo(source: ExportSource, options: TritonOptions | None = None) -> T
     opts = options or TritonOptions()
     name = opts.name or model_name(source.name)
     batch = opts.max_batch_size
+    notes: list[str] = []
+    learned = learn_ranks(source)
+    if learned:
+        notes.append(f"the rank of {', '.join(learned)} (unknown from the model's types) was learned by running the model")
     if batch:
         check_batching(source, batch)
-    notes: list[str] = []
     models = [_segment_model(source, seg, f"{name}_{seg.id}_{'trt' if seg.backend == 'tensorrt' else 'ort'}",
                              opts, first=k == 0) for k, seg in enumerate(source.plan.segments)]
-    onnx_trt = [m.segment for m in models if m.segment_backend == "tensorrt" and m.form == ONNX]
+    notes += [m.note for m in models if m.note]
+    onnx_trt = [m.segment for m in models if m.segment_backend == "tensorrt" and m.form == ONNX and not m.note]
     if onnx_trt:
         why = ("asked for with --trt-format onnx" if opts.trt_format == ONNX else _no_plan_reason(source))
         notes.append(f"TensorRT segment(s) {', '.join(map(str, onnx_trt))} exported as ONNX Runtime models with Triton's "
@@ -228,32 +236,46 @@ def _version(runtime: str | None) -> tuple[int, ...] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def _io(source: ExportSource, seg: Segment, batched: bool, shape_tensors: set[str]) -> tuple[list[TensorConfig],
-                                                                                             list[TensorConfig]]:
-    proto = source.segment_models[seg.id]
+def _io(proto: onnx.ModelProto, seg: Segment, names: dict[str, str], batched: bool,
+        shape_tensors: set[str]) -> tuple[list[TensorConfig], list[TensorConfig]]:
+    """The model's inputs and outputs (``names``: segment tensor -> model-side name)."""
     ins = {vi.name: vi for vi in proto.graph.input}
     outs = {vi.name: vi for vi in proto.graph.output}
-    missing = [n for n in seg.inputs if n not in ins] + [n for n in seg.outputs if n not in outs]
+    missing = [n for n in seg.inputs if names[n] not in ins] + [n for n in seg.outputs if names[n] not in outs]
     if missing:
         raise ExportError(f"segment {seg.id}'s model lacks tensor(s) {', '.join(missing)} of the plan; rebuild the folder")
-    inputs = [tensor_config(ins[n], batched=batched, what=f"segment {seg.id} input", is_shape_tensor=n in shape_tensors)
-              for n in seg.inputs]
-    outputs = [tensor_config(outs[n], batched=batched, what=f"segment {seg.id} output") for n in seg.outputs]
+    inputs = [tensor_config(ins[names[n]], batched=batched, what=f"segment {seg.id} input",
+                            is_shape_tensor=n in shape_tensors) for n in seg.inputs]
+    outputs = [tensor_config(outs[names[n]], batched=batched, what=f"segment {seg.id} output") for n in seg.outputs]
     return inputs, outputs
 
 
 def _segment_model(source: ExportSource, seg: Segment, name: str, opts: TritonOptions, *, first: bool) -> ComposingModel:
     form = _form(source, seg, opts)
     batch = opts.max_batch_size
+    proto = source.segment_models[seg.id]
+    names = {n: n for n in list(seg.inputs) + list(seg.outputs)}
+    note = ""
+    scalar_in, scalar_out = scalar_io(proto, seg.inputs, seg.outputs) if not batch else ([], [])
+    if scalar_in or scalar_out:
+        scalars = ", ".join(f"'{n}'" for n in scalar_in + scalar_out)
+        if form == PLAN:
+            if opts.trt_format == PLAN or source.plugin_nodes(seg.id):
+                raise ExportError(f"segment {seg.id} cannot be a plan: its engine reads or writes scalar(s) {scalars}, "
+                                  "which Triton's configuration cannot declare in a model without batching")
+            form = ONNX
+            note = (f"segment {seg.id} exported as ONNX, not as a plan: its engine reads or writes scalar(s) "
+                    f"{scalars}, which Triton's configuration cannot declare")
+        proto, renamed = wrap_scalars(proto, scalar_in, scalar_out)
+        names.update(renamed)
     shape_tensors: set[str] = set()
     if form == PLAN and source.plan.model is not None:
         shape_tensors = shape_tensor_inputs(source.plan.model, seg)
-    inputs, outputs = _io(source, seg, batch > 0, shape_tensors)
+    inputs, outputs = _io(proto, seg, names, batch > 0, shape_tensors)
     if not inputs:
         raise ExportError(f"segment {seg.id} reads no tensor; a Triton ensemble step needs at least one input")
     config = ModelConfig(name=name, max_batch_size=batch, inputs=inputs, outputs=outputs,
                          dynamic_batching=first and batch > 0)
-    proto = source.segment_models[seg.id]
     files: list[RepoFile] = []
     if form == PLAN:
         config.platform = TENSORRT_PLAN
@@ -279,7 +301,8 @@ def _segment_model(source: ExportSource, seg: Segment, name: str, opts: TritonOp
             config.instance_kind = KIND_GPU if opts.ort_kind == "gpu" else KIND_CPU
             config.instance_count = opts.ort_instances
         files.append(_onnx_file(f"{name}/{VERSION}", "model.onnx", proto, source.external_weights, as_folder=True))
-    return ComposingModel(seg.id, seg.backend, form, config, files)
+    tensors = {names[n]: n for n in list(seg.inputs) + list(seg.outputs)}
+    return ComposingModel(seg.id, seg.backend, form, config, files, tensors, note)
 
 
 def _accelerator(source: ExportSource, seg: Segment) -> dict[str, str]:
@@ -337,9 +360,11 @@ def _ensemble(source: ExportSource, name: str, models: list[ComposingModel], bat
     producers: dict[str, TensorConfig] = {}
     for m in models:
         for t in m.config.inputs:
-            consumers.setdefault(t.name, t)
+            tensor = m.tensors[t.name]
+            consumers.setdefault(tensor, TensorConfig(tensor, t.data_type, t.dims))
         for t in m.config.outputs:
-            producers[t.name] = t
+            tensor = m.tensors[t.name]
+            producers[tensor] = TensorConfig(tensor, t.data_type, t.dims)
     inputs, unused = [], []
     for vi in graph.input:
         if vi.name in consumers:
@@ -357,6 +382,11 @@ def _ensemble(source: ExportSource, name: str, models: list[ComposingModel], bat
                               "passed through); a Triton ensemble can only return what a step produces")
         t = producers[vi.name]
         outputs.append(TensorConfig(t.name, t.data_type, t.dims))
-    steps = [EnsembleStep(m.config.name, {t.name: t.name for t in m.config.inputs},
-                          {t.name: t.name for t in m.config.outputs}) for m in models]
+    steps = [EnsembleStep(m.config.name, {t.name: m.tensors[t.name] for t in m.config.inputs},
+                          {t.name: m.tensors[t.name] for t in m.config.outputs}) for m in models]
+    io = {vi.name for vi in list(graph.input) + list(graph.output)}
+    wrapped = sorted({t for m in models for k, t in m.tensors.items() if k != t and t in io})
+    if wrapped:
+        notes.append(f"model input/output scalar(s) {', '.join(wrapped)} travel as shape [1] (Triton's configuration "
+                     "cannot declare a scalar without batching): send and read them as [1]")
     return ModelConfig(name=name, platform=ENSEMBLE, max_batch_size=batch, inputs=inputs, outputs=outputs, steps=steps)

@@ -269,12 +269,34 @@ def test_data_dependent_leading_dims_refuse_batching(tmp_path) -> None:
         triton_repo(source, TritonOptions(max_batch_size=2))
 
 
-def test_scalar_boundary_tensors_are_named(tmp_path) -> None:
-    source = from_model(_saved(detection_model(), tmp_path), [{"feats": ((1, 4, 8), (2, 16, 8), (2, 32, 8))}],
+def test_scalars_cross_boundaries_as_shape_1(tmp_path) -> None:
+    """A NonMaxSuppression/Loop detection graph: the kept-box count (a Gather of a Shape) enters
+    the Loop's segment as a scalar and the Loop's area sum leaves the model as one; Triton cannot
+    declare scalars without batching, so they travel as [1] (reshaped inside the models)."""
+    m = detection_model()
+    source = from_model(_saved(m, tmp_path), [{"feats": ((1, 4, 8), (2, 16, 8), (2, 32, 8))}],
                         SessionOptions(exclude_ops=("NonMaxSuppression", "Loop"), min_segment_size=1), None)
-    with pytest.raises(ExportError, match=r"segment \d+ (input|output) '(count|area_sum)' is a scalar; Triton's "
-                                          "configuration cannot declare one in a model without batching"):
-        triton_repo(source)
+    exported = triton_repo(source)
+    assert any("area_sum travel as shape [1]" in n for n in exported.notes)
+    repo = str(tmp_path / "repo")
+    write_repo(exported, repo)
+    models, ens = check_repo(repo)
+    area = next(io for io in ens.config.output if io.name == "area_sum")
+    assert list(area.dims) == [1]
+    maps = [(k, v) for s in ens.config.ensemble_scheduling.step for k, v in list(s.input_map.items())
+            + list(s.output_map.items()) if k != v]
+    assert ("count__1d", "count") in maps and ("area_sum__1d", "area_sum") in maps
+    rng = np.random.default_rng(5)
+    for shape in ((1, 4, 8), (2, 16, 8), (2, 32, 8)):
+        feeds = {"feats": rng.standard_normal(shape).astype(np.float32)}
+        got = run_ensemble(repo, feeds)
+        want = ort_reference(m, feeds)
+        names = [o.name for o in m.graph.output]
+        assert got["area_sum"].shape == (1,) and want[names.index("area_sum")].shape == ()
+        got["area_sum"] = got["area_sum"].reshape(())
+        assert_same([got[n] for n in names], want, atol=1e-5)
+    with pytest.raises(ExportError, match=r"--max-batch-size 2: .*(is fixed|no leading dim|depends on the data)"):
+        triton_repo(source, TritonOptions(max_batch_size=2))
 
 
 def _saved(m: onnx.ModelProto, folder, name: str = "m.onnx", external: bool = False) -> str:
