@@ -1,6 +1,6 @@
 """Write the export-triton test cases into a folder, for ``triton_serve_check.py`` to load in a
 real tritonserver: the demo (with and without batching), a dynamic-length transformer block, a
-NonZero detection graph, a conv chain with external weights, and the demo as full-TensorRT plans
+NonZero detection graph, an NMS + Loop detection graph (scalars across boundaries), a conv chain with external weights, and the demo as full-TensorRT plans
 (stand-in engine bytes: full TensorRT does not install here). Prints the check commands.
 
     python benchmarks/triton_cases.py /tmp/triton_cases     # project venv, repository root
@@ -15,10 +15,14 @@ import onnx
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.trt_backend.export.test_export_triton import nonzero_detection_model  # noqa: E402
-from tests.trt_backend.session.test_graphs import conv_chain, transformer_model  # noqa: E402
+from tests.trt_backend.session.test_graphs import (  # noqa: E402
+    conv_chain,
+    detection_model,
+    transformer_model,
+)
 from trt_backend.cli import main as cli  # noqa: E402
 from trt_backend.data.demo import DEMO_PATH  # noqa: E402
-from trt_backend.export.repo import TritonOptions, triton_repo
+from trt_backend.export.repo import TritonOptions, triton_repo  # noqa: E402
 from trt_backend.export.source import from_build_folders  # noqa: E402
 from trt_backend.export.write import write_repo  # noqa: E402
 
@@ -29,6 +33,7 @@ def main() -> int:
     p = lambda name: os.path.join(out, name)  # noqa: E731
     onnx.save(transformer_model(), p("transformer.onnx"))
     onnx.save(nonzero_detection_model(), p("det.onnx"))
+    onnx.save(detection_model(), p("nms.onnx"))
     onnx.save_model(conv_chain(blocks=2), p("convs.onnx"), save_as_external_data=True, location="convs.onnx.weights",
                     size_threshold=0)
     demo = ["--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:4x3x32x32", "--max-shapes", "image:8x3x32x32"]
@@ -43,6 +48,9 @@ def main() -> int:
         (["export-triton", p("det.onnx"), "-o", p("det_repo"), "--exclude-ops", "NonZero", "--min-segment-size", "1",
           "--min-shapes", "feats:1x4x8", "--opt-shapes", "feats:2x16x8", "--max-shapes", "feats:2x32x8"],
          p("det.onnx"), "feats:2x16x8"),
+        (["export-triton", p("nms.onnx"), "-o", p("nms_repo"), "--exclude-ops", "NonMaxSuppression,Loop",
+          "--min-segment-size", "1", "--min-shapes", "feats:1x4x8", "--opt-shapes", "feats:2x16x8", "--max-shapes",
+          "feats:2x32x8"], p("nms.onnx"), "feats:2x16x8"),
         (["export-triton", p("convs.onnx"), "-o", p("convs_repo"), "--min-shapes", "x:1x8x16x16", "--opt-shapes",
           "x:2x8x16x16", "--max-shapes", "x:4x8x16x16"], p("convs.onnx"), "x:3x8x16x16"),
     ]

@@ -86,7 +86,8 @@ def _summary(repo: TritonRepo, out: str, wrote: bool) -> list[str]:
         if c.tensorrt_accelerator is not None:
             kind = f"{kind} + TensorRT accelerator"
         lines.append(f"  step {m.segment}: {c.name:<24} {kind:<36} {c.instance_count} x {c.instance_kind}  "
-                     f"{', '.join(t.name for t in c.inputs)} -> {', '.join(t.name for t in c.outputs)}")
+                     f"{', '.join(m.tensors.get(t.name, t.name) for t in c.inputs)} -> "
+                     f"{', '.join(m.tensors.get(t.name, t.name) for t in c.outputs)}")
     lines += [f"note: {n}" for n in repo.notes]
     if wrote:
         lines.append(f"wrote {out}")
