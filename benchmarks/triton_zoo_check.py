@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.model_zoo import input_specs, make_inputs, shapes_arg  # noqa: E402
 from tests.trt_backend.export.triton_checker import RepoInvalid, run_ensemble  # noqa: E402
+from trt_backend.ort.sessions import ort_errors  # noqa: E402
 
 ZOO = os.path.expanduser("~/.cache/trt-backend-zoo/models")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,6 +44,8 @@ def check(name: str, work: str) -> str:
         got = run_ensemble(repo, {n: v.reshape(1) if v.ndim == 0 else v for n, v in feeds.items()})
     except RepoInvalid as e:
         return f"FAIL     {name}: {models}; checker: {e}"
+    except ort_errors() as e:  # a step ONNX Runtime cannot run on these inputs
+        return f"ERROR    {name}: {models}; a step failed in ONNX Runtime: {str(e).splitlines()[0][:300]}"
     so = ort.SessionOptions()
     so.log_severity_level = 3
     ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])

@@ -297,6 +297,15 @@ def test_scalars_cross_boundaries_as_shape_1(tmp_path) -> None:
         assert_same([got[n] for n in names], want, atol=1e-5)
     with pytest.raises(ExportError, match=r"--max-batch-size 2: .*(is fixed|no leading dim|depends on the data)"):
         triton_repo(source, TritonOptions(max_batch_size=2))
+    # as full-TensorRT plans (stand-in engine bytes): the engine writing the scalar count goes as ONNX
+    source.runtime = "tensorrt 10.13.0.35"
+    source.engines = {seg.id: {"8.6": b"stand-in"} for seg in source.plan.segments if seg.backend == "tensorrt"}
+    plans = triton_repo(source)
+    forms = {m.segment: m.form for m in plans.models if m.segment_backend == "tensorrt"}
+    assert forms == {0: "plan", 2: "onnx"}
+    assert any("segment 2 exported as ONNX, not as a plan" in n and "'count'" in n for n in plans.notes)
+    with pytest.raises(ExportError, match="segment 2 cannot be a plan: its engine reads or writes scalar"):
+        triton_repo(source, TritonOptions(trt_format="plan"))
 
 
 def _saved(m: onnx.ModelProto, folder, name: str = "m.onnx", external: bool = False) -> str:
