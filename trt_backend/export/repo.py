@@ -236,16 +236,16 @@ def _version(runtime: str | None) -> tuple[int, ...] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def _io(proto: onnx.ModelProto, seg: Segment, names: dict[str, str], batched: bool,
+def _io(proto: onnx.ModelProto, seg: Segment, seg_inputs: list[str], names: dict[str, str], batched: bool,
         shape_tensors: set[str]) -> tuple[list[TensorConfig], list[TensorConfig]]:
     """The model's inputs and outputs (``names``: segment tensor -> model-side name)."""
     ins = {vi.name: vi for vi in proto.graph.input}
     outs = {vi.name: vi for vi in proto.graph.output}
-    missing = [n for n in seg.inputs if names[n] not in ins] + [n for n in seg.outputs if names[n] not in outs]
+    missing = [n for n in seg_inputs if names[n] not in ins] + [n for n in seg.outputs if names[n] not in outs]
     if missing:
         raise ExportError(f"segment {seg.id}'s model lacks tensor(s) {', '.join(missing)} of the plan; rebuild the folder")
     inputs = [tensor_config(ins[names[n]], batched=batched, what=f"segment {seg.id} input",
-                            is_shape_tensor=n in shape_tensors) for n in seg.inputs]
+                            is_shape_tensor=n in shape_tensors) for n in seg_inputs]
     outputs = [tensor_config(outs[names[n]], batched=batched, what=f"segment {seg.id} output") for n in seg.outputs]
     return inputs, outputs
 
@@ -254,26 +254,33 @@ def _segment_model(source: ExportSource, seg: Segment, name: str, opts: TritonOp
     form = _form(source, seg, opts)
     batch = opts.max_batch_size
     proto = source.segment_models[seg.id]
-    names = {n: n for n in list(seg.inputs) + list(seg.outputs)}
-    note = ""
-    scalar_in, scalar_out = scalar_io(proto, seg.inputs, seg.outputs) if not batch else ([], [])
+    seg_inputs = list(seg.inputs)
+    names = {n: n for n in seg_inputs + list(seg.outputs)}
+    notes: list[str] = []
+    why_onnx: list[str] = []
+    if not seg_inputs:  # constants only: Triton schedules a step when its inputs arrive, so give it one
+        trigger = _trigger(source, seg)
+        proto = _with_input(proto, trigger)
+        seg_inputs, names[trigger.name] = [trigger.name], trigger.name
+        notes.append(f"segment {seg.id} computes constants only; it takes model input '{trigger.name}' (unused) so "
+                     "that Triton runs it")
+        why_onnx.append("it reads no tensor")
+    scalar_in, scalar_out = scalar_io(proto, seg_inputs, seg.outputs) if not batch else ([], [])
     if scalar_in or scalar_out:
-        scalars = ", ".join(f"'{n}'" for n in scalar_in + scalar_out)
-        if form == PLAN:
-            if opts.trt_format == PLAN or source.plugin_nodes(seg.id):
-                raise ExportError(f"segment {seg.id} cannot be a plan: its engine reads or writes scalar(s) {scalars}, "
-                                  "which Triton's configuration cannot declare in a model without batching")
-            form = ONNX
-            note = (f"segment {seg.id} exported as ONNX, not as a plan: its engine reads or writes scalar(s) "
-                    f"{scalars}, which Triton's configuration cannot declare")
+        why_onnx.append(f"its engine reads or writes scalar(s) {', '.join(repr(n) for n in scalar_in + scalar_out)}, "
+                        "which Triton's configuration cannot declare")
         proto, renamed = wrap_scalars(proto, scalar_in, scalar_out)
         names.update(renamed)
+    if why_onnx and form == PLAN:
+        if opts.trt_format == PLAN or source.plugin_nodes(seg.id):
+            raise ExportError(f"segment {seg.id} cannot be a plan: {'; '.join(why_onnx)}")
+        form = ONNX
+        notes.append(f"segment {seg.id} exported as ONNX, not as a plan: {'; '.join(why_onnx)}")
+    note = "; ".join(notes)
     shape_tensors: set[str] = set()
     if form == PLAN and source.plan.model is not None:
         shape_tensors = shape_tensor_inputs(source.plan.model, seg)
-    inputs, outputs = _io(proto, seg, names, batch > 0, shape_tensors)
-    if not inputs:
-        raise ExportError(f"segment {seg.id} reads no tensor; a Triton ensemble step needs at least one input")
+    inputs, outputs = _io(proto, seg, seg_inputs, names, batch > 0, shape_tensors)
     config = ModelConfig(name=name, max_batch_size=batch, inputs=inputs, outputs=outputs,
                          dynamic_batching=first and batch > 0)
     files: list[RepoFile] = []
@@ -301,8 +308,23 @@ def _segment_model(source: ExportSource, seg: Segment, name: str, opts: TritonOp
             config.instance_kind = KIND_GPU if opts.ort_kind == "gpu" else KIND_CPU
             config.instance_count = opts.ort_instances
         files.append(_onnx_file(f"{name}/{VERSION}", "model.onnx", proto, source.external_weights, as_folder=True))
-    tensors = {names[n]: n for n in list(seg.inputs) + list(seg.outputs)}
+    tensors = {names[n]: n for n in seg_inputs + list(seg.outputs)}
     return ComposingModel(seg.id, seg.backend, form, config, files, tensors, note)
+
+
+def _trigger(source: ExportSource, seg: Segment) -> onnx.ValueInfoProto:
+    model = source.plan.model
+    graph_inputs = list(model.proto.graph.input) if model is not None else []
+    if not graph_inputs:
+        raise ExportError(f"segment {seg.id} reads no tensor and the model has no input to schedule it by")
+    return graph_inputs[0]
+
+
+def _with_input(proto: onnx.ModelProto, vi: onnx.ValueInfoProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    copy.graph.input.add().CopyFrom(vi)
+    return copy
 
 
 def _accelerator(source: ExportSource, seg: Segment) -> dict[str, str]:
@@ -313,7 +335,7 @@ def _accelerator(source: ExportSource, seg: Segment) -> dict[str, str]:
     profiles: list[Profile] = source.segment_profiles.get(seg.id, [])
     names = [n for n in seg.inputs if all(n in p for p in profiles)]
     points = [[(n, _profile_point(p[n])) for n in names] for p in profiles]
-    usable = bool(profiles) and all(":" not in n and "," not in n for n in names) and \
+    usable = bool(profiles) and bool(names) and all(":" not in n and "," not in n for n in names) and \
         all(pt and all(len(d) > 0 and min(d) >= 0 for d in pt) for prof in points for _, pt in prof)
     if usable:
         for key, pick in (("trt_profile_min_shapes", 0), ("trt_profile_opt_shapes", 1), ("trt_profile_max_shapes", 2)):

@@ -446,3 +446,31 @@ def test_signed_builds_export_only_with_their_key(tmp_path, capsys) -> None:
     assert main(["export-triton", signed, "-o", str(tmp_path / "b"), "--sign-key", "key-two"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "sign" in err and not (tmp_path / "b").exists()
+
+
+def constants_output_model() -> onnx.ModelProto:
+    """y = Relu(x) and an output computed from constants alone (ConstantOfShape -> Mul -> Sigmoid)."""
+    nodes = [h.make_node("Relu", ["x"], ["y"]),
+             h.make_node("ConstantOfShape", ["shp"], ["c0"], value=nh.from_array(np.array([2.0], np.float32))),
+             h.make_node("Mul", ["c0", "c0"], ["c1"]), h.make_node("Sigmoid", ["c1"], ["c"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["N", 4])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 4]), h.make_tensor_value_info("c", T.FLOAT, [3])],
+                     [nh.from_array(np.array([3], np.int64), "shp")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+    m.ir_version = 9
+    return m
+
+
+def test_a_segment_of_constants_only_is_scheduled_by_a_model_input(tmp_path) -> None:
+    m = constants_output_model()
+    source = from_model(_saved(m, tmp_path), [{"x": ((1, 4), (2, 4), (4, 4))}],
+                        SessionOptions(exclude_ops=("Relu",), min_segment_size=1), None)
+    assert [(s.backend, s.inputs) for s in source.plan.segments] == [("onnxruntime", ("x",)), ("tensorrt", ())]
+    exported = triton_repo(source)
+    assert any("segment 1 computes constants only; it takes model input 'x' (unused)" in n for n in exported.notes)
+    repo = str(tmp_path / "repo")
+    write_repo(exported, repo)
+    models, ens = check_repo(repo)
+    assert [dict(s.input_map) for s in ens.config.ensemble_scheduling.step] == [{"x": "x"}, {"x": "x"}]
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    _check_against_ort(repo, m, [{"x": x}])
