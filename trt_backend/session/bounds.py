@@ -200,11 +200,27 @@ class DimBounds:
             axis = int(attrs.get("axis", 1)) % max(self.rank(ins[0]) or 1, 1)
             r_in = self.rank(ins[0]) or 0
             return _product([b(ins[0], d) for d in (range(axis) if dim == 0 else range(axis, r_in))])
+        if op in ("ScatterElements", "ScatterND", "Scatter"):
+            return b(ins[0], dim)  # the data's shape
+        if op == "ConstantOfShape":  # its dims are its input's values
+            values = self.value_bounds(ins[0], depth) if ins and ins[0] else None
+            return values[dim] if values is not None and dim < len(values) else (None, False)
         if op == "Reshape":
             target = self.const(ins[1]) if len(ins) > 1 else None
             if target is not None and dim < target.size and int(target.reshape(-1)[dim]) == 0 \
                     and not attrs.get("allowzero", 0):
                 return b(ins[0], dim)  # 0 copies the input's dim
+            if target is not None and dim < target.size and int(target.reshape(-1)[dim]) == -1:
+                # the inferred dim: the input's elements over the other (given) dims
+                others = [int(v) for k, v in enumerate(target.reshape(-1)) if k != dim]
+                r_in = self.rank(ins[0])
+                if r_in is None or any(v <= 0 for v in others):
+                    return None, False
+                dims = [b(ins[0], d) for d in range(r_in)]
+                through = any(t for _, t in dims)
+                if any(v is None for v, _ in dims):
+                    return None, through
+                return -(-math.prod(v for v, _ in dims if v is not None) // max(1, math.prod(others))), through
             return None, False
         if op == "MatMul":
             ra, rb = self.rank(ins[0]), self.rank(ins[1])
