@@ -80,6 +80,11 @@ class CudaError(TrtBackendError):
     """A CUDA runtime call failed (no driver, no device, out of memory...)."""
 
 
+class DeviceError(CudaError):
+    """A session was asked for a GPU that does not exist here (or for one where there is none),
+    or was handed a device array that lives on another GPU."""
+
+
 class EngineCacheError(TrtBackendError):
     """The cache directory cannot be used, or an entry may not be loaded (host code)."""
 
@@ -106,6 +111,7 @@ __all__ = [
     "CalibrationError",
     "ComparisonError",
     "CudaError",
+    "DeviceError",
     "EngineCacheError",
     "FeedError",
     "HostCompilerError",

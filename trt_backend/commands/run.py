@@ -14,6 +14,7 @@ from partitioner import OptionsError
 from trt_backend._files import write_atomic
 from trt_backend.commands._args import (
     add_cpu_session_arguments,
+    add_device_argument,
     add_partition_arguments,
     add_shape_arguments,
     cli_profiles,
@@ -57,6 +58,7 @@ def register(p: argparse.ArgumentParser) -> None:
     add_cpu_session_arguments(p)
     p.add_argument("--plan-json", metavar="PLAN.json", help="write the plan with executors and profiles as JSON")
     p.add_argument("--saved-plan", metavar="PLAN.json", help="reuse the profiles of a plan JSON written earlier")
+    add_device_argument(p)
     add_partition_arguments(p)
     p.set_defaults(func=handle)
 

@@ -41,7 +41,11 @@ class SessionOptions:
     ``cache_dir``: engine cache folder (None: build without a cache). ``allow_host_code``: load
     engines that carry host code (version-compatible builds). ``outputs_on_device``: GPU path,
     return outputs as device arrays (``__cuda_array_interface__``) unless a run says otherwise.
-    ``calibration_seed``: seed of the random inputs profiles are calibrated with."""
+    ``calibration_seed``: seed of the random inputs profiles are calibrated with.
+    ``device_id``: the GPU everything of the session lives on (engines, streams, buffers, the
+    CUDA-EP sessions, outputs); a GPU that does not exist is a ``DeviceError``. None: GPU 0 where a
+    GPU is used. An emulated session (``emulate=True``) touches no GPU and ignores it; with
+    "auto" on a machine without a GPU, setting it is an error (a GPU was asked for)."""
 
     partition: PartitionOptions = field(default_factory=PartitionOptions)
     ort: OrtOptions = field(default_factory=OrtOptions)
@@ -54,12 +58,13 @@ class SessionOptions:
     allow_host_code: bool = False
     outputs_on_device: bool = False
     calibration_seed: int = 0
+    device_id: int | None = None
 
     def __init__(self, *, partition: PartitionOptions | None = None, ort: OrtOptions | None = None,
                  build: BuildOptions | None = None, emulate: bool | str = "auto", flavor: str = "auto",
                  oracle: CapabilityOracle | None = None, isolate_parser: bool = False, cache_dir: str | None = None,
                  allow_host_code: bool = False, outputs_on_device: bool = False, calibration_seed: int = 0,
-                 **flat: Any) -> None:
+                 device_id: int | None = None, **flat: Any) -> None:
         stages: dict[str, Any] = {"partition": partition if partition is not None else PartitionOptions(),
                                   "ort": ort if ort is not None else OrtOptions(),
                                   "build": build if build is not None else BuildOptions()}
@@ -81,7 +86,7 @@ class SessionOptions:
                 raise OptionsError(f"{name} options: {e}") from None
         own = {"emulate": emulate, "flavor": flavor, "oracle": oracle, "isolate_parser": isolate_parser,
                "cache_dir": cache_dir, "allow_host_code": allow_host_code, "outputs_on_device": outputs_on_device,
-               "calibration_seed": calibration_seed}
+               "calibration_seed": calibration_seed, "device_id": device_id}
         for key, value in {**stages, **own}.items():
             object.__setattr__(self, key, value)
         if not any(emulate is c or (isinstance(c, str) and emulate == c) for c in EMULATE_CHOICES):
@@ -90,6 +95,8 @@ class SessionOptions:
             raise OptionsError(f"flavor must be one of {', '.join(FLAVOR_CHOICES)}, got {flavor!r}")
         if not isinstance(calibration_seed, int) or isinstance(calibration_seed, bool):
             raise OptionsError(f"calibration_seed must be a whole number, got {calibration_seed!r}")
+        if device_id is not None and (not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < 0):
+            raise OptionsError(f"device_id must be None or a GPU index >= 0, got {device_id!r}")
 
     def ort_for(self, segments: int) -> OrtOptions:
         """ONNX Runtime settings of each session of a plan of ``segments`` segments."""
