@@ -255,7 +255,7 @@ def as_device_array(obj: Any) -> DeviceArray | None:
         if tuple(strides) != expected:
             raise CudaError(f"device array of shape {shape} is not C-contiguous (strides {tuple(strides)}); "
                             "make it contiguous first")
-    return DeviceArray(int(iface["data"][0]), shape, dtype, owner=obj)
+    return DeviceArray(int(iface["data"][0]), shape, dtype, owner=obj, device_id=getattr(obj, "device_id", None))
 
 
 def copy_to_device(dst_ptr: int, host: np.ndarray, stream: Stream | None = None) -> None:

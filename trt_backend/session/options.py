@@ -43,8 +43,9 @@ class SessionOptions:
     return outputs as device arrays (``__cuda_array_interface__``) unless a run says otherwise.
     ``calibration_seed``: seed of the random inputs profiles are calibrated with.
     ``device_id``: the GPU everything of the session lives on (engines, streams, buffers, the
-    CUDA-EP sessions, outputs); a GPU that does not exist is a ``DeviceError``. None: GPU 0 where a
-    GPU is used. An emulated session (``emulate=True``) touches no GPU and ignores it; with
+    CUDA-EP sessions, outputs), made current in every thread that runs the session; a GPU that
+    does not exist is a ``DeviceError``. None: the calling thread's current device (GPU 0 unless
+    changed). An emulated session (``emulate=True``) touches no GPU and ignores it; with
     "auto" on a machine without a GPU, setting it is an error (a GPU was asked for)."""
 
     partition: PartitionOptions = field(default_factory=PartitionOptions)

@@ -85,7 +85,8 @@ class Session:
             raise OptionsError(f"options must be a SessionOptions, got {type(self.options).__name__}")
         if self.options.device_id is not None and self.options.emulate is not True:
             check_device(self.options.device_id)  # before any planning: a GPU that is not here is the first error
-        self.device_id: int | None = None  # the GPU everything of this session lives on (None: no GPU used)
+        # the GPU everything of this session lives on once it uses one (None: the current device)
+        self.device_id: int | None = None
         if is_build_folder(model):
             if profiles is not None or plan is not None or engines is not None:
                 raise OptionsError(f"{os.fspath(model)}: a build folder brings its own profiles, plan and engines; "
@@ -182,7 +183,7 @@ class Session:
         device_kw: dict[str, Any] = {}
         cuda_ort = False
         if gpu:
-            self.device_id = device = self.options.device_id or 0
+            self.device_id = device = self.options.device_id
             self._stream, self._pool = Stream(device), BufferPool(device)
             device_kw = {"pool": self._pool, "stream": self._stream, "outputs_on_device": True,
                          "allow_host_code": self.options.allow_host_code, "device_id": device}
@@ -192,7 +193,8 @@ class Session:
             proto = plan.extract(seg.id)
             if seg.backend != "tensorrt":
                 if cuda_ort:
-                    runners.append(OrtCudaRunner(seg, proto, ort_opts, self._stream, device_id=device))
+                    runners.append(OrtCudaRunner(seg, proto, ort_opts, self._stream,
+                                                 device_id=device if device is not None else 0))
                 else:
                     runners.append(OnnxRuntimeRunner(seg, proto, ort_opts))
             elif emulate:
