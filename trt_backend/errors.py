@@ -85,6 +85,15 @@ class DeviceError(CudaError):
     or was handed a device array that lives on another GPU."""
 
 
+class RequestError(TrtBackendError):
+    """A served request cannot be read (body, dtype, shape) or was refused by the session; the
+    message is one line (HTTP 400)."""
+
+
+class ServeError(TrtBackendError):
+    """Serving cannot start: Ray Serve is missing, or a deployment did not come up."""
+
+
 class EngineCacheError(TrtBackendError):
     """The cache directory cannot be used, or an entry may not be loaded (host code)."""
 
@@ -128,9 +137,11 @@ __all__ = [
     "PrecisionError",
     "ProfileError",
     "ReferenceRunError",
+    "RequestError",
     "SegmentBuildError",
     "SegmentLoadError",
     "SegmentRunError",
+    "ServeError",
     "SpecError",
     "TensorRTUnavailableError",
     "TrtBackendError",
