@@ -91,9 +91,8 @@ async def call_with_retries(call: Callable[[], Awaitable[T]], retries: int) -> T
 
 
 def _package_root() -> str:
-    import trt_backend
-
-    return os.path.dirname(os.path.dirname(os.path.abspath(trt_backend.__file__)))
+    """The folder holding the trt_backend package this module belongs to."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def build_app(source: str | os.PathLike[str], options: ServeOptions | None = None) -> Any:
