@@ -170,10 +170,16 @@ def build_app(source: str | os.PathLike[str], options: ServeOptions | None = Non
 class ServeClient:
     """A Python handle on a served session: :meth:`infer` takes feeds by input name and returns
     outputs by name (numpy), raising :class:`RequestError` with the session's one-line message
-    for a bad request; a request whose replica died is sent again."""
+    for a bad request; a request whose replica died is sent again. From another process than
+    the one that started serving, it joins the Ray cluster at ``address``."""
 
-    def __init__(self, app_name: str = ServeOptions.name, retries: int = ServeOptions.retries) -> None:
+    def __init__(self, app_name: str = ServeOptions.name, retries: int = ServeOptions.retries, *,
+                 address: str = "auto") -> None:
         serve = import_serve()
+        import ray
+
+        if not ray.is_initialized():  # another process: join the cluster serving it
+            ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
         self.handle = serve.get_deployment_handle(SESSION_DEPLOYMENT, app_name=app_name)
         self.retries = retries
 
