@@ -96,7 +96,8 @@ def _package_root() -> str:
 
 
 def build_app(source: str | os.PathLike[str], options: ServeOptions | None = None) -> Any:
-    """The Ray Serve application: the HTTP ingress bound to the session deployment."""
+    """The Ray Serve application: the HTTP ingress bound to the session deployment (or, with
+    ``http_ingress=False``, the session deployment alone, taking HTTP itself)."""
     serve = import_serve()
     import ray
 
@@ -140,6 +141,12 @@ def build_app(source: str | os.PathLike[str], options: ServeOptions | None = Non
             npz = is_npz(content_type)
             return 200, encode_reply(reply, npz), NPZ if npz else JSON
 
+        async def __call__(self, request: Any) -> Any:  # HTTP straight to a replica (http_ingress=False)
+            from starlette.responses import Response
+
+            status, data, media = await self.infer_http(await request.body(), request.headers.get("content-type"))
+            return Response(content=data, status_code=status, media_type=media)
+
         def info(self) -> dict[str, Any]:
             return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
                     "stats": self.runner.stats.as_dict(), "max_rows": self.runner.max_rows,
@@ -164,6 +171,8 @@ def build_app(source: str | os.PathLike[str], options: ServeOptions | None = Non
                 status, data, media = 503, encode_error(str(e)), JSON
             return Response(content=data, status_code=status, media_type=media)
 
+    if not opts.http_ingress:
+        return SessionReplica.bind()  # type: ignore[attr-defined]
     return HTTPIngress.bind(SessionReplica.bind())  # type: ignore[attr-defined]
 
 

@@ -23,7 +23,10 @@ class ServeOptions:
     cache folder every replica builds through (one folder shared by all; None: no cache).
     ``emulate``: the Session's (True, False or "auto"). ``profiles``: input profiles when
     serving a model rather than a build folder. ``host``/``port``: HTTP; ``name``: the Serve
-    application's name, ``route_prefix`` its HTTP route."""
+    application's name, ``route_prefix`` its HTTP route. ``http_ingress``: HTTP goes through a
+    small ingress deployment that sends a request again when its replica died (True), or
+    straight to the session replicas, one hop less, but a replica's death fails its HTTP requests
+    (False; the Python handle resends either way)."""
 
     replicas: int = 1
     batching: bool = True
@@ -41,6 +44,7 @@ class ServeOptions:
     max_ongoing_requests: int = 64
     health_check_period_s: float = 2.0
     retries: int = 8  # a request whose replica died is sent again, this many times at most
+    http_ingress: bool = True  # HTTP through an ingress that resends; False: the replicas take HTTP (one hop less)
     extra_actor_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
