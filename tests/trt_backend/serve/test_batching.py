@@ -13,7 +13,13 @@ from tests.helpers import model, vi
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import FeedError, OptionsError, ProfileError, RequestError
 from trt_backend.serve.batching import BatchRunner, batch_rows
-from trt_backend.serve.codec import decode_request, encode_reply, json_request, npz_request, read_reply
+from trt_backend.serve.codec import (
+    decode_request,
+    encode_reply,
+    json_request,
+    npz_request,
+    read_reply,
+)
 from trt_backend.serve.options import ServeOptions
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
