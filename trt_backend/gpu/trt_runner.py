@@ -14,7 +14,7 @@ import numpy as np
 from partitioner import Segment
 from trt_backend.errors import SegmentLoadError, SegmentRunError
 from trt_backend.gpu import device as dev
-from trt_backend.ort.values import to_numpy
+from trt_backend.ort.values import check_allocation, to_numpy
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import TENSORRT, SegmentRunner
 from trt_backend.tensorrt.flavor import Flavor, shared_logger
@@ -184,6 +184,7 @@ class TensorRTRunner(SegmentRunner):
                             self.stream)
             return dev.DeviceArray(out.ptr, shape, self.dtypes[name], owner=out, stream=self.stream,
                                    device_id=self.device_id)
+        check_allocation(shape, self.dtypes[name], f"{self.label}: output '{name}'")
         host = np.empty(shape, self.dtypes[name])
         if host.nbytes:
             dev.copy_to_host(host, buf.ptr, self.stream)

@@ -60,7 +60,7 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) 
             raise OptionsError(f"cannot load custom-op library {lib}: {first_line(e)}") from None
     data = model if isinstance(model, bytes) else serialize(model, what)
     try:
-        return inference_session(data, so, options.providers)
+        return inference_session(data, so, options.providers, options.disabled_optimizers)
     except ort_errors() as e:
         raise SegmentLoadError(f"{what}: ONNX Runtime cannot load it: {first_line(e)}") from None
 

@@ -31,6 +31,8 @@ from trt_backend.session.artifacts import (
     sha256_bytes,
 )
 from trt_backend.session.options import SessionOptions
+from trt_backend.session.seal import seal
+from trt_backend.session.seal import sign_key as read_sign_key
 from trt_backend.session.session import Session
 from trt_backend.tensorrt.flavor import Flavor, load_flavor
 
@@ -40,10 +42,12 @@ log = logging.getLogger(__name__)
 def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None = None,
           options: SessionOptions | None = None, build_options: BuildOptions | None = None,
           cache_dir: str | None = None, *, flavor: str = "auto",
-          progress: ProgressCallback | None = None) -> dict[str, Any]:
+          progress: ProgressCallback | None = None, sign_key: str | bytes | None = None) -> dict[str, Any]:
     """Plan ``model``, derive profiles, build every TensorRT segment (demoting what TensorRT
-    refuses), and write the folder ``out_dir`` atomically. Returns the manifest. ``progress``
-    receives a ``BuildEvent`` as each segment finishes."""
+    refuses), and write the folder ``out_dir`` atomically. Returns the manifest, sealed with its
+    digest and, with ``sign_key`` (the key, ``@FILE``, or else ``TRT_BACKEND_SIGN_KEY``), signed.
+    ``progress`` receives a ``BuildEvent`` as each segment finishes."""
+    key = read_sign_key(sign_key)
     opts = options if options is not None else SessionOptions()
     if opts.device_id is not None:  # full TensorRT builds for the current GPU (and keys its cache by its SM)
         use_device(check_device(opts.device_id))
@@ -57,6 +61,7 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
     cache = EngineCache(cache_dir) if cache_dir else None
     result = build_with_fallback(sess.plan, lambda plan: session_of(plan).segment_profiles, bopts, cache, flavor=flv,
                                  min_segment_size=opts.partition.min_segment_size,
+                                 boundary_cost=opts.partition.boundary_cost,
                                  rewrite=plugin_rewrite(sess.plan, flv), progress=progress)
     final = session_of(result.plan)
     seconds = {r.segment: r.seconds for r in result.report.segments} if result.report.segments else {}
@@ -84,6 +89,7 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
         "demoted": [d.__dict__ for d in result.report.demoted] if result.report.demoted else [],
         "build_seconds": round(time.perf_counter() - start, 4),
     }
+    seal(manifest, key)
     _write_folder(out_dir, files, manifest)
     return manifest
 
@@ -110,12 +116,19 @@ def _check_out_dir(out_dir: str) -> None:
         raise ArtifactError(f"{out_dir}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise ArtifactError(f"{out_dir}: folder {parent} is not writable")
+    try:  # (os.access says yes to root, also on read-only file systems: try it, before building)
+        os.rmdir(tempfile.mkdtemp(prefix=".build-probe-", dir=parent))
+    except OSError as e:
+        raise ArtifactError(f"{out_dir}: cannot write in folder {parent} ({e.strerror or e})") from None
 
 
 def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[str, Any]) -> None:
     """Everything into a temp folder beside ``out_dir``, then swapped in: never half a build."""
     parent = os.path.dirname(os.path.abspath(out_dir))
-    tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
+    try:
+        tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
+    except OSError as e:
+        raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
     try:
         for name, data in files.items():
             with open(os.path.join(tmp, name), "wb") as f:
@@ -134,6 +147,7 @@ def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[st
         raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
 
 
-def load(folder: str | os.PathLike[str], options: SessionOptions | None = None, *, rebuild: bool = False) -> Session:
+def load(folder: str | os.PathLike[str], options: SessionOptions | None = None, *, rebuild: bool = False,
+         sign_key: str | bytes | None = None) -> Session:
     """A Session from a build folder (see :meth:`Session.load`)."""
-    return Session.load(folder, options, rebuild=rebuild)
+    return Session.load(folder, options, rebuild=rebuild, sign_key=sign_key)
