@@ -5,7 +5,7 @@ import argparse
 import signal
 import threading
 
-from trt_backend.commands._args import positive_int
+from trt_backend.commands._args import add_shape_arguments, cli_profiles, positive_int
 from trt_backend.serve import ServeOptions, start, stop
 from trt_backend.serve.options import DEFAULT_MAX_BATCH, DEFAULT_WAIT_MS
 
@@ -30,6 +30,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", metavar="DIR", help="engine cache folder all replicas share (models built here)")
     p.add_argument("--emulate", action="store_true", help="run TensorRT segments through ONNX Runtime")
     p.add_argument("--address", default=None, help="Ray cluster to join (default: a new local one)")
+    add_shape_arguments(p, "serve (a model, not a build folder: its profiles)")
     p.set_defaults(func=handle)
 
 
@@ -37,7 +38,8 @@ def handle(args: argparse.Namespace) -> int:
     options = ServeOptions(replicas=args.replicas, port=args.port, host=args.host, batching=not args.no_batching,
                            max_batch_size=args.max_batch_size, batch_wait_ms=args.batch_wait_ms,
                            num_gpus=args.num_gpus, num_cpus=args.num_cpus, cache_dir=args.cache_dir,
-                           emulate=True if args.emulate else "auto")
+                           emulate=True if args.emulate else "auto",
+                           profiles=cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes) or None)
     client = start(args.model, options, address=args.address)
     info = client.info()
     batching = (f"batches of up to {info['max_rows']} rows, {options.batch_wait_ms:g} ms wait"

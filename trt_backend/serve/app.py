@@ -191,6 +191,7 @@ class ServeClient:
             ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
         self.handle = serve.get_deployment_handle(SESSION_DEPLOYMENT, app_name=app_name)
         self.retries = retries
+        self.resent = 0  # requests sent again because their replica died
 
     def _call(self, method: str, *args: Any) -> Any:
         retriable = _retriable()
@@ -200,6 +201,7 @@ class ServeClient:
             except retriable as e:
                 if attempt == self.retries:
                     raise ServeError(f"no replica answered after {self.retries + 1} tries: {type(e).__name__}") from None
+                self.resent += 1
                 time.sleep(_backoff(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
 
