@@ -238,10 +238,10 @@ class DimBounds:
             if target is not None and dim < target.size and int(target.reshape(-1)[dim]) == -1:
                 # the inferred dim: the input's elements over the other (given) dims
                 others = [int(v) for k, v in enumerate(target.reshape(-1)) if k != dim]
-                r_in = self.rank(ins[0])
-                if r_in is None or any(v <= 0 for v in others):
+                in_rank = self.rank(ins[0])
+                if in_rank is None or any(v <= 0 for v in others):
                     return None, False
-                dims = [b(ins[0], d) for d in range(r_in)]
+                dims = [b(ins[0], d) for d in range(in_rank)]
                 through = any(t for _, t in dims)
                 if any(v is None for v, _ in dims):
                     return None, through
