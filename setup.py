@@ -18,6 +18,7 @@ setup(
         "test": ["pytest>=7", "onnxscript>=0.1", "cuda-python>=12.6", "nvidia-cuda-nvrtc>=13.0", "scikit-learn", "skl2onnx", "matplotlib",
                  "tritonclient[grpc]"],
         "bench": ["onnx-graphsurgeon", "matplotlib"],
+        "serve": ["ray[serve]>=2.60"],
     },
     entry_points={"console_scripts": ["trt-backend=trt_backend.cli:main"]},
 )
