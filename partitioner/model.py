@@ -16,6 +16,13 @@ from google.protobuf.message import DecodeError
 
 from partitioner.errors import InvalidModelError, ModelLoadError, ModelTooLargeError
 from partitioner.graph import GraphIndex
+from partitioner.weights import (
+    check_external,
+    external_tensors,
+    is_external,
+    refuse_embedded_past_limit,
+    uses_external_data,
+)
 
 log = logging.getLogger(__name__)
 
@@ -99,24 +106,16 @@ def _parse(data: bytes, name: str) -> onnx.ModelProto:
 
 
 def _load_external(proto: onnx.ModelProto, name: str, base_dir: str | None) -> None:
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
-
-    external = [t for t in _get_all_tensors(proto) if uses_external_data(t)]
-    if not external:
+    """External data stays where it is: checked (see :mod:`partitioner.weights`), small tensors
+    read in; a model in memory with more than 2 GiB inside is refused, naming the fix."""
+    if not uses_external_data(proto):
+        if name == "<ModelProto>":
+            refuse_embedded_past_limit(proto, name)
         return
-    if base_dir is None:
-        raise ModelLoadError(f"{name}: tensor '{external[0].name}' has external data; "
-                             "pass base_dir (the folder holding the data files) or load from a path")
-    for tensor in external:
-        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-        path = os.path.join(base_dir, location)
-        if not location or not os.path.isfile(path):
-            raise ModelLoadError(f"{name}: external data file '{location}' of tensor '{tensor.name}' "
-                                 f"not found in {base_dir}")
-    try:
-        onnx.load_external_data_for_model(proto, base_dir)
-    except (OSError, ValueError, onnx.checker.ValidationError) as e:
-        raise ModelLoadError(f"{name}: cannot read external data: {e}") from None
+    refs = check_external(proto, base_dir, name)
+    if refs:
+        log.info("%s: %d tensor(s), %.1f MiB, stay in external data", name, len(refs),
+                 sum(r.length for r in refs) / 2**20)
 
 
 def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: str | None = None,
@@ -234,7 +233,7 @@ def serialize(proto: onnx.ModelProto, what: str, *, deterministic: bool = False)
         return bytes(proto.SerializeToString(deterministic=deterministic))
     except ValueError as e:
         raise ModelTooLargeError(f"{what} is larger than the 2 GiB a serialized ONNX model can hold ({e}); "
-                                 "models this size are not supported yet") from None
+                                 "keep the weights in external data (save the model with save_as_external_data=True)") from None
 
 
 def weightless_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -256,14 +255,19 @@ def weightless_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
 def check_model(proto: onnx.ModelProto, *, where: str, full: bool = False) -> None:
     """ONNX checker, minus its one rule that rejects models ONNX Runtime loads: graph inputs and
     outputs without a shape field (unknown rank). With ``full``, also strict shape inference."""
-    unshaped = [vi for vi in list(proto.graph.input) + list(proto.graph.output)
-                if vi.type.WhichOneof("value") == "tensor_type" and not vi.type.tensor_type.HasField("shape")]
     try:
-        if proto.ByteSize() < _CHECKER_MAX_BYTES:
+        checked = _checkable(proto)
+        if checked is None:
+            log.warning("%s: external data inside subgraphs or attributes, skipping the ONNX checker "
+                        "(structure is still validated)", where)
+        elif checked.ByteSize() < _CHECKER_MAX_BYTES:
+            unshaped = [vi for vi in list(checked.graph.input) + list(checked.graph.output)
+                        if vi.type.WhichOneof("value") == "tensor_type"
+                        and not vi.type.tensor_type.HasField("shape")]
             for vi in unshaped:  # patched for the checker only, restored below
                 vi.type.tensor_type.shape.SetInParent()
             try:
-                onnx.checker.check_model(proto)
+                onnx.checker.check_model(checked)
             finally:
                 for vi in unshaped:
                     vi.type.tensor_type.ClearField("shape")
@@ -274,6 +278,26 @@ def check_model(proto: onnx.ModelProto, *, where: str, full: bool = False) -> No
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InvalidModelError(f"{where}: invalid ONNX model: {first}") from None
+
+
+def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+    """``proto`` as the ONNX checker can take it: the checker looks for external data files in
+    the current directory, so a copy whose external initializers are graph inputs instead (their
+    files were checked at load). None when external tensors sit elsewhere (subgraphs, attributes)."""
+    if not uses_external_data(proto):
+        return proto
+    external = [t for t in proto.graph.initializer if is_external(t)]
+    if len(external) != len(external_tensors(proto)):
+        return None
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    names = {t.name for t in external}
+    kept = [t for t in copy.graph.initializer if t.name not in names]
+    del copy.graph.initializer[:]
+    copy.graph.initializer.extend(kept)
+    for t in external:
+        copy.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return copy
 
 
 def learn_types(model: Model, types: Mapping[str, onnx.TypeProto], how: str) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Collection
 import onnx
 
 from partitioner.graph import GraphIndex, subgraphs
+from partitioner.weights import TRT_MAX_ELEMENTS
 
 ML_DOMAINS = frozenset({"ai.onnx.ml", "ai.onnx.preview.training", "ai.onnx.training"})
 STANDARD_DOMAINS = frozenset({"", "ai.onnx"})
@@ -30,6 +31,34 @@ def type_problem(tp: onnx.TypeProto | None) -> str | None:
         return kind.replace("_type", "").replace("sparse_tensor", "sparse tensor")
     if kind == "tensor_type" and tp.tensor_type.elem_type in _UNSUPPORTED_DTYPES:
         return _UNSUPPORTED_DTYPES[tp.tensor_type.elem_type]
+    return None
+
+
+def _elements(index: GraphIndex, name: str) -> int | None:
+    """Elements of a tensor whose shape is known in full (initializers by their dims)."""
+    init = index.initializer_protos.get(name)
+    if init is not None:
+        dims = list(init.dims)
+    else:
+        tp = index.types.get(name)
+        if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+            return None
+        if any(d.WhichOneof("value") != "dim_value" for d in tp.tensor_type.shape.dim):
+            return None
+        dims = [d.dim_value for d in tp.tensor_type.shape.dim]
+    count = 1
+    for d in dims:
+        count *= int(d)
+    return count
+
+
+def _too_many_elements(node: onnx.NodeProto, index: GraphIndex) -> str | None:
+    """TensorRT tensors hold at most 2^31-1 elements: a node touching a bigger one stays out."""
+    for name in list(node.input) + list(node.output):
+        count = _elements(index, name) if name else None
+        if count is not None and count > TRT_MAX_ELEMENTS:
+            return (f"tensor '{name}' has {count} elements, more than the {TRT_MAX_ELEMENTS} (2^31-1) a TensorRT "
+                    "tensor can hold")
     return None
 
 
@@ -60,7 +89,7 @@ class Rules:
             reason = self._body_problem(sub)
             if reason:
                 return f"{node.op_type} body: {reason}"
-        return None
+        return _too_many_elements(node, index)
 
     def _op_problem(self, node: onnx.NodeProto) -> str | None:
         domain = node.domain

@@ -117,8 +117,9 @@ def provider_problem(name: str) -> str | None:
 
 
 def ort_baseline(name: str, model: bytes, feeds: Mapping[str, Any], output_names: Sequence[str], ort_options: Any,
-                 precision: str, cache_dir: str | None) -> Candidate:
-    """The whole model in one ONNX Runtime session with ``name``'s provider (same settings as ours)."""
+                 precision: str, cache_dir: str | None, *, weights_dir: str | None = None) -> Candidate:
+    """The whole model in one ONNX Runtime session with ``name``'s provider (same settings as ours);
+    external data read from ``weights_dir``."""
     c = Candidate(name)
     problem = provider_problem(name)
     if problem:
@@ -135,7 +136,8 @@ def ort_baseline(name: str, model: bytes, feeds: Mapping[str, Any], output_names
         entries.append("CPUExecutionProvider")
     t0 = time.perf_counter()
     try:
-        sess = ort_session(model, replace(ort_options, providers=tuple(entries)), f"{name} baseline")
+        sess = ort_session(model, replace(ort_options, providers=tuple(entries)), f"{name} baseline",
+                           weights_dir=weights_dir)
     except SegmentLoadError as e:
         c.reason = str(e)
         return c

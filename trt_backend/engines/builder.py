@@ -19,6 +19,7 @@ import onnx
 
 from partitioner.errors import OptionsError
 from partitioner.model import serialize
+from partitioner.weights import uses_external_data, weights_sha256
 from trt_backend._files import sha256_bytes
 from trt_backend.engines.precision import (
     DEFAULT_KEEP_FP32,
@@ -178,35 +179,43 @@ class SegmentEngine:
 
 
 def build_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile], options: BuildOptions | None = None,
-                  flavor: Flavor | str = "auto") -> bytes:
-    """One segment's serialized engine; raises :class:`SegmentBuildError` naming blamed nodes."""
-    return compile_segment(segment_model, profiles, options, flavor).engine
+                  flavor: Flavor | str = "auto", *, weights_dir: str | None = None) -> bytes:
+    """One segment's serialized engine; raises :class:`SegmentBuildError` naming blamed nodes.
+    ``weights_dir``: the folder the segment's external data locations are relative to."""
+    return compile_segment(segment_model, profiles, options, flavor, weights_dir=weights_dir).engine
 
 
 def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
                     options: BuildOptions | None = None, flavor: Flavor | str = "auto",
-                    timing: Any = None) -> SegmentEngine:
+                    timing: Any = None, *, weights_dir: str | None = None) -> SegmentEngine:
     """:func:`build_segment` with layer count, seconds and the precision applied.
-    ``timing`` is a :class:`trt_backend.engines.cache.TimingCacheFile` or None."""
+    ``timing`` is a :class:`trt_backend.engines.cache.TimingCacheFile` or None. The parser gets
+    the segment with a path in ``weights_dir`` and reads external weights from their files."""
     options = options or BuildOptions()
     fl = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
     start = time.perf_counter()
     ranges = segment_ranges(segment_model, profiles)
     prepared, precision = segment_model, options.precision
-    if options.precision in ("fp16", "bf16"):
+    if options.precision in ("fp16", "bf16") and uses_external_data(segment_model):
+        log.warning("%s: its weights are external data, which the %s transform does not rewrite yet; "
+                    "building it in fp32", segment_model.graph.name, options.precision)
+        precision = "fp32"
+    elif options.precision in ("fp16", "bf16"):
         try:
             prepared = apply_precision(segment_model, options.precision, options.keep_fp32_ops).model
         except PrecisionError as e:
             log.warning("%s: %s; building it in fp32", segment_model.graph.name, e)
             precision = "fp32"
     try:
-        engine, layers = _compile(prepared, ranges, options, fl, timing, names_from=segment_model)
+        engine, layers = _compile(prepared, ranges, options, fl, timing, names_from=segment_model,
+                                  weights_dir=weights_dir)
     except SegmentBuildError as e:
         if e.stage == "parse" and prepared is not segment_model:
-            _compile(segment_model, ranges, options, fl, None, parse_only=True)  # blame original nodes
+            _compile(segment_model, ranges, options, fl, None, parse_only=True,  # blame original nodes
+                     weights_dir=weights_dir)
             log.warning("%s: TensorRT rejects its %s form (%s); building it in fp32", segment_model.graph.name,
                         options.precision, e.message)
-            engine, layers = _compile(segment_model, ranges, options, fl, timing)
+            engine, layers = _compile(segment_model, ranges, options, fl, timing, weights_dir=weights_dir)
             precision = "fp32"
         else:
             raise
@@ -214,7 +223,8 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
 
 
 def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile]], options: BuildOptions, flavor: Flavor,
-             timing: Any, parse_only: bool = False, names_from: onnx.ModelProto | None = None) -> tuple[bytes, int]:
+             timing: Any, parse_only: bool = False, names_from: onnx.ModelProto | None = None,
+             weights_dir: str | None = None) -> tuple[bytes, int]:
     """Parse and build ``model``; build errors blame nodes of ``names_from`` (default ``model``)."""
     trt = flavor.module
     logger = shared_logger(flavor)
@@ -223,7 +233,7 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
         network = builder.create_network(network_flags(flavor))
         parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
         with quiet_messages():  # the parser's complaints come back as get_error() and are reported
-            parsed = parser.parse(serialize(model, "a segment to build"))
+            parsed = parser.parse(serialize(model, "a segment to build"), segment_path(weights_dir))
         if not parsed:
             raise _parse_error(parser, model)
         if parse_only:
@@ -335,12 +345,23 @@ def current_sm() -> str | None:
     return f"{major}{minor}" if int(err1) == int(err2) == 0 else None
 
 
+def segment_path(weights_dir: str | None) -> str | None:
+    """The path handed to the parser with a segment's bytes: only its folder matters, where the
+    parser resolves external data locations (None: the segment holds its weights)."""
+    return os.path.join(weights_dir, "segment.onnx") if weights_dir else None
+
+
 def key_material(segment_model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile]], options: BuildOptions,
-                 flavor: Flavor, target: str) -> dict[str, Any]:
-    """Everything an engine depends on: model bytes (weights included), profiles, options,
-    TensorRT flavor/version/parser, target GPU."""
+                 flavor: Flavor, target: str, *, weights_dir: str | None = None) -> dict[str, Any]:
+    """Everything an engine depends on: model bytes (weights included: external data by the
+    SHA-256 of the bytes each tensor references), profiles, options, TensorRT
+    flavor/version/parser, target GPU."""
     data = serialize(segment_model, "a segment to build", deterministic=True)
     profiles = [{name: r.key_json() for name, r in sorted(p.items())} for p in ranges]
-    return {"model_sha256": sha256_bytes(data), "profiles": json.loads(json.dumps(profiles)),
-            "options": options.key_fields(), "flavor": flavor.name, "version": flavor.version,
-            "parser": flavor.parser_version, "target": target}
+    material = {"model_sha256": sha256_bytes(data), "profiles": json.loads(json.dumps(profiles)),
+                "options": options.key_fields(), "flavor": flavor.name, "version": flavor.version,
+                "parser": flavor.parser_version, "target": target}
+    external = weights_sha256(segment_model, weights_dir)
+    if external is not None:  # (absent for models holding their weights: their keys are unchanged)
+        material["external_weights_sha256"] = external
+    return material

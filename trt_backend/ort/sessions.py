@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,8 +29,11 @@ def ort_errors() -> tuple[type[BaseException], ...]:
     return tuple(found) + (RuntimeError, ValueError, TypeError)
 
 
-def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) -> Any:
-    """An ``onnxruntime.InferenceSession`` for ``model``; SegmentLoadError if ORT refuses it."""
+def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str, *,
+                weights_dir: str | None = None) -> Any:
+    """An ``onnxruntime.InferenceSession`` for ``model``; SegmentLoadError if ORT refuses it.
+    ``weights_dir``: the folder ``model``'s external data locations are relative to; ONNX
+    Runtime reads the weights from there (the bytes it is given hold none)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -58,6 +62,9 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) 
             so.register_custom_ops_library(lib)
         except ort_errors() as e:
             raise OptionsError(f"cannot load custom-op library {lib}: {first_line(e)}") from None
+    if weights_dir is not None:
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                    os.path.abspath(weights_dir))
     data = model if isinstance(model, bytes) else serialize(model, what)
     try:
         return inference_session(data, so, options.providers)
@@ -125,7 +132,7 @@ def tapped_session(model: Model, names: Sequence[str], options: OrtOptions, what
             if tp is not None:
                 vi.type.CopyFrom(tp)
             have.add(name)
-    sess = ort_session(proto, options, what)
+    sess = ort_session(proto, options, what, weights_dir=model.base_dir)
     outputs = {o.name for o in graph.output}
 
     def run(feeds: Mapping[str, Any], wanted: Sequence[str]) -> dict[str, Any]:

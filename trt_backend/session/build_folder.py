@@ -16,6 +16,7 @@ import onnx
 
 from partitioner import Model
 from partitioner.model import ModelSource
+from partitioner.weights import data_files, file_sha256, place_data_files
 from trt_backend._files import write_atomic
 from trt_backend._version import __version__
 from trt_backend.engines.builder import BuildOptions, build_target
@@ -81,8 +82,23 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
         "demoted": [d.__dict__ for d in result.report.demoted] if result.report.demoted else [],
         "build_seconds": round(time.perf_counter() - start, 4),
     }
-    _write_folder(out_dir, files, manifest)
+    data = data_file_entries(final.model)
+    if data:  # (absent for models holding their weights: their manifests are unchanged)
+        manifest["data_files"] = data
+    _write_folder(out_dir, files, manifest, final.model.base_dir if data else None, [d["file"] for d in data])
     return manifest
+
+
+def data_file_entries(model: Model) -> list[dict[str, Any]]:
+    """The external data files the model's weights live in, with size and SHA-256: the build
+    folder gets one copy of them (a hard link where it can), shared by every segment model."""
+    if model.base_dir is None:
+        return []
+    out = []
+    for location in data_files(model.proto):
+        path = os.path.join(model.base_dir, location)
+        out.append({"file": location, "bytes": os.path.getsize(path), "sha256": file_sha256(path)})
+    return out
 
 
 def _emulated(opts: SessionOptions) -> SessionOptions:
@@ -109,14 +125,18 @@ def _check_out_dir(out_dir: str) -> None:
         raise ArtifactError(f"{out_dir}: folder {parent} is not writable")
 
 
-def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[str, Any]) -> None:
-    """Everything into a temp folder beside ``out_dir``, then swapped in: never half a build."""
+def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[str, Any],
+                  weights_dir: str | None = None, data_locations: Sequence[str] = ()) -> None:
+    """Everything into a temp folder beside ``out_dir``, then swapped in: never half a build.
+    Data files come from ``weights_dir``, linked where the filesystem allows, else copied."""
     parent = os.path.dirname(os.path.abspath(out_dir))
     tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
     try:
         for name, data in files.items():
             with open(os.path.join(tmp, name), "wb") as f:
                 f.write(data)
+        if weights_dir is not None:
+            place_data_files(data_locations, weights_dir, tmp)
         write_atomic(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1) + "\n")
         old = None
         if os.path.exists(out_dir):

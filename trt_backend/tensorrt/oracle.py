@@ -28,7 +28,9 @@ class ParserOracle:
     """Asks a TensorRT flavor's ``OnnxParser.supports_model_v2`` about standalone models.
 
     Each question gets a fresh network and parser, kept referenced together (a parser whose
-    network was a temporary segfaults when used)."""
+    network was a temporary segfaults when used). Models whose weights are external data are
+    handed over with a path in ``weights_dir`` (the planner sets it to the model's folder), so
+    the parser reads the weights from their files; the bytes it gets hold no weights."""
 
     def __init__(self, flavor: Flavor | str = "auto") -> None:
         self.flavor = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
@@ -37,6 +39,11 @@ class ParserOracle:
         # INTERNAL_ERROR keeps the parser from calling into Python thousands of times per query.
         self._logger = trt.Logger(trt.Logger.INTERNAL_ERROR)
         self._builder = create_builder(self.flavor, self._logger)
+        self.weights_dir: str | None = None
+
+    def _path(self) -> str | None:
+        """A file name in the folder external data locations are relative to (never opened)."""
+        return os.path.join(self.weights_dir, "capability_query.onnx") if self.weights_dir else None
 
     @property
     def target(self) -> str:
@@ -47,7 +54,7 @@ class ParserOracle:
         network = self._builder.create_network(network_flags(self.flavor))
         parser: Any = trt.OnnxParser(network, self._logger)
         with _captured_stderr():
-            supported = bool(parser.supports_model_v2(serialize(model, "a capability query")))
+            supported = bool(parser.supports_model_v2(serialize(model, "a capability query"), self._path()))
         pieces = tuple(Piece(tuple(int(k) for k in parser.get_subgraph_nodes(i)), bool(parser.is_subgraph_supported(i)))
                        for i in range(parser.num_subgraphs))
         errors: dict[int, str] = {}
@@ -67,7 +74,7 @@ class ParserOracle:
         parser: Any = trt.OnnxParser(network, self._logger)
         errors: dict[int, str] = {}
         with _captured_stderr():
-            parsed = bool(parser.parse(serialize(model, "a capability query")))
+            parsed = bool(parser.parse(serialize(model, "a capability query"), self._path()))
         if not parsed:
             for i in range(parser.num_errors):
                 err = parser.get_error(i)
