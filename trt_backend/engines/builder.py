@@ -251,8 +251,9 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
         if cache is not None:
             timing.merge(config, cache)
         layers = int(network.num_layers)
+        del config, parser, network, builder  # the parser's weights go before the engine is copied out
         engine = bytes(serialized)
-        del serialized, config, parser, network, builder
+        del serialized
     return engine, layers
 
 

@@ -10,11 +10,11 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import onnx
 
-from partitioner import Model
+from partitioner import Model, Plan
 from partitioner.model import ModelSource
 from partitioner.weights import data_files, file_sha256, place_data_files
 from trt_backend._files import write_atomic
@@ -24,6 +24,8 @@ from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
 from trt_backend.engines.report import ProgressCallback
 from trt_backend.errors import ArtifactError
+from trt_backend.profiles import Profile
+from trt_backend.runners.base import EMULATED, ONNXRUNTIME, SegmentRunner
 from trt_backend.session.artifacts import (
     FORMAT,
     MANIFEST,
@@ -50,8 +52,8 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
     flv = load_flavor(flavor)
     _check_out_dir(out_dir)
     start = time.perf_counter()
-    sess = Session(model, profiles, opts)
-    session_of = PlanMemo(lambda plan: Session(plan, profiles, opts), (sess.plan, sess))
+    sess = _PlannedSession(model, profiles, opts)
+    session_of = PlanMemo(lambda plan: _PlannedSession(plan, profiles, opts), (sess.plan, sess))
     cache = EngineCache(cache_dir) if cache_dir else None
     result = build_with_fallback(sess.plan, lambda plan: session_of(plan).segment_profiles, bopts, cache, flavor=flv,
                                  min_segment_size=opts.partition.min_segment_size,
@@ -99,6 +101,26 @@ def data_file_entries(model: Model) -> list[dict[str, Any]]:
         path = os.path.join(model.base_dir, location)
         out.append({"file": location, "bytes": os.path.getsize(path), "sha256": file_sha256(path)})
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoRunner:
+    """Where a planned session's runner would be: its executor only (nothing loaded)."""
+
+    executor: str
+
+    def close(self) -> None:
+        pass
+
+
+class _PlannedSession(Session):
+    """A Session that plans and derives profiles but loads nothing to run: a build needs the
+    plan and the profiles, not an ONNX Runtime session per segment holding the weights again."""
+
+    def _make_runners(self, plan: Plan, emulate: bool, derived: dict[int, list[Profile]],
+                      shape_tensors: dict[int, frozenset[str]], engines: dict[int, bytes]) -> list[SegmentRunner]:
+        return [cast(SegmentRunner, _NoRunner(EMULATED if s.backend == "tensorrt" else ONNXRUNTIME))
+                for s in plan.segments]
 
 
 def _emulated(opts: SessionOptions) -> SessionOptions:
