@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -21,6 +21,7 @@ from partitioner.weights import (
     external_tensors,
     is_external,
     refuse_embedded_past_limit,
+    tensor_nbytes,
     uses_external_data,
 )
 
@@ -237,18 +238,67 @@ def serialize(proto: onnx.ModelProto, what: str, *, deterministic: bool = False)
 
 
 def weightless_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """Copy of ``proto`` whose large initializers are external references (dims kept, no bytes)."""
+    """Copy of ``proto`` whose large initializers are external references (dims kept, no bytes),
+    made without copying the weights (shape inference, the checker and fingerprints need dims
+    and dtypes only)."""
+    return structure_copy(proto, _weightless_tensor)
+
+
+def _weightless_tensor(t: onnx.TensorProto) -> onnx.TensorProto | None:
+    if not _is_large(t):
+        return None
+    out = onnx.TensorProto()
+    out.name, out.data_type = t.name, t.data_type
+    out.dims.extend(t.dims)
+    out.data_location = onnx.TensorProto.EXTERNAL
+    entry = out.external_data.add()
+    entry.key, entry.value = "location", "__weightless__"
+    return out
+
+
+def _is_large(t: onnx.TensorProto) -> bool:
+    """An initializer worth not copying: held inline past the threshold, or external."""
+    if is_external(t):
+        return True
+    return (len(t.raw_data) > _WEIGHTLESS_THRESHOLD or len(t.float_data) * 4 > _WEIGHTLESS_THRESHOLD
+            or len(t.int64_data) * 8 > _WEIGHTLESS_THRESHOLD or len(t.int32_data) * 4 > _WEIGHTLESS_THRESHOLD
+            or len(t.double_data) * 8 > _WEIGHTLESS_THRESHOLD)
+
+
+def _copy_fields(src: Any, dst: Any, skip: str) -> None:
+    for fd, value in src.ListFields():
+        if fd.name == skip:
+            continue
+        if fd.is_repeated:
+            getattr(dst, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(dst, fd.name).CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
+
+
+def structure_copy(proto: onnx.ModelProto, replace: Callable[[onnx.TensorProto], onnx.TensorProto | None],
+                   keep: Callable[[onnx.TensorProto], bool] | None = None) -> onnx.ModelProto:
+    """Copy of ``proto`` with each main-graph initializer ``t`` replaced by ``replace(t)``
+    (None: copied as is; left out where ``keep(t)`` is False), without copying the whole
+    message (and its weights) first."""
     copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    for t in copy.graph.initializer:
-        if t.ByteSize() > _WEIGHTLESS_THRESHOLD:
-            dims, dtype, tname = list(t.dims), t.data_type, t.name
-            t.Clear()
-            t.name, t.data_type = tname, dtype
-            t.dims.extend(dims)
-            t.data_location = onnx.TensorProto.EXTERNAL
-            entry = t.external_data.add()
-            entry.key, entry.value = "location", "__weightless__"
+    graph = proto.graph
+    inits = list(graph.initializer)
+    if not inits:
+        copy.CopyFrom(proto)
+        return copy
+    _copy_fields(proto, copy, skip="graph")
+    _copy_fields(graph, copy.graph, skip="initializer")
+    copy.graph.SetInParent()
+    for t in inits:
+        if keep is not None and not keep(t):
+            continue
+        new = replace(t)
+        if new is None:
+            copy.graph.initializer.add().CopyFrom(t)
+        else:
+            copy.graph.initializer.append(new)
     return copy
 
 
@@ -281,23 +331,34 @@ def check_model(proto: onnx.ModelProto, *, where: str, full: bool = False) -> No
 
 
 def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto | None:
-    """``proto`` as the ONNX checker can take it: the checker looks for external data files in
-    the current directory, so a copy whose external initializers are graph inputs instead (their
-    files were checked at load). None when external tensors sit elsewhere (subgraphs, attributes)."""
-    if not uses_external_data(proto):
-        return proto
+    """``proto`` as the ONNX checker should see it: large initializers (external ones, whose files
+    were checked at load, and inline ones, checked for length here) as graph inputs of their
+    dtype and shape, so the checker neither looks for data files in the current directory nor
+    serializes the weights. None when external tensors sit elsewhere (subgraphs, attributes)."""
     external = [t for t in proto.graph.initializer if is_external(t)]
     if len(external) != len(external_tensors(proto)):
         return None
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    names = {t.name for t in external}
-    kept = [t for t in copy.graph.initializer if t.name not in names]
-    del copy.graph.initializer[:]
-    copy.graph.initializer.extend(kept)
-    for t in external:
+    large = [t for t in proto.graph.initializer if _is_large(t)]
+    if not large:
+        return proto
+    for t in large:
+        _check_inline_length(t)
+    names = {t.name for t in large}
+    copy = structure_copy(proto, lambda t: None, keep=lambda t: t.name not in names)
+    for t in large:
         copy.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     return copy
+
+
+def _check_inline_length(t: onnx.TensorProto) -> None:
+    """The one checker rule on a weight's values: raw bytes as many as dims and dtype need."""
+    if is_external(t) or not t.HasField("raw_data"):
+        return
+    need = tensor_nbytes(t)
+    if need is not None and len(t.raw_data) != need:
+        raise onnx.checker.ValidationError(f"TensorProto (tensor name: {t.name}) raw_data size "
+                                           f"({len(t.raw_data)} bytes) does not match its shape and type "
+                                           f"({need} bytes required)")
 
 
 def learn_types(model: Model, types: Mapping[str, onnx.TypeProto], how: str) -> None:

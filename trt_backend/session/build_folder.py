@@ -3,6 +3,7 @@ TensorRT segment and writes the folder atomically; :func:`load` turns one into a
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -16,7 +17,8 @@ import onnx
 
 from partitioner import Model, Plan
 from partitioner.model import ModelSource
-from partitioner.weights import data_files, file_sha256, place_data_files
+from partitioner.model import serialize, structure_copy
+from partitioner.weights import INLINE_MAX_BYTES, data_files, file_sha256, is_external, place_data_files
 from trt_backend._files import write_atomic
 from trt_backend._version import __version__
 from trt_backend.engines.builder import BuildOptions, build_target
@@ -60,11 +62,15 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
                                  rewrite=plugin_rewrite(sess.plan, flv), progress=progress)
     final = session_of(result.plan)
     seconds = {r.segment: r.seconds for r in result.report.segments} if result.report.segments else {}
-    files: dict[str, bytes] = {MODEL_FILE: final.model.proto.SerializeToString()}
+    originals = data_file_entries(final.model)
+    weights = _externalize(final.model, [d["file"] for d in originals])
+    refer = weights.refs.get if weights is not None else (lambda name: None)
+    files: dict[str, bytes] = {MODEL_FILE: serialize(structure_copy(final.model.proto, lambda t: refer(t.name)),
+                                                     MODEL_FILE)}
     segments = []
     for seg in final.plan.segments:
         model_file = f"segment_{seg.id}.onnx"
-        files[model_file] = final.plan.extract(seg.id).SerializeToString()
+        files[model_file] = serialize(structure_copy(final.plan.extract(seg.id), lambda t: refer(t.name)), model_file)
         entry: dict[str, Any] = {"id": seg.id, "backend": seg.backend, "model": model_file,
                                  "model_sha256": sha256_bytes(files[model_file]), "engine": None, "engine_sha256": None,
                                  "engine_bytes": None, "build_seconds": None}
@@ -84,11 +90,64 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
         "demoted": [d.__dict__ for d in result.report.demoted] if result.report.demoted else [],
         "build_seconds": round(time.perf_counter() - start, 4),
     }
-    data = data_file_entries(final.model)
-    if data:  # (absent for models holding their weights: their manifests are unchanged)
-        manifest["data_files"] = data
-    _write_folder(out_dir, files, manifest, final.model.base_dir if data else None, [d["file"] for d in data])
-    return manifest
+    if originals:
+        manifest["data_files"] = originals
+    return _write_folder(out_dir, files, manifest, final.model.base_dir if originals else None,
+                         [d["file"] for d in originals], weights)
+
+
+WEIGHTS_FILE = "weights.data"
+_ALIGN = 4096  # tensors start on page boundaries: ONNX Runtime can map them instead of copying
+
+
+@dataclasses.dataclass
+class _Weights:
+    """A model's inline weights, to be written once into the folder's own data file that its
+    model and segment files all reference (instead of each carrying a copy)."""
+
+    location: str
+    blobs: list[tuple[int, bytes]]  # (offset, bytes)
+    refs: dict[str, onnx.TensorProto]  # initializer name -> its external reference
+
+
+def _externalize(model: Model, taken: Sequence[str]) -> _Weights | None:
+    big = [t for t in model.proto.graph.initializer if not is_external(t) and len(t.raw_data) > INLINE_MAX_BYTES]
+    if not big:
+        return None
+    location = WEIGHTS_FILE
+    while location in taken:
+        location = "_" + location
+    weights = _Weights(location, [], {})
+    offset = 0
+    for t in big:
+        raw = t.raw_data
+        ref = onnx.TensorProto()
+        ref.name, ref.data_type = t.name, t.data_type
+        ref.dims.extend(t.dims)
+        ref.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", location), ("offset", str(offset)), ("length", str(len(raw)))):
+            entry = ref.external_data.add()
+            entry.key, entry.value = key, value
+        weights.refs[t.name] = ref
+        weights.blobs.append((offset, raw))
+        offset = -(-(offset + len(raw)) // _ALIGN) * _ALIGN
+    return weights
+
+
+def _write_weights(folder: str, weights: _Weights) -> dict[str, Any]:
+    """Write the weights file (hashing as it goes); its manifest entry."""
+    h = hashlib.sha256()
+    at = 0
+    with open(os.path.join(folder, weights.location), "wb") as f:
+        for offset, raw in weights.blobs:
+            if offset > at:
+                pad = b"\0" * (offset - at)
+                f.write(pad)
+                h.update(pad)
+            f.write(raw)
+            h.update(raw)
+            at = offset + len(raw)
+    return {"file": weights.location, "bytes": at, "sha256": h.hexdigest()}
 
 
 def data_file_entries(model: Model) -> list[dict[str, Any]]:
@@ -147,10 +206,13 @@ def _check_out_dir(out_dir: str) -> None:
         raise ArtifactError(f"{out_dir}: folder {parent} is not writable")
 
 
-def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[str, Any],
-                  weights_dir: str | None = None, data_locations: Sequence[str] = ()) -> None:
+def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: dict[str, Any],
+                  weights_dir: str | None = None, data_locations: Sequence[str] = (),
+                  weights: _Weights | None = None) -> dict[str, Any]:
     """Everything into a temp folder beside ``out_dir``, then swapped in: never half a build.
-    Data files come from ``weights_dir``, linked where the filesystem allows, else copied."""
+    Data files come from ``weights_dir``, linked where the filesystem allows, else copied;
+    ``weights`` (inline ones) are written once into the folder's own data file. Returns the
+    manifest, data files listed."""
     parent = os.path.dirname(os.path.abspath(out_dir))
     tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
     try:
@@ -159,6 +221,8 @@ def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[st
                 f.write(data)
         if weights_dir is not None:
             place_data_files(data_locations, weights_dir, tmp)
+        if weights is not None:
+            manifest["data_files"] = [*manifest.get("data_files", []), _write_weights(tmp, weights)]
         write_atomic(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1) + "\n")
         old = None
         if os.path.exists(out_dir):
@@ -171,6 +235,7 @@ def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[st
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
+    return manifest
 
 
 def load(folder: str | os.PathLike[str], options: SessionOptions | None = None, *, rebuild: bool = False) -> Session:

@@ -13,7 +13,8 @@ from typing import Any
 import onnx
 
 from partitioner.capability import Piece, QueryResult
-from partitioner.model import serialize
+from partitioner.model import serialize, structure_copy
+from partitioner.weights import uses_external_data
 from trt_backend.tensorrt.flavor import (
     Flavor,
     create_builder,
@@ -41,9 +42,21 @@ class ParserOracle:
         self._builder = create_builder(self.flavor, self._logger)
         self.weights_dir: str | None = None
 
+        self._zeros: _ZeroWeights | None = None
+
     def _path(self) -> str | None:
         """A file name in the folder external data locations are relative to (never opened)."""
         return os.path.join(self.weights_dir, "capability_query.onnx") if self.weights_dir else None
+
+    def _question(self, model: onnx.ModelProto) -> tuple[bytes, str | None]:
+        """What the parser is given: the model's bytes and the path its external data is relative
+        to. Float weights held inline are handed over as references into a sparse file of zeros:
+        their values do not decide capability, and serializing them cost more than the parse."""
+        if uses_external_data(model) or not any(_zeroable(t) for t in model.graph.initializer):
+            return serialize(model, "a capability query"), self._path()
+        if self._zeros is None:
+            self._zeros = _ZeroWeights()
+        return serialize(self._zeros.stand_in(model), "a capability query"), self._zeros.path
 
     @property
     def target(self) -> str:
@@ -53,8 +66,9 @@ class ParserOracle:
         trt = self.flavor.module
         network = self._builder.create_network(network_flags(self.flavor))
         parser: Any = trt.OnnxParser(network, self._logger)
+        data, path = self._question(model)
         with _captured_stderr():
-            supported = bool(parser.supports_model_v2(serialize(model, "a capability query"), self._path()))
+            supported = bool(parser.supports_model_v2(data, path))
         pieces = tuple(Piece(tuple(int(k) for k in parser.get_subgraph_nodes(i)), bool(parser.is_subgraph_supported(i)))
                        for i in range(parser.num_subgraphs))
         errors: dict[int, str] = {}
@@ -73,14 +87,64 @@ class ParserOracle:
         network = self._builder.create_network(network_flags(self.flavor))
         parser: Any = trt.OnnxParser(network, self._logger)
         errors: dict[int, str] = {}
+        data, path = self._question(model)
         with _captured_stderr():
-            parsed = bool(parser.parse(serialize(model, "a capability query"), self._path()))
+            parsed = bool(parser.parse(data, path))
         if not parsed:
             for i in range(parser.num_errors):
                 err = parser.get_error(i)
                 if int(err.node()) >= 0:
                     errors.setdefault(int(err.node()), describe_parser_error(err))
         return errors
+
+
+_ZEROABLE = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+                       onnx.TensorProto.DOUBLE})
+_ZEROS_MIN_BYTES = 64 * 1024
+
+
+def _zeroable(t: onnx.TensorProto) -> bool:
+    return t.data_type in _ZEROABLE and len(t.raw_data) >= _ZEROS_MIN_BYTES
+
+
+class _ZeroWeights:
+    """A sparse file of zeros (no disk blocks) that large float weights of a capability query
+    point into instead of travelling inside its bytes."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="trt-backend-zeros-")
+        self.path = os.path.join(self._dir.name, "query.onnx")
+        self._file = os.path.join(self._dir.name, "zeros.bin")
+        self._size = 0
+        open(self._file, "wb").close()
+
+    def stand_in(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """``model`` with each large float weight a reference to its own range of the file
+        (TensorRT names weights by address: shared ranges would collide)."""
+        offsets: dict[str, int] = {}
+        end = 0
+        for t in model.graph.initializer:
+            if _zeroable(t):
+                offsets[t.name] = end
+                end += len(t.raw_data)
+        if end > self._size:
+            os.truncate(self._file, end)
+            self._size = end
+
+        def reference(t: onnx.TensorProto) -> onnx.TensorProto | None:
+            if t.name not in offsets:
+                return None
+            out = onnx.TensorProto()
+            out.name, out.data_type = t.name, t.data_type
+            out.dims.extend(t.dims)
+            out.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in (("location", "zeros.bin"), ("offset", str(offsets[t.name])),
+                               ("length", str(len(t.raw_data)))):
+                entry = out.external_data.add()
+                entry.key, entry.value = key, value
+            return out
+
+        return structure_copy(model, reference)
 
 
 _ASSERT_MESSAGE = re.compile(r'&&\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\s*$')
