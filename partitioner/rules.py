@@ -34,31 +34,36 @@ def type_problem(tp: onnx.TypeProto | None) -> str | None:
     return None
 
 
-def _elements(index: GraphIndex, name: str) -> int | None:
-    """Elements of a tensor whose shape is known in full (initializers by their dims)."""
-    init = index.initializer_protos.get(name)
-    if init is not None:
-        dims = list(init.dims)
-    else:
-        tp = index.types.get(name)
-        if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
-            return None
-        if any(d.WhichOneof("value") != "dim_value" for d in tp.tensor_type.shape.dim):
-            return None
-        dims = [d.dim_value for d in tp.tensor_type.shape.dim]
+def _elements(dims: list[int]) -> int:
     count = 1
     for d in dims:
         count *= int(d)
     return count
 
 
-def _too_many_elements(node: onnx.NodeProto, index: GraphIndex) -> str | None:
+def huge_tensors(index: GraphIndex) -> dict[str, int]:
+    """Tensors known in full to hold more than 2^31-1 elements (initializers by their dims,
+    others by a fully static inferred shape), with their element counts: one pass."""
+    out: dict[str, int] = {}
+    for name, init in index.initializer_protos.items():
+        if (n := _elements(list(init.dims))) > TRT_MAX_ELEMENTS:
+            out[name] = n
+    for name, tp in index.types.items():
+        if name in out or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+            continue
+        dims = tp.tensor_type.shape.dim
+        if len(dims) and all(d.HasField("dim_value") for d in dims):
+            if (n := _elements([d.dim_value for d in dims])) > TRT_MAX_ELEMENTS:
+                out[name] = n
+    return out
+
+
+def _too_many_elements(node: onnx.NodeProto, huge: dict[str, int]) -> str | None:
     """TensorRT tensors hold at most 2^31-1 elements: a node touching a bigger one stays out."""
     for name in list(node.input) + list(node.output):
-        count = _elements(index, name) if name else None
-        if count is not None and count > TRT_MAX_ELEMENTS:
-            return (f"tensor '{name}' has {count} elements, more than the {TRT_MAX_ELEMENTS} (2^31-1) a TensorRT "
-                    "tensor can hold")
+        if name in huge:
+            return (f"tensor '{name}' has {huge[name]} elements, more than the {TRT_MAX_ELEMENTS} (2^31-1) a "
+                    "TensorRT tensor can hold")
     return None
 
 
@@ -71,6 +76,7 @@ class Rules:
         self.exclude_ops = frozenset(exclude_ops)
         self.exclude_nodes = frozenset(exclude_nodes)
         self.local_functions = frozenset(local_functions)
+        self._huge: tuple[GraphIndex, dict[str, int]] | None = None  # (index, its huge tensors), made once
 
     def check(self, node: onnx.NodeProto, index: GraphIndex) -> str | None:
         """Reason this main-graph node must run in ONNX Runtime, or None if TensorRT may try it."""
@@ -89,7 +95,9 @@ class Rules:
             reason = self._body_problem(sub)
             if reason:
                 return f"{node.op_type} body: {reason}"
-        return _too_many_elements(node, index)
+        if self._huge is None or self._huge[0] is not index:
+            self._huge = (index, huge_tensors(index))
+        return _too_many_elements(node, self._huge[1]) if self._huge[1] else None
 
     def _op_problem(self, node: onnx.NodeProto) -> str | None:
         domain = node.domain

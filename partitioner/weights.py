@@ -55,7 +55,29 @@ def external_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
 
 
 def uses_external_data(proto: onnx.ModelProto) -> bool:
-    return any(is_external(t) for t in all_tensors(proto))
+    if any(is_external(t) for t in proto.graph.initializer):
+        return True
+    return any(is_external(t) for t in _attribute_tensors(proto.graph))
+
+
+_TENSOR_ATTRS = frozenset({onnx.AttributeProto.TENSOR, onnx.AttributeProto.TENSORS, onnx.AttributeProto.GRAPH,
+                           onnx.AttributeProto.GRAPHS})
+
+
+def _attribute_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Tensors in node attributes and in subgraphs (their initializers too), recursively."""
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type not in _TENSOR_ATTRS:
+                continue
+            if a.type == onnx.AttributeProto.TENSOR:
+                yield a.t
+            elif a.type == onnx.AttributeProto.TENSORS:
+                yield from a.tensors
+            else:
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    yield from g.initializer
+                    yield from _attribute_tensors(g)
 
 
 def tensor_nbytes(tensor: onnx.TensorProto) -> int | None:
