@@ -13,6 +13,7 @@ import onnx
 from partitioner.extract import boundary, extract
 from partitioner.model import Model
 from partitioner.rules import Rules
+from partitioner.weights import stand_in
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,8 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
             if rest:
                 work.append(rest)
             continue
-        sub = extract(model, piece, name=f"capability_query_{stats.oracle_calls}", inputs=inputs, outputs=outputs)
+        sub = extract(model, piece, name=f"capability_query_{stats.oracle_calls}", inputs=inputs, outputs=outputs,
+                      initializer=stand_in if getattr(oracle, "takes_stand_ins", False) else None)
         stats.oracle_calls += 1
         result = oracle.query(sub)
         if result.supported:

@@ -198,6 +198,37 @@ def refuse_embedded_past_limit(proto: onnx.ModelProto, where: str) -> None:
             "save_as_external_data=True, location='model.onnx.data')) and pass the path")
 
 
+STAND_IN = "__stand_in__"  # location of a weight whose values a consumer does not need (dims and length only)
+STAND_IN_MIN_BYTES = 64 * 1024
+
+
+def stand_in(t: onnx.TensorProto) -> onnx.TensorProto | None:
+    """For :func:`partitioner.extract.extract`: a large inline float weight as a reference to
+    :data:`STAND_IN` (dims, dtype and length kept, no bytes copied); None for everything else.
+    Only for consumers that do not read weight values (a capability query)."""
+    if t.data_type not in _FLOATS or is_external(t):
+        return None
+    n = len(t.raw_data)
+    if n < STAND_IN_MIN_BYTES:
+        return None
+    out = onnx.TensorProto()
+    out.name, out.data_type = t.name, t.data_type
+    out.dims.extend(t.dims)
+    out.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", STAND_IN), ("offset", "0"), ("length", str(n))):
+        entry = out.external_data.add()
+        entry.key, entry.value = key, value
+    return out
+
+
+_FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+                     onnx.TensorProto.DOUBLE})
+
+
+def is_stand_in(t: onnx.TensorProto) -> bool:
+    return is_external(t) and any(e.key == "location" and e.value == STAND_IN for e in t.external_data)
+
+
 def data_files(proto: onnx.ModelProto) -> list[str]:
     """Locations of the data files ``proto``'s external tensors name, sorted."""
     return sorted({e.value for t in external_tensors(proto) for e in t.external_data if e.key == "location"})

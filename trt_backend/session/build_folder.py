@@ -70,7 +70,7 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
     segments = []
     for seg in final.plan.segments:
         model_file = f"segment_{seg.id}.onnx"
-        files[model_file] = serialize(structure_copy(final.plan.extract(seg.id), lambda t: refer(t.name)), model_file)
+        files[model_file] = serialize(final.plan.extract(seg.id, lambda t: refer(t.name)), model_file)
         entry: dict[str, Any] = {"id": seg.id, "backend": seg.backend, "model": model_file,
                                  "model_sha256": sha256_bytes(files[model_file]), "engine": None, "engine_sha256": None,
                                  "engine_bytes": None, "build_seconds": None}

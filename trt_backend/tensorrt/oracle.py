@@ -14,7 +14,7 @@ import onnx
 
 from partitioner.capability import Piece, QueryResult
 from partitioner.model import serialize, structure_copy
-from partitioner.weights import uses_external_data
+from partitioner.weights import is_external, is_stand_in
 from trt_backend.tensorrt.flavor import (
     Flavor,
     create_builder,
@@ -41,26 +41,28 @@ class ParserOracle:
         self._logger = trt.Logger(trt.Logger.INTERNAL_ERROR)
         self._builder = create_builder(self.flavor, self._logger)
         self.weights_dir: str | None = None
-
         self._zeros: _ZeroWeights | None = None
+
+    @property
+    def target(self) -> str:
+        return self.flavor.target
 
     def _path(self) -> str | None:
         """A file name in the folder external data locations are relative to (never opened)."""
         return os.path.join(self.weights_dir, "capability_query.onnx") if self.weights_dir else None
 
+    takes_stand_ins = True  # capability queries may carry weights as stand-ins (partitioner.weights.stand_in)
+
     def _question(self, model: onnx.ModelProto) -> tuple[bytes, str | None]:
         """What the parser is given: the model's bytes and the path its external data is relative
-        to. Float weights held inline are handed over as references into a sparse file of zeros:
-        their values do not decide capability, and serializing them cost more than the parse."""
-        if uses_external_data(model) or not any(_zeroable(t) for t in model.graph.initializer):
+        to. Large float weights (stand-ins, or held inline) are handed over as references into a
+        sparse file of zeros: their values do not decide capability, and serializing them cost
+        more than the parse. Real external data stays readable there through symlinks."""
+        if not any(is_stand_in(t) or _zeroable(t) for t in model.graph.initializer):
             return serialize(model, "a capability query"), self._path()
         if self._zeros is None:
             self._zeros = _ZeroWeights()
-        return serialize(self._zeros.stand_in(model), "a capability query"), self._zeros.path
-
-    @property
-    def target(self) -> str:
-        return self.flavor.target
+        return serialize(self._zeros.stand_in(model, self.weights_dir), "a capability query"), self._zeros.path
 
     def query(self, model: onnx.ModelProto) -> QueryResult:
         trt = self.flavor.module
@@ -118,15 +120,18 @@ class _ZeroWeights:
         self._size = 0
         open(self._file, "wb").close()
 
-    def stand_in(self, model: onnx.ModelProto) -> onnx.ModelProto:
+    def stand_in(self, model: onnx.ModelProto, weights_dir: str | None) -> onnx.ModelProto:
         """``model`` with each large float weight a reference to its own range of the file
         (TensorRT names weights by address: shared ranges would collide)."""
-        offsets: dict[str, int] = {}
+        offsets: dict[str, tuple[int, int]] = {}
         end = 0
         for t in model.graph.initializer:
-            if _zeroable(t):
-                offsets[t.name] = end
-                end += len(t.raw_data)
+            n = _stand_in_length(t)
+            if n is not None:
+                offsets[t.name] = (end, n)
+                end += n
+            elif is_external(t) and weights_dir is not None:
+                self._link(t, weights_dir)
         if end > self._size:
             os.truncate(self._file, end)
             self._size = end
@@ -138,13 +143,26 @@ class _ZeroWeights:
             out.name, out.data_type = t.name, t.data_type
             out.dims.extend(t.dims)
             out.data_location = onnx.TensorProto.EXTERNAL
-            for key, value in (("location", "zeros.bin"), ("offset", str(offsets[t.name])),
-                               ("length", str(len(t.raw_data)))):
+            offset, length = offsets[t.name]
+            for key, value in (("location", "zeros.bin"), ("offset", str(offset)), ("length", str(length))):
                 entry = out.external_data.add()
                 entry.key, entry.value = key, value
             return out
 
         return structure_copy(model, reference)
+
+    def _link(self, t: onnx.TensorProto, weights_dir: str) -> None:
+        location = next(e.value for e in t.external_data if e.key == "location")
+        link = os.path.join(self._dir.name, location)
+        if not os.path.lexists(link):
+            os.makedirs(os.path.dirname(link), exist_ok=True)
+            os.symlink(os.path.join(os.path.abspath(weights_dir), location), link)
+
+
+def _stand_in_length(t: onnx.TensorProto) -> int | None:
+    if is_stand_in(t):
+        return int(next(e.value for e in t.external_data if e.key == "length"))
+    return len(t.raw_data) if _zeroable(t) else None
 
 
 _ASSERT_MESSAGE = re.compile(r'&&\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\s*$')

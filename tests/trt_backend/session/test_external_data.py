@@ -166,3 +166,21 @@ def test_missing_or_truncated_data_file_is_one_line_and_exit_1(mlp, tmp_path) ->
     assert proc.stderr.strip().splitlines() == [
         f"trt-backend: error: {path}: external data file 'mlp.onnx.data' is truncated: tensor 'b0' needs bytes "
         f"{HIDDEN * HIDDEN * 4}..{HIDDEN * HIDDEN * 4 + HIDDEN * 4}, the file has {HIDDEN * HIDDEN * 4 + 10}"]
+
+
+def test_capability_with_inline_and_external_weights_mixed(mlp, tmp_path, plan) -> None:
+    """Inline float weights reach the parser as stand-ins (zeros) and external ones from their
+    file (through a link beside the zeros): the plan is the one of the all-external model."""
+    proto = onnx.load(mlp, load_external_data=False)
+    w0 = next(t for t in proto.graph.initializer if t.name == "w0")
+    raw = np.fromfile(mlp + ".data", np.uint8, count=HIDDEN * HIDDEN * 4)
+    del w0.external_data[:]
+    w0.data_location = onnx.TensorProto.DEFAULT
+    w0.raw_data = raw.tobytes()
+    mixed = os.path.join(os.path.dirname(mlp), "mixed.onnx")
+    onnx.save(proto, mixed)
+    got = make_plan(mixed, flavor="auto")
+    assert [(s.backend, s.nodes) for s in got.segments] == [(s.backend, s.nodes) for s in plan.segments]
+    assert all(n.verdict == m.verdict for n, m in zip(got.nodes, plan.nodes))
+    sess = Session(mixed, PROFILE, SessionOptions(emulate=True))
+    np.testing.assert_allclose(sess.run(None, feeds())[0], reference(mlp), rtol=0, atol=1e-5)
