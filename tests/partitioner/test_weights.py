@@ -11,7 +11,13 @@ import pytest
 from onnx import helper
 
 from benchmarks.large_models import write_mlp
-from partitioner import ModelLoadError, ModelTooLargeError, PartitionOptions, load_model, plan_model
+from partitioner import (
+    ModelLoadError,
+    ModelTooLargeError,
+    PartitionOptions,
+    load_model,
+    plan_model,
+)
 from partitioner.capability import QueryResult
 from partitioner.weights import (
     ALLOWED_KEYS,

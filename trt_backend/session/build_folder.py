@@ -16,9 +16,14 @@ from typing import Any, cast
 import onnx
 
 from partitioner import Model, Plan
-from partitioner.model import ModelSource
-from partitioner.model import serialize, structure_copy
-from partitioner.weights import INLINE_MAX_BYTES, data_files, file_sha256, is_external, place_data_files
+from partitioner.model import ModelSource, serialize, structure_copy
+from partitioner.weights import (
+    INLINE_MAX_BYTES,
+    data_files,
+    file_sha256,
+    is_external,
+    place_data_files,
+)
 from trt_backend._files import write_atomic
 from trt_backend._version import __version__
 from trt_backend.engines.builder import BuildOptions, build_target
