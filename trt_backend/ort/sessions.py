@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -11,6 +12,7 @@ import onnx
 from partitioner import Model
 from partitioner.errors import OptionsError
 from partitioner.model import serialize
+from trt_backend._files import write_atomic
 from trt_backend.errors import SegmentLoadError, SegmentRunError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.threads import (
@@ -91,11 +93,50 @@ def first_line(e: BaseException) -> str:
 def max_ir_version() -> int | None:
     """Highest IR version the installed ONNX Runtime accepts (probed once; None without
     onnxruntime). Passed to the partitioner, which has no runtime of its own, so models are
-    normalised and segments extracted within it."""
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
+    normalised and segments extracted within it. The answer is remembered on disk per
+    onnxruntime and onnx version, so a process that runs nothing (``inspect``) need not import
+    onnxruntime to learn it."""
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime") is None:
         return None
+    try:
+        memo_key = f"onnxruntime {importlib.metadata.version('onnxruntime')} onnx IR {onnx.IR_VERSION}"
+    except importlib.metadata.PackageNotFoundError:  # (a build without metadata: probe every time)
+        memo_key = None
+    known = _read_ir_memo().get(memo_key) if memo_key else None
+    if isinstance(known, int):
+        return known
+    found = _probe_ir_version()
+    if memo_key and found is not None:
+        _write_ir_memo(memo_key, found)
+    return found
+
+
+_IR_MEMO = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trt-backend",
+                        "onnxruntime_ir_versions.json")
+
+
+def _read_ir_memo() -> dict[str, Any]:
+    try:
+        with open(_IR_MEMO, encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_ir_memo(key: str, value: int) -> None:
+    try:
+        os.makedirs(os.path.dirname(_IR_MEMO), exist_ok=True)
+        write_atomic(_IR_MEMO, json.dumps({**_read_ir_memo(), key: value}, indent=1, sort_keys=True))
+    except OSError:  # a read-only home: probe next time
+        pass
+
+
+def _probe_ir_version() -> int | None:
+    import onnxruntime  # noqa: F401
     from onnx import TensorProto, helper
 
     for ir in range(int(onnx.IR_VERSION), 6, -1):
