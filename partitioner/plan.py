@@ -17,6 +17,7 @@ from partitioner.capability import (
     Verdict,
     assess,
 )
+from partitioner.cost import BoundaryCost
 from partitioner.errors import OptionsError
 from partitioner.extract import boundary, extract
 from partitioner.model import Model, ModelSource, load_model
@@ -39,6 +40,8 @@ class PartitionOptions:
     plugins: tuple[PluginClaim, ...] = ()
     plugin_ops: tuple[str, ...] = ()  # op types offered to plugins before the parser (comparisons)
     target: str | None = None  # runtime the plan is for: "tensorrt" | "tensorrt_rtx"; None: the parser's flavor
+    # the price of a segment boundary (partitioner.cost); None: TensorRT groups are never demoted for it
+    boundary_cost: BoundaryCost | None = BoundaryCost()
 
     def __post_init__(self) -> None:
         for f in ("exclude_ops", "exclude_nodes", "plugins", "plugin_ops"):
@@ -177,7 +180,7 @@ def plan_model(source: ModelSource | Model, oracle: CapabilityOracle | None,
     model = load_model(source, max_ir_version=max_ir_version)
     verdicts, stats = assess_model(model, oracle, options)
     plan = build_plan(model, verdicts, oracle.target if oracle is not None else None, options.min_segment_size,
-                      target=plan_target(options, oracle))
+                      target=plan_target(options, oracle), cost=options.boundary_cost)
     plan.seconds = time.perf_counter() - start
     plan.oracle_calls = stats.oracle_calls
     log.info("planned %s: %d segment(s), %d parser call(s), %.3f s", model.source, len(plan.segments),
@@ -206,9 +209,10 @@ def plan_target(options: PartitionOptions, oracle: CapabilityOracle | None) -> s
 
 
 def build_plan(model: Model, verdicts: Sequence[Verdict], tensorrt: str | None,
-               min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE, *, target: str | None = None) -> Plan:
+               min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE, *, target: str | None = None,
+               cost: BoundaryCost | None = BoundaryCost()) -> Plan:
     """Partition given verdicts into a :class:`Plan` (no parser involved)."""
-    groups, final = partition(model.index, verdicts, min_segment_size)
+    groups, final = partition(model.index, verdicts, min_segment_size, cost)
     segments: list[Segment] = []
     segment_of = [0] * len(final)
     shared = {i for g in groups for i in g.copies}  # every reader outside their segment copies these

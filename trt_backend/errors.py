@@ -43,6 +43,10 @@ class ArtifactError(TrtBackendError):
     """A build folder is missing, edited, corrupt or was built for another runtime or GPU."""
 
 
+class SignatureError(ArtifactError):
+    """A build folder is unsigned, or signed with another key, where a signing key is required."""
+
+
 class ReferenceRunError(TrtBackendError):
     """The reference (ONNX Runtime on the whole model) cannot load or run the model, so there is
     nothing to compare against."""
@@ -125,6 +129,7 @@ __all__ = [
     "SegmentBuildError",
     "SegmentLoadError",
     "SegmentRunError",
+    "SignatureError",
     "SpecError",
     "TensorRTUnavailableError",
     "TrtBackendError",

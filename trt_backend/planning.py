@@ -131,7 +131,8 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         raise ParserCrashError(f"{model.source}: the TensorRT parser crashed ({how}) while checking capability")
     verdicts = [Verdict(b, r) for b, r in result["verdicts"]]
-    plan = build_plan(model, verdicts, result["target"], options.min_segment_size, target=result["plan_target"])
+    plan = build_plan(model, verdicts, result["target"], options.min_segment_size, target=result["plan_target"],
+                      cost=options.boundary_cost)
     plan.oracle_calls = result["oracle_calls"]
     plan.seconds = time.perf_counter() - start
     return plan

@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 import onnx
 
 from partitioner import DEFAULT_MIN_SEGMENT_SIZE, Plan, Segment, Verdict, build_plan
+from partitioner.cost import BoundaryCost
 from partitioner.errors import OptionsError
 from plugins import default_registry, register_with, rewrite_for_engine
 from trt_backend.engines.builder import (
@@ -62,7 +63,8 @@ def build_engines(plan: Plan, profiles: ProfilesArg = (), options: BuildOptions 
 def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOptions | None = None,
                         cache: EngineCache | None = None, *, flavor: Flavor | str = "auto",
                         progress: ProgressCallback | None = None, rewrite: SegmentRewrite | None = None,
-                        min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE, max_rounds: int = 3) -> BuildResult:
+                        min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE, max_rounds: int = 3,
+                        boundary_cost: BoundaryCost | None = BoundaryCost()) -> BuildResult:
     """Build, demote what TensorRT refuses, re-plan, repeat. For ``max_rounds`` rounds only the
     nodes TensorRT blamed are demoted (a whole segment when it blamed none); after that every
     failing segment is demoted whole. Each round demotes at least one node, so it ends."""
@@ -90,7 +92,8 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
                 node = plan.nodes[i]
                 demoted.append(Demotion(i, node.name, node.op_type, reason, rounds))
             log.info("segment %d: %d node(s) go to ONNX Runtime (round %d)", seg.id, len(blamed), rounds)
-        plan = build_plan(plan.model, verdicts, plan.tensorrt, min_segment_size, target=plan.target)
+        plan = build_plan(plan.model, verdicts, plan.tensorrt, min_segment_size, target=plan.target,
+                          cost=boundary_cost)
     report = result.report
     report.demoted, report.rounds, report.seconds = demoted, rounds, time.perf_counter() - start
     return BuildResult(plan, result.engines, report)

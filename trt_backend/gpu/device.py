@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from trt_backend.errors import CudaError
+from trt_backend.ort.values import check_allocation
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +190,7 @@ class DeviceArray:
                 "strides": None, "stream": self.stream.ptr if self.stream is not None else None}
 
     def to_host(self, stream: Stream | None = None) -> np.ndarray:
+        check_allocation(self.shape, self.dtype, "a device array copied to the host")
         out = np.empty(self.shape, self.dtype)
         copy_to_host(out, self.ptr, stream)
         if stream is not None:

@@ -14,7 +14,7 @@ import numpy as np
 from partitioner import Segment
 from trt_backend.errors import SegmentLoadError, SegmentRunError
 from trt_backend.gpu import device as dev
-from trt_backend.ort.values import to_numpy
+from trt_backend.ort.values import check_allocation, to_numpy
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import TENSORRT, SegmentRunner
 from trt_backend.tensorrt.flavor import Flavor, shared_logger
@@ -177,6 +177,7 @@ class TensorRTRunner(SegmentRunner):
             dev.copy_device(out.ptr, buf.ptr, int(np.prod(shape, dtype=np.int64)) * self.dtypes[name].itemsize,
                             self.stream)
             return dev.DeviceArray(out.ptr, shape, self.dtypes[name], owner=out, stream=self.stream)
+        check_allocation(shape, self.dtypes[name], f"{self.label}: output '{name}'")
         host = np.empty(shape, self.dtypes[name])
         if host.nbytes:
             dev.copy_to_host(host, buf.ptr, self.stream)

@@ -69,7 +69,7 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str, 
                                     os.path.abspath(weights_dir))
     data = model if isinstance(model, bytes) else serialize(model, what)
     try:
-        return inference_session(data, so, options.providers)
+        return inference_session(data, so, options.providers, options.disabled_optimizers)
     except ort_errors() as e:
         raise SegmentLoadError(f"{what}: ONNX Runtime cannot load it: {first_line(e)}") from None
 

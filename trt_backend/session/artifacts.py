@@ -20,6 +20,7 @@ from trt_backend._files import sha256_bytes
 from trt_backend.engines.builder import BuildOptions, build_target
 from trt_backend.errors import ArtifactError, TensorRTUnavailableError
 from trt_backend.planning import load
+from trt_backend.session.seal import check_seal
 from trt_backend.tensorrt.flavor import load_flavor
 
 log = logging.getLogger(__name__)
@@ -44,15 +45,17 @@ def is_build_folder(source: object) -> TypeGuard[str | os.PathLike[str]]:
     return isinstance(source, (str, os.PathLike)) and os.path.isdir(source)
 
 
-def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool = False) -> BuiltFolder:
-    """Read ``folder``, every file checked against its SHA-256. When its engines are to execute
-    here (``executes``), an engine for another TensorRT version or GPU is an ArtifactError, or
-    with ``rebuild`` leaves the engines out (to be built anew)."""
+def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool = False,
+                sign_key: bytes | None = None) -> BuiltFolder:
+    """Read ``folder``, its manifest checked against its digest (and signature, with
+    ``sign_key``) and every file against its SHA-256. When its engines are to execute here
+    (``executes``), an engine for another TensorRT version or GPU is an ArtifactError, or with
+    ``rebuild`` leaves the engines out (to be built anew)."""
     folder = os.fspath(folder)
-    manifest = read_manifest(folder)
+    manifest = read_manifest(folder, sign_key)
     engines: dict[int, bytes] | None = {}
     if executes:
-        problem = _runtime_mismatch(manifest)
+        problem = runtime_mismatch(manifest)
         if problem and not rebuild:
             raise ArtifactError(f"{folder}: {problem}; rebuild it (trt-backend build, or load(..., rebuild=True))")
         if problem:
@@ -68,8 +71,9 @@ def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool
     return BuiltFolder(plan, manifest, engines)
 
 
-def read_manifest(folder: str) -> dict[str, Any]:
-    """The manifest of ``folder``, every file checked against its SHA-256."""
+def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
+    """The manifest of ``folder``, checked against its digest (and its signature under
+    ``sign_key``), every file checked against its SHA-256."""
     path = os.path.join(folder, MANIFEST)
     try:
         with open(path, encoding="utf-8") as f:
@@ -80,6 +84,7 @@ def read_manifest(folder: str) -> dict[str, Any]:
         raise ArtifactError(f"{path}: unreadable ({e})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ArtifactError(f"{path}: not a format-{FORMAT} trt-backend manifest")
+    check_seal(manifest, path, sign_key)
     try:
         checks = [(manifest["model_file"], manifest["model_sha256"])]
         for seg in manifest["segments"]:
@@ -122,7 +127,9 @@ def check_data_files(folder: str, manifest: Mapping[str, Any]) -> None:
                                 "corrupt); rebuild with trt-backend build")
 
 
-def _runtime_mismatch(manifest: Mapping[str, Any]) -> str | None:
+def runtime_mismatch(manifest: Mapping[str, Any]) -> str | None:
+    """Why the manifest's engines cannot execute with this machine's TensorRT (version, GPU
+    target), or None when they can (as far as the manifest tells)."""
     try:
         flv = load_flavor("auto")
     except TensorRTUnavailableError as e:

@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import onnx
@@ -40,6 +40,8 @@ from trt_backend.session.artifacts import (
     sha256_bytes,
 )
 from trt_backend.session.options import SessionOptions
+from trt_backend.session.seal import seal
+from trt_backend.session.seal import sign_key as read_sign_key
 from trt_backend.session.session import Session
 from trt_backend.tensorrt.flavor import Flavor, load_flavor
 
@@ -49,10 +51,12 @@ log = logging.getLogger(__name__)
 def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None = None,
           options: SessionOptions | None = None, build_options: BuildOptions | None = None,
           cache_dir: str | None = None, *, flavor: str = "auto",
-          progress: ProgressCallback | None = None) -> dict[str, Any]:
+          progress: ProgressCallback | None = None, sign_key: str | bytes | None = None) -> dict[str, Any]:
     """Plan ``model``, derive profiles, build every TensorRT segment (demoting what TensorRT
-    refuses), and write the folder ``out_dir`` atomically. Returns the manifest. ``progress``
-    receives a ``BuildEvent`` as each segment finishes."""
+    refuses), and write the folder ``out_dir`` atomically. Returns the manifest, sealed with its
+    digest and, with ``sign_key`` (the key, ``@FILE``, or else ``TRT_BACKEND_SIGN_KEY``), signed.
+    ``progress`` receives a ``BuildEvent`` as each segment finishes."""
+    key = read_sign_key(sign_key)
     opts = options if options is not None else SessionOptions()
     opts = _emulated(opts)
     bopts = build_options or BuildOptions()
@@ -64,6 +68,7 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
     cache = EngineCache(cache_dir) if cache_dir else None
     result = build_with_fallback(sess.plan, lambda plan: session_of(plan).segment_profiles, bopts, cache, flavor=flv,
                                  min_segment_size=opts.partition.min_segment_size,
+                                 boundary_cost=opts.partition.boundary_cost,
                                  rewrite=plugin_rewrite(sess.plan, flv), progress=progress)
     final = session_of(result.plan)
     seconds = {r.segment: r.seconds for r in result.report.segments} if result.report.segments else {}
@@ -95,10 +100,12 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
         "demoted": [d.__dict__ for d in result.report.demoted] if result.report.demoted else [],
         "build_seconds": round(time.perf_counter() - start, 4),
     }
-    if originals:
-        manifest["data_files"] = originals
-    return _write_folder(out_dir, files, manifest, final.model.base_dir if originals else None,
-                         [d["file"] for d in originals], weights)
+    if originals or weights is not None:  # (absent for models without large weights: manifests unchanged)
+        manifest["data_files"] = originals + ([weights.entry()] if weights is not None else [])
+    seal(manifest, key)
+    _write_folder(out_dir, files, manifest, final.model.base_dir if originals else None,
+                  [d["file"] for d in originals], weights)
+    return manifest
 
 
 WEIGHTS_FILE = "weights.data"
@@ -113,6 +120,15 @@ class _Weights:
     location: str
     blobs: list[tuple[int, bytes]]  # (offset, bytes)
     refs: dict[str, onnx.TensorProto]  # initializer name -> its external reference
+
+    def entry(self) -> dict[str, Any]:
+        """The data file's manifest entry (size and SHA-256), before it is written."""
+        h = hashlib.sha256()
+        size = 0
+        for chunk in _padded(self):
+            h.update(chunk)
+            size += len(chunk)
+        return {"file": self.location, "bytes": size, "sha256": h.hexdigest()}
 
 
 def _externalize(model: Model, taken: Sequence[str]) -> _Weights | None:
@@ -139,20 +155,19 @@ def _externalize(model: Model, taken: Sequence[str]) -> _Weights | None:
     return weights
 
 
-def _write_weights(folder: str, weights: _Weights) -> dict[str, Any]:
-    """Write the weights file (hashing as it goes); its manifest entry."""
-    h = hashlib.sha256()
+def _padded(weights: _Weights) -> Iterator[bytes]:
     at = 0
+    for offset, raw in weights.blobs:
+        if offset > at:
+            yield b"\0" * (offset - at)
+        yield raw
+        at = offset + len(raw)
+
+
+def _write_weights(folder: str, weights: _Weights) -> None:
     with open(os.path.join(folder, weights.location), "wb") as f:
-        for offset, raw in weights.blobs:
-            if offset > at:
-                pad = b"\0" * (offset - at)
-                f.write(pad)
-                h.update(pad)
-            f.write(raw)
-            h.update(raw)
-            at = offset + len(raw)
-    return {"file": weights.location, "bytes": at, "sha256": h.hexdigest()}
+        for chunk in _padded(weights):
+            f.write(chunk)
 
 
 def data_file_entries(model: Model) -> list[dict[str, Any]]:
@@ -209,17 +224,23 @@ def _check_out_dir(out_dir: str) -> None:
         raise ArtifactError(f"{out_dir}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise ArtifactError(f"{out_dir}: folder {parent} is not writable")
+    try:  # (os.access says yes to root, also on read-only file systems: try it, before building)
+        os.rmdir(tempfile.mkdtemp(prefix=".build-probe-", dir=parent))
+    except OSError as e:
+        raise ArtifactError(f"{out_dir}: cannot write in folder {parent} ({e.strerror or e})") from None
 
 
-def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: dict[str, Any],
+def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[str, Any],
                   weights_dir: str | None = None, data_locations: Sequence[str] = (),
-                  weights: _Weights | None = None) -> dict[str, Any]:
+                  weights: _Weights | None = None) -> None:
     """Everything into a temp folder beside ``out_dir``, then swapped in: never half a build.
     Data files come from ``weights_dir``, linked where the filesystem allows, else copied;
-    ``weights`` (inline ones) are written once into the folder's own data file. Returns the
-    manifest, data files listed."""
+    ``weights`` (inline ones) are written once into the folder's own data file."""
     parent = os.path.dirname(os.path.abspath(out_dir))
-    tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
+    try:
+        tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
+    except OSError as e:
+        raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
     try:
         for name, data in files.items():
             with open(os.path.join(tmp, name), "wb") as f:
@@ -227,7 +248,7 @@ def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: dict[str, 
         if weights_dir is not None:
             place_data_files(data_locations, weights_dir, tmp)
         if weights is not None:
-            manifest["data_files"] = [*manifest.get("data_files", []), _write_weights(tmp, weights)]
+            _write_weights(tmp, weights)
         write_atomic(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1) + "\n")
         old = None
         if os.path.exists(out_dir):
@@ -240,9 +261,9 @@ def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: dict[str, 
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
-    return manifest
 
 
-def load(folder: str | os.PathLike[str], options: SessionOptions | None = None, *, rebuild: bool = False) -> Session:
+def load(folder: str | os.PathLike[str], options: SessionOptions | None = None, *, rebuild: bool = False,
+         sign_key: str | bytes | None = None) -> Session:
     """A Session from a build folder (see :meth:`Session.load`)."""
-    return Session.load(folder, options, rebuild=rebuild)
+    return Session.load(folder, options, rebuild=rebuild, sign_key=sign_key)

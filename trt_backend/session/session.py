@@ -2,6 +2,7 @@
 make one runner per segment (once), then run segments in order with tensors routed by name."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -29,7 +30,7 @@ from trt_backend.gpu.ort_cuda_runner import OrtCudaRunner, cuda_provider_availab
 from trt_backend.gpu.status import make_tensorrt_runner, tensorrt_status
 from trt_backend.ort.sessions import tapped_session
 from trt_backend.ort.threads import use_global_thread_pool
-from trt_backend.ort.values import to_numpy
+from trt_backend.ort.values import memory_limit, to_numpy
 from trt_backend.planning import plan_for
 from trt_backend.profiles import Profile, profiles_from_json
 from trt_backend.runners.base import SegmentRunner
@@ -45,6 +46,7 @@ from trt_backend.session.saved import (
     read_saved,
     saved_segment_profiles,
 )
+from trt_backend.session.seal import sign_key as read_sign_key
 
 log = logging.getLogger(__package__)  # "trt_backend.session": the stage's logger, as users see it
 
@@ -77,12 +79,14 @@ class Session:
         self.options = options if options is not None else SessionOptions()
         if not isinstance(self.options, SessionOptions):
             raise OptionsError(f"options must be a SessionOptions, got {type(self.options).__name__}")
+        self.folder_manifest: dict[str, Any] | None = None  # the build folder's manifest, when made from one
         if is_build_folder(model):
             if profiles is not None or plan is not None or engines is not None:
                 raise OptionsError(f"{os.fspath(model)}: a build folder brings its own profiles, plan and engines; "
                                    "give none of them")
             built = self._open_folder(model, self.options)
             model, plan, engines = built.plan, built.manifest["plan"], built.engines
+            self.folder_manifest = built.manifest
         base = model if isinstance(model, Plan) else self.make_plan(model, self.options)
         if base.model is None:
             raise OptionsError("this plan was read from JSON without its model; pass the model instead")
@@ -104,8 +108,9 @@ class Session:
             use_global_thread_pool(ort_opts.intra_op_threads, ort_opts.inter_op_threads)
 
         def derive(p: Plan) -> dict[int, list[Profile]]:
-            return derive_profiles(self.model, p, self._inputs, input_profiles, overrides, self._calibration_runner,
-                                   self.options.calibration_seed, list(calibration_feeds))
+            with memory_limit(self.options.max_memory):  # calibration data held to the session's limit
+                return derive_profiles(self.model, p, self._inputs, input_profiles, overrides, self._calibration_runner,
+                                       self.options.calibration_seed, list(calibration_feeds))
 
         derived = saved_segment_profiles(saved) if saved is not None else derive(base)
         emulate = self._decide_emulation(trt)
@@ -127,18 +132,23 @@ class Session:
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str], options: SessionOptions | None = None, *,
-             rebuild: bool = False) -> Session:
+             rebuild: bool = False, sign_key: str | bytes | None = None) -> Session:
         """A session from a ``trt-backend build`` folder, using its engines and saved profiles: no
         planning, no calibration, no build. On another TensorRT version or GPU: ArtifactError, or
-        with ``rebuild`` a session that builds fresh engines."""
+        with ``rebuild`` a session that builds fresh engines. ``sign_key`` (or the options' own,
+        or ``TRT_BACKEND_SIGN_KEY``): the folder must be signed with it (SignatureError)."""
         opts = options if options is not None else SessionOptions()
+        if sign_key is not None:
+            opts = dataclasses.replace(opts, sign_key=sign_key)
         built = cls._open_folder(folder, opts, rebuild)
-        return cls(built.plan, None, opts, plan=built.manifest["plan"], engines=built.engines)
+        sess = cls(built.plan, None, opts, plan=built.manifest["plan"], engines=built.engines)
+        sess.folder_manifest = built.manifest
+        return sess
 
     @staticmethod
     def _open_folder(folder: str | os.PathLike[str], options: SessionOptions, rebuild: bool = False) -> BuiltFolder:
         executes = options.emulate is False or (options.emulate is not True and tensorrt_status()[0])
-        return open_folder(folder, executes=executes, rebuild=rebuild)
+        return open_folder(folder, executes=executes, rebuild=rebuild, sign_key=read_sign_key(options.sign_key))
 
     # ------------------------------------------------------------ construction helpers
 
@@ -157,7 +167,8 @@ class Session:
         cache = EngineCache(self.options.cache_dir, allow_host_code=self.options.allow_host_code) \
             if self.options.cache_dir else None
         result = build_with_fallback(plan, profiles_of, self.options.build, cache,
-                                     min_segment_size=self.options.partition.min_segment_size, rewrite=plugin_rewrite(plan))
+                                     min_segment_size=self.options.partition.min_segment_size,
+                                     boundary_cost=self.options.partition.boundary_cost, rewrite=plugin_rewrite(plan))
         self.build_report = result.report
         return result.plan, profiles_of(result.plan), dict(result.engines)
 
@@ -265,12 +276,13 @@ class Session:
         feeds = self._validator.validate(input_feed)
         env: dict[str, Any] = dict(self._constants)
         env.update(feeds)
-        for step in self.schedule(names):
-            inputs = [env[n] for n in step.inputs]
-            values = step.runner.run(inputs) if run.ort is None else step.runner.run(inputs, run.ort)
-            env.update(zip(step.outputs, values))
-            for n in step.free:
-                del env[n]
+        with memory_limit(self.options.max_memory):  # host buffers of outputs held to the session's limit
+            for step in self.schedule(names):
+                inputs = [env[n] for n in step.inputs]
+                values = step.runner.run(inputs) if run.ort is None else step.runner.run(inputs, run.ort)
+                env.update(zip(step.outputs, values))
+                for n in step.free:
+                    del env[n]
         on_device = self.options.outputs_on_device if run.outputs_on_device is None else run.outputs_on_device
         if on_device:
             return [env[n] for n in names]
