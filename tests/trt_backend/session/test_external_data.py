@@ -184,3 +184,22 @@ def test_capability_with_inline_and_external_weights_mixed(mlp, tmp_path, plan) 
     assert all(n.verdict == m.verdict for n, m in zip(got.nodes, plan.nodes))
     sess = Session(mixed, PROFILE, SessionOptions(emulate=True))
     np.testing.assert_allclose(sess.run(None, feeds())[0], reference(mlp), rtol=0, atol=1e-5)
+
+
+def test_weights_held_inside_are_written_once_into_the_build_folder(mlp, tmp_path, capsys) -> None:
+    """A model holding its weights inline gets one weights.data in its build folder that the
+    model and every segment reference (was a copy of the weights in each), and still loads moved."""
+    inline = str(tmp_path / "inline.onnx")
+    onnx.save(onnx.load(mlp), inline)  # (load_external_data=True: the weights are read in)
+    assert os.path.getsize(inline) > 6 * HIDDEN * HIDDEN * 4
+    out = tmp_path / "built"
+    assert main(["build", inline, "-o", str(out), *SHAPES]) == 0
+    manifest = json.load(open(out / "manifest.json"))
+    [data] = manifest["data_files"]
+    assert data["file"] == "weights.data" and data["bytes"] >= 6 * HIDDEN * HIDDEN * 4
+    assert os.path.getsize(out / "model.onnx") + sum(os.path.getsize(out / s["model"])
+                                                      for s in manifest["segments"]) < 100_000
+    moved = tmp_path / "moved"
+    shutil.move(str(out), moved)
+    sess = Session.load(str(moved), SessionOptions(emulate=True))
+    np.testing.assert_allclose(sess.run(None, feeds())[0], reference(mlp), rtol=0, atol=1e-5)
