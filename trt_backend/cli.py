@@ -17,6 +17,7 @@ COMMANDS = {  # name -> one-line help, in the order --help lists them; trt_backe
     "build": "build engines for every TensorRT segment into a folder",
     "bench": "benchmark the stitched session against ONNX Runtime and whole-model TensorRT",
     "compare": "compare trt-backend's outputs with ONNX Runtime on the whole model",
+    "serve": "serve a build folder on Ray Serve: replicas, batching, HTTP and a Python handle",
     "demo": "plan, build and run the bundled demo model",
 }
 

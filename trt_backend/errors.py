@@ -84,6 +84,20 @@ class CudaError(TrtBackendError):
     """A CUDA runtime call failed (no driver, no device, out of memory...)."""
 
 
+class DeviceError(CudaError):
+    """A session was asked for a GPU that does not exist here (or for one where there is none),
+    or was handed a device array that lives on another GPU."""
+
+
+class RequestError(TrtBackendError):
+    """A served request cannot be read (body, dtype, shape) or was refused by the session; the
+    message is one line (HTTP 400)."""
+
+
+class ServeError(TrtBackendError):
+    """Serving cannot start: Ray Serve is missing, or a deployment did not come up."""
+
+
 class EngineCacheError(TrtBackendError):
     """The cache directory cannot be used, or an entry may not be loaded (host code)."""
 
@@ -110,6 +124,7 @@ __all__ = [
     "CalibrationError",
     "ComparisonError",
     "CudaError",
+    "DeviceError",
     "EngineCacheError",
     "FeedError",
     "HostCompilerError",
@@ -126,9 +141,11 @@ __all__ = [
     "PrecisionError",
     "ProfileError",
     "ReferenceRunError",
+    "RequestError",
     "SegmentBuildError",
     "SegmentLoadError",
     "SegmentRunError",
+    "ServeError",
     "SignatureError",
     "SpecError",
     "TensorRTUnavailableError",

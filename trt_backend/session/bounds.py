@@ -94,6 +94,55 @@ class DimBounds:
             self._consts[tensor] = value
         return self._consts[tensor]
 
+    # ------------------------------------------------------------------ values of shape-like tensors
+
+    def value_bounds(self, tensor: str, depth: int = 0) -> list[Bound] | None:
+        """Per element of a small integer tensor computed from shapes (Shape, then Gather, Slice,
+        Concat, Cast, Squeeze/Unsqueeze, Reshape, Identity of it, and constants): the bound of
+        its value, as :meth:`bound` gives it for the dim it copies. None where another op
+        computes it (its values are then only observed)."""
+        if depth > _MAX_DEPTH:
+            return None
+        c = self.const(tensor)
+        if c is not None:
+            return [(int(v), False) for v in c.reshape(-1)] if c.dtype.kind in "iu" and c.ndim <= 1 else None
+        i = self.model.index.producer.get(tensor)
+        if i is None:
+            return None
+        node = self.model.proto.graph.node[i]
+        op, ins = node.op_type, list(node.input)
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if op == "Shape":
+            rank = self.rank(ins[0])
+            if rank is None:
+                return None
+            start, end = int(attrs.get("start", 0)), int(attrs.get("end", rank))
+            return [self.bound(ins[0], d) for d in range(rank)[slice(start, end)]]
+        if op in ("Cast", "Identity", "Squeeze", "Unsqueeze", "Reshape", "Flatten"):
+            return self.value_bounds(ins[0], depth + 1) if ins and ins[0] else None
+        if op == "Concat":
+            parts = [self.value_bounds(t, depth + 1) for t in ins if t]
+            return None if any(p is None for p in parts) else [e for p in parts if p is not None for e in p]
+        if op == "Gather" and len(ins) > 1:
+            data, idx = self.value_bounds(ins[0], depth + 1), self.const(ins[1])
+            if data is None or idx is None or idx.dtype.kind not in "iu":
+                return None
+            try:
+                return [data[int(k)] for k in idx.reshape(-1)]
+            except IndexError:
+                return None
+        if op == "Slice" and len(ins) >= 3:
+            data = self.value_bounds(ins[0], depth + 1)
+            starts, ends = self.const(ins[1]), self.const(ins[2])
+            steps = self.const(ins[4]) if len(ins) > 4 and ins[4] else None
+            if data is None or starts is None or ends is None or starts.size != 1 or ends.size != 1:
+                return None
+            step = int(steps.reshape(-1)[0]) if steps is not None and steps.size == 1 else 1
+            if step == 0:
+                return None
+            return data[slice(int(starts.reshape(-1)[0]), int(ends.reshape(-1)[0]), step)]  # ONNX clamps as Python does
+        return None
+
     # ------------------------------------------------------------------ the walk
 
     def _bound(self, tensor: str, dim: int, depth: int) -> Bound:
@@ -151,11 +200,27 @@ class DimBounds:
             axis = int(attrs.get("axis", 1)) % max(self.rank(ins[0]) or 1, 1)
             r_in = self.rank(ins[0]) or 0
             return _product([b(ins[0], d) for d in (range(axis) if dim == 0 else range(axis, r_in))])
+        if op in ("ScatterElements", "ScatterND", "Scatter"):
+            return b(ins[0], dim)  # the data's shape
+        if op == "ConstantOfShape":  # its dims are its input's values
+            values = self.value_bounds(ins[0], depth) if ins and ins[0] else None
+            return values[dim] if values is not None and dim < len(values) else (None, False)
         if op == "Reshape":
             target = self.const(ins[1]) if len(ins) > 1 else None
             if target is not None and dim < target.size and int(target.reshape(-1)[dim]) == 0 \
                     and not attrs.get("allowzero", 0):
                 return b(ins[0], dim)  # 0 copies the input's dim
+            if target is not None and dim < target.size and int(target.reshape(-1)[dim]) == -1:
+                # the inferred dim: the input's elements over the other (given) dims
+                others = [int(v) for k, v in enumerate(target.reshape(-1)) if k != dim]
+                r_in = self.rank(ins[0])
+                if r_in is None or any(v <= 0 for v in others):
+                    return None, False
+                dims = [b(ins[0], d) for d in range(r_in)]
+                through = any(t for _, t in dims)
+                if any(v is None for v, _ in dims):
+                    return None, through
+                return -(-math.prod(v for v, _ in dims if v is not None) // max(1, math.prod(others))), through
             return None, False
         if op == "MatMul":
             ra, rb = self.rank(ins[0]), self.rank(ins[1])

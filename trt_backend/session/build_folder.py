@@ -31,6 +31,7 @@ from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
 from trt_backend.engines.report import ProgressCallback
 from trt_backend.errors import ArtifactError
+from trt_backend.gpu.device import check_device, use_device
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import EMULATED, ONNXRUNTIME, SegmentRunner
 from trt_backend.session.artifacts import (
@@ -58,6 +59,8 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
     ``progress`` receives a ``BuildEvent`` as each segment finishes."""
     key = read_sign_key(sign_key)
     opts = options if options is not None else SessionOptions()
+    if opts.device_id is not None:  # full TensorRT builds for the current GPU (and keys its cache by its SM)
+        use_device(check_device(opts.device_id))
     opts = _emulated(opts)
     bopts = build_options or BuildOptions()
     flv = load_flavor(flavor)

@@ -133,3 +133,48 @@ def test_no_box_surviving_is_normal_data() -> None:
     ref = -(np.maximum(some["boxes"][[0, 2]], 0).reshape(2, 6) @ (np.arange(36, dtype=np.float32).reshape(6, 6) / 36))
     (got,) = sess.run(None, some)
     np.testing.assert_allclose(got, ref, atol=1e-5)
+
+
+def counted_rows():
+    """Kept rows (NonZero, on ONNX Runtime) whose count reaches a TensorRT segment as a shape
+    tensor: ``target = Concat(Unsqueeze(Shape(kept)[0]), [8])`` is computed on ONNX Runtime
+    (excluded nodes) and read by an Expand in TensorRT, as Keypoint R-CNN's keypoint RoI pool
+    reads how many detections survived."""
+    inits = [nh.from_array(np.array([0], np.int64), "col"), nh.from_array(np.array(0.5, np.float32), "half"),
+             nh.from_array(np.array([0], np.int64), "axis0"), nh.from_array(np.array(0, np.int64), "first_dim"),
+             nh.from_array(np.array([8], np.int64), "eight"), nh.from_array(np.array(1.0, np.float32), "one")]
+    nodes = [h.make_node("Gather", ["x", "col"], ["first"], axis=1),
+             h.make_node("Greater", ["first", "half"], ["keep"]),
+             h.make_node("NonZero", ["keep"], ["where"]),
+             h.make_node("Gather", ["where", "axis0"], ["rows2d"], axis=0),
+             h.make_node("Squeeze", ["rows2d", "axis0"], ["rows"]),
+             h.make_node("Gather", ["x", "rows"], ["kept"], axis=0),
+             h.make_node("Sin", ["kept"], ["waved"]),
+             h.make_node("Shape", ["kept"], ["kept_shape"], name="count_shape"),
+             h.make_node("Gather", ["kept_shape", "first_dim"], ["count"], axis=0, name="count_gather"),
+             h.make_node("Unsqueeze", ["count", "axis0"], ["count1"], name="count_unsqueeze"),
+             h.make_node("Concat", ["count1", "eight"], ["target"], axis=0, name="count_concat"),
+             h.make_node("Expand", ["one", "target"], ["ones"]),
+             h.make_node("Add", ["waved", "ones"], ["s"]),
+             h.make_node("Relu", ["s"], ["y"])]
+    graph = h.make_graph(nodes, "counted_rows", [h.make_tensor_value_info("x", T.FLOAT, ["N", 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_a_count_handed_over_as_a_shape_tensor_is_bounded_by_the_graph() -> None:
+    opts = SessionOptions(emulate=True, exclude_ops=("Sin", "NonZero"), min_segment_size=1,
+                          exclude_nodes=("count_shape", "count_gather", "count_unsqueeze", "count_concat"))
+    m = counted_rows()
+    sess = Session(m, PROFILE, opts)
+    tail = sess.plan.segments[-1]
+    assert tail.backend == "tensorrt" and "target" in tail.inputs
+    prof = sess.segment_profiles[tail.id][0]["target"]
+    assert prof.values is not None
+    lo, _, hi = prof.values
+    assert (lo[0], hi[0]) == (0, 16) and (lo[1], hi[1]) == (8, 8)  # at most the 16 rows the profile allows
+    for rows in (np.full((16, 8), 0.9, np.float32), np.full((5, 8), 0.1, np.float32),
+                 np.random.default_rng(3).random((12, 8), dtype=np.float32)):
+        assert_same(sess.run(None, {"x": rows}), ort_reference(m, {"x": rows}))
