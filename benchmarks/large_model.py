@@ -144,8 +144,8 @@ def main() -> int:
     if size is not None:
         total, own = size
         limit = 1.1 * weights + engines
-        print(f"\nbuild folder: {total / GIB:.2f} GiB in all ({engines / GIB:.2f} GiB engines, weights hard-linked: "
-              f"{(total - own) / GIB:.2f} GiB shared with the model's own data file); new on disk {own / GIB:.2f} GiB")
+        print(f"\nbuild folder: {total / GIB:.2f} GiB in all ({engines / GIB:.2f} GiB engines; files with another "
+              f"hard link: {(total - own) / GIB:.2f} GiB); new on disk {own / GIB:.2f} GiB")
         checks.append(("build folder <= 1.1x weights + engines", total <= limit,
                        f"{total / GIB:.2f} GiB vs {limit / GIB:.2f} GiB"))
     print()

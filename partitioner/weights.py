@@ -297,9 +297,12 @@ def weights_sha256(proto: onnx.ModelProto, base_dir: str | None) -> str | None:
 # ---------------------------------------------------------------- placing data files
 
 def place_data_files(locations: Iterable[str], base_dir: str, out_dir: str) -> list[str]:
-    """Make each data file ``base_dir/<location>`` available as ``out_dir/<location>``: a hard
-    link where both are on one filesystem (one copy of the weights on disk), else a copy.
-    Returns the locations placed (already the same file: left alone)."""
+    """Make each data file ``base_dir/<location>`` available as ``out_dir/<location>``: one copy,
+    made by the kernel (``shutil.copyfile``: no user-space buffer, a reflink where the filesystem
+    shares blocks). Not a hard link: ONNX's checker (1.19+, behind ``onnx.load``) refuses a data
+    file with more than one link as a "potential hardlink attack", so a link would make the
+    user's own model unloadable by onnx. Returns the locations placed (already the same file:
+    left alone)."""
     placed = []
     for location in locations:
         check_location(location, "?", out_dir)
@@ -308,10 +311,7 @@ def place_data_files(locations: Iterable[str], base_dir: str, out_dir: str) -> l
             continue
         os.makedirs(os.path.dirname(dst) or out_dir, exist_ok=True)
         tmp = dst + ".part"
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copyfile(src, tmp)
+        shutil.copyfile(src, tmp)
         os.replace(tmp, dst)
         placed.append(location)
     return placed

@@ -51,7 +51,7 @@ def save_model_atomic(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> N
 
 def save_model_with_data(proto: onnx.ModelProto, path: str | os.PathLike[str], weights_dir: str | None) -> None:
     """:func:`save_model_atomic`, and the external data files ``proto`` names made available beside
-    ``path`` (hard links where the filesystem allows, else copies; ``weights_dir`` is the folder
+    ``path`` (copies, see :func:`partitioner.weights.place_data_files`; ``weights_dir`` is the folder
     its locations are relative to now). The weights are never read into a protobuf."""
     save_model_atomic(proto, path)
     locations = data_files(proto)

@@ -175,7 +175,7 @@ def _write_weights(folder: str, weights: _Weights) -> None:
 
 def data_file_entries(model: Model) -> list[dict[str, Any]]:
     """The external data files the model's weights live in, with size and SHA-256: the build
-    folder gets one copy of them (a hard link where it can), shared by every segment model."""
+    folder gets one copy of them, shared by every segment model."""
     if model.base_dir is None:
         return []
     out = []
@@ -237,7 +237,7 @@ def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[st
                   weights_dir: str | None = None, data_locations: Sequence[str] = (),
                   weights: _Weights | None = None) -> None:
     """Everything into a temp folder beside ``out_dir``, then swapped in: never half a build.
-    Data files come from ``weights_dir``, linked where the filesystem allows, else copied;
+    Data files are copied from ``weights_dir`` (see :func:`partitioner.weights.place_data_files`);
     ``weights`` (inline ones) are written once into the folder's own data file."""
     parent = os.path.dirname(os.path.abspath(out_dir))
     try:
