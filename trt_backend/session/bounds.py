@@ -143,6 +143,25 @@ class DimBounds:
             return data[slice(int(starts.reshape(-1)[0]), int(ends.reshape(-1)[0]), step)]  # ONNX clamps as Python does
         return None
 
+    def _slice_length(self, ins: Sequence[str], dim: int, rank: int) -> int | None:
+        """The most a Slice can keep of axis ``dim`` from its constant starts/ends alone (both
+        >= 0, step 1), whatever its input's length: ``end - start``. None where they do not say."""
+        starts = self.const(ins[1]) if len(ins) > 1 and ins[1] else None
+        ends = self.const(ins[2]) if len(ins) > 2 and ins[2] else None
+        axes = self.const(ins[3]) if len(ins) > 3 and ins[3] else None
+        steps = self.const(ins[4]) if len(ins) > 4 and ins[4] else None
+        if starts is None or ends is None:
+            return None
+        axis_list = [int(a) % max(rank, 1) for a in axes.reshape(-1)] if axes is not None else list(range(starts.size))
+        if dim not in axis_list:
+            return None
+        k = axis_list.index(dim)
+        start, end = int(starts.reshape(-1)[k]), int(ends.reshape(-1)[k])
+        step = int(steps.reshape(-1)[k]) if steps is not None else 1
+        if start < 0 or end < 0 or step != 1:
+            return None
+        return max(0, end - start)
+
     # ------------------------------------------------------------------ the walk
 
     def _bound(self, tensor: str, dim: int, depth: int) -> Bound:
@@ -189,8 +208,14 @@ class DimBounds:
             if any(p[0] is None for p in parts):
                 return None, any(p[1] for p in parts)
             return sum(p[0] for p in parts if p[0] is not None), any(p[1] for p in parts)
-        if op in ("Slice", "Split"):
-            return b(ins[0], dim)  # (a slice or a piece holds at most what its input held)
+        if op == "Slice":
+            within = b(ins[0], dim)  # (a slice holds at most what its input held)
+            cut = self._slice_length(ins, dim, rank)
+            if cut is not None and (within[0] is None or cut < within[0]):
+                return cut, within[1]  # keep[:100]: at most 100 whatever the input held
+            return within
+        if op == "Split":
+            return b(ins[0], dim)  # (a piece holds at most what its input held)
         if op == "Transpose":
             perm = attrs.get("perm") or list(reversed(range(rank)))
             return b(ins[0], int(perm[dim]))
@@ -213,10 +238,10 @@ class DimBounds:
             if target is not None and dim < target.size and int(target.reshape(-1)[dim]) == -1:
                 # the inferred dim: the input's elements over the other (given) dims
                 others = [int(v) for k, v in enumerate(target.reshape(-1)) if k != dim]
-                r_in = self.rank(ins[0])
-                if r_in is None or any(v <= 0 for v in others):
+                in_rank = self.rank(ins[0])
+                if in_rank is None or any(v <= 0 for v in others):
                     return None, False
-                dims = [b(ins[0], d) for d in range(r_in)]
+                dims = [b(ins[0], d) for d in range(in_rank)]
                 through = any(t for _, t in dims)
                 if any(v is None for v, _ in dims):
                     return None, through
