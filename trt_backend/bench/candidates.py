@@ -117,9 +117,10 @@ def provider_problem(name: str) -> str | None:
 
 
 def ort_baseline(name: str, model: bytes, feeds: Mapping[str, Any], output_names: Sequence[str], ort_options: Any,
-                 precision: str, cache_dir: str | None, device_id: int | None = None) -> Candidate:
+                 precision: str, cache_dir: str | None, device_id: int | None = None, *,
+                 weights_dir: str | None = None) -> Candidate:
     """The whole model in one ONNX Runtime session with ``name``'s provider (same settings as ours;
-    ``device_id``: the GPU of the CUDA and TensorRT providers)."""
+    ``device_id``: the GPU of the CUDA and TensorRT providers); external data read from ``weights_dir``."""
     c = Candidate(name)
     problem = provider_problem(name)
     if problem:
@@ -139,7 +140,8 @@ def ort_baseline(name: str, model: bytes, feeds: Mapping[str, Any], output_names
         entries.append("CPUExecutionProvider")
     t0 = time.perf_counter()
     try:
-        sess = ort_session(model, replace(ort_options, providers=tuple(entries)), f"{name} baseline")
+        sess = ort_session(model, replace(ort_options, providers=tuple(entries)), f"{name} baseline",
+                           weights_dir=weights_dir)
     except SegmentLoadError as e:
         c.reason = str(e)
         return c

@@ -221,7 +221,8 @@ def _baseline(name: str, sess: Session, feeds: Mapping[str, Any], names: list[st
     ort_dir = os.path.join(cache_dir, "ort-trt") if cache_dir and name == "ort-trt" else None
     if ort_dir:
         os.makedirs(ort_dir, exist_ok=True)
-    return ort_baseline(name, model, feeds, names, so.ort_for(1), options.precision, ort_dir, device_id=so.device_id)
+    return ort_baseline(name, model, feeds, names, so.ort_for(1), options.precision, ort_dir, device_id=so.device_id,
+                        weights_dir=sess.model.base_dir)
 
 
 def measure(candidates: Sequence[Candidate], timing: TimingConfig,

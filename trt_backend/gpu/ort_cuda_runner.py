@@ -37,7 +37,7 @@ class OrtCudaRunner(SegmentRunner):
 
     def __init__(self, segment: Segment, model: onnx.ModelProto, options: OrtOptions, stream: dev.Stream,
                  profiles: Sequence[Profile] = (), shape_tensors: frozenset[str] = frozenset(),
-                 device_id: int = 0) -> None:
+                 device_id: int = 0, *, weights_dir: str | None = None) -> None:
         super().__init__(segment, profiles, shape_tensors)
         dev.use_device(device_id)
         if not cuda_provider_available():
@@ -46,7 +46,7 @@ class OrtCudaRunner(SegmentRunner):
         cuda = ("CUDAExecutionProvider", {"device_id": str(device_id), "has_user_compute_stream": "1",
                                           "user_compute_stream": str(stream.ptr)})
         opts = dataclasses.replace(options, providers=(cuda, "CPUExecutionProvider"))
-        self._session = ort_session(model, opts, f"segment {segment.id} ({segment.backend})")
+        self._session = ort_session(model, opts, f"segment {segment.id} ({segment.backend})", weights_dir=weights_dir)
         self.stream = stream
         self.device_id = device_id
         self._types = {i.name: i.type for i in self._session.get_inputs()}

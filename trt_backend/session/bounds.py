@@ -131,6 +131,9 @@ class DimBounds:
                 return [data[int(k)] for k in idx.reshape(-1)]
             except IndexError:
                 return None
+        if op in ("Add", "Mul", "Sub", "Max", "Min") and len(ins) == 2:
+            return _arith(op, self.value_bounds(ins[0], depth + 1), self.value_bounds(ins[1], depth + 1),
+                          self.const(ins[1]))
         if op == "Slice" and len(ins) >= 3:
             data = self.value_bounds(ins[0], depth + 1)
             starts, ends = self.const(ins[1]), self.const(ins[2])
@@ -333,3 +336,31 @@ def _product(bounds: Sequence[Bound]) -> Bound:
     if any(v is None for v, _ in bounds):
         return None, any(d for _, d in bounds)
     return math.prod(v for v, _ in bounds if v is not None), any(d for _, d in bounds)
+
+
+def _arith(op: str, a: list[Bound] | None, b: list[Bound] | None, b_const: np.ndarray | None) -> list[Bound] | None:
+    """Upper bounds of ``a op b`` per element (values that count things: non-negative), with
+    numpy's broadcasting of a one-element side; None where the bound does not follow."""
+    if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
+        return None
+    n = max(len(a), len(b))
+    out: list[Bound] = []
+    for k in range(n):
+        (x, tx), (y, ty) = a[k if len(a) > 1 else 0], b[k if len(b) > 1 else 0]
+        through = tx or ty
+        if op == "Min":
+            known = [v for v in (x, y) if v is not None]
+            out.append((min(known) if known else None, through))
+        elif x is None or y is None:
+            out.append((None, through))
+        elif op == "Add":
+            out.append((x + y, through))
+        elif op == "Max":
+            out.append((max(x, y), through))
+        elif op == "Mul":
+            out.append((x * y, through) if x >= 0 and y >= 0 else (None, through))
+        else:  # Sub: only a constant subtrahend is exact (a bound minus a bound says nothing)
+            exact = b_const is not None and b_const.size in (1, n)
+            out.append((x - y, through) if exact else (None, through))
+    return out
+

@@ -19,6 +19,7 @@ from partitioner import (
 )
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
+from partitioner.weights import tensor_array, uses_external_data
 from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
 from trt_backend.engines.precision import apply_precision
@@ -135,7 +136,7 @@ class Session:
         self.plan = SessionPlan.of(base, executors=[r.executor for r in self.runners],
                                    input_profiles=input_profiles, segment_profiles=derived)
         self._validator = FeedValidator(self._inputs, self._outputs, input_profiles)
-        self._constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer
+        self._constants = {t.name: tensor_array(t, self.model.base_dir) for t in graph.initializer
                            if t.name in {o.name for o in graph.output}}
         self._schedules: dict[tuple[str, ...], tuple[Step, ...]] = {}
         self._lock = threading.Lock()
@@ -200,17 +201,18 @@ class Session:
                          "allow_host_code": self.options.allow_host_code, "device_id": device}
             cuda_ort = cuda_provider_available()
         runners: list[SegmentRunner] = []
+        weights = self.model.base_dir  # external data locations of every segment are relative to it
         for seg in plan.segments:
             proto = plan.extract(seg.id)
             if seg.backend != "tensorrt":
                 if cuda_ort:
                     runners.append(OrtCudaRunner(seg, proto, ort_opts, self._stream,
-                                                 device_id=device if device is not None else 0))
+                                                 device_id=device if device is not None else 0, weights_dir=weights))
                 else:
-                    runners.append(OnnxRuntimeRunner(seg, proto, ort_opts))
+                    runners.append(OnnxRuntimeRunner(seg, proto, ort_opts, weights_dir=weights))
             elif emulate:
                 runners.append(EmulatedTensorRTRunner(seg, self._emulated_precision(seg, proto), ort_opts,
-                                                      derived[seg.id], shape_tensors[seg.id]))
+                                                      derived[seg.id], shape_tensors[seg.id], weights_dir=weights))
             else:
                 runners.append(make_tensorrt_runner(seg, engines.get(seg.id), derived[seg.id], shape_tensors[seg.id],
                                                     **device_kw))
@@ -221,6 +223,10 @@ class Session:
         (the same ONNX-level transform the builder applies), so emulation shows its error."""
         build = self.options.build
         self.emulated_precisions[seg.id] = "fp32"
+        if build.precision in ("fp16", "bf16") and uses_external_data(proto):
+            log.warning("segment %d: its weights are external data, which the %s transform does not rewrite "
+                        "yet; emulating it in fp32, as the builder would build it", seg.id, build.precision)
+            return proto
         if build.precision not in ("fp16", "bf16"):
             if build.precision == "tf32":
                 log.warning("segment %d: tf32 is a TensorRT builder flag; emulated, it computes in fp32", seg.id)
