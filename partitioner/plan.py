@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,12 +135,15 @@ class Plan:
         return cls(data["model"], data.get("tensorrt"), segments, nodes, target=data.get("target"),
                    learned=dict(data.get("learned_types", {})), rewritten=dict(data.get("rewritten", {})))
 
-    def extract(self, segment_id: int) -> onnx.ModelProto:
-        """The segment as a standalone ModelProto (needs the plan's model), copies included."""
+    def extract(self, segment_id: int,
+                initializer: Callable[[onnx.TensorProto], onnx.TensorProto | None] | None = None) -> onnx.ModelProto:
+        """The segment as a standalone ModelProto (needs the plan's model), copies included;
+        ``initializer``: see :func:`partitioner.extract.extract`."""
         if self.model is None:
             raise OptionsError("this plan was read from JSON without its model; plan the model again")
         seg = self.segments[segment_id]
-        return extract(self.model, seg.members, name=f"segment_{seg.id}", inputs=seg.inputs, outputs=seg.outputs)
+        return extract(self.model, seg.members, name=f"segment_{seg.id}", inputs=seg.inputs, outputs=seg.outputs,
+                       initializer=initializer)
 
     def tensorrt_segments(self) -> list[Segment]:
         return [s for s in self.segments if s.backend == "tensorrt"]

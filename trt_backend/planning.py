@@ -116,7 +116,7 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, serialize(model.proto, model.source), model.source, flavor, options,
-                                            model.max_ir_version))
+                                            model.max_ir_version, model.base_dir))
     proc.start()
     child.close()
     try:
@@ -139,10 +139,10 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
 
 
 def _child(conn: Any, data: bytes, name: str, flavor: str, options: PartitionOptions,
-           ir_cap: int | None) -> None:
+           ir_cap: int | None, base_dir: str | None = None) -> None:
     try:
         oracle = ParserOracle(load_flavor(flavor))
-        verdicts, stats = assess_model(load_model(data, max_ir_version=ir_cap), oracle, options)
+        verdicts, stats = assess_model(load_model(data, base_dir=base_dir, max_ir_version=ir_cap), oracle, options)
         conn.send({"verdicts": [(v.backend, v.reason) for v in verdicts], "target": oracle.target,
                    "plan_target": plan_target(options, oracle), "oracle_calls": stats.oracle_calls})
     except TrtBackendError as e:

@@ -215,12 +215,14 @@ def _baseline(name: str, sess: Session, feeds: Mapping[str, Any], names: list[st
             whole = replace(so, partition=replace(so.partition, exclude_ops=(), exclude_nodes=()))
             capability = sess.make_plan(sess.model, whole)
         built = ours_build if ours_build and "seconds" in ours_build else None
-        return trt_whole(sess, capability, feeds, so.build, cache_dir, built, so.flavor, options.build, progress)
+        return trt_whole(sess, capability, feeds, so.build, cache_dir, built, so.flavor, options.build, progress,
+                         device_id=so.device_id)
     model = sess.model.proto.SerializeToString()
     ort_dir = os.path.join(cache_dir, "ort-trt") if cache_dir and name == "ort-trt" else None
     if ort_dir:
         os.makedirs(ort_dir, exist_ok=True)
-    return ort_baseline(name, model, feeds, names, so.ort_for(1), options.precision, ort_dir)
+    return ort_baseline(name, model, feeds, names, so.ort_for(1), options.precision, ort_dir, device_id=so.device_id,
+                        weights_dir=sess.model.base_dir)
 
 
 def measure(candidates: Sequence[Candidate], timing: TimingConfig,

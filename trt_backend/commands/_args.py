@@ -72,6 +72,13 @@ def add_cpu_session_arguments(p: argparse.ArgumentParser) -> None:
                    help="segment sessions allocate from one CPU arena: what one frees, the next reuses")
 
 
+def add_device_argument(p: argparse.ArgumentParser) -> None:
+    """``--device N``: the GPU a session runs (or a build builds) on (run, bench, compare, build)."""
+    p.add_argument("--device", type=int, default=None, metavar="N",
+                   help="GPU index everything of the session lives on: engines, streams, buffers, CUDA-EP "
+                        "sessions, outputs (default: GPU 0 where a GPU is used; ignored with --emulate)")
+
+
 def ort_options(args: argparse.Namespace, *, intra_op_threads: int = 0) -> OrtOptions:
     """ONNX Runtime settings from :func:`add_cpu_session_arguments`."""
     return OrtOptions(intra_op_threads=intra_op_threads, thread_pool=args.thread_pool, share_arena=args.share_arena)
@@ -89,11 +96,13 @@ def partition_options(args: argparse.Namespace) -> PartitionOptions:
 
 
 def session_options(args: argparse.Namespace, **extra: Any) -> Any:
-    """SessionOptions from the shared planning flags (plus ``extra`` fields), with --max-memory
-    and --sign-key where the command has them."""
+    """SessionOptions from the shared planning flags (plus ``extra`` fields), with --max-memory,
+    --sign-key and --device where the command has them."""
     extra.setdefault("max_memory", max_memory(args))
     if getattr(args, "sign_key", None) is not None:
         extra.setdefault("sign_key", args.sign_key)
+    if getattr(args, "device", None) is not None:
+        extra.setdefault("device_id", args.device)
     return SessionOptions(partition=partition_options(args), flavor=args.flavor, isolate_parser=args.isolate,
                           **extra)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from partitioner import OptionsError
 from trt_backend.commands._args import (
+    add_device_argument,
     add_memory_argument,
     add_partition_arguments,
     add_precision_arguments,
@@ -38,6 +39,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace-mb", type=int, default=None, metavar="MB", help="builder workspace limit")
     p.add_argument("--compute-capabilities", default=None, metavar="SM80,SM86",
                    help="TensorRT-RTX: GPUs to build for ahead of time (default: the builder's choice)")
+    add_device_argument(p)
     add_memory_argument(p)
     add_sign_key_argument(p, signs=True)
     add_partition_arguments(p)

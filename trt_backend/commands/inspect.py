@@ -13,7 +13,7 @@ from partitioner import OptionsError, Plan
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from partitioner.picture import render_picture
 from partitioner.report import annotate, summary, table
-from trt_backend._files import save_model_atomic, write_atomic, write_picture
+from trt_backend._files import save_model_with_data, write_atomic, write_picture
 from trt_backend.commands._args import (
     add_partition_arguments,
     add_sign_key_argument,
@@ -73,10 +73,11 @@ def export_segments(plan: Plan, folder: str) -> list[str]:
     fresh = not os.path.exists(folder)
     target = tempfile.mkdtemp(prefix=".segments-", dir=os.path.dirname(os.path.abspath(folder))) if fresh else folder
     written = []
+    weights = plan.model.base_dir if plan.model is not None else None
     try:
         for seg in plan.segments:
             path = os.path.join(target, f"segment_{seg.id}.onnx")
-            save_model_atomic(plan.extract(seg.id), path)
+            save_model_with_data(plan.extract(seg.id), path, weights)
             written.append(os.path.join(folder, f"segment_{seg.id}.onnx"))
         if fresh:
             os.replace(target, folder)
@@ -192,7 +193,7 @@ def handle(args: argparse.Namespace) -> int:
         files = export_segments(plan, args.export_segments)
         print(f"{len(files)} segment model(s) written to {args.export_segments}")
     if args.annotated:
-        save_model_atomic(annotate(plan), args.annotated)
+        save_model_with_data(annotate(plan), args.annotated, plan.model.base_dir if plan.model else None)
         print(f"annotated model written to {args.annotated}")
     if args.picture:
         if precision is not None and not args.picture.lower().endswith(".svg"):

@@ -15,6 +15,7 @@ from partitioner import OptionsError
 from trt_backend._files import write_atomic
 from trt_backend.commands._args import (
     add_cpu_session_arguments,
+    add_device_argument,
     add_memory_argument,
     add_partition_arguments,
     add_precision_arguments,
@@ -70,6 +71,7 @@ def register(p: argparse.ArgumentParser) -> None:
     add_cpu_session_arguments(p)
     p.add_argument("--plan-json", metavar="PLAN.json", help="write the plan with executors and profiles as JSON")
     p.add_argument("--saved-plan", metavar="PLAN.json", help="reuse the profiles of a plan JSON written earlier")
+    add_device_argument(p)
     add_memory_argument(p)
     add_sign_key_argument(p)
     add_partition_arguments(p)

@@ -178,18 +178,19 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
     target = build_target(flavor, options)
     if callable(profiles):
         profiles = profiles(plan)  # once per round: deriving profiles may run the model
+    weights_dir = plan.model.base_dir if plan.model is not None else None
     jobs = []
     for seg in segments:
         model = plan.extract(seg.id)
         if rewrite is not None:
             model = rewrite(model)
         ranges = segment_ranges(model, _pick(profiles, seg))
-        key = cache_key(key_material(model, ranges, options, flavor, target))
+        key = cache_key(key_material(model, ranges, options, flavor, target, weights_dir=weights_dir))
         jobs.append((seg, model, ranges, key))
     with ThreadPoolExecutor(max_workers=max(1, min(options.workers(), len(jobs)))) as pool:
         futures: dict[Future[tuple[bytes, dict[str, Any], bool]], tuple[Segment, str]] = {}
         for seg, model, ranges, key in jobs:
-            fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing, quantize)
+            fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing, weights_dir, quantize)
             futures[fut] = (seg, key)
         pending = set(futures)
         try:
@@ -224,15 +225,16 @@ def _drain(futures: dict[Future[Any], tuple[Segment, str]], pending: set[Future[
 
 
 def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavor, cache: EngineCache | None,
-         memo: Memo, timing: TimingCacheFile | None, quantize: SegmentRewrite | None = None
-         ) -> tuple[bytes, dict[str, Any], bool]:
+         memo: Memo, timing: TimingCacheFile | None, weights_dir: str | None = None,
+         quantize: SegmentRewrite | None = None) -> tuple[bytes, dict[str, Any], bool]:
     """(engine, metadata, came from a cache) for one segment; SegmentBuildError propagates."""
     if key in memo:  # built in an earlier round of the fallback loop
         return memo[key][0], {**memo[key][1], "seconds": 0.0}, True
     t0 = time.perf_counter()
 
     def build() -> tuple[bytes, dict[str, Any]]:
-        built: SegmentEngine = compile_segment(model, ranges, options, flavor, timing, quantize)
+        built: SegmentEngine = compile_segment(model, ranges, options, flavor, timing, quantize,
+                                               weights_dir=weights_dir)
         return built.engine, {"layers": built.layers, "build_seconds": built.seconds, "precision": built.precision}
 
     if cache is None:

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from partitioner import Plan
+from partitioner import Plan, TrtBackendError
+from partitioner.weights import check_location, file_sha256
 from trt_backend._files import sha256_bytes
 from trt_backend.engines.builder import BuildOptions, build_target
 from trt_backend.errors import ArtifactError, TensorRTUnavailableError
@@ -102,7 +103,28 @@ def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
         if sha256_bytes(data) != digest:
             raise ArtifactError(f"{folder}: {name} does not match its SHA-256 in {MANIFEST} (edited or corrupt); "
                                 "rebuild with trt-backend build")
+    check_data_files(folder, manifest)
     return manifest
+
+
+def check_data_files(folder: str, manifest: Mapping[str, Any]) -> None:
+    """The external data files the manifest lists (weights shared by the segment models): each
+    inside the folder, present, of its size and SHA-256 (read in chunks, never held whole)."""
+    for entry in manifest.get("data_files", []):
+        try:
+            name, size, digest = entry["file"], int(entry["bytes"]), entry["sha256"]
+            check_location(name, "?", folder)
+        except (KeyError, TypeError, ValueError, TrtBackendError) as e:
+            raise ArtifactError(f"{folder}: data file entry {entry!r} in {MANIFEST} is malformed ({e})") from None
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            raise ArtifactError(f"{folder}: data file {name} listed in {MANIFEST} is missing")
+        if os.path.getsize(path) != size:
+            raise ArtifactError(f"{folder}: data file {name} has {os.path.getsize(path)} bytes, {MANIFEST} says "
+                                f"{size} (truncated or edited); rebuild with trt-backend build")
+        if file_sha256(path) != digest:
+            raise ArtifactError(f"{folder}: data file {name} does not match its SHA-256 in {MANIFEST} (edited or "
+                                "corrupt); rebuild with trt-backend build")
 
 
 def runtime_mismatch(manifest: Mapping[str, Any]) -> str | None:

@@ -19,6 +19,7 @@ from partitioner import (
 )
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
+from partitioner.weights import tensor_array, uses_external_data
 from trt_backend.engines.builder import BuildOptions, segment_precision
 from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.emulation import emulation_ort_options, segment_emulation
@@ -26,8 +27,15 @@ from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_r
 from trt_backend.engines.precision_plan import PrecisionPlan
 from trt_backend.engines.quantize import SegmentQuantizer, require_calibration
 from trt_backend.engines.report import BuildReport
-from trt_backend.errors import PrecisionError, TensorRTUnavailableError
-from trt_backend.gpu.device import BufferPool, Stream
+from trt_backend.errors import DeviceError, PrecisionError, TensorRTUnavailableError
+from trt_backend.gpu.device import (
+    BufferPool,
+    DeviceArray,
+    Stream,
+    check_device,
+    device_of,
+    use_device,
+)
 from trt_backend.gpu.ort_cuda_runner import OrtCudaRunner, cuda_provider_available
 from trt_backend.gpu.status import make_tensorrt_runner, tensorrt_status
 from trt_backend.ort.sessions import tapped_session
@@ -103,6 +111,10 @@ class Session:
         if not isinstance(self.options, SessionOptions):
             raise OptionsError(f"options must be a SessionOptions, got {type(self.options).__name__}")
         self.folder_manifest: dict[str, Any] | None = None  # the build folder's manifest, when made from one
+        if self.options.device_id is not None and self.options.emulate is not True:
+            check_device(self.options.device_id)  # before any planning: a GPU that is not here is the first error
+        # the GPU everything of this session lives on once it uses one (None: the current device)
+        self.device_id: int | None = None
         if is_build_folder(model):
             if profiles is not None or plan is not None or engines is not None:
                 raise OptionsError(f"{os.fspath(model)}: a build folder brings its own profiles, plan and engines; "
@@ -152,7 +164,7 @@ class Session:
         self.plan = SessionPlan.of(base, executors=[r.executor for r in self.runners],
                                    input_profiles=input_profiles, segment_profiles=derived)
         self._validator = FeedValidator(self._inputs, self._outputs, input_profiles)
-        self._constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer
+        self._constants = {t.name: tensor_array(t, self.model.base_dir) for t in graph.initializer
                            if t.name in {o.name for o in graph.output}}
         self._schedules: dict[tuple[str, ...], tuple[Step, ...]] = {}
         self._lock = threading.Lock()
@@ -174,7 +186,10 @@ class Session:
 
     @staticmethod
     def _open_folder(folder: str | os.PathLike[str], options: SessionOptions, rebuild: bool = False) -> BuiltFolder:
-        executes = options.emulate is False or (options.emulate is not True and tensorrt_status()[0])
+        executes = options.emulate is False or (options.emulate is not True
+                                                 and tensorrt_status(options.device_id or 0)[0])
+        if executes and options.device_id is not None:
+            use_device(options.device_id)  # the folder's engines are checked against this GPU's SM
         return open_folder(folder, executes=executes, rebuild=rebuild, sign_key=read_sign_key(options.sign_key))
 
     # ------------------------------------------------------------ construction helpers
@@ -190,6 +205,8 @@ class Session:
                        ) -> tuple[Plan, dict[int, list[Profile]], dict[int, bytes]]:
         """Engines for every TensorRT segment (when the given ones lack any, all are built, through
         the cache when there is one); segments TensorRT refuses are demoted and re-planned."""
+        if self.options.device_id is not None:
+            use_device(self.options.device_id)  # full TensorRT builds for (and on) the current device
         profiles_of = PlanMemo(derive, (plan, derived))
         cache = EngineCache(self.options.cache_dir, allow_host_code=self.options.allow_host_code) \
             if self.options.cache_dir else None
@@ -208,22 +225,26 @@ class Session:
         device_kw: dict[str, Any] = {}
         cuda_ort = False
         if gpu:
-            self._stream, self._pool = Stream(), BufferPool()
+            self.device_id = device = self.options.device_id
+            self._stream, self._pool = Stream(device), BufferPool(device)
             device_kw = {"pool": self._pool, "stream": self._stream, "outputs_on_device": True,
-                         "allow_host_code": self.options.allow_host_code}
+                         "allow_host_code": self.options.allow_host_code, "device_id": device}
             cuda_ort = cuda_provider_available()
         runners: list[SegmentRunner] = []
+        weights = self.model.base_dir  # external data locations of every segment are relative to it
         for seg in plan.segments:
             proto = plan.extract(seg.id)
             if seg.backend != "tensorrt":
                 if cuda_ort:
-                    runners.append(OrtCudaRunner(seg, proto, ort_opts, self._stream))
+                    runners.append(OrtCudaRunner(seg, proto, ort_opts, self._stream,
+                                                 device_id=device if device is not None else 0, weights_dir=weights))
                 else:
-                    runners.append(OnnxRuntimeRunner(seg, proto, ort_opts))
+                    runners.append(OnnxRuntimeRunner(seg, proto, ort_opts, weights_dir=weights))
             elif emulate:
                 emulated = self._emulated_precision(seg, proto)
                 opts = emulation_ort_options(ort_opts) if emulated is not proto else ort_opts
-                runners.append(EmulatedTensorRTRunner(seg, emulated, opts, derived[seg.id], shape_tensors[seg.id]))
+                runners.append(EmulatedTensorRTRunner(seg, emulated, opts, derived[seg.id], shape_tensors[seg.id],
+                                                      weights_dir=weights))
             else:
                 runners.append(make_tensorrt_runner(seg, engines.get(seg.id), derived[seg.id], shape_tensors[seg.id],
                                                     **device_kw))
@@ -235,6 +256,10 @@ class Session:
         build = self.options.build
         self.emulated_precisions[seg.id] = "fp32"
         precision = segment_precision(proto, build)[0]
+        if precision not in ("fp32", "tf32") and uses_external_data(proto):
+            log.warning("segment %d: its weights are external data, which the %s transform does not rewrite "
+                        "yet; emulating it in fp32, as the builder would build it", seg.id, precision)
+            return proto
         if precision not in ("fp16", "bf16", "int8"):
             if precision == "tf32":
                 log.warning("segment %d: tf32 is a TensorRT builder flag; emulated, it computes in fp32", seg.id)
@@ -263,7 +288,7 @@ class Session:
     def _decide_emulation(self, trt: list[Segment]) -> bool:
         if not trt or self.options.emulate is True:
             return True
-        ok, why = tensorrt_status()
+        ok, why = tensorrt_status(self.options.device_id or 0)
         if ok:
             return False
         if self.options.emulate is False:
@@ -312,6 +337,9 @@ class Session:
         run = self._run_options(run_options)
         names = self._validator.output_names(output_names)
         feeds = self._validator.validate(input_feed)
+        if self.device_id is not None:  # every thread that runs this session runs it on its GPU
+            use_device(self.device_id)
+            self._check_feed_devices(feeds)
         env: dict[str, Any] = dict(self._constants)
         env.update(feeds)
         with memory_limit(self.options.max_memory):  # host buffers of outputs held to the session's limit
@@ -325,6 +353,14 @@ class Session:
         if on_device:
             return [env[n] for n in names]
         return [env[n].to_host() if hasattr(env[n], "to_host") else to_numpy(env[n]) for n in names]
+
+    def _check_feed_devices(self, feeds: Mapping[str, Any]) -> None:
+        for name, value in feeds.items():
+            if isinstance(value, DeviceArray):
+                where = value.device_id if value.device_id is not None else device_of(value.ptr)
+                if where is not None and where != self.device_id:
+                    raise DeviceError(f"input '{name}' is on GPU {where}; this session runs on GPU {self.device_id} "
+                                      f"(move it there, or feed a host array)")
 
     @staticmethod
     def _run_options(given: Any) -> RunOptions:

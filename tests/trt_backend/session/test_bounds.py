@@ -178,3 +178,31 @@ def test_a_count_handed_over_as_a_shape_tensor_is_bounded_by_the_graph() -> None
     for rows in (np.full((16, 8), 0.9, np.float32), np.full((5, 8), 0.1, np.float32),
                  np.random.default_rng(3).random((12, 8), dtype=np.float32)):
         assert_same(sess.run(None, {"x": rows}), ort_reference(m, {"x": rows}))
+
+
+def test_a_slice_with_constant_ends_bounds_what_it_keeps() -> None:
+    """``keep[:5]`` after NonZero keeps at most 5, whatever NonZero found (a detector's
+    detections-per-image cut); a Reshape's -1 dim is the input's elements over the rest."""
+    from partitioner import load_model
+
+    inits = [nh.from_array(np.array([0], np.int64), "zero"), nh.from_array(np.array([5], np.int64), "five"),
+             nh.from_array(np.array([-1, 1, 2], np.int64), "target"), nh.from_array(np.array(1, np.int64), "one")]
+    nodes = [h.make_node("NonZero", ["mask"], ["where"]),                     # [1, K]
+             h.make_node("Slice", ["where", "zero", "five", "zero"], ["rows2d"]),  # axis 0: [1, K]
+             h.make_node("Squeeze", ["rows2d", "zero"], ["rows"]),            # [K]
+             h.make_node("Slice", ["rows", "zero", "five"], ["top"]),         # [<= 5]
+             h.make_node("Gather", ["pairs", "top"], ["picked"], axis=0),     # [<= 5, 2]
+             h.make_node("Reshape", ["picked", "target"], ["r"]),             # [<= 5, 1, 2]
+             h.make_node("Shape", ["picked"], ["picked_shape"]),
+             h.make_node("Add", ["picked_shape", "one"], ["plus_one"]),       # values (<= 6, 3)
+             h.make_node("Sub", ["plus_one", "picked_shape"], ["diff"])]  # a bound minus a bound: nothing follows
+    graph = h.make_graph(nodes, "sliced", [h.make_tensor_value_info("mask", T.BOOL, ["M"]),
+                                           h.make_tensor_value_info("pairs", T.FLOAT, ["P", 2])],
+                         [h.make_tensor_value_info("r", T.FLOAT, None)], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    bounds = DimBounds(load_model(m), {"mask": (1000,), "pairs": (50, 2)})
+    assert bounds.bound("rows", 0) == (1000, True)
+    assert bounds.bound("top", 0) == (5, True)
+    assert bounds.bound("r", 0) == (5, True) and bounds.bound("r", 2) == (2, False)
+    assert bounds.value_bounds("plus_one") == [(6, True), (3, False)]
+    assert bounds.value_bounds("diff") == [(None, True), (None, False)]
