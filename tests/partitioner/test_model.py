@@ -171,9 +171,27 @@ def test_models_past_two_gib_are_a_clear_error_not_a_crash() -> None:
     (lambda m: m.graph.input[0].type.tensor_type.__setattr__("elem_type", 99),
      "graph input 'x' declares elem_type 99, which is not an ONNX data type"),
     (lambda m: m.graph.output[0].type.tensor_type.__setattr__("elem_type", 77), "graph output 'y' declares elem_type 77"),
+    (lambda m: m.graph.input[0].type.tensor_type.__setattr__("elem_type", 0),
+     r"graph input 'x' declares no data type \(elem_type 0, UNDEFINED\)"),
+    (lambda m: m.graph.output[0].type.tensor_type.__setattr__("elem_type", 0), "graph output 'y' declares no data type"),
+    (lambda m: m.graph.value_info.append(vi("y", [4], 99)), "value_info of 'y' declares elem_type 99"),
+    (lambda m: m.graph.value_info.append(vi("y", [2, -1])), "value_info of 'y' declares dim 1 as -1"),
+    (lambda m: m.graph.input[0].type.tensor_type.shape.CopyFrom(vi("x", [2**40, "n", 2**40]).type.tensor_type.shape),
+     r"graph input 'x' declares shape \[1099511627776, 'n', 1099511627776\], whose element count passes int64"),
+    (lambda m: m.graph.input[0].type.tensor_type.shape.CopyFrom(vi("x", [3, 2**62]).type.tensor_type.shape),
+     r"graph input 'x' declares shape \[3, 4611686018427387904\], whose element count passes int64"),
 ])
 def test_declared_types_are_checked_at_load(edit, message) -> None:
+    """Each is one InvalidModelError naming the tensor (the checker lets all of them through)."""
     m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [4])], [vi("y", [4])])
     edit(m)
     with pytest.raises(InvalidModelError, match=message):
         load_model(m)
+
+
+def test_a_shape_at_the_int64_limit_or_with_a_zero_dim_loads() -> None:
+    """Only a product past int64 is refused: 2^62 x 1 is a (useless but valid) declaration, and a
+    zero dim makes the element count 0 whatever the other dims are."""
+    for shape in ([2**62, 1], [2**40, 2**40, 0]):
+        m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", shape)], [vi("y", shape)])
+        assert [d.dim_value for d in load_model(m).proto.graph.input[0].type.tensor_type.shape.dim] == shape

@@ -25,7 +25,7 @@ from trt_backend.accuracy.options import CompareOptions
 from trt_backend.accuracy.report import TensorError
 from trt_backend.errors import ComparisonError, FeedError, ReferenceRunError
 from trt_backend.ort.sessions import first_line, ort_errors
-from trt_backend.ort.values import to_numpy
+from trt_backend.ort.values import check_allocation, to_numpy
 from trt_backend.profiles import Profile
 from trt_backend.session.feeds import NodeArg, shape_text
 from trt_backend.session.session import Session
@@ -223,6 +223,9 @@ def generate_feeds(inputs: Sequence[NodeArg], points: Sequence[tuple[Mapping[str
             if shape is None:
                 raise FeedError(f"input '{arg.name}' has dynamic shape {shape_text(arg.shape)} and no profile gives "
                                 f"its shape; pass --shapes {arg.name}:... (or a profile)")
+            # Polygraphy samples floats as float64 before casting: that array is the one to fit
+            check_allocation(shape, np.dtype(np.float64) if arg.dtype.kind in "fc" else arg.dtype,
+                             f"input '{arg.name}'")
             meta.add(arg.name, dtype=arg.dtype, shape=list(shape))
         # Metadata set as the runner's, not as the user's: no shape-tensor guessing by Polygraphy.
         loader = DataLoader(seed=seed + k * iterations, iterations=iterations)

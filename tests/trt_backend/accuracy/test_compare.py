@@ -203,6 +203,19 @@ def test_bad_input() -> None:
         compare(b"not a model")
 
 
+def test_inputs_too_large_for_memory_are_one_error_naming_the_input() -> None:
+    """Polygraphy samples float inputs as float64: 2^50 elements would be 8 PiB, refused before
+    anything is allocated (found by benchmarks/fuzz.py: a numpy allocation traceback before)."""
+    from trt_backend.errors import MemoryLimitError
+
+    shape = [2**20, 2**20, 2**10]
+    m = h.make_model(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "huge", [h.make_tensor_value_info("x", T.FLOAT, shape)],
+                                  [h.make_tensor_value_info("y", T.FLOAT, shape)]), opset_imports=[h.make_opsetid("", 18)])
+    m.ir_version = 9
+    with pytest.raises(MemoryLimitError, match=r"input 'x': shape \(1048576, 1048576, 1024\) of float64 needs 8388608.0 GiB"):
+        compare(m, session_options=EMULATE)
+
+
 def custom_op_model() -> onnx.ModelProto:
     nodes = [h.make_node("Relu", ["x"], ["a"]), h.make_node("Frobnicate", ["a"], ["y"], domain="example.custom")]
     m = h.make_model(h.make_graph(nodes, "custom", [h.make_tensor_value_info("x", T.FLOAT, [2])],
