@@ -24,6 +24,8 @@ re-checked without the fork (``--spawn``: a fresh ``python -m trt_backend`` per 
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import logging
 import os
 import shutil
 import signal
@@ -90,6 +92,11 @@ def _child(command: str, model: str, shapes: str | None, scratch: str) -> None:
         out = os.open(os.path.join(scratch, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(out, fd)
         os.close(out)
+    # the parent's streams and log handlers may not be fds 1 and 2 (pytest captures both)
+    sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)
+    logging.root.handlers.clear()
+    faulthandler.enable(sys.stderr)  # a native crash leaves its Python stack in the child's stderr
     os.chdir(scratch)
     rc = 70
     try:

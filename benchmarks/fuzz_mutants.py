@@ -372,6 +372,36 @@ def initializer_edit(rng, m, files):
     return f"initializer '{t.name}' duplicated name"
 
 
+def initializer_values(rng, m, files):
+    """Same dtype and dims, extreme values: shapes, indices, scales and k that the ops cannot take."""
+    inits = [t for t in m.graph.initializer if t.data_location != T.EXTERNAL]
+    if not inits:
+        return attribute_value(rng, m, files)
+    t = rng.choice(inits)
+    arr = nh.to_array(t)
+    if arr.dtype.kind in "iu":
+        value = rng.choice([-1, 0, -(2**31), 2**31 - 1] + ([2**62, -(2**62)] if arr.dtype.itemsize == 8 else []))
+    elif arr.dtype.kind == "f":
+        value = rng.choice([float("nan"), float("inf"), -float("inf"), 0.0, -1e30])
+    else:
+        value = not bool(arr.flat[0]) if arr.size else True
+    new = np.full(arr.shape, value, dtype=arr.dtype)
+    t.CopyFrom(nh.from_array(new, t.name))
+    return f"initializer '{t.name}' {list(arr.shape)} all {value}"
+
+
+def symbolic_dim(rng, m, files):
+    """A fixed dim of a graph input becomes symbolic (or the shape is dropped: unknown rank)."""
+    vi = rng.choice(list(m.graph.input))
+    shape = vi.type.tensor_type.shape
+    if rng.random() < 0.3 or not shape.dim:
+        vi.type.tensor_type.ClearField("shape")
+        return f"'{vi.name}' has unknown rank"
+    d = shape.dim[rng.randrange(len(shape.dim))]
+    d.dim_param = rng.choice(["N", "", "batch", "?"])
+    return f"'{vi.name}' dim made symbolic {d.dim_param!r}"
+
+
 def attribute_value(rng, m, files):
     """Valid attribute types with values the op cannot take (axis far out, zero kernel, ...)."""
     n = rng.choice(list(m.graph.node))
@@ -450,7 +480,7 @@ def external_data_edit(rng, m, files):
 SEMANTIC: dict[str, Edit] = {f.__name__: f for f in (
     rename_op, delete_node, dangling_input, wrong_attribute_type, negative_dim, huge_dim, overflow_dims, zero_dim,
     elem_type, value_info_type, duplicate_output, bad_opset, missing_opset, ir_version, cycle, empty_name,
-    initializer_edit, attribute_value, subgraph_edit, external_data_edit)}
+    initializer_edit, initializer_values, symbolic_dim, attribute_value, subgraph_edit, external_data_edit)}
 MUTATIONS = BYTE_MUTATIONS + tuple(SEMANTIC)
 _SPECIFIC = {"subgraph_edit": "subgraphs", "external_data_edit": "external"}  # mutation -> the seed it fits
 

@@ -151,12 +151,18 @@ _KNOWN_ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.Tensor
 _INT64_MAX = 2**63 - 1
 
 
-def _check_declared_types(graph: onnx.GraphProto, name: str) -> None:
-    """Graph inputs, outputs and value_info declare dtypes ONNX knows (not UNDEFINED), no negative
-    dims, and no dims whose product passes int64 (the checker lets all of these through; they
-    would fail later, far from their cause, in a runtime's message that names no tensor)."""
+def _check_declared_types(graph: onnx.GraphProto, name: str, scope: str = "") -> None:
+    """Graph inputs, outputs and value_info, subgraphs' too, declare dtypes ONNX knows (not
+    UNDEFINED), no negative dims, and no dims whose product passes int64 (the checker lets all of
+    these through; they would fail later, far from their cause, in a runtime's message, or in
+    shape inference's ValueError, that names no tensor)."""
+    for node in graph.node:
+        for attr in node.attribute:
+            for k, sub in enumerate([attr.g] if attr.HasField("g") else list(attr.graphs)):
+                label = attr.name if attr.HasField("g") else f"{attr.name}[{k}]"
+                _check_declared_types(sub, name, f"{scope}node '{node.name or node.op_type}' ({node.op_type}) {label}: ")
     for kind, values in (("input", graph.input), ("output", graph.output), ("value_info", graph.value_info)):
-        what = f"graph {kind}" if kind != "value_info" else "value_info of"
+        what = scope + (f"graph {kind}" if kind != "value_info" else "value_info of")
         for vi in values:
             if vi.type.WhichOneof("value") != "tensor_type":
                 continue
@@ -334,7 +340,7 @@ def _infer_shapes(proto: onnx.ModelProto, name: str) -> None:
     try:
         inferred = onnx.shape_inference.infer_shapes(weightless_copy(proto), check_type=False,
                                                      strict_mode=False, data_prop=True)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as e:
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, ValueError) as e:
         log.warning("%s: shape inference failed, continuing without it: %s", name, e)
         return
     known = {vi.name for vi in list(proto.graph.input) + list(proto.graph.output)}
