@@ -190,7 +190,8 @@ class Runner:
                 cmd = [sys.executable, "-c", code]
             else:
                 cmd = [sys.executable, "-m", "trt_backend", *argv_for(command, model, shapes, scratch)]
-            return subprocess.Popen(cmd, stdout=out, stderr=err, cwd=scratch, start_new_session=True).pid
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
+            return subprocess.Popen(cmd, stdout=out, stderr=err, cwd=scratch, env=env, start_new_session=True).pid
 
     def poll(self) -> None:
         time.sleep(0.01)
@@ -250,9 +251,12 @@ def fuzz(ids: Iterable[int], seed: int, commands: Sequence[str], *, timeout: flo
     runner = Runner(jobs, timeout, max_rss_mb, spawn)
     top = os.path.abspath(tempfile.mkdtemp(prefix="trt-fuzz-", dir=workdir))
     pending: list[str] = []
+    mutants = [make_mutant(seeds, mid, seed) for mid in ids]  # all made first: a fuzzer bug shows at once
     try:
-        for mid in ids:
-            mutant = make_mutant(seeds, mid, seed)
+        for k, mutant in enumerate(mutants):
+            mid = mutant.id
+            if k and k % 100 == 0:
+                print(f"fuzz: {k}/{len(mutants)} mutants started", file=sys.stderr, flush=True)
             folder = os.path.join(top, f"m{mid}")
             model = mutant.write(os.path.join(folder, "model"))
             if save:

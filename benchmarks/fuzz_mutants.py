@@ -202,20 +202,20 @@ def _io(rng: random.Random, m: onnx.ModelProto) -> onnx.ValueInfoProto:
     return values[rng.randrange(len(values))]
 
 
-def rename_op(rng, m, files):
+def rename_op(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     i, n = _node(rng, m)
     new = rng.choice(["NoSuchOp", "", "conv", n.op_type + "X", "Relu", "Loop", "If", "Scaler", "Resize", "TopK"])
     old, n.op_type = n.op_type, new
     return f"node {i} {old} -> {new!r}"
 
 
-def delete_node(rng, m, files):
+def delete_node(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     i, n = _node(rng, m)
     del m.graph.node[i]
     return f"node {i} ({n.op_type}) deleted"
 
 
-def dangling_input(rng, m, files):
+def dangling_input(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     i, n = _node(rng, m)
     if not n.input:
         n.input.append("nowhere")
@@ -224,7 +224,7 @@ def dangling_input(rng, m, files):
     return f"node {i} ({n.op_type}) reads 'nowhere'"
 
 
-def wrong_attribute_type(rng, m, files):
+def wrong_attribute_type(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     nodes = [n for n in m.graph.node if n.attribute] or list(m.graph.node)
     n = rng.choice(nodes)
     if not n.attribute:
@@ -243,7 +243,7 @@ def wrong_attribute_type(rng, m, files):
     return f"{n.op_type}.{a.name} replaced by a {onnx.AttributeProto.AttributeType.Name(new.type)}"
 
 
-def _dim_edit(rng, m, values: list[int], what: str) -> str:
+def _dim_edit(rng: random.Random, m: onnx.ModelProto, values: list[int], what: str) -> str:
     vi = rng.choice(list(m.graph.input) or list(m.graph.output))
     dims = vi.type.tensor_type.shape.dim
     if not dims:
@@ -254,23 +254,23 @@ def _dim_edit(rng, m, values: list[int], what: str) -> str:
     return f"'{vi.name}' {what}: {[d.dim_value if d.HasField('dim_value') else d.dim_param for d in dims]}"
 
 
-def negative_dim(rng, m, files):
+def negative_dim(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     return _dim_edit(rng, m, [rng.choice([-1, -3, -(2**40)])], "negative dim")
 
 
-def huge_dim(rng, m, files):
+def huge_dim(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     return _dim_edit(rng, m, [rng.choice([2**31, 2**40, 2**62, 2**63 - 1])], "huge dim")
 
 
-def overflow_dims(rng, m, files):
+def overflow_dims(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     return _dim_edit(rng, m, [2**40, 2**40, 2**40], "dims whose product passes int64")
 
 
-def zero_dim(rng, m, files):
+def zero_dim(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     return _dim_edit(rng, m, [0], "zero dim")
 
 
-def elem_type(rng, m, files):
+def elem_type(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     vi = _io(rng, m)
     if vi.type.WhichOneof("value") != "tensor_type":
         vi.type.Clear()
@@ -280,7 +280,7 @@ def elem_type(rng, m, files):
     return f"'{vi.name}' elem_type {t}"
 
 
-def value_info_type(rng, m, files):
+def value_info_type(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     vi = m.graph.value_info.add()
     n = rng.choice(list(m.graph.node))
     vi.name = n.output[0] if n.output else "x"
@@ -288,7 +288,7 @@ def value_info_type(rng, m, files):
     return f"value_info for '{vi.name}': {vi.type.tensor_type.elem_type}"
 
 
-def duplicate_output(rng, m, files):
+def duplicate_output(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     if rng.random() < 0.5:
         m.graph.output.append(m.graph.output[0])
         return f"graph output '{m.graph.output[0].name}' listed twice"
@@ -299,14 +299,14 @@ def duplicate_output(rng, m, files):
     return f"node {i} writes '{other.output[-1] if other.output else ''}' as node {j} does"
 
 
-def bad_opset(rng, m, files):
+def bad_opset(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     o = rng.choice(list(m.opset_import))
     old = o.version
     o.version = rng.choice([0, 1, 6, 99, 2**40, -3])
     return f"opset {o.domain or 'ai.onnx'} {old} -> {o.version}"
 
 
-def missing_opset(rng, m, files):
+def missing_opset(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     k = rng.randrange(len(m.opset_import))
     dom = m.opset_import[k].domain or "ai.onnx"
     if rng.random() < 0.3:
@@ -316,12 +316,12 @@ def missing_opset(rng, m, files):
     return f"opset import {dom} removed"
 
 
-def ir_version(rng, m, files):
+def ir_version(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     m.ir_version = rng.choice([0, 1, 3, 99, -1])
     return f"ir_version {m.ir_version}"
 
 
-def cycle(rng, m, files):
+def cycle(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     if len(m.graph.node) < 2:
         return dangling_input(rng, m, files)
     i = rng.randrange(len(m.graph.node) - 1)
@@ -334,7 +334,7 @@ def cycle(rng, m, files):
     return f"node {i} ({a.op_type}) reads node {j}'s output"
 
 
-def empty_name(rng, m, files):
+def empty_name(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     choice = rng.randrange(3)
     if choice == 0:
         vi = _io(rng, m)
@@ -349,7 +349,7 @@ def empty_name(rng, m, files):
     return f"node {i} ({n.op_type}) input 0 named ''"
 
 
-def initializer_edit(rng, m, files):
+def initializer_edit(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     inits = [t for t in m.graph.initializer] or []
     if not inits:
         return rename_op(rng, m, files)
@@ -372,14 +372,17 @@ def initializer_edit(rng, m, files):
     return f"initializer '{t.name}' duplicated name"
 
 
-def initializer_values(rng, m, files):
+def initializer_values(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     """Same dtype and dims, extreme values: shapes, indices, scales and k that the ops cannot take."""
     inits = [t for t in m.graph.initializer if t.data_location != T.EXTERNAL]
     if not inits:
         return attribute_value(rng, m, files)
     t = rng.choice(inits)
     arr = nh.to_array(t)
-    if arr.dtype.kind in "iu":
+    value: float | int | bool
+    if arr.dtype.kind == "u":
+        value = rng.choice([0, int(np.iinfo(arr.dtype).max)])
+    elif arr.dtype.kind == "i":
         value = rng.choice([-1, 0, -(2**31), 2**31 - 1] + ([2**62, -(2**62)] if arr.dtype.itemsize == 8 else []))
     elif arr.dtype.kind == "f":
         value = rng.choice([float("nan"), float("inf"), -float("inf"), 0.0, -1e30])
@@ -390,7 +393,7 @@ def initializer_values(rng, m, files):
     return f"initializer '{t.name}' {list(arr.shape)} all {value}"
 
 
-def symbolic_dim(rng, m, files):
+def symbolic_dim(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     """A fixed dim of a graph input becomes symbolic (or the shape is dropped: unknown rank)."""
     vi = rng.choice(list(m.graph.input))
     shape = vi.type.tensor_type.shape
@@ -402,7 +405,7 @@ def symbolic_dim(rng, m, files):
     return f"'{vi.name}' dim made symbolic {d.dim_param!r}"
 
 
-def attribute_value(rng, m, files):
+def attribute_value(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     """Valid attribute types with values the op cannot take (axis far out, zero kernel, ...)."""
     n = rng.choice(list(m.graph.node))
     name = rng.choice(["axis", "axes", "pads", "strides", "kernel_shape", "group", "k", "keepdims", "perm", "to"])
@@ -413,7 +416,7 @@ def attribute_value(rng, m, files):
     return f"{n.op_type}.{name} = {value}"
 
 
-def subgraph_edit(rng, m, files):
+def subgraph_edit(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     holders = [(n, a) for n in m.graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
     if not holders:
         return attribute_value(rng, m, files)
@@ -440,7 +443,7 @@ def subgraph_edit(rng, m, files):
     return f"{n.op_type}.{a.name}: output type {g.output[0].type.tensor_type.elem_type if g.output else '-'}"
 
 
-def external_data_edit(rng, m, files):
+def external_data_edit(rng: random.Random, m: onnx.ModelProto, files: dict[str, bytes]) -> str:
     tensors = [t for t in m.graph.initializer if t.data_location == T.EXTERNAL]
     if not tensors:
         return initializer_edit(rng, m, files)
@@ -503,7 +506,10 @@ def make_mutant(seeds: list[SeedModel], mutant_id: int, seed: int) -> Mutant:
         details = [SEMANTIC[kind](rng, proto, files)]
         if rng.random() < 0.2:  # now and then a second, different edit on top
             extra = rng.choice(tuple(SEMANTIC))
-            details.append(f"{extra}: {SEMANTIC[extra](rng, proto, files)}")
+            try:
+                details.append(f"{extra}: {SEMANTIC[extra](rng, proto, files)}")
+            except (IndexError, ValueError, KeyError):  # the first edit left nothing for it to edit
+                details.append(f"{extra}: nothing left to edit")
         data, detail = proto.SerializeToString(), "; ".join(details)
     files["model.onnx"] = data
     return Mutant(mutant_id, base.name, kind, detail, files, base.shapes)
