@@ -153,9 +153,15 @@ _INT64_MAX = 2**63 - 1
 
 def _check_declared_types(graph: onnx.GraphProto, name: str, scope: str = "") -> None:
     """Graph inputs, outputs and value_info, subgraphs' too, declare dtypes ONNX knows (not
-    UNDEFINED), no negative dims, and no dims whose product passes int64 (the checker lets all of
+    UNDEFINED; initializers and tensor attributes too), no negative dims, and no dims whose product passes int64 (the checker lets all of
     these through; they would fail later, far from their cause, in a runtime's message, or in
     shape inference's ValueError, that names no tensor)."""
+    tensors = [(f"initializer '{t.name}'", t) for t in graph.initializer]
+    tensors += [(f"node '{n.name or n.op_type}' ({n.op_type}) attribute '{a.name}'", a.t)
+                for n in graph.node for a in n.attribute if a.HasField("t")]
+    for what, t in tensors:
+        if t.data_type not in _KNOWN_ELEM_TYPES:
+            raise InvalidModelError(f"{name}: {scope}{what} has data_type {t.data_type}, which is not an ONNX data type")
     for node in graph.node:
         for attr in node.attribute:
             for k, sub in enumerate([attr.g] if attr.HasField("g") else list(attr.graphs)):
