@@ -223,3 +223,23 @@ def test_shape_inference_failing_with_a_value_error_is_not_fatal(caplog) -> None
         onnx.shape_inference.infer_shapes(m)
     _infer_shapes(m, "m.onnx")
     assert "m.onnx: shape inference failed, continuing without it: Invalid tensor data type 99" in caplog.text
+
+
+def test_tensors_of_unknown_data_type_are_one_error_naming_them() -> None:
+    """An initializer of data_type 99 reached the Resize plugin's constant read as ``KeyError: 99``
+    (found by benchmarks/fuzz.py); initializers and tensor attributes, in subgraphs too, are
+    checked at load."""
+    bad = const("c", np.ones(4, np.float32))
+    bad.data_type = 99
+    m = model([helper.make_node("Add", ["x", "c"], ["y"])], [vi("x", [4])], [vi("y", [4])], [bad])
+    with pytest.raises(InvalidModelError, match=r"initializer 'c' has data_type 99, which is not an ONNX data type"):
+        load_model(m)
+    value = helper.make_tensor("v", TensorProto.FLOAT, [4], [1.0] * 4)
+    value.data_type = 77
+    then = helper.make_graph([helper.make_node("Constant", [], ["t"], name="k", value=value)], "then", [], [vi("t", [4])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", [4])])
+    m = model([helper.make_node("If", ["b"], ["y"], name="branch", then_branch=then, else_branch=other)],
+              [vi("b", [], TensorProto.BOOL), vi("x", [4])], [vi("y", [4])])
+    with pytest.raises(InvalidModelError, match=r"node 'branch' \(If\) then_branch: node 'k' \(Constant\) attribute "
+                                                r"'value' has data_type 77"):
+        load_model(m)
