@@ -9,10 +9,19 @@ TensorRT-RTX ahead-of-time builds.
 2. ``warm/cold``: ``build_engines`` wall time with a populated engine cache (every segment a hit:
    extraction, hashing, load, verification) over the same call on an empty cache. Target <= 0.05.
 
+3. ``--cli``: what a user sees (issue 13). ``trt-backend build MODEL -o DIR`` as a process, start-up
+   included, against a process that parses and builds the whole model file directly with the
+   same TensorRT (``parse_from_file`` + ``build_serialized_network``; target <= 1.3x); and the
+   same ``build`` with ``--cache-dir`` once more on a warm cache against that cold build
+   (target <= 0.25x). Model: ResNet-50 exported from torchvision (random weights, 98 MiB;
+   ``--cli-model``, default the zoo's ``resnet50.onnx``, exported on first use with the zoo venv),
+   a one-segment model. The three are run in turn, ``--repeat`` rounds, medians.
+
 Medians of ``--repeat`` runs (the machines are shared). A report: it exits 0 even when a target
 fails.
 
     python benchmarks/build_time.py [--models light_resnet50,...] [--repeat 3] [--precision fp16] [--json OUT]
+    python benchmarks/build_time.py --cli [--cli-model resnet50.onnx] [--repeat 3]
 """
 from __future__ import annotations
 
@@ -21,6 +30,7 @@ import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +55,83 @@ from trt_backend.tensorrt.flavor import (
 LIGHT = ["light_bvlc_alexnet", "light_densenet121", "light_inception_v1", "light_inception_v2", "light_resnet50",
          "light_shufflenet", "light_squeezenet", "light_vgg19", "light_zfnet512"]
 SPLIT_TARGET, WARM_TARGET = 1.2, 0.05
+CLI_TARGET, CLI_WARM_TARGET = 1.3, 0.25
+ZOO = os.path.expanduser("~/.cache/trt-backend-zoo")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DIRECT = """
+import sys, tensorrt_rtx as trt
+logger = trt.Logger(trt.Logger.ERROR)
+builder = trt.Builder(logger)
+network = builder.create_network(0)
+parser = trt.OnnxParser(network, logger)
+assert parser.parse_from_file(sys.argv[1]), "parse failed"
+config = builder.create_builder_config()
+engine = builder.build_serialized_network(network, config)
+open(sys.argv[2], "wb").write(engine)
+"""
+_EXPORT = """
+import sys, torch, torchvision
+m = torchvision.models.resnet50(weights=None).eval()
+torch.onnx.export(m, torch.randn(1, 3, 224, 224), sys.argv[1], input_names=["x"], output_names=["y"],
+                  opset_version=17, dynamo=False)
+"""
+
+
+def resnet50(path: str | None) -> str:
+    """The CLI benchmark's model: ``path``, else ResNet-50 (exported once with the zoo's venv)."""
+    if path:
+        return path
+    out = os.path.expanduser("~/.cache/trt-backend-large/resnet50_static.onnx")
+    if not os.path.exists(out):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        subprocess.run([os.path.join(ZOO, "venv", "bin", "python"), "-c", _EXPORT, out], check=True,
+                       capture_output=True)
+    return out
+
+
+def _wall(argv: list[str]) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:5])}... failed: {proc.stderr.strip()[-2000:]}")
+    return seconds
+
+
+def cli_rows(model: str, repeat: int) -> int:
+    """Section 3: the CLI against the bare TensorRT parse+build, cold and warm, in turn."""
+    py = sys.executable
+    # as installed: pip compiles bytecode, which this environment may not write (PYTHONDONTWRITEBYTECODE)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "partitioner", "plugins", "trt_backend"], cwd=ROOT,
+                   check=True, env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+    direct, cold, nocache, warm = [], [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(repeat):
+            direct.append(_wall([py, "-c", _DIRECT, model, os.path.join(tmp, "direct.engine")]))
+            out = os.path.join(tmp, f"built{k}")
+            nocache.append(_wall([py, "-m", "trt_backend", "build", model, "-o", out, "--flavor", "tensorrt_rtx"]))
+            cache = os.path.join(tmp, f"cache{k}")
+            cold.append(_wall([py, "-m", "trt_backend", "build", model, "-o", out, "--flavor", "tensorrt_rtx",
+                               "--cache-dir", cache]))
+            warm.append(_wall([py, "-m", "trt_backend", "build", model, "-o", out, "--flavor", "tensorrt_rtx",
+                               "--cache-dir", cache]))
+    med = {name: statistics.median(v) for name, v in
+           (("direct", direct), ("build", nocache), ("cold", cold), ("warm", warm))}
+    size = os.path.getsize(model) / 2**20
+    print(f"{os.path.basename(model)} ({size:.0f} MiB), processes with start-up, median of {repeat}:")
+    print(f"  direct parse_from_file + build_serialized_network   {med['direct']:7.2f} s   "
+          f"runs {', '.join(f'{x:.2f}' for x in direct)}")
+    print(f"  trt-backend build                                     {med['build']:7.2f} s   "
+          f"runs {', '.join(f'{x:.2f}' for x in nocache)}")
+    print(f"  trt-backend build --cache-dir (cold)                  {med['cold']:7.2f} s   "
+          f"runs {', '.join(f'{x:.2f}' for x in cold)}")
+    print(f"  trt-backend build --cache-dir (warm: cache hit)       {med['warm']:7.2f} s   "
+          f"runs {', '.join(f'{x:.2f}' for x in warm)}")
+    ratio, warm_ratio = med["build"] / med["direct"], med["warm"] / med["cold"]
+    print(f"build/direct {ratio:.2f}x (target <= {CLI_TARGET}) {'PASS' if ratio <= CLI_TARGET else 'FAIL'}")
+    print(f"warm/cold    {warm_ratio:.2f}x (target <= {CLI_WARM_TARGET}) "
+          f"{'PASS' if warm_ratio <= CLI_WARM_TARGET else 'FAIL'}")
+    return 0
 
 
 def whole_build_seconds(path: str, flavor: Flavor, options: BuildOptions) -> float:
@@ -101,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16", "bf16"])
     ap.add_argument("--flavor", default="auto")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--cli", action="store_true", help="section 3 only: the build command vs direct TensorRT")
+    ap.add_argument("--cli-model", help="model for --cli (default: ResNet-50 from torchvision, exported once)")
     args = ap.parse_args(argv)
+    if args.cli:
+        return cli_rows(resnet50(args.cli_model), args.repeat)
     logging.basicConfig(level=logging.ERROR)
     flavor = load_flavor(args.flavor)
     light_dir = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")

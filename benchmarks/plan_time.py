@@ -12,7 +12,14 @@ import of polygraphy + onnx + tensorrt_rtx) are timed too. A report: it exits 0 
 target fails. Polygraphy's partitioning needs ``onnx_graphsurgeon``; without it every
 partitioned model shows as failed (pass ``--polygraphy-pythonpath DIR`` to point at one).
 
+With ``--cli`` (issue 13) both sides are timed as users see them, start-up included:
+``python -m trt_backend inspect MODEL`` against Polygraphy's ``inspect capability
+--with-partitioning MODEL``, in turn, as processes, best of ``--repeat``, on ResNet-50 (as
+exported by ``build_time.py --cli``) and the zoo's BERT, the light models and the 6k chain (with and without value_info). Targets: no slower
+than Polygraphy wherever Polygraphy succeeds; the 6k chain in <= 2 s.
+
     python benchmarks/plan_time.py [--quick] [--no-polygraphy] [--json OUT] [--profile]
+    python benchmarks/plan_time.py --cli [--repeat 3]
 """
 from __future__ import annotations
 
@@ -284,6 +291,70 @@ def profile_60k(tmp: str, oracle: Any, top: int = 15) -> str:
     return buf.getvalue()
 
 
+ZOO_MODELS = os.path.expanduser("~/.cache/trt-backend-zoo/models")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cli_mode(args: argparse.Namespace) -> int:
+    """``trt-backend inspect`` and Polygraphy, both whole processes, in turn."""
+    # as installed: pip compiles bytecode, which this environment may not write (PYTHONDONTWRITEBYTECODE)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "partitioner", "plugins", "trt_backend"], cwd=ROOT,
+                   check=True, env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+    env = poly_env(args.polygraphy_pythonpath)
+    ours_env = dict(os.environ, PYTHONPATH=ROOT)
+    with tempfile.TemporaryDirectory(prefix="plan_time_") as tmp:
+        candidates = [("resnet50", os.path.expanduser("~/.cache/trt-backend-large/resnet50_static.onnx")),
+                      ("bert", os.path.join(ZOO_MODELS, "bert.onnx"))]  # (build_time.py --cli exports the first)
+        models = [(n, p) for n, p in candidates if os.path.exists(p)]
+        chain = long_chain(CHAIN_SIZES["chain_6k"], unsupported_every=UNSUPPORTED_EVERY)
+        for name, proto in (("chain_6k", chain), ("chain_6k+vi", onnx.shape_inference.infer_shapes(chain))):
+            onnx.save(proto, os.path.join(tmp, name + ".onnx"))
+            models.append((name, os.path.join(tmp, name + ".onnx")))
+        models += light_models()
+        rows = []
+        for name, path in models:
+            ours: list[float] = []
+            poly: list[float] = []
+            poly_error = None
+            for _ in range(args.repeat):
+                with tempfile.TemporaryDirectory(prefix="cwd_") as cwd:
+                    seconds, rc, out = run_timed([sys.executable, "-m", "trt_backend", "inspect", path, "--flavor",
+                                                  "tensorrt_rtx"], ours_env, 120, ROOT)
+                    if rc != 0:
+                        raise SystemExit(f"trt-backend inspect {path} failed: {out[-1000:]}")
+                    ours.append(seconds)
+                    if poly_error is None:
+                        cmd = [sys.executable, "-c", POLY_DRIVER, "inspect", "capability", "--with-partitioning", path]
+                        seconds, rc, out = run_timed(cmd, env, args.polygraphy_timeout, cwd)
+                        if rc == 0:
+                            poly.append(seconds)
+                        else:
+                            poly_error = "timed out" if rc is None else f"exit {rc}: {last_error_line(out)}"
+            nodes = len(onnx.load(path, load_external_data=False).graph.node)
+            rows.append((name, nodes, min(ours), min(poly) if poly and poly_error is None else None, poly_error))
+            print(f"  timed {name}", file=sys.stderr, flush=True)
+    print(f"inspect as a process (start-up included) vs polygraphy inspect capability --with-partitioning "
+          f"(POLYGRAPHY_USE_TENSORRT_RTX=1), best of {args.repeat}")
+    print(f"{'model':<24}{'nodes':>7}{'ours s':>9}{'polygraphy s':>14}{'ours/poly':>11}")
+    slower, notes = [], []
+    for name, nodes, ours_s, poly_s, error in rows:
+        if poly_s is None:
+            notes.append(f"{name}: polygraphy failed ({error})")
+            print(f"{name:<24}{nodes:>7}{ours_s:>9.2f}{'failed':>14}{'-':>11}")
+            continue
+        print(f"{name:<24}{nodes:>7}{ours_s:>9.2f}{poly_s:>14.2f}{ours_s / poly_s:>10.2f}x")
+        if ours_s > poly_s:
+            slower.append(f"{name} {ours_s / poly_s:.2f}x")
+    for note in notes:
+        print("note:", note)
+    both = sum(1 for r in rows if r[3] is not None)
+    print(f"{'PASS' if not slower else 'FAIL'}  no slower than Polygraphy where it succeeds: "
+          f"{both - len(slower)}/{both}" + (f"; slower on {', '.join(slower)}" if slower else ""))
+    chain_s = next(r[2] for r in rows if r[0] == "chain_6k")
+    print(f"{'PASS' if chain_s <= 2.0 else 'FAIL'}  6k-node chain inspected in <= 2 s: {chain_s:.2f} s")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="light models and the 6k chain only")
@@ -295,7 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--polygraphy-pythonpath", metavar="DIR", default=os.environ.get("BENCH_POLYGRAPHY_PATH"),
                     help="prepended to PYTHONPATH for Polygraphy (e.g. where onnx_graphsurgeon is installed)")
     ap.add_argument("--profile", action="store_true", help="print a cProfile top-15 of planning the 60k chain")
+    ap.add_argument("--cli", action="store_true", help="trt-backend inspect vs polygraphy, both as processes")
     args = ap.parse_args(argv)
+    if args.cli:
+        return cli_mode(args)
 
     from trt_backend.tensorrt.oracle import ParserOracle
 

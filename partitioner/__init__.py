@@ -13,6 +13,7 @@ from partitioner.capability import (
     Verdict,
     assess,
 )
+from partitioner.cost import BoundaryCost
 from partitioner.errors import (
     InvalidModelError,
     ModelLoadError,
@@ -34,7 +35,7 @@ from partitioner.plan import (
 from partitioner.rules import Rules
 
 __all__ = [
-    "DEFAULT_MIN_SEGMENT_SIZE", "CapabilityOracle", "Claim", "InvalidModelError", "Model", "ModelLoadError", "ModelTooLargeError",
+    "BoundaryCost", "DEFAULT_MIN_SEGMENT_SIZE", "CapabilityOracle", "Claim", "InvalidModelError", "Model", "ModelLoadError", "ModelTooLargeError",
     "NodeInfo", "OptionsError", "PartitionOptions", "Piece", "Plan", "PluginClaim", "QueryResult", "Rules",
     "Segment", "TrtBackendError", "Verdict", "assess", "boundary", "build_plan", "extract", "load_model",
     "plan_model",

@@ -13,6 +13,7 @@ import onnx
 from partitioner.extract import boundary, extract
 from partitioner.model import Model
 from partitioner.rules import Rules
+from partitioner.weights import stand_in
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ def assess(model: Model, oracle: CapabilityOracle | None, *, rules: Rules | None
     with native stand-ins in their place. A plugin whose ``target_problem(target)`` names a
     problem (the target runtime cannot run it) leaves only a note on the ONNX Runtime reason."""
     index = model.index
+    if hasattr(oracle, "weights_dir"):  # an oracle that reads weights: from the model's folder
+        setattr(oracle, "weights_dir", model.base_dir)
     rules = rules or Rules(local_functions={(f.domain, f.name) for f in model.proto.functions})
     stats = stats if stats is not None else CapabilityStats()
     n = len(model.proto.graph.node)
@@ -149,7 +152,8 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
             if rest:
                 work.append(rest)
             continue
-        sub = extract(model, piece, name=f"capability_query_{stats.oracle_calls}", inputs=inputs, outputs=outputs)
+        sub = extract(model, piece, name=f"capability_query_{stats.oracle_calls}", inputs=inputs, outputs=outputs,
+                      initializer=stand_in if getattr(oracle, "takes_stand_ins", False) else None)
         stats.oracle_calls += 1
         result = oracle.query(sub)
         if result.supported:

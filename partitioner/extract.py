@@ -1,7 +1,7 @@
 """Cut a set of main-graph nodes out as a standalone, checker-valid ModelProto."""
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import onnx
 
@@ -81,12 +81,15 @@ def _used_functions(model: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> 
 
 
 def extract(model: Model, nodes: Collection[int], *, name: str,
-            inputs: Sequence[str] | None = None, outputs: Sequence[str] | None = None) -> onnx.ModelProto:
+            inputs: Sequence[str] | None = None, outputs: Sequence[str] | None = None,
+            initializer: Callable[[onnx.TensorProto], onnx.TensorProto | None] | None = None) -> onnx.ModelProto:
     """A standalone model of ``nodes`` (indices into the main graph), in topological order.
 
     Only the initializers it reads are carried (outer-scope reads of subgraphs included); every
     boundary tensor gets value_info with dtype and (symbolic) shape where known; empty optional
-    inputs (``""``) stay as they are; local functions it calls come along."""
+    inputs (``""``) stay as they are; local functions it calls come along. ``initializer(t)``
+    gives what to carry instead of a copy of ``t`` (None: the copy), e.g. a reference to where
+    its bytes are, so weights need not be copied into every segment."""
     index = model.index
     src = model.proto
     if inputs is None or outputs is None:
@@ -105,7 +108,13 @@ def extract(model: Model, nodes: Collection[int], *, name: str,
     graph.node.extend(node_protos)
     input_set = set(inputs)
     used = sorted(read - input_set)
-    graph.initializer.extend(index.initializer_protos[n] for n in used if n in index.initializer_protos)
+    carried = [index.initializer_protos[n] for n in used if n in index.initializer_protos]
+    if initializer is None:
+        graph.initializer.extend(carried)
+    else:
+        for t in carried:
+            new = initializer(t)
+            graph.initializer.add().CopyFrom(t) if new is None else graph.initializer.append(new)
     graph.sparse_initializer.extend(index.sparse_initializer_protos[n] for n in used
                                     if n in index.sparse_initializer_protos)
     graph.input.extend(_value_info(n, index.types.get(n)) for n in inputs)

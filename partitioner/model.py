@@ -7,15 +7,23 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 import onnx
 from google.protobuf.message import DecodeError
 
 from partitioner.errors import InvalidModelError, ModelLoadError, ModelTooLargeError
 from partitioner.graph import GraphIndex
+from partitioner.weights import (
+    check_external,
+    external_tensors,
+    is_external,
+    refuse_embedded_past_limit,
+    tensor_nbytes,
+    uses_external_data,
+)
 
 log = logging.getLogger(__name__)
 
@@ -99,24 +107,16 @@ def _parse(data: bytes, name: str) -> onnx.ModelProto:
 
 
 def _load_external(proto: onnx.ModelProto, name: str, base_dir: str | None) -> None:
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
-
-    external = [t for t in _get_all_tensors(proto) if uses_external_data(t)]
-    if not external:
+    """External data stays where it is: checked (see :mod:`partitioner.weights`), small tensors
+    read in; a model in memory with more than 2 GiB inside is refused, naming the fix."""
+    if not uses_external_data(proto):
+        if name == "<ModelProto>":
+            refuse_embedded_past_limit(proto, name)
         return
-    if base_dir is None:
-        raise ModelLoadError(f"{name}: tensor '{external[0].name}' has external data; "
-                             "pass base_dir (the folder holding the data files) or load from a path")
-    for tensor in external:
-        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-        path = os.path.join(base_dir, location)
-        if not location or not os.path.isfile(path):
-            raise ModelLoadError(f"{name}: external data file '{location}' of tensor '{tensor.name}' "
-                                 f"not found in {base_dir}")
-    try:
-        onnx.load_external_data_for_model(proto, base_dir)
-    except (OSError, ValueError, onnx.checker.ValidationError) as e:
-        raise ModelLoadError(f"{name}: cannot read external data: {e}") from None
+    refs = check_external(proto, base_dir, name)
+    if refs:
+        log.info("%s: %d tensor(s), %.1f MiB, stay in external data", name, len(refs),
+                 sum(r.length for r in refs) / 2**20)
 
 
 def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: str | None = None,
@@ -258,36 +258,90 @@ def serialize(proto: onnx.ModelProto, what: str, *, deterministic: bool = False)
         return bytes(proto.SerializeToString(deterministic=deterministic))
     except ValueError as e:
         raise ModelTooLargeError(f"{what} is larger than the 2 GiB a serialized ONNX model can hold ({e}); "
-                                 "models this size are not supported yet") from None
+                                 "keep the weights in external data (save the model with save_as_external_data=True)") from None
 
 
 def weightless_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """Copy of ``proto`` whose large initializers are external references (dims kept, no bytes)."""
+    """Copy of ``proto`` whose large initializers are external references (dims kept, no bytes),
+    made without copying the weights (shape inference, the checker and fingerprints need dims
+    and dtypes only)."""
+    return structure_copy(proto, _weightless_tensor)
+
+
+def _weightless_tensor(t: onnx.TensorProto) -> onnx.TensorProto | None:
+    if not _is_large(t):
+        return None
+    out = onnx.TensorProto()
+    out.name, out.data_type = t.name, t.data_type
+    out.dims.extend(t.dims)
+    out.data_location = onnx.TensorProto.EXTERNAL
+    entry = out.external_data.add()
+    entry.key, entry.value = "location", "__weightless__"
+    return out
+
+
+def _is_large(t: onnx.TensorProto) -> bool:
+    """An initializer worth not copying: held inline past the threshold, or external."""
+    if is_external(t):
+        return True
+    return (len(t.raw_data) > _WEIGHTLESS_THRESHOLD or len(t.float_data) * 4 > _WEIGHTLESS_THRESHOLD
+            or len(t.int64_data) * 8 > _WEIGHTLESS_THRESHOLD or len(t.int32_data) * 4 > _WEIGHTLESS_THRESHOLD
+            or len(t.double_data) * 8 > _WEIGHTLESS_THRESHOLD)
+
+
+def _copy_fields(src: Any, dst: Any, skip: str) -> None:
+    for fd, value in src.ListFields():
+        if fd.name == skip:
+            continue
+        if fd.is_repeated:
+            getattr(dst, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(dst, fd.name).CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
+
+
+def structure_copy(proto: onnx.ModelProto, replace: Callable[[onnx.TensorProto], onnx.TensorProto | None],
+                   keep: Callable[[onnx.TensorProto], bool] | None = None) -> onnx.ModelProto:
+    """Copy of ``proto`` with each main-graph initializer ``t`` replaced by ``replace(t)``
+    (None: copied as is; left out where ``keep(t)`` is False), without copying the whole
+    message (and its weights) first."""
     copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    for t in copy.graph.initializer:
-        if t.ByteSize() > _WEIGHTLESS_THRESHOLD:
-            dims, dtype, tname = list(t.dims), t.data_type, t.name
-            t.Clear()
-            t.name, t.data_type = tname, dtype
-            t.dims.extend(dims)
-            t.data_location = onnx.TensorProto.EXTERNAL
-            entry = t.external_data.add()
-            entry.key, entry.value = "location", "__weightless__"
+    graph = proto.graph
+    inits = list(graph.initializer)
+    if not inits:
+        copy.CopyFrom(proto)
+        return copy
+    _copy_fields(proto, copy, skip="graph")
+    _copy_fields(graph, copy.graph, skip="initializer")
+    copy.graph.SetInParent()
+    for t in inits:
+        if keep is not None and not keep(t):
+            continue
+        new = replace(t)
+        if new is None:
+            copy.graph.initializer.add().CopyFrom(t)
+        else:
+            copy.graph.initializer.append(new)
     return copy
 
 
 def check_model(proto: onnx.ModelProto, *, where: str, full: bool = False) -> None:
     """ONNX checker, minus its one rule that rejects models ONNX Runtime loads: graph inputs and
     outputs without a shape field (unknown rank). With ``full``, also strict shape inference."""
-    unshaped = [vi for vi in list(proto.graph.input) + list(proto.graph.output)
-                if vi.type.WhichOneof("value") == "tensor_type" and not vi.type.tensor_type.HasField("shape")]
     try:
-        if proto.ByteSize() < _CHECKER_MAX_BYTES:
+        checked = _checkable(proto)
+        if checked is None:
+            log.warning("%s: external data inside subgraphs or attributes, skipping the ONNX checker "
+                        "(structure is still validated)", where)
+        elif checked.ByteSize() < _CHECKER_MAX_BYTES:
+            unshaped = [vi for vi in list(checked.graph.input) + list(checked.graph.output)
+                        if vi.type.WhichOneof("value") == "tensor_type"
+                        and not vi.type.tensor_type.HasField("shape")]
             for vi in unshaped:  # patched for the checker only, restored below
                 vi.type.tensor_type.shape.SetInParent()
             try:
-                onnx.checker.check_model(proto)
+                onnx.checker.check_model(checked)
             finally:
                 for vi in unshaped:
                     vi.type.tensor_type.ClearField("shape")
@@ -298,6 +352,37 @@ def check_model(proto: onnx.ModelProto, *, where: str, full: bool = False) -> No
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InvalidModelError(f"{where}: invalid ONNX model: {first}") from None
+
+
+def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+    """``proto`` as the ONNX checker should see it: large initializers (external ones, whose files
+    were checked at load, and inline ones, checked for length here) as graph inputs of their
+    dtype and shape, so the checker neither looks for data files in the current directory nor
+    serializes the weights. None when external tensors sit elsewhere (subgraphs, attributes)."""
+    external = [t for t in proto.graph.initializer if is_external(t)]
+    if len(external) != len(external_tensors(proto)):
+        return None
+    large = [t for t in proto.graph.initializer if _is_large(t)]
+    if not large:
+        return proto
+    for t in large:
+        _check_inline_length(t)
+    names = {t.name for t in large}
+    copy = structure_copy(proto, lambda t: None, keep=lambda t: t.name not in names)
+    for t in large:
+        copy.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return copy
+
+
+def _check_inline_length(t: onnx.TensorProto) -> None:
+    """The one checker rule on a weight's values: raw bytes as many as dims and dtype need."""
+    if is_external(t) or not t.HasField("raw_data"):
+        return
+    need = tensor_nbytes(t)
+    if need is not None and len(t.raw_data) != need:
+        raise onnx.checker.ValidationError(f"TensorProto (tensor name: {t.name}) raw_data size "
+                                           f"({len(t.raw_data)} bytes) does not match its shape and type "
+                                           f"({need} bytes required)")
 
 
 def learn_types(model: Model, types: Mapping[str, onnx.TypeProto], how: str) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from partitioner.capability import ONNXRUNTIME, TENSORRT, Verdict
+from partitioner.cost import BoundaryCost, group_cost
 from partitioner.graph import GraphIndex
 
 # Why 3: ONNX Runtime's TensorRT EP defaults to 1, and users measure fragmented graphs running
@@ -113,17 +114,46 @@ def copies_for(index: GraphIndex, nodes: Sequence[int], lazy: frozenset[int]) ->
     return tuple(sorted(out))
 
 
+def _demote_unpaying(index: GraphIndex, groups: Sequence[Group], colors: list[str], final: list[Verdict],
+                     cost: BoundaryCost, lazy: frozenset[int]) -> bool:
+    """Send to ONNX Runtime every TensorRT group whose estimated saving is below the price of
+    its boundaries; True if any was."""
+    group_of = [0] * len(colors)
+    for k, g in enumerate(groups):
+        for i in g.nodes:
+            group_of[i] = k
+    changed = False
+    for g in groups:
+        if g.backend != TENSORRT:
+            continue
+        own = [i for i in g.nodes if colors[i] == TENSORRT and i not in lazy]
+        if not own or any(index.graph.node[i].op_type in HEAVY_OPS for i in own):
+            continue  # a heavy op pays (the size rule's policy; its saving is not estimated here)
+        est = group_cost(index, own, group_of, cost, lazy)
+        if est.boundaries == 0 or est.pays:
+            continue
+        for i in g.nodes:
+            if colors[i] == TENSORRT:
+                colors[i] = ONNXRUNTIME
+                final[i] = Verdict(ONNXRUNTIME, f"demoted: its TensorRT group does not pay for its boundaries: "
+                                                f"{est.describe()}")
+        changed = True
+    return changed
+
+
 def _counts(producer: int | None, lazy: frozenset[int]) -> bool:
     return producer is not None and producer not in lazy
 
 
-def partition(index: GraphIndex, verdicts: Sequence[Verdict],
-              min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE) -> tuple[list[Group], list[Verdict]]:
+def partition(index: GraphIndex, verdicts: Sequence[Verdict], min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE,
+              cost: BoundaryCost | None = BoundaryCost()) -> tuple[list[Group], list[Verdict]]:
     """Backend groups in execution order, and the verdicts after demotions: TensorRT groups
     below ``min_segment_size`` counted nodes (Constant not counted) and holding no heavy op go
-    to ONNX Runtime, and the grouping is redone until it is stable. A constant-only node belongs
-    to the group of its first consumer; every other group that reads it gets a copy
-    (``Group.copies``)."""
+    to ONNX Runtime, then groups without a heavy op that do not pay for their boundaries by
+    ``cost``'s estimate (:mod:`partitioner.cost`), and the grouping is redone until it is stable.
+    ``min_segment_size`` 1 (or ``cost`` None) keeps every group TensorRT takes from the cost
+    rule. A constant-only node belongs to the group of its first consumer; every other group
+    that reads it gets a copy (``Group.copies``)."""
     nodes = index.graph.node
     colors = [TENSORRT if v.on_tensorrt else ONNXRUNTIME for v in verdicts]
     lazy = constant_only(index, [v.backend == TENSORRT for v in verdicts])
@@ -143,6 +173,8 @@ def partition(index: GraphIndex, verdicts: Sequence[Verdict],
                     final[i] = Verdict(ONNXRUNTIME, f"demoted: TensorRT group of {len(counted)} node(s) is "
                                                     f"below the minimum segment size {min_segment_size}")
             changed = True
+        if not changed and cost is not None and min_segment_size > 1:
+            changed = _demote_unpaying(index, groups, colors, final, cost, lazy)
         if not changed:
             break
     for g in groups:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ from partitioner.capability import (
     Verdict,
     assess,
 )
+from partitioner.cost import BoundaryCost
 from partitioner.errors import OptionsError
 from partitioner.extract import boundary, extract
 from partitioner.model import Model, ModelSource, load_model
@@ -39,6 +40,8 @@ class PartitionOptions:
     plugins: tuple[PluginClaim, ...] = ()
     plugin_ops: tuple[str, ...] = ()  # op types offered to plugins before the parser (comparisons)
     target: str | None = None  # runtime the plan is for: "tensorrt" | "tensorrt_rtx"; None: the parser's flavor
+    # the price of a segment boundary (partitioner.cost); None: TensorRT groups are never demoted for it
+    boundary_cost: BoundaryCost | None = BoundaryCost()
 
     def __post_init__(self) -> None:
         for f in ("exclude_ops", "exclude_nodes", "plugins", "plugin_ops"):
@@ -132,12 +135,15 @@ class Plan:
         return cls(data["model"], data.get("tensorrt"), segments, nodes, target=data.get("target"),
                    learned=dict(data.get("learned_types", {})), rewritten=dict(data.get("rewritten", {})))
 
-    def extract(self, segment_id: int) -> onnx.ModelProto:
-        """The segment as a standalone ModelProto (needs the plan's model), copies included."""
+    def extract(self, segment_id: int,
+                initializer: Callable[[onnx.TensorProto], onnx.TensorProto | None] | None = None) -> onnx.ModelProto:
+        """The segment as a standalone ModelProto (needs the plan's model), copies included;
+        ``initializer``: see :func:`partitioner.extract.extract`."""
         if self.model is None:
             raise OptionsError("this plan was read from JSON without its model; plan the model again")
         seg = self.segments[segment_id]
-        return extract(self.model, seg.members, name=f"segment_{seg.id}", inputs=seg.inputs, outputs=seg.outputs)
+        return extract(self.model, seg.members, name=f"segment_{seg.id}", inputs=seg.inputs, outputs=seg.outputs,
+                       initializer=initializer)
 
     def tensorrt_segments(self) -> list[Segment]:
         return [s for s in self.segments if s.backend == "tensorrt"]
@@ -174,7 +180,7 @@ def plan_model(source: ModelSource | Model, oracle: CapabilityOracle | None,
     model = load_model(source, max_ir_version=max_ir_version)
     verdicts, stats = assess_model(model, oracle, options)
     plan = build_plan(model, verdicts, oracle.target if oracle is not None else None, options.min_segment_size,
-                      target=plan_target(options, oracle))
+                      target=plan_target(options, oracle), cost=options.boundary_cost)
     plan.seconds = time.perf_counter() - start
     plan.oracle_calls = stats.oracle_calls
     log.info("planned %s: %d segment(s), %d parser call(s), %.3f s", model.source, len(plan.segments),
@@ -203,9 +209,10 @@ def plan_target(options: PartitionOptions, oracle: CapabilityOracle | None) -> s
 
 
 def build_plan(model: Model, verdicts: Sequence[Verdict], tensorrt: str | None,
-               min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE, *, target: str | None = None) -> Plan:
+               min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE, *, target: str | None = None,
+               cost: BoundaryCost | None = BoundaryCost()) -> Plan:
     """Partition given verdicts into a :class:`Plan` (no parser involved)."""
-    groups, final = partition(model.index, verdicts, min_segment_size)
+    groups, final = partition(model.index, verdicts, min_segment_size, cost)
     segments: list[Segment] = []
     segment_of = [0] * len(final)
     shared = {i for g in groups for i in g.copies}  # every reader outside their segment copies these

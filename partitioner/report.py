@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import onnx
 
 from partitioner.capability import ONNXRUNTIME, PLUGIN_PREFIX
+from partitioner.cost import BoundaryCost, crossing, si_bytes
 from partitioner.errors import OptionsError
 from partitioner.plan import Plan, Segment
 
@@ -103,6 +104,37 @@ def header_line(plan: Plan) -> str:
     return " | ".join(parts)
 
 
+@dataclass(frozen=True)
+class Crossing:
+    """Tensors handed from one segment to another per run, and their bytes (estimated with
+    :class:`BoundaryCost`'s stand-ins for symbolic and unknown dims)."""
+
+    tensors: int
+    bytes: float
+    unknown: int  # tensors of unknown size, not in ``bytes``
+    symbolic_dim: int
+
+    def describe(self) -> str:
+        unknown = f", {self.unknown} of unknown size not counted" if self.unknown else ""
+        return (f"Boundaries: {plural(self.tensors, 'tensor')} handed between segments per run, "
+                f"{si_bytes(self.bytes)} (symbolic dims counted as {self.symbolic_dim}{unknown})")
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"tensors": self.tensors, "bytes": self.bytes, "unknown_size": self.unknown,
+                "symbolic_dim": self.symbolic_dim}
+
+
+def boundary_crossing(plan: Plan, cost: BoundaryCost | None = None) -> Crossing | None:
+    """What crosses segment boundaries per run (None: a plan read without its model)."""
+    if plan.model is None:
+        return None
+    cost = cost or BoundaryCost()
+    group_of = [n.segment for n in plan.nodes]
+    copied = frozenset(i for s in plan.segments for i in s.copies)
+    tensors, total, unknown = crossing(plan.model.index, group_of, cost, copied)
+    return Crossing(tensors, total, unknown, cost.symbolic_dim)
+
+
 def summary(plan: Plan) -> str:
     """The plan as a CLI prints it: header, segment table, fallback census."""
     lines = [header_line(plan), "", "Segments"]
@@ -110,6 +142,9 @@ def summary(plan: Plan) -> str:
                  format_ops(op_counts(plan, s))) for s in plan.segments]
     lines += table(("id", "backend", "nodes", "inputs", "outputs", "ops"), seg_rows,
                    (True, False, True, True, True, False))
+    crossing = boundary_crossing(plan)
+    if crossing is not None:
+        lines += ["", crossing.describe()]
     rows = census(plan)
     lines += ["", f"Fallback census ({plural(sum(r.count for r in rows), 'node')} on ONNX Runtime)"]
     if rows:

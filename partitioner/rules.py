@@ -6,6 +6,7 @@ from collections.abc import Collection
 import onnx
 
 from partitioner.graph import GraphIndex, subgraphs
+from partitioner.weights import TRT_MAX_ELEMENTS
 
 ML_DOMAINS = frozenset({"ai.onnx.ml", "ai.onnx.preview.training", "ai.onnx.training"})
 STANDARD_DOMAINS = frozenset({"", "ai.onnx"})
@@ -33,6 +34,39 @@ def type_problem(tp: onnx.TypeProto | None) -> str | None:
     return None
 
 
+def _elements(dims: list[int]) -> int:
+    count = 1
+    for d in dims:
+        count *= int(d)
+    return count
+
+
+def huge_tensors(index: GraphIndex) -> dict[str, int]:
+    """Tensors known in full to hold more than 2^31-1 elements (initializers by their dims,
+    others by a fully static inferred shape), with their element counts: one pass."""
+    out: dict[str, int] = {}
+    for name, init in index.initializer_protos.items():
+        if (n := _elements(list(init.dims))) > TRT_MAX_ELEMENTS:
+            out[name] = n
+    for name, tp in index.types.items():
+        if name in out or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+            continue
+        dims = tp.tensor_type.shape.dim
+        if len(dims) and all(d.HasField("dim_value") for d in dims):
+            if (n := _elements([d.dim_value for d in dims])) > TRT_MAX_ELEMENTS:
+                out[name] = n
+    return out
+
+
+def _too_many_elements(node: onnx.NodeProto, huge: dict[str, int]) -> str | None:
+    """TensorRT tensors hold at most 2^31-1 elements: a node touching a bigger one stays out."""
+    for name in list(node.input) + list(node.output):
+        if name in huge:
+            return (f"tensor '{name}' has {huge[name]} elements, more than the {TRT_MAX_ELEMENTS} (2^31-1) a "
+                    "TensorRT tensor can hold")
+    return None
+
+
 class Rules:
     """Static exclusions: non-tensor values, string/complex dtypes, ONNX-ML and unknown domains,
     and the user's own exclusions by op type or node name."""
@@ -42,6 +76,7 @@ class Rules:
         self.exclude_ops = frozenset(exclude_ops)
         self.exclude_nodes = frozenset(exclude_nodes)
         self.local_functions = frozenset(local_functions)
+        self._huge: tuple[GraphIndex, dict[str, int]] | None = None  # (index, its huge tensors), made once
 
     def check(self, node: onnx.NodeProto, index: GraphIndex) -> str | None:
         """Reason this main-graph node must run in ONNX Runtime, or None if TensorRT may try it."""
@@ -60,7 +95,9 @@ class Rules:
             reason = self._body_problem(sub)
             if reason:
                 return f"{node.op_type} body: {reason}"
-        return None
+        if self._huge is None or self._huge[0] is not index:
+            self._huge = (index, huge_tensors(index))
+        return _too_many_elements(node, self._huge[1]) if self._huge[1] else None
 
     def _op_problem(self, node: onnx.NodeProto) -> str | None:
         domain = node.domain

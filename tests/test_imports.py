@@ -11,7 +11,7 @@ import trt_backend
 
 BLOCKER = textwrap.dedent("""
     import importlib.abc, pkgutil, sys, importlib
-    BLOCKED = ("tensorrt", "tensorrt_rtx", "cuda", "pycuda", "onnxruntime", "polygraphy", "cupy", "torch")
+    BLOCKED = ("tensorrt", "tensorrt_rtx", "cuda", "pycuda", "onnxruntime", "polygraphy", "cupy", "torch", "ray")
     class Block(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
             if name.split(".")[0] in BLOCKED:

@@ -22,7 +22,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("trt_backend.planning", "trt_backend.engines", "trt_backend.runners"),
     ("trt_backend.gpu",),
     ("trt_backend.session",),
-    ("trt_backend.onnx_backend", "trt_backend.bench", "trt_backend.accuracy"),
+    ("trt_backend.onnx_backend", "trt_backend.bench", "trt_backend.accuracy", "trt_backend.export",
+     "trt_backend.serve"),
     ("trt_backend.commands", "trt_backend.cli", "trt_backend.__main__"),
 )
 # The facade re-exports from every layer (lazily, by name); it is nobody's dependency.

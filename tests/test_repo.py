@@ -22,7 +22,7 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert test_cmd == "python -m pytest -q tests"
     ci_lines = [line.strip() for line in read(".ci/run").splitlines()]
     assert test_cmd in ci_lines
-    assert 'pip install -q -e ".[cpu,test]"' in read(".ci/run") and 'pip install -e ".[cpu,test]"' in tests
+    assert 'pip install -q -e ".[cpu,test,serve]"' in read(".ci/run") and 'pip install -e ".[cpu,test,serve]"' in tests
 
 
 def test_ci_fails_on_a_skip_it_does_not_allow(tmp_path) -> None:

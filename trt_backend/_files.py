@@ -11,6 +11,7 @@ import onnx
 
 from partitioner import Plan
 from partitioner.picture import render_picture
+from partitioner.weights import data_files, place_data_files
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,16 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
 def save_model_atomic(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
     """Serialize ``proto`` and write it with :func:`write_atomic` (nothing written on failure)."""
     write_atomic(path, proto.SerializeToString())
+
+
+def save_model_with_data(proto: onnx.ModelProto, path: str | os.PathLike[str], weights_dir: str | None) -> None:
+    """:func:`save_model_atomic`, and the external data files ``proto`` names made available beside
+    ``path`` (copies, see :func:`partitioner.weights.place_data_files`; ``weights_dir`` is the folder
+    its locations are relative to now). The weights are never read into a protobuf."""
+    save_model_atomic(proto, path)
+    locations = data_files(proto)
+    if locations and weights_dir is not None:
+        place_data_files(locations, weights_dir, os.path.dirname(os.path.abspath(os.fspath(path))))
 
 
 def _existing_mode(path: str) -> int | None:

@@ -11,13 +11,15 @@ from collections.abc import Sequence
 
 from trt_backend.errors import TrtBackendError
 
-COMMANDS = {  # name -> one-line help, in the order --help lists them; trt_backend.commands.<name> does the rest
+COMMANDS = {  # name -> one-line help, in --help order; module trt_backend.commands.<name with "-" as "_">
     "inspect": "plan a model: which nodes run in TensorRT, which in ONNX Runtime",
     "run": "run a model once: TensorRT segments (emulated without a GPU) + ONNX Runtime",
     "build": "build engines for every TensorRT segment into a folder",
     "bench": "benchmark the stitched session against ONNX Runtime and whole-model TensorRT",
     "compare": "compare trt-backend's outputs with ONNX Runtime on the whole model",
+    "serve": "serve a build folder on Ray Serve: replicas, batching, HTTP and a Python handle",
     "demo": "plan, build and run the bundled demo model",
+    "export-triton": "write a Triton Inference Server model repository (an ensemble) from a build",
 }
 
 
@@ -32,7 +34,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, text in COMMANDS.items():
         p = sub.add_parser(name, help=text)
         if command is None or name == command:
-            importlib.import_module(f"trt_backend.commands.{name}").register(p)  # (an import error is raised)
+            importlib.import_module(f"trt_backend.commands.{name.replace('-', '_')}").register(p)  # (an import error is raised)
     return parser
 
 

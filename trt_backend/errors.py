@@ -43,6 +43,15 @@ class ArtifactError(TrtBackendError):
     """A build folder is missing, edited, corrupt or was built for another runtime or GPU."""
 
 
+class SignatureError(ArtifactError):
+    """A build folder is unsigned, or signed with another key, where a signing key is required."""
+
+
+class ExportError(TrtBackendError):
+    """A build cannot be exported as asked (e.g. a Triton model repository): names the segment or
+    tensor that prevents it and why."""
+
+
 class ReferenceRunError(TrtBackendError):
     """The reference (ONNX Runtime on the whole model) cannot load or run the model, so there is
     nothing to compare against."""
@@ -80,6 +89,20 @@ class CudaError(TrtBackendError):
     """A CUDA runtime call failed (no driver, no device, out of memory...)."""
 
 
+class DeviceError(CudaError):
+    """A session was asked for a GPU that does not exist here (or for one where there is none),
+    or was handed a device array that lives on another GPU."""
+
+
+class RequestError(TrtBackendError):
+    """A served request cannot be read (body, dtype, shape) or was refused by the session; the
+    message is one line (HTTP 400)."""
+
+
+class ServeError(TrtBackendError):
+    """Serving cannot start: Ray Serve is missing, or a deployment did not come up."""
+
+
 class EngineCacheError(TrtBackendError):
     """The cache directory cannot be used, or an entry may not be loaded (host code)."""
 
@@ -106,7 +129,9 @@ __all__ = [
     "CalibrationError",
     "ComparisonError",
     "CudaError",
+    "DeviceError",
     "EngineCacheError",
+    "ExportError",
     "FeedError",
     "HostCompilerError",
     "InvalidModelError",
@@ -122,9 +147,12 @@ __all__ = [
     "PrecisionError",
     "ProfileError",
     "ReferenceRunError",
+    "RequestError",
     "SegmentBuildError",
     "SegmentLoadError",
     "SegmentRunError",
+    "ServeError",
+    "SignatureError",
     "SpecError",
     "TensorRTUnavailableError",
     "TrtBackendError",

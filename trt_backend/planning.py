@@ -116,7 +116,7 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, serialize(model.proto, model.source), model.source, flavor, options,
-                                            model.max_ir_version))
+                                            model.max_ir_version, model.base_dir))
     proc.start()
     child.close()
     try:
@@ -131,17 +131,18 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         raise ParserCrashError(f"{model.source}: the TensorRT parser crashed ({how}) while checking capability")
     verdicts = [Verdict(b, r) for b, r in result["verdicts"]]
-    plan = build_plan(model, verdicts, result["target"], options.min_segment_size, target=result["plan_target"])
+    plan = build_plan(model, verdicts, result["target"], options.min_segment_size, target=result["plan_target"],
+                      cost=options.boundary_cost)
     plan.oracle_calls = result["oracle_calls"]
     plan.seconds = time.perf_counter() - start
     return plan
 
 
 def _child(conn: Any, data: bytes, name: str, flavor: str, options: PartitionOptions,
-           ir_cap: int | None) -> None:
+           ir_cap: int | None, base_dir: str | None = None) -> None:
     try:
         oracle = ParserOracle(load_flavor(flavor))
-        verdicts, stats = assess_model(load_model(data, max_ir_version=ir_cap), oracle, options)
+        verdicts, stats = assess_model(load_model(data, base_dir=base_dir, max_ir_version=ir_cap), oracle, options)
         conn.send({"verdicts": [(v.backend, v.reason) for v in verdicts], "target": oracle.target,
                    "plan_target": plan_target(options, oracle), "oracle_calls": stats.oracle_calls})
     except TrtBackendError as e:

@@ -65,7 +65,7 @@ def test_segments_with_copied_constants_are_standalone_and_stitch_to_the_whole_m
     copies of k, fill and cast) and the initializers; run one after another they give the whole
     model's outputs, a constant-only graph output included."""
     proto = shared_constants_model(shape_output)
-    plan = plan_model(proto, oracle, PartitionOptions(exclude_ops=("Sin",)))
+    plan = plan_model(proto, oracle, PartitionOptions(exclude_ops=("Sin",), boundary_cost=None))
     x = np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32)
     values = {"x": x}
     for seg in plan.segments:

@@ -30,6 +30,7 @@ ORT_OP = "Sin"  # excluded by option below: lets tests pick the fallback nodes e
 
 
 def opts(min_size: int = 1, **kw) -> PartitionOptions:
+    kw.setdefault("boundary_cost", None)  # the structure under test, not the price of its boundaries
     return PartitionOptions(exclude_ops=(ORT_OP,), min_segment_size=min_size, **kw)
 
 

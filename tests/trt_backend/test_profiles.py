@@ -175,3 +175,23 @@ def test_runner_profile_choice_is_remembered_per_shape_and_shape_tensor_value() 
             r.select_profile([np.array([9, 5]), x2])
         with pytest.raises(ProfileError, match=r"input 'x' has shape \(7, 5\)"):
             r.run([np.array([2, 5]), np.zeros((7, 5), np.float32)])
+
+
+def test_a_mismatch_names_the_input_that_misfits() -> None:
+    """A small integer input read as data (not a shape tensor here) whose profile recorded values
+    is not blamed for another input's shape: the error names the one outside its range."""
+    from partitioner import Segment
+    from trt_backend.runners.base import SegmentRunner
+
+    class Echo(SegmentRunner):
+        executor = "test"
+
+        def run_impl(self, inputs):
+            return list(inputs[:1])
+
+    profile = {"count": TensorProfile((1,), (1,), (1,), "calibrated", ((0,), (3,), (100,))),
+               "rows": TensorProfile((0, 4), (3, 4), (100, 4), "calibrated")}
+    runner = Echo(Segment(0, "tensorrt", (0,), ("count", "rows"), ("out",)), [profile])
+    with pytest.raises(ProfileError, match=r"input 'rows' has shape \(101, 4\), outside"):
+        runner.run([np.array([101], np.int64), np.zeros((101, 4), np.float32)])
+    assert runner.run([np.array([7], np.int64), np.zeros((7, 4), np.float32)])[0].tolist() == [7]

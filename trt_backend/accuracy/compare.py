@@ -114,7 +114,7 @@ def reference_session(model: Model | None, options: OrtOptions) -> Any:
         raise OptionsError("this plan was read from JSON without its model; pass the model instead")
     what = f"the reference (ONNX Runtime on the whole model {model.source})"
     try:
-        return ort_session(model.proto, options, what)
+        return ort_session(model.proto, options, what, weights_dir=model.base_dir)
     except SegmentLoadError as e:
         raise ReferenceRunError(str(e)) from None
 

@@ -117,8 +117,10 @@ def provider_problem(name: str) -> str | None:
 
 
 def ort_baseline(name: str, model: bytes, feeds: Mapping[str, Any], output_names: Sequence[str], ort_options: Any,
-                 precision: str, cache_dir: str | None) -> Candidate:
-    """The whole model in one ONNX Runtime session with ``name``'s provider (same settings as ours)."""
+                 precision: str, cache_dir: str | None, device_id: int | None = None, *,
+                 weights_dir: str | None = None) -> Candidate:
+    """The whole model in one ONNX Runtime session with ``name``'s provider (same settings as ours;
+    ``device_id``: the GPU of the CUDA and TensorRT providers); external data read from ``weights_dir``."""
     c = Candidate(name)
     problem = provider_problem(name)
     if problem:
@@ -131,11 +133,15 @@ def ort_baseline(name: str, model: bytes, feeds: Mapping[str, Any], output_names
         if cache_dir:
             opts.update(trt_engine_cache_enable=True, trt_engine_cache_path=cache_dir)
         entries = [(provider, opts), "CUDAExecutionProvider"]
+    if device_id is not None:  # (ONNX Runtime's TensorRT EP fails on devices other than 0: onnxruntime#21276)
+        gpu = {"device_id": str(device_id)}
+        entries = [(e[0], {**e[1], **gpu}) if isinstance(e, tuple) else (e, gpu) for e in entries]
     if provider != "CPUExecutionProvider":
         entries.append("CPUExecutionProvider")
     t0 = time.perf_counter()
     try:
-        sess = ort_session(model, replace(ort_options, providers=tuple(entries)), f"{name} baseline")
+        sess = ort_session(model, replace(ort_options, providers=tuple(entries)), f"{name} baseline",
+                           weights_dir=weights_dir)
     except SegmentLoadError as e:
         c.reason = str(e)
         return c
@@ -203,7 +209,7 @@ def whole_model_blocker(plan: Plan) -> str | None:
 
 def trt_whole(sess: Session, capability_plan: Plan, feeds: Mapping[str, Any], build_options: BuildOptions, cache_dir: str | None,
               ours_build: dict[str, Any] | None, flavor_choice: str, build: bool = True,
-              progress: Callable[[Any], None] | None = None) -> Candidate:
+              progress: Callable[[Any], None] | None = None, device_id: int | None = None) -> Candidate:
     """One TensorRT engine for the whole model: built (timed) where a TensorRT flavor imports and
     ``build`` (always where it can run), run where TensorRT executes, with H2D / compute / D2H
     timed by CUDA events."""
@@ -217,7 +223,7 @@ def trt_whole(sess: Session, capability_plan: Plan, feeds: Mapping[str, Any], bu
     if blocker:
         c.reason = blocker
         return c
-    runs_here, why = (False, "no CUDA device") if cuda_device_count() == 0 else tensorrt_status()
+    runs_here, why = (False, "no CUDA device") if cuda_device_count() == 0 else tensorrt_status(device_id or 0)
     model = sess.model
     plan = sess.plan if _is_whole(sess.plan) else build_plan(
         model, [Verdict("tensorrt", None)] * len(model.proto.graph.node), capability_plan.tensorrt,
@@ -247,7 +253,7 @@ def trt_whole(sess: Session, capability_plan: Plan, feeds: Mapping[str, Any], bu
         c.reason = (f"no CUDA device: a TensorRT engine cannot execute here{built}" if why == "no CUDA device"
                     else f"TensorRT cannot execute here: {why}{built}")
         return c
-    _attach_engine_runner(c, plan.segments[0], engines, flavor, sess.input_profiles, feeds)
+    _attach_engine_runner(c, plan.segments[0], engines, flavor, sess.input_profiles, feeds, device_id)
     return c
 
 
@@ -256,10 +262,10 @@ def _is_whole(plan: Plan) -> bool:
 
 
 def _attach_engine_runner(c: Candidate, seg: Segment, engines: Mapping[int, bytes], flavor: Flavor,
-                          profiles: Sequence[Profile], feeds: Mapping[str, Any]) -> None:
+                          profiles: Sequence[Profile], feeds: Mapping[str, Any], device_id: int | None = None) -> None:
     t0 = time.perf_counter()
     try:
-        runner = TensorRTRunner(seg, engines[seg.id], flavor, profiles)
+        runner = TensorRTRunner(seg, engines[seg.id], flavor, profiles, device_id=device_id)
         recorder = PhaseRecorder(runner).install()
     except (TrtBackendError, CudaError) as e:
         c.reason = f"the whole-model engine cannot run here: {e}"

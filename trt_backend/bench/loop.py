@@ -49,6 +49,7 @@ from trt_backend.errors import BenchOptionsError, TensorRTUnavailableError
 from trt_backend.gpu.device import cuda_device_count
 from trt_backend.ort.threads import thread_pool_mode
 from trt_backend.profiles import Shape
+from trt_backend.session.artifacts import is_build_folder
 from trt_backend.session.feeds import random_feeds
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
@@ -90,9 +91,15 @@ class BenchOptions:
 
 def run_bench(model: ModelSource, options: BenchOptions | None = None, session_options: SessionOptions | None = None,
               progress: ProgressCallback | None = None) -> BenchResult:
-    """Benchmark ``model``: our session, then every baseline asked for (or why it cannot run)."""
+    """Benchmark ``model``: our session, then every baseline asked for (or why it cannot run).
+    ``model`` may be a ``trt-backend build`` folder: its engines are measured as built (emulated
+    where TensorRT cannot execute), with no planning, calibration or build; ``shapes`` then only
+    shape the inputs (the folder brings its profiles) and the result records the folder's digest."""
     options = options or BenchOptions()
     profiles = options.profiles or ([{n: tuple(s) for n, s in options.shapes.items()}] if options.shapes else None)
+    if is_build_folder(model):
+        profiles = options.profiles  # (a Session refuses profiles given with a folder)
+        options = replace(options, build=False)
     cache_dir = temp_cache = None
     if options.build:
         cache_dir = options.cache_dir or (temp_cache := tempfile.mkdtemp(prefix="trt-backend-bench-"))
@@ -181,6 +188,9 @@ def _build_ours(sess: Session, options: BenchOptions, cache_dir: str | None, so:
     built them (its ``build_report``); emulated, they are built here, as they would be."""
     if not sess.plan.tensorrt_segments():
         return {"skipped": "no TensorRT segments"}
+    if sess.folder_manifest is not None:
+        return {"skipped": "build folder: engines built earlier, nothing built here",
+                "engine_bytes": {s["id"]: s["engine_bytes"] for s in sess.folder_manifest["segments"] if s["engine"]}}
     built = sess.build_report
     if built is None and not options.build:
         return {"skipped": "--no-build"}
@@ -196,18 +206,23 @@ def _build_ours(sess: Session, options: BenchOptions, cache_dir: str | None, so:
 
 def _baseline(name: str, sess: Session, feeds: Mapping[str, Any], names: list[str], options: BenchOptions,
               cache_dir: str | None, ours_build: dict[str, Any] | None, so: SessionOptions, progress: Any = None) -> Candidate:
+    if name == "trt-whole" and sess.folder_manifest is not None:
+        return Candidate(name, reason="a build folder is measured as built: no whole-model engine is built "
+                                      "(bench the model file for this baseline)")
     if name == "trt-whole":
         capability: Plan = sess.plan
         if so.partition.exclude_ops or so.partition.exclude_nodes:  # ask TensorRT about the whole model
             whole = replace(so, partition=replace(so.partition, exclude_ops=(), exclude_nodes=()))
             capability = sess.make_plan(sess.model, whole)
         built = ours_build if ours_build and "seconds" in ours_build else None
-        return trt_whole(sess, capability, feeds, so.build, cache_dir, built, so.flavor, options.build, progress)
+        return trt_whole(sess, capability, feeds, so.build, cache_dir, built, so.flavor, options.build, progress,
+                         device_id=so.device_id)
     model = sess.model.proto.SerializeToString()
     ort_dir = os.path.join(cache_dir, "ort-trt") if cache_dir and name == "ort-trt" else None
     if ort_dir:
         os.makedirs(ort_dir, exist_ok=True)
-    return ort_baseline(name, model, feeds, names, so.ort_for(1), options.precision, ort_dir)
+    return ort_baseline(name, model, feeds, names, so.ort_for(1), options.precision, ort_dir, device_id=so.device_id,
+                        weights_dir=sess.model.base_dir)
 
 
 def measure(candidates: Sequence[Candidate], timing: TimingConfig,
@@ -263,7 +278,19 @@ def _result(sess: Session, options: BenchOptions, candidates: Sequence[Candidate
         plan={"segments": len(sess.plan.segments), "tensorrt": sess.plan.tensorrt, "executors": executors,
               "summary": f"{len(sess.plan.segments)} segment(s): " + ", ".join(
                   f"{e} x{executors.count(e)}" for e in dict.fromkeys(executors))},
-        notes=notes)
+        notes=notes, source=_source(sess, candidates[0]))
+
+
+def _source(sess: Session, ours: Candidate) -> dict[str, Any]:
+    """What was measured: a model (and whether our engines were built in this run) or a build
+    folder (never built here: its manifest digest says which build)."""
+    manifest = sess.folder_manifest
+    if manifest is None:
+        return {"source": "model", "built": bool(ours.build and "seconds" in ours.build)}
+    return {"source": "build folder", "built": False, "folder": os.path.dirname(str(sess.model.source)),
+            "manifest_digest": manifest.get("digest"),
+            "signed": "signature" in manifest, "built_with": manifest.get("tensorrt"),
+            "gpu_target": manifest.get("gpu_target")}
 
 
 def _runner_result(c: Candidate, m: Measurement | None, sess: Session) -> RunnerResult:

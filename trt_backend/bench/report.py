@@ -47,6 +47,7 @@ class BenchResult:
     environment: dict[str, Any] = field(default_factory=dict)
     plan: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    source: dict[str, Any] = field(default_factory=dict)  # "source", "built" (and a build folder's digest)
 
     def runner(self, name: str) -> RunnerResult:
         for r in self.runners:
@@ -58,7 +59,7 @@ class BenchResult:
         return {"model": self.model, "shapes": self.shapes, "runners": [r.to_dict() for r in self.runners],
                 "schema": SCHEMA, "percentile_definition": PERCENTILE_DEFINITION,
                 "ratio_definition": RATIO_DEFINITION, "settings": self.settings, "environment": self.environment,
-                "plan": self.plan, "notes": self.notes}
+                "plan": self.plan, "notes": self.notes, **self.source}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False, default=_jsonable)
@@ -92,6 +93,11 @@ def format_table(result: BenchResult) -> str:
     lines = [f"model {result.model} | shapes {_shape_text(result.shapes)} | {result.plan.get('summary', '')}",
              f"warm-up {s.get('warmup_ms', 0):g} ms, then >= {s.get('duration_s', 0):g} s and >= "
              f"{s.get('iterations', 0)} iterations per runner, {s.get('rounds', 1)} round(s); host latency in ms"]
+    if result.source.get("source") == "build folder":
+        src = result.source
+        lines.insert(1, f"build folder {src.get('folder')} (manifest {src.get('manifest_digest')}"
+                        f"{', signed' if src.get('signed') else ''}): its engines as built, nothing planned, "
+                        "calibrated or built here")
     head = (f"{'runner':<12} {'iters':>6} {'qps':>9} {'min':>8} {'mean':>8} {'median':>8} {'p90':>8} {'p95':>8} "
             f"{'p99':>8} {'max':>8} {'ours/this':>9}")
     lines += ["", head, "-" * len(head)]

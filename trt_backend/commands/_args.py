@@ -6,10 +6,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from partitioner import OptionsError, PartitionOptions
+from partitioner import BoundaryCost, OptionsError, PartitionOptions
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from plugins import default_registry
 from trt_backend.ort.options import THREAD_POOLS, OrtOptions
+from trt_backend.ort.values import parse_size
 from trt_backend.profiles import Shape
 from trt_backend.session.options import SessionOptions
 
@@ -39,7 +40,14 @@ def add_partition_arguments(p: argparse.ArgumentParser) -> None:
                    help="node names that always run in ONNX Runtime")
     p.add_argument("--min-segment-size", type=positive_int, default=DEFAULT_MIN_SEGMENT_SIZE, metavar="N",
                    help=f"smallest TensorRT segment, in nodes (default {DEFAULT_MIN_SEGMENT_SIZE}; "
-                        "a segment holding a Conv/MatMul/Gemm-like op is always kept)")
+                        "a segment holding a Conv/MatMul/Gemm-like op is always kept; 1 keeps every segment "
+                        "TensorRT takes, the boundary price included)")
+    p.add_argument("--launch-cost-us", type=float, default=BoundaryCost().launch_us, metavar="US",
+                   help="price of one hand-over between segments, in microseconds: a TensorRT segment without "
+                        "a heavy op whose estimated saving is below its boundaries' price goes to ONNX Runtime "
+                        f"(default {BoundaryCost().launch_us:g})")
+    p.add_argument("--no-boundary-cost", action="store_true",
+                   help="keep every TensorRT segment whatever its boundaries cost (the size rule still applies)")
     p.add_argument("--flavor", choices=("auto", "tensorrt", "tensorrt_rtx"), default="auto",
                    help="TensorRT whose parser decides capability (auto: tensorrt, else tensorrt_rtx)")
     p.add_argument("--isolate", action="store_true",
@@ -61,6 +69,13 @@ def add_cpu_session_arguments(p: argparse.ArgumentParser) -> None:
                    help="segment sessions allocate from one CPU arena: what one frees, the next reuses")
 
 
+def add_device_argument(p: argparse.ArgumentParser) -> None:
+    """``--device N``: the GPU a session runs (or a build builds) on (run, bench, compare, build)."""
+    p.add_argument("--device", type=int, default=None, metavar="N",
+                   help="GPU index everything of the session lives on: engines, streams, buffers, CUDA-EP "
+                        "sessions, outputs (default: GPU 0 where a GPU is used; ignored with --emulate)")
+
+
 def ort_options(args: argparse.Namespace, *, intra_op_threads: int = 0) -> OrtOptions:
     """ONNX Runtime settings from :func:`add_cpu_session_arguments`."""
     return OrtOptions(intra_op_threads=intra_op_threads, thread_pool=args.thread_pool, share_arena=args.share_arena)
@@ -72,14 +87,41 @@ def partition_options(args: argparse.Namespace) -> PartitionOptions:
         registry.select(args.plugin_ops)  # an unknown op type fails here, with the ones covered
     return PartitionOptions(exclude_ops=tuple(args.exclude_ops), exclude_nodes=tuple(args.exclude_nodes),
                             min_segment_size=args.min_segment_size,
+                            boundary_cost=None if args.no_boundary_cost else BoundaryCost(launch_us=args.launch_cost_us),
                             plugins=registry.claims() if registry is not None else (),
                             plugin_ops=tuple(args.plugin_ops), target=args.target)
 
 
 def session_options(args: argparse.Namespace, **extra: Any) -> Any:
-    """SessionOptions from the shared planning flags (plus ``extra`` fields)."""
+    """SessionOptions from the shared planning flags (plus ``extra`` fields), with --max-memory,
+    --sign-key and --device where the command has them."""
+    extra.setdefault("max_memory", max_memory(args))
+    if getattr(args, "sign_key", None) is not None:
+        extra.setdefault("sign_key", args.sign_key)
+    if getattr(args, "device", None) is not None:
+        extra.setdefault("device_id", args.device)
     return SessionOptions(partition=partition_options(args), flavor=args.flavor, isolate_parser=args.isolate,
                           **extra)
+
+
+def max_memory(args: argparse.Namespace) -> int | None:
+    """Bytes of ``--max-memory`` (None when not given); a malformed size is an OptionsError."""
+    return parse_size(getattr(args, "max_memory", None), "--max-memory")
+
+
+def add_memory_argument(p: argparse.ArgumentParser) -> None:
+    """``--max-memory SIZE``: the largest tensor the command may allocate (besides free memory)."""
+    p.add_argument("--max-memory", default=None, metavar="SIZE",
+                   help="refuse any input, calibration or output tensor larger than SIZE (e.g. 8G, 512M; "
+                        "tensors larger than the memory available are always refused)")
+
+
+def add_sign_key_argument(p: argparse.ArgumentParser, signs: bool = False) -> None:
+    """``--sign-key KEY|@FILE``: sign a build folder (build) or require its signature (the rest)."""
+    what = ("sign the folder's manifest (HMAC-SHA256) with this key" if signs else
+            "a build folder must be signed with this key (HMAC-SHA256)")
+    p.add_argument("--sign-key", default=None, metavar="KEY|@FILE",
+                   help=f"{what}; @FILE reads the key from a file (default: $TRT_BACKEND_SIGN_KEY when set)")
 
 
 _SPEC = re.compile(r"\s*(?P<name>[^,\[]+?):(?P<shape>\[[^\]]*\]|[0-9x]*)\s*(?:,|$)")

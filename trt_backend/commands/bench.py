@@ -17,14 +17,20 @@ from trt_backend.bench.report import write_plot
 from trt_backend.bench.timing import ProgressEvent, TimingConfig
 from trt_backend.commands._args import (
     add_cpu_session_arguments,
+    add_device_argument,
+    add_memory_argument,
     add_partition_arguments,
     add_shape_arguments,
+    add_sign_key_argument,
     cli_profiles,
+    max_memory,
     ort_options,
     parse_shapes,
     session_options,
 )
 from trt_backend.errors import BenchOptionsError
+from trt_backend.ort.values import memory_limit
+from trt_backend.session.artifacts import is_build_folder
 
 PROGRESS_AFTER_S = 2.0  # runs shorter than this print no progress
 
@@ -36,7 +42,8 @@ def register(p: argparse.ArgumentParser) -> None:
                    "runs and --duration-s seconds per runner (trtexec's rule). Prints latency min/max/mean/"
                    "median/p90/p95/p99 (nearest-rank percentiles), throughput, each baseline's ratio to ours, "
                    "ours per segment, and engine build and cache-load times apart from inference.")
-    p.add_argument("model", help="ONNX model file")
+    p.add_argument("model", help="ONNX model file, or a folder written by trt-backend build (its engines "
+                                 "measured as built: nothing planned, calibrated or built)")
     add_shape_arguments(p, "run with")
     p.add_argument("--precision", default="fp32", metavar="|".join(PRECISIONS),
                    help="precision of TensorRT engine builds and of the TensorRT EP (default fp32)")
@@ -59,6 +66,9 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="OUT.json", help="write every number as JSON")
     p.add_argument("--plot", metavar="OUT.png", help="draw the latency distribution per runner (needs matplotlib)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    add_device_argument(p)
+    add_memory_argument(p)
+    add_sign_key_argument(p)
     add_partition_arguments(p)
     p.set_defaults(func=handle)
 
@@ -104,6 +114,8 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
     if threads < 0:
         raise BenchOptionsError(f"--threads must be >= 0, got {threads}")
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
+    if is_build_folder(args.model) and not (args.min_shapes or args.opt_shapes or args.max_shapes):
+        profiles = []  # a build folder brings its profiles: --shapes only shapes the inputs
     shapes = parse_shapes(args.shapes) if args.shapes else {}
     options = BenchOptions(shapes=shapes, profiles=profiles or None, baselines=_baselines(args.baselines),
                            timing=timing, precision=args.precision, build=not args.no_build,
@@ -153,6 +165,11 @@ class ProgressPrinter:
 
 
 def handle(args: argparse.Namespace) -> int:
+    with memory_limit(max_memory(args)):  # every tensor this command allocates, held to --max-memory
+        return _handle(args)
+
+
+def _handle(args: argparse.Namespace) -> int:
     options, session = options_from_args(args)
     _check_outputs(args)
     printer = None if args.no_progress else ProgressPrinter()

@@ -8,13 +8,18 @@ from typing import Any
 
 from partitioner import OptionsError
 from trt_backend.commands._args import (
+    add_device_argument,
+    add_memory_argument,
     add_partition_arguments,
     add_shape_arguments,
+    add_sign_key_argument,
     cli_profiles,
+    max_memory,
     session_options,
 )
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.report import BuildEvent
+from trt_backend.ort.values import memory_limit
 from trt_backend.session import build_folder
 
 
@@ -32,6 +37,9 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace-mb", type=int, default=None, metavar="MB", help="builder workspace limit")
     p.add_argument("--compute-capabilities", default=None, metavar="SM80,SM86",
                    help="TensorRT-RTX: GPUs to build for ahead of time (default: the builder's choice)")
+    add_device_argument(p)
+    add_memory_argument(p)
+    add_sign_key_argument(p, signs=True)
     add_partition_arguments(p)
     p.set_defaults(func=handle)
 
@@ -42,6 +50,11 @@ def _progress(e: BuildEvent) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    with memory_limit(max_memory(args)):  # every tensor this command allocates, held to --max-memory
+        return _handle(args)
+
+
+def _handle(args: argparse.Namespace) -> int:
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     kw: dict[str, Any] = {"precision": args.precision}
     if args.workspace_mb is not None:
@@ -51,7 +64,8 @@ def handle(args: argparse.Namespace) -> int:
     if args.compute_capabilities:
         kw["compute_capabilities"] = tuple(c.strip() for c in args.compute_capabilities.split(",") if c.strip())
     manifest = build_folder.build(args.model, args.output, profiles or None, session_options(args), BuildOptions(**kw),
-                               args.cache_dir, flavor=args.flavor, progress=_progress)
+                               args.cache_dir, flavor=args.flavor, progress=_progress,
+                                  sign_key=args.sign_key)
     segs = manifest["segments"]
     engines = [s for s in segs if s["engine"]]
     print(f"model {args.model} | {manifest['tensorrt']} | target {manifest['gpu_target']} | {len(segs)} segment(s), "
@@ -62,5 +76,6 @@ def handle(args: argparse.Namespace) -> int:
         print(f"  segment {s['id']}: {s['backend']:<11} {s['model']}  {what}")
     for d in manifest["demoted"]:
         print(f"  demoted node {d['node']} '{d['name']}' ({d['op_type']}): {d['reason']}")
-    print(f"wrote {args.output}/manifest.json")
+    signed = ", signed with HMAC-SHA256" if "signature" in manifest else ""
+    print(f"wrote {args.output}/manifest.json (digest {manifest['digest'][:19]}...{signed})")
     return 0

@@ -15,13 +15,18 @@ from trt_backend._files import write_atomic
 from trt_backend.accuracy.compare import compare
 from trt_backend.accuracy.options import DEFAULT_TOLERANCE, ERROR_STATS, CompareOptions
 from trt_backend.commands._args import (
+    add_device_argument,
+    add_memory_argument,
     add_partition_arguments,
     add_shape_arguments,
+    add_sign_key_argument,
     cli_profiles,
+    max_memory,
     parse_shapes,
     session_options,
 )
 from trt_backend.engines.precision import PRECISIONS
+from trt_backend.ort.values import memory_limit
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -55,6 +60,9 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--localize-always", action="store_true",
                    help="localise even when every output passes (per-segment error table)")
     p.add_argument("--json", metavar="OUT.json", help="write the report as JSON")
+    add_device_argument(p)
+    add_memory_argument(p)
+    add_sign_key_argument(p)
     add_partition_arguments(p)
     p.set_defaults(func=handle)
 
@@ -68,6 +76,11 @@ def _check_json_path(path: str | None) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    with memory_limit(max_memory(args)):  # every tensor this command allocates, held to --max-memory
+        return _handle(args)
+
+
+def _handle(args: argparse.Namespace) -> int:
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = CompareOptions(atol=args.atol, rtol=args.rtol, tolerances=tuple(args.tolerance),
                              error_stat=args.error_stat, error_quantile=args.error_quantile,

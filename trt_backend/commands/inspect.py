@@ -1,26 +1,44 @@
-"""``trt-backend inspect``: plan a model and show what runs where."""
+"""``trt-backend inspect``: plan a model and show what runs where; or show what a build folder
+holds: its plan, profiles and engines with their targets, as built."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import tempfile
 
 from partitioner import OptionsError, Plan
-from partitioner.report import annotate, summary
-from trt_backend._files import save_model_atomic, write_atomic, write_picture
-from trt_backend.commands._args import add_partition_arguments, partition_options
+from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
+from partitioner.report import annotate, summary, table
+from trt_backend._files import save_model_with_data, write_atomic, write_picture
+from trt_backend.commands._args import (
+    add_partition_arguments,
+    add_sign_key_argument,
+    partition_options,
+)
+from trt_backend.gpu.status import tensorrt_status
 from trt_backend.planning import make_plan
+from trt_backend.session.artifacts import (
+    BuiltFolder,
+    is_build_folder,
+    open_folder,
+    runtime_mismatch,
+)
+from trt_backend.session.seal import sign_key as read_sign_key
 
 
 def register(p: argparse.ArgumentParser) -> None:
     """Arguments of `trt-backend inspect` (the CLI names it and gives its one-line help)."""
-    p.description = ("Plan MODEL and print its segments and the fallback census.")
-    p.add_argument("model", help="ONNX model file")
+    p.description = ("Plan MODEL and print its segments and the fallback census; on a folder written by "
+                     "trt-backend build, show its plan, profiles and engines (TensorRT, GPU target, precision, "
+                     "sizes) as built, after checking its manifest and files.")
+    p.add_argument("model", help="ONNX model file, or a folder written by trt-backend build")
     p.add_argument("--json", metavar="PLAN.json", help="write the plan as JSON")
     p.add_argument("--export-segments", metavar="DIR", help="write segment_<id>.onnx per segment into DIR")
     p.add_argument("--annotated", metavar="OUT.onnx", help="write the model with each node's segment in metadata_props")
     p.add_argument("--picture", metavar="OUT.svg|OUT.html", help="draw the segments coloured by backend")
+    add_sign_key_argument(p)
     add_partition_arguments(p)
     p.set_defaults(func=handle)
 
@@ -45,10 +63,11 @@ def export_segments(plan: Plan, folder: str) -> list[str]:
     fresh = not os.path.exists(folder)
     target = tempfile.mkdtemp(prefix=".segments-", dir=os.path.dirname(os.path.abspath(folder))) if fresh else folder
     written = []
+    weights = plan.model.base_dir if plan.model is not None else None
     try:
         for seg in plan.segments:
             path = os.path.join(target, f"segment_{seg.id}.onnx")
-            save_model_atomic(plan.extract(seg.id), path)
+            save_model_with_data(plan.extract(seg.id), path, weights)
             written.append(os.path.join(folder, f"segment_{seg.id}.onnx"))
         if fresh:
             os.replace(target, folder)
@@ -59,18 +78,77 @@ def export_segments(plan: Plan, folder: str) -> list[str]:
     return written
 
 
+def _planning_flags(args: argparse.Namespace) -> list[str]:
+    flags = [("--exclude-ops", args.exclude_ops), ("--exclude-nodes", args.exclude_nodes),
+             ("--plugin-ops", args.plugin_ops), ("--target", args.target), ("--no-plugins", args.no_plugins),
+             ("--isolate", args.isolate), ("--min-segment-size", args.min_segment_size != DEFAULT_MIN_SEGMENT_SIZE)]
+    return [flag for flag, value in flags if value]
+
+
+def _here(manifest: dict[str, object]) -> str:
+    problem = runtime_mismatch(manifest)
+    if problem:
+        return f"{problem} (run and bench emulate its segments; load(..., rebuild=True) rebuilds)"
+    ok, why = tensorrt_status()
+    return "same TensorRT and GPU target: the engines execute here" if ok else \
+        f"same TensorRT and GPU target, but {why}: its TensorRT segments run emulated here"
+
+
+def folder_report(built: BuiltFolder, folder: str) -> str:
+    """A build folder as built: header (digest, signature, TensorRT, GPU target, build options),
+    the plan's segment table, each TensorRT segment's profiles and each engine."""
+    m = built.manifest
+    opts = m.get("build_options", {})
+    caps = ",".join(opts.get("compute_capabilities") or ()) or "the builder's default"
+    workspace = f"{opts['workspace_bytes'] >> 20} MiB" if opts.get("workspace_bytes") else "default"
+    lines = [f"build folder {folder} | manifest {m.get('digest')} | "
+             + ("signed (HMAC-SHA256)" if "signature" in m else "unsigned")
+             + f" | trt-backend {m.get('trt_backend')} | from {m.get('model')}",
+             f"engines for {m.get('tensorrt')} | GPU target {m.get('gpu_target')} (compute capabilities: {caps}) | "
+             f"precision {opts.get('precision')} | workspace {workspace} | built in {m.get('build_seconds')} s",
+             f"this machine: {_here(m)}", ""]
+    lines.append(summary(built.plan).rstrip("\n"))
+    lines += ["", "Profiles of TensorRT segments (min / opt / max)"]
+    rows = []
+    for seg in m["plan"]["segments"]:
+        for k, profile in enumerate(seg.get("profiles") or ()):
+            for name, tp in profile.items():
+                rows.append((seg["id"], k, name, " / ".join("x".join(map(str, tp[w])) or "[]"
+                                                            for w in ("min", "opt", "max")), tp.get("source", "")))
+    lines += table(("segment", "profile", "tensor", "min / opt / max", "source"), rows,
+                   (True, True, False, False, False)) if rows else ["  none: no TensorRT segment"]
+    engines = [(s["id"], s["engine"], s["engine_bytes"], s["build_seconds"], s["engine_sha256"][:16])
+               for s in m["segments"] if s.get("engine")]
+    lines += ["", "Engines"]
+    lines += table(("segment", "file", "bytes", "build s", "sha256"), engines, (True, False, True, True, False)) \
+        if engines else ["  none"]
+    for d in m.get("demoted") or ():
+        lines.append(f"  demoted node {d.get('node')} '{d.get('name')}' ({d.get('op_type')}): {d.get('reason')}")
+    return "\n".join(lines) + "\n"
+
+
 def handle(args: argparse.Namespace) -> int:
     check_output_paths(args)
-    plan = make_plan(args.model, partition_options(args), flavor=args.flavor, isolate=args.isolate)
-    print(summary(plan))
+    if is_build_folder(args.model):
+        flags = _planning_flags(args)
+        if flags:
+            raise OptionsError(f"{args.model}: a build folder is shown as built; {', '.join(flags)} apply to "
+                               "planning a model")
+        built = open_folder(args.model, executes=False, sign_key=read_sign_key(args.sign_key))
+        plan: Plan = built.plan
+        print(folder_report(built, os.fspath(args.model)))
+    else:
+        plan = make_plan(args.model, partition_options(args), flavor=args.flavor, isolate=args.isolate)
+        print(summary(plan))
     if args.json:
-        write_atomic(args.json, plan.to_json())
+        write_atomic(args.json, json.dumps(built.manifest["plan"], indent=1) if is_build_folder(args.model)
+                     else plan.to_json())
         print(f"plan written to {args.json}")
     if args.export_segments:
         files = export_segments(plan, args.export_segments)
         print(f"{len(files)} segment model(s) written to {args.export_segments}")
     if args.annotated:
-        save_model_atomic(annotate(plan), args.annotated)
+        save_model_with_data(annotate(plan), args.annotated, plan.model.base_dir if plan.model else None)
         print(f"annotated model written to {args.annotated}")
     if args.picture:
         write_picture(plan, args.picture)

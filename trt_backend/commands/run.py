@@ -6,6 +6,7 @@ import argparse
 import io
 import os
 import time
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -14,15 +15,20 @@ from partitioner import OptionsError
 from trt_backend._files import write_atomic
 from trt_backend.commands._args import (
     add_cpu_session_arguments,
+    add_device_argument,
+    add_memory_argument,
     add_partition_arguments,
     add_shape_arguments,
+    add_sign_key_argument,
     cli_profiles,
+    max_memory,
     ort_options,
     parse_shapes,
     session_options,
 )
 from trt_backend.errors import FeedError
 from trt_backend.ort.threads import thread_pool_mode
+from trt_backend.ort.values import check_allocation, memory_limit
 from trt_backend.session.artifacts import is_build_folder
 from trt_backend.session.feeds import random_feeds
 from trt_backend.session.session import Session
@@ -57,6 +63,9 @@ def register(p: argparse.ArgumentParser) -> None:
     add_cpu_session_arguments(p)
     p.add_argument("--plan-json", metavar="PLAN.json", help="write the plan with executors and profiles as JSON")
     p.add_argument("--saved-plan", metavar="PLAN.json", help="reuse the profiles of a plan JSON written earlier")
+    add_device_argument(p)
+    add_memory_argument(p)
+    add_sign_key_argument(p)
     add_partition_arguments(p)
     p.set_defaults(func=handle)
 
@@ -64,9 +73,24 @@ def register(p: argparse.ArgumentParser) -> None:
 def _load_inputs(path: str) -> dict[str, Any]:
     try:
         with np.load(path, allow_pickle=False) as data:
+            _check_npz_sizes(data, path)
             return {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise OptionsError(f"cannot read inputs from {path}: {e}") from None
+
+
+def _check_npz_sizes(data: Any, path: str) -> None:
+    """Each array's size from its header, held to the memory limits before numpy allocates it
+    (a header may claim any shape, whatever the file's size)."""
+    members = set(data.zip.namelist())
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    for name in data.files:
+        with data.zip.open(name + ".npy" if name + ".npy" in members else name) as f:
+            reader = readers.get(np.lib.format.read_magic(f))
+            if reader is None:
+                continue  # (a newer format: numpy checks it itself when loading)
+            shape, _, dtype = reader(f)
+        check_allocation(shape, dtype, f"input '{name}' in {path}")
 
 
 def _run_shapes(args: argparse.Namespace, sess: Session) -> dict[str, tuple[int, ...]]:
@@ -78,6 +102,11 @@ def _run_shapes(args: argparse.Namespace, sess: Session) -> dict[str, tuple[int,
 
 
 def handle(args: argparse.Namespace) -> int:
+    with memory_limit(max_memory(args)):  # every tensor this command allocates, held to --max-memory
+        return _handle(args)
+
+
+def _handle(args: argparse.Namespace) -> int:
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
                               ort=ort_options(args))

@@ -6,6 +6,7 @@ values changed between TensorRT 10 and 11. Precision is an ONNX-level transform
 (:mod:`trt_backend.engines.precision`), so networks are strongly typed everywhere."""
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -18,7 +19,8 @@ from typing import Any, Union
 import onnx
 
 from partitioner.errors import OptionsError
-from partitioner.model import serialize
+from partitioner.model import serialize, structure_copy
+from partitioner.weights import uses_external_data, weights_sha256
 from trt_backend._files import sha256_bytes
 from trt_backend.engines.precision import (
     DEFAULT_KEEP_FP32,
@@ -178,35 +180,44 @@ class SegmentEngine:
 
 
 def build_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile], options: BuildOptions | None = None,
-                  flavor: Flavor | str = "auto") -> bytes:
-    """One segment's serialized engine; raises :class:`SegmentBuildError` naming blamed nodes."""
-    return compile_segment(segment_model, profiles, options, flavor).engine
+                  flavor: Flavor | str = "auto", *, weights_dir: str | None = None) -> bytes:
+    """One segment's serialized engine; raises :class:`SegmentBuildError` naming blamed nodes.
+    ``weights_dir``: the folder the segment's external data locations are relative to."""
+    return compile_segment(segment_model, profiles, options, flavor, weights_dir=weights_dir).engine
 
 
 def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
                     options: BuildOptions | None = None, flavor: Flavor | str = "auto",
-                    timing: Any = None) -> SegmentEngine:
+                    timing: Any = None, *, weights_dir: str | None = None) -> SegmentEngine:
     """:func:`build_segment` with layer count, seconds and the precision applied.
-    ``timing`` is a :class:`trt_backend.engines.cache.TimingCacheFile` or None."""
+    ``timing`` is a :class:`trt_backend.engines.cache.TimingCacheFile` or None. The parser gets
+    the segment with a path in ``weights_dir`` and reads external weights from their files;
+    inline weights go to it by address where it takes user-managed weights (see :func:`parse_into`)."""
     options = options or BuildOptions()
     fl = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
     start = time.perf_counter()
     ranges = segment_ranges(segment_model, profiles)
     prepared, precision = segment_model, options.precision
-    if options.precision in ("fp16", "bf16"):
+    if options.precision in ("fp16", "bf16") and uses_external_data(segment_model):
+        log.warning("%s: its weights are external data, which the %s transform does not rewrite yet; "
+                    "building it in fp32", segment_model.graph.name, options.precision)
+        precision = "fp32"
+    elif options.precision in ("fp16", "bf16"):
         try:
             prepared = apply_precision(segment_model, options.precision, options.keep_fp32_ops).model
         except PrecisionError as e:
             log.warning("%s: %s; building it in fp32", segment_model.graph.name, e)
             precision = "fp32"
     try:
-        engine, layers = _compile(prepared, ranges, options, fl, timing, names_from=segment_model)
+        engine, layers = _compile(prepared, ranges, options, fl, timing, names_from=segment_model,
+                                  weights_dir=weights_dir)
     except SegmentBuildError as e:
         if e.stage == "parse" and prepared is not segment_model:
-            _compile(segment_model, ranges, options, fl, None, parse_only=True)  # blame original nodes
+            _compile(segment_model, ranges, options, fl, None, parse_only=True,  # blame original nodes
+                     weights_dir=weights_dir)
             log.warning("%s: TensorRT rejects its %s form (%s); building it in fp32", segment_model.graph.name,
                         options.precision, e.message)
-            engine, layers = _compile(segment_model, ranges, options, fl, timing)
+            engine, layers = _compile(segment_model, ranges, options, fl, timing, weights_dir=weights_dir)
             precision = "fp32"
         else:
             raise
@@ -214,7 +225,8 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
 
 
 def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile]], options: BuildOptions, flavor: Flavor,
-             timing: Any, parse_only: bool = False, names_from: onnx.ModelProto | None = None) -> tuple[bytes, int]:
+             timing: Any, parse_only: bool = False, names_from: onnx.ModelProto | None = None,
+             weights_dir: str | None = None) -> tuple[bytes, int]:
     """Parse and build ``model``; build errors blame nodes of ``names_from`` (default ``model``)."""
     trt = flavor.module
     logger = shared_logger(flavor)
@@ -223,7 +235,7 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
         network = builder.create_network(network_flags(flavor))
         parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
         with quiet_messages():  # the parser's complaints come back as get_error() and are reported
-            parsed = parser.parse(serialize(model, "a segment to build"))
+            parsed, held = parse_into(parser, model, flavor, weights_dir)
         if not parsed:
             raise _parse_error(parser, model)
         if parse_only:
@@ -241,8 +253,9 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
         if cache is not None:
             timing.merge(config, cache)
         layers = int(network.num_layers)
+        del config, parser, network, builder, held  # the parser's weights go before the engine is copied out
         engine = bytes(serialized)
-        del serialized, config, parser, network, builder
+        del serialized
     return engine, layers
 
 
@@ -335,12 +348,74 @@ def current_sm() -> str | None:
     return f"{major}{minor}" if int(err1) == int(err2) == 0 else None
 
 
+USER_WEIGHTS_MIN_BYTES = 64 * 1024  # inline weights from this size go to the parser by address
+
+
+def parse_into(parser: Any, model: onnx.ModelProto, flavor: Flavor, weights_dir: str | None) -> tuple[bool, list[Any]]:
+    """Parse ``model`` into ``parser``'s network; (parsed, buffers the parser reads from, to be
+    kept alive as long as it and its network live).
+
+    Where the parser takes user-managed weights (``load_model_proto``/``load_initializer``/
+    ``parse_model_proto``: TensorRT 10.13+, TensorRT-RTX 1.7) and the segment holds large inline
+    weights, it gets the model without them and each weight by address, so the weights are never
+    serialized into a protobuf. Otherwise ``parse(bytes, path)``. External data is read by the
+    parser from ``weights_dir`` either way."""
+    path = segment_path(weights_dir)
+    large = {t.name: t for t in model.graph.initializer if len(t.raw_data) >= USER_WEIGHTS_MIN_BYTES}
+    if not large or not flavor.has("OnnxParser.load_model_proto"):
+        return bool(parser.parse(serialize(model, "a segment to build"), path)), []
+    import numpy as np
+
+    weightless = serialize(structure_copy(model, lambda t: _user_managed(t) if t.name in large else None),
+                           "a segment to build")
+    if not parser.load_model_proto(weightless, path):
+        return False, []
+    held = []
+    for name, t in large.items():
+        buf = np.frombuffer(t.raw_data, np.uint8)
+        held.append(buf)
+        if not parser.load_initializer(name, buf.ctypes.data, buf.nbytes):
+            return False, held
+    return bool(parser.parse_model_proto()), held
+
+
+def _user_managed(t: onnx.TensorProto) -> onnx.TensorProto:
+    out = onnx.TensorProto()
+    out.name, out.data_type = t.name, t.data_type
+    out.dims.extend(t.dims)
+    out.data_location = onnx.TensorProto.EXTERNAL
+    entry = out.external_data.add()
+    entry.key, entry.value = "location", "__user_managed__"  # (never opened: load_initializer gives the bytes)
+    return out
+
+
+def segment_path(weights_dir: str | None) -> str | None:
+    """The path handed to the parser with a segment's bytes: only its folder matters, where the
+    parser resolves external data locations (None: the segment holds its weights)."""
+    return os.path.join(weights_dir, "segment.onnx") if weights_dir else None
+
+
 def key_material(segment_model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile]], options: BuildOptions,
-                 flavor: Flavor, target: str) -> dict[str, Any]:
-    """Everything an engine depends on: model bytes (weights included), profiles, options,
-    TensorRT flavor/version/parser, target GPU."""
-    data = serialize(segment_model, "a segment to build", deterministic=True)
+                 flavor: Flavor, target: str, *, weights_dir: str | None = None) -> dict[str, Any]:
+    """Everything an engine depends on: model bytes (weights included: large inline ones by the
+    SHA-256 of their bytes, external data by the SHA-256 of the bytes each tensor references,
+    so no weight is serialized for a key), profiles, options, TensorRT flavor/version/parser,
+    target GPU."""
+    large = [t for t in segment_model.graph.initializer if len(t.raw_data) >= USER_WEIGHTS_MIN_BYTES]
+    names = {t.name for t in large}
+    structure = structure_copy(segment_model, lambda t: _user_managed(t) if t.name in names else None) \
+        if large else segment_model
+    data = serialize(structure, "a segment to build", deterministic=True)
     profiles = [{name: r.key_json() for name, r in sorted(p.items())} for p in ranges]
-    return {"model_sha256": sha256_bytes(data), "profiles": json.loads(json.dumps(profiles)),
-            "options": options.key_fields(), "flavor": flavor.name, "version": flavor.version,
-            "parser": flavor.parser_version, "target": target}
+    material = {"model_sha256": sha256_bytes(data), "profiles": json.loads(json.dumps(profiles)),
+                "options": options.key_fields(), "flavor": flavor.name, "version": flavor.version,
+                "parser": flavor.parser_version, "target": target}
+    if large:  # (absent for models without large inline weights: their keys are unchanged)
+        h = hashlib.sha256()
+        for t in sorted(large, key=lambda t: t.name):
+            h.update(f"{t.name}\0{sha256_bytes(t.raw_data)}\0".encode())
+        material["inline_weights_sha256"] = h.hexdigest()
+    external = weights_sha256(segment_model, weights_dir)
+    if external is not None:  # (absent for models holding their weights: their keys are unchanged)
+        material["external_weights_sha256"] = external
+    return material

@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 import onnx
 
 from partitioner import DEFAULT_MIN_SEGMENT_SIZE, Plan, Segment, Verdict, build_plan
+from partitioner.cost import BoundaryCost
 from partitioner.errors import OptionsError
 from plugins import default_registry, register_with, rewrite_for_engine
 from trt_backend.engines.builder import (
@@ -62,7 +63,8 @@ def build_engines(plan: Plan, profiles: ProfilesArg = (), options: BuildOptions 
 def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOptions | None = None,
                         cache: EngineCache | None = None, *, flavor: Flavor | str = "auto",
                         progress: ProgressCallback | None = None, rewrite: SegmentRewrite | None = None,
-                        min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE, max_rounds: int = 3) -> BuildResult:
+                        min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE, max_rounds: int = 3,
+                        boundary_cost: BoundaryCost | None = BoundaryCost()) -> BuildResult:
     """Build, demote what TensorRT refuses, re-plan, repeat. For ``max_rounds`` rounds only the
     nodes TensorRT blamed are demoted (a whole segment when it blamed none); after that every
     failing segment is demoted whole. Each round demotes at least one node, so it ends."""
@@ -90,7 +92,8 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
                 node = plan.nodes[i]
                 demoted.append(Demotion(i, node.name, node.op_type, reason, rounds))
             log.info("segment %d: %d node(s) go to ONNX Runtime (round %d)", seg.id, len(blamed), rounds)
-        plan = build_plan(plan.model, verdicts, plan.tensorrt, min_segment_size, target=plan.target)
+        plan = build_plan(plan.model, verdicts, plan.tensorrt, min_segment_size, target=plan.target,
+                          cost=boundary_cost)
     report = result.report
     report.demoted, report.rounds, report.seconds = demoted, rounds, time.perf_counter() - start
     return BuildResult(plan, result.engines, report)
@@ -157,18 +160,19 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
     target = build_target(flavor, options)
     if callable(profiles):
         profiles = profiles(plan)  # once per round: deriving profiles may run the model
+    weights_dir = plan.model.base_dir if plan.model is not None else None
     jobs = []
     for seg in segments:
         model = plan.extract(seg.id)
         if rewrite is not None:
             model = rewrite(model)
         ranges = segment_ranges(model, _pick(profiles, seg))
-        key = cache_key(key_material(model, ranges, options, flavor, target))
+        key = cache_key(key_material(model, ranges, options, flavor, target, weights_dir=weights_dir))
         jobs.append((seg, model, ranges, key))
     with ThreadPoolExecutor(max_workers=max(1, min(options.workers(), len(jobs)))) as pool:
         futures: dict[Future[tuple[bytes, dict[str, Any], bool]], tuple[Segment, str]] = {}
         for seg, model, ranges, key in jobs:
-            fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing)
+            fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing, weights_dir)
             futures[fut] = (seg, key)
         pending = set(futures)
         try:
@@ -203,14 +207,15 @@ def _drain(futures: dict[Future[Any], tuple[Segment, str]], pending: set[Future[
 
 
 def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavor, cache: EngineCache | None,
-         memo: Memo, timing: TimingCacheFile | None) -> tuple[bytes, dict[str, Any], bool]:
+         memo: Memo, timing: TimingCacheFile | None,
+         weights_dir: str | None = None) -> tuple[bytes, dict[str, Any], bool]:
     """(engine, metadata, came from a cache) for one segment; SegmentBuildError propagates."""
     if key in memo:  # built in an earlier round of the fallback loop
         return memo[key][0], {**memo[key][1], "seconds": 0.0}, True
     t0 = time.perf_counter()
 
     def build() -> tuple[bytes, dict[str, Any]]:
-        built: SegmentEngine = compile_segment(model, ranges, options, flavor, timing)
+        built: SegmentEngine = compile_segment(model, ranges, options, flavor, timing, weights_dir=weights_dir)
         return built.engine, {"layers": built.layers, "build_seconds": built.seconds, "precision": built.precision}
 
     if cache is None:

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from trt_backend.errors import CudaError
+from trt_backend.errors import CudaError, DeviceError
+from trt_backend.ort.values import check_allocation
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ CUDART_API = (
     "cudaMemsetAsync", "cudaStreamCreateWithFlags", "cudaStreamNonBlocking", "cudaStreamSynchronize",
     "cudaStreamDestroy", "cudaEventCreate", "cudaEventRecord", "cudaEventSynchronize",
     "cudaEventElapsedTime", "cudaEventDestroy", "cudaStreamWaitEvent", "cudaGetErrorName", "cudaError_t",
-    "cudaDriverGetVersion", "cudaRuntimeGetVersion",
+    "cudaDriverGetVersion", "cudaRuntimeGetVersion", "cudaPointerGetAttributes", "cudaMemoryType",
 )
 
 
@@ -67,6 +68,38 @@ def cuda_device_count() -> int:
     return int(count) if err == rt.cudaError_t.cudaSuccess else 0
 
 
+def check_device(device_id: int) -> int:
+    """``device_id`` if it names a usable CUDA device here, else :class:`DeviceError` saying how
+    many there are."""
+    count = cuda_device_count()
+    if count == 0:
+        raise DeviceError(f"device_id {device_id}: no CUDA device is usable here (0 devices: no GPU, driver or "
+                          "cuda-python); emulate=True runs TensorRT segments on the CPU and ignores device_id")
+    if not 0 <= device_id < count:
+        raise DeviceError(f"device_id {device_id} does not exist: this machine has {count} CUDA device(s) "
+                          f"(ids 0..{count - 1}; CUDA_VISIBLE_DEVICES renumbers them)")
+    return device_id
+
+
+def use_device(device_id: int) -> None:
+    """Make ``device_id``'s primary context current in the calling thread (CUDA keeps the
+    current device per thread, so every thread that runs a session calls this first)."""
+    check(cudart().cudaSetDevice(device_id), f"make device {device_id} current")
+
+
+def current_device() -> int:
+    return int(check(cudart().cudaGetDevice(), "query the current device"))
+
+
+def device_of(ptr: int) -> int | None:
+    """The device that holds device memory at ``ptr`` (None for host or unregistered memory)."""
+    rt = cudart()
+    attrs = check(rt.cudaPointerGetAttributes(ptr), "query a device pointer")
+    if attrs.type not in (rt.cudaMemoryType.cudaMemoryTypeDevice, rt.cudaMemoryType.cudaMemoryTypeManaged):
+        return None
+    return int(attrs.device)
+
+
 def compute_capability(device: int = 0) -> tuple[int, int]:
     rt = cudart()
     major = check(rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrComputeCapabilityMajor, device), "query SM")
@@ -75,10 +108,13 @@ def compute_capability(device: int = 0) -> tuple[int, int]:
 
 
 class Stream:
-    """A non-blocking CUDA stream."""
+    """A non-blocking CUDA stream (on ``device_id``; None: the calling thread's current device)."""
 
-    def __init__(self) -> None:
+    def __init__(self, device_id: int | None = None) -> None:
         rt = cudart()
+        if device_id is not None:
+            use_device(device_id)
+        self.device_id = device_id
         self.handle = check(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking), "create stream")
 
     @property
@@ -98,7 +134,9 @@ class Stream:
 
 
 class Event:
-    def __init__(self) -> None:
+    def __init__(self, device_id: int | None = None) -> None:
+        if device_id is not None:
+            use_device(device_id)
         self.handle = check(cudart().cudaEventCreate(), "create event")
 
     def record(self, stream: Stream) -> None:
@@ -126,9 +164,11 @@ class DeviceBuffer:
 
 class BufferPool:
     """Device allocations with reuse: freed buffers go to a free list per power-of-two size class,
-    so steady-state inference allocates nothing. Thread-safe."""
+    so steady-state inference allocates nothing. Thread-safe. With ``device_id`` every
+    allocation is made on that device, whichever device the calling thread had current."""
 
-    def __init__(self) -> None:
+    def __init__(self, device_id: int | None = None) -> None:
+        self.device_id = device_id
         self._free: dict[int, list[DeviceBuffer]] = {}
         self._lock = threading.Lock()
         self.allocated_bytes = 0
@@ -144,7 +184,10 @@ class BufferPool:
             free = self._free.get(size)
             if free:
                 return free.pop()
-        ptr = check(cudart().cudaMalloc(size), f"allocate {size} bytes on the device")
+        if self.device_id is not None:
+            use_device(self.device_id)
+        where = "the device" if self.device_id is None else f"device {self.device_id}"
+        ptr = check(cudart().cudaMalloc(size), f"allocate {size} bytes on {where}")
         with self._lock:
             self.allocated_bytes += size
             self.allocations += 1
@@ -158,6 +201,8 @@ class BufferPool:
         with self._lock:
             buffers = [b for free in self._free.values() for b in free]
             self._free.clear()
+        if buffers and self.device_id is not None:
+            use_device(self.device_id)
         for b in buffers:
             check(cudart().cudaFree(b.ptr), "free device memory")
             self.allocated_bytes -= b.capacity
@@ -168,8 +213,9 @@ class DeviceArray:
     so CuPy, PyTorch and Numba take it without a copy."""
 
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype[Any], owner: Any = None,
-                 stream: Stream | None = None) -> None:
+                 stream: Stream | None = None, device_id: int | None = None) -> None:
         self.ptr = int(ptr)
+        self.device_id = device_id  # the GPU it lives on, where known
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         self.owner = owner  # keeps the memory alive (a pool buffer, a foreign array)
@@ -189,6 +235,7 @@ class DeviceArray:
                 "strides": None, "stream": self.stream.ptr if self.stream is not None else None}
 
     def to_host(self, stream: Stream | None = None) -> np.ndarray:
+        check_allocation(self.shape, self.dtype, "a device array copied to the host")
         out = np.empty(self.shape, self.dtype)
         copy_to_host(out, self.ptr, stream)
         if stream is not None:
@@ -210,7 +257,7 @@ def as_device_array(obj: Any) -> DeviceArray | None:
         if tuple(strides) != expected:
             raise CudaError(f"device array of shape {shape} is not C-contiguous (strides {tuple(strides)}); "
                             "make it contiguous first")
-    return DeviceArray(int(iface["data"][0]), shape, dtype, owner=obj)
+    return DeviceArray(int(iface["data"][0]), shape, dtype, owner=obj, device_id=getattr(obj, "device_id", None))
 
 
 def copy_to_device(dst_ptr: int, host: np.ndarray, stream: Stream | None = None) -> None:

@@ -37,20 +37,22 @@ class OrtCudaRunner(SegmentRunner):
 
     def __init__(self, segment: Segment, model: onnx.ModelProto, options: OrtOptions, stream: dev.Stream,
                  profiles: Sequence[Profile] = (), shape_tensors: frozenset[str] = frozenset(),
-                 device_id: int = 0) -> None:
+                 device_id: int = 0, *, weights_dir: str | None = None) -> None:
         super().__init__(segment, profiles, shape_tensors)
+        dev.use_device(device_id)
         if not cuda_provider_available():
             raise SegmentLoadError(f"{self.label}: this onnxruntime has no CUDAExecutionProvider "
                                    "(pip install onnxruntime-gpu)")
         cuda = ("CUDAExecutionProvider", {"device_id": str(device_id), "has_user_compute_stream": "1",
                                           "user_compute_stream": str(stream.ptr)})
         opts = dataclasses.replace(options, providers=(cuda, "CPUExecutionProvider"))
-        self._session = ort_session(model, opts, f"segment {segment.id} ({segment.backend})")
+        self._session = ort_session(model, opts, f"segment {segment.id} ({segment.backend})", weights_dir=weights_dir)
         self.stream = stream
         self.device_id = device_id
         self._types = {i.name: i.type for i in self._session.get_inputs()}
 
     def run_impl(self, inputs: Sequence[Any], ort_run_options: Any = None) -> list[Any]:
+        dev.use_device(self.device_id)
         binding = self._session.io_binding()
         held: list[Any] = []
         for name, value in zip(self.input_names, inputs):
@@ -72,7 +74,7 @@ class OrtCudaRunner(SegmentRunner):
         for value in binding.get_outputs():
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value.element_type()))
             outputs.append(dev.DeviceArray(value.data_ptr(), tuple(value.shape()), dtype, owner=value,
-                                           stream=self.stream))
+                                           stream=self.stream, device_id=self.device_id))
         return outputs
 
     def close(self) -> None:

@@ -18,9 +18,9 @@ from trt_backend.tensorrt.flavor import load_flavor
 _RTX_SMS = frozenset({(7, 5), (8, 0), (8, 6), (8, 9), (12, 0), (12, 1)})
 
 
-@functools.lru_cache(maxsize=1)
-def tensorrt_status() -> tuple[bool, str]:
-    """(can TensorRT segments execute here, why not)."""
+@functools.lru_cache(maxsize=8)
+def tensorrt_status(device_id: int = 0) -> tuple[bool, str]:
+    """(can TensorRT segments execute here, on ``device_id``; why not)."""
     try:
         flavor = load_flavor("auto")
     except TensorRTUnavailableError as e:
@@ -28,8 +28,10 @@ def tensorrt_status() -> tuple[bool, str]:
     devices = cuda_device_count()
     if devices == 0:
         return False, f"{flavor.target} is installed but no CUDA device is usable"
+    if device_id >= devices:
+        return False, f"{flavor.target} is installed but CUDA device {device_id} does not exist ({devices} device(s))"
     if flavor.is_rtx:
-        sm = compute_capability()
+        sm = compute_capability(device_id)
         if sm not in _RTX_SMS:
             return False, f"{flavor.target} cannot run on this GPU (SM {sm[0]}.{sm[1]}); install full TensorRT"
     return True, f"{flavor.target} on {devices} CUDA device(s)"
@@ -38,7 +40,7 @@ def tensorrt_status() -> tuple[bool, str]:
 def make_tensorrt_runner(segment: Segment, engine: bytes | None, profiles: Sequence[Profile],
                          shape_tensors: frozenset[str], **kw: Any) -> SegmentRunner:
     """A runner executing ``segment``'s engine on the GPU (see gpu/trt_runner.py)."""
-    ok, why = tensorrt_status()
+    ok, why = tensorrt_status(kw.get("device_id") or 0)
     if not ok:
         raise TensorRTUnavailableError(f"cannot execute segment {segment.id} on TensorRT: {why}; "
                                        "use emulate=True (or 'auto') to run it through ONNX Runtime")

@@ -14,7 +14,7 @@ import numpy as np
 from partitioner import Segment
 from trt_backend.errors import SegmentLoadError, SegmentRunError
 from trt_backend.gpu import device as dev
-from trt_backend.ort.values import to_numpy
+from trt_backend.ort.values import check_allocation, to_numpy
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import TENSORRT, SegmentRunner
 from trt_backend.tensorrt.flavor import Flavor, shared_logger
@@ -69,19 +69,23 @@ class _OutputAllocator:
 class TensorRTRunner(SegmentRunner):
     """Runs one segment's engine. Inputs: numpy arrays, ONNX Runtime CPU values or device arrays
     (``__cuda_array_interface__``, used in place). Outputs: :class:`DeviceArray` when
-    ``outputs_on_device`` else numpy."""
+    ``outputs_on_device`` else numpy. ``device_id``: the GPU the engine is deserialized on and
+    runs on (made current in every thread that runs it); None: the thread's current device."""
 
     executor: ClassVar[str] = TENSORRT
 
     def __init__(self, segment: Segment, engine: bytes, flavor: Flavor, profiles: Sequence[Profile] = (),
                  shape_tensors: frozenset[str] = frozenset(), *, pool: dev.BufferPool | None = None,
                  stream: dev.Stream | None = None, outputs_on_device: bool = False,
-                 allow_host_code: bool = False) -> None:
+                 allow_host_code: bool = False, device_id: int | None = None) -> None:
         super().__init__(segment, profiles, shape_tensors)
         trt = flavor.module
         self.trt = trt
-        self.pool = pool or dev.BufferPool()
-        self.stream = stream or dev.Stream()
+        self.device_id = device_id
+        if device_id is not None:
+            dev.use_device(device_id)  # the engine's memory goes to the device current while deserializing
+        self.pool = pool or dev.BufferPool(device_id)
+        self.stream = stream or dev.Stream(device_id)
         self.outputs_on_device = outputs_on_device
         self._runtime = trt.Runtime(shared_logger(flavor))
         if flavor.has("Runtime.engine_host_code_allowed"):
@@ -120,6 +124,8 @@ class TensorRTRunner(SegmentRunner):
         return ctx
 
     def run_impl(self, inputs: Sequence[Any], ort_run_options: Any = None) -> list[Any]:
+        if self.device_id is not None:
+            dev.use_device(self.device_id)
         ctx = self._context()
         allocator: _OutputAllocator = self._local.allocator
         profile = self.select_profile(inputs) if self.profiles else 0
@@ -176,7 +182,9 @@ class TensorRTRunner(SegmentRunner):
             out = self.pool.acquire(max(1, int(np.prod(shape, dtype=np.int64)) * self.dtypes[name].itemsize))
             dev.copy_device(out.ptr, buf.ptr, int(np.prod(shape, dtype=np.int64)) * self.dtypes[name].itemsize,
                             self.stream)
-            return dev.DeviceArray(out.ptr, shape, self.dtypes[name], owner=out, stream=self.stream)
+            return dev.DeviceArray(out.ptr, shape, self.dtypes[name], owner=out, stream=self.stream,
+                                   device_id=self.device_id)
+        check_allocation(shape, self.dtypes[name], f"{self.label}: output '{name}'")
         host = np.empty(shape, self.dtypes[name])
         if host.nbytes:
             dev.copy_to_host(host, buf.ptr, self.stream)

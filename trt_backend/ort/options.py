@@ -25,7 +25,13 @@ class OrtOptions:
     process-wide pool (sized by the thread counts, once per process): no sleeping pool to wake
     per segment, but the whole process switches (:func:`trt_backend.ort.threads.use_global_thread_pool`)
     from the first Session that asks and gets past checking its model and profiles.
-    ``allow_spinning`` is for per-session pools (False is refused with "global")."""
+    ``allow_spinning`` is for per-session pools (False is refused with "global").
+    ``disabled_optimizers``: ONNX Runtime graph optimizers switched off by name. By default its
+    ``ReshapeFusion``, which rewrites a Reshape's computed target (Shape -> Gather -> Concat) into a
+    constant with ``0`` and ``-1`` entries: on an empty tensor (a detector where no box survives)
+    the ``-1`` cannot be inferred and the Reshape fails, although the computed target, e.g.
+    ``[0, 4]``, is fine (RetinaNet and FCOS from torchvision, once intermediate tensors are
+    outputs). ``()`` keeps ONNX Runtime's full set."""
 
     intra_op_threads: int = 0  # 0: ONNX Runtime's default
     inter_op_threads: int = 0
@@ -36,12 +42,13 @@ class OrtOptions:
     allow_spinning: bool | None = None
     share_arena: bool = False
     thread_pool: str = "session"
+    disabled_optimizers: tuple[str, ...] = ("ReshapeFusion",)
     # Set by :meth:`for_segments`, not by users: spin while a run is in progress, stop when it
     # returns ("session.force_spinning_stop"), where allow_spinning is False.
     spin_while_running: bool = False
 
     def __post_init__(self) -> None:
-        for f in ("custom_op_libraries", "providers"):
+        for f in ("custom_op_libraries", "providers", "disabled_optimizers"):
             value = getattr(self, f)
             object.__setattr__(self, f, (value,) if isinstance(value, str) else tuple(value))
         if self.graph_optimization_level not in GRAPH_OPTIMIZATION_LEVELS:

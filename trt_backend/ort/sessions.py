@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import functools
+import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -10,6 +12,7 @@ import onnx
 from partitioner import Model
 from partitioner.errors import OptionsError
 from partitioner.model import serialize
+from trt_backend._files import write_atomic
 from trt_backend.errors import SegmentLoadError, SegmentRunError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.threads import (
@@ -28,8 +31,11 @@ def ort_errors() -> tuple[type[BaseException], ...]:
     return tuple(found) + (RuntimeError, ValueError, TypeError)
 
 
-def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) -> Any:
-    """An ``onnxruntime.InferenceSession`` for ``model``; SegmentLoadError if ORT refuses it."""
+def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str, *,
+                weights_dir: str | None = None) -> Any:
+    """An ``onnxruntime.InferenceSession`` for ``model``; SegmentLoadError if ORT refuses it.
+    ``weights_dir``: the folder ``model``'s external data locations are relative to; ONNX
+    Runtime reads the weights from there (the bytes it is given hold none)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -58,9 +64,12 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str) 
             so.register_custom_ops_library(lib)
         except ort_errors() as e:
             raise OptionsError(f"cannot load custom-op library {lib}: {first_line(e)}") from None
+    if weights_dir is not None:
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                    os.path.abspath(weights_dir))
     data = model if isinstance(model, bytes) else serialize(model, what)
     try:
-        return inference_session(data, so, options.providers)
+        return inference_session(data, so, options.providers, options.disabled_optimizers)
     except ort_errors() as e:
         raise SegmentLoadError(f"{what}: ONNX Runtime cannot load it: {first_line(e)}") from None
 
@@ -84,11 +93,50 @@ def first_line(e: BaseException) -> str:
 def max_ir_version() -> int | None:
     """Highest IR version the installed ONNX Runtime accepts (probed once; None without
     onnxruntime). Passed to the partitioner, which has no runtime of its own, so models are
-    normalised and segments extracted within it."""
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
+    normalised and segments extracted within it. The answer is remembered on disk per
+    onnxruntime and onnx version, so a process that runs nothing (``inspect``) need not import
+    onnxruntime to learn it."""
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime") is None:
         return None
+    try:
+        memo_key = f"onnxruntime {importlib.metadata.version('onnxruntime')} onnx IR {onnx.IR_VERSION}"
+    except importlib.metadata.PackageNotFoundError:  # (a build without metadata: probe every time)
+        memo_key = None
+    known = _read_ir_memo().get(memo_key) if memo_key else None
+    if isinstance(known, int):
+        return known
+    found = _probe_ir_version()
+    if memo_key and found is not None:
+        _write_ir_memo(memo_key, found)
+    return found
+
+
+_IR_MEMO = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trt-backend",
+                        "onnxruntime_ir_versions.json")
+
+
+def _read_ir_memo() -> dict[str, Any]:
+    try:
+        with open(_IR_MEMO, encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_ir_memo(key: str, value: int) -> None:
+    try:
+        os.makedirs(os.path.dirname(_IR_MEMO), exist_ok=True)
+        write_atomic(_IR_MEMO, json.dumps({**_read_ir_memo(), key: value}, indent=1, sort_keys=True))
+    except OSError:  # a read-only home: probe next time
+        pass
+
+
+def _probe_ir_version() -> int | None:
+    import onnxruntime  # noqa: F401
     from onnx import TensorProto, helper
 
     for ir in range(int(onnx.IR_VERSION), 6, -1):
@@ -125,7 +173,7 @@ def tapped_session(model: Model, names: Sequence[str], options: OrtOptions, what
             if tp is not None:
                 vi.type.CopyFrom(tp)
             have.add(name)
-    sess = ort_session(proto, options, what)
+    sess = ort_session(proto, options, what, weights_dir=model.base_dir)
     outputs = {o.name for o in graph.output}
 
     def run(feeds: Mapping[str, Any], wanted: Sequence[str]) -> dict[str, Any]:

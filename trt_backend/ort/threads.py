@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from partitioner.errors import OptionsError
@@ -78,18 +79,20 @@ def _describe(sizes: tuple[int, int]) -> str:
     return ", ".join(f"{n or 'default'} {what} threads" for n, what in zip(sizes, ("intra-op", "inter-op")))
 
 
-def inference_session(data: bytes | str, sess_options: Any = None, providers: Any = ("CPUExecutionProvider",)) -> Any:
-    """``onnxruntime.InferenceSession(data, sess_options, providers)`` with
+def inference_session(data: bytes | str, sess_options: Any = None, providers: Any = ("CPUExecutionProvider",),
+                      disabled_optimizers: Sequence[str] = ()) -> Any:
+    """``onnxruntime.InferenceSession(data, sess_options, providers, disabled_optimizers=...)`` with
     ``use_per_session_threads`` matching the process's pools. Under global pools the options'
     own thread counts are set to 0: the global pool's sizes apply, as ONNX Runtime has it."""
     global _global_sizes
     import onnxruntime as ort
 
     so = sess_options if sess_options is not None else ort.SessionOptions()
+    extra = {"disabled_optimizers": list(disabled_optimizers)} if disabled_optimizers else {}
     if _global_sizes is not None:
         _share_global(so)
     try:
-        return ort.InferenceSession(data, sess_options=so, providers=list(providers))
+        return ort.InferenceSession(data, sess_options=so, providers=list(providers), **extra)
     except Exception as e:  # noqa: BLE001 - only ONNX Runtime's global-pool refusal is handled here
         if not so.use_per_session_threads or _GLOBAL_REFUSAL not in str(e):
             raise
@@ -101,7 +104,7 @@ def inference_session(data: bytes | str, sess_options: Any = None, providers: An
             _global_sizes = _UNKNOWN
     log.info("this process uses ONNX Runtime's global thread pool (switched outside trt_backend); following it")
     _share_global(so)
-    return ort.InferenceSession(data, sess_options=so, providers=list(providers))
+    return ort.InferenceSession(data, sess_options=so, providers=list(providers), **extra)
 
 
 def _share_global(so: Any) -> None:

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
 import onnx
 
-from trt_backend.errors import MemoryLimitError
+from trt_backend.errors import MemoryLimitError, OptionsError
 from trt_backend.ort.sessions import ort_errors
 
 
@@ -111,19 +114,66 @@ def available_memory() -> int | None:
     return None
 
 
+# The max_memory limit (SessionOptions(max_memory=...), --max-memory) in force in this thread's
+# context: the session and the CLI enter it around what they allocate (memory_limit).
+_MAX_MEMORY: ContextVar[int | None] = ContextVar("trt_backend_max_memory", default=None)
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
+
+
+def parse_size(value: int | str | None, what: str = "max_memory") -> int | None:
+    """Bytes from ``value``: a whole number of bytes, or text such as ``"8G"``, ``"512M"``,
+    ``"1.5GiB"``, ``"4096"`` (K, M, G, T are powers of 1024). None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise OptionsError(f"{what} must be a number of bytes or a size such as 8G or 512M, got {value!r}")
+    if isinstance(value, int):
+        n = value
+    else:
+        m = _SIZE.fullmatch(value)
+        if m is None:
+            raise OptionsError(f"{what}: cannot read size {value!r}; write bytes or a size such as 8G, 512M, 1.5GiB")
+        n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if n <= 0:
+        raise OptionsError(f"{what} must be more than 0 bytes, got {value!r}")
+    return n
+
+
+@contextmanager
+def memory_limit(limit: int | None) -> Iterator[None]:
+    """Within this block (in this thread), :func:`check_allocation` also refuses tensors larger
+    than ``limit`` bytes (None: no limit besides available memory; nested limits: the smaller)."""
+    if limit is None:
+        yield
+        return
+    current = _MAX_MEMORY.get()
+    token = _MAX_MEMORY.set(limit if current is None else min(limit, current))
+    try:
+        yield
+    finally:
+        _MAX_MEMORY.reset(token)
+
+
 def check_allocation(shape: Sequence[int], dtype: np.dtype, what: str) -> None:
     """MemoryLimitError naming ``what`` when an array of ``shape`` and ``dtype`` would need more
-    memory than is available: one clear line instead of an allocation failure or an out-of-memory
-    kill of the process."""
+    than the max_memory limit in force (:func:`memory_limit`) or than the memory available: one
+    clear line instead of an allocation failure or an out-of-memory kill of the process."""
     need = int(np.prod([int(d) for d in shape], dtype=object)) * np.dtype(dtype).itemsize
+    text = f"{what}: shape {tuple(int(d) for d in shape)} of {np.dtype(dtype)} needs {_size(need)}"
+    limit = _MAX_MEMORY.get()
+    if limit is not None and need > limit:
+        raise MemoryLimitError(f"{text}, more than the max_memory limit (--max-memory) of {_size(limit)}")
     have = available_memory()
     if have is not None and need > have:
-        raise MemoryLimitError(f"{what}: shape {tuple(int(d) for d in shape)} of {np.dtype(dtype)} needs "
-                               f"{_size(need)}, this machine has {_size(have)} available")
+        raise MemoryLimitError(f"{text}, this machine has {_size(have)} available")
 
 
 def _size(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def random_array(dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator,

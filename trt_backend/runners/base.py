@@ -87,7 +87,7 @@ class SegmentRunner(ABC):
             return k
 
         def misfits(n: str, p: Profile) -> bool:
-            return n in p and (not p[n].covers(shapes[n]) or not p[n].covers_values(values.get(n, ())))
+            return n in p and (not p[n].covers(shapes[n]) or (n in values and not p[n].covers_values(values[n])))
 
         def refused_by_all(n: str) -> bool:
             bounding = [p for p in self.profiles if n in p]

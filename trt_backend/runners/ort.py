@@ -21,9 +21,11 @@ class OnnxRuntimeRunner(SegmentRunner):
     executor: ClassVar[str] = ONNXRUNTIME
 
     def __init__(self, segment: Segment, model: onnx.ModelProto, options: OrtOptions,
-                 profiles: Sequence[Profile] = (), shape_tensors: frozenset[str] = frozenset()) -> None:
+                 profiles: Sequence[Profile] = (), shape_tensors: frozenset[str] = frozenset(), *,
+                 weights_dir: str | None = None) -> None:
         super().__init__(segment, profiles, shape_tensors)
-        self._session = ort_session(model, options, f"segment {segment.id} ({segment.backend})")
+        self._session = ort_session(model, options, f"segment {segment.id} ({segment.backend})",
+                                    weights_dir=weights_dir)
         ios = list(self._session.get_inputs()) + list(self._session.get_outputs())
         # ``run`` takes numpy arrays or OrtValues and hands numpy out without copying; dtypes
         # numpy lacks (bfloat16, float8, int4...) need OrtValues in and out.

@@ -14,11 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from partitioner import Plan
+from partitioner import Plan, TrtBackendError
+from partitioner.weights import check_location, file_sha256
 from trt_backend._files import sha256_bytes
 from trt_backend.engines.builder import BuildOptions, build_target
 from trt_backend.errors import ArtifactError, TensorRTUnavailableError
 from trt_backend.planning import load
+from trt_backend.session.seal import check_seal
 from trt_backend.tensorrt.flavor import load_flavor
 
 log = logging.getLogger(__name__)
@@ -43,15 +45,17 @@ def is_build_folder(source: object) -> TypeGuard[str | os.PathLike[str]]:
     return isinstance(source, (str, os.PathLike)) and os.path.isdir(source)
 
 
-def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool = False) -> BuiltFolder:
-    """Read ``folder``, every file checked against its SHA-256. When its engines are to execute
-    here (``executes``), an engine for another TensorRT version or GPU is an ArtifactError, or
-    with ``rebuild`` leaves the engines out (to be built anew)."""
+def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool = False,
+                sign_key: bytes | None = None) -> BuiltFolder:
+    """Read ``folder``, its manifest checked against its digest (and signature, with
+    ``sign_key``) and every file against its SHA-256. When its engines are to execute here
+    (``executes``), an engine for another TensorRT version or GPU is an ArtifactError, or with
+    ``rebuild`` leaves the engines out (to be built anew)."""
     folder = os.fspath(folder)
-    manifest = read_manifest(folder)
+    manifest = read_manifest(folder, sign_key)
     engines: dict[int, bytes] | None = {}
     if executes:
-        problem = _runtime_mismatch(manifest)
+        problem = runtime_mismatch(manifest)
         if problem and not rebuild:
             raise ArtifactError(f"{folder}: {problem}; rebuild it (trt-backend build, or load(..., rebuild=True))")
         if problem:
@@ -67,8 +71,9 @@ def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool
     return BuiltFolder(plan, manifest, engines)
 
 
-def read_manifest(folder: str) -> dict[str, Any]:
-    """The manifest of ``folder``, every file checked against its SHA-256."""
+def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
+    """The manifest of ``folder``, checked against its digest (and its signature under
+    ``sign_key``), every file checked against its SHA-256."""
     path = os.path.join(folder, MANIFEST)
     try:
         with open(path, encoding="utf-8") as f:
@@ -79,6 +84,7 @@ def read_manifest(folder: str) -> dict[str, Any]:
         raise ArtifactError(f"{path}: unreadable ({e})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ArtifactError(f"{path}: not a format-{FORMAT} trt-backend manifest")
+    check_seal(manifest, path, sign_key)
     try:
         checks = [(manifest["model_file"], manifest["model_sha256"])]
         for seg in manifest["segments"]:
@@ -97,10 +103,33 @@ def read_manifest(folder: str) -> dict[str, Any]:
         if sha256_bytes(data) != digest:
             raise ArtifactError(f"{folder}: {name} does not match its SHA-256 in {MANIFEST} (edited or corrupt); "
                                 "rebuild with trt-backend build")
+    check_data_files(folder, manifest)
     return manifest
 
 
-def _runtime_mismatch(manifest: Mapping[str, Any]) -> str | None:
+def check_data_files(folder: str, manifest: Mapping[str, Any]) -> None:
+    """The external data files the manifest lists (weights shared by the segment models): each
+    inside the folder, present, of its size and SHA-256 (read in chunks, never held whole)."""
+    for entry in manifest.get("data_files", []):
+        try:
+            name, size, digest = entry["file"], int(entry["bytes"]), entry["sha256"]
+            check_location(name, "?", folder)
+        except (KeyError, TypeError, ValueError, TrtBackendError) as e:
+            raise ArtifactError(f"{folder}: data file entry {entry!r} in {MANIFEST} is malformed ({e})") from None
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            raise ArtifactError(f"{folder}: data file {name} listed in {MANIFEST} is missing")
+        if os.path.getsize(path) != size:
+            raise ArtifactError(f"{folder}: data file {name} has {os.path.getsize(path)} bytes, {MANIFEST} says "
+                                f"{size} (truncated or edited); rebuild with trt-backend build")
+        if file_sha256(path) != digest:
+            raise ArtifactError(f"{folder}: data file {name} does not match its SHA-256 in {MANIFEST} (edited or "
+                                "corrupt); rebuild with trt-backend build")
+
+
+def runtime_mismatch(manifest: Mapping[str, Any]) -> str | None:
+    """Why the manifest's engines cannot execute with this machine's TensorRT (version, GPU
+    target), or None when they can (as far as the manifest tells)."""
     try:
         flv = load_flavor("auto")
     except TensorRTUnavailableError as e:

@@ -94,6 +94,77 @@ class DimBounds:
             self._consts[tensor] = value
         return self._consts[tensor]
 
+    # ------------------------------------------------------------------ values of shape-like tensors
+
+    def value_bounds(self, tensor: str, depth: int = 0) -> list[Bound] | None:
+        """Per element of a small integer tensor computed from shapes (Shape, then Gather, Slice,
+        Concat, Cast, Squeeze/Unsqueeze, Reshape, Identity of it, and constants): the bound of
+        its value, as :meth:`bound` gives it for the dim it copies. None where another op
+        computes it (its values are then only observed)."""
+        if depth > _MAX_DEPTH:
+            return None
+        c = self.const(tensor)
+        if c is not None:
+            return [(int(v), False) for v in c.reshape(-1)] if c.dtype.kind in "iu" and c.ndim <= 1 else None
+        i = self.model.index.producer.get(tensor)
+        if i is None:
+            return None
+        node = self.model.proto.graph.node[i]
+        op, ins = node.op_type, list(node.input)
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if op == "Shape":
+            rank = self.rank(ins[0])
+            if rank is None:
+                return None
+            start, end = int(attrs.get("start", 0)), int(attrs.get("end", rank))
+            return [self.bound(ins[0], d) for d in range(rank)[slice(start, end)]]
+        if op in ("Cast", "Identity", "Squeeze", "Unsqueeze", "Reshape", "Flatten"):
+            return self.value_bounds(ins[0], depth + 1) if ins and ins[0] else None
+        if op == "Concat":
+            parts = [self.value_bounds(t, depth + 1) for t in ins if t]
+            return None if any(p is None for p in parts) else [e for p in parts if p is not None for e in p]
+        if op == "Gather" and len(ins) > 1:
+            data, idx = self.value_bounds(ins[0], depth + 1), self.const(ins[1])
+            if data is None or idx is None or idx.dtype.kind not in "iu":
+                return None
+            try:
+                return [data[int(k)] for k in idx.reshape(-1)]
+            except IndexError:
+                return None
+        if op in ("Add", "Mul", "Sub", "Max", "Min") and len(ins) == 2:
+            return _arith(op, self.value_bounds(ins[0], depth + 1), self.value_bounds(ins[1], depth + 1),
+                          self.const(ins[1]))
+        if op == "Slice" and len(ins) >= 3:
+            data = self.value_bounds(ins[0], depth + 1)
+            starts, ends = self.const(ins[1]), self.const(ins[2])
+            steps = self.const(ins[4]) if len(ins) > 4 and ins[4] else None
+            if data is None or starts is None or ends is None or starts.size != 1 or ends.size != 1:
+                return None
+            step = int(steps.reshape(-1)[0]) if steps is not None and steps.size == 1 else 1
+            if step == 0:
+                return None
+            return data[slice(int(starts.reshape(-1)[0]), int(ends.reshape(-1)[0]), step)]  # ONNX clamps as Python does
+        return None
+
+    def _slice_length(self, ins: Sequence[str], dim: int, rank: int) -> int | None:
+        """The most a Slice can keep of axis ``dim`` from its constant starts/ends alone (both
+        >= 0, step 1), whatever its input's length: ``end - start``. None where they do not say."""
+        starts = self.const(ins[1]) if len(ins) > 1 and ins[1] else None
+        ends = self.const(ins[2]) if len(ins) > 2 and ins[2] else None
+        axes = self.const(ins[3]) if len(ins) > 3 and ins[3] else None
+        steps = self.const(ins[4]) if len(ins) > 4 and ins[4] else None
+        if starts is None or ends is None:
+            return None
+        axis_list = [int(a) % max(rank, 1) for a in axes.reshape(-1)] if axes is not None else list(range(starts.size))
+        if dim not in axis_list:
+            return None
+        k = axis_list.index(dim)
+        start, end = int(starts.reshape(-1)[k]), int(ends.reshape(-1)[k])
+        step = int(steps.reshape(-1)[k]) if steps is not None else 1
+        if start < 0 or end < 0 or step != 1:
+            return None
+        return max(0, end - start)
+
     # ------------------------------------------------------------------ the walk
 
     def _bound(self, tensor: str, dim: int, depth: int) -> Bound:
@@ -140,8 +211,14 @@ class DimBounds:
             if any(p[0] is None for p in parts):
                 return None, any(p[1] for p in parts)
             return sum(p[0] for p in parts if p[0] is not None), any(p[1] for p in parts)
-        if op in ("Slice", "Split"):
-            return b(ins[0], dim)  # (a slice or a piece holds at most what its input held)
+        if op == "Slice":
+            within = b(ins[0], dim)  # (a slice holds at most what its input held)
+            cut = self._slice_length(ins, dim, rank)
+            if cut is not None and (within[0] is None or cut < within[0]):
+                return cut, within[1]  # keep[:100]: at most 100 whatever the input held
+            return within
+        if op == "Split":
+            return b(ins[0], dim)  # (a piece holds at most what its input held)
         if op == "Transpose":
             perm = attrs.get("perm") or list(reversed(range(rank)))
             return b(ins[0], int(perm[dim]))
@@ -151,11 +228,27 @@ class DimBounds:
             axis = int(attrs.get("axis", 1)) % max(self.rank(ins[0]) or 1, 1)
             r_in = self.rank(ins[0]) or 0
             return _product([b(ins[0], d) for d in (range(axis) if dim == 0 else range(axis, r_in))])
+        if op in ("ScatterElements", "ScatterND", "Scatter"):
+            return b(ins[0], dim)  # the data's shape
+        if op == "ConstantOfShape":  # its dims are its input's values
+            values = self.value_bounds(ins[0], depth) if ins and ins[0] else None
+            return values[dim] if values is not None and dim < len(values) else (None, False)
         if op == "Reshape":
             target = self.const(ins[1]) if len(ins) > 1 else None
             if target is not None and dim < target.size and int(target.reshape(-1)[dim]) == 0 \
                     and not attrs.get("allowzero", 0):
                 return b(ins[0], dim)  # 0 copies the input's dim
+            if target is not None and dim < target.size and int(target.reshape(-1)[dim]) == -1:
+                # the inferred dim: the input's elements over the other (given) dims
+                others = [int(v) for k, v in enumerate(target.reshape(-1)) if k != dim]
+                in_rank = self.rank(ins[0])
+                if in_rank is None or any(v <= 0 for v in others):
+                    return None, False
+                dims = [b(ins[0], d) for d in range(in_rank)]
+                through = any(t for _, t in dims)
+                if any(v is None for v, _ in dims):
+                    return None, through
+                return -(-math.prod(v for v, _ in dims if v is not None) // max(1, math.prod(others))), through
             return None, False
         if op == "MatMul":
             ra, rb = self.rank(ins[0]), self.rank(ins[1])
@@ -243,3 +336,31 @@ def _product(bounds: Sequence[Bound]) -> Bound:
     if any(v is None for v, _ in bounds):
         return None, any(d for _, d in bounds)
     return math.prod(v for v, _ in bounds if v is not None), any(d for _, d in bounds)
+
+
+def _arith(op: str, a: list[Bound] | None, b: list[Bound] | None, b_const: np.ndarray | None) -> list[Bound] | None:
+    """Upper bounds of ``a op b`` per element (values that count things: non-negative), with
+    numpy's broadcasting of a one-element side; None where the bound does not follow."""
+    if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
+        return None
+    n = max(len(a), len(b))
+    out: list[Bound] = []
+    for k in range(n):
+        (x, tx), (y, ty) = a[k if len(a) > 1 else 0], b[k if len(b) > 1 else 0]
+        through = tx or ty
+        if op == "Min":
+            known = [v for v in (x, y) if v is not None]
+            out.append((min(known) if known else None, through))
+        elif x is None or y is None:
+            out.append((None, through))
+        elif op == "Add":
+            out.append((x + y, through))
+        elif op == "Max":
+            out.append((max(x, y), through))
+        elif op == "Mul":
+            out.append((x * y, through) if x >= 0 and y >= 0 else (None, through))
+        else:  # Sub: only a constant subtrahend is exact (a bound minus a bound says nothing)
+            exact = b_const is not None and b_const.size in (1, n)
+            out.append((x - y, through) if exact else (None, through))
+    return out
+

@@ -242,8 +242,10 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
                 if exact:
                     bound = (dim, _BOUNDS[op][1]([runs[2].get(n) if n else None for n in ins]))
             traced = {d: graph_bounds.bound(name, d) for d in range(np.ndim(runs[1][name]))}
+            value = np.asarray(runs[1][name])
+            by_value = graph_bounds.value_bounds(name) if value.dtype.kind in "iu" and value.ndim <= 1 else None
             found[name] = _combine(name, [r[name] for r in runs], [r[name] for r in more],
-                                   probe[name] if probe is not None else None, bound, traced)
+                                   probe[name] if probe is not None else None, bound, traced, by_value)
         out.append(found)
     return out
 
@@ -263,13 +265,18 @@ def _probe(run: Runner, fetch: Sequence[str], prof: Profile, samples: Sequence[M
 
 
 def _combine(name: str, seen: Sequence[Any], more: Sequence[Any] = (), probe: Any = None,
-             bound: tuple[int, int] | None = None, traced: Mapping[int, Bound] | None = None) -> TensorProfile:
+             bound: tuple[int, int] | None = None, traced: Mapping[int, Bound] | None = None,
+             value_bounds: Sequence[Bound] | None = None) -> TensorProfile:
     """min/max over every run, opt from the run at the profile's opt shapes (``seen[1]``). Dims
     that differ between that run and ``probe`` (same shapes, other data), or that the graph
     derives from a data-dependent op (``traced``: per dim, the graph's bound and whether such an
     op lies on the way, see :class:`~trt_backend.session.bounds.DimBounds`), depend on the data:
     their min becomes 0 and their max the producing op's ``bound`` (dim, size) or the graph's,
-    else what calibration saw times OBSERVED_WIDEN, flagged ``observed`` (with a warning)."""
+    else what calibration saw times OBSERVED_WIDEN, flagged ``observed`` (with a warning). The
+    values of a small integer tensor (a shape tensor) get the same treatment per element:
+    elements that differ with the data, or that ``value_bounds`` (see
+    :meth:`DimBounds.value_bounds`) traces to a data-dependent dim, range from 0 to the graph's
+    bound, else to what calibration saw times OBSERVED_WIDEN."""
     traced = traced or {}
     arrays = [np.asarray(v) for v in list(seen) + list(more)]
     shapes = [tuple(int(d) for d in a.shape) for a in arrays]
@@ -300,5 +307,32 @@ def _combine(name: str, seen: Sequence[Any], more: Sequence[Any] = (), probe: An
     values = None
     if arrays[0].dtype.kind in "iu" and arrays[0].ndim <= 1 and len({a.size for a in arrays}) == 1:
         vals = [tuple(int(x) for x in a.reshape(-1)) for a in arrays]
-        values = (tuple(min(v) for v in zip(*vals)), vals[1], tuple(max(v) for v in zip(*vals)))
+        values = _value_range(name, vals, probe, value_bounds)
     return TensorProfile(lo, shapes[1], hi, CALIBRATED, values, dependent, observed)
+
+
+def _value_range(name: str, vals: Sequence[tuple[int, ...]], probe: Any,
+                 value_bounds: Sequence[Bound] | None) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(min, opt, max) values of a shape tensor: see :func:`_combine`."""
+    lo = [min(v) for v in zip(*vals)]
+    hi = [max(v) for v in zip(*vals)]
+    opt = vals[1]
+    varying: set[int] = set()
+    if probe is not None and np.size(probe) == len(opt):
+        varying = {i for i, (a, b) in enumerate(zip(opt, np.asarray(probe).reshape(-1))) if a != int(b)}
+    known = list(value_bounds) if value_bounds is not None and len(value_bounds) == len(opt) else []
+    varying |= {i for i, (_, through) in enumerate(known) if through}
+    widened = []
+    for i in sorted(varying):
+        lo[i] = min(lo[i], 0)
+        limit = known[i][0] if known else None
+        if limit is not None:
+            hi[i] = max(hi[i], limit)
+        else:
+            hi[i] = max(1, hi[i]) * OBSERVED_WIDEN
+            widened.append(i)
+    if widened:
+        log.warning("shape tensor '%s' has data-dependent value(s) at %s that the graph does not bound: its "
+                    "profile allows %s..%s, %dx what calibration saw; give it a profile if the data can go further",
+                    name, widened, tuple(lo), tuple(hi), OBSERVED_WIDEN)
+    return tuple(lo), opt, tuple(hi)

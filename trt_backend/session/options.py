@@ -18,6 +18,7 @@ from partitioner.capability import CapabilityOracle
 from partitioner.errors import OptionsError
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.ort.options import OrtOptions
+from trt_backend.ort.values import parse_size
 
 EMULATE_CHOICES = (True, False, "auto")
 FLAVOR_CHOICES = ("auto", "tensorrt", "tensorrt_rtx", "none")
@@ -41,7 +42,16 @@ class SessionOptions:
     ``cache_dir``: engine cache folder (None: build without a cache). ``allow_host_code``: load
     engines that carry host code (version-compatible builds). ``outputs_on_device``: GPU path,
     return outputs as device arrays (``__cuda_array_interface__``) unless a run says otherwise.
-    ``calibration_seed``: seed of the random inputs profiles are calibrated with."""
+    ``calibration_seed``: seed of the random inputs profiles are calibrated with.
+    ``max_memory``: bytes (or ``"8G"``, ``"512M"``) no single tensor the session makes (random
+    inputs, calibration data, host copies of outputs) may exceed, besides what the machine has
+    available. ``sign_key``: a build folder must be signed with this key (the key, ``@FILE`` or
+    bytes; None: ``TRT_BACKEND_SIGN_KEY`` when set, else a signature is not required).
+    ``device_id``: the GPU everything of the session lives on (engines, streams, buffers, the
+    CUDA-EP sessions, outputs), made current in every thread that runs the session; a GPU that
+    does not exist is a ``DeviceError``. None: the calling thread's current device (GPU 0 unless
+    changed). An emulated session (``emulate=True``) touches no GPU and ignores it; with
+    "auto" on a machine without a GPU, setting it is an error (a GPU was asked for)."""
 
     partition: PartitionOptions = field(default_factory=PartitionOptions)
     ort: OrtOptions = field(default_factory=OrtOptions)
@@ -54,12 +64,16 @@ class SessionOptions:
     allow_host_code: bool = False
     outputs_on_device: bool = False
     calibration_seed: int = 0
+    max_memory: int | None = None
+    sign_key: str | bytes | None = field(default=None, repr=False)
+    device_id: int | None = None
 
     def __init__(self, *, partition: PartitionOptions | None = None, ort: OrtOptions | None = None,
                  build: BuildOptions | None = None, emulate: bool | str = "auto", flavor: str = "auto",
                  oracle: CapabilityOracle | None = None, isolate_parser: bool = False, cache_dir: str | None = None,
                  allow_host_code: bool = False, outputs_on_device: bool = False, calibration_seed: int = 0,
-                 **flat: Any) -> None:
+                 max_memory: int | str | None = None, sign_key: str | bytes | None = None,
+                 device_id: int | None = None, **flat: Any) -> None:
         stages: dict[str, Any] = {"partition": partition if partition is not None else PartitionOptions(),
                                   "ort": ort if ort is not None else OrtOptions(),
                                   "build": build if build is not None else BuildOptions()}
@@ -81,7 +95,8 @@ class SessionOptions:
                 raise OptionsError(f"{name} options: {e}") from None
         own = {"emulate": emulate, "flavor": flavor, "oracle": oracle, "isolate_parser": isolate_parser,
                "cache_dir": cache_dir, "allow_host_code": allow_host_code, "outputs_on_device": outputs_on_device,
-               "calibration_seed": calibration_seed}
+               "calibration_seed": calibration_seed, "max_memory": parse_size(max_memory, "max_memory"),
+               "sign_key": sign_key, "device_id": device_id}
         for key, value in {**stages, **own}.items():
             object.__setattr__(self, key, value)
         if not any(emulate is c or (isinstance(c, str) and emulate == c) for c in EMULATE_CHOICES):
@@ -90,6 +105,10 @@ class SessionOptions:
             raise OptionsError(f"flavor must be one of {', '.join(FLAVOR_CHOICES)}, got {flavor!r}")
         if not isinstance(calibration_seed, int) or isinstance(calibration_seed, bool):
             raise OptionsError(f"calibration_seed must be a whole number, got {calibration_seed!r}")
+        if sign_key is not None and not isinstance(sign_key, (str, bytes)):
+            raise OptionsError(f"sign_key must be text, @FILE or bytes, got {type(sign_key).__name__}")
+        if device_id is not None and (not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < 0):
+            raise OptionsError(f"device_id must be None or a GPU index >= 0, got {device_id!r}")
 
     def ort_for(self, segments: int) -> OrtOptions:
         """ONNX Runtime settings of each session of a plan of ``segments`` segments."""

@@ -2,6 +2,7 @@
 make one runner per segment (once), then run segments in order with tensors routed by name."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -18,17 +19,25 @@ from partitioner import (
 )
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
+from partitioner.weights import tensor_array, uses_external_data
 from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
 from trt_backend.engines.precision import apply_precision
 from trt_backend.engines.report import BuildReport
-from trt_backend.errors import PrecisionError, TensorRTUnavailableError
-from trt_backend.gpu.device import BufferPool, Stream
+from trt_backend.errors import DeviceError, PrecisionError, TensorRTUnavailableError
+from trt_backend.gpu.device import (
+    BufferPool,
+    DeviceArray,
+    Stream,
+    check_device,
+    device_of,
+    use_device,
+)
 from trt_backend.gpu.ort_cuda_runner import OrtCudaRunner, cuda_provider_available
 from trt_backend.gpu.status import make_tensorrt_runner, tensorrt_status
 from trt_backend.ort.sessions import tapped_session
 from trt_backend.ort.threads import use_global_thread_pool
-from trt_backend.ort.values import to_numpy
+from trt_backend.ort.values import memory_limit, to_numpy
 from trt_backend.planning import plan_for
 from trt_backend.profiles import Profile, profiles_from_json
 from trt_backend.runners.base import SegmentRunner
@@ -44,6 +53,7 @@ from trt_backend.session.saved import (
     read_saved,
     saved_segment_profiles,
 )
+from trt_backend.session.seal import sign_key as read_sign_key
 
 log = logging.getLogger(__package__)  # "trt_backend.session": the stage's logger, as users see it
 
@@ -76,12 +86,18 @@ class Session:
         self.options = options if options is not None else SessionOptions()
         if not isinstance(self.options, SessionOptions):
             raise OptionsError(f"options must be a SessionOptions, got {type(self.options).__name__}")
+        self.folder_manifest: dict[str, Any] | None = None  # the build folder's manifest, when made from one
+        if self.options.device_id is not None and self.options.emulate is not True:
+            check_device(self.options.device_id)  # before any planning: a GPU that is not here is the first error
+        # the GPU everything of this session lives on once it uses one (None: the current device)
+        self.device_id: int | None = None
         if is_build_folder(model):
             if profiles is not None or plan is not None or engines is not None:
                 raise OptionsError(f"{os.fspath(model)}: a build folder brings its own profiles, plan and engines; "
                                    "give none of them")
             built = self._open_folder(model, self.options)
             model, plan, engines = built.plan, built.manifest["plan"], built.engines
+            self.folder_manifest = built.manifest
         base = model if isinstance(model, Plan) else self.make_plan(model, self.options)
         if base.model is None:
             raise OptionsError("this plan was read from JSON without its model; pass the model instead")
@@ -103,8 +119,9 @@ class Session:
             use_global_thread_pool(ort_opts.intra_op_threads, ort_opts.inter_op_threads)
 
         def derive(p: Plan) -> dict[int, list[Profile]]:
-            return derive_profiles(self.model, p, self._inputs, input_profiles, overrides, self._calibration_runner,
-                                   self.options.calibration_seed, list(calibration_feeds))
+            with memory_limit(self.options.max_memory):  # calibration data held to the session's limit
+                return derive_profiles(self.model, p, self._inputs, input_profiles, overrides, self._calibration_runner,
+                                       self.options.calibration_seed, list(calibration_feeds))
 
         derived = saved_segment_profiles(saved) if saved is not None else derive(base)
         emulate = self._decide_emulation(trt)
@@ -119,25 +136,33 @@ class Session:
         self.plan = SessionPlan.of(base, executors=[r.executor for r in self.runners],
                                    input_profiles=input_profiles, segment_profiles=derived)
         self._validator = FeedValidator(self._inputs, self._outputs, input_profiles)
-        self._constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer
+        self._constants = {t.name: tensor_array(t, self.model.base_dir) for t in graph.initializer
                            if t.name in {o.name for o in graph.output}}
         self._schedules: dict[tuple[str, ...], tuple[Step, ...]] = {}
         self._lock = threading.Lock()
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str], options: SessionOptions | None = None, *,
-             rebuild: bool = False) -> Session:
+             rebuild: bool = False, sign_key: str | bytes | None = None) -> Session:
         """A session from a ``trt-backend build`` folder, using its engines and saved profiles: no
         planning, no calibration, no build. On another TensorRT version or GPU: ArtifactError, or
-        with ``rebuild`` a session that builds fresh engines."""
+        with ``rebuild`` a session that builds fresh engines. ``sign_key`` (or the options' own,
+        or ``TRT_BACKEND_SIGN_KEY``): the folder must be signed with it (SignatureError)."""
         opts = options if options is not None else SessionOptions()
+        if sign_key is not None:
+            opts = dataclasses.replace(opts, sign_key=sign_key)
         built = cls._open_folder(folder, opts, rebuild)
-        return cls(built.plan, None, opts, plan=built.manifest["plan"], engines=built.engines)
+        sess = cls(built.plan, None, opts, plan=built.manifest["plan"], engines=built.engines)
+        sess.folder_manifest = built.manifest
+        return sess
 
     @staticmethod
     def _open_folder(folder: str | os.PathLike[str], options: SessionOptions, rebuild: bool = False) -> BuiltFolder:
-        executes = options.emulate is False or (options.emulate is not True and tensorrt_status()[0])
-        return open_folder(folder, executes=executes, rebuild=rebuild)
+        executes = options.emulate is False or (options.emulate is not True
+                                                 and tensorrt_status(options.device_id or 0)[0])
+        if executes and options.device_id is not None:
+            use_device(options.device_id)  # the folder's engines are checked against this GPU's SM
+        return open_folder(folder, executes=executes, rebuild=rebuild, sign_key=read_sign_key(options.sign_key))
 
     # ------------------------------------------------------------ construction helpers
 
@@ -152,11 +177,14 @@ class Session:
                        ) -> tuple[Plan, dict[int, list[Profile]], dict[int, bytes]]:
         """Engines for every TensorRT segment (when the given ones lack any, all are built, through
         the cache when there is one); segments TensorRT refuses are demoted and re-planned."""
+        if self.options.device_id is not None:
+            use_device(self.options.device_id)  # full TensorRT builds for (and on) the current device
         profiles_of = PlanMemo(derive, (plan, derived))
         cache = EngineCache(self.options.cache_dir, allow_host_code=self.options.allow_host_code) \
             if self.options.cache_dir else None
         result = build_with_fallback(plan, profiles_of, self.options.build, cache,
-                                     min_segment_size=self.options.partition.min_segment_size, rewrite=plugin_rewrite(plan))
+                                     min_segment_size=self.options.partition.min_segment_size,
+                                     boundary_cost=self.options.partition.boundary_cost, rewrite=plugin_rewrite(plan))
         self.build_report = result.report
         return result.plan, profiles_of(result.plan), dict(result.engines)
 
@@ -167,21 +195,24 @@ class Session:
         device_kw: dict[str, Any] = {}
         cuda_ort = False
         if gpu:
-            self._stream, self._pool = Stream(), BufferPool()
+            self.device_id = device = self.options.device_id
+            self._stream, self._pool = Stream(device), BufferPool(device)
             device_kw = {"pool": self._pool, "stream": self._stream, "outputs_on_device": True,
-                         "allow_host_code": self.options.allow_host_code}
+                         "allow_host_code": self.options.allow_host_code, "device_id": device}
             cuda_ort = cuda_provider_available()
         runners: list[SegmentRunner] = []
+        weights = self.model.base_dir  # external data locations of every segment are relative to it
         for seg in plan.segments:
             proto = plan.extract(seg.id)
             if seg.backend != "tensorrt":
                 if cuda_ort:
-                    runners.append(OrtCudaRunner(seg, proto, ort_opts, self._stream))
+                    runners.append(OrtCudaRunner(seg, proto, ort_opts, self._stream,
+                                                 device_id=device if device is not None else 0, weights_dir=weights))
                 else:
-                    runners.append(OnnxRuntimeRunner(seg, proto, ort_opts))
+                    runners.append(OnnxRuntimeRunner(seg, proto, ort_opts, weights_dir=weights))
             elif emulate:
                 runners.append(EmulatedTensorRTRunner(seg, self._emulated_precision(seg, proto), ort_opts,
-                                                      derived[seg.id], shape_tensors[seg.id]))
+                                                      derived[seg.id], shape_tensors[seg.id], weights_dir=weights))
             else:
                 runners.append(make_tensorrt_runner(seg, engines.get(seg.id), derived[seg.id], shape_tensors[seg.id],
                                                     **device_kw))
@@ -192,6 +223,10 @@ class Session:
         (the same ONNX-level transform the builder applies), so emulation shows its error."""
         build = self.options.build
         self.emulated_precisions[seg.id] = "fp32"
+        if build.precision in ("fp16", "bf16") and uses_external_data(proto):
+            log.warning("segment %d: its weights are external data, which the %s transform does not rewrite "
+                        "yet; emulating it in fp32, as the builder would build it", seg.id, build.precision)
+            return proto
         if build.precision not in ("fp16", "bf16"):
             if build.precision == "tf32":
                 log.warning("segment %d: tf32 is a TensorRT builder flag; emulated, it computes in fp32", seg.id)
@@ -208,7 +243,7 @@ class Session:
     def _decide_emulation(self, trt: list[Segment]) -> bool:
         if not trt or self.options.emulate is True:
             return True
-        ok, why = tensorrt_status()
+        ok, why = tensorrt_status(self.options.device_id or 0)
         if ok:
             return False
         if self.options.emulate is False:
@@ -257,18 +292,30 @@ class Session:
         run = self._run_options(run_options)
         names = self._validator.output_names(output_names)
         feeds = self._validator.validate(input_feed)
+        if self.device_id is not None:  # every thread that runs this session runs it on its GPU
+            use_device(self.device_id)
+            self._check_feed_devices(feeds)
         env: dict[str, Any] = dict(self._constants)
         env.update(feeds)
-        for step in self.schedule(names):
-            inputs = [env[n] for n in step.inputs]
-            values = step.runner.run(inputs) if run.ort is None else step.runner.run(inputs, run.ort)
-            env.update(zip(step.outputs, values))
-            for n in step.free:
-                del env[n]
+        with memory_limit(self.options.max_memory):  # host buffers of outputs held to the session's limit
+            for step in self.schedule(names):
+                inputs = [env[n] for n in step.inputs]
+                values = step.runner.run(inputs) if run.ort is None else step.runner.run(inputs, run.ort)
+                env.update(zip(step.outputs, values))
+                for n in step.free:
+                    del env[n]
         on_device = self.options.outputs_on_device if run.outputs_on_device is None else run.outputs_on_device
         if on_device:
             return [env[n] for n in names]
         return [env[n].to_host() if hasattr(env[n], "to_host") else to_numpy(env[n]) for n in names]
+
+    def _check_feed_devices(self, feeds: Mapping[str, Any]) -> None:
+        for name, value in feeds.items():
+            if isinstance(value, DeviceArray):
+                where = value.device_id if value.device_id is not None else device_of(value.ptr)
+                if where is not None and where != self.device_id:
+                    raise DeviceError(f"input '{name}' is on GPU {where}; this session runs on GPU {self.device_id} "
+                                      f"(move it there, or feed a host array)")
 
     @staticmethod
     def _run_options(given: Any) -> RunOptions:

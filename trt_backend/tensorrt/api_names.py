@@ -25,7 +25,7 @@ COMMON: SurfaceMap = {
     "Builder": ("create_network", "create_builder_config", "create_optimization_profile",
                 "build_serialized_network"),
     "OnnxParser": ("parse", "num_errors", "get_error", "supports_model_v2", "num_subgraphs", "get_subgraph_nodes",
-                   "is_subgraph_supported"),
+                   "is_subgraph_supported", "load_model_proto", "load_initializer", "parse_model_proto"),
     "ParserError": ("node", "code", "desc", "func"),
     "INetworkDefinition": ("num_inputs", "get_input", "num_layers"),
     "ITensor": ("name", "shape", "is_shape_tensor"),

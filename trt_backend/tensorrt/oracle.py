@@ -13,7 +13,8 @@ from typing import Any
 import onnx
 
 from partitioner.capability import Piece, QueryResult
-from partitioner.model import serialize
+from partitioner.model import serialize, structure_copy
+from partitioner.weights import is_external, is_stand_in
 from trt_backend.tensorrt.flavor import (
     Flavor,
     create_builder,
@@ -28,7 +29,9 @@ class ParserOracle:
     """Asks a TensorRT flavor's ``OnnxParser.supports_model_v2`` about standalone models.
 
     Each question gets a fresh network and parser, kept referenced together (a parser whose
-    network was a temporary segfaults when used)."""
+    network was a temporary segfaults when used). Models whose weights are external data are
+    handed over with a path in ``weights_dir`` (the planner sets it to the model's folder), so
+    the parser reads the weights from their files; the bytes it gets hold no weights."""
 
     def __init__(self, flavor: Flavor | str = "auto") -> None:
         self.flavor = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
@@ -37,17 +40,37 @@ class ParserOracle:
         # INTERNAL_ERROR keeps the parser from calling into Python thousands of times per query.
         self._logger = trt.Logger(trt.Logger.INTERNAL_ERROR)
         self._builder = create_builder(self.flavor, self._logger)
+        self.weights_dir: str | None = None
+        self._zeros: _ZeroWeights | None = None
 
     @property
     def target(self) -> str:
         return self.flavor.target
 
+    def _path(self) -> str | None:
+        """A file name in the folder external data locations are relative to (never opened)."""
+        return os.path.join(self.weights_dir, "capability_query.onnx") if self.weights_dir else None
+
+    takes_stand_ins = True  # capability queries may carry weights as stand-ins (partitioner.weights.stand_in)
+
+    def _question(self, model: onnx.ModelProto) -> tuple[bytes, str | None]:
+        """What the parser is given: the model's bytes and the path its external data is relative
+        to. Large float weights (stand-ins, or held inline) are handed over as references into a
+        sparse file of zeros: their values do not decide capability, and serializing them cost
+        more than the parse. Real external data stays readable there through symlinks."""
+        if not any(is_stand_in(t) or _zeroable(t) for t in model.graph.initializer):
+            return serialize(model, "a capability query"), self._path()
+        if self._zeros is None:
+            self._zeros = _ZeroWeights()
+        return serialize(self._zeros.stand_in(model, self.weights_dir), "a capability query"), self._zeros.path
+
     def query(self, model: onnx.ModelProto) -> QueryResult:
         trt = self.flavor.module
         network = self._builder.create_network(network_flags(self.flavor))
         parser: Any = trt.OnnxParser(network, self._logger)
+        data, path = self._question(model)
         with _captured_stderr():
-            supported = bool(parser.supports_model_v2(serialize(model, "a capability query")))
+            supported = bool(parser.supports_model_v2(data, path))
         pieces = tuple(Piece(tuple(int(k) for k in parser.get_subgraph_nodes(i)), bool(parser.is_subgraph_supported(i)))
                        for i in range(parser.num_subgraphs))
         errors: dict[int, str] = {}
@@ -66,14 +89,80 @@ class ParserOracle:
         network = self._builder.create_network(network_flags(self.flavor))
         parser: Any = trt.OnnxParser(network, self._logger)
         errors: dict[int, str] = {}
+        data, path = self._question(model)
         with _captured_stderr():
-            parsed = bool(parser.parse(serialize(model, "a capability query")))
+            parsed = bool(parser.parse(data, path))
         if not parsed:
             for i in range(parser.num_errors):
                 err = parser.get_error(i)
                 if int(err.node()) >= 0:
                     errors.setdefault(int(err.node()), describe_parser_error(err))
         return errors
+
+
+_ZEROABLE = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+                       onnx.TensorProto.DOUBLE})
+_ZEROS_MIN_BYTES = 64 * 1024
+
+
+def _zeroable(t: onnx.TensorProto) -> bool:
+    return t.data_type in _ZEROABLE and len(t.raw_data) >= _ZEROS_MIN_BYTES
+
+
+class _ZeroWeights:
+    """A sparse file of zeros (no disk blocks) that large float weights of a capability query
+    point into instead of travelling inside its bytes."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="trt-backend-zeros-")
+        self.path = os.path.join(self._dir.name, "query.onnx")
+        self._file = os.path.join(self._dir.name, "zeros.bin")
+        self._size = 0
+        open(self._file, "wb").close()
+
+    def stand_in(self, model: onnx.ModelProto, weights_dir: str | None) -> onnx.ModelProto:
+        """``model`` with each large float weight a reference to its own range of the file
+        (TensorRT names weights by address: shared ranges would collide)."""
+        offsets: dict[str, tuple[int, int]] = {}
+        end = 0
+        for t in model.graph.initializer:
+            n = _stand_in_length(t)
+            if n is not None:
+                offsets[t.name] = (end, n)
+                end += n
+            elif is_external(t) and weights_dir is not None:
+                self._link(t, weights_dir)
+        if end > self._size:
+            os.truncate(self._file, end)
+            self._size = end
+
+        def reference(t: onnx.TensorProto) -> onnx.TensorProto | None:
+            if t.name not in offsets:
+                return None
+            out = onnx.TensorProto()
+            out.name, out.data_type = t.name, t.data_type
+            out.dims.extend(t.dims)
+            out.data_location = onnx.TensorProto.EXTERNAL
+            offset, length = offsets[t.name]
+            for key, value in (("location", "zeros.bin"), ("offset", str(offset)), ("length", str(length))):
+                entry = out.external_data.add()
+                entry.key, entry.value = key, value
+            return out
+
+        return structure_copy(model, reference)
+
+    def _link(self, t: onnx.TensorProto, weights_dir: str) -> None:
+        location = next(e.value for e in t.external_data if e.key == "location")
+        link = os.path.join(self._dir.name, location)
+        if not os.path.lexists(link):
+            os.makedirs(os.path.dirname(link), exist_ok=True)
+            os.symlink(os.path.join(os.path.abspath(weights_dir), location), link)
+
+
+def _stand_in_length(t: onnx.TensorProto) -> int | None:
+    if is_stand_in(t):
+        return int(next(e.value for e in t.external_data if e.key == "length"))
+    return len(t.raw_data) if _zeroable(t) else None
 
 
 _ASSERT_MESSAGE = re.compile(r'&&\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\s*$')

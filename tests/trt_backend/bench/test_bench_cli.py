@@ -194,7 +194,7 @@ def test_build_times_of_a_session_that_built_its_own_engines(tmp_path, flavor) -
     built = build_engines(sess.plan, sess.segment_profiles, BuildOptions(), EngineCache(str(tmp_path)), flavor=flavor)
     info = build_info(sess.plan, sess.segment_profiles, BuildOptions(), str(tmp_path), flavor, built=built.report)
     assert info["seconds"] == built.report.seconds and info["all_cache_hits"] is True
-    assert info["cached_load_seconds"] < 5 and len(info["engines"]) == 1
+    assert info["cached_load_seconds"] > 0 and info["engines"] == built.engines  # loaded from the cache, timed
     no_cache = build_info(sess.plan, sess.segment_profiles, BuildOptions(), None, flavor, built=built.report)
     assert no_cache["cached_load_seconds"] is None and no_cache["engines"] == {}
 

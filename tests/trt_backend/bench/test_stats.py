@@ -2,7 +2,6 @@
 settings, the timing loop's stop rule, and the wrappers that time segments and GPU phases."""
 from __future__ import annotations
 
-import itertools
 import random
 import time
 
@@ -99,16 +98,36 @@ def test_rounds_split_duration_and_iterations() -> None:
     assert t.block(1) == (0.05, 1.0, 4)  # later rounds re-warm briefly
 
 
-def test_loop_runs_until_both_iterations_and_duration() -> None:
-    calls = itertools.count()
+class FakeClock:
+    """``time`` for the timing module: perf_counter reads a clock the timed call advances (by
+    powers of two of a second, so every sum is exact)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_loop_runs_until_both_iterations_and_duration(monkeypatch) -> None:
+    import trt_backend.bench.timing as timing
+
+    clock = FakeClock()
+    monkeypatch.setattr(timing, "time", clock)
+
+    def call(seconds: float) -> None:
+        clock.now += seconds
+
     m = Measurement()
-    timed_loop(lambda: next(calls), 1e-9, 50, m)  # iterations bind: far more than the duration needs
-    assert len(m.samples_ms) == 50
+    timed_loop(lambda: call(2**-10), 2**-9, 50, m)  # iterations bind: 50 calls are far past the duration
+    assert m.samples_ms == [1e3 * 2**-10] * 50 and m.wall_s == 50 * 2**-10
     m2 = Measurement()
-    start = time.perf_counter()
-    timed_loop(lambda: time.sleep(0.002), 0.05, 2, m2)  # duration binds
-    assert time.perf_counter() - start >= 0.05 and m2.wall_s >= 0.05 and len(m2.samples_ms) >= 2
-    assert all(s >= 1.5 for s in m2.samples_ms)  # milliseconds
+    timed_loop(lambda: call(2**-6), 0.25, 2, m2)  # duration binds: 16 calls of 15.625 ms make 250 ms
+    assert m2.samples_ms == [15.625] * 16 and m2.wall_s == 0.25
+    reports: list[tuple[float, int]] = []
+    timed_loop(lambda: call(0.125), 1.0, 1, Measurement(), lambda e, n: reports.append((e, n)))
+    assert reports == [(0.5, 4)]  # every 0.5 s of the loop until it ends (at 1.0 s, 8 calls)
+    assert warm_up(lambda: call(2**-5), 0.1) == 4  # 3 x 31.25 ms fall short of 100 ms, 4 pass it
 
 
 def test_warm_up_runs_at_least_once() -> None:

@@ -14,10 +14,11 @@ from trt_backend.data.demo import DEMO_PATH
 
 def test_every_command_registers_arguments_and_a_handler() -> None:
     parser = cli.build_parser()
-    argv = {"demo": ["demo"], "build": ["build", DEMO_PATH, "-o", "out"]}
+    argv = {"demo": ["demo"], "build": ["build", DEMO_PATH, "-o", "out"],
+            "export-triton": ["export-triton", DEMO_PATH, "-o", "out"]}
     for name in cli.COMMANDS:
         args = parser.parse_args(argv.get(name, [name, DEMO_PATH]))
-        assert args.func.__name__ == "handle" and args.func.__module__ == f"trt_backend.commands.{name}"
+        assert args.func.__name__ == "handle" and args.func.__module__ == f"trt_backend.commands.{name.replace('-', '_')}"
 
 
 CHILD = textwrap.dedent("""

@@ -4,6 +4,7 @@ input holds), so a next input where more survive than calibration saw is still t
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
@@ -73,3 +74,135 @@ def test_unbounded_data_dependent_dims_are_widened_and_flagged() -> None:
     seen = prof.max[0] // OBSERVED_WIDEN  # (calibration saw at most that many padded rows)
     assert prof.max[0] == seen * OBSERVED_WIDEN and 2 <= seen <= 16 + 2
     assert '"observed": [0]' in sess.plan.to_json()
+
+
+def flattened_boxes():
+    """Kept rows of a [N, 3, 2] box tensor reshaped to [K, 6] with a target computed the way
+    torchvision's RetinaNet/FCOS box decoding exports it: its first dim from the Reshape input's
+    own Shape, its second from the Shape of a Flatten of it. ONNX Runtime's ReshapeFusion turns
+    that target into the constant [0, -1], which fails when no row is kept (K = 0)."""
+    inits = [nh.from_array(np.array(0.5, np.float32), "half"), nh.from_array(np.array([-1], np.int64), "minus1"),
+             nh.from_array(np.array(0, np.int64), "i0"), nh.from_array(np.array(1, np.int64), "i1"),
+             nh.from_array(np.array([0], np.int64), "ax0"),
+             nh.from_array((np.arange(36, dtype=np.float32).reshape(6, 6) / 36), "w")]
+    nodes = [h.make_node("Greater", ["scores", "half"], ["keep"]),
+             h.make_node("NonZero", ["keep"], ["where"]),                  # [1, K]
+             h.make_node("Reshape", ["where", "minus1"], ["rows"]),        # [K]
+             h.make_node("Gather", ["boxes", "rows"], ["kept"], axis=0),   # [K, 3, 2]
+             h.make_node("Relu", ["kept"], ["pos"]),
+             h.make_node("Flatten", ["pos"], ["flat"], axis=1),
+             h.make_node("Shape", ["pos"], ["pos_shape"]),
+             h.make_node("Shape", ["flat"], ["flat_shape"]),
+             h.make_node("Gather", ["pos_shape", "i0"], ["k"], axis=0),
+             h.make_node("Gather", ["flat_shape", "i1"], ["width"], axis=0),
+             h.make_node("Unsqueeze", ["k", "ax0"], ["k1"]),
+             h.make_node("Unsqueeze", ["width", "ax0"], ["width1"]),
+             h.make_node("Concat", ["k1", "width1"], ["target"], axis=0),
+             h.make_node("Reshape", ["pos", "target"], ["rows6"]),         # [K, 6]
+             h.make_node("MatMul", ["rows6", "w"], ["m"]),
+             h.make_node("Neg", ["m"], ["y"])]
+    graph = h.make_graph(nodes, "flattened_boxes", [h.make_tensor_value_info("scores", T.FLOAT, ["N"]),
+                                                    h.make_tensor_value_info("boxes", T.FLOAT, ["N", 3, 2])],
+                         [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_no_box_surviving_is_normal_data() -> None:
+    """Calibration (the whole model with intermediate tensors as outputs) and every segment run
+    where no box survives: the Session keeps ONNX Runtime's ReshapeFusion off (OrtOptions
+    ``disabled_optimizers``), which plain ONNX Runtime, with it on, fails on."""
+    import onnxruntime as ort
+
+    m = flattened_boxes()
+    none_kept = {"scores": np.zeros(4, np.float32), "boxes": np.ones((4, 3, 2), np.float32)}
+    with pytest.raises(Exception, match="requested shape:{0,-1}"):
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, none_kept)
+    profile = [{"scores": ((1,), (4,), (8,)), "boxes": ((1, 3, 2), (4, 3, 2), (8, 3, 2))}]
+    # every row dropped at calibration too: the empty tensors are what it measures
+    opts = SessionOptions(emulate=True, exclude_ops=("NonZero",), min_segment_size=1)
+    sess = Session(m, profile, opts, calibration_feeds=[{"scores": np.zeros(n, np.float32),
+                                                         "boxes": np.ones((n, 3, 2), np.float32)} for n in (1, 4, 8)])
+    assert [s.backend for s in sess.plan.segments][-1] == "tensorrt"
+    expected = np.zeros((0, 6), np.float32)
+    (got,) = sess.run(None, none_kept)
+    assert got.shape == expected.shape and got.dtype == np.float32
+    rng = np.random.default_rng(4)
+    some = {"scores": np.array([0.9, 0.1, 0.7], np.float32), "boxes": rng.random((3, 3, 2), dtype=np.float32)}
+    ref = -(np.maximum(some["boxes"][[0, 2]], 0).reshape(2, 6) @ (np.arange(36, dtype=np.float32).reshape(6, 6) / 36))
+    (got,) = sess.run(None, some)
+    np.testing.assert_allclose(got, ref, atol=1e-5)
+
+
+def counted_rows():
+    """Kept rows (NonZero, on ONNX Runtime) whose count reaches a TensorRT segment as a shape
+    tensor: ``target = Concat(Unsqueeze(Shape(kept)[0]), [8])`` is computed on ONNX Runtime
+    (excluded nodes) and read by an Expand in TensorRT, as Keypoint R-CNN's keypoint RoI pool
+    reads how many detections survived."""
+    inits = [nh.from_array(np.array([0], np.int64), "col"), nh.from_array(np.array(0.5, np.float32), "half"),
+             nh.from_array(np.array([0], np.int64), "axis0"), nh.from_array(np.array(0, np.int64), "first_dim"),
+             nh.from_array(np.array([8], np.int64), "eight"), nh.from_array(np.array(1.0, np.float32), "one")]
+    nodes = [h.make_node("Gather", ["x", "col"], ["first"], axis=1),
+             h.make_node("Greater", ["first", "half"], ["keep"]),
+             h.make_node("NonZero", ["keep"], ["where"]),
+             h.make_node("Gather", ["where", "axis0"], ["rows2d"], axis=0),
+             h.make_node("Squeeze", ["rows2d", "axis0"], ["rows"]),
+             h.make_node("Gather", ["x", "rows"], ["kept"], axis=0),
+             h.make_node("Sin", ["kept"], ["waved"]),
+             h.make_node("Shape", ["kept"], ["kept_shape"], name="count_shape"),
+             h.make_node("Gather", ["kept_shape", "first_dim"], ["count"], axis=0, name="count_gather"),
+             h.make_node("Unsqueeze", ["count", "axis0"], ["count1"], name="count_unsqueeze"),
+             h.make_node("Concat", ["count1", "eight"], ["target"], axis=0, name="count_concat"),
+             h.make_node("Expand", ["one", "target"], ["ones"]),
+             h.make_node("Add", ["waved", "ones"], ["s"]),
+             h.make_node("Relu", ["s"], ["y"])]
+    graph = h.make_graph(nodes, "counted_rows", [h.make_tensor_value_info("x", T.FLOAT, ["N", 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_a_count_handed_over_as_a_shape_tensor_is_bounded_by_the_graph() -> None:
+    opts = SessionOptions(emulate=True, exclude_ops=("Sin", "NonZero"), min_segment_size=1,
+                          exclude_nodes=("count_shape", "count_gather", "count_unsqueeze", "count_concat"))
+    m = counted_rows()
+    sess = Session(m, PROFILE, opts)
+    tail = sess.plan.segments[-1]
+    assert tail.backend == "tensorrt" and "target" in tail.inputs
+    prof = sess.segment_profiles[tail.id][0]["target"]
+    assert prof.values is not None
+    lo, _, hi = prof.values
+    assert (lo[0], hi[0]) == (0, 16) and (lo[1], hi[1]) == (8, 8)  # at most the 16 rows the profile allows
+    for rows in (np.full((16, 8), 0.9, np.float32), np.full((5, 8), 0.1, np.float32),
+                 np.random.default_rng(3).random((12, 8), dtype=np.float32)):
+        assert_same(sess.run(None, {"x": rows}), ort_reference(m, {"x": rows}))
+
+
+def test_a_slice_with_constant_ends_bounds_what_it_keeps() -> None:
+    """``keep[:5]`` after NonZero keeps at most 5, whatever NonZero found (a detector's
+    detections-per-image cut); a Reshape's -1 dim is the input's elements over the rest."""
+    from partitioner import load_model
+
+    inits = [nh.from_array(np.array([0], np.int64), "zero"), nh.from_array(np.array([5], np.int64), "five"),
+             nh.from_array(np.array([-1, 1, 2], np.int64), "target"), nh.from_array(np.array(1, np.int64), "one")]
+    nodes = [h.make_node("NonZero", ["mask"], ["where"]),                     # [1, K]
+             h.make_node("Slice", ["where", "zero", "five", "zero"], ["rows2d"]),  # axis 0: [1, K]
+             h.make_node("Squeeze", ["rows2d", "zero"], ["rows"]),            # [K]
+             h.make_node("Slice", ["rows", "zero", "five"], ["top"]),         # [<= 5]
+             h.make_node("Gather", ["pairs", "top"], ["picked"], axis=0),     # [<= 5, 2]
+             h.make_node("Reshape", ["picked", "target"], ["r"]),             # [<= 5, 1, 2]
+             h.make_node("Shape", ["picked"], ["picked_shape"]),
+             h.make_node("Add", ["picked_shape", "one"], ["plus_one"]),       # values (<= 6, 3)
+             h.make_node("Sub", ["plus_one", "picked_shape"], ["diff"])]  # a bound minus a bound: nothing follows
+    graph = h.make_graph(nodes, "sliced", [h.make_tensor_value_info("mask", T.BOOL, ["M"]),
+                                           h.make_tensor_value_info("pairs", T.FLOAT, ["P", 2])],
+                         [h.make_tensor_value_info("r", T.FLOAT, None)], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    bounds = DimBounds(load_model(m), {"mask": (1000,), "pairs": (50, 2)})
+    assert bounds.bound("rows", 0) == (1000, True)
+    assert bounds.bound("top", 0) == (5, True)
+    assert bounds.bound("r", 0) == (5, True) and bounds.bound("r", 2) == (2, False)
+    assert bounds.value_bounds("plus_one") == [(6, True), (3, False)]
+    assert bounds.value_bounds("diff") == [(None, True), (None, False)]

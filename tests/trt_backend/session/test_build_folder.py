@@ -14,6 +14,7 @@ from trt_backend.cli import main
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import ArtifactError, OptionsError
 from trt_backend.session.options import SessionOptions
+from trt_backend.session.seal import seal
 from trt_backend.session.session import Session
 
 PROFILE = [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}]
@@ -85,7 +86,7 @@ def test_edited_or_corrupt_folders_are_refused(built, tmp_path) -> None:
     path = os.path.join(folder, "manifest.json")
     manifest = json.load(open(path))
     del manifest["segments"][0]["model_sha256"]
-    json.dump(manifest, open(path, "w"))
+    json.dump(seal(manifest), open(path, "w"))  # (re-digested: the manifest's own checks still hold)
     with pytest.raises(ArtifactError, match="manifest lacks 'model_sha256'"):
         trt_backend.load(folder)
     with pytest.raises(ArtifactError, match="no manifest.json"):
@@ -97,7 +98,7 @@ def test_engines_of_another_tensorrt_version_are_refused_or_rebuilt(built, tmp_p
     path = os.path.join(folder, "manifest.json")
     manifest = json.load(open(path))
     manifest["tensorrt"] = "tensorrt 9.0.0"
-    json.dump(manifest, open(path, "w"))
+    json.dump(seal(manifest), open(path, "w"))  # re-digested, as a real foreign folder would be
     with pytest.raises(ArtifactError, match=r"engines were built with tensorrt 9\.0\.0, this machine has tensorrt"):
         trt_backend.load(folder, SessionOptions(emulate=False))
     from trt_backend.errors import TensorRTUnavailableError

@@ -34,9 +34,9 @@ _PLAN: list = []
 
 @pytest.fixture
 def gpu_boundary(monkeypatch):
-    monkeypatch.setattr(session_module, "tensorrt_status", lambda: (True, "declared by the test"))
-    monkeypatch.setattr(session_module, "Stream", lambda: "stream")
-    monkeypatch.setattr(session_module, "BufferPool", lambda: "pool")
+    monkeypatch.setattr(session_module, "tensorrt_status", lambda device=0: (True, "declared by the test"))
+    monkeypatch.setattr(session_module, "Stream", lambda device=None: "stream")
+    monkeypatch.setattr(session_module, "BufferPool", lambda device=None: "pool")
     monkeypatch.setattr(session_module, "cuda_provider_available", lambda: False)
     made: list[EngineKeepingRunner] = []
 
@@ -61,7 +61,7 @@ def test_gpu_path_builds_an_engine_per_tensorrt_segment(gpu_boundary, tmp_path) 
     assert [r.segment.id for r in gpu_boundary] == [0, 2]
     assert all(len(r.engine) > 10_000 for r in gpu_boundary)
     assert gpu_boundary[0].kw == {"pool": "pool", "stream": "stream", "outputs_on_device": True,
-                                  "allow_host_code": False}
+                                  "allow_host_code": False, "device_id": None}
     assert sorted(s.segment for s in sess.build_report.segments) == [0, 2]
     x = np.random.default_rng(0).standard_normal((3, 3, 32, 32)).astype(np.float32)
     want = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"]).run(None, {"image": x})

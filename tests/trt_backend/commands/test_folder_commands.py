@@ -1,0 +1,157 @@
+"""Build once, run many from the command line: ``bench DIR`` measures a build folder's engines as
+built and its JSON says no build happened; ``inspect DIR`` shows the built plan, profiles and
+engines; ``--max-memory`` refuses an oversized tensor in one line on every command that allocates."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from trt_backend.cli import main
+from trt_backend.data.demo import DEMO_PATH
+from trt_backend.errors import MemoryLimitError, OptionsError
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
+
+FAST = ["--warmup-ms", "20", "--duration-s", "0.1", "--iterations", "3", "--rounds", "1", "--no-progress"]
+pytestmark = pytest.mark.usefixtures("flavor")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> str:
+    out = str(tmp_path_factory.mktemp("folder") / "demo")
+    assert main(["build", DEMO_PATH, "-o", out, "--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:2x3x32x32",
+                 "--max-shapes", "image:8x3x32x32"]) == 0
+    return out
+
+
+@pytest.fixture
+def nothing_planned_calibrated_or_built(monkeypatch) -> None:
+    import trt_backend.bench.candidates as candidates_module
+    import trt_backend.planning as planning_module
+    import trt_backend.session.session as session_module
+
+    def forbidden(*a, **k):
+        raise AssertionError("a build folder must not be planned, calibrated or built again")
+
+    monkeypatch.setattr(planning_module, "plan_model", forbidden)
+    monkeypatch.setattr(session_module, "derive_profiles", forbidden)
+    monkeypatch.setattr(session_module, "build_with_fallback", forbidden)
+    monkeypatch.setattr(candidates_module, "build_engines", forbidden)
+
+
+def test_bench_on_a_build_folder_records_that_nothing_was_built(built, tmp_path, capsys,
+                                                                 nothing_planned_calibrated_or_built) -> None:
+    out = tmp_path / "bench.json"
+    assert main(["bench", built, "--shapes", "image:3x3x32x32", "--emulate", "--baselines", "ort-cpu,trt-whole",
+                 *FAST, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    manifest = json.load(open(os.path.join(built, "manifest.json")))
+    doc = json.loads(out.read_text())
+    assert doc["source"] == "build folder" and doc["built"] is False and doc["signed"] is False
+    assert doc["manifest_digest"] == manifest["digest"] and doc["folder"] == built
+    assert doc["built_with"] == manifest["tensorrt"] and doc["gpu_target"] == manifest["gpu_target"]
+    assert doc["shapes"] == {"image": [3, 3, 32, 32]} and doc["settings"]["build"] is False
+    ours, ort_cpu, whole = doc["runners"]
+    assert ours["name"] == "trt-backend" and ours["available"] and ours["iterations"] >= 3
+    assert [s["executor"] for s in ours["segments"]] == ["emulated", "onnxruntime", "emulated"]
+    assert ours["build"]["skipped"].startswith("build folder") and ours["build"]["engine_bytes"] == {
+        str(s["id"]): s["engine_bytes"] for s in manifest["segments"] if s["engine"]}
+    assert ort_cpu["available"] and not whole["available"] and "build folder is measured as built" in whole["reason"]
+    assert f"build folder {built} (manifest {manifest['digest']})" in text
+
+
+def test_bench_of_a_model_says_it_built(tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    assert main(["bench", DEMO_PATH, "--shapes", "image:2x3x32x32", "--emulate", "--baselines", "none", *FAST,
+                 "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["source"] == "model" and doc["built"] is True and "manifest_digest" not in doc
+
+
+def test_bench_on_a_build_folder_refuses_profiles_and_outside_shapes(built, capsys) -> None:
+    assert main(["bench", built, "--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:1x3x32x32",
+                 "--max-shapes", "image:1x3x32x32", *FAST]) == 1
+    assert "a build folder brings its own profiles" in capsys.readouterr().err
+    assert main(["bench", built, "--shapes", "image:9x3x32x32", "--emulate", *FAST]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "image" in err and "\n" not in err and "9" in err
+
+
+def test_inspect_shows_a_build_folder_as_built(built, tmp_path, capsys, nothing_planned_calibrated_or_built) -> None:
+    manifest = json.load(open(os.path.join(built, "manifest.json")))
+    assert main(["inspect", built, "--json", str(tmp_path / "plan.json"), "--export-segments",
+                 str(tmp_path / "segs")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"build folder {built} | manifest {manifest['digest']} | unsigned")
+    assert f"engines for {manifest['tensorrt']} | GPU target {manifest['gpu_target']}" in text
+    assert "precision fp32" in text and "this machine: same TensorRT and GPU target" in text
+    assert "3 segments (2 TensorRT, 1 ONNX Runtime)" in text
+    assert "image   1x3x32x32 / 2x3x32x32 / 8x3x32x32  user" in text
+    for seg in manifest["segments"]:
+        if seg["engine"]:
+            assert f"{seg['engine']}  {seg['engine_bytes']}" in text
+    assert json.loads((tmp_path / "plan.json").read_text()) == manifest["plan"]
+    assert sorted(os.listdir(tmp_path / "segs")) == ["segment_0.onnx", "segment_1.onnx", "segment_2.onnx"]
+    assert main(["inspect", built, "--exclude-ops", "Conv"]) == 1
+    assert "a build folder is shown as built; --exclude-ops apply to planning" in capsys.readouterr().err
+
+
+def test_max_memory_refuses_in_one_line(built, capsys) -> None:
+    """--max-memory on run, bench, compare and build: the tensor, its shape and both sizes."""
+    # 16x3x32x32 float32 is 192 KiB; 8x3x32x32 is 96 KiB; the limit 64K is below both
+    cases = [["run", DEMO_PATH, "--shapes", "image:16x3x32x32", "--emulate"],
+             ["run", built, "--shapes", "image:8x3x32x32", "--emulate"],
+             ["compare", DEMO_PATH, "--shapes", "image:16x3x32x32", "--emulate"],
+             ["build", DEMO_PATH, "-o", os.path.join(os.path.dirname(built), "never"), "--shapes", "image:16x3x32x32"],
+             ["bench", DEMO_PATH, "--shapes", "image:16x3x32x32", "--emulate", *FAST]]
+    for command in cases:
+        assert main([*command, "--max-memory", "64K"]) == 1, command
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("trt-backend: error: input 'image'") or err.startswith(
+            "trt-backend: error: calibration input 'image'"), err
+        assert "x3x32x32" not in err and "3, 32, 32) of float32 needs" in err
+        assert err.endswith("more than the max_memory limit (--max-memory) of 64.0 KiB") and "\n" not in err
+    assert not os.path.exists(os.path.join(os.path.dirname(built), "never"))
+    assert main(["run", DEMO_PATH, "--shapes", "image:2x3x32x32", "--emulate", "--max-memory", "64K"]) == 0
+    capsys.readouterr()
+    assert main(["run", DEMO_PATH, "--max-memory", "lots"]) == 1
+    assert capsys.readouterr().err.strip() == ("trt-backend: error: --max-memory: cannot read size 'lots'; "
+                                               "write bytes or a size such as 8G, 512M, 1.5GiB")
+
+
+def test_session_max_memory(built) -> None:
+    with pytest.raises(MemoryLimitError, match=r"calibration input 'image': shape \(16, 3, 32, 32\) of float32 "
+                                               r"needs 192\.0 KiB, more than the max_memory limit"):
+        Session(DEMO_PATH, [{"image": (16, 3, 32, 32)}], SessionOptions(emulate=True, max_memory="128K"))
+    sess = Session(built, options=SessionOptions(emulate=True, max_memory=1 << 20))
+    assert sess.options.max_memory == 1 << 20
+    out = sess.run(None, {"image": np.zeros((8, 3, 32, 32), np.float32)})
+    assert out[0].shape == (8, 10)
+    assert SessionOptions(max_memory="1.5G").max_memory == 3 << 29
+    with pytest.raises(OptionsError, match="max_memory must be more than 0 bytes"):
+        SessionOptions(max_memory=0)
+
+
+def test_an_inputs_file_claiming_a_huge_array_is_refused_before_numpy_allocates(built, tmp_path, capsys) -> None:
+    """An .npz member's header may claim any shape: its size is checked from the header first."""
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": (1 << 30, 3, 32, 32)})
+    crafted = tmp_path / "big.npz"
+    with zipfile.ZipFile(crafted, "w") as z:
+        z.writestr("image.npy", b"\x93NUMPY\x01\x00" + header.getvalue()[8:] + b"\x00" * 64)
+    assert main(["run", built, "--inputs", str(crafted), "--emulate"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"trt-backend: error: input 'image' in {crafted}: shape (1073741824, 3, 32, 32) of float32 "
+                          "needs 12.0 TiB, ") and "\n" not in err
+    np.savez(tmp_path / "ok.npz", image=np.zeros((2, 3, 32, 32), np.float32))
+    assert main(["run", built, "--inputs", str(tmp_path / "ok.npz"), "--emulate", "--max-memory", "16K"]) == 1
+    assert "input 'image' in" in capsys.readouterr().err
+    assert main(["run", built, "--inputs", str(tmp_path / "ok.npz"), "--emulate", "--max-memory", "32K"]) == 0
+    assert "probs: shape (2, 10) float32" in capsys.readouterr().out

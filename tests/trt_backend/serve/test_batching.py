@@ -1,0 +1,120 @@
+"""Batching and the HTTP bodies without Ray: real emulated Sessions of the demo model, every answer
+checked against whole-model ONNX Runtime."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from tests.helpers import model, vi
+from trt_backend.data.demo import DEMO_PATH
+from trt_backend.errors import FeedError, OptionsError, ProfileError, RequestError
+from trt_backend.serve.batching import BatchRunner, batch_rows
+from trt_backend.serve.codec import (
+    decode_request,
+    encode_reply,
+    json_request,
+    npz_request,
+    read_reply,
+)
+from trt_backend.serve.options import ServeOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
+
+PROFILE = [{"image": ((1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32))}]
+
+
+@pytest.fixture(scope="module")
+def session() -> Session:
+    return Session(DEMO_PATH, PROFILE, SessionOptions(emulate=True))
+
+
+@pytest.fixture(scope="module")
+def reference() -> ort.InferenceSession:
+    return ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"])
+
+
+def image(rows: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((rows, 3, 32, 32)).astype(np.float32)
+
+
+def assert_answer(got: dict, x: np.ndarray, reference: ort.InferenceSession) -> None:
+    want = reference.run(None, {"image": x})
+    assert list(got) == ["probs", "top_scores", "top_classes"]
+    np.testing.assert_allclose(got["probs"], want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["top_scores"], want[1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got["top_classes"], want[2])
+
+
+def test_rows_per_run_never_pass_the_profiles(session) -> None:
+    assert batch_rows(session, 4) == 4
+    assert batch_rows(session, 100) == 8  # the profile's max batch
+    fixed = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [2, 3])], [vi("y", [2, 3])])
+    assert batch_rows(Session(fixed, None, SessionOptions(emulate=True, flavor="none")), 8) is None
+
+
+def test_mixed_requests_are_packed_split_and_answered(session, reference) -> None:
+    runner = BatchRunner(session, 4)
+    sizes = [1, 3, 2, 7, 1, 12, 4, 2]
+    xs = [image(n, k) for k, n in enumerate(sizes)]
+    replies = runner.run([{"image": x} for x in xs])
+    for got, x in zip(replies, xs):
+        assert_answer(got, x, reference)
+    stats = runner.stats.as_dict()
+    assert stats["split_requests"] == 2 and stats["largest_run"] == 4 and stats["rows"] == sum(sizes)
+    assert stats["runs"] < sum(-(-n // 4) for n in sizes) + 1 and stats["runs"] >= -(-sum(sizes) // 4)
+
+
+def test_one_bad_request_fails_alone(session, reference) -> None:
+    runner = BatchRunner(session, 8)
+    good = [image(2, 1), image(3, 2)]
+    replies = runner.run([{"image": good[0]}, {"image": image(2, 3).astype(np.float64)},
+                          {"image": np.zeros((1, 3, 16, 16), np.float32)}, {"image": good[1]}, {"picture": good[0]},
+                          "not a mapping"])
+    assert_answer(replies[0], good[0], reference)
+    assert_answer(replies[3], good[1], reference)
+    assert isinstance(replies[1], FeedError) and "expected dtype float32" in str(replies[1])
+    assert isinstance(replies[2], (FeedError, ProfileError)) and "(1, 3, 16, 16)" in str(replies[2])
+    assert isinstance(replies[4], FeedError) and "'picture'" in str(replies[4])
+    assert isinstance(replies[5], RequestError) and "got str" in str(replies[5])
+    assert [str(replies[k]) for k in (1, 2, 4, 5) if "\n" in str(replies[k])] == []  # one line each (HTTP 400 bodies)
+
+
+def test_http_bodies_both_ways(session) -> None:
+    x = image(2, 5)
+    inputs = session.get_inputs()
+    np.testing.assert_array_equal(decode_request(json_request({"image": x}), "application/json", inputs)["image"], x)
+    nested = decode_request(b'{"inputs": {"image": ' + str(x.tolist()).encode() + b"}}", None, inputs)["image"]
+    assert nested.dtype == np.float32 and np.array_equal(nested, x)  # cast to the model input's dtype
+    np.testing.assert_array_equal(decode_request(npz_request({"image": x}), "application/x-npz", inputs)["image"], x)
+    out = {"probs": x[:, 0, 0, :10], "top_classes": np.arange(6, dtype=np.int64).reshape(2, 3)}
+    for npz, ctype in ((False, "application/json"), (True, "application/x-npz")):
+        back = read_reply(encode_reply(out, npz), ctype)
+        assert {k: (v.dtype, v.tolist()) for k, v in back.items()} == {k: (v.dtype, v.tolist()) for k, v in out.items()}
+    for body, ctype, message in [
+        (b"{nope", "application/json", "cannot read the request body as JSON"),
+        (b'{"image": [1]}', "application/json", '{"inputs": {"<input name>": <array>, ...}}'),
+        (b'{"inputs": {"image": {"data": [1, 2], "dtype": "float99"}}}', None, "unknown dtype 'float99'"),
+        (b'{"inputs": {"image": {"data": [1, 2, 3], "shape": [2, 2]}}}', None, "3 values do not fill shape (2, 2)"),
+        (b'{"inputs": {"image": [[1], [2, 3]]}}', None, "cannot read the values as float32"),
+        (b"PK not a zip", "application/x-npz", "cannot read the request body as .npz"),
+    ]:
+        with pytest.raises(RequestError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+                           .replace("{", r"\{").replace("}", r"\}").replace(".", r"\.")):
+            decode_request(body, ctype, inputs)
+    assert io.BytesIO(npz_request({"image": x})).read(2) == b"PK"
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"replicas": 0}, "replicas must be a whole number >= 1, got 0"),
+    ({"max_batch_size": 16, "max_ongoing_requests": 8}, "max_ongoing_requests (8) must be >= max_batch_size (16)"),
+    ({"batch_wait_ms": float("nan")}, "batch_wait_ms must be a number >= 0"),
+    ({"port": 70000}, "port must be <= 65535"),
+    ({"route_prefix": "api"}, "route_prefix must start with '/'"),
+])
+def test_serve_options_are_checked(kw, message) -> None:
+    with pytest.raises(OptionsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ServeOptions(**kw)

@@ -1,0 +1,17 @@
+"""`trt-backend serve`: bad input is one line and exit 1, before any Ray cluster starts."""
+from __future__ import annotations
+
+import pytest
+
+from trt_backend.cli import main
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["serve", "/no/such/build"], "trt-backend: error: /no/such/build: no such build folder or model file"),
+    (["serve", ".", "--port", "70000"], "trt-backend: error: ServeOptions.port must be <= 65535, got 70000"),
+    (["serve", ".", "--batch-wait-ms", "-1"], "trt-backend: error: ServeOptions.batch_wait_ms must be a number >= 0"),
+])
+def test_bad_serve_arguments_are_one_line(argv, message, capsys) -> None:
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message) and "\n" not in err

@@ -1,0 +1,1 @@
+"""Exports of a build for serving engines: a Triton Inference Server model repository."""

@@ -1,0 +1,134 @@
+"""Whether Triton may batch a build: with ``max_batch_size > 0`` Triton adds the batch as the
+leading dim of every input and output of every composing model, so every tensor crossing a
+segment boundary (model inputs and outputs included) must have the batch as its leading, dynamic
+dim, and every engine's profiles must take batches 1..max_batch_size. Checked against the model's
+symbolic dims and the derived profiles, and where neither tells, by running the model at two batch
+sizes; the first tensor that breaks it is named."""
+from __future__ import annotations
+
+import onnx
+
+from trt_backend.errors import ExportError, FeedError, SegmentLoadError, SegmentRunError
+from trt_backend.export.observe import observed_shapes
+from trt_backend.export.source import ExportSource
+from trt_backend.profiles import TensorProfile
+
+_DEFAULT = " (export without --max-batch-size: full shapes, no batching)"
+
+
+def _leading(vi: onnx.ValueInfoProto) -> onnx.TensorShapeProto.Dimension | None:
+    tt = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type") or not tt.HasField("shape") or not tt.shape.dim:
+        return None
+    return tt.shape.dim[0]
+
+
+def check_batching(source: ExportSource, max_batch: int) -> None:
+    """ExportError naming the first tensor that Triton could not batch up to ``max_batch``."""
+    what = f"--max-batch-size {max_batch}"
+    model = source.plan.model
+    if model is None:
+        raise ExportError(f"{what}: the build's plan has no model")
+    consumed = {n for seg in source.plan.segments for n in seg.inputs}
+    symbols: dict[str, str] = {}
+    for vi in model.proto.graph.input:
+        if vi.name not in consumed:
+            continue
+        dim = _leading(vi)
+        if dim is None:
+            raise ExportError(f"{what}: model input '{vi.name}' has no leading dim to batch{_DEFAULT}")
+        if not dim.dim_param:
+            fixed = f"is fixed at {dim.dim_value}" if dim.HasField("dim_value") else "has no name"
+            raise ExportError(f"{what}: model input '{vi.name}': its leading dim {fixed}, so it is not a batch "
+                              f"dim{_DEFAULT}")
+        symbols[vi.name] = dim.dim_param
+    if len(set(symbols.values())) > 1:
+        pairs = ", ".join(f"'{n}' {s}" for n, s in symbols.items())
+        raise ExportError(f"{what}: the model inputs lead with different dims ({pairs}); Triton batches them all "
+                          f"alike{_DEFAULT}")
+    symbol = next(iter(symbols.values()), None)
+    ranges = _batch_ranges(source, symbols, what, max_batch)
+    profiled: dict[str, list[TensorProfile]] = {}
+    for seg_id, profiles in source.segment_profiles.items():
+        for p in profiles:
+            for name, tp in p.items():
+                profiled.setdefault(name, []).append(tp)
+    undecided: dict[str, tuple[str, str]] = {}  # tensor -> (what, its leading dim's name)
+    for seg in source.plan.segments:
+        proto = source.segment_models[seg.id]
+        values = {vi.name: vi for vi in list(proto.graph.input) + list(proto.graph.output)}
+        for role, names in (("input", seg.inputs), ("output", seg.outputs)):
+            for name in names:
+                label = f"{what}: segment {seg.id} {role} '{name}'"
+                shown = _check_tensor(values.get(name), label, symbol, profiled.get(name, []), ranges)
+                if shown is not None and name not in undecided:
+                    undecided[name] = (label, shown)
+    if undecided:
+        _check_by_running(source, undecided, symbols, max_batch)
+
+
+def _check_by_running(source: ExportSource, undecided: dict[str, tuple[str, str]], symbols: dict[str, str],
+                      max_batch: int) -> None:
+    """Tensors whose leading dim neither the model's dim names nor a derived profile tie to the
+    batch: run the whole model in ONNX Runtime at batch 1, 2 and ``max_batch`` (other dims at the
+    first profile's opt) and require their leading dim to be the batch every time."""
+    batches = sorted({1, max_batch, 2 if max_batch > 1 else 1})
+    try:
+        runs = observed_shapes(source, list(undecided), batches, list(symbols), "the batch check of --max-batch-size")
+    except (SegmentRunError, SegmentLoadError, FeedError) as e:
+        label, shown = next(iter(undecided.values()))
+        raise ExportError(f"{label}: its leading dim ({shown}) is not known to be the batch, and running the model "
+                          f"to see failed: {e}{_DEFAULT}") from None
+    for n, (label, shown) in undecided.items():
+        seen = [shapes[n][0] if shapes[n] else -1 for shapes in runs]
+        if seen != batches:
+            got = ", ".join(f"{d} at batch {b}" for d, b in zip(seen, batches))
+            raise ExportError(f"{label}: its leading dim ({shown}) does not follow the batch: ONNX Runtime gave {got}"
+                              f"{_DEFAULT}")
+
+
+def _batch_ranges(source: ExportSource, symbols: dict[str, str], what: str, max_batch: int) -> list[tuple[int, int]]:
+    """Per input profile, the batch range (min, max) of the model inputs; each must take 1..max_batch."""
+    ranges: list[tuple[int, int]] = []
+    for k, profile in enumerate(source.input_profiles):
+        seen = {name: (profile[name].min[0], profile[name].max[0]) for name in symbols if name in profile
+                and profile[name].min}
+        if not seen:
+            continue
+        if len(set(seen.values())) > 1:
+            raise ExportError(f"{what}: profile {k} gives the inputs different batch ranges {seen}{_DEFAULT}")
+        (name, (lo, hi)), = list(seen.items())[:1]
+        if lo > 1 or hi < max_batch:
+            raise ExportError(f"{what}: profile {k} of model input '{name}' takes batches {lo}..{hi}, but Triton sends "
+                              f"any batch from 1 to {max_batch}; build with a profile covering 1..{max_batch} or lower "
+                              "--max-batch-size")
+        ranges.append((lo, hi))
+    return ranges
+
+
+def _check_tensor(vi: onnx.ValueInfoProto | None, what: str, symbol: str | None, profiles: list[TensorProfile],
+                  ranges: list[tuple[int, int]]) -> str | None:
+    """ExportError if the tensor cannot carry the batch; None if it does; else (undecided: to be
+    checked by running) how its leading dim is named."""
+    dim = _leading(vi) if vi is not None else None
+    if dim is None:
+        raise ExportError(f"{what} has no leading dim (a scalar, or rank unknown), so it cannot carry the "
+                          f"batch{_DEFAULT}")
+    if dim.HasField("dim_value"):
+        raise ExportError(f"{what}: its leading dim is fixed at {dim.dim_value}, not the batch{_DEFAULT}")
+    if dim.dim_param and symbol is not None and dim.dim_param != symbol and not dim.dim_param.startswith("unk__"):
+        raise ExportError(f"{what}: its leading dim is '{dim.dim_param}', not the batch ('{symbol}'){_DEFAULT}")
+    for tp in profiles:
+        if 0 in tp.data_dependent:
+            raise ExportError(f"{what}: its leading dim depends on the data (derived profile min {tp.min} max "
+                              f"{tp.max}), not the batch{_DEFAULT}")
+    if profiles:
+        spans = sorted({(tp.min[0], tp.max[0]) for tp in profiles if tp.min})
+        if ranges and any(span not in ranges for span in spans):
+            raise ExportError(f"{what}: its leading dim spans {spans} in the derived profiles while the batch spans "
+                              f"{sorted(set(ranges))}, so it is not the batch{_DEFAULT}")
+        if ranges:
+            return None
+    if symbol is None or dim.dim_param != symbol:
+        return f"'{dim.dim_param}'" if dim.dim_param else "unnamed"
+    return None

@@ -1,0 +1,77 @@
+"""What the exporter cannot read from the model's types, it observes: the whole (normalized)
+model run in ONNX Runtime on seeded random inputs at the first profile's opt shapes (the batch
+changed where asked), with the boundary tensors in question as extra outputs."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+
+from trt_backend.errors import ExportError, FeedError, SegmentLoadError, SegmentRunError
+from trt_backend.export.source import ExportSource
+from trt_backend.ort.options import OrtOptions
+from trt_backend.ort.sessions import tapped_session
+from trt_backend.session.feeds import node_arg, random_feeds
+
+
+def observed_shapes(source: ExportSource, names: Sequence[str], batches: Sequence[int | None], batched: Sequence[str],
+                    what: str) -> list[dict[str, tuple[int, ...]]]:
+    """The shapes of ``names``, one dict per run: a run per entry of ``batches`` (None: the opt
+    shapes as they are; else the leading dim of the inputs ``batched`` set to it). Raises the
+    runtime's error (SegmentRunError, SegmentLoadError, FeedError) for the caller to word."""
+    model = source.plan.model
+    if model is None:
+        raise ExportError(f"{what}: the build's plan has no model to run")
+    args = [node_arg(vi.name, vi.type) for vi in model.proto.graph.input]
+    first = source.input_profiles[0] if source.input_profiles else {}
+    run = tapped_session(model, list(names), OrtOptions(), what)
+    out = []
+    for k, b in enumerate(batches):
+        shapes: dict[str, tuple[int, ...]] = {}
+        for arg in args:
+            base = list(first[arg.name].opt) if arg.name in first else \
+                [d if isinstance(d, int) else 1 for d in (arg.shape or ())]
+            if b is not None and arg.name in batched and base:
+                base[0] = b
+            shapes[arg.name] = tuple(base)
+        values = run(random_feeds(args, shapes, seed=k), list(names))
+        out.append({n: tuple(int(d) for d in np.shape(values[n])) for n in names})
+    return out
+
+
+def learn_ranks(source: ExportSource) -> list[str]:
+    """Boundary tensors whose type gives no rank (after ``ai.onnx.ml`` ops, Loop outputs...): their
+    rank from one run, written into the segment models (every dim unknown, so -1 in configs).
+    Returns the tensors learned; ExportError naming one if the run fails."""
+    unknown: set[str] = set()
+    for seg in source.plan.segments:
+        proto = source.segment_models[seg.id]
+        for vi in list(proto.graph.input) + list(proto.graph.output):
+            if vi.name in seg.inputs or vi.name in seg.outputs:
+                if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
+                    unknown.add(vi.name)
+    if not unknown:
+        return []
+    names = sorted(unknown)
+    try:
+        (shapes,) = observed_shapes(source, names, [None], [], "learning the rank of boundary tensors")
+    except (SegmentRunError, SegmentLoadError, FeedError) as e:
+        raise ExportError(f"tensor '{names[0]}' crosses a segment boundary with no known rank, and running the model "
+                          f"to learn it failed: {e}") from None
+    for seg in source.plan.segments:
+        proto = source.segment_models[seg.id]
+        todo = [vi for vi in list(proto.graph.input) + list(proto.graph.output) if vi.name in unknown
+                and vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
+        if not todo:
+            continue
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
+        for vi in list(copy.graph.input) + list(copy.graph.output):
+            if vi.name in unknown and not vi.type.tensor_type.HasField("shape"):
+                shape = vi.type.tensor_type.shape  # touching it marks the rank known
+                shape.SetInParent()
+                for _ in shapes[vi.name]:
+                    shape.dim.add()
+        source.segment_models[seg.id] = copy
+    return names

@@ -1,0 +1,47 @@
+"""Writing a decided :class:`~trt_backend.export.repo.TritonRepo`: into a temporary folder beside
+the target, then renamed into place, so a reader sees the old repository or the whole new one."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from trt_backend.errors import ExportError
+from trt_backend.export.repo import TritonRepo
+
+
+def check_out_dir(out_dir: str, force: bool) -> None:
+    """``out_dir`` may be written: absent, empty, or (with ``force``) a folder to replace."""
+    if os.path.exists(out_dir):
+        if not os.path.isdir(out_dir):
+            raise ExportError(f"{out_dir}: exists and is not a folder")
+        if os.listdir(out_dir) and not force:
+            raise ExportError(f"{out_dir}: folder is not empty; --force replaces it")
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    if not os.path.isdir(parent):
+        raise ExportError(f"{out_dir}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ExportError(f"{out_dir}: folder {parent} is not writable")
+
+
+def write_repo(repo: TritonRepo, out_dir: str, *, force: bool = False) -> None:
+    """Write ``repo`` into a temporary folder beside ``out_dir``, then rename it into place: never
+    half a repository. A non-empty ``out_dir`` is replaced only with ``force``."""
+    check_out_dir(out_dir, force)
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    tmp = tempfile.mkdtemp(prefix=".triton-", dir=parent)
+    try:
+        for f in repo.files():
+            f.write_to(tmp)
+        os.chmod(tmp, 0o755)
+        old = None
+        if os.path.exists(out_dir):
+            old = tempfile.mkdtemp(prefix=".old-", dir=parent)
+            os.rmdir(old)
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ExportError(f"cannot write {out_dir}: {e.strerror or e}") from None

@@ -1,0 +1,250 @@
+"""A Session on Ray Serve: a deployment whose replicas each hold a Session (from a build folder
+or a model), requests gathered with ``@serve.batch``, an HTTP ingress (JSON or NumPy) and a
+Python handle (:class:`ServeClient`). A request whose replica dies is sent again (inference is
+idempotent), by the ingress for HTTP and by the client for the handle, so a killed replica
+loses no accepted request while Serve replaces it. Ray is imported inside functions only."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, TypeVar
+
+import numpy as np
+
+from trt_backend.errors import RequestError, ServeError, TrtBackendError
+from trt_backend.serve.batching import BatchRunner, Reply
+from trt_backend.serve.codec import (
+    JSON,
+    NPZ,
+    decode_request,
+    encode_error,
+    encode_reply,
+    is_npz,
+)
+from trt_backend.serve.options import ServeOptions
+from trt_backend.session.artifacts import is_build_folder
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
+
+log = logging.getLogger(__name__)
+
+SESSION_DEPLOYMENT = "TrtBackendSession"
+HTTP_DEPLOYMENT = "TrtBackendHTTP"
+T = TypeVar("T")
+
+
+def import_serve() -> ModuleType:
+    try:
+        from ray import serve
+    except ImportError:
+        raise ServeError("Ray Serve is not installed: pip install 'trt-backend[serve]' (ray[serve])") from None
+    return serve
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request the session refused, returned as data (a bad request is not a dead replica)."""
+
+    message: str
+    kind: str
+
+
+def _reply(r: Reply) -> dict[str, np.ndarray] | Refusal:
+    return Refusal(str(r), type(r).__name__) if isinstance(r, TrtBackendError) else r
+
+
+def replica_session(source: str, options: ServeOptions, gpus: float) -> Session:
+    """The Session a replica holds. With a GPU it runs on device 0: Ray has set the replica's
+    CUDA_VISIBLE_DEVICES to the GPU(s) it was given, so device 0 is its own."""
+    so = SessionOptions(emulate=options.emulate, device_id=0 if gpus > 0 else None, cache_dir=options.cache_dir)
+    return Session(source, None if is_build_folder(source) else options.profiles, so)
+
+
+def _retriable() -> tuple[type[BaseException], ...]:
+    import ray.exceptions as rex
+    from ray.serve.exceptions import ReplicaUnavailableError
+
+    return rex.RayActorError, rex.ActorUnavailableError, ReplicaUnavailableError
+
+
+def _backoff(attempt: int) -> float:
+    return min(2.0, 0.1 * 2 ** attempt)
+
+
+async def call_with_retries(call: Callable[[], Awaitable[T]], retries: int) -> T:
+    """``await call()``, sent again while the replica it reached died (at most ``retries`` times)."""
+    retriable = _retriable()
+    for attempt in range(retries + 1):
+        try:
+            return await call()
+        except retriable as e:
+            if attempt == retries:
+                raise ServeError(f"no replica answered after {retries + 1} tries: {type(e).__name__}") from None
+            log.info("replica lost (%s); sending the request again", type(e).__name__)
+            await asyncio.sleep(_backoff(attempt))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _package_root() -> str:
+    """The folder holding the trt_backend package this module belongs to."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def build_app(source: str | os.PathLike[str], options: ServeOptions | None = None) -> Any:
+    """The Ray Serve application: the HTTP ingress bound to the session deployment (or, with
+    ``http_ingress=False``, the session deployment alone, taking HTTP itself)."""
+    serve = import_serve()
+    import ray
+
+    opts = options or ServeOptions()
+    src = os.path.abspath(os.fspath(source))
+    gpus = opts.num_gpus if opts.num_gpus is not None else \
+        (1.0 if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) > 0 else 0.0)
+    # replicas import the trt_backend this process imported (a checkout, an editable install)
+    env = {"PYTHONPATH": os.pathsep.join([_package_root(), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    actor = {"num_cpus": opts.num_cpus, "num_gpus": gpus, "runtime_env": {"env_vars": env}, **opts.extra_actor_options}
+    wait_s = opts.batch_wait_ms / 1000.0
+
+    @serve.deployment(name=SESSION_DEPLOYMENT, num_replicas=opts.replicas, ray_actor_options=actor,
+                      max_ongoing_requests=opts.max_ongoing_requests,
+                      health_check_period_s=opts.health_check_period_s)
+    class SessionReplica:
+        def __init__(self) -> None:
+            self.session = replica_session(src, opts, gpus)
+            self.runner = BatchRunner(self.session, opts.max_batch_size)
+
+        def _run(self, requests: list[Any]) -> list[Any]:
+            return [_reply(r) for r in self.runner.run(requests)]
+
+        @serve.batch(max_batch_size=opts.max_batch_size, batch_wait_timeout_s=wait_s)
+        async def _batched(self, requests: list[Any]) -> list[Any]:
+            return await asyncio.to_thread(self._run, requests)
+
+        async def infer(self, feeds: Mapping[str, Any]) -> Any:
+            if opts.batching:
+                return await self._batched(feeds)
+            return (await asyncio.to_thread(self._run, [feeds]))[0]
+
+        async def infer_http(self, body: bytes, content_type: str | None) -> tuple[int, bytes, str]:
+            try:
+                feeds = decode_request(body, content_type, self.session.get_inputs())
+            except RequestError as e:
+                return 400, encode_error(str(e)), JSON
+            reply = await self.infer(feeds)
+            if isinstance(reply, Refusal):
+                return 400, encode_error(reply.message), JSON
+            npz = is_npz(content_type)
+            return 200, encode_reply(reply, npz), NPZ if npz else JSON
+
+        async def __call__(self, request: Any) -> Any:  # HTTP straight to a replica (http_ingress=False)
+            from starlette.responses import Response
+
+            status, data, media = await self.infer_http(await request.body(), request.headers.get("content-type"))
+            return Response(content=data, status_code=status, media_type=media)
+
+        def info(self) -> dict[str, Any]:
+            return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
+                    "stats": self.runner.stats.as_dict(), "max_rows": self.runner.max_rows,
+                    "executors": self.session.segment_executors, "device_id": self.session.device_id,
+                    "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+    @serve.deployment(name=HTTP_DEPLOYMENT, num_replicas=1, ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": env}},
+                      max_ongoing_requests=max(opts.max_ongoing_requests * opts.replicas, 100))
+    class HTTPIngress:
+        def __init__(self, sessions: Any) -> None:
+            self.sessions = sessions
+
+        async def __call__(self, request: Any) -> Any:
+            from starlette.responses import Response
+
+            body = await request.body()
+            ctype = request.headers.get("content-type")
+            try:
+                status, data, media = await call_with_retries(lambda: self.sessions.infer_http.remote(body, ctype),
+                                                              opts.retries)
+            except ServeError as e:
+                status, data, media = 503, encode_error(str(e)), JSON
+            return Response(content=data, status_code=status, media_type=media)
+
+    if not opts.http_ingress:
+        return SessionReplica.bind()  # type: ignore[attr-defined]
+    return HTTPIngress.bind(SessionReplica.bind())  # type: ignore[attr-defined]
+
+
+class ServeClient:
+    """A Python handle on a served session: :meth:`infer` takes feeds by input name and returns
+    outputs by name (numpy), raising :class:`RequestError` with the session's one-line message
+    for a bad request; a request whose replica died is sent again. From another process than
+    the one that started serving, it joins the Ray cluster at ``address``."""
+
+    def __init__(self, app_name: str = ServeOptions.name, retries: int = ServeOptions.retries, *,
+                 address: str = "auto") -> None:
+        serve = import_serve()
+        import ray
+
+        if not ray.is_initialized():  # another process: join the cluster serving it
+            ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+        self.handle = serve.get_deployment_handle(SESSION_DEPLOYMENT, app_name=app_name)
+        self.retries = retries
+        self.resent = 0  # requests sent again because their replica died
+
+    def _call(self, method: str, *args: Any) -> Any:
+        retriable = _retriable()
+        for attempt in range(self.retries + 1):
+            try:
+                return getattr(self.handle, method).remote(*args).result()
+            except retriable as e:
+                if attempt == self.retries:
+                    raise ServeError(f"no replica answered after {self.retries + 1} tries: {type(e).__name__}") from None
+                self.resent += 1
+                time.sleep(_backoff(attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def infer(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        reply = self._call("infer", dict(feeds))
+        if isinstance(reply, Refusal):
+            raise RequestError(reply.message)
+        return reply  # type: ignore[no-any-return]
+
+    def info(self) -> dict[str, Any]:
+        """One replica's pid, node, batching counters, executors and device."""
+        return self._call("info")  # type: ignore[no-any-return]
+
+
+def _check_source(source: str, options: ServeOptions) -> None:
+    """Fail here, in one line, rather than in every replica."""
+    if not os.path.exists(source):
+        raise ServeError(f"{source}: no such build folder or model file")
+    if is_build_folder(source):  # cheap: no planning; engines are not loaded (emulated)
+        Session(source, None, SessionOptions(emulate=True)).close()
+
+
+def start(source: str | os.PathLike[str], options: ServeOptions | None = None, *,
+          address: str | None = None) -> ServeClient:
+    """Serve ``source`` (a build folder or a model) on Ray Serve: connects to the Ray cluster at
+    ``address`` (None: the one this process is connected to, or a new local one), starts HTTP on
+    ``options.host:options.port`` and the application; returns a :class:`ServeClient`."""
+    serve = import_serve()
+    import ray
+
+    opts = options or ServeOptions()
+    src = os.path.abspath(os.fspath(source))
+    _check_source(src, opts)
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+    serve.start(http_options={"host": opts.host, "port": opts.port}, proxy_location="HeadOnly")
+    try:
+        serve.run(build_app(src, opts), name=opts.name, route_prefix=opts.route_prefix)
+    except RuntimeError as e:
+        raise ServeError(f"the deployment of {src} did not start: {str(e).splitlines()[0] if str(e) else e!r}") from None
+    return ServeClient(opts.name, opts.retries)
+
+
+def stop() -> None:
+    """Shut Serve down (the Ray cluster stays)."""
+    import_serve().shutdown()

@@ -1,0 +1,167 @@
+"""Requests gathered into session runs: split what is larger than a run may be, pack what fits
+together (same input dtypes and non-batch dims), run, and hand each request its own rows back.
+A run never holds more rows than ``max_rows`` nor than the session's profiles take. One bad
+request fails alone: when a packed run fails, its requests are run one by one to find out whose
+fault it was. No Ray here (the deployment calls it)."""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trt_backend.errors import RequestError, TrtBackendError
+from trt_backend.session.session import Session
+
+log = logging.getLogger(__name__)
+
+Feeds = Mapping[str, Any]
+Reply = dict[str, np.ndarray] | TrtBackendError
+
+
+def batch_rows(session: Session, max_batch_size: int) -> int | None:
+    """Most rows one run may hold: ``max_batch_size``, lowered to what the session's profiles
+    take on the leading dim. None when the model has no common batch dim (every input and output
+    dynamic on dim 0 under one name): then each request runs alone, as sent."""
+    args = [*session.get_inputs(), *session.get_outputs()]
+    leading = {a.shape[0] if a.shape else 0 for a in args}
+    if len(leading) != 1 or not isinstance(next(iter(leading)), str):
+        return None
+    rows = max_batch_size
+    if session.input_profiles:
+        names = [a.name for a in session.get_inputs()]
+        best = max(min((p[n].max[0] for n in names if n in p and p[n].max), default=max_batch_size)
+                   for p in session.input_profiles)
+        rows = min(rows, int(best))
+    return max(1, rows)
+
+
+@dataclass
+class _Piece:
+    request: int
+    feeds: dict[str, np.ndarray]
+    rows: int
+    key: tuple[Any, ...]
+    outputs: list[Any] | None = None
+
+
+@dataclass
+class BatchStats:
+    """What the runner did, for tests and the benchmark."""
+
+    requests: int = 0
+    runs: int = 0
+    rows: int = 0
+    largest_run: int = 0
+    split_requests: int = 0
+    refused: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"requests": self.requests, "runs": self.runs, "rows": self.rows, "largest_run": self.largest_run,
+                "split_requests": self.split_requests, "refused": self.refused}
+
+
+class BatchRunner:
+    """Runs lists of requests (feeds by input name) through one Session."""
+
+    def __init__(self, session: Session, max_batch_size: int) -> None:
+        self.session = session
+        self.max_rows = batch_rows(session, max_batch_size)
+        self.output_names = [a.name for a in session.get_outputs()]
+        self.input_names = [a.name for a in session.get_inputs()]
+        self.stats = BatchStats()
+
+    def run(self, requests: Sequence[Feeds]) -> list[Reply]:
+        replies: list[Reply | None] = [None] * len(requests)
+        pieces: list[_Piece] = []
+        for k, feeds in enumerate(requests):
+            try:
+                pieces.extend(self._split(k, feeds))
+            except TrtBackendError as e:
+                replies[k] = e
+        groups: dict[tuple[Any, ...], list[_Piece]] = {}
+        for piece in pieces:
+            groups.setdefault(piece.key, []).append(piece)
+        for group in groups.values():
+            for run in self._pack(group):
+                self._run(run, replies)
+        for k in range(len(requests)):
+            if replies[k] is None:
+                mine = [p for p in pieces if p.request == k]
+                replies[k] = self._join(mine)
+        with self.stats.lock:
+            self.stats.requests += len(requests)
+            self.stats.refused += sum(isinstance(r, TrtBackendError) for r in replies)
+        return [r for r in replies if r is not None]
+
+    # ------------------------------------------------------------ helpers
+
+    def _split(self, k: int, feeds: Feeds) -> list[_Piece]:
+        if not isinstance(feeds, Mapping):
+            raise RequestError(f"a request is a mapping of input name to array, got {type(feeds).__name__}")
+        arrays = {n: v if isinstance(v, np.ndarray) else np.asarray(v) for n, v in feeds.items()}
+        if self.max_rows is None or not arrays or any(a.ndim == 0 for a in arrays.values()) \
+                or set(arrays) != set(self.input_names):
+            return [_Piece(k, arrays, 0, ("alone", k))]  # the session names what is wrong, if anything
+        rows = {a.shape[0] for a in arrays.values()}
+        if len(rows) != 1:
+            sizes = ", ".join(f"'{n}' {a.shape[0]}" for n, a in arrays.items())
+            raise RequestError(f"inputs disagree on the batch size (leading dim): {sizes}")
+        n = rows.pop()
+        key = tuple((name, arrays[name].dtype.str, arrays[name].shape[1:]) for name in self.input_names)
+        if n <= self.max_rows:
+            return [_Piece(k, arrays, n, key)]
+        with self.stats.lock:
+            self.stats.split_requests += 1
+        return [_Piece(k, {name: a[lo:lo + self.max_rows] for name, a in arrays.items()},
+                       min(self.max_rows, n - lo), key) for lo in range(0, n, self.max_rows)]
+
+    def _pack(self, group: list[_Piece]) -> list[list[_Piece]]:
+        if group[0].key[0] == "alone":
+            return [[p] for p in group]
+        runs: list[list[_Piece]] = []
+        rows = 0
+        for piece in group:
+            if not runs or rows + piece.rows > (self.max_rows or 0):
+                runs.append([])
+                rows = 0
+            runs[-1].append(piece)
+            rows += piece.rows
+        return runs
+
+    def _run(self, run: list[_Piece], replies: list[Reply | None]) -> None:
+        feeds = run[0].feeds if len(run) == 1 else \
+            {n: np.concatenate([p.feeds[n] for p in run]) for n in run[0].feeds}
+        try:
+            outputs = self.session.run(None, feeds)
+        except TrtBackendError as e:
+            if len(run) == 1:
+                replies[run[0].request] = e
+                return
+            for piece in run:  # whose fault? each alone
+                self._run([piece], replies)
+            return
+        rows = sum(p.rows for p in run)
+        with self.stats.lock:
+            self.stats.runs += 1
+            self.stats.rows += rows
+            self.stats.largest_run = max(self.stats.largest_run, rows)
+        if len(run) == 1:
+            run[0].outputs = list(outputs)
+            return
+        start = 0
+        for piece in run:
+            piece.outputs = [o[start:start + piece.rows] for o in outputs]
+            start += piece.rows
+
+    def _join(self, pieces: list[_Piece]) -> Reply:
+        parts = [p.outputs for p in pieces]
+        if any(p is None for p in parts):
+            return RequestError("a part of this request was not run")  # (not reached: failures are recorded)
+        if len(parts) == 1:
+            return dict(zip(self.output_names, parts[0]))  # type: ignore[arg-type]
+        return {n: np.concatenate([p[i] for p in parts]) for i, n in enumerate(self.output_names)}  # type: ignore[index]

@@ -1,0 +1,78 @@
+"""How a Session is served on Ray Serve (:class:`ServeOptions`)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trt_backend.errors import OptionsError
+
+DEFAULT_MAX_BATCH = 8
+DEFAULT_WAIT_MS = 5.0
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """``replicas``: session replicas (each holds one Session). ``batching``: requests are
+    gathered with ``@serve.batch`` (at most ``max_batch_size`` rows per session run, never past
+    the session's profiles: larger batches are split; ``batch_wait_ms`` the longest a request
+    waits for company). ``num_gpus``: GPUs per replica (None: 1 where the Ray cluster has GPUs,
+    else 0); a replica with a GPU runs its session on device 0, which is the GPU Ray gave it
+    (Ray sets CUDA_VISIBLE_DEVICES). ``num_cpus``: CPUs per replica. ``cache_dir``: the engine
+    cache folder every replica builds through (one folder shared by all; None: no cache).
+    ``emulate``: the Session's (True, False or "auto"). ``profiles``: input profiles when
+    serving a model rather than a build folder. ``host``/``port``: HTTP; ``name``: the Serve
+    application's name, ``route_prefix`` its HTTP route. ``http_ingress``: HTTP goes through a
+    small ingress deployment that sends a request again when its replica died (True), or
+    straight to the session replicas, one hop less, but a replica's death fails its HTTP requests
+    (False; the Python handle resends either way)."""
+
+    replicas: int = 1
+    batching: bool = True
+    max_batch_size: int = DEFAULT_MAX_BATCH
+    batch_wait_ms: float = DEFAULT_WAIT_MS
+    num_gpus: float | None = None
+    num_cpus: float = 1.0
+    cache_dir: str | None = None
+    emulate: bool | str = "auto"
+    profiles: Sequence[Mapping[str, Any]] | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    name: str = "trt-backend"
+    route_prefix: str = "/"
+    max_ongoing_requests: int = 64
+    health_check_period_s: float = 2.0
+    retries: int = 8  # a request whose replica died is sent again, this many times at most
+    http_ingress: bool = True  # HTTP through an ingress that resends; False: the replicas take HTTP (one hop less)
+    extra_actor_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        def whole(name: str, value: Any, low: int) -> None:
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise OptionsError(f"ServeOptions.{name} must be a whole number >= {low}, got {value!r}")
+
+        def number(name: str, value: Any, low: float) -> None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < low:
+                raise OptionsError(f"ServeOptions.{name} must be a number >= {low:g}, got {value!r}")
+
+        whole("replicas", self.replicas, 1)
+        whole("max_batch_size", self.max_batch_size, 1)
+        whole("port", self.port, 0)
+        whole("max_ongoing_requests", self.max_ongoing_requests, 1)
+        whole("retries", self.retries, 0)
+        number("batch_wait_ms", self.batch_wait_ms, 0.0)
+        number("num_cpus", self.num_cpus, 0.0)
+        number("health_check_period_s", self.health_check_period_s, 0.1)
+        if self.num_gpus is not None:
+            number("num_gpus", self.num_gpus, 0.0)
+        if self.port > 65535:
+            raise OptionsError(f"ServeOptions.port must be <= 65535, got {self.port}")
+        if self.batching and self.max_ongoing_requests < self.max_batch_size:
+            raise OptionsError(f"ServeOptions.max_ongoing_requests ({self.max_ongoing_requests}) must be >= "
+                               f"max_batch_size ({self.max_batch_size}) when batching")
+        if self.emulate not in (True, False, "auto"):
+            raise OptionsError(f"ServeOptions.emulate must be True, False or 'auto', got {self.emulate!r}")
+        if not self.route_prefix.startswith("/"):
+            raise OptionsError(f"ServeOptions.route_prefix must start with '/', got {self.route_prefix!r}")
