@@ -82,6 +82,20 @@ def _tiny_vit() -> Any:
 for _name in ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny"):
     exporter(_name)(_classifier(_tv(_name)))
 exporter("vit_tiny")(_classifier(_tiny_vit, size=96))
+exporter("resnet50")(_classifier(_tv("resnet50")))  # (the precision study's; not in the zoo table)
+
+
+def _tiny_vit_head() -> Any:
+    """vit_tiny with a random head: torchvision zero-initialises it, so every logit is 0 and a
+    precision study of top-1 agreement would measure nothing."""
+    torch = _torch()
+    model = _tiny_vit()
+    torch.manual_seed(0)
+    torch.nn.init.normal_(model.heads.head.weight, std=0.05)
+    return model
+
+
+exporter("vit_tiny_head")(_classifier(_tiny_vit_head, size=96))
 
 
 # ---- torchvision segmentation -------------------------------------------------------------

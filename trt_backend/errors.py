@@ -31,6 +31,11 @@ class CalibrationError(ProfileError):
     """Profiles could not be derived by running the model (e.g. random data it cannot take)."""
 
 
+class CalibrationDataError(OptionsError):
+    """int8 calibration data is missing, unreadable, or does not fit the model's inputs (names,
+    dtypes, shapes, empty, NaN/inf)."""
+
+
 class MemoryLimitError(OptionsError):
     """A tensor asked for would need more memory than this machine has available."""
 
@@ -63,6 +68,11 @@ class ComparisonError(TrtBackendError):
 
 class PrecisionError(TrtBackendError):
     """The precision transform produced an invalid model (the segment can still build in fp32)."""
+
+
+class PrecisionSearchError(TrtBackendError):
+    """``--precision auto`` cannot meet the tolerance: an output differs from the reference even in
+    fp32 (nondeterministic ops)."""
 
 
 class SegmentLoadError(TrtBackendError):
@@ -126,6 +136,7 @@ class SegmentBuildError(TrtBackendError):
 __all__ = [
     "ArtifactError",
     "BenchOptionsError",
+    "CalibrationDataError",
     "CalibrationError",
     "ComparisonError",
     "CudaError",
@@ -145,6 +156,7 @@ __all__ = [
     "ParserCrashError",
     "PlotError",
     "PrecisionError",
+    "PrecisionSearchError",
     "ProfileError",
     "ReferenceRunError",
     "RequestError",

@@ -28,8 +28,8 @@ from trt_backend.accuracy.polygraphy_glue import (
     run_comparison,
 )
 from trt_backend.accuracy.report import ComparisonReport, OutputReport, TensorError
-from trt_backend.engines.builder import BuildOptions
-from trt_backend.engines.precision import apply_precision
+from trt_backend.engines.builder import BuildOptions, segment_precision
+from trt_backend.engines.emulation import emulation_ort_options, segment_emulation
 from trt_backend.errors import PrecisionError, ReferenceRunError, SegmentLoadError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import ort_session
@@ -138,6 +138,8 @@ def lower_precision(sess: Session, precision: str, keep_fp32_ops: Sequence[str])
     Segments running as TensorRT engines keep what they were built with, which must match."""
     done = {r.segment.id: "fp32" for r in sess.runners}
     build = sess.options.build
+    wanted = build if precision == build.precision else dataclasses.replace(
+        build, precision=precision, keep_fp32_ops=tuple(keep_fp32_ops), precision_plan=None)
     built = {row.segment: row.precision for row in sess.build_report.segments} if sess.build_report else {}
     for i, r in enumerate(list(sess.runners)):
         if r.segment.backend != "tensorrt":
@@ -153,15 +155,20 @@ def lower_precision(sess: Session, precision: str, keep_fp32_ops: Sequence[str])
             if precision == "tf32":
                 log.warning("%s: tf32 is a TensorRT builder flag; emulated, the segment computes in fp32", r.label)
             continue
+        proto = sess.plan.extract(r.segment.id)
+        if segment_precision(proto, wanted)[0] in ("fp32", "tf32"):
+            continue
         try:
-            lowered = apply_precision(sess.plan.extract(r.segment.id), precision, tuple(keep_fp32_ops))
+            quantizer = sess.quantizer(wanted) if segment_precision(proto, wanted)[0] == "int8" else None
+            emulated = segment_emulation(proto, wanted, quantizer)
         except PrecisionError as e:
             log.warning("%s stays fp32: %s", r.label, e)
             continue
-        runner = EmulatedTensorRTRunner(r.segment, lowered.model, sess.options.ort_for(len(sess.runners)),
+        runner = EmulatedTensorRTRunner(r.segment, emulated.model,
+                                        emulation_ort_options(sess.options.ort_for(len(sess.runners))),
                                         r.profiles, r.shape_tensors)
         sess.replace_runner(i, runner)
-        done[r.segment.id] = precision
+        done[r.segment.id] = emulated.precision
     return done
 
 

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from partitioner import BoundaryCost, OptionsError, PartitionOptions
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from plugins import default_registry
+from trt_backend.engines.calibration import CALIBRATION_METHODS
+from trt_backend.engines.precision import PRECISIONS, validate_precision
 from trt_backend.ort.options import THREAD_POOLS, OrtOptions
 from trt_backend.ort.values import parse_size
 from trt_backend.profiles import Shape
@@ -176,3 +179,28 @@ def add_shape_arguments(p: argparse.ArgumentParser, what: str) -> None:
     for which in ("min", "opt", "max"):
         p.add_argument(f"--{which}-shapes", action="append", default=[], metavar="x:1x3x224x224,...",
                        help=f"{which} shapes of a profile (repeat all three for several profiles)")
+
+
+def add_precision_arguments(p: argparse.ArgumentParser, what: str = "TensorRT segments") -> None:
+    """``--precision`` and int8's ``--calibration-data``/``--calibration-method``."""
+    p.add_argument("--precision", default="fp32", metavar="|".join(PRECISIONS),
+                   help=f"precision of the {what} (fp16/bf16: an ONNX-level transform; int8: calibrated Q/DQ; "
+                        "default fp32)")
+    p.add_argument("--calibration-data", metavar="FILE.npz|DIR|random", default=None,
+                   help="int8: one array per model input, samples stacked on the batch dim (or a folder of such "
+                        "files); 'random' for a smoke test (not a calibration)")
+    p.add_argument("--calibration-method", choices=CALIBRATION_METHODS, default="minmax",
+                   help="int8: how activation ranges are chosen from the calibration data (default minmax)")
+
+
+def precision_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """BuildOptions fields from :func:`add_precision_arguments`."""
+    validate_precision(args.precision)
+    fields: dict[str, Any] = {"precision": args.precision}
+    if args.calibration_data is not None:
+        fields["calibration_data"] = args.calibration_data
+        fields["calibration_method"] = args.calibration_method
+        if args.calibration_data == "random" and args.precision == "int8":
+            print("calibration data: random (a smoke test of the int8 path; its scales are not a calibration)",
+                  file=sys.stderr)
+    return fields

@@ -12,7 +12,7 @@ from typing import IO, Any
 
 from trt_backend._files import write_atomic
 from trt_backend.bench.candidates import BASELINES
-from trt_backend.bench.loop import PRECISIONS, BenchOptions, run_bench
+from trt_backend.bench.loop import BenchOptions, run_bench
 from trt_backend.bench.report import write_plot
 from trt_backend.bench.timing import ProgressEvent, TimingConfig
 from trt_backend.commands._args import (
@@ -20,12 +20,14 @@ from trt_backend.commands._args import (
     add_device_argument,
     add_memory_argument,
     add_partition_arguments,
+    add_precision_arguments,
     add_shape_arguments,
     add_sign_key_argument,
     cli_profiles,
     max_memory,
     ort_options,
     parse_shapes,
+    precision_fields,
     session_options,
 )
 from trt_backend.errors import BenchOptionsError
@@ -45,8 +47,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="ONNX model file, or a folder written by trt-backend build (its engines "
                                  "measured as built: nothing planned, calibrated or built)")
     add_shape_arguments(p, "run with")
-    p.add_argument("--precision", default="fp32", metavar="|".join(PRECISIONS),
-                   help="precision of TensorRT engine builds and of the TensorRT EP (default fp32)")
+    add_precision_arguments(p, "TensorRT engine builds and of the TensorRT EP")
     p.add_argument("--warmup-ms", default="200", metavar="MS", help="warm-up time per runner (default 200)")
     p.add_argument("--duration-s", default="3", metavar="S", help="minimum timed seconds per runner (default 3)")
     p.add_argument("--iterations", default="10", metavar="N", help="minimum timed runs per runner (default 10)")
@@ -120,8 +121,10 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
     options = BenchOptions(shapes=shapes, profiles=profiles or None, baselines=_baselines(args.baselines),
                            timing=timing, precision=args.precision, build=not args.no_build,
                            cache_dir=args.cache_dir, seed=args.seed)
+    fields = precision_fields(args)
     session = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
-                              ort=ort_options(args, intra_op_threads=threads))
+                              ort=ort_options(args, intra_op_threads=threads),
+                              **(fields if args.precision == "int8" else {}))
     return options, session
 
 

@@ -11,12 +11,14 @@ from trt_backend.commands._args import (
     add_device_argument,
     add_memory_argument,
     add_partition_arguments,
+    add_precision_arguments,
     add_shape_arguments,
     add_sign_key_argument,
     cli_profiles,
     max_memory,
     session_options,
 )
+from trt_backend.commands._precision import add_auto_arguments, build_fields
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.report import BuildEvent
 from trt_backend.ort.values import memory_limit
@@ -31,8 +33,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="ONNX model file")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write (replaced atomically)")
     add_shape_arguments(p, "build for")
-    p.add_argument("--precision", choices=("fp32", "tf32", "fp16", "bf16"), default="fp32",
-                   help="precision of TensorRT segments (an ONNX-level transform; default fp32)")
+    add_precision_arguments(p)
+    add_auto_arguments(p)
     p.add_argument("--cache-dir", metavar="DIR", help="engine cache: unchanged segments are not rebuilt")
     p.add_argument("--workspace-mb", type=int, default=None, metavar="MB", help="builder workspace limit")
     p.add_argument("--compute-capabilities", default=None, metavar="SM80,SM86",
@@ -56,16 +58,16 @@ def handle(args: argparse.Namespace) -> int:
 
 def _handle(args: argparse.Namespace) -> int:
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
-    kw: dict[str, Any] = {"precision": args.precision}
+    so = session_options(args)
+    kw: dict[str, Any] = build_fields(args, args.model, profiles or None, so)
     if args.workspace_mb is not None:
         if args.workspace_mb <= 0:
             raise OptionsError(f"--workspace-mb must be positive, got {args.workspace_mb}")
         kw["workspace_bytes"] = args.workspace_mb << 20
     if args.compute_capabilities:
         kw["compute_capabilities"] = tuple(c.strip() for c in args.compute_capabilities.split(",") if c.strip())
-    manifest = build_folder.build(args.model, args.output, profiles or None, session_options(args), BuildOptions(**kw),
-                               args.cache_dir, flavor=args.flavor, progress=_progress,
-                                  sign_key=args.sign_key)
+    manifest = build_folder.build(args.model, args.output, profiles or None, so, BuildOptions(**kw),
+                                  args.cache_dir, flavor=args.flavor, progress=_progress, sign_key=args.sign_key)
     segs = manifest["segments"]
     engines = [s for s in segs if s["engine"]]
     print(f"model {args.model} | {manifest['tensorrt']} | target {manifest['gpu_target']} | {len(segs)} segment(s), "
@@ -73,7 +75,8 @@ def _handle(args: argparse.Namespace) -> int:
     for s in segs:
         what = (f"engine {s['engine']} {s['engine_bytes']} bytes, built in {s['build_seconds']:.2f} s"
                 if s["engine"] else "runs in ONNX Runtime")
-        print(f"  segment {s['id']}: {s['backend']:<11} {s['model']}  {what}")
+        precision = f" {s['precision']}" if s.get("precision") else ""
+        print(f"  segment {s['id']}: {s['backend']:<11}{precision} {s['model']}  {what}")
     for d in manifest["demoted"]:
         print(f"  demoted node {d['node']} '{d['name']}' ({d['op_type']}): {d['reason']}")
     signed = ", signed with HMAC-SHA256" if "signature" in manifest else ""

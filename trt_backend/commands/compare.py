@@ -18,14 +18,15 @@ from trt_backend.commands._args import (
     add_device_argument,
     add_memory_argument,
     add_partition_arguments,
+    add_precision_arguments,
     add_shape_arguments,
     add_sign_key_argument,
     cli_profiles,
     max_memory,
     parse_shapes,
+    precision_fields,
     session_options,
 )
-from trt_backend.engines.precision import PRECISIONS
 from trt_backend.ort.values import memory_limit
 
 
@@ -51,8 +52,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--error-quantile", default="0.99", metavar="Q", help="quantile for --error-stat quantile")
     p.add_argument("--iterations", default="1", metavar="N", help="inputs per shape point (default 1)")
     p.add_argument("--seed", default="0", metavar="S", help="seed of the random inputs (default 0)")
-    p.add_argument("--precision", default="fp32", metavar="|".join(PRECISIONS),
-                   help="precision of the TensorRT segments (ONNX-level transform; emulated through ONNX Runtime)")
+    add_precision_arguments(p, "TensorRT segments (emulated through ONNX Runtime without a GPU)")
     p.add_argument("--emulate", action="store_true",
                    help="run TensorRT segments through ONNX Runtime even where TensorRT could run them")
     p.add_argument("--localize", action="store_true",
@@ -88,7 +88,8 @@ def _handle(args: argparse.Namespace) -> int:
                              shapes=parse_shapes(args.shapes) if args.shapes else None,
                              all_profile_shapes=args.all_profile_shapes, precision=args.precision,
                              localize="always" if args.localize_always else "mismatch" if args.localize else "off")
-    so = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=options.seed)
+    calibration = {k: v for k, v in precision_fields(args).items() if k != "precision"}
+    so = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=options.seed, **calibration)
     _check_json_path(args.json)
     report = compare(args.model, options, profiles=profiles or None, session_options=so)
     executors = report.executors

@@ -3,6 +3,7 @@ holds: its plan, profiles and engines with their targets, as built."""
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import os
 import shutil
@@ -10,12 +11,18 @@ import tempfile
 
 from partitioner import OptionsError, Plan
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
+from partitioner.picture import render_picture
 from partitioner.report import annotate, summary, table
 from trt_backend._files import save_model_with_data, write_atomic, write_picture
 from trt_backend.commands._args import (
     add_partition_arguments,
     add_sign_key_argument,
     partition_options,
+)
+from trt_backend.engines.precision_plan import (
+    PrecisionPlan,
+    SegmentPrecision,
+    read_precision_plan,
 )
 from trt_backend.gpu.status import tensorrt_status
 from trt_backend.planning import make_plan
@@ -38,6 +45,9 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--export-segments", metavar="DIR", help="write segment_<id>.onnx per segment into DIR")
     p.add_argument("--annotated", metavar="OUT.onnx", help="write the model with each node's segment in metadata_props")
     p.add_argument("--picture", metavar="OUT.svg|OUT.html", help="draw the segments coloured by backend")
+    p.add_argument("--precision-plan", metavar="PLAN.json|DIR", default=None,
+                   help="show this precision plan (of --precision auto; its JSON or a build folder) per segment, "
+                        "also in the HTML picture")
     add_sign_key_argument(p)
     add_partition_arguments(p)
     p.set_defaults(func=handle)
@@ -76,6 +86,33 @@ def export_segments(plan: Plan, folder: str) -> list[str]:
             shutil.rmtree(target, ignore_errors=True)
         raise
     return written
+
+
+def _precision_text(entry: SegmentPrecision) -> str:
+    pins = ", ".join(f"{p.node} ({p.op_type}, " + (p.tensor[1:-1] if p.tensor.startswith("(") else
+                                                   f"{p.error:.3g} x tolerance") + ")" for p in entry.pinned)
+    return (f"{entry.precision}, {entry.reduced}/{len(entry.nodes)} node(s) reduced, {len(entry.pinned)} pinned to fp32"
+            + (f": {pins}" if pins else ""))
+
+
+def _with_precision(page: str, plan: Plan, precision: PrecisionPlan) -> str:
+    """The HTML picture with a table of each TensorRT segment's precision and pinned nodes."""
+    about = f"--precision auto plan: atol {precision.atol:g}, rtol {precision.rtol:g}; search {precision.seconds:.1f} s"
+    rows = ["<h2>Precision</h2>", f"<p>{html.escape(about)}</p>",
+            "<table><tr><th>id</th><th>precision</th><th>nodes reduced</th><th>pinned to fp32 (error that pinned "
+            "them)</th></tr>"]
+    for seg in plan.tensorrt_segments():
+        entry = precision.for_segment(plan.nodes[i].name for i in seg.nodes)
+        if entry is None:
+            rows.append(f"<tr><td class=\"n\">{seg.id}</td><td>fp32</td><td>-</td><td>not in the plan</td></tr>")
+            continue
+        pins = "<br>".join(html.escape(f"{p.node} ({p.op_type}): " + (p.tensor[1:-1] if p.tensor.startswith("(")
+                                                                       else f"{p.error:.3g} x tolerance at {p.tensor}"))
+                           for p in entry.pinned) or "-"
+        rows.append(f"<tr><td class=\"n\">{seg.id}</td><td>{html.escape(entry.precision)}</td>"
+                    f"<td class=\"n\">{entry.reduced}/{len(entry.nodes)}</td><td>{pins}</td></tr>")
+    rows.append("</table>")
+    return page.replace("</body></html>", "\n".join(rows) + "</body></html>", 1)
 
 
 def _planning_flags(args: argparse.Namespace) -> list[str]:
@@ -129,6 +166,7 @@ def folder_report(built: BuiltFolder, folder: str) -> str:
 
 def handle(args: argparse.Namespace) -> int:
     check_output_paths(args)
+    precision = read_precision_plan(args.precision_plan) if args.precision_plan else None
     if is_build_folder(args.model):
         flags = _planning_flags(args)
         if flags:
@@ -140,6 +178,13 @@ def handle(args: argparse.Namespace) -> int:
     else:
         plan = make_plan(args.model, partition_options(args), flavor=args.flavor, isolate=args.isolate)
         print(summary(plan))
+    if precision is None and is_build_folder(args.model) and built.manifest.get("precision_plan"):
+        precision = PrecisionPlan.from_dict(built.manifest["precision_plan"])
+    if precision is not None:
+        print(f"precision plan (atol {precision.atol:g}, rtol {precision.rtol:g}):")
+        for seg in plan.tensorrt_segments():
+            entry = precision.for_segment(plan.nodes[i].name for i in seg.nodes)
+            print(f"  segment {seg.id}: " + (_precision_text(entry) if entry is not None else "fp32 (not in the plan)"))
     if args.json:
         write_atomic(args.json, json.dumps(built.manifest["plan"], indent=1) if is_build_folder(args.model)
                      else plan.to_json())
@@ -151,6 +196,9 @@ def handle(args: argparse.Namespace) -> int:
         save_model_with_data(annotate(plan), args.annotated, plan.model.base_dir if plan.model else None)
         print(f"annotated model written to {args.annotated}")
     if args.picture:
-        write_picture(plan, args.picture)
+        if precision is not None and not args.picture.lower().endswith(".svg"):
+            write_atomic(args.picture, _with_precision(render_picture(plan, args.picture), plan, precision))
+        else:
+            write_picture(plan, args.picture)
         print(f"picture written to {args.picture}")
     return 0

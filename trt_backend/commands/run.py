@@ -18,6 +18,7 @@ from trt_backend.commands._args import (
     add_device_argument,
     add_memory_argument,
     add_partition_arguments,
+    add_precision_arguments,
     add_shape_arguments,
     add_sign_key_argument,
     cli_profiles,
@@ -25,6 +26,11 @@ from trt_backend.commands._args import (
     ort_options,
     parse_shapes,
     session_options,
+)
+from trt_backend.commands._precision import (
+    add_auto_arguments,
+    build_fields,
+    options_with,
 )
 from trt_backend.errors import FeedError
 from trt_backend.ort.threads import thread_pool_mode
@@ -60,6 +66,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emulate", action="store_true",
                    help="run TensorRT segments through ONNX Runtime even where TensorRT could run them")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    add_precision_arguments(p, "TensorRT segments (built, or emulated through ONNX Runtime without a GPU)")
+    add_auto_arguments(p)
     add_cpu_session_arguments(p)
     p.add_argument("--plan-json", metavar="PLAN.json", help="write the plan with executors and profiles as JSON")
     p.add_argument("--saved-plan", metavar="PLAN.json", help="reuse the profiles of a plan JSON written earlier")
@@ -110,6 +118,9 @@ def _handle(args: argparse.Namespace) -> int:
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
                               ort=ort_options(args))
+    given_model = None if is_build_folder(args.model) else profiles or None
+    options = options_with(options, build_fields(args, args.model, given_model, options)) \
+        if args.precision != "fp32" or args.calibration_data else options
     start = time.perf_counter()
     # (a build folder brings its profiles: --shapes then only shape the random inputs)
     given = None if is_build_folder(args.model) else profiles or None
@@ -126,6 +137,8 @@ def _handle(args: argparse.Namespace) -> int:
           f"{len(plan.segments)} segment(s) | session made in {made:.3f} s")
     for line in sess.summary():
         print("  " + line)
+    if sess.emulated_precisions:
+        print("  emulated in: " + ", ".join(f"segment {k} {p}" for k, p in sess.emulated_precisions.items()))
     start = time.perf_counter()
     outputs = sess.run(None, feeds)
     took = time.perf_counter() - start

@@ -22,12 +22,15 @@ from partitioner.errors import OptionsError
 from partitioner.model import serialize, structure_copy
 from partitioner.weights import uses_external_data, weights_sha256
 from trt_backend._files import sha256_bytes
+from trt_backend.engines.calibration import CALIBRATION_METHODS, data_sha256
 from trt_backend.engines.precision import (
     DEFAULT_KEEP_FP32,
     TRANSFORM_VERSION,
     apply_precision,
     validate_precision,
 )
+from trt_backend.engines.precision_plan import PrecisionPlan, pinned_of
+from trt_backend.engines.quantize import QUANTIZER_VERSION, require_calibration
 from trt_backend.errors import PrecisionError, SegmentBuildError
 from trt_backend.profiles import TensorProfile, tensor_profile
 from trt_backend.tensorrt.flavor import (
@@ -54,8 +57,11 @@ class BuildOptions:
     ``"8.9"`` or ``"current"``; empty keeps the flavor's default. Engines built with
     ``version_compatible`` and ``exclude_lean_runtime=False`` embed host code."""
 
-    precision: str = "fp32"  # fp32 | tf32 | fp16 | bf16
+    precision: str = "fp32"  # fp32 | tf32 | fp16 | bf16 | int8
     keep_fp32_ops: tuple[str, ...] = DEFAULT_KEEP_FP32
+    calibration_data: str | None = None  # int8: FILE.npz | a folder of them | "random" (a smoke test)
+    calibration_method: str = "minmax"  # int8: minmax | entropy | percentile
+    precision_plan: PrecisionPlan | None = None  # auto: what the search found (accuracy.auto_precision)
     workspace_bytes: int | None = None
     builder_optimization_level: int | None = None  # TensorRT builder optimisation level, 0..5
     timing_cache: str | None = None  # file: loaded, merged, saved (no-op in TensorRT-RTX)
@@ -69,6 +75,20 @@ class BuildOptions:
     def __post_init__(self) -> None:
         validate_precision(self.precision, self.keep_fp32_ops)
         object.__setattr__(self, "keep_fp32_ops", tuple(self.keep_fp32_ops))
+        if self.calibration_method not in CALIBRATION_METHODS:
+            raise OptionsError(f"calibration method must be one of {', '.join(CALIBRATION_METHODS)}, "
+                               f"got {self.calibration_method!r}")
+        if self.calibration_data is not None:
+            object.__setattr__(self, "calibration_data", os.fspath(self.calibration_data))
+        require_calibration(self.precision, self.calibration_data)
+        if self.precision == "auto" and not isinstance(self.precision_plan, PrecisionPlan):
+            raise OptionsError("precision 'auto' builds from a precision plan: let trt-backend build --precision auto "
+                               "search one, or pass --precision-plan (a plan JSON or a build folder made with auto)")
+        if self.precision_plan is not None and self.precision != "auto":
+            raise OptionsError(f"a precision plan applies to precision 'auto', not {self.precision!r}")
+        if self.precision == "auto" and self.precision_plan is not None and not self.calibration_data and any(
+                s.precision == "int8" for s in self.precision_plan.segments):
+            require_calibration("int8", None)
         object.__setattr__(self, "compute_capabilities", tuple(_cc_name(c) for c in self.compute_capabilities))
         for name in ("workspace_bytes", "max_aux_streams"):
             value = getattr(self, name)
@@ -94,10 +114,15 @@ class BuildOptions:
         # (under the key written before the field was renamed, in its place: engine caches and
         # build manifests keep theirs)
         d = {("optimization_level" if k == "builder_optimization_level" else k): v for k, v in asdict(self).items()}
-        for k in ("timing_cache", "max_workers"):
+        for k in ("timing_cache", "max_workers", "calibration_data", "calibration_method", "precision_plan"):
             d.pop(k)
-        d["keep_fp32_ops"] = sorted(d["keep_fp32_ops"]) if self.precision in ("fp16", "bf16") else []
+        if self.precision_plan is not None:  # (what the plan decides; its search log is not part of the key)
+            d["precision_plan"] = {"segments": self.precision_plan.to_dict()["segments"]}
+        d["keep_fp32_ops"] = sorted(d["keep_fp32_ops"]) if self.precision in ("fp16", "bf16", "auto") else []
         d["precision_transform"] = TRANSFORM_VERSION
+        if self.calibration_data and self.precision in ("int8", "auto"):  # the data by its bytes, not its path
+            d["calibration"] = {"sha256": data_sha256(str(self.calibration_data)), "method": self.calibration_method,
+                                "quantizer": QUANTIZER_VERSION}
         return d
 
 
@@ -188,23 +213,26 @@ def build_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile], o
 
 def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
                     options: BuildOptions | None = None, flavor: Flavor | str = "auto",
-                    timing: Any = None, *, weights_dir: str | None = None) -> SegmentEngine:
+                    timing: Any = None, quantize: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None, *,
+                    weights_dir: str | None = None) -> SegmentEngine:
     """:func:`build_segment` with layer count, seconds and the precision applied.
-    ``timing`` is a :class:`trt_backend.engines.cache.TimingCacheFile` or None. The parser gets
-    the segment with a path in ``weights_dir`` and reads external weights from their files;
-    inline weights go to it by address where it takes user-managed weights (see :func:`parse_into`)."""
+    ``timing`` is a :class:`trt_backend.engines.cache.TimingCacheFile` or None; ``quantize``
+    (int8, required there) inserts the segment's Q/DQ (:class:`~trt_backend.engines.quantize.SegmentQuantizer`).
+    The parser gets the segment with a path in ``weights_dir`` and reads external weights from their
+    files; inline weights go to it by address where it takes user-managed weights (see :func:`parse_into`)."""
     options = options or BuildOptions()
     fl = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
     start = time.perf_counter()
     ranges = segment_ranges(segment_model, profiles)
     prepared, precision = segment_model, options.precision
-    if options.precision in ("fp16", "bf16") and uses_external_data(segment_model):
+    if options.precision not in ("fp32", "tf32") and uses_external_data(segment_model):
         log.warning("%s: its weights are external data, which the %s transform does not rewrite yet; "
                     "building it in fp32", segment_model.graph.name, options.precision)
         precision = "fp32"
-    elif options.precision in ("fp16", "bf16"):
+    elif options.precision not in ("fp32", "tf32"):
         try:
-            prepared = apply_precision(segment_model, options.precision, options.keep_fp32_ops).model
+            refused = refused_in_precision(segment_model, options, fl, quantize)
+            prepared, precision = prepared_segment(segment_model, options, quantize, refused)
         except PrecisionError as e:
             log.warning("%s: %s; building it in fp32", segment_model.graph.name, e)
             precision = "fp32"
@@ -222,6 +250,60 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
         else:
             raise
     return SegmentEngine(engine, layers, time.perf_counter() - start, precision)
+
+
+def segment_precision(segment_model: onnx.ModelProto, options: BuildOptions) -> tuple[str, tuple[str, ...]]:
+    """(precision, nodes pinned to fp32) of a segment under ``options`` (auto: its precision plan's)."""
+    if options.precision == "auto":
+        return pinned_of(options.precision_plan, [n.name for n in segment_model.graph.node])
+    return options.precision, ()
+
+
+def prepared_segment(segment_model: onnx.ModelProto, options: BuildOptions,
+                     quantize: Callable[..., onnx.ModelProto] | None = None,
+                     also_pinned: Sequence[str] = ()) -> tuple[onnx.ModelProto, str]:
+    """The segment as it is built in its precision (fp16/bf16 transform, int8 Q/DQ, pinned
+    nodes and ``also_pinned`` left in fp32), and that precision. PrecisionError when the
+    transform fails."""
+    precision, pinned = segment_precision(segment_model, options)
+    pinned = tuple(dict.fromkeys((*pinned, *also_pinned)))
+    if precision == "int8":
+        if quantize is None:
+            raise OptionsError("an int8 build needs the segment's quantizer (build through build_engines, or pass "
+                               "quantize=SegmentQuantizer(...))")
+        return (quantize(segment_model, pinned) if pinned else quantize(segment_model)), precision
+    if precision in ("fp16", "bf16"):
+        return apply_precision(segment_model, precision, options.keep_fp32_ops, pinned).model, precision
+    return segment_model, precision
+
+
+MAX_REFUSAL_ROUNDS = 4
+
+
+def refused_in_precision(segment_model: onnx.ModelProto, options: BuildOptions, flavor: Flavor,
+                         quantize: Callable[..., onnx.ModelProto] | None = None) -> tuple[str, ...]:
+    """Nodes the TensorRT parser refuses in the segment's reduced precision but takes in fp32
+    (e.g. HardSwish in bf16): parsed, the blamed nodes kept fp32, parsed again (bounded rounds).
+    The rest of the segment keeps its precision; an engine is never silently all fp32 for one op."""
+    if segment_precision(segment_model, options)[0] in ("fp32", "tf32"):
+        return ()
+    refused: list[str] = []
+    for _ in range(MAX_REFUSAL_ROUNDS):
+        prepared, _ = prepared_segment(segment_model, options, quantize, refused)
+        try:
+            _compile(prepared, (), options, flavor, None, parse_only=True)
+            return tuple(refused)
+        except SegmentBuildError as e:
+            own = {n.name: n.op_type for n in segment_model.graph.node}
+            # (a refusal is by op type and dtype: the parser stops at the first, so its kin go too)
+            types = {own[n] for n in e.names if n in own and n not in refused}
+            blamed = [n for n, t in own.items() if t in types and n not in refused]
+            if not blamed:
+                return tuple(refused)  # (not a precision matter: the build reports it)
+            log.info("%s: TensorRT refuses %s in %s; kept fp32", segment_model.graph.name, ", ".join(blamed),
+                     segment_precision(segment_model, options)[0])
+            refused.extend(blamed)
+    return tuple(refused)
 
 
 def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile]], options: BuildOptions, flavor: Flavor,

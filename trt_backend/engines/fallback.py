@@ -28,6 +28,7 @@ from trt_backend.engines.builder import (
     segment_ranges,
 )
 from trt_backend.engines.cache import EngineCache, TimingCacheFile, cache_key
+from trt_backend.engines.quantize import SegmentQuantizer
 from trt_backend.engines.report import (
     BuildEvent,
     BuildReport,
@@ -49,22 +50,28 @@ T = TypeVar("T")
 
 def build_engines(plan: Plan, profiles: ProfilesArg = (), options: BuildOptions | None = None,
                   cache: EngineCache | None = None, *, flavor: Flavor | str = "auto",
-                  progress: ProgressCallback | None = None, rewrite: SegmentRewrite | None = None) -> BuildResult:
+                  progress: ProgressCallback | None = None, rewrite: SegmentRewrite | None = None,
+                  quantizer: SegmentRewrite | None = None) -> BuildResult:
     """Build every TensorRT segment of ``plan``; segments TensorRT refuses are listed in
     ``report.failures`` (the plan is not changed; see :func:`build_with_fallback`).
 
     ``profiles``: a list of profiles by tensor name (used for every segment), a mapping segment
     id -> profiles (what profile derivation returns), or a callable plan -> that mapping.
     ``rewrite`` transforms each extracted segment before anything else (plugin substitution);
-    it must keep node names, which is how failures are traced back to the plan's nodes."""
-    return _build_round(plan, profiles, options or BuildOptions(), cache, _flavor(flavor), progress, {}, rewrite)
+    it must keep node names, which is how failures are traced back to the plan's nodes.
+    ``quantizer`` (int8): inserts each segment's Q/DQ; default a
+    :class:`~trt_backend.engines.quantize.SegmentQuantizer` on ``options.calibration_data``."""
+    options = options or BuildOptions()
+    return _build_round(plan, profiles, options, cache, _flavor(flavor), progress, {}, rewrite,
+                        _quantizer(plan, options, quantizer))
 
 
 def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOptions | None = None,
                         cache: EngineCache | None = None, *, flavor: Flavor | str = "auto",
                         progress: ProgressCallback | None = None, rewrite: SegmentRewrite | None = None,
                         min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE, max_rounds: int = 3,
-                        boundary_cost: BoundaryCost | None = BoundaryCost()) -> BuildResult:
+                        boundary_cost: BoundaryCost | None = BoundaryCost(),
+                        quantizer: SegmentRewrite | None = None) -> BuildResult:
     """Build, demote what TensorRT refuses, re-plan, repeat. For ``max_rounds`` rounds only the
     nodes TensorRT blamed are demoted (a whole segment when it blamed none); after that every
     failing segment is demoted whole. Each round demotes at least one node, so it ends."""
@@ -77,9 +84,11 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
     pool = _profile_pool(plan, profiles)
     demoted: list[Demotion] = []
     rounds = 0
+    quantize = _quantizer(plan, options, quantizer)
     while True:
         rounds += 1
-        result = _build_round(plan, profiles if rounds == 1 else pool, options, cache, fl, progress, memo, rewrite)
+        result = _build_round(plan, profiles if rounds == 1 else pool, options, cache, fl, progress, memo, rewrite,
+                              quantize)
         if not result.report.failures:
             break
         verdicts = [Verdict(n.verdict, n.reason) for n in plan.nodes]
@@ -114,6 +123,14 @@ class PlanMemo(Generic[T]):
         if hit is None:
             hit = self._done[id(plan)] = (plan, self._make(plan))
         return hit[1]
+
+
+def _quantizer(plan: Plan, options: BuildOptions, given: SegmentRewrite | None) -> SegmentRewrite | None:
+    if options.precision not in ("int8", "auto") or not options.calibration_data or given is not None:
+        return given
+    if plan.model is None:
+        raise OptionsError("this plan was read from JSON without its model; int8 calibration needs the model")
+    return SegmentQuantizer(plan.model, str(options.calibration_data), options.calibration_method)
 
 
 def _flavor(flavor: Flavor | str) -> Flavor:
@@ -151,7 +168,8 @@ def _profile_pool(plan: Plan, profiles: ProfilesArg) -> Callable[[Plan], Segment
 
 
 def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: EngineCache | None, flavor: Flavor,
-                 progress: ProgressCallback | None, memo: Memo, rewrite: SegmentRewrite | None = None) -> BuildResult:
+                 progress: ProgressCallback | None, memo: Memo, rewrite: SegmentRewrite | None = None,
+                 quantize: SegmentRewrite | None = None) -> BuildResult:
     start = time.perf_counter()
     segments = plan.tensorrt_segments()
     report = BuildReport(flavor.target)
@@ -172,7 +190,7 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
     with ThreadPoolExecutor(max_workers=max(1, min(options.workers(), len(jobs)))) as pool:
         futures: dict[Future[tuple[bytes, dict[str, Any], bool]], tuple[Segment, str]] = {}
         for seg, model, ranges, key in jobs:
-            fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing, weights_dir)
+            fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing, weights_dir, quantize)
             futures[fut] = (seg, key)
         pending = set(futures)
         try:
@@ -207,15 +225,16 @@ def _drain(futures: dict[Future[Any], tuple[Segment, str]], pending: set[Future[
 
 
 def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavor, cache: EngineCache | None,
-         memo: Memo, timing: TimingCacheFile | None,
-         weights_dir: str | None = None) -> tuple[bytes, dict[str, Any], bool]:
+         memo: Memo, timing: TimingCacheFile | None, weights_dir: str | None = None,
+         quantize: SegmentRewrite | None = None) -> tuple[bytes, dict[str, Any], bool]:
     """(engine, metadata, came from a cache) for one segment; SegmentBuildError propagates."""
     if key in memo:  # built in an earlier round of the fallback loop
         return memo[key][0], {**memo[key][1], "seconds": 0.0}, True
     t0 = time.perf_counter()
 
     def build() -> tuple[bytes, dict[str, Any]]:
-        built: SegmentEngine = compile_segment(model, ranges, options, flavor, timing, weights_dir=weights_dir)
+        built: SegmentEngine = compile_segment(model, ranges, options, flavor, timing, quantize,
+                                               weights_dir=weights_dir)
         return built.engine, {"layers": built.layers, "build_seconds": built.seconds, "precision": built.precision}
 
     if cache is None:

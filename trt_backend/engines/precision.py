@@ -27,9 +27,9 @@ from trt_backend.ort.threads import inference_session
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "auto")  # int8: Q/DQ (engines/quantize.py); auto: a search
 LOW_TYPES = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
-TRANSFORM_VERSION = 1  # part of engine cache keys: bump when the transform's output changes
+TRANSFORM_VERSION = 2  # part of engine cache keys: bump when the transform's output changes
 
 # Normalisations, softmaxes and accumulating reductions lose accuracy in 16 bits. BatchNormalization
 # is left out on purpose: at inference it is a per-channel affine op that TensorRT folds into the
@@ -68,18 +68,23 @@ def validate_precision(precision: str, keep_fp32_ops: Iterable[str] = ()) -> Non
 
 
 def apply_precision(model: onnx.ModelProto, precision: str,
-                    keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32) -> PrecisionResult:
-    """``model`` transformed to ``precision`` (a new ModelProto; the argument is untouched)."""
-    return PrecisionPass(precision, keep_fp32_ops)(model)
+                    keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32,
+                    keep_fp32_nodes: Iterable[str] = ()) -> PrecisionResult:
+    """``model`` transformed to ``precision`` (a new ModelProto; the argument is untouched).
+    ``keep_fp32_nodes``: names of nodes kept in float32 besides the op types of ``keep_fp32_ops``
+    (the nodes ``--precision auto`` pins)."""
+    return PrecisionPass(precision, keep_fp32_ops, keep_fp32_nodes)(model)
 
 
 class PrecisionPass:
     """``requires`` -> ``call`` -> ``ensures``, like an onnx_ir pass."""
 
-    def __init__(self, precision: str, keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32) -> None:
+    def __init__(self, precision: str, keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32,
+                 keep_fp32_nodes: Iterable[str] = ()) -> None:
         validate_precision(precision, keep_fp32_ops)
         self.precision = precision
         self.keep = frozenset(keep_fp32_ops)
+        self.keep_nodes = frozenset(keep_fp32_nodes)
 
     def __call__(self, model: onnx.ModelProto) -> PrecisionResult:
         self.requires(model)
@@ -110,17 +115,19 @@ class PrecisionPass:
             return PrecisionResult(model, False, self.precision)
         if self.precision == "bf16":
             model = _with_opset(model, BF16_OPSET)
-        return _Lowering(model, self.precision, self.keep).run()
+        return _Lowering(model, self.precision, self.keep, self.keep_nodes).run()
 
 
 class _Lowering:
     """One run of the fp16/bf16 rewrite over the main graph."""
 
-    def __init__(self, model: onnx.ModelProto, precision: str, keep: frozenset[str]) -> None:
+    def __init__(self, model: onnx.ModelProto, precision: str, keep: frozenset[str],
+                 keep_nodes: frozenset[str] = frozenset()) -> None:
         self.src = model
         self.precision = precision
         self.low = LOW_TYPES[precision]
         self.keep = keep
+        self.keep_nodes = keep_nodes
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
         inferred = onnx.shape_inference.infer_shapes(model)
         g = inferred.graph
@@ -141,8 +148,7 @@ class _Lowering:
         ins = [self.types.get(n) if n else None for n in node.input]
         outs = [self.types.get(n) if n else None for n in node.output]
         if node.op_type == "Constant":
-            value = next((a for a in node.attribute if a.name == "value"), None)
-            if value is not None and value.t.data_type == F32:
+            if _float_constant(node):
                 return ins, [self.low], True
             return ins, outs, False
         if node.op_type == "Cast":  # reads any dtype: take the input as it comes
@@ -161,16 +167,19 @@ class _Lowering:
         lowered = {p for p, ts in bound.items()
                    if p in params and low_str in params[p] and ts and all(t == F32 for t in ts)}
         lowered = {p for p in lowered if all(t in (F32, None) for q, t in zip(out_params, outs) if q == p)}
-        if node.op_type == "ConstantOfShape" and _float_value(node) and low_str in params.get("T2", ()):
+        if node.op_type == "ConstantOfShape" and _float_fill(node) and low_str in params.get("T2", ()):
             lowered.add("T2")
-        # A type read by one input and made by no output (Shape, Size, ...) takes what comes.
-        free = {p for p, ts in bound.items() if len(ts) == 1 and p not in out_params}
+        # A type read by one input and made by no output (Shape, Size, ...) takes what comes, if
+        # 16 bits are among what it takes (QuantizeLinear's x before opset 19 is float32 only).
+        free = {p for p, ts in bound.items() if len(ts) == 1 and p not in out_params and low_str in params.get(p, ())}
         wanted = [None if p in free else self.low if p in lowered else t for p, t in zip(in_params, ins)]
         made = [self.low if p in lowered else t for p, t in zip(out_params, outs)]
         return wanted, made, bool(lowered - free)
 
     def _schema(self, node: onnx.NodeProto) -> Any:
         if node.domain not in ("", "ai.onnx") or node.op_type in self.keep or node.op_type in _NEVER_LOWER:
+            return None
+        if node.name and node.name in self.keep_nodes:
             return None
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             return None
@@ -185,6 +194,7 @@ class _Lowering:
         model.CopyFrom(self.src)
         g = model.graph
         decisions = [self.decide(n) for n in g.node]
+        _keep_unwanted_constants(g, decisions, self.low)
         wants = _initializer_wants(g, decisions)
         graph_inputs = {v.name for v in g.input}
         home: dict[str, dict[int, str]] = {}  # tensor -> dtype -> name holding it
@@ -250,7 +260,8 @@ class _Lowering:
             if v.name in relabel and v.type.tensor_type.elem_type == F32:
                 v.type.tensor_type.elem_type = self.low
         if clipped:
-            log.warning("%s: %d initializer value(s) beyond the fp16 range were clipped", model.graph.name, clipped)
+            log.warning("%s: %d initializer value(s) beyond the %s range were clipped", model.graph.name, clipped,
+                        self.precision)
         return PrecisionResult(model, True, self.precision, lowered_count, tuple(kept), casts, clipped)
 
     def _outer_reads_in_fp32(self, node: onnx.NodeProto, home: dict[str, dict[int, str]],
@@ -277,6 +288,17 @@ class _Lowering:
                 a.i = self.low
             elif node.op_type in ("Constant", "ConstantOfShape") and a.name == "value" and a.t.data_type == F32:
                 a.t.CopyFrom(_convert(a.t, self.low, a.t.name)[0])
+        if node.op_type == "Constant":  # value_float(s): the same numbers as a 16-bit ``value`` tensor
+            for k, a in enumerate(node.attribute):
+                if a.name in ("value_float", "value_floats"):
+                    array = np.array(a.f if a.name == "value_float" else list(a.floats), np.float32)
+                    del node.attribute[k]
+                    tensor = _convert(numpy_helper.from_array(array), self.low, "")[0]
+                    node.attribute.append(helper.make_attribute("value", tensor))
+                    break
+        elif node.op_type == "ConstantOfShape" and not any(a.name == "value" for a in node.attribute):
+            zero = _convert(numpy_helper.from_array(np.zeros(1, np.float32)), self.low, "")[0]
+            node.attribute.append(helper.make_attribute("value", zero))  # the default fill is float32 0
 
 
 def _with_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
@@ -311,8 +333,35 @@ def _formal(formals: Sequence[Any], k: int) -> str:
     return str(formals[min(k, len(formals) - 1)].type_str)
 
 
-def _float_value(node: onnx.NodeProto) -> bool:
-    return any(a.name == "value" and a.t.data_type == F32 for a in node.attribute)
+def _float_constant(node: onnx.NodeProto) -> bool:
+    """A Constant whose value is float32, in any of its forms (value, value_float, value_floats)."""
+    return any((a.name == "value" and a.t.data_type == F32) or a.name in ("value_float", "value_floats")
+               for a in node.attribute)
+
+
+def _float_fill(node: onnx.NodeProto) -> bool:
+    """A ConstantOfShape filling float32 (a float32 ``value``, or none: the default is float32 0)."""
+    value = next((a for a in node.attribute if a.name == "value"), None)
+    return value is None or value.t.data_type == F32
+
+
+def _keep_unwanted_constants(graph: onnx.GraphProto, decisions: list[tuple[list[int | None], list[int | None], bool]],
+                             low: int) -> None:
+    """A Constant/ConstantOfShape none of whose readers computes in 16 bits stays float32 (Resize
+    scales, Range limits, ...): lowering it would only add a cast back."""
+    wanted: dict[str, set[int | None]] = {}
+    for node, (ins, _, _) in zip(graph.node, decisions):
+        for name, want in zip(node.input, ins):
+            wanted.setdefault(name, set()).add(want)
+        for name in _subgraph_reads(node):
+            wanted.setdefault(name, set()).add(F32)
+    outputs = {v.name for v in graph.output}
+    for k, node in enumerate(graph.node):
+        if node.op_type in ("Constant", "ConstantOfShape") and decisions[k][2]:
+            name = node.output[0]
+            if low not in wanted.get(name, set()) and name not in outputs:
+                ins, _, _ = decisions[k]
+                decisions[k] = (ins, [F32], False)
 
 
 def _initializer_wants(graph: onnx.GraphProto, decisions: Sequence[tuple[list[int | None], Any, Any]]
@@ -352,16 +401,19 @@ def _rename_reads(graph: onnx.GraphProto, renames: Mapping[str, str]) -> None:
 
 def _convert(tensor: TensorProto, low: int, name: str) -> tuple[TensorProto, int]:
     """``tensor`` (float32) as ``low``; returns it and the number of values clipped."""
-    arr = numpy_helper.to_array(tensor).astype(np.float32)
+    # (np.asarray throughout: numpy turns 0-d results into scalars, which cannot be assigned into)
+    arr = np.asarray(numpy_helper.to_array(tensor), dtype=np.float32)
     clipped = 0
     if low == TensorProto.FLOAT16:
-        clipped = int(np.count_nonzero(np.abs(arr) > _FP16_MAX) - np.count_nonzero(np.isinf(arr)))
-        out = np.clip(arr, -_FP16_MAX, _FP16_MAX).astype(np.float16)
-        out[np.isinf(arr)] = arr[np.isinf(arr)]
+        clipped = int(np.count_nonzero(np.isfinite(arr) & (np.abs(arr) > _FP16_MAX)))
+        out = np.asarray(np.where(np.isinf(arr), arr, np.clip(arr, -_FP16_MAX, _FP16_MAX))).astype(np.float16)
     else:
         import ml_dtypes  # an onnx dependency; imported here to keep module import light
 
-        out = arr.astype(ml_dtypes.bfloat16)
+        # float32's extremes (attention masks' -3.4e38) round to inf in bf16: clip to its largest finite
+        top = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+        clipped = int(np.count_nonzero(np.isfinite(arr) & (np.abs(arr) > top)))
+        out = np.asarray(np.where(np.isinf(arr), arr, np.clip(arr, -top, top))).astype(ml_dtypes.bfloat16)
     return numpy_helper.from_array(out, name), max(clipped, 0)
 
 

@@ -24,6 +24,7 @@ class OnnxRuntimeRunner(SegmentRunner):
                  profiles: Sequence[Profile] = (), shape_tensors: frozenset[str] = frozenset(), *,
                  weights_dir: str | None = None) -> None:
         super().__init__(segment, profiles, shape_tensors)
+        self.model = model  # what runs (a precision search taps its tensors)
         self._session = ort_session(model, options, f"segment {segment.id} ({segment.backend})",
                                     weights_dir=weights_dir)
         ios = list(self._session.get_inputs()) + list(self._session.get_outputs())

@@ -72,9 +72,11 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
     result = build_with_fallback(sess.plan, lambda plan: session_of(plan).segment_profiles, bopts, cache, flavor=flv,
                                  min_segment_size=opts.partition.min_segment_size,
                                  boundary_cost=opts.partition.boundary_cost,
-                                 rewrite=plugin_rewrite(sess.plan, flv), progress=progress)
+                                 rewrite=plugin_rewrite(sess.plan, flv), progress=progress,
+                                 quantizer=sess.quantizer(bopts) if bopts.precision == "int8" else None)
     final = session_of(result.plan)
     seconds = {r.segment: r.seconds for r in result.report.segments} if result.report.segments else {}
+    precisions = {r.segment: r.precision for r in result.report.segments}
     originals = data_file_entries(final.model)
     weights = _externalize(final.model, [d["file"] for d in originals])
     refer = weights.refs.get if weights is not None else (lambda name: None)
@@ -92,7 +94,8 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
             name = f"segment_{seg.id}.engine"
             files[name] = engine
             entry.update(engine=name, engine_sha256=sha256_bytes(engine), engine_bytes=len(engine),
-                         build_seconds=round(float(seconds.get(seg.id, 0.0)), 4))
+                         build_seconds=round(float(seconds.get(seg.id, 0.0)), 4),
+                         precision=precisions.get(seg.id) or bopts.precision)
         segments.append(entry)
     manifest = {
         "format": FORMAT, "trt_backend": __version__, "model": final.model.source,
@@ -101,6 +104,7 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
         "versions": _versions(flv), "build_options": bopts.key_fields(),
         "plan": final.plan.to_dict(), "segments": segments,
         "demoted": [d.__dict__ for d in result.report.demoted] if result.report.demoted else [],
+        "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,
         "build_seconds": round(time.perf_counter() - start, 4),
     }
     if originals or weights is not None:  # (absent for models without large weights: manifests unchanged)

@@ -20,9 +20,12 @@ from partitioner import (
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
 from partitioner.weights import tensor_array, uses_external_data
+from trt_backend.engines.builder import BuildOptions, segment_precision
 from trt_backend.engines.cache import EngineCache
+from trt_backend.engines.emulation import emulation_ort_options, segment_emulation
 from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
-from trt_backend.engines.precision import apply_precision
+from trt_backend.engines.precision_plan import PrecisionPlan
+from trt_backend.engines.quantize import SegmentQuantizer, require_calibration
 from trt_backend.engines.report import BuildReport
 from trt_backend.errors import DeviceError, PrecisionError, TensorRTUnavailableError
 from trt_backend.gpu.device import (
@@ -71,6 +74,27 @@ class Step:
 _DEFAULT_RUN = RunOptions()
 
 
+def _folder_precision(options: SessionOptions, manifest: Mapping[str, Any]) -> SessionOptions:
+    """A build folder's precision (and precision plan) for a session that set none, so emulated
+    segments compute as the folder's engines do. int8 emulation needs the calibration data,
+    which a folder does not hold: without it in ``options``, the segments emulate in fp32."""
+    built = manifest.get("build_options", {})
+    precision = built.get("precision", "fp32")
+    if options.build.precision != "fp32" or precision in ("fp32", "tf32"):
+        return options
+    plan = None
+    if precision == "auto" and manifest.get("precision_plan"):
+        plan = PrecisionPlan.from_dict(manifest["precision_plan"])
+    uses_int8 = precision == "int8" or (plan is not None and any(s.precision == "int8" for s in plan.segments))
+    if uses_int8 and not options.build.calibration_data:
+        log.warning("the build folder's engines are int8; emulated without its calibration data (give "
+                    "calibration_data), its segments compute in fp32")
+        return options
+    build = dataclasses.replace(options.build, precision=precision, precision_plan=plan,
+                                keep_fp32_ops=tuple(built.get("keep_fp32_ops") or options.build.keep_fp32_ops))
+    return dataclasses.replace(options, build=build)
+
+
 class Session:
     """Runs a whole model, TensorRT and ONNX Runtime segments stitched; onnxruntime-like API."""
 
@@ -98,6 +122,7 @@ class Session:
             built = self._open_folder(model, self.options)
             model, plan, engines = built.plan, built.manifest["plan"], built.engines
             self.folder_manifest = built.manifest
+            self.options = _folder_precision(self.options, built.manifest)
         base = model if isinstance(model, Plan) else self.make_plan(model, self.options)
         if base.model is None:
             raise OptionsError("this plan was read from JSON without its model; pass the model instead")
@@ -124,6 +149,9 @@ class Session:
                                        self.options.calibration_seed, list(calibration_feeds))
 
         derived = saved_segment_profiles(saved) if saved is not None else derive(base)
+        self._quantizers: dict[tuple[str, str], SegmentQuantizer] = {}
+        self._opt_batches = {n: tp.opt[0] for n, tp in (input_profiles[0] if input_profiles else {}).items()
+                             if len(tp.opt) > 0}
         emulate = self._decide_emulation(trt)
         self.build_report: BuildReport | None = None  # set when this session built engines
         engine_map = dict(engines or {})
@@ -182,9 +210,11 @@ class Session:
         profiles_of = PlanMemo(derive, (plan, derived))
         cache = EngineCache(self.options.cache_dir, allow_host_code=self.options.allow_host_code) \
             if self.options.cache_dir else None
+        quantizer = self.quantizer() if self.options.build.precision == "int8" else None
         result = build_with_fallback(plan, profiles_of, self.options.build, cache,
                                      min_segment_size=self.options.partition.min_segment_size,
-                                     boundary_cost=self.options.partition.boundary_cost, rewrite=plugin_rewrite(plan))
+                                     boundary_cost=self.options.partition.boundary_cost, rewrite=plugin_rewrite(plan),
+                                     quantizer=quantizer)
         self.build_report = result.report
         return result.plan, profiles_of(result.plan), dict(result.engines)
 
@@ -211,8 +241,10 @@ class Session:
                 else:
                     runners.append(OnnxRuntimeRunner(seg, proto, ort_opts, weights_dir=weights))
             elif emulate:
-                runners.append(EmulatedTensorRTRunner(seg, self._emulated_precision(seg, proto), ort_opts,
-                                                      derived[seg.id], shape_tensors[seg.id], weights_dir=weights))
+                emulated = self._emulated_precision(seg, proto)
+                opts = emulation_ort_options(ort_opts) if emulated is not proto else ort_opts
+                runners.append(EmulatedTensorRTRunner(seg, emulated, opts, derived[seg.id], shape_tensors[seg.id],
+                                                      weights_dir=weights))
             else:
                 runners.append(make_tensorrt_runner(seg, engines.get(seg.id), derived[seg.id], shape_tensors[seg.id],
                                                     **device_kw))
@@ -223,22 +255,35 @@ class Session:
         (the same ONNX-level transform the builder applies), so emulation shows its error."""
         build = self.options.build
         self.emulated_precisions[seg.id] = "fp32"
-        if build.precision in ("fp16", "bf16") and uses_external_data(proto):
+        precision = segment_precision(proto, build)[0]
+        if precision not in ("fp32", "tf32") and uses_external_data(proto):
             log.warning("segment %d: its weights are external data, which the %s transform does not rewrite "
-                        "yet; emulating it in fp32, as the builder would build it", seg.id, build.precision)
+                        "yet; emulating it in fp32, as the builder would build it", seg.id, precision)
             return proto
-        if build.precision not in ("fp16", "bf16"):
-            if build.precision == "tf32":
+        if precision not in ("fp16", "bf16", "int8"):
+            if precision == "tf32":
                 log.warning("segment %d: tf32 is a TensorRT builder flag; emulated, it computes in fp32", seg.id)
             return proto
 
         try:
-            lowered = apply_precision(proto, build.precision, build.keep_fp32_ops).model
+            emulated = segment_emulation(proto, build, self.quantizer() if precision == "int8" else None)
         except PrecisionError as e:
             log.warning("segment %d: %s; emulating it in fp32, as the builder would build it", seg.id, e)
             return proto
-        self.emulated_precisions[seg.id] = build.precision
-        return lowered
+        self.emulated_precisions[seg.id] = emulated.precision
+        return emulated.model
+
+    def quantizer(self, build: BuildOptions | None = None) -> SegmentQuantizer:
+        """The int8 quantizer of this session's model on ``build``'s calibration data (default the
+        session's): segment inputs calibrated as the whole model computes them, batches of the
+        first profile's opt batch. One per data source and method, kept."""
+        b = build if build is not None else self.options.build
+        require_calibration("int8", b.calibration_data)
+        key = (str(b.calibration_data), b.calibration_method)
+        if key not in self._quantizers:
+            self._quantizers[key] = SegmentQuantizer(self.model, key[0], b.calibration_method, self._opt_batches,
+                                                     self.options.ort_for(1), self.options.calibration_seed)
+        return self._quantizers[key]
 
     def _decide_emulation(self, trt: list[Segment]) -> bool:
         if not trt or self.options.emulate is True:

@@ -264,3 +264,15 @@ def test_public_facade() -> None:
         pytest.skip("trt_backend.compare not in the facade yet (the lead adds it to trt_backend/__init__.py)")
     assert trt_backend.compare is compare
     assert trt_backend.compare(three_segments(2), session_options=EMULATE).passed
+
+
+def test_bf16_is_emulated_and_measured() -> None:
+    """ONNX Runtime's CPU kernels have no bf16 Conv: bf16 segments run in fp32 with every
+    tensor rounded through bf16, so compare reports bf16's error (larger than fp16's) instead of
+    failing to load the segment."""
+    fp16 = compare(three_segments(), profiles=PROFILE, session_options=EMULATE, precision="fp16", localize="always")
+    bf16 = compare(three_segments(), profiles=PROFILE, session_options=EMULATE, precision="bf16", localize="always")
+    assert bf16.precision == "bf16" and [s.precision for s in bf16.segments] == ["bf16", "fp32", "bf16"]
+    e16 = {o.name: o.error.max_abs_error for o in fp16.outputs}
+    eb = {o.name: o.error.max_abs_error for o in bf16.outputs}
+    assert all(0 < e16[n] < eb[n] < 1.0 for n in ("y", "z")), (e16, eb)

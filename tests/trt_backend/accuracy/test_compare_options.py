@@ -33,7 +33,7 @@ def test_malformed_tolerances_are_options_errors(text: str) -> None:
     ({"atol": True}, "atol must be a number"), ({"error_stat": "p99"}, "unknown error statistic"),
     ({"iterations": 0}, "iterations must be >= 1"), ({"iterations": "two"}, "whole number"),
     ({"iterations": 1.5}, "whole number"), ({"seed": -1}, "seed must be >= 0"),
-    ({"precision": "int8"}, "unknown precision"), ({"localize": "sometimes"}, "localize must be"),
+    ({"precision": "int4"}, "unknown precision"), ({"localize": "sometimes"}, "localize must be"),
     ({"error_quantile": 1.5}, "error_quantile"), ({"tolerances": {"y": (1e-3,)}}, r"must be \(atol, rtol\)"),
     ({"shapes": {"x": "1x3"}}, "sequence of dims"),
 ])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import onnx
 import pytest
 
@@ -57,7 +58,9 @@ def test_fp16_mismatch_exits_1_localised(model_path, tmp_path, capsys) -> None:
     (["--atol", "abc"], "atol must be a number, got 'abc'"),
     (["--iterations", "0"], "iterations must be >= 1"),
     (["--error-stat", "p99"], "unknown error statistic 'p99'"),
-    (["--precision", "int8"], "unknown precision 'int8'"),
+    (["--precision", "int4"], "unknown precision 'int4'"),
+    (["--precision", "int8"], "int8 needs calibration data: give --calibration-data FILE.npz|DIR"),
+    (["--precision", "int8", "--calibration-data", "nowhere.npz"], "calibration data nowhere.npz: no such file"),
 ])
 def test_bad_input_is_one_error_line_and_no_json(model_path, tmp_path, capsys, extra, message) -> None:
     out = tmp_path / "report.json"
@@ -83,3 +86,16 @@ def test_model_the_reference_cannot_run(tmp_path, capsys) -> None:
 def test_json_folder_checked_before_running(model_path, tmp_path, capsys) -> None:
     rc = main(["compare", model_path, *RANGE, "--json", str(tmp_path / "no" / "r.json")])
     assert rc == 1 and "cannot write --json" in capsys.readouterr().err
+
+
+def test_int8_with_bad_or_random_calibration_data(model_path, tmp_path, capsys) -> None:
+    bad = tmp_path / "cal.npz"
+    np.savez(bad, x=np.full((4, 3, 8, 8), np.nan, np.float32))
+    rc = main(["compare", model_path, *RANGE, "--emulate", "--precision", "int8", "--calibration-data", str(bad)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and f"calibration data {bad}: input 'x' holds 768 NaN/inf value(s)" in err[0]
+    rc = main(["compare", model_path, *RANGE, "--emulate", "--precision", "int8", "--calibration-data", "random",
+               "--atol", "1", "--rtol", "1"])
+    captured = capsys.readouterr()
+    assert "calibration data: random (a smoke test of the int8 path" in captured.err
+    assert rc == 0 and "precision int8" in captured.out

@@ -110,8 +110,8 @@ def test_fp32_and_tf32_leave_the_model_alone(precision: str) -> None:
 
 
 def test_unknown_precision_is_an_options_error() -> None:
-    with pytest.raises(OptionsError, match="unknown precision 'int8'"):
-        apply_precision(block(), "int8")
+    with pytest.raises(OptionsError, match="unknown precision 'int4'"):
+        apply_precision(block(), "int4")
 
 
 def test_constants_casts_and_shape_ops() -> None:
@@ -208,3 +208,82 @@ def test_light_models_fp16(light_dir: str, name: str) -> None:
     x = m.graph.input[0]
     shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
     compare_outputs(m, result.model, {x.name: _rand(*shape, scale=1.0)}, atol=1e-2, rtol=1e-2)
+
+
+def attribute_forms() -> onnx.ModelProto:
+    """Every form a float constant takes: a 0-d initializer, Constant value / value_float /
+    value_floats, ConstantOfShape with and without a value, Resize scales from a Constant node,
+    and QuantizeLinear at opset 17 (float32 x only)."""
+    nodes = [
+        helper.make_node("Mul", ["x", "half"], ["m"], name="mul0d"),  # 'half' is a 0-d initializer
+        helper.make_node("Constant", [], ["k1"], value_float=0.25, name="cf"),
+        helper.make_node("Constant", [], ["k2"], value_floats=[1.0, 2.0, 3.0, 4.0], name="cfs"),
+        helper.make_node("Constant", [], ["k3"], value=numpy_helper.from_array(np.array(1.5, np.float32)), name="c0d"),
+        helper.make_node("Add", ["m", "k1"], ["a1"], name="add1"),
+        helper.make_node("Mul", ["a1", "k2"], ["a2"], name="mul2"),
+        helper.make_node("Sub", ["a2", "k3"], ["a3"], name="sub3"),
+        helper.make_node("Shape", ["a3"], ["s"], name="shape"),
+        helper.make_node("ConstantOfShape", ["s"], ["zeros"], name="cos_default"),
+        helper.make_node("ConstantOfShape", ["s"], ["twos"], value=numpy_helper.from_array(np.array([2.0], np.float32)),
+                         name="cos_two"),
+        helper.make_node("Add", ["a3", "zeros"], ["b1"], name="addz"),
+        helper.make_node("Mul", ["b1", "twos"], ["b2"], name="mul_two"),
+        helper.make_node("Constant", [], ["scales"], value_floats=[1.0, 1.0, 2.0, 2.0], name="scales_const"),
+        helper.make_node("Resize", ["b2", "", "scales"], ["r"], mode="nearest", name="resize"),
+        helper.make_node("QuantizeLinear", ["r", "qs", "qz"], ["q"], name="q"),
+        helper.make_node("DequantizeLinear", ["q", "qs", "qz"], ["y"], name="dq"),
+    ]
+    inits = [const("half", np.array(0.5, np.float32)), const("qs", np.array(0.05, np.float32)),
+             const("qz", np.array(0, np.int8))]
+    return model(nodes, [vi("x", [1, 2, 3, 4])], [vi("y", [1, 2, 6, 8]), vi("b2", [1, 2, 3, 4])], inits)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_every_float_constant_form(precision: str) -> None:
+    """Was ``TypeError: 'numpy.float16' object does not support item assignment`` on the 0-d
+    initializer (BERT-small, GPT-2, SSDlite)."""
+    from trt_backend.engines.emulation import emulation_model
+
+    original = attribute_forms()
+    result = apply_precision(original, precision)
+    low = F16 if precision == "fp16" else BF16
+    types = _types(result.model)
+    assert types["half"] == low and types["k1"] == low and types["k2"] == low and types["k3"] == low
+    assert types["zeros"] == low and types["twos"] == low  # the default fill too
+    assert types["scales"] == F32  # read by Resize as float32 only: not lowered, no cast back
+    q = next(n for n in result.model.graph.node if n.name == "q")
+    assert types[q.input[0]] == (low if precision == "bf16" else F32)  # opset 17 Q takes float32 only
+    cf = next(n for n in result.model.graph.node if n.name == "cf")
+    assert [a.name for a in cf.attribute] == ["value"] and cf.attribute[0].t.data_type == low
+    emulated = emulation_model(original, precision, DEFAULT_KEEP_FP32).model
+    x = _rand(1, 2, 3, 4, scale=2.0)
+    scores = compare_outputs(original, emulated, {"x": x}, atol=0.06, rtol=2e-2)
+    assert set(scores) == {"y", "b2"}
+
+
+def test_bf16_emulation_rounds_every_computed_tensor() -> None:
+    """bf16 emulated in fp32: the numbers equal numpy's step-by-step bf16 rounding, and ONNX
+    Runtime runs it (it has no bf16 kernels for Add/MatMul on CPU)."""
+    import ml_dtypes
+
+    from trt_backend.engines.emulation import bf16_as_fp32
+
+    w = _rand(8, 8)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"], name="mm"),
+             helper.make_node("Add", ["mm", "x"], ["a"], name="add"),
+             helper.make_node("Transpose", ["a"], ["y"], perm=[1, 0], name="t")]
+    original = model(nodes, [vi("x", [4, 8])], [vi("y", [8, 4])], [const("w", w)], opset=22, ir=10)
+    emulated = bf16_as_fp32(apply_precision(original, "bf16").model)
+    assert not any(t.data_type == BF16 for t in emulated.graph.initializer)
+    x = _rand(4, 8, scale=3.0)
+
+    def bf(v: np.ndarray) -> np.ndarray:
+        return np.asarray(v, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+    xb = bf(x)
+    expected = bf(bf(xb @ bf(w)) + xb).T
+    from trt_backend.ort.threads import inference_session
+
+    got = inference_session(emulated.SerializeToString()).run(None, {"x": x})[0]
+    assert np.array_equal(got, expected)
+    assert not np.array_equal(got, (x @ w + x).T)  # the rounding is real

@@ -1,0 +1,142 @@
+"""``--precision auto`` on hand-made graphs, measured for real (emulated segments on ONNX Runtime,
+the TensorRT-RTX parser deciding what it takes): a cancellation that fp16 cannot hold is pinned to
+fp32 with the rest of the segment kept in fp16, the plan survives JSON and a real RTX build that
+reuses it without searching, and a model whose output no precision can meet (random ops) is one
+error naming the output."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from trt_backend.accuracy.auto_precision import AutoOptions, search_precision
+from trt_backend.accuracy.compare import compare
+from trt_backend.cli import main
+from trt_backend.engines.builder import BuildOptions
+from trt_backend.engines.precision_plan import PrecisionPlan, read_precision_plan
+from trt_backend.errors import PrecisionSearchError
+from trt_backend.session import build_folder
+from trt_backend.session.options import SessionOptions
+
+pytestmark = pytest.mark.usefixtures("oracle")  # the TensorRT parser plans and checks what it takes
+
+PROFILE = [{"x": ((1, 8), (4, 8), (8, 8))}]
+
+
+def cancelling() -> onnx.ModelProto:
+    """x -> MatMul -> Relu -> (+1000) -> (-1000) -> MatMul -> Tanh -> y. In fp16, 1000 + v keeps
+    v to 0.5 only: the subtraction returns v with that error, far beyond 1e-3."""
+    rng = np.random.default_rng(0)
+    inits = [nh.from_array((rng.standard_normal((8, 8)) * 0.5).astype(np.float32), "w1"),
+             nh.from_array((rng.standard_normal((8, 8)) * 0.5).astype(np.float32), "w2"),
+             nh.from_array(np.array(1000.0, np.float32), "big")]
+    nodes = [h.make_node("MatMul", ["x", "w1"], ["m1"], name="mm1"), h.make_node("Relu", ["m1"], ["r1"], name="relu"),
+             h.make_node("Add", ["r1", "big"], ["a"], name="shift"), h.make_node("Sub", ["a", "big"], ["s"], name="unshift"),
+             h.make_node("MatMul", ["s", "w2"], ["m2"], name="mm2"), h.make_node("Tanh", ["m2"], ["y"], name="tanh")]
+    m = h.make_model(h.make_graph(nodes, "cancel", [h.make_tensor_value_info("x", T.FLOAT, ["N", 8])],
+                                  [h.make_tensor_value_info("y", T.FLOAT, ["N", 8])], inits),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("auto") / "cancel.onnx")
+    onnx.save(cancelling(), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def plan(model_path) -> PrecisionPlan:
+    return search_precision(model_path, PROFILE, SessionOptions(), AutoOptions(allow=("fp16",)))
+
+
+def test_fp16_fails_and_auto_pins_the_cancellation(model_path, plan) -> None:
+    fp16 = compare(model_path, profiles=PROFILE, session_options=SessionOptions(emulate=True), precision="fp16")
+    assert not fp16.passed  # the premise: fp16 alone cannot hold it
+    (segment,) = plan.segments
+    assert segment.precision == "fp16" and {"shift", "unshift"} <= set(segment.pinned_names)
+    assert {"mm1", "mm2"}.isdisjoint(segment.pinned_names) and segment.reduced >= 3
+    assert all(p.error > 1 or p.tensor.startswith("s") or p.tensor.startswith("a") for p in segment.pinned)
+    assert max(plan.worst.values()) <= 1 and plan.rounds[0].startswith("fp32:") and "pin" in " ".join(plan.rounds)
+    # the plan holds on inputs the search did not see
+    build = BuildOptions(precision="auto", precision_plan=plan)
+    report = compare(model_path, profiles=PROFILE, session_options=SessionOptions(emulate=True, build=build), seed=7,
+                     iterations=3, localize="always")
+    assert report.passed and report.precision == "auto" and report.segments[0].precision == "fp16"
+
+
+def test_the_plan_round_trips_and_builds_without_searching(model_path, plan, flavor, tmp_path, capsys) -> None:
+    again = PrecisionPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
+    assert again.segments == plan.segments and again.rounds == plan.rounds
+    out = str(tmp_path / "built")
+    manifest = build_folder.build(model_path, out, PROFILE, SessionOptions(),
+                                  BuildOptions(precision="auto", precision_plan=plan))
+    (seg,) = [s for s in manifest["segments"] if s["engine"]]
+    assert seg["precision"] == "fp16" and manifest["precision_plan"]["segments"][0]["precision"] == "fp16"
+    assert read_precision_plan(out).segments == plan.segments
+    rc = main(["build", model_path, "-o", str(tmp_path / "again"), "--min-shapes", "x:1x8", "--opt-shapes", "x:4x8",
+               "--max-shapes", "x:8x8", "--precision", "auto", "--precision-plan", out])
+    captured = capsys.readouterr()
+    assert rc == 0 and "not searched again" in captured.err and "precision search" not in captured.err
+    assert "segment 0: fp16," in captured.out and "pinned to fp32: " in captured.out
+
+
+def test_cli_build_auto_searches_and_records(model_path, tmp_path, capsys) -> None:
+    out = tmp_path / "b"
+    rc = main(["build", model_path, "-o", str(out), "--min-shapes", "x:1x8", "--opt-shapes", "x:4x8",
+               "--max-shapes", "x:8x8", "--precision", "auto", "--allow", "fp16", "--atol", "1e-3", "--rtol", "1e-3"])
+    captured = capsys.readouterr()
+    assert rc == 0 and "precision search (" in captured.err and "round 1: segment 0 fp16" in captured.err
+    data = json.loads((out / "manifest.json").read_text())
+    assert data["build_options"]["precision"] == "auto" and data["precision_plan"]["rounds"]
+
+
+def random_output() -> onnx.ModelProto:
+    nodes = [h.make_node("Relu", ["x"], ["r"], name="relu"), h.make_node("RandomUniformLike", ["r"], ["n"], name="noise"),
+             h.make_node("Add", ["r", "n"], ["y"], name="add")]
+    m = h.make_model(h.make_graph(nodes, "noisy", [h.make_tensor_value_info("x", T.FLOAT, ["N", 8])],
+                                  [h.make_tensor_value_info("y", T.FLOAT, ["N", 8])]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_an_output_no_precision_can_meet_is_named(tmp_path) -> None:
+    path = str(tmp_path / "noisy.onnx")
+    onnx.save(random_output(), path)
+    with pytest.raises(PrecisionSearchError, match=r"output 'y' differs from the reference by .* even with every "
+                                                   r"segment in fp32 \(nondeterministic ops\?\)"):
+        search_precision(path, PROFILE)
+    rc = main(["build", path, "-o", str(tmp_path / "b"), "--shapes", "x:4x8", "--precision", "auto"])
+    assert rc == 1 and not os.path.exists(tmp_path / "b")
+
+
+def test_bad_auto_options() -> None:
+    from partitioner.errors import OptionsError
+
+    with pytest.raises(OptionsError, match="--allow takes some of int8, bf16, fp16, got fp8"):
+        AutoOptions(allow=("fp8",))
+    with pytest.raises(OptionsError, match="precision 'auto' builds from a precision plan"):
+        BuildOptions(precision="auto")
+
+
+def test_inspect_and_run_show_the_plan(model_path, plan, flavor, tmp_path, capsys) -> None:
+    out = str(tmp_path / "built")
+    build_folder.build(model_path, out, PROFILE, SessionOptions(), BuildOptions(precision="auto", precision_plan=plan))
+    page = str(tmp_path / "picture.html")
+    assert main(["inspect", model_path, "--precision-plan", out, "--picture", page]) == 0
+    text = capsys.readouterr().out
+    assert "segment 0: fp16, " in text and "pinned to fp32: " in text and "unshift (Sub, " in text
+    with open(page, encoding="utf-8") as f:
+        html = f.read()
+    assert "<h2>Precision</h2>" in html and "unshift (Sub): " in html
+    assert main(["run", out, "--emulate", "--shapes", "x:4x8"]) == 0
+    assert "emulated in: segment 0 fp16" in capsys.readouterr().out

@@ -1,0 +1,200 @@
+"""int8 through calibrated Q/DQ on a small CNN cut in three by a Resize TensorRT refuses: the
+TensorRT segments get Q/DQ from ONNX Runtime's static quantizer in the form TensorRT takes (every
+Q/DQ node of a quantized segment is accepted by a real TensorRT-RTX parse, which keeps the segment
+whole), the ONNX Runtime segment stays float, an RTX ahead-of-time build of the int8 segments
+succeeds, emulation measures int8's error, the engine cache key follows the data's bytes, and bad
+calibration data is one clear error naming the input."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from partitioner import plan_model
+from tests.helpers import crop_resize, vi
+from trt_backend.accuracy.compare import compare
+from trt_backend.engines.builder import BuildOptions
+from trt_backend.engines.calibration import InputSpec, load_calibration
+from trt_backend.engines.quantize import QDQ_OPS, SegmentQuantizer
+from trt_backend.errors import CalibrationDataError
+from trt_backend.planning import load
+from trt_backend.session import build_folder
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
+
+PROFILE = [{"x": ((1, 3, 16, 16), (2, 3, 16, 16), (4, 3, 16, 16))}]
+
+
+def cnn() -> onnx.ModelProto:
+    """[Conv -> Relu] x2 -> crop-and-resize Resize (ONNX Runtime) -> Conv -> Relu -> GAP -> Flatten -> Gemm."""
+    rng = np.random.default_rng(0)
+    inits, nodes, prev, cin = [], [], "x", 3
+    for i, cout in enumerate((8, 16, 16)):
+        inits += [nh.from_array((rng.standard_normal((cout, cin, 3, 3)) * 0.3).astype(np.float32), f"w{i}"),
+                  nh.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), f"b{i}")]
+        if i == 2:
+            resize, consts = crop_resize(prev, "rs", "resize")
+            nodes.append(resize)
+            inits += consts
+            prev = "rs"
+        nodes += [h.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1], name=f"conv{i}"),
+                  h.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}")]
+        prev, cin = f"r{i}", cout
+    inits += [nh.from_array((rng.standard_normal((16, 10)) * 0.3).astype(np.float32), "fw"),
+              nh.from_array((rng.standard_normal(10) * 0.1).astype(np.float32), "fb")]
+    nodes += [h.make_node("GlobalAveragePool", [prev], ["g"], name="gap"), h.make_node("Flatten", ["g"], ["f"], name="flat"),
+              h.make_node("Gemm", ["f", "fw", "fb"], ["y"], name="fc")]
+    m = h.make_model(h.make_graph(nodes, "cnn", [vi("x", ["N", 3, 16, 16])], [vi("y", ["N", 10])], inits),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("int8")
+    paths = {"model": str(folder / "cnn.onnx"), "data": str(folder / "cal.npz")}
+    onnx.save(cnn(), paths["model"])
+    np.savez(paths["data"], x=np.random.default_rng(1).random((32, 3, 16, 16), dtype=np.float32))
+    return paths
+
+
+def int8_options(data: str, **kw) -> SessionOptions:
+    return SessionOptions(emulate=True, precision="int8", calibration_data=data, **kw)
+
+
+def test_qdq_lands_in_tensorrt_segments(files, oracle) -> None:
+    sess = Session(files["model"], PROFILE, int8_options(files["data"]))
+    assert [s.backend for s in sess.plan.segments] == ["tensorrt", "onnxruntime", "tensorrt"]
+    quantizer = sess.quantizer()
+    assert len(quantizer.data.batches) == 16  # 32 samples in batches of the opt batch, 2
+    for seg in sess.plan.tensorrt_segments():
+        quantized = quantizer(sess.plan.extract(seg.id))
+        qdq = [n for n in quantized.graph.node if n.op_type in QDQ_OPS]
+        convs = [n for n in quantized.graph.node if n.op_type in ("Conv", "Gemm")]
+        assert len(qdq) == 3 * len(convs)  # Q+DQ on the activation, DQ on the int8 weight of each compute op
+        readers = {i: n.op_type for n in quantized.graph.node for i in n.input}
+        dq_outputs = [n.output[0] for n in qdq if n.op_type == "DequantizeLinear"]
+        assert {readers[o] for o in dq_outputs} <= {"Conv", "Gemm"}  # Q/DQ only in front of compute ops
+        zero_points = [nh.to_array(t) for t in quantized.graph.initializer if t.name.endswith("zero_point")]
+        assert zero_points and all(z.dtype == np.int8 and not z.any() for z in zero_points)  # symmetric
+        assert not any(n.op_type == "DequantizeLinear" and n.input[0].startswith("b") for n in quantized.graph.node)
+        replanned = plan_model(load(quantized), oracle)  # a real TensorRT-RTX parse of the int8 segment
+        assert [s.backend for s in replanned.segments] == ["tensorrt"]
+        assert all(n.verdict == "tensorrt" for n in replanned.nodes if n.op_type in QDQ_OPS)
+    ort_seg = next(r for r in sess.runners if r.segment.backend == "onnxruntime")
+    assert sess.emulated_precisions == {0: "int8", 2: "int8"} and ort_seg.executor == "onnxruntime"
+
+
+def test_rtx_builds_the_int8_segments(files, flavor, tmp_path) -> None:
+    from trt_backend.engines.builder import BuildOptions
+
+    out = str(tmp_path / "build")
+    manifest = build_folder.build(files["model"], out, PROFILE, SessionOptions(),
+                                  BuildOptions(precision="int8", calibration_data=files["data"]))
+    trt = [s for s in manifest["segments"] if s["backend"] == "tensorrt"]
+    assert len(trt) == 2 and all(s["engine_bytes"] > 1000 and s["precision"] == "int8" for s in trt)
+    assert not manifest["demoted"] and manifest["build_options"]["calibration"]["method"] == "minmax"
+
+
+def test_emulated_int8_error_is_measured(files) -> None:
+    model = files["model"]
+    fp32 = compare(model, profiles=PROFILE, session_options=SessionOptions(emulate=True), atol=1e-6, rtol=1e-6)
+    report = compare(model, profiles=PROFILE, session_options=int8_options(files["data"]), localize="always",
+                     atol=1e-6, rtol=1e-6)
+    assert fp32.passed and not report.passed and report.precision == "int8"
+    err = report.outputs[0].error.max_abs_error
+    scale = float(np.abs(Session(model, PROFILE, SessionOptions(emulate=True)).run(
+        None, {"x": np.random.default_rng(0).random((2, 3, 16, 16), dtype=np.float32)})[0]).max())
+    assert 1e-4 < err < 0.1 * scale, (err, scale)  # int8's error, not a wreck
+    assert [s.precision for s in report.segments] == ["int8", "fp32", "int8"]
+    assert report.segments[1].own_error < 1e-6  # the ONNX Runtime segment stays float
+
+
+def test_methods_and_the_cache_key(files, tmp_path) -> None:
+    a = BuildOptions(precision="int8", calibration_data=files["data"]).key_fields()
+    b = BuildOptions(precision="int8", calibration_data=files["data"], calibration_method="percentile").key_fields()
+    assert a["calibration"]["sha256"] == b["calibration"]["sha256"] and a != b
+    other = str(tmp_path / "other.npz")
+    np.savez(other, x=np.random.default_rng(2).random((8, 3, 16, 16), dtype=np.float32))
+    c = BuildOptions(precision="int8", calibration_data=other).key_fields()
+    assert c["calibration"]["sha256"] != a["calibration"]["sha256"]
+    assert "calibration" not in BuildOptions(precision="fp16").key_fields()
+    sess = Session(files["model"], PROFILE, int8_options(files["data"], calibration_method="percentile"))
+    segment = sess.plan.extract(sess.plan.tensorrt_segments()[0].id)
+    percentile = sess.quantizer()(segment)
+    minmax = SegmentQuantizer(sess.model, files["data"], "minmax", {"x": 2})(segment)
+
+    def scales(m: onnx.ModelProto) -> dict[str, float]:
+        return {t.name: float(nh.to_array(t).max()) for t in m.graph.initializer if t.name.endswith("_scale")}
+
+    assert scales(percentile).keys() == scales(minmax).keys()
+    assert scales(percentile)["x_scale"] < scales(minmax)["x_scale"]  # the 99.999th percentile cuts the range
+    assert scales(percentile)["w0_scale"] == scales(minmax)["w0_scale"]  # weights: their own max either way
+
+
+def test_models_with_qdq_keep_theirs(files) -> None:
+    sess = Session(files["model"], PROFILE, int8_options(files["data"]))
+    quantizer = sess.quantizer()
+    once = quantizer(sess.plan.extract(0))
+    assert quantizer(once) is once  # no double quantization
+
+
+SPEC = [InputSpec("x", np.dtype(np.float32), (None, 3, 16, 16))]
+
+
+@pytest.mark.parametrize("arrays, message", [
+    ({"image": np.zeros((4, 3, 16, 16), np.float32)}, "'image' name no model input; the model's inputs are: x"),
+    ({"x": np.zeros((4, 3, 16, 16), np.float64)}, "input 'x' is float64, the model takes float32"),
+    ({"x": np.zeros((4, 3, 8, 8), np.float32)}, r"input 'x': a sample has shape \(3, 8, 8\), the model takes \[\?, 3, 16, 16\]"),
+    ({"x": np.zeros((4, 16, 16), np.float32)}, r"input 'x' has shape \(4, 16, 16\); the model takes"),
+    ({"x": np.zeros((0, 3, 16, 16), np.float32)}, "input 'x' holds no samples"),
+    ({"x": np.full((2, 3, 16, 16), np.nan, np.float32)}, "input 'x' holds 1536 NaN/inf value"),
+    ({}, "holds no arrays"),
+])
+def test_bad_calibration_data_is_one_clear_error(tmp_path, arrays, message) -> None:
+    path = str(tmp_path / "bad.npz")
+    np.savez(path, **arrays)
+    with pytest.raises(CalibrationDataError, match=message) as e:
+        load_calibration(path, SPEC)
+    assert path in str(e.value)
+
+
+def test_missing_unreadable_and_random_data(tmp_path, caplog) -> None:
+    with pytest.raises(CalibrationDataError, match="int8 needs calibration data: give --calibration-data"):
+        BuildOptions(precision="int8")
+    with pytest.raises(CalibrationDataError, match="no such file or folder"):
+        BuildOptions(precision="int8", calibration_data=str(tmp_path / "none.npz")).key_fields()
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"not a zip")
+    with pytest.raises(CalibrationDataError, match="not a readable .npz"):
+        load_calibration(str(junk), SPEC)
+    with pytest.raises(CalibrationDataError, match="holds no .npz file"):
+        load_calibration(_empty(tmp_path), SPEC)
+    data = load_calibration("random", SPEC, {"x": 2})
+    assert data.random and len(data.batches) == 8 and data.batches[0]["x"].shape == (2, 3, 16, 16)
+    assert "smoke test" in caplog.text
+
+
+def _empty(tmp_path) -> str:
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    return str(folder)
+
+
+def test_a_folder_of_files_and_unbatched_inputs(tmp_path) -> None:
+    for k in range(2):
+        np.savez(tmp_path / f"part{k}.npz", x=np.ones((3, 3, 16, 16), np.float32) * k,
+                 s=np.arange(3, dtype=np.int64) + 3 * k)
+    spec = [*SPEC, InputSpec("s", np.dtype(np.int64), ())]  # a scalar input: one sample per entry
+    data = load_calibration(str(tmp_path), spec, {"x": 1})
+    assert len(data.batches) == 6 and [int(b["s"]) for b in data.batches] == list(range(6))
+    assert data.batches[4]["x"].shape == (1, 3, 16, 16) and float(data.batches[4]["x"].max()) == 1.0
+    os.remove(tmp_path / "part1.npz")
+    np.savez(tmp_path / "part1.npz", x=np.ones((3, 3, 16, 16), np.float32), s=np.arange(2, dtype=np.int64))
+    with pytest.raises(CalibrationDataError, match="different numbers of batches"):
+        load_calibration(str(tmp_path), spec, {"x": 1})

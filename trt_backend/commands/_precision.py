@@ -1,0 +1,59 @@
+"""``--precision auto`` for the commands that build or run: search a precision plan (or read one
+made earlier) and turn it into BuildOptions fields; print what it decided."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trt_backend.accuracy.auto_precision import ORDER, AutoOptions, search_precision
+from trt_backend.accuracy.options import DEFAULT_TOLERANCE
+from trt_backend.commands._args import precision_fields, split_list
+from trt_backend.engines.precision_plan import PrecisionPlan, read_precision_plan
+from trt_backend.session.options import SessionOptions
+
+
+def add_auto_arguments(p: argparse.ArgumentParser, tolerances: bool = True) -> None:
+    """``--allow``, ``--precision-plan`` (and ``--atol``/``--rtol`` where the command has none)."""
+    if tolerances:
+        p.add_argument("--atol", default=str(DEFAULT_TOLERANCE), metavar="A",
+                       help=f"--precision auto: absolute tolerance every output must keep (default {DEFAULT_TOLERANCE:g})")
+        p.add_argument("--rtol", default=str(DEFAULT_TOLERANCE), metavar="R",
+                       help=f"--precision auto: relative tolerance (default {DEFAULT_TOLERANCE:g})")
+    p.add_argument("--allow", type=split_list, default=("fp16", "bf16", "int8"), metavar=",".join(ORDER[::-1]),
+                   help="--precision auto: precisions it may choose (int8 needs --calibration-data)")
+    p.add_argument("--precision-plan", metavar="PLAN.json|DIR", default=None,
+                   help="--precision auto: use this precision plan (its JSON, or a build folder made with auto) "
+                        "instead of searching")
+
+
+def build_fields(args: argparse.Namespace, model: Any, profiles: Sequence[Mapping[str, Any]] | None,
+                 options: SessionOptions) -> dict[str, Any]:
+    """BuildOptions fields for the command's precision; for auto, the plan searched (or read)."""
+    fields = precision_fields(args)
+    if args.precision != "auto":
+        return fields
+    if args.precision_plan:
+        plan = read_precision_plan(args.precision_plan)
+        print(f"precision plan from {args.precision_plan} (not searched again):", file=sys.stderr)
+    else:
+        auto = AutoOptions(atol=args.atol, rtol=args.rtol, allow=tuple(args.allow), seed=getattr(args, "seed", 0) or 0)
+        calibration = {k: v for k, v in fields.items() if k.startswith("calibration")}
+        plan = search_precision(model, profiles, options_with(options, calibration), auto)
+        print(f"precision search ({plan.seconds:.1f} s, atol {plan.atol:g}, rtol {plan.rtol:g}):", file=sys.stderr)
+        for line in plan.rounds:
+            print(f"  {line}", file=sys.stderr)
+    print_plan(plan)
+    return {**fields, "precision_plan": plan}
+
+
+def options_with(options: SessionOptions, fields: Mapping[str, Any]) -> SessionOptions:
+    """``options`` with the build fields ``fields`` (precision, calibration data, plan)."""
+    return dataclasses.replace(options, build=dataclasses.replace(options.build, **fields)) if fields else options
+
+
+def print_plan(plan: PrecisionPlan) -> None:
+    for line in plan.lines():
+        print(f"  {line}")

@@ -1,0 +1,133 @@
+"""The model ONNX Runtime runs to emulate, on CPU, a TensorRT segment in the precision its engine
+is built in, so that ``compare`` and the precision search measure the error the engine will have
+(apart from TensorRT's own fusions and kernel choices).
+
+- fp16 and bf16: the transformed segment widened back to fp32, every 16-bit tensor rounded
+  through its 16-bit type where an op makes it (a Cast there and back after each op that
+  computes), weights keeping their 16-bit values: what the engine holds between layers, computed
+  with fp32 accumulation as TensorRT's kernels do. (Not the 16-bit model itself: ONNX Runtime's
+  CPU provider runs ops it has no fp16 kernel for in fp32 between casts it inserts, then removes
+  the cast pairs between two such ops, so (x + 1000) - 1000 came back exact in "fp16"; and it has
+  almost no bf16 kernels.)
+- int8: the segment with its Q/DQ (:mod:`trt_backend.engines.quantize`); ONNX Runtime runs Q/DQ
+  as the rounding and clipping they describe.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from partitioner.graph import fresh_name
+from trt_backend.engines.builder import BuildOptions, segment_precision
+from trt_backend.engines.precision import LOW_TYPES, PrecisionResult, apply_precision
+from trt_backend.ort.options import OrtOptions
+
+BF16, F32 = TensorProto.BFLOAT16, TensorProto.FLOAT
+# Ops whose outputs hold only values of their inputs (or their negation, or max of them): a bf16
+# input makes a bf16-exact output, so no rounding is needed after them.
+_EXACT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Concat", "Split",
+                    "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Pad", "MaxPool", "Relu",
+                    "Neg", "Abs", "Max", "Min", "Where", "DepthToSpace", "SpaceToDepth", "ReduceMax", "ReduceMin",
+                    "Cast", "CastLike", "Constant", "ConstantOfShape", "Shape", "Size"})
+
+Quantizer = Callable[..., onnx.ModelProto]  # (segment[, nodes to leave float]) -> segment with Q/DQ
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """What an emulated segment runs: ``model`` (for ONNX Runtime CPU) and the ``precision`` it
+    stands for ("fp32" when the transform failed and the builder would build fp32 too)."""
+
+    model: onnx.ModelProto
+    precision: str
+
+
+def bf16_as_fp32(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A bf16-transformed model computing in fp32, every bf16 tensor rounded through bf16 where
+    an op makes it: the numbers a bf16 engine would hold between layers, on kernels ONNX Runtime
+    has."""
+    return rounded_in_fp32(model, BF16)
+
+
+def rounded_in_fp32(model: onnx.ModelProto, low: int) -> onnx.ModelProto:
+    """A model transformed to ``low`` (fp16 or bf16) computing in fp32, every ``low`` tensor
+    rounded through ``low`` where an op makes it (a Cast there and back, which ONNX Runtime keeps)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    types = {v.name: v.type.tensor_type.elem_type for v in (*inferred.input, *inferred.value_info, *inferred.output)
+             if v.type.WhichOneof("value") == "tensor_type"}
+    types.update({t.name: t.data_type for t in g.initializer})
+    names = {n for node in g.node for n in (*node.input, *node.output)} | set(types)
+    for t in g.initializer:
+        if t.data_type == low:
+            t.CopyFrom(_widened(t, t.name))
+    nodes: list[onnx.NodeProto] = []
+    for node in g.node:
+        for a in node.attribute:
+            if a.name == "value" and a.type == onnx.AttributeProto.TENSOR and a.t.data_type == low:
+                a.t.CopyFrom(_widened(a.t, a.t.name))
+        after: list[onnx.NodeProto] = []
+        cast_to_low = node.op_type == "Cast" and any(a.name == "to" and a.i == low for a in node.attribute)
+        for k, name in enumerate(node.output):
+            if not name or types.get(name) != low or (node.op_type in _EXACT and not cast_to_low):
+                continue
+            rounded = fresh_name(f"{name}_low", names)
+            if cast_to_low:  # the model's own rounding: keep it, then widen its result
+                node.output[k] = rounded
+            else:
+                raw = fresh_name(f"{name}_fp32", names)
+                node.output[k] = raw
+                after.append(helper.make_node("Cast", [raw], [rounded], to=low, name=fresh_name(f"{raw}_round", names)))
+            after.append(helper.make_node("Cast", [rounded], [name], to=F32, name=fresh_name(f"{rounded}_widen", names)))
+        nodes.append(node)
+        nodes.extend(after)
+    del g.node[:]
+    g.node.extend(nodes)
+    for v in (*g.value_info, *g.input, *g.output):
+        if v.type.tensor_type.elem_type == low:
+            v.type.tensor_type.elem_type = F32
+    return out
+
+
+def _widened(tensor: TensorProto, name: str) -> TensorProto:
+    return numpy_helper.from_array(np.asarray(numpy_helper.to_array(tensor)).astype(np.float32), name)
+
+
+def emulation_model(segment: onnx.ModelProto, precision: str, keep_fp32_ops: tuple[str, ...],
+                    quantizer: Quantizer | None = None, keep_fp32_nodes: Iterable[str] = ()) -> Emulation:
+    """The model that emulates ``segment`` built in ``precision`` (``quantizer``: int8's Q/DQ
+    insertion, required for int8; ``keep_fp32_nodes``: nodes pinned to fp32, left out of the
+    transform or the quantization). Raises PrecisionError when the transform fails."""
+    pinned = tuple(keep_fp32_nodes)
+    if precision == "int8":
+        if quantizer is None:
+            raise ValueError("int8 emulation needs a quantizer")  # (an internal call error, not a user's)
+        return Emulation(quantizer(segment, pinned) if pinned else quantizer(segment), "int8")
+    if precision not in ("fp16", "bf16"):
+        return Emulation(segment, "fp32")
+    result: PrecisionResult = apply_precision(segment, precision, keep_fp32_ops, pinned)
+    return Emulation(rounded_in_fp32(result.model, LOW_TYPES[precision]), precision)
+
+
+def segment_emulation(segment: onnx.ModelProto, options: BuildOptions, quantizer: Quantizer | None = None
+                      ) -> Emulation:
+    """The emulation of ``segment`` as ``options`` would build it (auto: its plan's precision and
+    pinned nodes)."""
+    precision, pinned = segment_precision(segment, options)
+    return emulation_model(segment, precision, options.keep_fp32_ops, quantizer, pinned)
+
+
+def emulation_ort_options(options: OrtOptions) -> OrtOptions:
+    """ONNX Runtime settings for a segment emulated in reduced precision: graph optimisations at
+    most "extended". (Measured, onnxruntime 1.32: at "all" the session of the fp16 form of a ViT
+    segment crashes in native code while it is made; "extended" loads it. Emulation measures
+    numbers, not speed.)"""
+    if options.graph_optimization_level != "all":
+        return options
+    return replace(options, graph_optimization_level="extended")

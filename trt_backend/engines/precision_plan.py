@@ -1,0 +1,125 @@
+"""The result of ``--precision auto`` (:mod:`trt_backend.accuracy.auto_precision`): the precision
+of every TensorRT segment, the nodes pinned to fp32 in it with the error that pinned them, and the
+log of the search. Segments are matched by their nodes' names (a re-plan keeps names, not ids), so
+``build`` applies a plan made earlier without searching again; it travels in ``BuildOptions``,
+its JSON in the build manifest."""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trt_backend.errors import PrecisionError
+
+PLAN_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class PinnedNode:
+    """A node kept in fp32: its name, op type, the tensor whose error pinned it and that error in
+    units of the tolerance (> 1: beyond it), in the round it was pinned."""
+
+    node: str
+    op_type: str
+    tensor: str
+    error: float
+    round: int
+
+
+@dataclass(frozen=True)
+class SegmentPrecision:
+    precision: str
+    nodes: tuple[str, ...]  # names of the segment's nodes (how a segment is found again)
+    pinned: tuple[PinnedNode, ...] = ()
+    reduced: int = 0  # nodes computing in reduced precision (lowered or reading Q/DQ)
+    segment: int = -1  # its id in the plan the search ran on (for reading; matching is by names)
+
+    @property
+    def pinned_names(self) -> tuple[str, ...]:
+        return tuple(p.node for p in self.pinned)
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """Per TensorRT segment, its precision and pinned nodes; what the search did and found."""
+
+    segments: tuple[SegmentPrecision, ...]
+    atol: float
+    rtol: float
+    allowed: tuple[str, ...]
+    rounds: tuple[str, ...] = ()  # one line per round: what was measured and decided
+    seconds: float = 0.0
+    worst: Mapping[str, float] = field(default_factory=dict)  # output -> error / tolerance at the end
+
+    def for_segment(self, node_names: Iterable[str]) -> SegmentPrecision | None:
+        """The entry whose nodes overlap ``node_names`` most (None: no overlap, built fp32)."""
+        names = set(node_names)
+        best, overlap = None, 0
+        for entry in self.segments:
+            k = len(names.intersection(entry.nodes))
+            if k > overlap:
+                best, overlap = entry, k
+        return best
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": PLAN_FORMAT, "atol": self.atol, "rtol": self.rtol, "allowed": list(self.allowed),
+                "seconds": round(self.seconds, 3), "worst": dict(self.worst), "rounds": list(self.rounds),
+                "segments": [{"segment": s.segment, "precision": s.precision, "reduced": s.reduced, "nodes": list(s.nodes),
+                              "pinned": [p.__dict__ for p in s.pinned]} for s in self.segments]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "precision plan") -> PrecisionPlan:
+        if "precision_plan" in data:  # a build manifest's build options, or a build manifest
+            data = data["precision_plan"]
+        elif isinstance(data.get("build_options"), Mapping) and "precision_plan" in data["build_options"]:
+            data = data["build_options"]["precision_plan"]
+        try:
+            if data.get("format") != PLAN_FORMAT:
+                raise KeyError("format")
+            segments = tuple(SegmentPrecision(str(s["precision"]), tuple(s["nodes"]),
+                                              tuple(PinnedNode(**p) for p in s["pinned"]), int(s.get("reduced", 0)),
+                                              int(s.get("segment", -1)))
+                             for s in data["segments"])
+            return cls(segments, float(data["atol"]), float(data["rtol"]), tuple(data["allowed"]),
+                       tuple(data.get("rounds", ())), float(data.get("seconds", 0.0)), dict(data.get("worst", {})))
+        except (KeyError, TypeError, ValueError) as e:
+            raise PrecisionError(f"{where}: not a format-{PLAN_FORMAT} precision plan ({e})") from None
+
+    def lines(self) -> list[str]:
+        """What a user reads: per segment its precision and pins."""
+        out = []
+        for k, s in enumerate(self.segments):
+            pins = ", ".join(f"{p.node} ({p.op_type}, " + (p.tensor[1:-1] if p.tensor.startswith("(") else
+                                                            f"{p.error:.3g} x tolerance") + ")" for p in s.pinned[:6])
+            more = f" and {len(s.pinned) - 6} more" if len(s.pinned) > 6 else ""
+            out.append(f"segment {s.segment if s.segment >= 0 else k}: {s.precision}, {s.reduced}/{len(s.nodes)} "
+                       "node(s) reduced, "
+                       f"{len(s.pinned)} pinned to fp32" + (f": {pins}{more}" if s.pinned else ""))
+        return out
+
+
+def read_precision_plan(source: str | os.PathLike[str] | Mapping[str, Any]) -> PrecisionPlan:
+    """A precision plan from its JSON, a file holding it, a build manifest, or a build folder."""
+    if isinstance(source, Mapping):
+        return PrecisionPlan.from_dict(source)
+    path = os.fspath(source)
+    if os.path.isdir(path):
+        path = os.path.join(path, "manifest.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise PrecisionError(f"cannot read precision plan {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise PrecisionError(f"{path}: not a precision plan")
+    return PrecisionPlan.from_dict(data, path)
+
+
+def pinned_of(plan: PrecisionPlan | None, node_names: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """(precision, pinned node names) a segment of ``node_names`` is built in under ``plan``."""
+    entry = plan.for_segment(node_names) if plan is not None else None
+    if entry is None:
+        return "fp32", ()
+    return entry.precision, entry.pinned_names

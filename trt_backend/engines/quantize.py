@@ -1,0 +1,176 @@
+"""int8 for TensorRT segments: explicit Q/DQ inserted by ONNX Runtime's static quantizer, in the
+form TensorRT takes (TensorRT 11 and RTX have no int8 calibrators: Q/DQ is the only int8).
+
+The quantizer's settings are NVIDIA's preset for TensorRT: QDQ format, int8 activations with
+symmetric ranges (``ActivationSymmetric``), per-channel symmetric int8 weights, no bias
+quantization (``QuantizeBias=False``: TensorRT refuses int32 bias DQ), and Q/DQ only on the inputs
+of compute ops (Conv, ConvTranspose, MatMul, Gemm): no op's output is quantized, so nothing but a
+compute op reads a Q/DQ pair and TensorRT fuses each into its int8 kernel.
+
+A segment is calibrated on its own inputs: the whole model runs on the calibration batches with
+the segment's inputs tapped (fp32, as the reference computes them). Quantized segments are kept
+by (segment SHA-256, data SHA-256, method) for the life of the quantizer; engine cache keys hold
+the data's SHA-256 and the method (``BuildOptions.key_fields``). A segment that already carries
+Q/DQ keeps its own (no double quantization)."""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from partitioner import Model
+from partitioner.model import fitting_ir_version, serialize
+from trt_backend._files import sha256_bytes
+from trt_backend.engines.calibration import (
+    CalibrationData,
+    load_calibration,
+    model_inputs,
+)
+from trt_backend.errors import CalibrationDataError, PrecisionError
+from trt_backend.ort.options import OrtOptions
+from trt_backend.ort.sessions import max_ir_version, tapped_session
+
+log = logging.getLogger(__name__)
+
+COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+QUANTIZER_VERSION = 1  # part of engine cache keys: bump when the Q/DQ placement changes
+
+
+def carries_qdq(model: onnx.ModelProto) -> bool:
+    return any(n.op_type in QDQ_OPS for n in model.graph.node)
+
+
+class SegmentQuantizer:
+    """``quantizer(segment_model)`` -> the segment with TensorRT-friendly Q/DQ, calibrated on the
+    segment's inputs as the whole ``model`` computes them from the calibration data."""
+
+    def __init__(self, model: Model, data_source: str, method: str = "minmax",
+                 batch_sizes: Mapping[str, int] | None = None, options: OrtOptions | None = None,
+                 seed: int = 0) -> None:
+        self.model = model
+        self.method = method
+        self.options = options or OrtOptions()
+        self.data: CalibrationData = load_calibration(data_source, model_inputs(model.proto), batch_sizes, seed)
+        self._taps: dict[str, list[Any]] = {}  # tensor -> its value per calibration batch
+        self._done: dict[str, onnx.ModelProto] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, segment: onnx.ModelProto, exclude: Sequence[str] = ()) -> onnx.ModelProto:
+        """``segment`` with Q/DQ; the compute nodes named in ``exclude`` stay float."""
+        if carries_qdq(segment):
+            log.info("%s already carries Q/DQ: kept as it is", segment.graph.name)
+            return segment
+        key = sha256_bytes(serialize(segment, "a segment to quantize", deterministic=True)) + "|" + ",".join(
+            sorted(exclude))
+        with self._lock:  # (parallel segment builds: one calibration run at a time, and each once)
+            if key not in self._done:
+                self._done[key] = self._quantize(segment, frozenset(exclude))
+            return self._done[key]
+
+    def segment_feeds(self, names: Sequence[str]) -> list[dict[str, Any]]:
+        """The values of ``names`` per calibration batch (one tapped run of the whole model per
+        batch, for every name not seen before)."""
+        missing = [n for n in names if n not in self._taps]
+        if missing:
+            run = tapped_session(self.model, missing, self.options, f"calibration run of {self.model.source}")
+            values: dict[str, list[Any]] = {n: [] for n in missing}
+            for feed in self.data.batches:
+                env = run(feed, missing)
+                for n in missing:
+                    values[n].append(env[n])
+            self._taps.update(values)
+        return [{n: self._taps[n][k] for n in names} for k in range(len(self.data.batches))]
+
+    def _quantize(self, segment: onnx.ModelProto, exclude: frozenset[str] = frozenset()) -> onnx.ModelProto:
+        from onnxruntime.quantization import (  # heavy: loaded on first use
+            CalibrationMethod,
+            QuantFormat,
+            QuantType,
+            quantize_static,
+        )
+
+        inits = {t.name for t in segment.graph.initializer}
+        names = [v.name for v in segment.graph.input if v.name not in inits]
+        feeds = self.segment_feeds(names)
+        compute = [n.name for n in segment.graph.node if n.op_type in COMPUTE_OPS and n.name not in exclude]
+        if not compute:
+            log.info("%s has no Conv/MatMul/Gemm: nothing to quantize", segment.graph.name)
+            return segment
+        method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+                  "percentile": CalibrationMethod.Percentile}[self.method]
+        extra = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False,
+                 "OpTypesToExcludeOutputQuantization": list(COMPUTE_OPS), "DedicatedQDQPair": False}
+        with tempfile.TemporaryDirectory(prefix="trt-backend-int8-") as tmp:
+            src, dst = os.path.join(tmp, "segment.onnx"), os.path.join(tmp, "segment_int8.onnx")
+            onnx.save(segment, src)
+            try:
+                with _quiet_root_logger():  # the quantizer warns through the root logger (pre-processing advice...)
+                    quantize_static(src, dst, _Reader(feeds), quant_format=QuantFormat.QDQ,
+                                    op_types_to_quantize=list(COMPUTE_OPS), nodes_to_quantize=compute, per_channel=True,
+                                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                                    calibrate_method=method, extra_options=extra)
+            except (ValueError, RuntimeError, KeyError, IndexError) as e:  # (the quantizer's own failures)
+                raise PrecisionError(f"{segment.graph.name}: ONNX Runtime's quantizer failed: {e}") from e
+            quantized = onnx.load(dst)
+        _drop_unused_opsets(quantized, segment)
+        quantized.ir_version = fitting_ir_version(quantized, max_ir_version())
+        qdq = sum(n.op_type in QDQ_OPS for n in quantized.graph.node)
+        log.info("%s: %d Q/DQ node(s) inserted around %d compute op(s) (%s calibration, %d batch(es))",
+                 segment.graph.name, qdq, len(compute), self.method, len(feeds))
+        return quantized
+
+
+@contextlib.contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """The quantizer's root-logger warnings and its calibrators' prints (on stdout, where the CLI
+    writes its report) go to this module's debug log."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            yield
+    finally:
+        root.setLevel(level)
+        if printed.getvalue():
+            log.debug("quantizer: %s", printed.getvalue().strip())
+
+
+def _drop_unused_opsets(quantized: onnx.ModelProto, original: onnx.ModelProto) -> None:
+    """Keep the quantized model's opset imports those of the segment (the quantizer may add
+    com.microsoft, which TensorRT's parser need not know) unless a node uses another domain."""
+    used = {n.domain for n in quantized.graph.node}
+    keep = [o for o in quantized.opset_import if o.domain in ("", "ai.onnx") or o.domain in used]
+    del quantized.opset_import[:]
+    quantized.opset_import.extend(keep)
+
+
+class _Reader:
+    """An onnxruntime CalibrationDataReader over prepared feeds (its base class is a plain ABC)."""
+
+    def __init__(self, feeds: Sequence[Mapping[str, Any]]) -> None:
+        self._feeds = [{k: np.asarray(v) for k, v in f.items()} for f in feeds]
+        self._it: Iterator[dict[str, np.ndarray]] = iter(self._feeds)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._it, None)
+
+    def rewind(self) -> None:
+        self._it = iter(self._feeds)
+
+
+def require_calibration(precision: str, data: str | None) -> None:
+    if precision == "int8" and not data:
+        raise CalibrationDataError("int8 needs calibration data: give --calibration-data FILE.npz|DIR (one array per "
+                                   "model input, samples stacked on the batch dim), or 'random' for a smoke test "
+                                   "(random data is not a calibration)")
