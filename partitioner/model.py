@@ -147,24 +147,48 @@ def reindex(model: Model) -> None:
     model.index.refresh_types()
 
 
-_KNOWN_ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
+_KNOWN_ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+_INT64_MAX = 2**63 - 1
 
 
-def _check_declared_types(graph: onnx.GraphProto, name: str) -> None:
-    """Graph inputs and outputs declare dtypes ONNX knows and no negative dims (the checker lets
-    both through; they would fail later, far from their cause)."""
-    for kind, values in (("input", graph.input), ("output", graph.output)):
+def _check_declared_types(graph: onnx.GraphProto, name: str, scope: str = "") -> None:
+    """Graph inputs, outputs and value_info, subgraphs' too, declare dtypes ONNX knows (not
+    UNDEFINED; initializers and tensor attributes too), no negative dims, and no dims whose product passes int64 (the checker lets all of
+    these through; they would fail later, far from their cause, in a runtime's message, or in
+    shape inference's ValueError, that names no tensor)."""
+    tensors = [(f"initializer '{t.name}'", t) for t in graph.initializer]
+    tensors += [(f"node '{n.name or n.op_type}' ({n.op_type}) attribute '{a.name}'", a.t)
+                for n in graph.node for a in n.attribute if a.HasField("t")]
+    for what, t in tensors:
+        if t.data_type not in _KNOWN_ELEM_TYPES:
+            raise InvalidModelError(f"{name}: {scope}{what} has data_type {t.data_type}, which is not an ONNX data type")
+    for node in graph.node:
+        for attr in node.attribute:
+            for k, sub in enumerate([attr.g] if attr.HasField("g") else list(attr.graphs)):
+                label = attr.name if attr.HasField("g") else f"{attr.name}[{k}]"
+                _check_declared_types(sub, name, f"{scope}node '{node.name or node.op_type}' ({node.op_type}) {label}: ")
+    for kind, values in (("input", graph.input), ("output", graph.output), ("value_info", graph.value_info)):
+        what = scope + (f"graph {kind}" if kind != "value_info" else "value_info of")
         for vi in values:
             if vi.type.WhichOneof("value") != "tensor_type":
                 continue
             tt = vi.type.tensor_type
             if tt.elem_type not in _KNOWN_ELEM_TYPES:
-                raise InvalidModelError(f"{name}: graph {kind} '{vi.name}' declares elem_type {tt.elem_type}, "
-                                        "which is not an ONNX data type")
+                problem = (f"elem_type {tt.elem_type}, which is not an ONNX data type" if tt.elem_type
+                           else "no data type (elem_type 0, UNDEFINED)")
+                raise InvalidModelError(f"{name}: {what} '{vi.name}' declares {problem}")
+            product = 1
             for axis, d in enumerate(tt.shape.dim):
-                if d.WhichOneof("value") == "dim_value" and d.dim_value < 0:
-                    raise InvalidModelError(f"{name}: graph {kind} '{vi.name}' declares dim {axis} as "
+                if d.WhichOneof("value") != "dim_value":
+                    continue
+                if d.dim_value < 0:
+                    raise InvalidModelError(f"{name}: {what} '{vi.name}' declares dim {axis} as "
                                             f"{d.dim_value}; dims are >= 0 (or symbolic)")
+                product *= d.dim_value
+            if product > _INT64_MAX:
+                dims = [x.dim_value if x.WhichOneof("value") == "dim_value" else x.dim_param or "?" for x in tt.shape.dim]
+                raise InvalidModelError(f"{name}: {what} '{vi.name}' declares shape {dims}, whose element count "
+                                        "passes int64 (2^63 - 1)")
 
 
 def _unique_node_names(graph: onnx.GraphProto, fixes: list[str]) -> None:
@@ -407,7 +431,7 @@ def _infer_shapes(proto: onnx.ModelProto, name: str) -> None:
     try:
         inferred = onnx.shape_inference.infer_shapes(weightless_copy(proto), check_type=False,
                                                      strict_mode=False, data_prop=True)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as e:
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, ValueError) as e:
         log.warning("%s: shape inference failed, continuing without it: %s", name, e)
         return
     known = {vi.name for vi in list(proto.graph.input) + list(proto.graph.output)}

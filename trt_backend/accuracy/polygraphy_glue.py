@@ -15,6 +15,7 @@ import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from trt_backend.accuracy.options import CompareOptions
 from trt_backend.accuracy.report import TensorError
 from trt_backend.errors import ComparisonError, FeedError, ReferenceRunError
 from trt_backend.ort.sessions import first_line, ort_errors
-from trt_backend.ort.values import to_numpy
+from trt_backend.ort.values import check_allocation, to_numpy
 from trt_backend.profiles import Profile
 from trt_backend.session.feeds import NodeArg, shape_text
 from trt_backend.session.session import Session
@@ -71,10 +72,12 @@ def _runner_classes() -> tuple[type, type]:
         """Runs a :class:`trt_backend.Session` (TensorRT segments, emulated or not, and ONNX
         Runtime segments stitched) under Polygraphy's Comparator."""
 
-        def __init__(self, session: Any, output_names: Sequence[str], name: str = OURS) -> None:
+        def __init__(self, session: Any, output_names: Sequence[str], name: str = OURS,
+                     ranks: Mapping[str, int] | None = None) -> None:
             super().__init__(name=name, prefix="trt-backend-runner")
             self._session = session
             self._output_names = list(output_names)
+            self._ranks = dict(ranks or {})  # inputs of unknown rank -> the rank of the feeds given
             self.side_outputs: list[dict[str, Any]] = []  # per inference: outputs that are not tensors
 
         def activate_impl(self) -> None:
@@ -83,7 +86,8 @@ def _runner_classes() -> tuple[type, type]:
         def get_input_metadata_impl(self) -> Any:
             meta = TensorMetadata()
             for arg in self.session.get_inputs():
-                shape = None if arg.rank is None else [d if isinstance(d, int) else None for d in arg.shape]
+                shape = ([None] * self._ranks.get(arg.name, 0) if arg.rank is None
+                         else [d if isinstance(d, int) else None for d in arg.shape])
                 meta.add(arg.name, dtype=arg.dtype, shape=shape)
             return meta
 
@@ -100,9 +104,29 @@ def _runner_classes() -> tuple[type, type]:
     return SessionRunner, OnnxrtRunner
 
 
-def session_runner(session: Session, output_names: Sequence[str]) -> Any:
-    """A Polygraphy runner over ``session`` producing ``output_names``."""
-    return _runner_classes()[0](session, output_names)
+def session_runner(session: Session, output_names: Sequence[str], ranks: Mapping[str, int] | None = None) -> Any:
+    """A Polygraphy runner over ``session`` producing ``output_names``; ``ranks``: the rank of
+    the feeds of inputs whose rank the model leaves unknown (Polygraphy needs one)."""
+    return _runner_classes()[0](session, output_names, ranks=ranks)
+
+
+def unknown_rank_feeds(session: Session, feeds: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Inputs of unknown rank -> the rank of the first feed given for them."""
+    unknown = {a.name for a in session.get_inputs() if a.kind == "tensor" and a.rank is None}
+    ranks: dict[str, int] = {}
+    for feed in feeds:
+        for name in unknown & set(feed):
+            ranks.setdefault(name, int(np.ndim(feed[name])))
+    return ranks
+
+
+@dataclass(frozen=True)
+class _InputArg:
+    """An ONNX Runtime input as Polygraphy reads it, with a rank where ONNX Runtime says []."""
+
+    name: str
+    type: str
+    shape: list[Any]
 
 
 class _ReferenceSession:
@@ -110,13 +134,15 @@ class _ReferenceSession:
     outputs only; sequences and maps (ZipMap's probabilities) are kept aside, per run, in
     ``side_outputs`` and compared by :func:`side_errors`."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, ranks: Mapping[str, int] | None = None) -> None:
         self._session = session
         self.side_outputs: list[dict[str, Any]] = []
         self._tensors = [o for o in session.get_outputs() if str(o.type).startswith("tensor(")]
+        self._ranks = dict(ranks or {})  # see session_runner
 
     def get_inputs(self) -> Any:
-        return self._session.get_inputs()
+        return [_InputArg(i.name, i.type, [None] * self._ranks[i.name]) if i.name in self._ranks else i
+                for i in self._session.get_inputs()]
 
     def get_outputs(self) -> Any:
         return list(self._tensors)
@@ -223,6 +249,9 @@ def generate_feeds(inputs: Sequence[NodeArg], points: Sequence[tuple[Mapping[str
             if shape is None:
                 raise FeedError(f"input '{arg.name}' has dynamic shape {shape_text(arg.shape)} and no profile gives "
                                 f"its shape; pass --shapes {arg.name}:... (or a profile)")
+            # Polygraphy samples floats as float64 before casting: that array is the one to fit
+            check_allocation(shape, np.dtype(np.float64) if arg.dtype.kind in "fc" else arg.dtype,
+                             f"input '{arg.name}'")
             meta.add(arg.name, dtype=arg.dtype, shape=list(shape))
         # Metadata set as the runner's, not as the user's: no shape-tensor guessing by Polygraphy.
         loader = DataLoader(seed=seed + k * iterations, iterations=iterations)
@@ -302,8 +331,9 @@ def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[s
     errors per output and each runner's mean inference time in ms."""
     from polygraphy.comparator import Comparator
 
-    reference = _ReferenceSession(ort_session)
-    ours_runner = session_runner(session, output_names)
+    ranks = unknown_rank_feeds(session, feeds)
+    reference = _ReferenceSession(ort_session, ranks)
+    ours_runner = session_runner(session, output_names, ranks)
     runners = [ours_runner, _runner_classes()[1](reference, name=REFERENCE)]
     func = compare_func(options)
     with polygraphy_logging():
