@@ -5,7 +5,9 @@ import hashlib
 import logging
 import os
 import secrets
+import shutil
 import stat
+import tempfile
 
 import onnx
 
@@ -57,6 +59,20 @@ def save_model_with_data(proto: onnx.ModelProto, path: str | os.PathLike[str], w
     locations = data_files(proto)
     if locations and weights_dir is not None:
         place_data_files(locations, weights_dir, os.path.dirname(os.path.abspath(os.fspath(path))))
+
+
+def swap_in_folder(tmp: str, out_dir: str) -> None:
+    """Put the finished folder ``tmp`` (made beside ``out_dir``) in ``out_dir``'s place: an
+    existing ``out_dir`` is moved aside first and removed after. OSError on failure (``tmp`` is
+    the caller's to remove)."""
+    old = None
+    if os.path.exists(out_dir):
+        old = tempfile.mkdtemp(prefix=".old-", dir=os.path.dirname(os.path.abspath(out_dir)))
+        os.rmdir(old)
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _existing_mode(path: str) -> int | None:

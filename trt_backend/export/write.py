@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 
+from trt_backend._files import swap_in_folder
 from trt_backend.errors import ExportError
 from trt_backend.export.repo import TritonRepo
 
@@ -34,14 +35,7 @@ def write_repo(repo: TritonRepo, out_dir: str, *, force: bool = False) -> None:
         for f in repo.files():
             f.write_to(tmp)
         os.chmod(tmp, 0o755)
-        old = None
-        if os.path.exists(out_dir):
-            old = tempfile.mkdtemp(prefix=".old-", dir=parent)
-            os.rmdir(old)
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        swap_in_folder(tmp, out_dir)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ExportError(f"cannot write {out_dir}: {e.strerror or e}") from None

@@ -24,7 +24,7 @@ from partitioner.weights import (
     is_external,
     place_data_files,
 )
-from trt_backend._files import write_atomic
+from trt_backend._files import swap_in_folder, write_atomic
 from trt_backend._version import __version__
 from trt_backend.engines.builder import BuildOptions, build_target
 from trt_backend.engines.cache import EngineCache
@@ -257,14 +257,7 @@ def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[st
         if weights is not None:
             _write_weights(tmp, weights)
         write_atomic(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1) + "\n")
-        old = None
-        if os.path.exists(out_dir):
-            old = tempfile.mkdtemp(prefix=".old-", dir=parent)
-            os.rmdir(old)
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        swap_in_folder(tmp, out_dir)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None

@@ -128,7 +128,12 @@ elif point == "swap":  # the old folder moved aside, the new one not yet in its 
             if Os.replaced == 2:
                 die()
             os.replace(a, b)
-    folder_module.os = Os()
+    import trt_backend._files as files_module
+    real_swap = files_module.swap_in_folder
+    def swap(tmp, out_dir):
+        files_module.os = Os()  # (only the swap's own moves are counted)
+        real_swap(tmp, out_dir)
+    folder_module.swap_in_folder = swap
 sys.exit(main(sys.argv[2:]))
 """
 
