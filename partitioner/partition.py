@@ -132,13 +132,17 @@ def _demote_unpaying(index: GraphIndex, groups: Sequence[Group], colors: list[st
         est = group_cost(index, own, group_of, cost, lazy)
         if est.boundaries == 0 or est.pays:
             continue
-        for i in g.nodes:
-            if colors[i] == TENSORRT:
-                colors[i] = ONNXRUNTIME
-                final[i] = Verdict(ONNXRUNTIME, f"demoted: its TensorRT group does not pay for its boundaries: "
-                                                f"{est.describe()}")
+        _demote(g, colors, final, f"demoted: its TensorRT group does not pay for its boundaries: {est.describe()}")
         changed = True
     return changed
+
+
+def _demote(group: Group, colors: list[str], final: list[Verdict], reason: str) -> None:
+    """Send the group's TensorRT nodes to ONNX Runtime with ``reason``."""
+    for i in group.nodes:
+        if colors[i] == TENSORRT:
+            colors[i] = ONNXRUNTIME
+            final[i] = Verdict(ONNXRUNTIME, reason)
 
 
 def _counts(producer: int | None, lazy: frozenset[int]) -> bool:
@@ -167,11 +171,8 @@ def partition(index: GraphIndex, verdicts: Sequence[Verdict], min_segment_size: 
             counted = [i for i in g.nodes if colors[i] == TENSORRT and nodes[i].op_type not in FREE_OPS]
             if len(counted) >= min_segment_size or any(nodes[i].op_type in HEAVY_OPS for i in counted):
                 continue
-            for i in g.nodes:
-                if colors[i] == TENSORRT:
-                    colors[i] = ONNXRUNTIME
-                    final[i] = Verdict(ONNXRUNTIME, f"demoted: TensorRT group of {len(counted)} node(s) is "
-                                                    f"below the minimum segment size {min_segment_size}")
+            _demote(g, colors, final, f"demoted: TensorRT group of {len(counted)} node(s) is below the minimum "
+                                      f"segment size {min_segment_size}")
             changed = True
         if not changed and cost is not None and min_segment_size > 1:
             changed = _demote_unpaying(index, groups, colors, final, cost, lazy)
