@@ -61,6 +61,17 @@ def save_model_with_data(proto: onnx.ModelProto, path: str | os.PathLike[str], w
         place_data_files(locations, weights_dir, os.path.dirname(os.path.abspath(os.fspath(path))))
 
 
+def missing_parent(out_dir: str) -> str | None:
+    """Why no folder can be made at ``out_dir`` because of its parent (None: the parent exists
+    and is writable, as far as ``os.access`` tells)."""
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    if not os.path.isdir(parent):
+        return f"folder {parent} does not exist"
+    if not os.access(parent, os.W_OK):
+        return f"folder {parent} is not writable"
+    return None
+
+
 def swap_in_folder(tmp: str, out_dir: str) -> None:
     """Put the finished folder ``tmp`` (made beside ``out_dir``) in ``out_dir``'s place: an
     existing ``out_dir`` is moved aside first and removed after. OSError on failure (``tmp`` is

@@ -6,7 +6,7 @@ import os
 import shutil
 import tempfile
 
-from trt_backend._files import swap_in_folder
+from trt_backend._files import missing_parent, swap_in_folder
 from trt_backend.errors import ExportError
 from trt_backend.export.repo import TritonRepo
 
@@ -18,11 +18,9 @@ def check_out_dir(out_dir: str, force: bool) -> None:
             raise ExportError(f"{out_dir}: exists and is not a folder")
         if os.listdir(out_dir) and not force:
             raise ExportError(f"{out_dir}: folder is not empty; --force replaces it")
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    if not os.path.isdir(parent):
-        raise ExportError(f"{out_dir}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ExportError(f"{out_dir}: folder {parent} is not writable")
+    problem = missing_parent(out_dir)
+    if problem:
+        raise ExportError(f"{out_dir}: {problem}")
 
 
 def write_repo(repo: TritonRepo, out_dir: str, *, force: bool = False) -> None:

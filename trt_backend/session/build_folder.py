@@ -24,7 +24,7 @@ from partitioner.weights import (
     is_external,
     place_data_files,
 )
-from trt_backend._files import swap_in_folder, write_atomic
+from trt_backend._files import missing_parent, swap_in_folder, write_atomic
 from trt_backend._version import __version__
 from trt_backend.engines.builder import BuildOptions, build_target
 from trt_backend.engines.cache import EngineCache
@@ -226,11 +226,10 @@ def _check_out_dir(out_dir: str) -> None:
             raise ArtifactError(f"{out_dir}: exists and is not a folder")
         if os.listdir(out_dir) and not os.path.exists(os.path.join(out_dir, MANIFEST)):
             raise ArtifactError(f"{out_dir}: folder is not empty and holds no {MANIFEST}; refusing to replace it")
+    problem = missing_parent(out_dir)
+    if problem:
+        raise ArtifactError(f"{out_dir}: {problem}")
     parent = os.path.dirname(os.path.abspath(out_dir))
-    if not os.path.isdir(parent):
-        raise ArtifactError(f"{out_dir}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ArtifactError(f"{out_dir}: folder {parent} is not writable")
     try:  # (os.access says yes to root, also on read-only file systems: try it, before building)
         os.rmdir(tempfile.mkdtemp(prefix=".build-probe-", dir=parent))
     except OSError as e:
