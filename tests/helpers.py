@@ -1,7 +1,8 @@
-"""Builders for hand-made test graphs and plan invariants."""
+"""Builders for hand-made test graphs and plan invariants; running work from several threads."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx
@@ -125,3 +126,23 @@ def constant_derived(plan) -> set[str]:
         if all(name in out for name in index.reads[i]):
             out.update(o for o in index.graph.node[i].output if o)
     return out
+
+
+def in_threads(work: Callable[[int], None], n: int) -> list[BaseException]:
+    """``work(0)`` .. ``work(n - 1)``, each in its own thread, released together; what they raised."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(n)
+
+    def run(k: int) -> None:
+        try:
+            start.wait()
+            work(k)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

@@ -17,6 +17,7 @@ import onnxruntime as ort
 import pytest
 
 import trt_backend.session.session as session_module
+from tests.helpers import in_threads
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import DeviceError, OptionsError
 from trt_backend.gpu import device as dev
@@ -202,22 +203,13 @@ def test_session_on_gpu_1_puts_everything_there_in_every_thread(two_gpus, monkey
     assert {r.kw["device_id"] for r in made} == {1}
     assert two_gpus.streams[made[0].kw["stream"].handle] == 1 and made[0].kw["pool"].device_id == 1
     reference = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"])
-    errors: list[BaseException] = []
 
     def serve(seed: int) -> None:
-        try:
-            x = np.random.default_rng(seed).standard_normal((1 + seed % 4, 3, 32, 32)).astype(np.float32)
-            for got, want in zip(sess.run(None, {"image": x}), reference.run(None, {"image": x})):
-                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        x = np.random.default_rng(seed).standard_normal((1 + seed % 4, 3, 32, 32)).astype(np.float32)
+        for got, want in zip(sess.run(None, {"image": x}), reference.run(None, {"image": x})):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
-    threads = [threading.Thread(target=serve, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert in_threads(serve, 4) == []
     seen = [s for r in made for s in r.seen]
     assert len({tid for tid, _ in seen}) == 4 and {d for _, d in seen} == {1}  # four threads, each on GPU 1
     # a device array that lives on GPU 0 is refused by name before anything runs

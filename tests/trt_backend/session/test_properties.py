@@ -11,12 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
+from tests.helpers import in_threads
 from trt_backend.cli import main
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.session.options import SessionOptions
@@ -46,22 +46,12 @@ def test_eight_threads_at_mixed_batch_sizes_equal_whole_model_onnx_runtime() -> 
     work = [[rng.standard_normal((int(b), 3, 32, 32)).astype(np.float32) for b in rng.integers(1, 9, size=12)]
             for _ in range(8)]
     results: dict[tuple[int, int], list] = {}
-    errors: list[BaseException] = []
-    start = threading.Barrier(8)
 
     def worker(t: int) -> None:
-        try:
-            start.wait()
-            for k, x in enumerate(work[t]):
-                results[t, k] = sess.run(None, {"image": x})
-        except BaseException as e:  # noqa: BLE001 - reported by the main thread
-            errors.append(e)
+        for k, x in enumerate(work[t]):
+            results[t, k] = sess.run(None, {"image": x})
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    errors = in_threads(worker, 8)
     assert not errors, errors
     assert len(results) == 96 and len({x.shape[0] for xs in work for x in xs}) == 8  # every batch size 1..8
     for (t, k), got in results.items():

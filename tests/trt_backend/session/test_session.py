@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import weakref
 
 import numpy as np
@@ -17,6 +16,7 @@ from onnx import helper as h
 
 from partitioner import Plan
 from partitioner.errors import OptionsError, TrtBackendError
+from tests.helpers import in_threads
 from tests.trt_backend.session.test_graphs import assert_same, conv_chain, ort_reference
 from trt_backend.data.demo import DEMO_PATH, demo_model
 from trt_backend.errors import (
@@ -203,11 +203,7 @@ def test_concurrent_runs_from_threads_match_sequential_runs() -> None:
     def work(k: int) -> None:
         results[k] = sess.run(None, {"image": inputs[k]})
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(inputs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert in_threads(work, len(inputs)) == []
     for k in range(len(inputs)):
         assert_same(results[k], expected[k], atol=0)
 
