@@ -134,33 +134,36 @@ class DimBounds:
         if op in ("Add", "Mul", "Sub", "Max", "Min") and len(ins) == 2:
             return _arith(op, self.value_bounds(ins[0], depth + 1), self.value_bounds(ins[1], depth + 1),
                           self.const(ins[1]))
-        if op == "Slice" and len(ins) >= 3:
+        if op == "Slice":
             data = self.value_bounds(ins[0], depth + 1)
-            starts, ends = self.const(ins[1]), self.const(ins[2])
-            steps = self.const(ins[4]) if len(ins) > 4 and ins[4] else None
-            if data is None or starts is None or ends is None or starts.size != 1 or ends.size != 1:
+            args = self._slice_args(ins, 1)
+            if data is None or args is None or list(args) != [0] or args[0][2] == 0:
                 return None
-            step = int(steps.reshape(-1)[0]) if steps is not None and steps.size == 1 else 1
-            if step == 0:
-                return None
-            return data[slice(int(starts.reshape(-1)[0]), int(ends.reshape(-1)[0]), step)]  # ONNX clamps as Python does
+            return data[slice(*args[0])]  # ONNX clamps as Python does
         return None
 
-    def _slice_length(self, ins: Sequence[str], dim: int, rank: int) -> int | None:
-        """The most a Slice can keep of axis ``dim`` from its constant starts/ends alone (both
-        >= 0, step 1), whatever its input's length: ``end - start``. None where they do not say."""
+    def _slice_args(self, ins: Sequence[str], rank: int) -> dict[int, tuple[int, int, int]] | None:
+        """A Slice's constant (start, end, step) per axis it slices; None where they are not constants."""
         starts = self.const(ins[1]) if len(ins) > 1 and ins[1] else None
         ends = self.const(ins[2]) if len(ins) > 2 and ins[2] else None
         axes = self.const(ins[3]) if len(ins) > 3 and ins[3] else None
         steps = self.const(ins[4]) if len(ins) > 4 and ins[4] else None
-        if starts is None or ends is None:
+        if starts is None or ends is None or ends.size != starts.size:
             return None
         axis_list = [int(a) % max(rank, 1) for a in axes.reshape(-1)] if axes is not None else list(range(starts.size))
-        if dim not in axis_list:
+        step_list = [int(v) for v in steps.reshape(-1)] if steps is not None else [1] * starts.size
+        if len(axis_list) != starts.size or len(step_list) != starts.size:
             return None
-        k = axis_list.index(dim)
-        start, end = int(starts.reshape(-1)[k]), int(ends.reshape(-1)[k])
-        step = int(steps.reshape(-1)[k]) if steps is not None else 1
+        return {axis: (int(st), int(en), step) for axis, st, en, step
+                in zip(axis_list, starts.reshape(-1), ends.reshape(-1), step_list)}
+
+    def _slice_length(self, ins: Sequence[str], dim: int, rank: int) -> int | None:
+        """The most a Slice can keep of axis ``dim`` from its constant starts/ends alone (both
+        >= 0, step 1), whatever its input's length: ``end - start``. None where they do not say."""
+        args = self._slice_args(ins, rank)
+        if args is None or dim not in args:
+            return None
+        start, end, step = args[dim]
         if start < 0 or end < 0 or step != 1:
             return None
         return max(0, end - start)
