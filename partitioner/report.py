@@ -119,10 +119,6 @@ class Crossing:
         return (f"Boundaries: {plural(self.tensors, 'tensor')} handed between segments per run, "
                 f"{si_bytes(self.bytes)} (symbolic dims counted as {self.symbolic_dim}{unknown})")
 
-    def to_dict(self) -> dict[str, float | int]:
-        return {"tensors": self.tensors, "bytes": self.bytes, "unknown_size": self.unknown,
-                "symbolic_dim": self.symbolic_dim}
-
 
 def boundary_crossing(plan: Plan, cost: BoundaryCost | None = None) -> Crossing | None:
     """What crosses segment boundaries per run (None: a plan read without its model)."""
