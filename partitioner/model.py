@@ -20,6 +20,7 @@ from partitioner.weights import (
     check_external,
     external_tensors,
     is_external,
+    raw_nbytes,
     refuse_embedded_past_limit,
     tensor_nbytes,
     uses_external_data,
@@ -284,7 +285,7 @@ def _is_large(t: onnx.TensorProto) -> bool:
     """An initializer worth not copying: held inline past the threshold, or external."""
     if is_external(t):
         return True
-    return (len(t.raw_data) > _WEIGHTLESS_THRESHOLD or len(t.float_data) * 4 > _WEIGHTLESS_THRESHOLD
+    return (raw_nbytes(t) > _WEIGHTLESS_THRESHOLD or len(t.float_data) * 4 > _WEIGHTLESS_THRESHOLD
             or len(t.int64_data) * 8 > _WEIGHTLESS_THRESHOLD or len(t.int32_data) * 4 > _WEIGHTLESS_THRESHOLD
             or len(t.double_data) * 8 > _WEIGHTLESS_THRESHOLD)
 

@@ -12,7 +12,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,6 +92,16 @@ def tensor_nbytes(tensor: onnx.TensorProto) -> int | None:
     if tensor.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4):
         return (count + 1) // 2
     return count * dtype.itemsize
+
+
+def raw_nbytes(tensor: onnx.TensorProto) -> int:
+    """``len(tensor.raw_data)`` without reading the bytes: protobuf's upb copies a bytes field on
+    every access (~35 ms per 100 MB), so sizes come from dims and dtype, which loading checked
+    against the bytes (:func:`partitioner.model.load_model`). 0 without raw data."""
+    if not tensor.HasField("raw_data"):
+        return 0
+    need = tensor_nbytes(tensor)
+    return need if need is not None else len(tensor.raw_data)
 
 
 def check_location(location: str, tensor: str, where: str) -> None:
@@ -212,7 +222,7 @@ def stand_in(t: onnx.TensorProto) -> onnx.TensorProto | None:
     Only for consumers that do not read weight values (a capability query)."""
     if t.data_type not in _FLOATS or is_external(t):
         return None
-    n = len(t.raw_data)
+    n = raw_nbytes(t)
     if n < STAND_IN_MIN_BYTES:
         return None
     out = onnx.TensorProto()
@@ -234,7 +244,7 @@ def is_stand_in(t: onnx.TensorProto) -> bool:
 
 
 def _held_bytes(t: onnx.TensorProto) -> int:
-    return (len(t.raw_data) + 4 * (len(t.float_data) + len(t.int32_data)) + 8 * (len(t.int64_data)
+    return (raw_nbytes(t) + 4 * (len(t.float_data) + len(t.int32_data)) + 8 * (len(t.int64_data)
             + len(t.double_data) + len(t.uint64_data)) + sum(len(v) for v in t.string_data))
 
 
@@ -278,10 +288,12 @@ def file_sha256(path: str) -> str:
     return range_sha256(path, 0, os.path.getsize(path))
 
 
-def weights_sha256(proto: onnx.ModelProto, base_dir: str | None) -> str | None:
-    """One SHA-256 over the bytes of every external tensor of ``proto`` (by name), or None
-    when it has none: what a cache key needs besides the (weightless) serialized model."""
-    external = external_tensors(proto)
+def weights_sha256(proto: onnx.ModelProto, base_dir: str | None,
+                   skip: Callable[[onnx.TensorProto], bool] | None = None) -> str | None:
+    """One SHA-256 over the bytes of every external tensor of ``proto`` (by name; those ``skip``
+    says yes to left out), or None when it has none: what a cache key needs besides the
+    (weightless) serialized model."""
+    external = [t for t in external_tensors(proto) if skip is None or not skip(t)]
     if not external:
         return None
     if base_dir is None:
