@@ -15,7 +15,12 @@ import pytest
 
 from benchmarks.large_models import write_mlp
 from trt_backend.cli import main
-from trt_backend.engines.builder import BuildOptions, by_reference, is_held, key_material
+from trt_backend.engines.builder import (
+    BuildOptions,
+    by_reference,
+    is_held,
+    key_material,
+)
 from trt_backend.errors import OptionsError, SignatureError
 from trt_backend.planning import make_plan
 from trt_backend.session.build_cache import BUILDS, DIGESTS
