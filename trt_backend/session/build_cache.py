@@ -166,18 +166,19 @@ class BuildCache:
         if manifest is None:
             return None
         parent = os.path.dirname(os.path.abspath(out_dir))
-        tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
+        tmp = None
         try:
+            tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
             for name in _files_of(manifest):
                 _place(os.path.join(entry, name), os.path.join(tmp, name), link=name.endswith(".engine"))
             manifest = seal({**manifest, **updates}, sign_key)
             write_atomic(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1) + "\n")
             swap_in_folder(tmp, out_dir)
-        except FileNotFoundError:  # (an entry removed while read: build it)
-            shutil.rmtree(tmp, ignore_errors=True)
-            return None
         except OSError as e:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(e, FileNotFoundError) and tmp is not None:
+                return None  # (an entry removed while it was copied: build it)
             raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
         log.info("build cache hit %s: %s", key[:12], entry)
         return manifest
