@@ -360,14 +360,14 @@ def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     were checked at load, and inline ones, checked for length here) as graph inputs of their
     dtype and shape, so the checker neither looks for data files in the current directory nor
     serializes the weights. None when external tensors sit elsewhere (subgraphs, attributes)."""
+    for t in proto.graph.initializer:  # (every one: sizes are taken from dims and dtype after this, see raw_nbytes)
+        _check_inline_length(t)
     external = [t for t in proto.graph.initializer if is_external(t)]
     if len(external) != len(external_tensors(proto)):
         return None
     large = [t for t in proto.graph.initializer if _is_large(t)]
     if not large:
         return proto
-    for t in large:
-        _check_inline_length(t)
     names = {t.name for t in large}
     copy = structure_copy(proto, lambda t: None, keep=lambda t: t.name not in names)
     for t in large:

@@ -244,7 +244,7 @@ def is_stand_in(t: onnx.TensorProto) -> bool:
 
 
 def _held_bytes(t: onnx.TensorProto) -> int:
-    return (raw_nbytes(t) + 4 * (len(t.float_data) + len(t.int32_data)) + 8 * (len(t.int64_data)
+    return (len(t.raw_data) + 4 * (len(t.float_data) + len(t.int32_data)) + 8 * (len(t.int64_data)
             + len(t.double_data) + len(t.uint64_data)) + sum(len(v) for v in t.string_data))
 
 
