@@ -185,6 +185,35 @@ def read_bytes(ref: ExternalRef, base_dir: str) -> bytes:
     return data
 
 
+READ_IN_MAX_BYTES = 1792 << 20  # external weights a precision transform reads into one segment (fp16: < 1 GiB)
+
+
+def read_in(proto: onnx.ModelProto, base_dir: str | None, where: str,
+            max_bytes: int = READ_IN_MAX_BYTES) -> onnx.ModelProto:
+    """A copy of ``proto`` whose external main-graph initializers hold their bytes, for the
+    transforms that rewrite weights (fp16/bf16, int8 Q/DQ); ``proto`` is untouched. Past
+    ``max_bytes`` in all: ModelTooLargeError naming the size (the transform cannot take it; the
+    caller keeps the segment in fp32). External tensors elsewhere (subgraphs, attributes) stay."""
+    external = [t for t in proto.graph.initializer if is_external(t)]
+    if not external:
+        return proto
+    if base_dir is None:
+        raise ModelLoadError(f"{where}: tensor '{external[0].name}' has external data and no folder was given "
+                             "to read it from")
+    refs = {t.name: external_ref(t, base_dir, where) for t in external}
+    total = sum(r.length for r in refs.values())
+    if total > max_bytes:
+        raise ModelTooLargeError(f"{where}: {total / 2**30:.2f} GiB of external weights, past the "
+                                 f"{max_bytes / 2**30:.2f} GiB one segment's precision transform reads in")
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)  # (the external tensors are references: nothing large copied for them)
+    for t in copy.graph.initializer:
+        ref = refs.get(t.name)
+        if ref is not None:
+            _inline(t, read_bytes(ref, base_dir))
+    return copy
+
+
 def tensor_array(tensor: onnx.TensorProto, base_dir: str | None) -> np.ndarray:
     """The tensor's values, read from its data file when external."""
     if not is_external(tensor):

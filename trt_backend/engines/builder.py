@@ -18,11 +18,12 @@ from typing import Any, Union
 
 import onnx
 
-from partitioner.errors import OptionsError
+from partitioner.errors import ModelTooLargeError, OptionsError
 from partitioner.model import serialize, structure_copy
 from partitioner.weights import (
     is_external,
     raw_nbytes,
+    read_in,
     uses_external_data,
     weights_sha256,
 )
@@ -231,8 +232,15 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
     start = time.perf_counter()
     ranges = segment_ranges(segment_model, profiles)
     prepared, precision = segment_model, options.precision
-    if options.precision not in ("fp32", "tf32") and uses_external_data(segment_model):
-        log.warning("%s: its weights are external data, which the %s transform does not rewrite yet; "
+    reduced = segment_precision(segment_model, options)[0] not in ("fp32", "tf32")
+    if reduced and uses_external_data(segment_model):
+        try:  # (the transforms rewrite weights: a segment's external ones are read in, up to a limit)
+            segment_model = read_in(segment_model, weights_dir, segment_model.graph.name)
+        except ModelTooLargeError as e:
+            log.warning("%s; building it in fp32", e)
+        prepared = segment_model
+    if reduced and uses_external_data(segment_model):
+        log.warning("%s: its weights are external data, which the %s transform does not rewrite; "
                     "building it in fp32", segment_model.graph.name, options.precision)
         precision = "fp32"
     elif options.precision not in ("fp32", "tf32"):
