@@ -245,8 +245,8 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
         precision = "fp32"
     elif options.precision not in ("fp32", "tf32"):
         try:
-            refused = refused_in_precision(segment_model, options, fl, quantize)
-            prepared, precision = prepared_segment(segment_model, options, quantize, refused)
+            refused, taken = _refusals(segment_model, options, fl, quantize)
+            prepared, precision = taken or prepared_segment(segment_model, options, quantize, refused)
         except PrecisionError as e:
             log.warning("%s: %s; building it in fp32", segment_model.graph.name, e)
             precision = "fp32"
@@ -300,25 +300,32 @@ def refused_in_precision(segment_model: onnx.ModelProto, options: BuildOptions, 
     """Nodes the TensorRT parser refuses in the segment's reduced precision but takes in fp32
     (e.g. HardSwish in bf16): parsed, the blamed nodes kept fp32, parsed again (bounded rounds).
     The rest of the segment keeps its precision; an engine is never silently all fp32 for one op."""
+    return _refusals(segment_model, options, flavor, quantize)[0]
+
+
+def _refusals(segment_model: onnx.ModelProto, options: BuildOptions, flavor: Flavor,
+              quantize: Callable[..., onnx.ModelProto] | None = None
+              ) -> tuple[tuple[str, ...], tuple[onnx.ModelProto, str] | None]:
+    """:func:`refused_in_precision`, and the prepared segment the parser took (None if none)."""
     if segment_precision(segment_model, options)[0] in ("fp32", "tf32"):
-        return ()
+        return (), None
     refused: list[str] = []
     for _ in range(MAX_REFUSAL_ROUNDS):
-        prepared, _ = prepared_segment(segment_model, options, quantize, refused)
+        prepared = prepared_segment(segment_model, options, quantize, refused)
         try:
-            _compile(prepared, (), options, flavor, None, parse_only=True)
-            return tuple(refused)
+            _compile(prepared[0], (), options, flavor, None, parse_only=True)
+            return tuple(refused), prepared
         except SegmentBuildError as e:
             own = {n.name: n.op_type for n in segment_model.graph.node}
             # (a refusal is by op type and dtype: the parser stops at the first, so its kin go too)
             types = {own[n] for n in e.names if n in own and n not in refused}
             blamed = [n for n, t in own.items() if t in types and n not in refused]
             if not blamed:
-                return tuple(refused)  # (not a precision matter: the build reports it)
+                return tuple(refused), None  # (not a precision matter: the build reports it)
             log.info("%s: TensorRT refuses %s in %s; kept fp32", segment_model.graph.name, ", ".join(blamed),
                      segment_precision(segment_model, options)[0])
             refused.extend(blamed)
-    return tuple(refused)
+    return tuple(refused), None
 
 
 def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile]], options: BuildOptions, flavor: Flavor,
