@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnx
+from google.protobuf.message import DecodeError
 
 from partitioner.weights import data_files
 from trt_backend._files import swap_in_folder, write_atomic
@@ -94,8 +95,11 @@ def _file_digest(path: str, known: dict[str, Any], data: bool | None) -> dict[st
     entry = {"status": status, "sha256": hashlib.sha256(content).hexdigest(), "data_files": []}
     if data is None and b"location" in content:  # (no external data without that key: no parse)
         proto = onnx.ModelProto()
-        proto.ParseFromString(content)
-        entry["data_files"] = data_files(proto)
+        try:
+            proto.ParseFromString(content)
+            entry["data_files"] = data_files(proto)
+        except (DecodeError, RuntimeError, ValueError) as e:  # (not a model: loading it names the problem)
+            raise OSError(f"not an ONNX model ({e})") from None
     if time.time() - st.st_mtime_ns / 1e9 > _RACY_SECONDS:
         known[key] = entry
     return entry

@@ -127,3 +127,18 @@ def test_segments_by_reference_have_the_keys_of_full_copies(tmp_path, flavor) ->
                            weights=held)
         assert full == ref and "inline_weights_sha256" in full
 
+
+
+def test_a_corrupt_model_with_external_data_is_the_loaders_one_line_error(tmp_path, capsys) -> None:
+    """The build cache reads a model's data file names before loading it: a corrupt file is left
+    to the loader's error (was: a DecodeError traceback, found by benchmarks/fuzz.py)."""
+    src = str(tmp_path / "ext.onnx")
+    write_mlp(src, HIDDEN, 2)
+    data = bytearray(open(src, "rb").read())
+    assert b"location" in data
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(bytes(data[: len(data) * 2 // 3]))
+    assert main(["build", str(bad), "-o", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "c"), *SHAPES]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"trt-backend: error: {bad}: not an ONNX model or truncated") and "\n" not in err, err
+    assert not os.path.exists(tmp_path / "out")
