@@ -353,6 +353,9 @@ def check_model(proto: onnx.ModelProto, *, where: str, full: bool = False) -> No
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InvalidModelError(f"{where}: invalid ONNX model: {first}") from None
+    except UnicodeError as e:  # (the checker's own message about the model could not be decoded)
+        raise InvalidModelError(f"{where}: invalid ONNX model: a name or string in it is not valid UTF-8 "
+                                f"({type(e).__name__}: {e})") from None
 
 
 def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto | None:

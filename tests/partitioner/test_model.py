@@ -260,3 +260,16 @@ def test_raw_weights_of_another_length_than_their_dims_need_are_refused(dims, nb
     with pytest.raises(InvalidModelError, match=rf"tensor name: w\) raw_data size \({nbytes} bytes\) does not match "
                                                 rf"its shape and type \({need} bytes required\)"):
         load_model(model)
+
+
+
+def test_a_name_that_is_not_utf8_is_one_clear_error() -> None:
+    """ONNX's checker cannot format its message about such a model (UnicodeDecodeError, found by
+    ``benchmarks/fuzz.py --seed 5``, mutant 162: bit flips in a model with subgraphs):
+    InvalidModelError instead of a traceback."""
+    from benchmarks.fuzz_mutants import make_mutant, seed_models
+
+    mutant = make_mutant(seed_models(), 162, 5)
+    with pytest.raises(InvalidModelError, match=r"<bytes>: invalid ONNX model: a name or string in it is not "
+                                                r"valid UTF-8 \(UnicodeDecodeError"):
+        load_model(mutant.files["model.onnx"])
