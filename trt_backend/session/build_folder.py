@@ -308,6 +308,8 @@ class _Stage:
             place_data_files([d["file"] for d in originals], model.base_dir, self.tmp)
         weights = _externalize(model, [d["file"] for d in originals])
         entry = _write_weights(self.tmp, weights) if weights is not None else None
+        if weights is not None:
+            weights.blobs.clear()  # (written: their copies go before the engines are copied out)
         return originals, weights, entry
 
     def data(self, model: Model) -> tuple[list[dict[str, Any]], _Weights | None, dict[str, Any] | None]:
