@@ -7,8 +7,10 @@ relative, no ``..``, only the keys TensorRT's parser accepts, the file there and
 Small external tensors (shapes, scales) are read in at load, so code reading values works."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+import math
 import os
 import shutil
 import threading
@@ -82,16 +84,23 @@ def _attribute_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
 
 def tensor_nbytes(tensor: onnx.TensorProto) -> int | None:
     """Bytes the tensor's values take (None for strings and unknown dtypes)."""
-    if tensor.data_type in (0, onnx.TensorProto.STRING):
+    itemsize = _itemsize(tensor.data_type)
+    if itemsize is None:
         return None
-    try:
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
-    except (KeyError, TypeError, ValueError):
-        return None
-    count = int(np.prod(tensor.dims, dtype=np.int64)) if len(tensor.dims) else 1
+    count = math.prod(tensor.dims)  # (Python ints: no overflow; called per initializer, often)
     if tensor.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4):
         return (count + 1) // 2
-    return count * dtype.itemsize
+    return count * itemsize
+
+
+@functools.lru_cache(maxsize=None)
+def _itemsize(data_type: int) -> int | None:
+    if data_type in (0, onnx.TensorProto.STRING):
+        return None
+    try:
+        return int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type)).itemsize)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def raw_nbytes(tensor: onnx.TensorProto) -> int:
