@@ -9,8 +9,11 @@ is built in, so that ``compare`` and the precision search measure the error the 
   CPU provider runs ops it has no fp16 kernel for in fp32 between casts it inserts, then removes
   the cast pairs between two such ops, so (x + 1000) - 1000 came back exact in "fp16"; and it has
   almost no bf16 kernels.)
-- int8: the segment with its Q/DQ (:mod:`trt_backend.engines.quantize`); ONNX Runtime runs Q/DQ
-  as the rounding and clipping they describe.
+- int8 (int8 with fp16 for the rest, :mod:`trt_backend.engines.quantize`): the segment with its
+  Q/DQ and its fp16 remainder, widened and rounded as fp16 is; ONNX Runtime runs Q/DQ as the
+  rounding and clipping they describe. A DequantizeLinear's output is not rounded to fp16: TensorRT
+  fuses the DQ into the int8 kernel that reads it (int32 accumulation, rescaled in fp32), so the
+  dequantized values are never held in 16 bits; what that kernel makes is rounded like any fp16 op's.
 """
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ _EXACT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "
                     "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Pad", "MaxPool", "Relu",
                     "Neg", "Abs", "Max", "Min", "Where", "DepthToSpace", "SpaceToDepth", "ReduceMax", "ReduceMin",
                     "Cast", "CastLike", "Constant", "ConstantOfShape", "Shape", "Size"})
+# Ops TensorRT fuses into the kernel reading their output: nothing holds it in 16 bits.
+_FUSED = frozenset({"DequantizeLinear"})
 
 Quantizer = Callable[..., onnx.ModelProto]  # (segment[, nodes to leave float]) -> segment with Q/DQ
 
@@ -75,7 +80,7 @@ def rounded_in_fp32(model: onnx.ModelProto, low: int) -> onnx.ModelProto:
         after: list[onnx.NodeProto] = []
         cast_to_low = node.op_type == "Cast" and any(a.name == "to" and a.i == low for a in node.attribute)
         for k, name in enumerate(node.output):
-            if not name or types.get(name) != low or (node.op_type in _EXACT and not cast_to_low):
+            if not name or types.get(name) != low or (node.op_type in _EXACT | _FUSED and not cast_to_low):
                 continue
             rounded = fresh_name(f"{name}_low", names)
             if cast_to_low:  # the model's own rounding: keep it, then widen its result
@@ -108,7 +113,8 @@ def emulation_model(segment: onnx.ModelProto, precision: str, keep_fp32_ops: tup
     if precision == "int8":
         if quantizer is None:
             raise ValueError("int8 emulation needs a quantizer")  # (an internal call error, not a user's)
-        return Emulation(quantizer(segment, pinned) if pinned else quantizer(segment), "int8")
+        quantized = quantizer(segment, pinned) if pinned else quantizer(segment)
+        return Emulation(rounded_in_fp32(quantized, TensorProto.FLOAT16), "int8")
     if precision not in ("fp16", "bf16"):
         return Emulation(segment, "fp32")
     result: PrecisionResult = apply_precision(segment, precision, keep_fp32_ops, pinned)
