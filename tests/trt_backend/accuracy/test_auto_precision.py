@@ -140,3 +140,50 @@ def test_inspect_and_run_show_the_plan(model_path, plan, flavor, tmp_path, capsy
     assert "<h2>Precision</h2>" in html and "unshift (Sub): " in html
     assert main(["run", out, "--emulate", "--shapes", "x:4x8"]) == 0
     assert "emulated in: segment 0 fp16" in capsys.readouterr().out
+
+
+def two_matmuls() -> onnx.ModelProto:
+    """``cancelling`` without the cancellation: x -> MatMul -> Relu -> MatMul -> Tanh -> y."""
+    m = cancelling()
+    nodes = [n for n in m.graph.node if n.name not in ("shift", "unshift")]
+    nodes[2].input[0] = "r1"
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    big = [t for t in m.graph.initializer if t.name == "big"]
+    m.graph.initializer.remove(big[0])
+    return m
+
+
+def test_auto_reaches_int8_with_fp16_and_its_error_is_the_transformed_models(tmp_path) -> None:
+    """At a tolerance int8 can hold, auto stays at the mixed level (int8 with fp16 for the rest,
+    every node reduced); the session's emulated output is exactly an ONNX Runtime run of the
+    transformed segment (Q/DQ + fp16, rounded as the engine holds it), and int8's error is real."""
+    import onnxruntime as ort
+
+    from trt_backend.engines.emulation import rounded_in_fp32
+    from trt_backend.session.session import Session
+
+    path, data = str(tmp_path / "mm.onnx"), str(tmp_path / "cal.npz")
+    onnx.save(two_matmuls(), path)
+    np.savez(data, x=np.random.default_rng(3).standard_normal((32, 8)).astype(np.float32))
+    plan = search_precision(path, PROFILE, SessionOptions(calibration_data=data),
+                            AutoOptions(atol=0.1, rtol=0.1, allow=("int8", "fp16")))
+    (segment,) = plan.segments
+    assert segment.precision == "int8" and not segment.pinned, plan.rounds
+    assert segment.reduced == 4 and max(plan.worst.values()) <= 1  # MatMuls in int8, Relu and Tanh in fp16
+    build = BuildOptions(precision="auto", calibration_data=data, precision_plan=plan)
+    x = np.random.default_rng(9).standard_normal((4, 8)).astype(np.float32)
+    with Session(path, PROFILE, SessionOptions(emulate=True, build=build)) as sess:
+        emulated = sess.run(None, {"x": x})[0]
+        transformed = sess.quantizer(build)(sess.plan.extract(0))
+    assert any(t.data_type == T.FLOAT16 for t in transformed.graph.initializer)  # the fp16 remainder
+    assert sum(n.op_type == "QuantizeLinear" for n in transformed.graph.node) == 2
+    basic = ort.SessionOptions()  # (above "basic", ONNX Runtime's own int8 kernels replace the Q/DQ arithmetic)
+    basic.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    direct = ort.InferenceSession(rounded_in_fp32(transformed, T.FLOAT16).SerializeToString(), basic,
+                                  providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    reference = ort.InferenceSession(two_matmuls().SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    assert np.array_equal(emulated, direct)
+    err = np.abs(emulated - reference)
+    assert 1e-3 < err.max() and np.all(err <= 0.1 + 0.1 * np.abs(reference))  # int8's error, within the tolerance

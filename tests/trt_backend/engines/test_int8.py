@@ -83,9 +83,18 @@ def test_qdq_lands_in_tensorrt_segments(files, oracle) -> None:
         zero_points = [nh.to_array(t) for t in quantized.graph.initializer if t.name.endswith("zero_point")]
         assert zero_points and all(z.dtype == np.int8 and not z.any() for z in zero_points)  # symmetric
         assert not any(n.op_type == "DequantizeLinear" and n.input[0].startswith("b") for n in quantized.graph.node)
+        # int8 with fp16 for the rest: Q/DQ at opset 19 with fp16 scales, every float tensor fp16
+        assert quantized.opset_import[0].version >= 19
+        scales = [t for t in quantized.graph.initializer if t.name.endswith("_scale")]
+        assert scales and all(t.data_type == onnx.TensorProto.FLOAT16 for t in scales)
+        types = {v.name: v.type.tensor_type.elem_type for v in onnx.shape_inference.infer_shapes(quantized).graph.value_info}
+        made = [o for n in quantized.graph.node if n.op_type in ("Conv", "Relu", "Gemm", "DequantizeLinear")
+                for o in n.output]
+        assert made and {types[o] for o in made if o in types} == {onnx.TensorProto.FLOAT16}
         replanned = plan_model(load(quantized), oracle)  # a real TensorRT-RTX parse of the int8 segment
         assert [s.backend for s in replanned.segments] == ["tensorrt"]
-        assert all(n.verdict == "tensorrt" for n in replanned.nodes if n.op_type in QDQ_OPS)
+        assert all(n.verdict == "tensorrt" for n in replanned.nodes), [
+            (n.name, n.verdict) for n in replanned.nodes if n.verdict != "tensorrt"]
     ort_seg = next(r for r in sess.runners if r.segment.backend == "onnxruntime")
     assert sess.emulated_precisions == {0: "int8", 2: "int8"} and ort_seg.executor == "onnxruntime"
 
