@@ -386,6 +386,8 @@ class _Search:
                 states[i] = _SegmentState(min(states[i].level + 1, len(self.allowed)), {})
                 self.note(f"rounds spent: worst {max(worst.values(), default=0.0):.3g} x tolerance; segment "
                           f"{self.sess.runners[i].segment.id} {was} -> {self._name(states[i])}")
+        if passed and len(self.trt) > 1:
+            self.descend(states)
         self.install(states)
         worst, _ = self.output_errors()
         self.note(f"result: worst output error {max(worst.values(), default=0.0):.3g} x tolerance")
@@ -396,6 +398,23 @@ class _Search:
         segments = tuple(self._entry(i, states[i]) for i in self.trt)
         return PrecisionPlan(segments, self.opts.atol, self.opts.rtol, self.allowed, tuple(self.log),
                              time.perf_counter() - start, worst)
+
+    def descend(self, states: dict[int, _SegmentState]) -> None:
+        """Segments moved up while another segment was to blame come back down: each segment above
+        the lowest allowed precision tries the lower ones (unpinned, the others as found), lowest
+        first, and keeps the first with which every output stays within tolerance (at most one run
+        per segment and lower precision)."""
+        for i in self.trt:
+            for level in range(states[i].level):
+                trial = {**states, i: _SegmentState(level, {})}
+                self.install(trial)
+                worst, first_bad = self.output_errors()
+                if first_bad < 0:
+                    self.note(f"descent: segment {self.sess.runners[i].segment.id} {self._name(states[i])} -> "
+                              f"{self.allowed[level]}: every output within tolerance (worst "
+                              f"{max(worst.values(), default=0.0):.3g} x)")
+                    states[i] = trial[i]
+                    break
 
     def tail_pins(self, i: int, states: dict[int, _SegmentState], rnd: int) -> dict[str, PinnedNode] | None:
         """The shortest tail of segment ``i`` (its last pinnable nodes, topological order) that,

@@ -187,3 +187,20 @@ def test_auto_reaches_int8_with_fp16_and_its_error_is_the_transformed_models(tmp
     assert np.array_equal(emulated, direct)
     err = np.abs(emulated - reference)
     assert 1e-3 < err.max() and np.all(err <= 0.1 + 0.1 * np.abs(reference))  # int8's error, within the tolerance
+
+
+def test_a_segment_moved_up_for_another_ones_error_comes_back_down(tmp_path) -> None:
+    """The demo (two TensorRT segments around an ONNX Runtime one): segment 0 is blamed first and
+    climbs to fp32, then segment 2's conv3 turns out to be what breaks int8; the descent brings
+    segment 0 back to a reduced precision with every output still within 1e-3."""
+    data = str(tmp_path / "cal.npz")
+    np.savez(data, image=np.random.default_rng(0).random((32, 3, 32, 32), dtype=np.float32))
+    profiles = [{"image": ((1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32))}]
+    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))),
+                        "trt_backend", "data", "demo.onnx")
+    plan = search_precision(demo, profiles, SessionOptions(calibration_data=data))
+    first, last = plan.segments
+    assert any(line.startswith(f"descent: segment {first.segment} fp32 -> ") for line in plan.rounds), plan.rounds
+    assert first.precision != "fp32" and first.reduced == len(first.nodes)
+    assert last.precision == "int8" and last.pinned_names == ("conv3",)
+    assert max(plan.worst.values()) <= 1

@@ -208,3 +208,27 @@ def test_a_folder_of_files_and_unbatched_inputs(tmp_path) -> None:
     np.savez(tmp_path / "part1.npz", x=np.ones((3, 3, 16, 16), np.float32), s=np.arange(2, dtype=np.int64))
     with pytest.raises(CalibrationDataError, match="different numbers of batches"):
         load_calibration(str(tmp_path), spec, {"x": 1})
+
+
+def test_scales_fp16_cannot_hold_keep_their_qdq_in_fp32(tmp_path, oracle) -> None:
+    """Activations of ~1e-6 give scales below fp16's normal range: those Q/DQ nodes stay fp32
+    (casts around them), the rest of the segment is fp16, TensorRT-RTX takes every node, and
+    the emulated int8 output is finite and close to fp32."""
+    from trt_backend.engines.quantize import fp32_scaled_qdq
+
+    model, data = str(tmp_path / "cnn.onnx"), str(tmp_path / "tiny.npz")
+    onnx.save(cnn(), model)
+    np.savez(data, x=(np.random.default_rng(1).random((8, 3, 16, 16)) * 1e-6).astype(np.float32))
+    sess = Session(model, PROFILE, int8_options(data))
+    quantized = sess.quantizer()(sess.plan.extract(0))
+    kept = set(fp32_scaled_qdq(quantized))
+    assert {"x_QuantizeLinear", "x_DequantizeLinear"} <= kept
+    scales = {t.name: t.data_type for t in quantized.graph.initializer if t.name.endswith("_scale")}
+    assert scales["x_scale"] == onnx.TensorProto.FLOAT and scales["w0_scale"] == onnx.TensorProto.FLOAT16
+    assert any(n.op_type == "Cast" for n in quantized.graph.node)
+    replanned = plan_model(load(quantized), oracle)
+    assert all(n.verdict == "tensorrt" for n in replanned.nodes)
+    x = (np.random.default_rng(4).random((2, 3, 16, 16)) * 1e-6).astype(np.float32)
+    ours = sess.run(None, {"x": x})[0]
+    ref = Session(model, PROFILE, SessionOptions(emulate=True)).run(None, {"x": x})[0]
+    assert np.isfinite(ours).all() and np.abs(ours - ref).max() < 0.05 * np.abs(ref).max() + 1e-3
