@@ -44,7 +44,7 @@ from trt_backend.engines.calibration import (
     model_inputs,
 )
 from trt_backend.engines.precision import DEFAULT_KEEP_FP32, apply_precision, with_opset
-from trt_backend.errors import CalibrationDataError, PrecisionError
+from trt_backend.errors import CalibrationDataError, PrecisionError, SegmentRunError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import max_ir_version, tapped_session
 
@@ -99,8 +99,15 @@ class SegmentQuantizer:
         if missing:
             run = tapped_session(self.model, missing, self.options, f"calibration run of {self.model.source}")
             values: dict[str, list[Any]] = {n: [] for n in missing}
-            for feed in self.data.batches:
-                env = run(feed, missing)
+            for k, feed in enumerate(self.data.batches):
+                try:
+                    env = run(feed, missing)
+                except SegmentRunError as e:
+                    what = ("'random' (every dynamic dim but the batch 1, floats N(0, 1), integers 0)" if self.data.random
+                            else repr(self.data.source))
+                    raise CalibrationDataError(f"the model does not run on calibration data {what}, batch {k} "
+                                               f"({', '.join(f'{n} {v.shape}' for n, v in feed.items())}): {e}; "
+                                               "give data shaped as the model takes it") from None
                 for n in missing:
                     values[n].append(env[n])
             self._taps.update(values)
