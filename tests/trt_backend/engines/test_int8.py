@@ -232,3 +232,26 @@ def test_scales_fp16_cannot_hold_keep_their_qdq_in_fp32(tmp_path, oracle) -> Non
     ours = sess.run(None, {"x": x})[0]
     ref = Session(model, PROFILE, SessionOptions(emulate=True)).run(None, {"x": x})[0]
     assert np.isfinite(ours).all() and np.abs(ours - ref).max() < 0.05 * np.abs(ref).max() + 1e-3
+
+
+def test_a_model_that_cannot_run_on_its_calibration_data_is_named(tmp_path, capsys) -> None:
+    """x [N, k] reshaped to [N, 4, 2]: random calibration data (dynamic dims but the batch are 1)
+    cannot run it; that is one CalibrationDataError naming the data, its shapes and ONNX Runtime's
+    reason, and the CLI prints it in one line."""
+    from trt_backend.cli import main
+
+    nodes = [h.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+             h.make_node("MatMul", ["r", "w"], ["y"], name="mm")]
+    inits = [nh.from_array(np.array([0, 4, 2], np.int64), "shape"),
+             nh.from_array(np.random.default_rng(0).standard_normal((2, 2)).astype(np.float32), "w")]
+    m = h.make_model(h.make_graph(nodes, "reshape", [vi("x", ["N", "k"])], [vi("y", ["N", 4, 2])], inits),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = str(tmp_path / "reshape.onnx")
+    onnx.save(m, path)
+    with pytest.raises(CalibrationDataError, match=r"does not run on calibration data 'random' .*batch 0 \(x \(2, 1\)\)"
+                                                   r": .*Reshape"):
+        Session(path, [{"x": ((1, 8), (2, 8), (4, 8))}], int8_options("random"))  # (emulation quantizes)
+    rc = main(["compare", path, "--emulate", "--shapes", "x:2x8", "--precision", "int8", "--calibration-data", "random"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err and "does not run on calibration data 'random'" in err
