@@ -92,12 +92,38 @@ def rounded_in_fp32(model: onnx.ModelProto, low: int) -> onnx.ModelProto:
             after.append(helper.make_node("Cast", [rounded], [name], to=F32, name=fresh_name(f"{rounded}_widen", names)))
         nodes.append(node)
         nodes.extend(after)
+    nodes = _boundary_keeps_low(g, nodes, low, names)
     del g.node[:]
     g.node.extend(nodes)
-    for v in (*g.value_info, *g.input, *g.output):
+    for v in g.value_info:
         if v.type.tensor_type.elem_type == low:
             v.type.tensor_type.elem_type = F32
     return out
+
+
+def _boundary_keeps_low(g: onnx.GraphProto, nodes: list[onnx.NodeProto], low: int, names: set[str]
+                        ) -> list[onnx.NodeProto]:
+    """Graph inputs and outputs already in ``low`` (a model exported in fp16) keep their dtype:
+    widened by a Cast after the input, narrowed by one before the output."""
+    renames: dict[str, str] = {}
+    head: list[onnx.NodeProto] = []
+    for v in g.input:
+        if v.type.tensor_type.elem_type == low:
+            renames[v.name] = fresh_name(f"{v.name}_wide", names)
+            head.append(helper.make_node("Cast", [v.name], [renames[v.name]], to=F32,
+                                         name=fresh_name(f"{v.name}_widen", names)))
+    tail: list[onnx.NodeProto] = []
+    for v in g.output:
+        if v.type.tensor_type.elem_type == low and v.name not in renames:
+            renames[v.name] = fresh_name(f"{v.name}_wide", names)
+            tail.append(helper.make_node("Cast", [renames[v.name]], [v.name], to=low,
+                                         name=fresh_name(f"{v.name}_narrow", names)))
+    if not renames:
+        return nodes
+    for node in nodes:
+        node.input[:] = [renames.get(n, n) for n in node.input]
+        node.output[:] = [renames.get(n, n) for n in node.output]
+    return head + nodes + tail
 
 
 def _widened(tensor: TensorProto, name: str) -> TensorProto:
