@@ -255,3 +255,28 @@ def test_a_model_that_cannot_run_on_its_calibration_data_is_named(tmp_path, caps
     rc = main(["compare", path, "--emulate", "--shapes", "x:2x8", "--precision", "int8", "--calibration-data", "random"])
     err = capsys.readouterr().err
     assert rc == 1 and "Traceback" not in err and "does not run on calibration data 'random'" in err
+
+
+def test_int8_emulation_is_the_qdq_arithmetic_with_fp16_between_layers(tmp_path) -> None:
+    """x -> MatMul(w) -> y in int8: the emulated output is, to fp16's last bit, x rounded to fp16,
+    quantized with its scale, times the dequantized int8 weights in fp32 (the DQ values not
+    rounded: TensorRT fuses them into the int8 kernel), the product rounded to fp16."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    m = h.make_model(h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "mm", [vi("x", ["N", 16])],
+                                  [vi("y", ["N", 8])], [nh.from_array(w, "w")]), opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    path, data = str(tmp_path / "mm.onnx"), str(tmp_path / "cal.npz")
+    onnx.save(m, path)
+    np.savez(data, x=rng.standard_normal((32, 16)).astype(np.float32))
+    sess = Session(path, [{"x": ((1, 16), (4, 16), (8, 16))}], int8_options(data))
+    q = sess.quantizer()(sess.plan.extract(0))
+    inits = {t.name: nh.to_array(t) for t in q.graph.initializer}
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    xs = np.float32(inits["x_scale"])
+    xq = np.clip(np.round(x.astype(np.float16).astype(np.float32) / xs), -128, 127) * xs
+    wq = inits["w_quantized"].astype(np.float32) * inits["w_scale"].astype(np.float32)
+    expected = (xq @ wq).astype(np.float16).astype(np.float32)
+    ours = sess.run(None, {"x": x})[0]
+    ulp = np.spacing(np.abs(expected).astype(np.float16)).astype(np.float32)
+    assert np.all(np.abs(ours - expected) <= ulp) and np.abs(ours - x @ w).max() > 1e-3
