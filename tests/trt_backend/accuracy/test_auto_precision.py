@@ -204,3 +204,26 @@ def test_a_segment_moved_up_for_another_ones_error_comes_back_down(tmp_path) -> 
     assert first.precision != "fp32" and first.reduced == len(first.nodes)
     assert last.precision == "int8" and last.pinned_names == ("conv3",)
     assert max(plan.worst.values()) <= 1
+
+
+def test_when_pins_stop_helping_a_bisected_tail_beats_fp32(model_path) -> None:
+    """At 0.2 the cancellation's error spreads past the two nodes pinned first; rather than send the
+    segment to fp32, auto bisects the shortest tail of it that, pinned, passes, and keeps the head
+    in fp16. The plan prints the tail once."""
+    plan = search_precision(model_path, PROFILE, SessionOptions(), AutoOptions(atol=0.2, rtol=0.2, allow=("fp16",)))
+    (segment,) = plan.segments
+    bisection = [line for line in plan.rounds if "tail bisection" in line]
+    assert bisection and segment.precision == "fp16" and max(plan.worst.values()) <= 1, plan.rounds
+    order = [n for n in cancelling().graph.node]
+    k = len(segment.pinned)
+    assert 0 < k < len(order) and set(segment.pinned_names) == {n.name for n in order[len(order) - k:]}
+    assert f"the last {k} of {len(order)} node(s) pinned pass" in bisection[0]
+    assert segment.reduced == len(order) - k
+    # a long tail (ResNet-50's 119 nodes) prints once, first to last
+    from trt_backend.engines.precision_plan import PinnedNode, SegmentPrecision
+
+    why = "(the last 8 node(s) of the segment, pinned by bisection)"
+    long = PrecisionPlan((SegmentPrecision("fp16", tuple("abcdefghij"), tuple(PinnedNode(n, "Conv", why, 0.5, 3)
+                                                                            for n in "cdefghij"), 2, 0),),
+                         1e-3, 1e-3, ("fp16",))
+    assert long.lines() == [f"segment 0: fp16, 2/10 node(s) reduced, 8 pinned to fp32: c ... j {why}"]
