@@ -386,7 +386,7 @@ class _Search:
                 states[i] = _SegmentState(min(states[i].level + 1, len(self.allowed)), {})
                 self.note(f"rounds spent: worst {max(worst.values(), default=0.0):.3g} x tolerance; segment "
                           f"{self.sess.runners[i].segment.id} {was} -> {self._name(states[i])}")
-        if passed and len(self.trt) > 1:
+        if passed and (len(self.trt) > 1 or any(states[i].level >= len(self.allowed) for i in self.trt)):
             self.descend(states)
         self.install(states)
         worst, _ = self.output_errors()
@@ -403,26 +403,36 @@ class _Search:
         """Segments moved up while another segment was to blame come back down: each segment above
         the lowest allowed precision tries the lower ones (unpinned, the others as found), lowest
         first, and keeps the first with which every output stays within tolerance (at most one run
-        per segment and lower precision)."""
+        per segment and lower precision); a segment still in fp32 then tries a bisected tail in the
+        highest allowed precision (rounds may have run out before its own tail search)."""
         for i in self.trt:
-            for level in range(states[i].level):
-                trial = {**states, i: _SegmentState(level, {})}
-                self.install(trial)
-                worst, first_bad = self.output_errors()
-                if first_bad < 0:
-                    self.note(f"descent: segment {self.sess.runners[i].segment.id} {self._name(states[i])} -> "
-                              f"{self.allowed[level]}: every output within tolerance (worst "
-                              f"{max(worst.values(), default=0.0):.3g} x)")
-                    states[i] = trial[i]
-                    break
+            if states[i].level >= len(self.allowed) and not any(self._descend_to(i, states, level)
+                                                                 for level in range(len(self.allowed))):
+                top = len(self.allowed) - 1
+                tail = self.tail_pins(i, states, self.opts.max_rounds + 1, top)
+                if tail is not None:
+                    states[i] = _SegmentState(top, tail, MAX_STALLS)
+                continue
+            any(self._descend_to(i, states, level) for level in range(states[i].level))
 
-    def tail_pins(self, i: int, states: dict[int, _SegmentState], rnd: int) -> dict[str, PinnedNode] | None:
+    def _descend_to(self, i: int, states: dict[int, _SegmentState], level: int) -> bool:
+        trial = {**states, i: _SegmentState(level, {})}
+        self.install(trial)
+        worst, first_bad = self.output_errors()
+        if first_bad < 0:
+            self.note(f"descent: segment {self.sess.runners[i].segment.id} {self._name(states[i])} -> "
+                      f"{self.allowed[level]}: every output within tolerance (worst {max(worst.values(), default=0.0):.3g} x)")
+            states[i] = trial[i]
+        return first_bad < 0
+
+    def tail_pins(self, i: int, states: dict[int, _SegmentState], rnd: int, level: int | None = None
+                  ) -> dict[str, PinnedNode] | None:
         """The shortest tail of segment ``i`` (its last pinnable nodes, topological order) that,
         pinned to fp32, brings every output within tolerance, by bisection (about log2(n) + 1
         runs); None when even the whole segment pinned does not (another segment is to blame)."""
         kept = set(self.sess.options.build.keep_fp32_ops)
         order = [n for n in self.protos[i].graph.node if n.op_type not in kept]
-        level = states[i].level
+        level = states[i].level if level is None else level
         seg_id = self.sess.runners[i].segment.id
 
         def trial(k: int) -> tuple[bool, float]:
