@@ -453,6 +453,10 @@ class _Search:
             ok, top = trial(mid)
             tried.append(f"{mid}: {top:.3g} x")
             low, high = (low, mid) if ok else (mid, high)
+        if high == len(order):  # only the whole segment pinned passes: that is fp32
+            self.note(f"round {rnd}: segment {seg_id} {self.allowed[level]}: tail bisection ({', '.join(tried)}): "
+                      "only all of it pinned passes")
+            return None
         self.note(f"round {rnd}: segment {seg_id} {self.allowed[level]}: pins stop helping; tail bisection "
                   f"({', '.join(tried)}): the last {high} of {len(order)} node(s) pinned pass")
         _, top = trial(high)
