@@ -412,7 +412,8 @@ def _compare_error(path: str) -> str:
     failed = sum(not o.get("passed") for o in outputs)
     if not failed:
         return f"{worst:.1e} within"
-    return f"{worst:.1e} beyond ({failed}/{len(outputs)})"
+    notes = [o["note"] for o in outputs if o.get("note")]
+    return f"{worst:.1e} beyond ({failed}/{len(outputs)}" + (f"; {_cell(notes[0], 60)})" if notes else ")")
 
 
 def evaluate_precisions(name: str, path: str, timeout: float, build: bool) -> PrecisionRow:
