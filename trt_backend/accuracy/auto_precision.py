@@ -453,9 +453,11 @@ class _Search:
             ok, top = trial(mid)
             tried.append(f"{mid}: {top:.3g} x")
             low, high = (low, mid) if ok else (mid, high)
-        if high == len(order):  # only the whole segment pinned passes: that is fp32
+        pins = {n.name: None for n in order[len(order) - high:]}
+        if high == len(order) or not reduced_nodes(self.protos[i], self.allowed[level], pins):
+            # only the whole segment pinned passes (or all the head left computes nothing in 16 bits): that is fp32
             self.note(f"round {rnd}: segment {seg_id} {self.allowed[level]}: tail bisection ({', '.join(tried)}): "
-                      "only all of it pinned passes")
+                      f"the last {high} of {len(order)} pinned pass, which leaves nothing reduced: fp32")
             return None
         self.note(f"round {rnd}: segment {seg_id} {self.allowed[level]}: pins stop helping; tail bisection "
                   f"({', '.join(tried)}): the last {high} of {len(order)} node(s) pinned pass")
