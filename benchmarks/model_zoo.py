@@ -413,7 +413,16 @@ def _compare_error(path: str) -> str:
     if not failed:
         return f"{worst:.1e} within"
     notes = [o["note"] for o in outputs if o.get("note")]
-    return f"{worst:.1e} beyond ({failed}/{len(outputs)}" + (f"; {_cell(notes[0], 60)})" if notes else ")")
+    cell = f"{worst:.1e} beyond ({failed}/{len(outputs)}" + (f"; {_cell(notes[0], 60)})" if notes else ")")
+    return _no_figure(cell)
+
+
+def _no_figure(cell: str) -> str:
+    """A comparison whose outputs changed shape (a detector finding another number of boxes) has
+    no error figure: say so instead of the 0 its unmeasured outputs leave."""
+    if cell.startswith("0.0e+00 beyond") and "not comparable" in cell:
+        return "outputs change shape " + cell[len("0.0e+00 beyond "):]
+    return cell
 
 
 def evaluate_precisions(name: str, path: str, timeout: float, build: bool) -> PrecisionRow:
@@ -461,7 +470,7 @@ def precision_markdown(rows: list[PrecisionRow]) -> str:
         f"{p} build" for p in ZOO_PRECISIONS] + ["wall s"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        cells = [r.model] + [r.compare.get(p, "-") for p in ZOO_PRECISIONS] + [
+        cells = [r.model] + [_no_figure(r.compare.get(p, "-")) for p in ZOO_PRECISIONS] + [
             r.build.get(p, "-") for p in ZOO_PRECISIONS] + [f"{r.wall_s:.0f}"]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     failures = [(r.model, step, msg) for r in rows for step, msg in r.errors.items()]
