@@ -62,8 +62,8 @@ class Result:
 def argv_for(command: str, model: str, shapes: str | None, scratch: str) -> list[str]:
     """The CLI arguments that run ``command`` on ``model`` (tiny durations for bench)."""
     argv = [command, model] + (["--shapes", shapes] if shapes and command != "inspect" else [])
-    if command == "build":
-        argv += ["-o", os.path.join(scratch, "build")]
+    if command == "build":  # (through the engine and build caches: their keys read the mutant too)
+        argv += ["-o", os.path.join(scratch, "build"), "--cache-dir", os.path.join(scratch, "cache")]
     if command == "bench":
         argv += BENCH_ARGS
     return argv

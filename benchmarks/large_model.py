@@ -16,7 +16,7 @@ Steps (a child each; peak RSS from ``getrusage(RUSAGE_CHILDREN)`` of a fresh wra
 Targets (issue 13): inspect peak RSS <= 1.25x the weight bytes; emulated session <= 1.6x; the
 build folder <= 1.1x the weight bytes plus engines; outputs equal whole-model ONNX Runtime at 1e-5.
 
-    python benchmarks/large_model.py [--hidden 4096] [--blocks 48] [--cache DIR] [--skip-build]
+    python benchmarks/large_model.py [--hidden 4096] [--blocks 48] [--cache DIR] [--skip-build] [--build-precision fp16]
 """
 from __future__ import annotations
 
@@ -107,6 +107,8 @@ def main() -> int:
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/trt-backend-large"))
     ap.add_argument("--max-workers", type=int, default=1, help="segment builds at a time (memory: ~2x a segment each)")
     ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument("--build-precision", default="fp32", help="precision of the build step (fp16: each segment's "
+                    "external weights read in and converted, up to 1.75 GiB a segment)")
     args = ap.parse_args()
     model, weights = ensure_model(args.cache, args.hidden, args.blocks)
     print(f"model {model}: {os.path.getsize(model)} bytes of protobuf, {weights / GIB:.2f} GiB of weights "
@@ -126,10 +128,12 @@ def main() -> int:
         if not args.skip_build:
             out = os.path.join(tmp, "built")
             h = args.hidden
-            r = measure([py, "-c", _BUILD, model, out, str(h), str(args.max_workers)])
-            rows.append(("build (RTX AOT)", r))
+            r = measure([py, "-c", _BUILD, model, out, str(h), str(args.max_workers), args.build_precision])
+            rows.append((f"build (RTX AOT, {args.build_precision})", r))
             size = folder_bytes(out)
             manifest = json.load(open(os.path.join(out, "manifest.json")))
+            print("engines:", ", ".join(f"segment {s['id']} {s.get('precision')} {s['engine_bytes'] / GIB:.2f} GiB"
+                                        for s in manifest["segments"] if s["engine"]))
             engines = sum(s["engine_bytes"] or 0 for s in manifest["segments"])
             shutil.rmtree(out)
     print(f"\n{'step':<30} {'wall s':>8} {'peak RSS GiB':>13} {'x weights':>10}")
@@ -158,9 +162,9 @@ _BUILD = """
 import sys
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.session import build_folder
-model, out, h, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-m = build_folder.build(model, out, [{"x": ((1, h), (4, h), (8, h))}], build_options=BuildOptions(max_workers=workers),
-                       flavor="tensorrt_rtx")
+model, out, h, workers, precision = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+m = build_folder.build(model, out, [{"x": ((1, h), (4, h), (8, h))}],
+                       build_options=BuildOptions(max_workers=workers, precision=precision), flavor="tensorrt_rtx")
 print("engines", [s["engine_bytes"] for s in m["segments"]], "build_seconds", m["build_seconds"])
 """
 

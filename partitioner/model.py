@@ -20,6 +20,7 @@ from partitioner.weights import (
     check_external,
     external_tensors,
     is_external,
+    raw_nbytes,
     refuse_embedded_past_limit,
     tensor_nbytes,
     uses_external_data,
@@ -284,7 +285,7 @@ def _is_large(t: onnx.TensorProto) -> bool:
     """An initializer worth not copying: held inline past the threshold, or external."""
     if is_external(t):
         return True
-    return (len(t.raw_data) > _WEIGHTLESS_THRESHOLD or len(t.float_data) * 4 > _WEIGHTLESS_THRESHOLD
+    return (raw_nbytes(t) > _WEIGHTLESS_THRESHOLD or len(t.float_data) * 4 > _WEIGHTLESS_THRESHOLD
             or len(t.int64_data) * 8 > _WEIGHTLESS_THRESHOLD or len(t.int32_data) * 4 > _WEIGHTLESS_THRESHOLD
             or len(t.double_data) * 8 > _WEIGHTLESS_THRESHOLD)
 
@@ -352,6 +353,9 @@ def check_model(proto: onnx.ModelProto, *, where: str, full: bool = False) -> No
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InvalidModelError(f"{where}: invalid ONNX model: {first}") from None
+    except UnicodeError as e:  # (the checker's own message about the model could not be decoded)
+        raise InvalidModelError(f"{where}: invalid ONNX model: a name or string in it is not valid UTF-8 "
+                                f"({type(e).__name__}: {e})") from None
 
 
 def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto | None:
@@ -359,14 +363,14 @@ def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     were checked at load, and inline ones, checked for length here) as graph inputs of their
     dtype and shape, so the checker neither looks for data files in the current directory nor
     serializes the weights. None when external tensors sit elsewhere (subgraphs, attributes)."""
+    for t in proto.graph.initializer:  # (every one: sizes are taken from dims and dtype after this, see raw_nbytes)
+        _check_inline_length(t)
     external = [t for t in proto.graph.initializer if is_external(t)]
     if len(external) != len(external_tensors(proto)):
         return None
     large = [t for t in proto.graph.initializer if _is_large(t)]
     if not large:
         return proto
-    for t in large:
-        _check_inline_length(t)
     names = {t.name for t in large}
     copy = structure_copy(proto, lambda t: None, keep=lambda t: t.name not in names)
     for t in large:

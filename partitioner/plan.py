@@ -150,6 +150,8 @@ class Plan:
 
 
 def validate_options(model: Model, options: PartitionOptions) -> None:
+    if not isinstance(options, PartitionOptions):
+        raise OptionsError(f"partition options must be a PartitionOptions, got {type(options).__name__}")
     if not isinstance(options.min_segment_size, int) or options.min_segment_size < 1:
         raise OptionsError(f"min segment size must be a whole number >= 1, got {options.min_segment_size!r}")
     if options.max_oracle_calls < 1:

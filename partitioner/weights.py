@@ -12,7 +12,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,6 +92,16 @@ def tensor_nbytes(tensor: onnx.TensorProto) -> int | None:
     if tensor.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4):
         return (count + 1) // 2
     return count * dtype.itemsize
+
+
+def raw_nbytes(tensor: onnx.TensorProto) -> int:
+    """``len(tensor.raw_data)`` without reading the bytes: protobuf's upb copies a bytes field on
+    every access (~35 ms per 100 MB), so sizes come from dims and dtype, which loading checked
+    against the bytes (:func:`partitioner.model.load_model`). 0 without raw data."""
+    if not tensor.HasField("raw_data"):
+        return 0
+    need = tensor_nbytes(tensor)
+    return need if need is not None else len(tensor.raw_data)
 
 
 def check_location(location: str, tensor: str, where: str) -> None:
@@ -175,6 +185,35 @@ def read_bytes(ref: ExternalRef, base_dir: str) -> bytes:
     return data
 
 
+READ_IN_MAX_BYTES = 1792 << 20  # external weights a precision transform reads into one segment (fp16: < 1 GiB)
+
+
+def read_in(proto: onnx.ModelProto, base_dir: str | None, where: str,
+            max_bytes: int = READ_IN_MAX_BYTES) -> onnx.ModelProto:
+    """A copy of ``proto`` whose external main-graph initializers hold their bytes, for the
+    transforms that rewrite weights (fp16/bf16, int8 Q/DQ); ``proto`` is untouched. Past
+    ``max_bytes`` in all: ModelTooLargeError naming the size (the transform cannot take it; the
+    caller keeps the segment in fp32). External tensors elsewhere (subgraphs, attributes) stay."""
+    external = [t for t in proto.graph.initializer if is_external(t)]
+    if not external:
+        return proto
+    if base_dir is None:
+        raise ModelLoadError(f"{where}: tensor '{external[0].name}' has external data and no folder was given "
+                             "to read it from")
+    refs = {t.name: external_ref(t, base_dir, where) for t in external}
+    total = sum(r.length for r in refs.values())
+    if total > max_bytes:
+        raise ModelTooLargeError(f"{where}: {total / 2**30:.2f} GiB of external weights, past the "
+                                 f"{max_bytes / 2**30:.2f} GiB one segment's precision transform reads in")
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)  # (the external tensors are references: nothing large copied for them)
+    for t in copy.graph.initializer:
+        ref = refs.get(t.name)
+        if ref is not None:
+            _inline(t, read_bytes(ref, base_dir))
+    return copy
+
+
 def tensor_array(tensor: onnx.TensorProto, base_dir: str | None) -> np.ndarray:
     """The tensor's values, read from its data file when external."""
     if not is_external(tensor):
@@ -212,7 +251,7 @@ def stand_in(t: onnx.TensorProto) -> onnx.TensorProto | None:
     Only for consumers that do not read weight values (a capability query)."""
     if t.data_type not in _FLOATS or is_external(t):
         return None
-    n = len(t.raw_data)
+    n = raw_nbytes(t)
     if n < STAND_IN_MIN_BYTES:
         return None
     out = onnx.TensorProto()
@@ -278,10 +317,12 @@ def file_sha256(path: str) -> str:
     return range_sha256(path, 0, os.path.getsize(path))
 
 
-def weights_sha256(proto: onnx.ModelProto, base_dir: str | None) -> str | None:
-    """One SHA-256 over the bytes of every external tensor of ``proto`` (by name), or None
-    when it has none: what a cache key needs besides the (weightless) serialized model."""
-    external = external_tensors(proto)
+def weights_sha256(proto: onnx.ModelProto, base_dir: str | None,
+                   skip: Callable[[onnx.TensorProto], bool] | None = None) -> str | None:
+    """One SHA-256 over the bytes of every external tensor of ``proto`` (by name; those ``skip``
+    says yes to left out), or None when it has none: what a cache key needs besides the
+    (weightless) serialized model."""
+    external = [t for t in external_tensors(proto) if skip is None or not skip(t)]
     if not external:
         return None
     if base_dir is None:

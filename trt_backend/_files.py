@@ -1,12 +1,15 @@
 """Files written whole or not at all: a temporary file in the same folder, then ``os.replace``."""
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import logging
 import os
 import secrets
 import shutil
 import stat
+import sys
 import tempfile
 
 import onnx
@@ -73,9 +76,14 @@ def missing_parent(out_dir: str) -> str | None:
 
 
 def swap_in_folder(tmp: str, out_dir: str) -> None:
-    """Put the finished folder ``tmp`` (made beside ``out_dir``) in ``out_dir``'s place: an
-    existing ``out_dir`` is moved aside first and removed after. OSError on failure (``tmp`` is
+    """Put the finished folder ``tmp`` (made beside ``out_dir``) in ``out_dir``'s place. An
+    existing ``out_dir`` is exchanged with ``tmp`` in one step where the system can (Linux
+    ``renameat2(RENAME_EXCHANGE)``: a reader, or a kill, sees the old folder or the new one,
+    never none), then removed; elsewhere it is moved aside first. OSError on failure (``tmp`` is
     the caller's to remove)."""
+    if os.path.isdir(out_dir) and not os.path.islink(out_dir) and _exchange(tmp, out_dir):
+        shutil.rmtree(tmp, ignore_errors=True)  # (``tmp`` holds the old folder now)
+        return
     old = None
     if os.path.exists(out_dir):
         old = tempfile.mkdtemp(prefix=".old-", dir=os.path.dirname(os.path.abspath(out_dir)))
@@ -84,6 +92,28 @@ def swap_in_folder(tmp: str, out_dir: str) -> None:
     os.replace(tmp, out_dir)
     if old:
         shutil.rmtree(old, ignore_errors=True)
+
+
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap paths ``a`` and ``b`` atomically; False where the system cannot (not Linux, a libc
+    without ``renameat2``, a file system without RENAME_EXCHANGE), OSError for other failures."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), b)
 
 
 def _existing_mode(path: str) -> int | None:

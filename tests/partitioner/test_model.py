@@ -243,3 +243,33 @@ def test_tensors_of_unknown_data_type_are_one_error_naming_them() -> None:
     with pytest.raises(InvalidModelError, match=r"node 'branch' \(If\) then_branch: node 'k' \(Constant\) attribute "
                                                 r"'value' has data_type 77"):
         load_model(m)
+
+
+@pytest.mark.parametrize("dims, nbytes", [([1], 4_000_000), ([1000, 1000], 4), ([2], 12)])
+def test_raw_weights_of_another_length_than_their_dims_need_are_refused(dims, nbytes) -> None:
+    """Sizes of inline weights are read from dims and dtype after loading (the bytes are not
+    copied to be counted), so loading checks every one: too many bytes, too few, large or small."""
+    w = onnx.TensorProto()
+    w.name, w.data_type, w.raw_data = "w", onnx.TensorProto.FLOAT, b"\0" * nbytes
+    w.dims.extend(dims)
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                                   [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, dims)],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, dims)], [w])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    need = 4 * int(np.prod(dims))
+    with pytest.raises(InvalidModelError, match=rf"tensor name: w\) raw_data size \({nbytes} bytes\) does not match "
+                                                rf"its shape and type \({need} bytes required\)"):
+        load_model(model)
+
+
+
+def test_a_name_that_is_not_utf8_is_one_clear_error() -> None:
+    """ONNX's checker cannot format its message about such a model (UnicodeDecodeError, found by
+    ``benchmarks/fuzz.py --seed 5``, mutant 162: bit flips in a model with subgraphs):
+    InvalidModelError instead of a traceback."""
+    from benchmarks.fuzz_mutants import make_mutant, seed_models
+
+    mutant = make_mutant(seed_models(), 162, 5)
+    with pytest.raises(InvalidModelError, match=r"<bytes>: invalid ONNX model: a name or string in it is not "
+                                                r"valid UTF-8 \(UnicodeDecodeError"):
+        load_model(mutant.files["model.onnx"])

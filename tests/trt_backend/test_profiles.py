@@ -3,6 +3,7 @@ TensorRT segment inputs (symbolic, calibrated, shape-tensor values, data-depende
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -195,3 +196,19 @@ def test_a_mismatch_names_the_input_that_misfits() -> None:
     with pytest.raises(ProfileError, match=r"input 'rows' has shape \(101, 4\), outside"):
         runner.run([np.array([101], np.int64), np.zeros((101, 4), np.float32)])
     assert runner.run([np.array([7], np.int64), np.zeros((7, 4), np.float32)])[0].tolist() == [7]
+
+
+def test_a_profile_name_that_is_no_tensor_fails_before_planning(capsys) -> None:
+    """A name that is no tensor of the model at all is refused right after loading (was: after
+    planning, 8 s on SSDlite); a tensor that is not a model input is left for the plan to judge."""
+    from trt_backend.cli import main
+    from trt_backend.data.demo import DEMO_PATH
+    from trt_backend.session.given import check_profile_names
+
+    assert main(["run", DEMO_PATH, "--shapes", "images:1x3x32x32"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == ("trt-backend: error: profile 0: 'images' is not a model input (inputs: image) "
+                   "nor a tensor of the model")
+    graph = onnx.load(DEMO_PATH).graph
+    inner = graph.node[0].output[0]
+    check_profile_names([{"image": (1, 3, 32, 32), inner: (1, 3, 32, 32)}], graph)  # (no error: the plan decides)

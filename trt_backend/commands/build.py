@@ -35,7 +35,8 @@ def register(p: argparse.ArgumentParser) -> None:
     add_shape_arguments(p, "build for")
     add_precision_arguments(p)
     add_auto_arguments(p)
-    p.add_argument("--cache-dir", metavar="DIR", help="engine cache: unchanged segments are not rebuilt")
+    p.add_argument("--cache-dir", metavar="DIR", help="engine and build cache: the same model file built with the same options is a copy of the "
+                        "earlier folder (DIR/builds); otherwise unchanged segments are not rebuilt")
     p.add_argument("--workspace-mb", type=int, default=None, metavar="MB", help="builder workspace limit")
     p.add_argument("--compute-capabilities", default=None, metavar="SM80,SM86",
                    help="TensorRT-RTX: GPUs to build for ahead of time (default: the builder's choice)")
@@ -70,8 +71,9 @@ def _handle(args: argparse.Namespace) -> int:
                                   args.cache_dir, flavor=args.flavor, progress=_progress, sign_key=args.sign_key)
     segs = manifest["segments"]
     engines = [s for s in segs if s["engine"]]
+    cached = " (a copy of an earlier build: build cache hit)" if manifest.get("build_cache", {}).get("hit") else ""
     print(f"model {args.model} | {manifest['tensorrt']} | target {manifest['gpu_target']} | {len(segs)} segment(s), "
-          f"{len(engines)} engine(s) | {manifest['build_seconds']:.2f} s")
+          f"{len(engines)} engine(s) | {manifest['build_seconds']:.2f} s{cached}")
     for s in segs:
         what = (f"engine {s['engine']} {s['engine_bytes']} bytes, built in {s['build_seconds']:.2f} s"
                 if s["engine"] else "runs in ONNX Runtime")

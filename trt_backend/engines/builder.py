@@ -18,9 +18,15 @@ from typing import Any, Union
 
 import onnx
 
-from partitioner.errors import OptionsError
+from partitioner.errors import ModelTooLargeError, OptionsError
 from partitioner.model import serialize, structure_copy
-from partitioner.weights import uses_external_data, weights_sha256
+from partitioner.weights import (
+    is_external,
+    raw_nbytes,
+    read_in,
+    uses_external_data,
+    weights_sha256,
+)
 from trt_backend._files import sha256_bytes
 from trt_backend.engines.calibration import CALIBRATION_METHODS, data_sha256
 from trt_backend.engines.precision import (
@@ -214,38 +220,47 @@ def build_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile], o
 def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
                     options: BuildOptions | None = None, flavor: Flavor | str = "auto",
                     timing: Any = None, quantize: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None, *,
-                    weights_dir: str | None = None) -> SegmentEngine:
+                    weights_dir: str | None = None, weights: HeldWeights | None = None) -> SegmentEngine:
     """:func:`build_segment` with layer count, seconds and the precision applied.
     ``timing`` is a :class:`trt_backend.engines.cache.TimingCacheFile` or None; ``quantize``
     (int8, required there) inserts the segment's Q/DQ (:class:`~trt_backend.engines.quantize.SegmentQuantizer`).
     The parser gets the segment with a path in ``weights_dir`` and reads external weights from their
-    files; inline weights go to it by address where it takes user-managed weights (see :func:`parse_into`)."""
+    files; inline weights go to it by address where it takes user-managed weights (see :func:`parse_into`),
+    also those the segment holds by reference only (``weights``, see :func:`by_reference`)."""
     options = options or BuildOptions()
     fl = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
     start = time.perf_counter()
     ranges = segment_ranges(segment_model, profiles)
     prepared, precision = segment_model, options.precision
-    if options.precision not in ("fp32", "tf32") and uses_external_data(segment_model):
-        log.warning("%s: its weights are external data, which the %s transform does not rewrite yet; "
+    reduced = segment_precision(segment_model, options)[0] not in ("fp32", "tf32")
+    if reduced and uses_external_data(segment_model):
+        try:  # (the transforms rewrite weights: a segment's external ones are read in, up to a limit)
+            segment_model = read_in(segment_model, weights_dir, segment_model.graph.name)
+        except ModelTooLargeError as e:
+            log.warning("%s; building it in fp32", e)
+        prepared = segment_model
+    if reduced and uses_external_data(segment_model):
+        log.warning("%s: its weights are external data, which the %s transform does not rewrite; "
                     "building it in fp32", segment_model.graph.name, options.precision)
         precision = "fp32"
     elif options.precision not in ("fp32", "tf32"):
         try:
-            refused = refused_in_precision(segment_model, options, fl, quantize)
-            prepared, precision = prepared_segment(segment_model, options, quantize, refused)
+            refused, taken = _refusals(segment_model, options, fl, quantize)
+            prepared, precision = taken or prepared_segment(segment_model, options, quantize, refused)
         except PrecisionError as e:
             log.warning("%s: %s; building it in fp32", segment_model.graph.name, e)
             precision = "fp32"
     try:
         engine, layers = _compile(prepared, ranges, options, fl, timing, names_from=segment_model,
-                                  weights_dir=weights_dir)
+                                  weights_dir=weights_dir, weights=weights)
     except SegmentBuildError as e:
         if e.stage == "parse" and prepared is not segment_model:
             _compile(segment_model, ranges, options, fl, None, parse_only=True,  # blame original nodes
-                     weights_dir=weights_dir)
+                     weights_dir=weights_dir, weights=weights)
             log.warning("%s: TensorRT rejects its %s form (%s); building it in fp32", segment_model.graph.name,
                         options.precision, e.message)
-            engine, layers = _compile(segment_model, ranges, options, fl, timing, weights_dir=weights_dir)
+            engine, layers = _compile(segment_model, ranges, options, fl, timing, weights_dir=weights_dir,
+                                      weights=weights)
             precision = "fp32"
         else:
             raise
@@ -285,30 +300,37 @@ def refused_in_precision(segment_model: onnx.ModelProto, options: BuildOptions, 
     """Nodes the TensorRT parser refuses in the segment's reduced precision but takes in fp32
     (e.g. HardSwish in bf16): parsed, the blamed nodes kept fp32, parsed again (bounded rounds).
     The rest of the segment keeps its precision; an engine is never silently all fp32 for one op."""
+    return _refusals(segment_model, options, flavor, quantize)[0]
+
+
+def _refusals(segment_model: onnx.ModelProto, options: BuildOptions, flavor: Flavor,
+              quantize: Callable[..., onnx.ModelProto] | None = None
+              ) -> tuple[tuple[str, ...], tuple[onnx.ModelProto, str] | None]:
+    """:func:`refused_in_precision`, and the prepared segment the parser took (None if none)."""
     if segment_precision(segment_model, options)[0] in ("fp32", "tf32"):
-        return ()
+        return (), None
     refused: list[str] = []
     for _ in range(MAX_REFUSAL_ROUNDS):
-        prepared, _ = prepared_segment(segment_model, options, quantize, refused)
+        prepared = prepared_segment(segment_model, options, quantize, refused)
         try:
-            _compile(prepared, (), options, flavor, None, parse_only=True)
-            return tuple(refused)
+            _compile(prepared[0], (), options, flavor, None, parse_only=True)
+            return tuple(refused), prepared
         except SegmentBuildError as e:
             own = {n.name: n.op_type for n in segment_model.graph.node}
             # (a refusal is by op type and dtype: the parser stops at the first, so its kin go too)
             types = {own[n] for n in e.names if n in own and n not in refused}
             blamed = [n for n, t in own.items() if t in types and n not in refused]
             if not blamed:
-                return tuple(refused)  # (not a precision matter: the build reports it)
+                return tuple(refused), None  # (not a precision matter: the build reports it)
             log.info("%s: TensorRT refuses %s in %s; kept fp32", segment_model.graph.name, ", ".join(blamed),
                      segment_precision(segment_model, options)[0])
             refused.extend(blamed)
-    return tuple(refused)
+    return tuple(refused), None
 
 
 def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile]], options: BuildOptions, flavor: Flavor,
              timing: Any, parse_only: bool = False, names_from: onnx.ModelProto | None = None,
-             weights_dir: str | None = None) -> tuple[bytes, int]:
+             weights_dir: str | None = None, weights: HeldWeights | None = None) -> tuple[bytes, int]:
     """Parse and build ``model``; build errors blame nodes of ``names_from`` (default ``model``)."""
     trt = flavor.module
     logger = shared_logger(flavor)
@@ -317,7 +339,7 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
         network = builder.create_network(network_flags(flavor))
         parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
         with quiet_messages():  # the parser's complaints come back as get_error() and are reported
-            parsed, held = parse_into(parser, model, flavor, weights_dir)
+            parsed, held = parse_into(parser, model, flavor, weights_dir, weights)
         if not parsed:
             raise _parse_error(parser, model)
         if parse_only:
@@ -433,7 +455,8 @@ def current_sm() -> str | None:
 USER_WEIGHTS_MIN_BYTES = 64 * 1024  # inline weights from this size go to the parser by address
 
 
-def parse_into(parser: Any, model: onnx.ModelProto, flavor: Flavor, weights_dir: str | None) -> tuple[bool, list[Any]]:
+def parse_into(parser: Any, model: onnx.ModelProto, flavor: Flavor, weights_dir: str | None,
+               weights: HeldWeights | None = None) -> tuple[bool, list[Any]]:
     """Parse ``model`` into ``parser``'s network; (parsed, buffers the parser reads from, to be
     kept alive as long as it and its network live).
 
@@ -441,10 +464,13 @@ def parse_into(parser: Any, model: onnx.ModelProto, flavor: Flavor, weights_dir:
     ``parse_model_proto``: TensorRT 10.13+, TensorRT-RTX 1.7) and the segment holds large inline
     weights, it gets the model without them and each weight by address, so the weights are never
     serialized into a protobuf. Otherwise ``parse(bytes, path)``. External data is read by the
-    parser from ``weights_dir`` either way."""
+    parser from ``weights_dir`` either way. Initializers held by reference (see :func:`by_reference`)
+    take their bytes from ``weights``."""
     path = segment_path(weights_dir)
-    large = {t.name: t for t in model.graph.initializer if len(t.raw_data) >= USER_WEIGHTS_MIN_BYTES}
+    large = large_weights(model, weights)
     if not large or not flavor.has("OnnxParser.load_model_proto"):
+        if any(is_held(t) for t in model.graph.initializer):  # (a parser without user-managed weights: inline them)
+            model = structure_copy(model, lambda t: large.get(t.name) if is_held(t) else None)
         return bool(parser.parse(serialize(model, "a segment to build"), path)), []
     import numpy as np
 
@@ -461,13 +487,52 @@ def parse_into(parser: Any, model: onnx.ModelProto, flavor: Flavor, weights_dir:
     return bool(parser.parse_model_proto()), held
 
 
+HeldWeights = Mapping[str, onnx.TensorProto]  # initializers by name, for segments holding them by reference
+HELD = "__user_managed__"
+
+
+def by_reference(held: HeldWeights) -> Callable[[onnx.TensorProto], onnx.TensorProto | None]:
+    """For :meth:`partitioner.Plan.extract`: large inline weights of ``held`` (the model's own
+    initializers) as references (:data:`HELD`), so a segment is extracted without copying them;
+    :func:`parse_into` and :func:`key_material` read them from ``held``. Only for a segment built
+    as it is (fp32): the precision transforms rewrite weights and need them in the segment."""
+    def refer(t: onnx.TensorProto) -> onnx.TensorProto | None:
+        own = held.get(t.name)
+        if own is None or is_external(own) or raw_nbytes(own) < USER_WEIGHTS_MIN_BYTES:
+            return None
+        return _user_managed(own)
+    return refer
+
+
+def is_held(t: onnx.TensorProto) -> bool:
+    """An initializer held by reference (:func:`by_reference`)."""
+    return t.data_location == onnx.TensorProto.EXTERNAL and any(
+        e.key == "location" and e.value == HELD for e in t.external_data)
+
+
+def large_weights(model: onnx.ModelProto, weights: HeldWeights | None) -> dict[str, onnx.TensorProto]:
+    """Initializers past :data:`USER_WEIGHTS_MIN_BYTES` with their bytes: inline ones, and those
+    held by reference found in ``weights`` (a held one without them: OptionsError)."""
+    large = {}
+    for t in model.graph.initializer:
+        if is_held(t):
+            own = weights.get(t.name) if weights is not None else None
+            if own is None or not own.HasField("raw_data"):
+                raise OptionsError(f"initializer '{t.name}' of segment {model.graph.name} is held by reference "
+                                   "and its bytes were not given (weights=...)")
+            large[t.name] = own
+        elif raw_nbytes(t) >= USER_WEIGHTS_MIN_BYTES:
+            large[t.name] = t
+    return large
+
+
 def _user_managed(t: onnx.TensorProto) -> onnx.TensorProto:
     out = onnx.TensorProto()
     out.name, out.data_type = t.name, t.data_type
     out.dims.extend(t.dims)
     out.data_location = onnx.TensorProto.EXTERNAL
     entry = out.external_data.add()
-    entry.key, entry.value = "location", "__user_managed__"  # (never opened: load_initializer gives the bytes)
+    entry.key, entry.value = "location", HELD  # (never opened: load_initializer gives the bytes)
     return out
 
 
@@ -478,12 +543,14 @@ def segment_path(weights_dir: str | None) -> str | None:
 
 
 def key_material(segment_model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile]], options: BuildOptions,
-                 flavor: Flavor, target: str, *, weights_dir: str | None = None) -> dict[str, Any]:
+                 flavor: Flavor, target: str, *, weights_dir: str | None = None,
+                 with_weights: bool = True, weights: HeldWeights | None = None) -> dict[str, Any]:
     """Everything an engine depends on: model bytes (weights included: large inline ones by the
     SHA-256 of their bytes, external data by the SHA-256 of the bytes each tensor references,
     so no weight is serialized for a key), profiles, options, TensorRT flavor/version/parser,
-    target GPU."""
-    large = [t for t in segment_model.graph.initializer if len(t.raw_data) >= USER_WEIGHTS_MIN_BYTES]
+    target GPU. ``with_weights=False``: large weights by name only, which tells apart the segments
+    of one model (a build's own memo) but not two models (an engine cache needs the hashes)."""
+    large = list(large_weights(segment_model, weights).values())
     names = {t.name for t in large}
     structure = structure_copy(segment_model, lambda t: _user_managed(t) if t.name in names else None) \
         if large else segment_model
@@ -492,12 +559,14 @@ def key_material(segment_model: onnx.ModelProto, ranges: Sequence[Mapping[str, T
     material = {"model_sha256": sha256_bytes(data), "profiles": json.loads(json.dumps(profiles)),
                 "options": options.key_fields(), "flavor": flavor.name, "version": flavor.version,
                 "parser": flavor.parser_version, "target": target}
+    if not with_weights:
+        return material
     if large:  # (absent for models without large inline weights: their keys are unchanged)
         h = hashlib.sha256()
         for t in sorted(large, key=lambda t: t.name):
             h.update(f"{t.name}\0{sha256_bytes(t.raw_data)}\0".encode())
         material["inline_weights_sha256"] = h.hexdigest()
-    external = weights_sha256(segment_model, weights_dir)
+    external = weights_sha256(segment_model, weights_dir, skip=is_held)  # (held ones are hashed above)
     if external is not None:  # (absent for models holding their weights: their keys are unchanged)
         material["external_weights_sha256"] = external
     return material

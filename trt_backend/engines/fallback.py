@@ -18,11 +18,13 @@ from partitioner.errors import OptionsError
 from plugins import default_registry, register_with, rewrite_for_engine
 from trt_backend.engines.builder import (
     BuildOptions,
+    HeldWeights,
     Profile,
     ProfilesArg,
     SegmentEngine,
     SegmentProfiles,
     build_target,
+    by_reference,
     compile_segment,
     key_material,
     segment_ranges,
@@ -179,18 +181,23 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
     if callable(profiles):
         profiles = profiles(plan)  # once per round: deriving profiles may run the model
     weights_dir = plan.model.base_dir if plan.model is not None else None
+    # segments built as they are (fp32) hold the model's large weights by reference, not copies
+    held = ({t.name: t for t in plan.model.proto.graph.initializer}
+            if plan.model is not None and options.precision in ("fp32", "tf32") and quantize is None else None)
     jobs = []
     for seg in segments:
-        model = plan.extract(seg.id)
+        model = plan.extract(seg.id, by_reference(held) if held is not None else None)
         if rewrite is not None:
             model = rewrite(model)
         ranges = segment_ranges(model, _pick(profiles, seg))
-        key = cache_key(key_material(model, ranges, options, flavor, target, weights_dir=weights_dir))
+        key = cache_key(key_material(model, ranges, options, flavor, target, weights_dir=weights_dir,
+                                     with_weights=cache is not None, weights=held))  # (no cache: this build's memo)
         jobs.append((seg, model, ranges, key))
     with ThreadPoolExecutor(max_workers=max(1, min(options.workers(), len(jobs)))) as pool:
         futures: dict[Future[tuple[bytes, dict[str, Any], bool]], tuple[Segment, str]] = {}
         for seg, model, ranges, key in jobs:
-            fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing, weights_dir, quantize)
+            fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing, weights_dir, quantize,
+                              held)
             futures[fut] = (seg, key)
         pending = set(futures)
         try:
@@ -226,7 +233,7 @@ def _drain(futures: dict[Future[Any], tuple[Segment, str]], pending: set[Future[
 
 def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavor, cache: EngineCache | None,
          memo: Memo, timing: TimingCacheFile | None, weights_dir: str | None = None,
-         quantize: SegmentRewrite | None = None) -> tuple[bytes, dict[str, Any], bool]:
+         quantize: SegmentRewrite | None = None, held: HeldWeights | None = None) -> tuple[bytes, dict[str, Any], bool]:
     """(engine, metadata, came from a cache) for one segment; SegmentBuildError propagates."""
     if key in memo:  # built in an earlier round of the fallback loop
         return memo[key][0], {**memo[key][1], "seconds": 0.0}, True
@@ -234,7 +241,7 @@ def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavo
 
     def build() -> tuple[bytes, dict[str, Any]]:
         built: SegmentEngine = compile_segment(model, ranges, options, flavor, timing, quantize,
-                                               weights_dir=weights_dir)
+                                               weights_dir=weights_dir, weights=held)
         return built.engine, {"layers": built.layers, "build_seconds": built.seconds, "precision": built.precision}
 
     if cache is None:

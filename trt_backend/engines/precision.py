@@ -18,9 +18,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from partitioner.errors import OptionsError
+from partitioner.errors import InvalidModelError, OptionsError
 from partitioner.graph import fresh_name
-from partitioner.model import fitting_ir_version
+from partitioner.model import check_model, fitting_ir_version, weightless_copy
 from trt_backend.errors import PrecisionError
 from trt_backend.ort.sessions import max_ir_version
 from trt_backend.ort.threads import inference_session
@@ -103,11 +103,11 @@ class PrecisionPass:
             return [(v.name, v.type.tensor_type.elem_type) for v in (*m.graph.input, *m.graph.output)]
         if io(before) != io(after):
             raise PrecisionError("precision transform changed the segment's inputs or outputs")
-        try:
-            onnx.checker.check_model(after)
+        try:  # (on copies without the weights: their bytes are checked nowhere here, only dims and dtypes)
+            check_model(after, where=f"the {self.precision} form of {after.graph.name}")
             if _strictly_typed(before):  # a model that fails strict inference already proves nothing
-                onnx.shape_inference.infer_shapes(after, check_type=True, strict_mode=True)
-        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+                onnx.shape_inference.infer_shapes(weightless_copy(after), check_type=True, strict_mode=True)
+        except (InvalidModelError, onnx.shape_inference.InferenceError) as e:
             raise PrecisionError(f"{self.precision} transform produced an invalid model: {e}") from e
 
     def call(self, model: onnx.ModelProto) -> PrecisionResult:
@@ -129,7 +129,7 @@ class _Lowering:
         self.keep = keep
         self.keep_nodes = keep_nodes
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = onnx.shape_inference.infer_shapes(weightless_copy(model))  # (types only: weights not copied)
         g = inferred.graph
         self.types: dict[str, int] = {}
         for v in (*g.input, *g.value_info, *g.output):
@@ -321,7 +321,7 @@ def with_opset(model: onnx.ModelProto, target: int, why: str = "fp16 Q/DQ") -> o
 
 def _strictly_typed(model: onnx.ModelProto) -> bool:
     try:
-        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        onnx.shape_inference.infer_shapes(weightless_copy(model), check_type=True, strict_mode=True)
         return True
     except onnx.shape_inference.InferenceError:
         return False

@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -89,6 +90,32 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino",
+                  "onnxruntime-training")
+
+
+@functools.lru_cache(maxsize=1)
+def installed_version() -> str | None:
+    """The installed ONNX Runtime's version (None without one), read from its package metadata
+    where it is not imported yet: importing it costs a build or an inspect ~0.2 s it needs not."""
+    import importlib.metadata
+    import importlib.util
+
+    loaded = sys.modules.get("onnxruntime")
+    if loaded is not None:
+        return str(getattr(loaded, "__version__", "unknown"))
+    if importlib.util.find_spec("onnxruntime") is None:
+        return None
+    for name in _DISTRIBUTIONS:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    import onnxruntime  # (installed without metadata)
+
+    return str(onnxruntime.__version__)
+
+
 @functools.lru_cache(maxsize=1)
 def max_ir_version() -> int | None:
     """Highest IR version the installed ONNX Runtime accepts (probed once; None without
@@ -96,15 +123,10 @@ def max_ir_version() -> int | None:
     normalised and segments extracted within it. The answer is remembered on disk per
     onnxruntime and onnx version, so a process that runs nothing (``inspect``) need not import
     onnxruntime to learn it."""
-    import importlib.metadata
-    import importlib.util
-
-    if importlib.util.find_spec("onnxruntime") is None:
+    version = installed_version()
+    if version is None:
         return None
-    try:
-        memo_key = f"onnxruntime {importlib.metadata.version('onnxruntime')} onnx IR {onnx.IR_VERSION}"
-    except importlib.metadata.PackageNotFoundError:  # (a build without metadata: probe every time)
-        memo_key = None
+    memo_key = f"onnxruntime {version} onnx IR {onnx.IR_VERSION}"
     known = _read_ir_memo().get(memo_key) if memo_key else None
     if isinstance(known, int):
         return known

@@ -9,8 +9,9 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import onnx
@@ -23,6 +24,7 @@ from partitioner.weights import (
     file_sha256,
     is_external,
     place_data_files,
+    raw_nbytes,
 )
 from trt_backend._files import missing_parent, swap_in_folder, write_atomic
 from trt_backend._version import __version__
@@ -32,6 +34,7 @@ from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_r
 from trt_backend.engines.report import ProgressCallback
 from trt_backend.errors import ArtifactError
 from trt_backend.gpu.device import check_device, use_device
+from trt_backend.ort.sessions import installed_version
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import EMULATED, ONNXRUNTIME, SegmentRunner
 from trt_backend.session.artifacts import (
@@ -40,6 +43,7 @@ from trt_backend.session.artifacts import (
     MODEL_FILE,
     sha256_bytes,
 )
+from trt_backend.session.build_cache import BuildCache
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.seal import seal
 from trt_backend.session.seal import sign_key as read_sign_key
@@ -56,7 +60,9 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
     """Plan ``model``, derive profiles, build every TensorRT segment (demoting what TensorRT
     refuses), and write the folder ``out_dir`` atomically. Returns the manifest, sealed with its
     digest and, with ``sign_key`` (the key, ``@FILE``, or else ``TRT_BACKEND_SIGN_KEY``), signed.
-    ``progress`` receives a ``BuildEvent`` as each segment finishes."""
+    ``progress`` receives a ``BuildEvent`` as each segment finishes. ``cache_dir``: engines by
+    segment, and whole folders by model file and options (:mod:`trt_backend.session.build_cache`):
+    building the same file the same way again copies that folder (manifest ``build_cache.hit``)."""
     key = read_sign_key(sign_key)
     opts = options if options is not None else SessionOptions()
     if opts.device_id is not None:  # full TensorRT builds for the current GPU (and keys its cache by its SM)
@@ -66,7 +72,54 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
     flv = load_flavor(flavor)
     _check_out_dir(out_dir)
     start = time.perf_counter()
+    builds, build_key = _build_cache(model, cache_dir, profiles, opts, bopts, flv, flavor)
+    if builds is not None and build_key is not None:
+        path = os.fspath(cast("str | os.PathLike[str]", model))
+        hit = builds.restore(build_key, out_dir, {"model": path, "build_seconds": round(time.perf_counter() - start, 4),
+                                                  "build_cache": {"key": build_key, "hit": True}}, key)
+        if hit is not None:
+            return hit
     sess = _PlannedSession(model, profiles, opts)
+    stage = _Stage(out_dir, sess.model)  # the weights go into the folder while the engines build
+    try:
+        manifest = _build_into(stage, sess, profiles, opts, bopts, cache_dir, flv, progress, start)
+        if build_key is not None:
+            manifest["build_cache"] = {"key": build_key, "hit": False}
+        seal(manifest, key)
+        stage.finish(manifest)
+    finally:
+        stage.close()
+    if builds is not None and build_key is not None:
+        builds.store(build_key, out_dir, manifest)
+    return manifest
+
+
+def _build_cache(model: ModelSource | Model, cache_dir: str | None, profiles: Sequence[Mapping[str, Any]] | None,
+                 opts: SessionOptions, bopts: BuildOptions, flv: Flavor,
+                 flavor: str) -> tuple[BuildCache | None, str | None]:
+    """The build cache under ``cache_dir`` and this build's key there: for a model given by the
+    path of a file and no oracle of the caller's (one the key cannot describe); else (None, None)."""
+    if not cache_dir or not isinstance(model, (str, os.PathLike)) or opts.oracle is not None:
+        return None, None
+    if not os.path.isfile(model):
+        return None, None  # (loading it names the problem)
+    options = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)
+               if f.name not in ("sign_key", "cache_dir", "build")}  # (``build``: the BuildOptions below decide)
+    inputs = {"profiles": profiles, "options": options, "build_options": bopts.key_fields(),
+              "flavor": flavor, "tensorrt": [flv.name, flv.version, flv.parser_version],
+              "gpu_target": build_target(flv, bopts)}
+    try:
+        builds = BuildCache(cache_dir)
+        return builds, builds.key(os.fspath(model), inputs)
+    except OSError as e:  # (an unreadable model or data file: loading it names the problem)
+        log.debug("no build cache key for %s: %s", model, e)
+        return None, None
+
+
+def _build_into(stage: _Stage, sess: _PlannedSession, profiles: Sequence[Mapping[str, Any]] | None,
+                opts: SessionOptions, bopts: BuildOptions, cache_dir: str | None, flv: Flavor,
+                progress: ProgressCallback | None, start: float) -> dict[str, Any]:
+    """Build the engines, put the model, segment and engine files in ``stage``; the manifest."""
     session_of = PlanMemo(lambda plan: _PlannedSession(plan, profiles, opts), (sess.plan, sess))
     cache = EngineCache(cache_dir) if cache_dir else None
     result = build_with_fallback(sess.plan, lambda plan: session_of(plan).segment_profiles, bopts, cache, flavor=flv,
@@ -77,8 +130,7 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
     final = session_of(result.plan)
     seconds = {r.segment: r.seconds for r in result.report.segments} if result.report.segments else {}
     precisions = {r.segment: r.precision for r in result.report.segments}
-    originals = data_file_entries(final.model)
-    weights = _externalize(final.model, [d["file"] for d in originals])
+    originals, weights, weights_entry = stage.data(final.model)
     refer = weights.refs.get if weights is not None else (lambda name: None)
     files: dict[str, bytes] = {MODEL_FILE: serialize(structure_copy(final.model.proto, lambda t: refer(t.name)),
                                                      MODEL_FILE)}
@@ -97,6 +149,7 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
                          build_seconds=round(float(seconds.get(seg.id, 0.0)), 4),
                          precision=precisions.get(seg.id) or bopts.precision)
         segments.append(entry)
+    stage.write(files)
     manifest = {
         "format": FORMAT, "trt_backend": __version__, "model": final.model.source,
         "model_file": MODEL_FILE, "model_sha256": sha256_bytes(files[MODEL_FILE]),
@@ -107,11 +160,8 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
         "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,
         "build_seconds": round(time.perf_counter() - start, 4),
     }
-    if originals or weights is not None:  # (absent for models without large weights: manifests unchanged)
-        manifest["data_files"] = originals + ([weights.entry()] if weights is not None else [])
-    seal(manifest, key)
-    _write_folder(out_dir, files, manifest, final.model.base_dir if originals else None,
-                  [d["file"] for d in originals], weights)
+    if originals or weights_entry is not None:  # (absent for models without large weights: manifests unchanged)
+        manifest["data_files"] = originals + ([weights_entry] if weights_entry is not None else [])
     return manifest
 
 
@@ -128,18 +178,9 @@ class _Weights:
     blobs: list[tuple[int, bytes]]  # (offset, bytes)
     refs: dict[str, onnx.TensorProto]  # initializer name -> its external reference
 
-    def entry(self) -> dict[str, Any]:
-        """The data file's manifest entry (size and SHA-256), before it is written."""
-        h = hashlib.sha256()
-        size = 0
-        for chunk in _padded(self):
-            h.update(chunk)
-            size += len(chunk)
-        return {"file": self.location, "bytes": size, "sha256": h.hexdigest()}
-
 
 def _externalize(model: Model, taken: Sequence[str]) -> _Weights | None:
-    big = [t for t in model.proto.graph.initializer if not is_external(t) and len(t.raw_data) > INLINE_MAX_BYTES]
+    big = [t for t in model.proto.graph.initializer if not is_external(t) and raw_nbytes(t) > INLINE_MAX_BYTES]
     if not big:
         return None
     location = WEIGHTS_FILE
@@ -162,19 +203,18 @@ def _externalize(model: Model, taken: Sequence[str]) -> _Weights | None:
     return weights
 
 
-def _padded(weights: _Weights) -> Iterator[bytes]:
+def _write_weights(folder: str, weights: _Weights) -> dict[str, Any]:
+    """Write the data file (each tensor at its page-aligned offset) and return its manifest
+    entry: size and SHA-256, taken as it is written."""
+    h = hashlib.sha256()
     at = 0
-    for offset, raw in weights.blobs:
-        if offset > at:
-            yield b"\0" * (offset - at)
-        yield raw
-        at = offset + len(raw)
-
-
-def _write_weights(folder: str, weights: _Weights) -> None:
     with open(os.path.join(folder, weights.location), "wb") as f:
-        for chunk in _padded(weights):
-            f.write(chunk)
+        for offset, raw in weights.blobs:
+            for chunk in ((b"\0" * (offset - at)) if offset > at else b"", raw):
+                h.update(chunk)
+                f.write(chunk)
+            at = offset + len(raw)
+    return {"file": weights.location, "bytes": at, "sha256": h.hexdigest()}
 
 
 def data_file_entries(model: Model) -> list[dict[str, Any]]:
@@ -215,9 +255,7 @@ def _emulated(opts: SessionOptions) -> SessionOptions:
 
 
 def _versions(flv: Flavor) -> dict[str, str]:
-    import onnxruntime
-
-    return {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, flv.name: flv.version}
+    return {"onnx": onnx.__version__, "onnxruntime": installed_version() or "none", flv.name: flv.version}
 
 
 def _check_out_dir(out_dir: str) -> None:
@@ -236,30 +274,81 @@ def _check_out_dir(out_dir: str) -> None:
         raise ArtifactError(f"{out_dir}: cannot write in folder {parent} ({e.strerror or e})") from None
 
 
-def _write_folder(out_dir: str, files: Mapping[str, bytes], manifest: Mapping[str, Any],
-                  weights_dir: str | None = None, data_locations: Sequence[str] = (),
-                  weights: _Weights | None = None) -> None:
-    """Everything into a temp folder beside ``out_dir``, then swapped in: never half a build.
-    Data files are copied from ``weights_dir`` (see :func:`partitioner.weights.place_data_files`);
-    ``weights`` (inline ones) are written once into the folder's own data file."""
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    try:
-        tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
-    except OSError as e:
-        raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
-    try:
-        for name, data in files.items():
-            with open(os.path.join(tmp, name), "wb") as f:
-                f.write(data)
-        if weights_dir is not None:
-            place_data_files(data_locations, weights_dir, tmp)
-        if weights is not None:
-            _write_weights(tmp, weights)
-        write_atomic(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1) + "\n")
-        swap_in_folder(tmp, out_dir)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
+class _Stage:
+    """The folder being written: a temp folder beside ``out_dir``, swapped in by :meth:`finish`
+    (never half a build), removed by :meth:`close` otherwise. The model's weights go in from a
+    thread started at once (its external data files copied, see
+    :func:`partitioner.weights.place_data_files`; inline weights written once into the folder's own
+    data file), so writing and hashing them overlaps the engine builds."""
+
+    def __init__(self, out_dir: str, model: Model) -> None:
+        self.out_dir = out_dir
+        parent = os.path.dirname(os.path.abspath(out_dir))
+        try:
+            self.tmp: str | None = tempfile.mkdtemp(prefix=".build-", dir=parent)
+        except OSError as e:
+            raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
+        self.model = model
+        self._data: tuple[list[dict[str, Any]], _Weights | None, dict[str, Any] | None] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._place, name="build-folder-weights", daemon=True)
+        self._thread.start()
+
+    def _place(self) -> None:
+        try:
+            self._data = self._placed(self.model)
+        except BaseException as e:  # (re-raised in the caller's thread by data())
+            self._error = e
+
+    def _placed(self, model: Model) -> tuple[list[dict[str, Any]], _Weights | None, dict[str, Any] | None]:
+        assert self.tmp is not None
+        originals = data_file_entries(model)
+        if originals:
+            assert model.base_dir is not None
+            place_data_files([d["file"] for d in originals], model.base_dir, self.tmp)
+        weights = _externalize(model, [d["file"] for d in originals])
+        entry = _write_weights(self.tmp, weights) if weights is not None else None
+        return originals, weights, entry
+
+    def data(self, model: Model) -> tuple[list[dict[str, Any]], _Weights | None, dict[str, Any] | None]:
+        """(the model's data files' entries, its inline weights as written, their data file's
+        entry), once written; ``model`` is the final plan's (placed again if it is another)."""
+        self._thread.join()
+        try:
+            if self._error is not None:
+                raise self._error
+            if model.proto is not self.model.proto:
+                self._data = self._placed(model)
+        except OSError as e:
+            raise ArtifactError(f"cannot write {self.out_dir}: {e.strerror or e}") from None
+        assert self._data is not None
+        return self._data
+
+    def write(self, files: Mapping[str, bytes]) -> None:
+        assert self.tmp is not None
+        try:
+            for name, data in files.items():
+                with open(os.path.join(self.tmp, name), "wb") as f:
+                    f.write(data)
+        except OSError as e:
+            raise ArtifactError(f"cannot write {self.out_dir}: {e.strerror or e}") from None
+
+    def finish(self, manifest: Mapping[str, Any]) -> None:
+        """The manifest last, then the folder in ``out_dir``'s place."""
+        assert self.tmp is not None
+        try:
+            write_atomic(os.path.join(self.tmp, MANIFEST), json.dumps(manifest, indent=1) + "\n")
+            swap_in_folder(self.tmp, self.out_dir)
+        except OSError as e:
+            raise ArtifactError(f"cannot write {self.out_dir}: {e.strerror or e}") from None
+        self.tmp = None
+
+    def close(self) -> None:
+        """Remove the temp folder unless :meth:`finish` swapped it in (after the thread is done)."""
+        self._thread.join()
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
 
 
 def load(folder: str | os.PathLike[str], options: SessionOptions | None = None, *, rebuild: bool = False,

@@ -15,6 +15,23 @@ from trt_backend.profiles import (
 from trt_backend.session.feeds import NodeArg
 
 
+def check_profile_names(user: Sequence[Mapping[str, Any]] | None, graph: Any) -> None:
+    """Before planning (which can take seconds on a big model): every name a profile gives is a
+    model input or at least a tensor of the model (it may be a TensorRT segment's input, which
+    only the plan tells); ProfileError naming the first that is neither."""
+    if not user or isinstance(user, (str, bytes)) or not isinstance(user, (Sequence, Mapping)):
+        return  # (the shape of the argument is checked by normalize_profiles)
+    inputs = [vi.name for vi in graph.input]
+    tensors = set(inputs) | {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
+    for k, raw in enumerate([user] if isinstance(user, Mapping) else user):
+        if not isinstance(raw, Mapping):
+            continue
+        for name in raw:
+            if name not in tensors:
+                raise ProfileError(f"profile {k}: '{name}' is not a model input (inputs: {', '.join(inputs)}) "
+                                   "nor a tensor of the model")
+
+
 def normalize_profiles(user: Sequence[Mapping[str, Any]] | None, inputs: Sequence[NodeArg],
                        extra: Iterable[str] = ()) -> tuple[list[Profile], list[Profile]]:
     """Validate user profiles. Returns (model-input profiles, overrides for ``extra`` tensors,

@@ -17,9 +17,9 @@ from partitioner import (
     Plan,
     Segment,
 )
-from partitioner.errors import OptionsError
+from partitioner.errors import ModelTooLargeError, OptionsError
 from partitioner.model import ModelSource
-from partitioner.weights import tensor_array, uses_external_data
+from partitioner.weights import read_in, tensor_array, uses_external_data
 from trt_backend.engines.builder import BuildOptions, segment_precision
 from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.emulation import emulation_ort_options, segment_emulation
@@ -41,6 +41,7 @@ from trt_backend.gpu.status import make_tensorrt_runner, tensorrt_status
 from trt_backend.ort.sessions import tapped_session
 from trt_backend.ort.threads import use_global_thread_pool
 from trt_backend.ort.values import memory_limit, to_numpy
+from trt_backend.planning import load as load_for_planning
 from trt_backend.planning import plan_for
 from trt_backend.profiles import Profile, profiles_from_json
 from trt_backend.runners.base import SegmentRunner
@@ -48,7 +49,11 @@ from trt_backend.runners.ort import EmulatedTensorRTRunner, OnnxRuntimeRunner
 from trt_backend.session.artifacts import BuiltFolder, is_build_folder, open_folder
 from trt_backend.session.derive import Runner, derive_profiles, shape_tensor_inputs
 from trt_backend.session.feeds import FeedValidator, NodeArg, node_arg
-from trt_backend.session.given import complete_profiles, normalize_profiles
+from trt_backend.session.given import (
+    check_profile_names,
+    complete_profiles,
+    normalize_profiles,
+)
 from trt_backend.session.options import RunOptions, SessionOptions, is_ort_run_options
 from trt_backend.session.saved import (
     SessionPlan,
@@ -123,6 +128,9 @@ class Session:
             model, plan, engines = built.plan, built.manifest["plan"], built.engines
             self.folder_manifest = built.manifest
             self.options = _folder_precision(self.options, built.manifest)
+        if not isinstance(model, Plan) and profiles is not None:
+            model = load_for_planning(model)  # (profile names checked before planning, which can take long)
+            check_profile_names(profiles, model.proto.graph)
         base = model if isinstance(model, Plan) else self.make_plan(model, self.options)
         if base.model is None:
             raise OptionsError("this plan was read from JSON without its model; pass the model instead")
@@ -257,8 +265,14 @@ class Session:
         self.emulated_precisions[seg.id] = "fp32"
         precision = segment_precision(proto, build)[0]
         if precision not in ("fp32", "tf32") and uses_external_data(proto):
-            log.warning("segment %d: its weights are external data, which the %s transform does not rewrite "
-                        "yet; emulating it in fp32, as the builder would build it", seg.id, precision)
+            try:  # (as the builder does: the segment's external weights read in, up to a limit)
+                proto = read_in(proto, self.model.base_dir, f"segment {seg.id}")
+            except ModelTooLargeError as e:
+                log.warning("%s; emulating it in fp32, as the builder would build it", e)
+                return proto
+        if precision not in ("fp32", "tf32") and uses_external_data(proto):
+            log.warning("segment %d: its weights are external data, which the %s transform does not rewrite; "
+                        "emulating it in fp32, as the builder would build it", seg.id, precision)
             return proto
         if precision not in ("fp16", "bf16", "int8"):
             if precision == "tf32":

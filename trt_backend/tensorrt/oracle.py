@@ -14,7 +14,7 @@ import onnx
 
 from partitioner.capability import Piece, QueryResult
 from partitioner.model import serialize, structure_copy
-from partitioner.weights import is_external, is_stand_in
+from partitioner.weights import is_external, is_stand_in, raw_nbytes
 from trt_backend.tensorrt.flavor import (
     Flavor,
     create_builder,
@@ -106,7 +106,7 @@ _ZEROS_MIN_BYTES = 64 * 1024
 
 
 def _zeroable(t: onnx.TensorProto) -> bool:
-    return t.data_type in _ZEROABLE and len(t.raw_data) >= _ZEROS_MIN_BYTES
+    return t.data_type in _ZEROABLE and raw_nbytes(t) >= _ZEROS_MIN_BYTES
 
 
 class _ZeroWeights:
@@ -162,7 +162,7 @@ class _ZeroWeights:
 def _stand_in_length(t: onnx.TensorProto) -> int | None:
     if is_stand_in(t):
         return int(next(e.value for e in t.external_data if e.key == "length"))
-    return len(t.raw_data) if _zeroable(t) else None
+    return raw_nbytes(t) if _zeroable(t) else None
 
 
 _ASSERT_MESSAGE = re.compile(r'&&\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\s*$')

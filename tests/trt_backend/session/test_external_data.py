@@ -17,7 +17,8 @@ import onnxruntime as ort
 import pytest
 
 from benchmarks.large_models import write_mlp
-from partitioner.weights import is_external
+from partitioner.errors import ModelTooLargeError
+from partitioner.weights import is_external, read_in
 from trt_backend.cli import main
 from trt_backend.engines.builder import BuildOptions, build_segment, key_material
 from trt_backend.errors import ArtifactError
@@ -204,3 +205,31 @@ def test_weights_held_inside_are_written_once_into_the_build_folder(mlp, tmp_pat
     shutil.move(str(out), moved)
     sess = Session.load(str(moved), SessionOptions(emulate=True))
     np.testing.assert_allclose(sess.run(None, feeds())[0], reference(mlp), rtol=0, atol=1e-5)
+
+
+def test_fp16_of_segments_whose_weights_are_external_data(mlp, tmp_path, caplog) -> None:
+    """fp16 reads a segment's external weights in (up to READ_IN_MAX_BYTES) and converts them:
+    the build's engines are fp16 (smaller than the fp32 ones), and the emulated session computes
+    in fp16 with an error that is small and not zero."""
+    fp32, fp16 = tmp_path / "fp32", tmp_path / "fp16"
+    assert main(["build", mlp, "-o", str(fp32), *SHAPES]) == 0
+    assert main(["build", mlp, "-o", str(fp16), *SHAPES, "--precision", "fp16"]) == 0
+    assert "building it in fp32" not in caplog.text
+    segs = {p: json.load(open(p / "manifest.json"))["segments"] for p in (fp32, fp16)}
+    assert [s.get("precision") for s in segs[fp16] if s["engine"]] == ["fp16", "fp16"]
+    for a, b in zip(segs[fp32], segs[fp16]):
+        if a["engine"]:  # (each MatMul weight is HIDDEN x HIDDEN: half the bytes in fp16)
+            assert b["engine_bytes"] < a["engine_bytes"] - HIDDEN * HIDDEN
+    sess = Session(mlp, PROFILE, SessionOptions(emulate=True, build=BuildOptions(precision="fp16")))
+    assert set(sess.emulated_precisions.values()) == {"fp16"}
+    error = np.abs(sess.run(None, feeds())[0] - reference(mlp)).max()
+    assert 0 < error < 0.05, error
+
+
+def test_read_in_refuses_past_its_limit_naming_the_size(plan) -> None:
+    seg = plan.extract(0)
+    inline = read_in(seg, plan.model.base_dir, "segment 0")
+    assert not any(is_external(t) for t in inline.graph.initializer)
+    assert any(is_external(t) for t in seg.graph.initializer)  # (the segment itself is untouched)
+    with pytest.raises(ModelTooLargeError, match=r"segment 0: 0\.00 GiB of external weights, past the 0\.00 GiB"):
+        read_in(seg, plan.model.base_dir, "segment 0", max_bytes=1000)

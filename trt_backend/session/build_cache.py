@@ -1,0 +1,274 @@
+"""Whole build folders by what they were built from: ``trt-backend build --cache-dir`` with the
+same model (its bytes and its data files' bytes), profiles, options, TensorRT and trt-backend
+copies the folder it built before instead of loading, planning and building again.
+
+An entry is ``<cache_dir>/builds/<key>/``: the folder as built (manifest last, by rename), so a
+reader sees a whole entry or none. Engines are hard-linked into and out of it where the file
+system allows (they are never rewritten in place: every writer replaces files by rename); data
+files are copied by the kernel, since ONNX refuses to load a data file with more than one link.
+An entry is checked on a hit by its manifest's digest and the sizes of its files; their content
+is checked by :func:`trt_backend.session.artifacts.read_manifest` when the folder is loaded."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from partitioner.weights import data_files
+from trt_backend._files import swap_in_folder, write_atomic
+from trt_backend._version import __version__
+from trt_backend.errors import ArtifactError
+from trt_backend.session.artifacts import MANIFEST
+from trt_backend.session.seal import check_seal, seal
+
+log = logging.getLogger(__name__)
+
+BUILD_CACHE_FORMAT = 1
+BUILDS = "builds"
+DIGESTS = "digests.json"  # file digests by path and status: unchanged files are not read again
+_MAX_DIGESTS = 1000
+_PACKAGES = ("trt_backend", "partitioner", "plugins")
+_source_digest: str | None = None
+
+
+def source_digest() -> str:
+    """SHA-256 over the Python sources of trt-backend's packages (read once per process): a
+    cached folder is only as good as the code that built it, whatever its version number says."""
+    global _source_digest
+    if _source_digest is None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = os.path.dirname(root)
+        h = hashlib.sha256()
+        for package in _PACKAGES:
+            top = os.path.join(root, package)
+            for folder, dirs, files in os.walk(top):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                for name in sorted(files):
+                    if name.endswith((".py", ".cu", ".json")):
+                        path = os.path.join(folder, name)
+                        with open(path, "rb") as f:
+                            h.update(f"{os.path.relpath(path, root)}\0".encode())
+                            h.update(hashlib.sha256(f.read()).digest())
+        _source_digest = h.hexdigest()
+    return _source_digest
+
+
+def model_digest(path: str, known: dict[str, Any] | None = None) -> dict[str, Any]:
+    """SHA-256 of the model file and of each external data file it names (by location).
+    ``known``: digests by path with the file's status (size, times, inode) when each was taken,
+    as :meth:`BuildCache.digests` keeps them: a file whose status is unchanged is not read again
+    (git's index does the same); entries are added for files read."""
+    known = {} if known is None else known
+    model = _file_digest(path, known, None)
+    out: dict[str, Any] = {"model_sha256": model["sha256"]}
+    if model["data_files"]:
+        base = os.path.dirname(os.path.abspath(path))
+        out["data_files"] = {loc: _file_digest(os.path.join(base, loc), known, False)["sha256"]
+                             if os.path.isfile(os.path.join(base, loc)) else None  # (missing: the build names it)
+                             for loc in model["data_files"]}
+    return out
+
+
+_RACY_SECONDS = 2.0  # a file changed this recently may change again within its time stamp's resolution
+
+
+def _file_digest(path: str, known: dict[str, Any], data: bool | None) -> dict[str, Any]:
+    """{"sha256", "data_files"} of a file (``data``: it is a data file, not a model)."""
+    st = os.stat(path)
+    status = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+    key = os.path.abspath(path)
+    entry = known.get(key)
+    if isinstance(entry, dict) and entry.get("status") == status:
+        return entry
+    with open(path, "rb") as f:
+        content = f.read()
+    entry = {"status": status, "sha256": hashlib.sha256(content).hexdigest(), "data_files": []}
+    if data is None and b"location" in content:  # (no external data without that key: no parse)
+        proto = onnx.ModelProto()
+        try:
+            proto.ParseFromString(content)
+            entry["data_files"] = data_files(proto)
+        except (DecodeError, RuntimeError, ValueError) as e:  # (not a model: loading it names the problem)
+            raise OSError(f"not an ONNX model ({e})") from None
+    if time.time() - st.st_mtime_ns / 1e9 > _RACY_SECONDS:
+        known[key] = entry
+    return entry
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [_jsonable(v) for v in value]
+        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    module = getattr(value, "__module__", None) or ""
+    if callable(value) and module.split(".")[0] in _PACKAGES:  # (our own code: its sources are in the key)
+        return f"{module}:{getattr(value, '__qualname__', repr(value))}"
+    return repr(value)  # (anything else without a stable form, e.g. a user's callable, keys to itself: a miss)
+
+
+def build_key(model_path: str, inputs: Mapping[str, Any], known: dict[str, Any] | None = None) -> str:
+    """The key of building ``model_path`` with ``inputs`` (profiles, options, TensorRT flavor and
+    target, anything else the folder depends on, as JSON-able values); ``known``: see
+    :func:`model_digest`."""
+    material = {"build_cache_format": BUILD_CACHE_FORMAT, "trt_backend": __version__, "source": source_digest(),
+                "model": model_digest(model_path, known), "inputs": _jsonable(inputs)}
+    text = json.dumps(material, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class BuildCache:
+    """Build folders by :func:`build_key` under ``<root>/builds``."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.join(os.path.abspath(root), BUILDS)
+
+    def entry(self, key: str) -> str:
+        return os.path.join(self.root, key)
+
+    def key(self, model_path: str, inputs: Mapping[str, Any]) -> str:
+        """:func:`build_key`, with the file digests this cache remembers (``digests.json``)."""
+        known = self._digests()
+        before = len(json.dumps(known, sort_keys=True))
+        key = build_key(model_path, inputs, known)
+        if len(json.dumps(known, sort_keys=True)) != before:
+            try:
+                os.makedirs(self.root, exist_ok=True)
+                write_atomic(os.path.join(self.root, DIGESTS), json.dumps(_newest(known), indent=1))
+            except OSError as e:
+                log.debug("build cache %s: digests not kept (%s)", self.root, e)
+        return key
+
+    def _digests(self) -> dict[str, Any]:
+        try:
+            with open(os.path.join(self.root, DIGESTS), encoding="utf-8") as f:
+                known = json.load(f)
+            return known if isinstance(known, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def restore(self, key: str, out_dir: str, updates: Mapping[str, Any], sign_key: bytes | None) -> dict[str, Any] | None:
+        """Write the folder cached under ``key`` as ``out_dir`` (temp folder, then swapped in), its
+        manifest updated with ``updates`` and sealed (signed with ``sign_key``); the manifest, or
+        None on a miss. A damaged entry is logged, removed and a miss."""
+        entry = self.entry(key)
+        manifest = self._read(entry)
+        if manifest is None:
+            return None
+        parent = os.path.dirname(os.path.abspath(out_dir))
+        tmp = None
+        try:
+            tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
+            for name in _files_of(manifest):
+                _place(os.path.join(entry, name), os.path.join(tmp, name), link=name.endswith(".engine"))
+            manifest = seal({**manifest, **updates}, sign_key)
+            write_atomic(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1) + "\n")
+            swap_in_folder(tmp, out_dir)
+        except OSError as e:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(e, FileNotFoundError) and tmp is not None:
+                return None  # (an entry removed while it was copied: build it)
+            raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
+        log.info("build cache hit %s: %s", key[:12], entry)
+        return manifest
+
+    def store(self, key: str, folder: str, manifest: Mapping[str, Any]) -> None:
+        """Keep the finished build ``folder`` under ``key`` (unsigned: a hit signs with its own
+        key). Failing to store is a warning, never a failed build."""
+        entry = self.entry(key)
+        if os.path.exists(os.path.join(entry, MANIFEST)):
+            return
+        tmp = None
+        try:
+            os.makedirs(self.root, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix=".entry-", dir=self.root)
+            kept = seal({k: v for k, v in manifest.items() if k != "build_cache"})
+            for name in _files_of(kept):
+                _place(os.path.join(folder, name), os.path.join(tmp, name), link=name.endswith(".engine"))
+            with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+                f.write(json.dumps(kept, indent=1) + "\n")
+            if os.path.exists(entry):  # (a half entry of a process killed before its rename)
+                shutil.rmtree(entry, ignore_errors=True)
+            os.replace(tmp, entry)
+            tmp = None
+        except OSError as e:
+            log.warning("build cache %s: could not keep this build (%s)", self.root, e.strerror or e)
+        finally:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def _read(self, entry: str) -> dict[str, Any] | None:
+        path = os.path.join(entry, MANIFEST)
+        try:
+            with open(path, encoding="utf-8") as f:
+                manifest = json.load(f)
+            check_seal(manifest, path)
+            for name, size in _sizes_of(manifest):
+                if os.path.getsize(os.path.join(entry, name)) != size:
+                    raise ArtifactError(f"{name} is {os.path.getsize(os.path.join(entry, name))} bytes, "
+                                        f"its manifest says {size}")
+            for name in _files_of(manifest):
+                if not os.path.isfile(os.path.join(entry, name)):
+                    raise ArtifactError(f"{name} is missing")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError, KeyError, ArtifactError) as e:
+            log.warning("build cache entry %s is damaged (%s); removing it", entry, e)
+            shutil.rmtree(entry, ignore_errors=True)
+            return None
+        if not isinstance(manifest, dict):
+            return None
+        return manifest
+
+
+def _newest(known: dict[str, Any]) -> dict[str, Any]:
+    """``known`` cut to its :data:`_MAX_DIGESTS` most recently changed files."""
+    if len(known) <= _MAX_DIGESTS:
+        return known
+    order = sorted(known, key=lambda k: known[k].get("status", [0, 0])[1], reverse=True)
+    return {k: known[k] for k in order[:_MAX_DIGESTS]}
+
+
+def _files_of(manifest: Mapping[str, Any]) -> list[str]:
+    names = [str(manifest["model_file"])]
+    for seg in manifest["segments"]:
+        names.append(str(seg["model"]))
+        if seg.get("engine"):
+            names.append(str(seg["engine"]))
+    names.extend(str(d["file"]) for d in manifest.get("data_files") or ())
+    for name in names:
+        if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):
+            raise ArtifactError(f"file name {name!r} outside the folder")
+    return names
+
+
+def _sizes_of(manifest: Mapping[str, Any]) -> Sequence[tuple[str, int]]:
+    sizes = [(str(s["engine"]), int(s["engine_bytes"])) for s in manifest["segments"] if s.get("engine")]
+    sizes.extend((str(d["file"]), int(d["bytes"])) for d in manifest.get("data_files") or ())
+    return sizes
+
+
+def _place(src: str, dst: str, *, link: bool) -> None:
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    if link:
+        try:
+            os.link(src, dst)
+            return
+        except OSError:  # (another file system, or links not allowed: copy)
+            pass
+    shutil.copyfile(src, dst)
