@@ -15,7 +15,11 @@ ONNX Runtime on the same inputs (max abs error), ``compare`` at 1e-3, and the pe
 that fails is shown with its error's first line; a failed export is a row with its reason.
 
 Each model's row is kept in CACHE/results/NAME.json; ``--table-only`` prints the table of the
-kept rows without running anything. Run it with the project's Python (the one with onnxruntime
+kept rows without running anything. ``--precision-columns`` runs instead, per model, ``compare``
+(emulated, 1e-3) and ``build`` (TensorRT-RTX ahead of time) in fp16, bf16 and int8 (int8 with
+``--calibration-data random``: a smoke test of the path, not a calibration; where random data
+cannot be shaped for the model, the zoo's own seeded run inputs, marked "zoo inputs"), kept in
+CACHE/results/NAME.precision.json and printed as a second table. Run it with the project's Python (the one with onnxruntime
 and tensorrt_rtx): the CLI runs as ``sys.executable -m trt_backend`` from this checkout."""
 from __future__ import annotations
 
@@ -371,6 +375,111 @@ def _compare_detail(path: str) -> str:
     return detail + (f"; {notes[0]})" if notes else ")")
 
 
+# ---- precision columns ----------------------------------------------------------------------
+
+ZOO_PRECISIONS = ("fp16", "bf16", "int8")
+
+
+@dataclass
+class PrecisionRow:
+    model: str
+    compare: dict[str, str] = field(default_factory=dict)  # precision -> "max abs E (within|beyond 1e-3)"
+    build: dict[str, str] = field(default_factory=dict)  # precision -> "ok (S s)" | "skipped ..." | "FAILED"
+    errors: dict[str, str] = field(default_factory=dict)  # "compare fp16" -> error line
+    wall_s: float = 0.0
+
+
+def precision_flags(precision: str) -> list[str]:
+    return ["--precision", precision] + (["--calibration-data", "random"] if precision == "int8" else [])
+
+
+def zoo_calibration(path: str, tmp: str, seeds: int = 4) -> list[str]:
+    """int8 flags calibrating on the zoo's own run inputs (``make_inputs``, ``seeds`` seeds stacked
+    on the batch dim): for models random data cannot be shaped for."""
+    specs = input_specs(path)
+    feeds = [make_inputs(specs, seed) for seed in range(seeds)]
+    data = os.path.join(tmp, "zoo_calibration.npz")
+    np.savez(data, **{n: np.concatenate([f[n] for f in feeds]) for n, _, _ in specs})
+    return ["--precision", "int8", "--calibration-data", data]
+
+
+def _compare_error(path: str) -> str:
+    """``max abs E, within`` or ``max abs E, beyond (k/n outputs)`` of a compare report."""
+    with open(path) as f:
+        report = json.load(f)
+    outputs = report.get("outputs", [])
+    worst = max((o.get("max_abs_error") or 0.0 for o in outputs), default=0.0)
+    failed = sum(not o.get("passed") for o in outputs)
+    if not failed:
+        return f"{worst:.1e} within"
+    notes = [o["note"] for o in outputs if o.get("note")]
+    cell = f"{worst:.1e} beyond ({failed}/{len(outputs)}" + (f"; {_cell(notes[0], 60)})" if notes else ")")
+    return _no_figure(cell)
+
+
+def _no_figure(cell: str) -> str:
+    """A comparison whose outputs changed shape (a detector finding another number of boxes) has
+    no error figure: say so instead of the 0 its unmeasured outputs leave."""
+    if cell.startswith("0.0e+00 beyond") and "not comparable" in cell:
+        return "outputs change shape " + cell[len("0.0e+00 beyond "):]
+    return cell
+
+
+def evaluate_precisions(name: str, path: str, timeout: float, build: bool) -> PrecisionRow:
+    row = PrecisionRow(name)
+    start = time.perf_counter()
+    shapes = shapes_arg(input_specs(path))
+    with tempfile.TemporaryDirectory(prefix=f"zoo-{name}-precision-") as tmp:
+        for precision in ZOO_PRECISIONS:
+            report = os.path.join(tmp, f"compare_{precision}.json")
+            flags = precision_flags(precision)
+            res = cli("compare", path, *shapes, "--emulate", *flags, "--atol", str(ATOL),
+                      "--rtol", str(ATOL), "--json", report, timeout=timeout)
+            if precision == "int8" and "does not run on calibration data 'random'" in res.err:
+                # dynamic dims that depend on each other (GPT-2's past + sequence = mask): random data
+                # cannot be shaped for them; the zoo's own seeded run inputs can
+                flags = zoo_calibration(path, tmp)
+                res = cli("compare", path, *shapes, "--emulate", *flags, "--atol", str(ATOL),
+                          "--rtol", str(ATOL), "--json", report, timeout=timeout)
+            if "Traceback" in res.err:
+                row.errors[f"compare {precision} traceback"] = res.error_line()
+            if os.path.exists(report) and res.rc in (0, 1):
+                row.compare[precision] = _compare_error(report) + (" (zoo inputs)" if precision == "int8" and "random" not in flags
+                                                                    else "")
+            else:
+                row.compare[precision] = "error"
+                row.errors[f"compare {precision}"] = res.error_line()
+            if not build:
+                row.build[precision] = "skipped (time)"
+                continue
+            res = cli("build", path, "-o", os.path.join(tmp, f"build_{precision}"), *shapes, *flags, timeout=timeout)
+            if res.rc == 0:
+                row.build[precision] = f"ok ({res.seconds:.0f} s)"
+                shutil.rmtree(os.path.join(tmp, f"build_{precision}"), ignore_errors=True)
+            else:
+                row.build[precision] = "FAILED"
+                row.errors[f"build {precision}"] = res.error_line()
+            if "Traceback" in res.err:
+                row.errors[f"build {precision} traceback"] = res.error_line()
+    row.wall_s = time.perf_counter() - start
+    return row
+
+
+def precision_markdown(rows: list[PrecisionRow]) -> str:
+    cols = ["model"] + [f"{p} compare max abs ({ATOL:g})" for p in ZOO_PRECISIONS] + [
+        f"{p} build" for p in ZOO_PRECISIONS] + ["wall s"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        cells = [r.model] + [_no_figure(r.compare.get(p, "-")) for p in ZOO_PRECISIONS] + [
+            r.build.get(p, "-") for p in ZOO_PRECISIONS] + [f"{r.wall_s:.0f}"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    failures = [(r.model, step, msg) for r in rows for step, msg in r.errors.items()]
+    if failures:
+        lines += ["", "Errors (first line of each):", ""]
+        lines += [f"- {m} / {step}: {_cell(msg, 400)}" for m, step, msg in failures]
+    return "\n".join(lines)
+
+
 # ---- the table ------------------------------------------------------------------------------
 
 COLUMNS = ("model", "nodes", "segments (TRT/ORT)", "TRT share", "parser takes alone", "parser calls", "plan s",
@@ -438,7 +547,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--export-timeout", type=float, default=1200.0, help="seconds per export (default %(default)s)")
     ap.add_argument("--no-yardstick", action="store_true", help="skip the one-node-per-model parser yardstick")
     ap.add_argument("--table-only", action="store_true", help="print the kept rows of the selected models, run nothing")
+    ap.add_argument("--precision-columns", action="store_true",
+                    help="fp16/bf16/int8 compare (emulated) and build per model instead of the main columns")
+    ap.add_argument("--skip-builds", default=None, metavar="REGEX",
+                    help="--precision-columns: models whose precision builds are skipped (said so in the table)")
     args = ap.parse_args(argv)
+    if args.precision_columns:
+        return precision_main(args)
 
     names = [n for n in MODELS if args.only is None or re.search(args.only, n)]
     models_dir = os.path.join(args.cache, "models")
@@ -468,6 +583,36 @@ def main(argv: list[str] | None = None) -> int:
         save_row(args.cache, row)
         print(markdown([row]).splitlines()[2], flush=True)
     table = markdown(rows)
+    print()
+    print(table)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(table + "\n")
+    return 0
+
+
+def precision_main(args: argparse.Namespace) -> int:
+    names = [n for n in MODELS if args.only is None or re.search(args.only, n)]
+    rows: list[PrecisionRow] = []
+    for name in names:
+        kept = os.path.join(args.cache, "results", name + ".precision.json")
+        if args.table_only:
+            if os.path.exists(kept):
+                with open(kept) as f:
+                    rows.append(PrecisionRow(**json.load(f)))
+            continue
+        path = os.path.join(args.cache, "models", name + ".onnx")
+        if not os.path.exists(path):
+            continue
+        print(f"{name}: precisions ...", flush=True)
+        build = not (args.skip_builds and re.search(args.skip_builds, name))
+        row = evaluate_precisions(name, path, args.timeout, build)
+        rows.append(row)
+        os.makedirs(os.path.dirname(kept), exist_ok=True)
+        with open(kept, "w") as f:
+            json.dump(asdict(row), f, indent=1)
+        print(precision_markdown([row]).splitlines()[2], flush=True)
+    table = precision_markdown(rows)
     print()
     print(table)
     if args.out:

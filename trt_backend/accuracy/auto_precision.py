@@ -2,15 +2,19 @@
 that keeps every model output within (atol, rtol) of fp32 ONNX Runtime on validation inputs.
 
 Every TensorRT segment starts at the lowest allowed precision (int8 < bf16 < fp16; int8 only with
-calibration data). Each round runs the emulated session (each segment in the precision its engine
+calibration data; int8 is int8 with fp16 for everything not quantized). Each round runs the emulated session (each segment in the precision its engine
 would be built in: :mod:`trt_backend.engines.emulation`) on the validation inputs; while an output
 exceeds the tolerance, the first diverging segment is found with compare's localisation
 (:mod:`trt_backend.accuracy.localize`), and inside it the nodes where the divergence starts:
 those whose outputs exceed the tolerance while their inputs, tapped on the same run, are within
-it. They are pinned to fp32 (for int8: left out of the quantization). A round that pins without
-improving the worst error doubles the group pinned next. A segment whose pins would pass half its
-nodes moves up one precision (pins cleared); past the highest allowed, it goes to fp32. The number
-of rounds is bounded; every round's measurement and decision is logged and kept in the plan.
+it. They are pinned to fp32 (left out of the quantization and of the fp16 remainder). A round that
+pins without improving the worst error doubles the group pinned next. A segment whose pins would
+pass half its nodes moves up one precision (pins cleared). Past the highest allowed, before it
+goes to fp32, a bounded bisection looks for the shortest tail of the segment (its last nodes in
+topological order) that, pinned, brings every output within tolerance: where the error is made
+everywhere but grows with the activations (a random-weight ResNet-50's last stages), no handful
+of nodes holds it, and a reduced head with an fp32 tail still beats an all-fp32 segment. The
+number of rounds is bounded; every round's measurement and decision is logged and kept in the plan.
 
 A model that cannot meet the tolerance even in fp32 (nondeterministic ops, a reference that does
 not repeat itself) is a :class:`PrecisionSearchError` naming the output."""
@@ -250,7 +254,6 @@ class _Search:
         are within it first, then by how much they add to their inputs' error."""
         proto = self.protos[i]
         runner = self.sess.runners[i]
-        precision = self.allowed[state.level]
         feeds = {n: host(self.refs[feed][n]) for n in runner.input_names}
         names = [o for n in proto.graph.node for o in n.output if o]
         low = _tapped(runner_model(runner), names, self.sess.options)
@@ -261,14 +264,14 @@ class _Search:
         kept = set(self.sess.options.build.keep_fp32_ops)  # in fp32 already: pinning them changes nothing
         maker = {o: n for n in proto.graph.node for o in n.output}
         for node in proto.graph.node:
-            if node.name in state.pinned or (precision == "int8" and node.op_type not in COMPUTE_OPS):
+            if node.name in state.pinned:
                 continue
             out = max((ratio.get(o, 0.0) for o in node.output), default=0.0)
             inp = max((ratio.get(n, 0.0) for n in node.input), default=0.0)
             if out <= 1:
                 continue
             tensor = max(node.output, key=lambda o: ratio.get(o, 0.0))
-            if precision != "int8" and node.op_type in kept:
+            if node.op_type in kept:
                 # a kept op (LayerNorm) amplifying its inputs' rounding: what makes its inputs is to blame
                 for name in node.input:
                     producer = maker.get(name)
@@ -282,15 +285,13 @@ class _Search:
     def pinnable(self, i: int, state: _SegmentState) -> int:
         """How many of the segment's nodes a pin could return to fp32 in its precision."""
         kept = set(self.sess.options.build.keep_fp32_ops)
-        if self.allowed[state.level] == "int8":
-            return sum(n.op_type in COMPUTE_OPS for n in self.protos[i].graph.node)
         return sum(n.op_type not in kept for n in self.protos[i].graph.node)
 
     def with_producers(self, i: int, state: _SegmentState, points: list[tuple[bool, float, onnx.NodeProto, str]]
                        ) -> list[tuple[bool, float, onnx.NodeProto, str]]:
         """The smallest group around each offender: it and the nodes making its inputs in the
         segment (its inputs' own rounding is part of its error: (x + 1000) - 1000 in fp16)."""
-        if not points or self.allowed[state.level] == "int8":
+        if not points:
             return points
         maker = {o: n for n in self.protos[i].graph.node for o in n.output}
         kept = set(self.sess.options.build.keep_fp32_ops)
@@ -359,6 +360,11 @@ class _Search:
                           + (f" and {len(chosen) - 4} more" if len(chosen) > 4 else ""))
             else:
                 was = self._name(state)
+                tail = self.tail_pins(i, states, rnd) if state.level == len(self.allowed) - 1 else None
+                if tail is not None:
+                    states[i] = _SegmentState(state.level, tail, MAX_STALLS)
+                    passed = True
+                    break
                 states[i] = _SegmentState(state.level + 1, {})
                 why = (" (pins would exceed half of what it computes in reduced precision)" if chosen else
                        f" (pins stopped helping: {state.stall} rounds without a {1 - IMPROVES:.0%} gain)"
@@ -380,6 +386,8 @@ class _Search:
                 states[i] = _SegmentState(min(states[i].level + 1, len(self.allowed)), {})
                 self.note(f"rounds spent: worst {max(worst.values(), default=0.0):.3g} x tolerance; segment "
                           f"{self.sess.runners[i].segment.id} {was} -> {self._name(states[i])}")
+        if passed and (len(self.trt) > 1 or any(states[i].level >= len(self.allowed) for i in self.trt)):
+            self.descend(states)
         self.install(states)
         worst, _ = self.output_errors()
         self.note(f"result: worst output error {max(worst.values(), default=0.0):.3g} x tolerance")
@@ -390,6 +398,72 @@ class _Search:
         segments = tuple(self._entry(i, states[i]) for i in self.trt)
         return PrecisionPlan(segments, self.opts.atol, self.opts.rtol, self.allowed, tuple(self.log),
                              time.perf_counter() - start, worst)
+
+    def descend(self, states: dict[int, _SegmentState]) -> None:
+        """Segments moved up while another segment was to blame come back down: each segment above
+        the lowest allowed precision tries the lower ones (unpinned, the others as found), lowest
+        first, and keeps the first with which every output stays within tolerance (at most one run
+        per segment and lower precision); a segment still in fp32 then tries a bisected tail in the
+        highest allowed precision (rounds may have run out before its own tail search)."""
+        for i in self.trt:
+            if states[i].level >= len(self.allowed) and not any(self._descend_to(i, states, level)
+                                                                 for level in range(len(self.allowed))):
+                top = len(self.allowed) - 1
+                tail = self.tail_pins(i, states, self.opts.max_rounds + 1, top)
+                if tail is not None:
+                    states[i] = _SegmentState(top, tail, MAX_STALLS)
+                continue
+            any(self._descend_to(i, states, level) for level in range(states[i].level))
+
+    def _descend_to(self, i: int, states: dict[int, _SegmentState], level: int) -> bool:
+        trial = {**states, i: _SegmentState(level, {})}
+        self.install(trial)
+        worst, first_bad = self.output_errors()
+        if first_bad < 0:
+            self.note(f"descent: segment {self.sess.runners[i].segment.id} {self._name(states[i])} -> "
+                      f"{self.allowed[level]}: every output within tolerance (worst {max(worst.values(), default=0.0):.3g} x)")
+            states[i] = trial[i]
+        return first_bad < 0
+
+    def tail_pins(self, i: int, states: dict[int, _SegmentState], rnd: int, level: int | None = None
+                  ) -> dict[str, PinnedNode] | None:
+        """The shortest tail of segment ``i`` (its last pinnable nodes, topological order) that,
+        pinned to fp32, brings every output within tolerance, by bisection (about log2(n) + 1
+        runs); None when even the whole segment pinned does not (another segment is to blame)."""
+        kept = set(self.sess.options.build.keep_fp32_ops)
+        order = [n for n in self.protos[i].graph.node if n.op_type not in kept]
+        level = states[i].level if level is None else level
+        seg_id = self.sess.runners[i].segment.id
+
+        def trial(k: int) -> tuple[bool, float]:
+            pins = {n.name: PinnedNode(n.name, n.op_type, f"(the last {k} node(s) of the segment, pinned by "
+                                       "bisection)", 0.0, rnd) for n in order[len(order) - k:]}
+            self.install({**states, i: _SegmentState(level, pins)})
+            worst, first_bad = self.output_errors()
+            return first_bad < 0, max(worst.values(), default=0.0)
+
+        ok, top = trial(len(order))
+        if not ok:
+            self.note(f"round {rnd}: segment {seg_id}: even all {len(order)} node(s) pinned leave {top:.3g} x "
+                      "tolerance: no tail search")
+            return None
+        low, high, tried = 0, len(order), []  # low fails (the caller saw it fail), high passes
+        while high - low > 1:
+            mid = (low + high) // 2
+            ok, top = trial(mid)
+            tried.append(f"{mid}: {top:.3g} x")
+            low, high = (low, mid) if ok else (mid, high)
+        pins = {n.name: None for n in order[len(order) - high:]}
+        if high == len(order) or not reduced_nodes(self.protos[i], self.allowed[level], pins):
+            # only the whole segment pinned passes (or all the head left computes nothing in 16 bits): that is fp32
+            self.note(f"round {rnd}: segment {seg_id} {self.allowed[level]}: tail bisection ({', '.join(tried)}): "
+                      f"the last {high} of {len(order)} pinned pass, which leaves nothing reduced: fp32")
+            return None
+        self.note(f"round {rnd}: segment {seg_id} {self.allowed[level]}: pins stop helping; tail bisection "
+                  f"({', '.join(tried)}): the last {high} of {len(order)} node(s) pinned pass")
+        _, top = trial(high)
+        return {n.name: PinnedNode(n.name, n.op_type, f"(the last {high} node(s) of the segment, pinned by bisection)",
+                                   round(top, 4), rnd) for n in order[len(order) - high:]}
 
     def first_level(self) -> int:
         """The lowest precision worth pinning in: every segment in each allowed precision once,
@@ -427,12 +501,14 @@ def _flavor(sess: Session) -> Flavor | None:
 
 def reduced_nodes(proto: onnx.ModelProto, precision: str, pinned: Mapping[str, Any]) -> int:
     """Nodes of the segment that compute in reduced precision: lowered by the fp16/bf16
-    transform, or (int8) compute ops reading Q/DQ."""
-    if precision == "int8":
-        return sum(n.op_type in COMPUTE_OPS and n.name not in pinned for n in proto.graph.node)
-    if precision in ("fp16", "bf16"):
+    transform (int8: the fp16 remainder), or compute ops reading Q/DQ (int8)."""
+    if precision in ("fp16", "bf16", "int8"):
         try:
-            return apply_precision(proto, precision, keep_fp32_nodes=tuple(pinned)).lowered
+            lowered = apply_precision(proto, "fp16" if precision == "int8" else precision,
+                                      keep_fp32_nodes=tuple(pinned)).lowered
+            if precision == "int8":  # compute ops read Q/DQ even where fp16 keeps them fp32
+                lowered = max(lowered, sum(n.op_type in COMPUTE_OPS and n.name not in pinned for n in proto.graph.node))
+            return lowered
         except PrecisionError:
             return 0
     return 0

@@ -114,7 +114,7 @@ class PrecisionPass:
         if self.precision not in LOW_TYPES:
             return PrecisionResult(model, False, self.precision)
         if self.precision == "bf16":
-            model = _with_opset(model, BF16_OPSET)
+            model = with_opset(model, BF16_OPSET, "bf16")
         return _Lowering(model, self.precision, self.keep, self.keep_nodes).run()
 
 
@@ -301,8 +301,9 @@ class _Lowering:
             node.attribute.append(helper.make_attribute("value", zero))  # the default fill is float32 0
 
 
-def _with_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
-    """``model`` converted up to opset ``target`` when older (bf16 needs it); as is on failure."""
+def with_opset(model: onnx.ModelProto, target: int, why: str = "fp16 Q/DQ") -> onnx.ModelProto:
+    """``model`` converted up to opset ``target`` when older (bf16 needs it, and Q/DQ with fp16
+    scales); as is on failure."""
     current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), target)
     if current >= target:
         return model
@@ -311,8 +312,8 @@ def _with_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
     try:
         converted = version_converter.convert_version(model, target)
     except (RuntimeError, ValueError, onnx.checker.ValidationError) as e:
-        log.warning("%s: opset %d -> %d conversion for bf16 failed (%s); ops whose opset-%d schema lacks "
-                    "bfloat16 stay in float32", model.graph.name, current, target, e, current)
+        log.warning("%s: opset %d -> %d conversion for %s failed (%s); ops whose opset-%d schema lacks "
+                    "its 16-bit type stay in float32", model.graph.name, current, target, why, e, current)
         return model
     converted.ir_version = fitting_ir_version(converted, max_ir_version())
     return converted

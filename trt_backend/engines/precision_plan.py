@@ -91,6 +91,12 @@ class PrecisionPlan:
         """What a user reads: per segment its precision and pins."""
         out = []
         for k, s in enumerate(self.segments):
+            tails = {p.tensor for p in s.pinned}
+            if len(s.pinned) > 6 and len(tails) == 1 and next(iter(tails)).startswith("(the last"):
+                pins = f"{s.pinned[0].node} ... {s.pinned[-1].node} {next(iter(tails))}"  # one bisected tail
+                out.append(f"segment {s.segment if s.segment >= 0 else k}: {s.precision}, {s.reduced}/{len(s.nodes)} "
+                           f"node(s) reduced, {len(s.pinned)} pinned to fp32: {pins}")
+                continue
             pins = ", ".join(f"{p.node} ({p.op_type}, " + (p.tensor[1:-1] if p.tensor.startswith("(") else
                                                             f"{p.error:.3g} x tolerance") + ")" for p in s.pinned[:6])
             more = f" and {len(s.pinned) - 6} more" if len(s.pinned) > 6 else ""

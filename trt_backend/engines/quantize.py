@@ -7,6 +7,14 @@ quantization (``QuantizeBias=False``: TensorRT refuses int32 bias DQ), and Q/DQ 
 of compute ops (Conv, ConvTranspose, MatMul, Gemm): no op's output is quantized, so nothing but a
 compute op reads a Q/DQ pair and TensorRT fuses each into its int8 kernel.
 
+``int8`` means int8 with fp16 for everything not quantized, as trtexec's ``--int8 --fp16``: in a
+strongly typed network that is the Q/DQ graph with its float tensors in fp16 (the fp16 transform of
+:mod:`trt_backend.engines.precision` run on the quantized segment, at opset 19 or later, where
+QuantizeLinear/DequantizeLinear take fp16 scales). What stays float32: the ops of ``keep_fp32_ops``
+(LayerNorm, Softmax, reductions), the nodes pinned to fp32, and any Q/DQ node whose scale fp16
+cannot hold as a normal number (below 2^-14 or above 65504: such a scale would flush or round
+coarsely; the node then runs in fp32 between casts).
+
 A segment is calibrated on its own inputs: the whole model runs on the calibration batches with
 the segment's inputs tapped (fp32, as the reference computes them). Quantized segments are kept
 by (segment SHA-256, data SHA-256, method) for the life of the quantizer; engine cache keys hold
@@ -25,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from partitioner import Model
 from partitioner.model import fitting_ir_version, serialize
@@ -34,7 +43,8 @@ from trt_backend.engines.calibration import (
     load_calibration,
     model_inputs,
 )
-from trt_backend.errors import CalibrationDataError, PrecisionError
+from trt_backend.engines.precision import DEFAULT_KEEP_FP32, apply_precision, with_opset
+from trt_backend.errors import CalibrationDataError, PrecisionError, SegmentRunError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import max_ir_version, tapped_session
 
@@ -42,7 +52,9 @@ log = logging.getLogger(__name__)
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
-QUANTIZER_VERSION = 1  # part of engine cache keys: bump when the Q/DQ placement changes
+QUANTIZER_VERSION = 2  # part of engine cache keys: bump when the Q/DQ placement changes (2: fp16 remainder)
+QDQ_FP16_OPSET = 19  # the opset in which QuantizeLinear/DequantizeLinear admit float16 scales
+_FP16_NORMAL = (2.0 ** -14, 65504.0)
 
 
 def carries_qdq(model: onnx.ModelProto) -> bool:
@@ -55,9 +67,10 @@ class SegmentQuantizer:
 
     def __init__(self, model: Model, data_source: str, method: str = "minmax",
                  batch_sizes: Mapping[str, int] | None = None, options: OrtOptions | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32) -> None:
         self.model = model
         self.method = method
+        self.keep_fp32_ops = tuple(keep_fp32_ops)
         self.options = options or OrtOptions()
         self.data: CalibrationData = load_calibration(data_source, model_inputs(model.proto), batch_sizes, seed)
         self._taps: dict[str, list[Any]] = {}  # tensor -> its value per calibration batch
@@ -66,14 +79,17 @@ class SegmentQuantizer:
 
     def __call__(self, segment: onnx.ModelProto, exclude: Sequence[str] = ()) -> onnx.ModelProto:
         """``segment`` with Q/DQ; the compute nodes named in ``exclude`` stay float."""
-        if carries_qdq(segment):
-            log.info("%s already carries Q/DQ: kept as it is", segment.graph.name)
-            return segment
+        if carries_qdq(segment):  # its own Q/DQ kept (no double quantization); the float rest in fp16
+            log.info("%s already carries Q/DQ: kept as they are", segment.graph.name)
+            if holds_fp16(segment):  # (quantized here before, or a model already mixed by its author)
+                return segment
+            exclude = (*exclude, *(n.name for n in segment.graph.node if n.op_type in QDQ_OPS))
         key = sha256_bytes(serialize(segment, "a segment to quantize", deterministic=True)) + "|" + ",".join(
             sorted(exclude))
         with self._lock:  # (parallel segment builds: one calibration run at a time, and each once)
             if key not in self._done:
-                self._done[key] = self._quantize(segment, frozenset(exclude))
+                quantized = segment if carries_qdq(segment) else self._quantize(segment, frozenset(exclude))
+                self._done[key] = with_fp16_remainder(quantized, self.keep_fp32_ops, exclude)
             return self._done[key]
 
     def segment_feeds(self, names: Sequence[str]) -> list[dict[str, Any]]:
@@ -83,8 +99,15 @@ class SegmentQuantizer:
         if missing:
             run = tapped_session(self.model, missing, self.options, f"calibration run of {self.model.source}")
             values: dict[str, list[Any]] = {n: [] for n in missing}
-            for feed in self.data.batches:
-                env = run(feed, missing)
+            for k, feed in enumerate(self.data.batches):
+                try:
+                    env = run(feed, missing)
+                except SegmentRunError as e:
+                    what = ("'random' (every dynamic dim but the batch 1, floats N(0, 1), integers 0)" if self.data.random
+                            else repr(self.data.source))
+                    raise CalibrationDataError(f"the model does not run on calibration data {what}, batch {k} "
+                                               f"({', '.join(f'{n} {v.shape}' for n, v in feed.items())}): {e}; "
+                                               "give data shaped as the model takes it") from None
                 for n in missing:
                     values[n].append(env[n])
             self._taps.update(values)
@@ -127,6 +150,39 @@ class SegmentQuantizer:
         log.info("%s: %d Q/DQ node(s) inserted around %d compute op(s) (%s calibration, %d batch(es))",
                  segment.graph.name, qdq, len(compute), self.method, len(feeds))
         return quantized
+
+
+def holds_fp16(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` already has fp16 weights or casts to fp16."""
+    return (any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
+            or any(n.op_type == "Cast" and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT16 for a in n.attribute)
+                   for n in model.graph.node))
+
+
+def with_fp16_remainder(quantized: onnx.ModelProto, keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32,
+                        pinned: Sequence[str] = ()) -> onnx.ModelProto:
+    """``quantized`` (a segment with Q/DQ) with every float tensor not quantized in fp16, save the
+    ops of ``keep_fp32_ops``, the ``pinned`` nodes and the Q/DQ nodes whose scales fp16 cannot hold
+    (see the module doc). PrecisionError when the fp16 transform fails."""
+    model = with_opset(quantized, QDQ_FP16_OPSET)
+    kept = set(pinned) | set(fp32_scaled_qdq(model))
+    if kept - set(pinned):
+        log.info("%s: %d Q/DQ node(s) keep fp32 scales (beyond fp16's normal range)", model.graph.name,
+                 len(kept - set(pinned)))
+    return apply_precision(model, "fp16", keep_fp32_ops, kept).model
+
+
+def fp32_scaled_qdq(model: onnx.ModelProto) -> list[str]:
+    """Names of the Q/DQ nodes whose scale has a value fp16 holds only as a subnormal, zero or inf."""
+    inits = {t.name: t for t in model.graph.initializer}
+    out = []
+    for node in model.graph.node:
+        if node.op_type not in QDQ_OPS or len(node.input) < 2 or node.input[1] not in inits:
+            continue
+        scale = np.abs(np.asarray(numpy_helper.to_array(inits[node.input[1]]), dtype=np.float64))
+        if scale.size and (scale.min() < _FP16_NORMAL[0] or scale.max() > _FP16_NORMAL[1]):
+            out.append(node.name)
+    return out
 
 
 @contextlib.contextmanager

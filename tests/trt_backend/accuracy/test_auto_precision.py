@@ -140,3 +140,90 @@ def test_inspect_and_run_show_the_plan(model_path, plan, flavor, tmp_path, capsy
     assert "<h2>Precision</h2>" in html and "unshift (Sub): " in html
     assert main(["run", out, "--emulate", "--shapes", "x:4x8"]) == 0
     assert "emulated in: segment 0 fp16" in capsys.readouterr().out
+
+
+def two_matmuls() -> onnx.ModelProto:
+    """``cancelling`` without the cancellation: x -> MatMul -> Relu -> MatMul -> Tanh -> y."""
+    m = cancelling()
+    nodes = [n for n in m.graph.node if n.name not in ("shift", "unshift")]
+    nodes[2].input[0] = "r1"
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    big = [t for t in m.graph.initializer if t.name == "big"]
+    m.graph.initializer.remove(big[0])
+    return m
+
+
+def test_auto_reaches_int8_with_fp16_and_its_error_is_the_transformed_models(tmp_path) -> None:
+    """At a tolerance int8 can hold, auto stays at the mixed level (int8 with fp16 for the rest,
+    every node reduced); the session's emulated output is exactly an ONNX Runtime run of the
+    transformed segment (Q/DQ + fp16, rounded as the engine holds it), and int8's error is real."""
+    import onnxruntime as ort
+
+    from trt_backend.engines.emulation import rounded_in_fp32
+    from trt_backend.session.session import Session
+
+    path, data = str(tmp_path / "mm.onnx"), str(tmp_path / "cal.npz")
+    onnx.save(two_matmuls(), path)
+    np.savez(data, x=np.random.default_rng(3).standard_normal((32, 8)).astype(np.float32))
+    plan = search_precision(path, PROFILE, SessionOptions(calibration_data=data),
+                            AutoOptions(atol=0.1, rtol=0.1, allow=("int8", "fp16")))
+    (segment,) = plan.segments
+    assert segment.precision == "int8" and not segment.pinned, plan.rounds
+    assert segment.reduced == 4 and max(plan.worst.values()) <= 1  # MatMuls in int8, Relu and Tanh in fp16
+    build = BuildOptions(precision="auto", calibration_data=data, precision_plan=plan)
+    x = np.random.default_rng(9).standard_normal((4, 8)).astype(np.float32)
+    with Session(path, PROFILE, SessionOptions(emulate=True, build=build)) as sess:
+        emulated = sess.run(None, {"x": x})[0]
+        transformed = sess.quantizer(build)(sess.plan.extract(0))
+    assert any(t.data_type == T.FLOAT16 for t in transformed.graph.initializer)  # the fp16 remainder
+    assert sum(n.op_type == "QuantizeLinear" for n in transformed.graph.node) == 2
+    basic = ort.SessionOptions()  # (above "basic", ONNX Runtime's own int8 kernels replace the Q/DQ arithmetic)
+    basic.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    direct = ort.InferenceSession(rounded_in_fp32(transformed, T.FLOAT16).SerializeToString(), basic,
+                                  providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    reference = ort.InferenceSession(two_matmuls().SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    assert np.array_equal(emulated, direct)
+    err = np.abs(emulated - reference)
+    assert 1e-3 < err.max() and np.all(err <= 0.1 + 0.1 * np.abs(reference))  # int8's error, within the tolerance
+
+
+def test_a_segment_moved_up_for_another_ones_error_comes_back_down(tmp_path) -> None:
+    """The demo (two TensorRT segments around an ONNX Runtime one): segment 0 is blamed first and
+    climbs to fp32, then segment 2's conv3 turns out to be what breaks int8; the descent brings
+    segment 0 back to a reduced precision with every output still within 1e-3."""
+    data = str(tmp_path / "cal.npz")
+    np.savez(data, image=np.random.default_rng(0).random((32, 3, 32, 32), dtype=np.float32))
+    profiles = [{"image": ((1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32))}]
+    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))),
+                        "trt_backend", "data", "demo.onnx")
+    plan = search_precision(demo, profiles, SessionOptions(calibration_data=data))
+    first, last = plan.segments
+    assert any(line.startswith(f"descent: segment {first.segment} fp32 -> ") for line in plan.rounds), plan.rounds
+    assert first.precision != "fp32" and first.reduced == len(first.nodes)
+    assert last.precision == "int8" and last.pinned_names == ("conv3",)
+    assert max(plan.worst.values()) <= 1
+
+
+def test_when_pins_stop_helping_a_bisected_tail_beats_fp32(model_path) -> None:
+    """At 0.2 the cancellation's error spreads past the two nodes pinned first; rather than send the
+    segment to fp32, auto bisects the shortest tail of it that, pinned, passes, and keeps the head
+    in fp16. The plan prints the tail once."""
+    plan = search_precision(model_path, PROFILE, SessionOptions(), AutoOptions(atol=0.2, rtol=0.2, allow=("fp16",)))
+    (segment,) = plan.segments
+    bisection = [line for line in plan.rounds if "tail bisection" in line]
+    assert bisection and segment.precision == "fp16" and max(plan.worst.values()) <= 1, plan.rounds
+    order = [n for n in cancelling().graph.node]
+    k = len(segment.pinned)
+    assert 0 < k < len(order) and set(segment.pinned_names) == {n.name for n in order[len(order) - k:]}
+    assert f"the last {k} of {len(order)} node(s) pinned pass" in bisection[0]
+    assert segment.reduced == len(order) - k
+    # a long tail (ResNet-50's 119 nodes) prints once, first to last
+    from trt_backend.engines.precision_plan import PinnedNode, SegmentPrecision
+
+    why = "(the last 8 node(s) of the segment, pinned by bisection)"
+    long = PrecisionPlan((SegmentPrecision("fp16", tuple("abcdefghij"), tuple(PinnedNode(n, "Conv", why, 0.5, 3)
+                                                                            for n in "cdefghij"), 2, 0),),
+                         1e-3, 1e-3, ("fp16",))
+    assert long.lines() == [f"segment 0: fp16, 2/10 node(s) reduced, 8 pinned to fp32: c ... j {why}"]

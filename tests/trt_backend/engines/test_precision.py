@@ -287,3 +287,22 @@ def test_bf16_emulation_rounds_every_computed_tensor() -> None:
     got = inference_session(emulated.SerializeToString()).run(None, {"x": x})[0]
     assert np.array_equal(got, expected)
     assert not np.array_equal(got, (x @ w + x).T)  # the rounding is real
+
+
+def test_emulation_of_a_model_exported_in_fp16_keeps_its_fp16_inputs_and_outputs() -> None:
+    """A model whose inputs and outputs are fp16 (exported so): its fp16 emulation computes in
+    fp32 inside but takes and gives fp16, and ONNX Runtime runs it on fp16 feeds."""
+    from trt_backend.engines.emulation import rounded_in_fp32
+    from trt_backend.ort.threads import inference_session
+
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    m = model(nodes, [vi("x", ["N", 3, 8, 8], F16)], [vi("y", ["N", 4, 8, 8], F16)],
+              [const("w", _rand(4, 3, 3, 3).astype(np.float16))])
+    emulated = rounded_in_fp32(apply_precision(m, "fp16").model, F16)
+    assert [v.type.tensor_type.elem_type for v in (*emulated.graph.input, *emulated.graph.output)] == [F16, F16]
+    x = _rand(2, 3, 8, 8, scale=1.0).astype(np.float16)
+    (ours,) = inference_session(emulated.SerializeToString()).run(None, {"x": x})
+    (ref,) = inference_session(m.SerializeToString()).run(None, {"x": x})
+    assert ours.dtype == np.float16 and ours.shape == (2, 4, 8, 8)
+    assert np.abs(ours.astype(np.float32) - ref.astype(np.float32)).max() <= 2e-3 * np.abs(ref).max()
