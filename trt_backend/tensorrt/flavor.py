@@ -93,6 +93,9 @@ _shared: dict[str, Any] = {}
 _shared_lock = threading.Lock()
 _local = threading.local()
 _LOGGER_SWAP_NOTICE = "logger passed into createInfer"
+# warnings about what we asked for on purpose: int8 segments carry fp16 Q/DQ scales (int8 with
+# fp16 for the rest), which TensorRT-RTX keeps as fp32, the same values
+_EXPECTED_NOTICES = ("Converting conv activation scales to fp32", "Converting conv weight scales to fp32")
 
 
 def shared_logger(flavor: Flavor) -> Any:
@@ -133,7 +136,7 @@ def _make_shared(flavor: Flavor) -> Any:
             sink: list[str] | None = getattr(_local, "capture", None)
             if sink is not None and level >= logging.ERROR:
                 sink.append(str(msg))
-            if getattr(_local, "quiet", 0) or _LOGGER_SWAP_NOTICE in msg:
+            if getattr(_local, "quiet", 0) or _LOGGER_SWAP_NOTICE in msg or any(n in msg for n in _EXPECTED_NOTICES):
                 level = logging.DEBUG
             pylog.log(level, "%s", msg)
 
