@@ -21,10 +21,12 @@ from partitioner.weights import data_files, place_data_files
 log = logging.getLogger(__name__)
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
+def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, durable: bool = True) -> None:
     """Write ``data`` (str as UTF-8) to ``path`` through a temporary file in the same folder and
     ``os.replace``: readers see the old file or the whole new one, never a partial one, and a
-    failure leaves no temporary file behind."""
+    failure leaves no temporary file behind. ``durable``: flushed to disk before the rename
+    (``fsync``); without it a crash of the machine may leave the new name with lost content, for
+    files whose readers check a hash anyway (engine cache entries)."""
     target = os.fspath(path)
     if not isinstance(data, (str, bytes, bytearray, memoryview)):
         raise TypeError(f"write_atomic takes str or bytes, not {type(data).__name__}")
@@ -38,7 +40,8 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, target)

@@ -100,11 +100,11 @@ def die(*args, **kwargs):
 if point == "cache":  # an engine file written, its entry's manifest not yet
     real = cache_module.write_atomic
     calls = []
-    def write(path, data):
+    def write(path, data, **kwargs):
         calls.append(path)
         if path.endswith("manifest.json"):
             die()
-        real(path, data)
+        real(path, data, **kwargs)
     cache_module.write_atomic = write
 elif point == "files":  # every segment file written into the temp folder, the manifest not yet
     folder_module.write_atomic = die
