@@ -582,13 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         save_row(args.cache, row)
         print(markdown([row]).splitlines()[2], flush=True)
-    table = markdown(rows)
-    print()
-    print(table)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table + "\n")
-    return 0
+    return emit(markdown(rows), args.out)
 
 
 def precision_main(args: argparse.Namespace) -> int:
@@ -612,11 +606,15 @@ def precision_main(args: argparse.Namespace) -> int:
         with open(kept, "w") as f:
             json.dump(asdict(row), f, indent=1)
         print(precision_markdown([row]).splitlines()[2], flush=True)
-    table = precision_markdown(rows)
+    return emit(precision_markdown(rows), args.out)
+
+
+def emit(table: str, out: str | None) -> int:
+    """Print the table (and write it to ``out``); the exit status."""
     print()
     print(table)
-    if args.out:
-        with open(args.out, "w") as f:
+    if out:
+        with open(out, "w") as f:
             f.write(table + "\n")
     return 0
 

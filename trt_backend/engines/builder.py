@@ -232,16 +232,12 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
     start = time.perf_counter()
     ranges = segment_ranges(segment_model, profiles)
     prepared, precision = segment_model, options.precision
-    reduced = segment_precision(segment_model, options)[0] not in ("fp32", "tf32")
-    if reduced and uses_external_data(segment_model):
-        try:  # (the transforms rewrite weights: a segment's external ones are read in, up to a limit)
-            segment_model = read_in(segment_model, weights_dir, segment_model.graph.name)
-        except ModelTooLargeError as e:
-            log.warning("%s; building it in fp32", e)
+    kept = None
+    if segment_precision(segment_model, options)[0] not in ("fp32", "tf32"):
+        segment_model, kept = weights_for_transform(segment_model, weights_dir, segment_model.graph.name)
         prepared = segment_model
-    if reduced and uses_external_data(segment_model):
-        log.warning("%s: its weights are external data, which the %s transform does not rewrite; "
-                    "building it in fp32", segment_model.graph.name, options.precision)
+    if kept is not None:
+        log.warning("%s; building it in fp32", kept)
         precision = "fp32"
     elif options.precision not in ("fp32", "tf32"):
         try:
@@ -265,6 +261,23 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
         else:
             raise
     return SegmentEngine(engine, layers, time.perf_counter() - start, precision)
+
+
+def weights_for_transform(segment: onnx.ModelProto, weights_dir: str | None,
+                          where: str) -> tuple[onnx.ModelProto, str | None]:
+    """``segment`` ready for a precision transform, which rewrites weights: its external ones
+    read in (:func:`partitioner.weights.read_in`, up to its limit). ``(segment, None)``, or
+    ``(segment as it was, why it stays fp32)`` where they cannot be."""
+    if not uses_external_data(segment):
+        return segment, None
+    try:
+        inline = read_in(segment, weights_dir, where)
+    except ModelTooLargeError as e:
+        return segment, str(e)
+    if uses_external_data(inline):
+        return segment, (f"{where}: its subgraphs or attributes hold external data, which the precision "
+                         "transform does not rewrite")
+    return inline, None
 
 
 def segment_precision(segment_model: onnx.ModelProto, options: BuildOptions) -> tuple[str, tuple[str, ...]]:

@@ -17,10 +17,14 @@ from partitioner import (
     Plan,
     Segment,
 )
-from partitioner.errors import ModelTooLargeError, OptionsError
+from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
-from partitioner.weights import read_in, tensor_array, uses_external_data
-from trt_backend.engines.builder import BuildOptions, segment_precision
+from partitioner.weights import tensor_array
+from trt_backend.engines.builder import (
+    BuildOptions,
+    segment_precision,
+    weights_for_transform,
+)
 from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.emulation import emulation_ort_options, segment_emulation
 from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
@@ -264,16 +268,11 @@ class Session:
         build = self.options.build
         self.emulated_precisions[seg.id] = "fp32"
         precision = segment_precision(proto, build)[0]
-        if precision not in ("fp32", "tf32") and uses_external_data(proto):
-            try:  # (as the builder does: the segment's external weights read in, up to a limit)
-                proto = read_in(proto, self.model.base_dir, f"segment {seg.id}")
-            except ModelTooLargeError as e:
-                log.warning("%s; emulating it in fp32, as the builder would build it", e)
+        if precision not in ("fp32", "tf32"):  # (external weights read in, as the builder does)
+            proto, kept = weights_for_transform(proto, self.model.base_dir, f"segment {seg.id}")
+            if kept is not None:
+                log.warning("%s; emulating it in fp32, as the builder would build it", kept)
                 return proto
-        if precision not in ("fp32", "tf32") and uses_external_data(proto):
-            log.warning("segment %d: its weights are external data, which the %s transform does not rewrite; "
-                        "emulating it in fp32, as the builder would build it", seg.id, precision)
-            return proto
         if precision not in ("fp16", "bf16", "int8"):
             if precision == "tf32":
                 log.warning("segment %d: tf32 is a TensorRT builder flag; emulated, it computes in fp32", seg.id)
