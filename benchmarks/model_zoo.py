@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -468,14 +469,18 @@ def evaluate_precisions(name: str, path: str, timeout: float, build: bool) -> Pr
 def precision_markdown(rows: list[PrecisionRow]) -> str:
     cols = ["model"] + [f"{p} compare max abs ({ATOL:g})" for p in ZOO_PRECISIONS] + [
         f"{p} build" for p in ZOO_PRECISIONS] + ["wall s"]
+    cells = [[r.model] + [_no_figure(r.compare.get(p, "-")) for p in ZOO_PRECISIONS] + [
+        r.build.get(p, "-") for p in ZOO_PRECISIONS] + [f"{r.wall_s:.0f}"] for r in rows]
+    return _table(cols, cells, [(r.model, r.errors) for r in rows], "Errors (first line of each):")
+
+
+def _table(cols: Sequence[str], cells: list[list[Any]], errors: list[tuple[str, dict[str, str]]], title: str) -> str:
+    """A markdown table, then each row's step errors (first line) under ``title``."""
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        cells = [r.model] + [_no_figure(r.compare.get(p, "-")) for p in ZOO_PRECISIONS] + [
-            r.build.get(p, "-") for p in ZOO_PRECISIONS] + [f"{r.wall_s:.0f}"]
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    failures = [(r.model, step, msg) for r in rows for step, msg in r.errors.items()]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in cells]
+    failures = [(model, step, msg) for model, errs in errors for step, msg in errs.items()]
     if failures:
-        lines += ["", "Errors (first line of each):", ""]
+        lines += ["", title, ""]
         lines += [f"- {m} / {step}: {_cell(msg, 400)}" for m, step, msg in failures]
     return "\n".join(lines)
 
@@ -505,19 +510,12 @@ def _cell(text: Any, width: int = 110) -> str:
 
 
 def markdown(rows: list[Row]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for r in rows:
-        if r.export_error is not None:
-            cells = [r.model, f"export failed: {_cell(r.export_error)}"] + [""] * (len(COLUMNS) - 2)
-        else:
-            cells = [r.model, r.nodes if r.nodes is not None else "-", r.segments, r.trt_share, r.alone,
-                     r.parser_calls, r.plan_s, r.build, r.run_err, r.compare, _cell(r.fallback), f"{r.wall_s:.0f}"]
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    failures = [(r.model, step, msg) for r in rows for step, msg in r.errors.items()]
-    if failures:
-        lines += ["", "Failures (first line of each error):", ""]
-        lines += [f"- {m} / {step}: {_cell(msg, 400)}" for m, step, msg in failures]
-    return "\n".join(lines)
+    cells = [[r.model, f"export failed: {_cell(r.export_error)}"] + [""] * (len(COLUMNS) - 2)
+             if r.export_error is not None else
+             [r.model, r.nodes if r.nodes is not None else "-", r.segments, r.trt_share, r.alone,
+              r.parser_calls, r.plan_s, r.build, r.run_err, r.compare, _cell(r.fallback), f"{r.wall_s:.0f}"]
+             for r in rows]
+    return _table(COLUMNS, cells, [(r.model, r.errors) for r in rows], "Failures (first line of each error):")
 
 
 def save_row(cache: str, row: Row) -> None:

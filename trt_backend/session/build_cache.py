@@ -143,9 +143,9 @@ class BuildCache:
     def key(self, model_path: str, inputs: Mapping[str, Any]) -> str:
         """:func:`build_key`, with the file digests this cache remembers (``digests.json``)."""
         known = self._digests()
-        before = len(json.dumps(known, sort_keys=True))
+        before = dict(known)
         key = build_key(model_path, inputs, known)
-        if len(json.dumps(known, sort_keys=True)) != before:
+        if known != before:  # (a file read anew: its digest is kept)
             try:
                 os.makedirs(self.root, exist_ok=True)
                 write_atomic(os.path.join(self.root, DIGESTS), json.dumps(_newest(known), indent=1))
