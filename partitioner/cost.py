@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from partitioner.errors import OptionsError
 from partitioner.graph import GraphIndex
 
 _ITEM_BYTES: dict[int, int] = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.BFLOAT16: 2,
@@ -52,8 +53,6 @@ class BoundaryCost:
     unknown_dim: int = 64
 
     def __post_init__(self) -> None:
-        from partitioner.errors import OptionsError
-
         for name in ("launch_us", "handover_gbps", "device_tflops", "device_gbps", "speedup"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0 \
