@@ -48,7 +48,7 @@ def ort_app(options: ServeOptions) -> Any:
     import onnx
     from ray import serve
 
-    from trt_backend.session.feeds import node_arg
+    from trt_backend.profiles.node_arg import node_arg
 
     env = {"PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
     inputs = [node_arg(i.name, i.type) for i in onnx.load(DEMO_PATH).graph.input]

@@ -17,10 +17,12 @@ PACKAGES = ("partitioner", "plugins", "trt_backend")
 # package prefixes (the longest matching prefix decides).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("partitioner", "plugins"),
-    ("trt_backend.errors", "trt_backend._files", "trt_backend._version", "trt_backend.profiles", "trt_backend.data"),
-    ("trt_backend.tensorrt", "trt_backend.ort"),
-    ("trt_backend.planning", "trt_backend.engines", "trt_backend.runners"),
-    ("trt_backend.gpu",),
+    ("trt_backend.errors", "trt_backend._files", "trt_backend._version", "trt_backend.data"),
+    ("trt_backend.tensorrt", "trt_backend.ort", "trt_backend.gpu"),
+    # (a Session's options sit with the stages they are made of: the compile path reads them)
+    ("trt_backend.planning", "trt_backend.profiles", "trt_backend.engines", "trt_backend.runners",
+     "trt_backend.session.options"),
+    ("trt_backend.compile", "trt_backend.artifacts"),
     ("trt_backend.session",),
     ("trt_backend.onnx_backend", "trt_backend.bench", "trt_backend.accuracy", "trt_backend.export",
      "trt_backend.serve"),

@@ -1,5 +1,16 @@
 """trt-backend: TensorRT engines for what TensorRT runs, ONNX Runtime for the rest, one session.
 
+The public surface, all of it here (each subpackage has its own small facade with ``__all__``):
+
+- :class:`Session`, :class:`SessionOptions`, :class:`RunOptions`: run a model or a build folder.
+- :class:`BuildOptions`, :class:`PartitionOptions`, :class:`OrtOptions`: the stages' options a
+  SessionOptions is made of (or give their fields flat: ``SessionOptions(precision="fp16")``).
+- :func:`compile`: plan, derive profiles, apply the precision, build: what every door goes through.
+- :func:`build` (a build folder), :func:`load` (a Session from one).
+- :func:`compare` (:class:`CompareOptions`), :func:`bench` (:class:`BenchOptions`),
+  :func:`search_precision`, :func:`make_plan`.
+- :mod:`errors`: every exception a user can catch, all under ``errors.TrtBackendError``.
+
 Heavy modules (TensorRT, ONNX Runtime, CUDA) load on first use, not at import."""
 from __future__ import annotations
 
@@ -8,43 +19,34 @@ from typing import Any
 
 from trt_backend import errors
 from trt_backend._version import __version__
-from trt_backend.errors import *  # noqa: F403 - every exception a user can catch, as errors lists them
 
 # public name -> module holding it (imported on first use)
 _LAZY = {
     "Session": "trt_backend.session.session",
     "SessionOptions": "trt_backend.session.options",
     "RunOptions": "trt_backend.session.options",
-    "OrtOptions": "trt_backend.ort.options",
-    "PartitionOptions": "partitioner",
-    "ParserOracle": "trt_backend.tensorrt.oracle",
-    "make_plan": "trt_backend.planning",
-    "load_flavor": "trt_backend.tensorrt.flavor",
-    "Flavor": "trt_backend.tensorrt.flavor",
     "BuildOptions": "trt_backend.engines.builder",
-    "build_segment": "trt_backend.engines.builder",
-    "build_engines": "trt_backend.engines.fallback",
-    "build_with_fallback": "trt_backend.engines.fallback",
-    "BuildReport": "trt_backend.engines.report",
-    "BuildResult": "trt_backend.engines.report",
-    "EngineCache": "trt_backend.engines.cache",
-    "apply_precision": "trt_backend.engines.precision",
-    "TensorProfile": "trt_backend.profiles",
-    "build": "trt_backend.session.build_folder",
-    "load": "trt_backend.session.build_folder",
+    "PartitionOptions": "partitioner",
+    "OrtOptions": "trt_backend.ort.options",
+    "compile": "trt_backend.compile",
+    "build": "trt_backend.artifacts.write",
+    "load": "trt_backend.session.session",
     "compare": "trt_backend.accuracy.compare",
     "CompareOptions": "trt_backend.accuracy.options",
-    "ComparisonReport": "trt_backend.accuracy.report",
-    "run_bench": "trt_backend.bench.loop",
+    "bench": "trt_backend.bench.loop",
     "BenchOptions": "trt_backend.bench.loop",
+    "search_precision": "trt_backend.accuracy.auto_precision",
+    "make_plan": "trt_backend.planning",
 }
+# (names whose object is called otherwise where it lives)
+_RENAMED = {"bench": "run_bench"}
 
-__all__ = ["__version__", *errors.__all__, *sorted(_LAZY)]
+__all__ = ["__version__", "errors", *sorted(_LAZY)]
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(importlib.import_module(_LAZY[name]), _RENAMED.get(name, name))
     raise AttributeError(f"module 'trt_backend' has no attribute '{name}'")
 
 

@@ -13,9 +13,9 @@ from partitioner.errors import OptionsError
 from trt_backend.commands.run import cli_profiles, parse_shapes
 from trt_backend.errors import CalibrationError, MissingProfileError, ProfileError
 from trt_backend.profiles import TensorProfile, profiles_from_json, profiles_to_json
-from trt_backend.session.derive import symbolic_profile
-from trt_backend.session.feeds import node_arg
-from trt_backend.session.given import complete_profiles, normalize_profiles
+from trt_backend.profiles.derive import symbolic_profile
+from trt_backend.profiles.node_arg import node_arg
+from trt_backend.profiles.given import complete_profiles, normalize_profiles
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
@@ -203,7 +203,7 @@ def test_a_profile_name_that_is_no_tensor_fails_before_planning(capsys) -> None:
     planning, 8 s on SSDlite); a tensor that is not a model input is left for the plan to judge."""
     from trt_backend.cli import main
     from trt_backend.data.demo import DEMO_PATH
-    from trt_backend.session.given import check_profile_names
+    from trt_backend.profiles.given import check_profile_names
 
     assert main(["run", DEMO_PATH, "--shapes", "images:1x3x32x32"]) == 1
     err = capsys.readouterr().err.strip()

@@ -36,7 +36,7 @@ from trt_backend.ort.sessions import ort_session
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import EMULATED
 from trt_backend.runners.ort import EmulatedTensorRTRunner
-from trt_backend.session.artifacts import is_build_folder
+from trt_backend.artifacts.read import is_build_folder
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 

@@ -28,7 +28,7 @@ from trt_backend.errors import ComparisonError, FeedError, ReferenceRunError
 from trt_backend.ort.sessions import first_line, ort_errors
 from trt_backend.ort.values import check_allocation, to_numpy
 from trt_backend.profiles import Profile
-from trt_backend.session.feeds import NodeArg, shape_text
+from trt_backend.profiles.node_arg import NodeArg, shape_text
 from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)

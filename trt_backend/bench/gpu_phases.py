@@ -1,7 +1,7 @@
 """GPU timing for ``trt-backend bench``: CUDA events on a TensorRT runner's stream split each run
 into host-to-device copies, compute and device-to-host copies, as trtexec reports them.
 
-:class:`PhaseRecorder` hands a :class:`~trt_backend.gpu.trt_runner.TensorRTRunner` (or any runner
+:class:`PhaseRecorder` hands a :class:`~trt_backend.runners.tensorrt.TensorRTRunner` (or any runner
 with a ``stream`` and a ``phase_events`` slot it records into) four events, which the runner
 records at the start of a run, after its inputs are bound (end of H2D), after its work is
 enqueued (end of compute) and after its outputs are copied (end of D2H). Events measure what the

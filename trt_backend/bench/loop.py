@@ -49,7 +49,7 @@ from trt_backend.errors import BenchOptionsError, TensorRTUnavailableError
 from trt_backend.gpu.device import cuda_device_count
 from trt_backend.ort.threads import thread_pool_mode
 from trt_backend.profiles import Shape
-from trt_backend.session.artifacts import is_build_folder
+from trt_backend.artifacts.read import is_build_folder
 from trt_backend.session.feeds import random_feeds
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session

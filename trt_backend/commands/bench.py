@@ -32,7 +32,7 @@ from trt_backend.commands._args import (
 )
 from trt_backend.errors import BenchOptionsError
 from trt_backend.ort.values import memory_limit
-from trt_backend.session.artifacts import is_build_folder
+from trt_backend.artifacts.read import is_build_folder
 
 PROGRESS_AFTER_S = 2.0  # runs shorter than this print no progress
 

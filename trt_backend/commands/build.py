@@ -3,6 +3,7 @@ that ``trt_backend.load`` (or ``Session.load``) runs without building."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
@@ -18,11 +19,10 @@ from trt_backend.commands._args import (
     max_memory,
     session_options,
 )
-from trt_backend.commands._precision import add_auto_arguments, build_fields
-from trt_backend.engines.builder import BuildOptions
+from trt_backend.artifacts.write import build
+from trt_backend.commands._precision import add_auto_arguments, build_fields, options_with
 from trt_backend.engines.report import BuildEvent
 from trt_backend.ort.values import memory_limit
-from trt_backend.session import build_folder
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -67,8 +67,8 @@ def _handle(args: argparse.Namespace) -> int:
         kw["workspace_bytes"] = args.workspace_mb << 20
     if args.compute_capabilities:
         kw["compute_capabilities"] = tuple(c.strip() for c in args.compute_capabilities.split(",") if c.strip())
-    manifest = build_folder.build(args.model, args.output, profiles or None, so, BuildOptions(**kw),
-                                  args.cache_dir, flavor=args.flavor, progress=_progress, sign_key=args.sign_key)
+    options = dataclasses.replace(options_with(so, kw), cache_dir=args.cache_dir)
+    manifest = build(args.model, args.output, profiles or None, options, progress=_progress)
     segs = manifest["segments"]
     engines = [s for s in segs if s["engine"]]
     cached = " (a copy of an earlier build: build cache hit)" if manifest.get("build_cache", {}).get("hit") else ""

@@ -14,7 +14,7 @@ from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import OptionsError
 from trt_backend.ort.threads import inference_session
 from trt_backend.planning import make_plan
-from trt_backend.session import build_folder
+from trt_backend.artifacts.write import build
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
@@ -45,7 +45,7 @@ def handle(args: argparse.Namespace) -> int:
     write_picture(plan, os.path.join(args.out, "partition.html"))
     build_dir = os.path.join(args.out, "build")
     print(f"\n2. build engines for its TensorRT segments into {build_dir} (batch 1..8)")
-    manifest = build_folder.build(DEMO_PATH, build_dir, PROFILE, SessionOptions(flavor=args.flavor), flavor=args.flavor)
+    manifest = build(DEMO_PATH, build_dir, PROFILE, SessionOptions(flavor=args.flavor))
     for seg in manifest["segments"]:
         if seg["engine"]:
             print(f"   segment {seg['id']}: {seg['engine']} {seg['engine_bytes']} bytes in {seg['build_seconds']:.2f} s "

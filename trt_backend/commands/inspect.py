@@ -26,13 +26,13 @@ from trt_backend.engines.precision_plan import (
 )
 from trt_backend.gpu.status import tensorrt_status
 from trt_backend.planning import make_plan
-from trt_backend.session.artifacts import (
+from trt_backend.artifacts.read import (
     BuiltFolder,
     is_build_folder,
     open_folder,
     runtime_mismatch,
 )
-from trt_backend.session.seal import sign_key as read_sign_key
+from trt_backend.artifacts.seal import sign_key as read_sign_key
 
 
 def register(p: argparse.ArgumentParser) -> None:

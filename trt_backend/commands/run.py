@@ -35,7 +35,7 @@ from trt_backend.commands._precision import (
 from trt_backend.errors import FeedError
 from trt_backend.ort.threads import thread_pool_mode
 from trt_backend.ort.values import check_allocation, memory_limit
-from trt_backend.session.artifacts import is_build_folder
+from trt_backend.artifacts.read import is_build_folder
 from trt_backend.session.feeds import random_feeds
 from trt_backend.session.session import Session
 

@@ -208,6 +208,8 @@ class SegmentEngine:
     layers: int
     seconds: float
     precision: str  # what was applied ("fp32" when a transform failed and the build fell back)
+    pinned: tuple[str, ...] = ()  # nodes TensorRT refused in that precision, kept fp32
+    model: onnx.ModelProto | None = None  # the form the engine was built from (see :func:`prepare_segment`)
 
 
 def build_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile], options: BuildOptions | None = None,
@@ -231,21 +233,8 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
     fl = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
     start = time.perf_counter()
     ranges = segment_ranges(segment_model, profiles)
-    prepared, precision = segment_model, options.precision
-    kept = None
-    if segment_precision(segment_model, options)[0] not in ("fp32", "tf32"):
-        segment_model, kept = weights_for_transform(segment_model, weights_dir, segment_model.graph.name)
-        prepared = segment_model
-    if kept is not None:
-        log.warning("%s; building it in fp32", kept)
-        precision = "fp32"
-    elif options.precision not in ("fp32", "tf32"):
-        try:
-            refused, taken = _refusals(segment_model, options, fl, quantize)
-            prepared, precision = taken or prepared_segment(segment_model, options, quantize, refused)
-        except PrecisionError as e:
-            log.warning("%s: %s; building it in fp32", segment_model.graph.name, e)
-            precision = "fp32"
+    form = prepare_segment(segment_model, options, fl, quantize, weights_dir)
+    segment_model, prepared, precision = form.source, form.model, form.precision
     try:
         engine, layers = _compile(prepared, ranges, options, fl, timing, names_from=segment_model,
                                   weights_dir=weights_dir, weights=weights)
@@ -260,7 +249,56 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
             precision = "fp32"
         else:
             raise
-    return SegmentEngine(engine, layers, time.perf_counter() - start, precision)
+    if precision == "fp32" and form.precision != "fp32":  # (TensorRT rejected the reduced form)
+        form = Prepared(segment_model, segment_model, "fp32", ())
+    return SegmentEngine(engine, layers, time.perf_counter() - start, form.precision, form.pinned, form.model)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A segment as its engine is built: ``model`` (the precision transform applied: casts for
+    fp16/bf16, Q/DQ for int8, ``pinned`` nodes kept fp32), the ``precision`` it computes in, and
+    ``source``, the segment it was made from (external weights read in where transformed)."""
+
+    source: onnx.ModelProto
+    model: onnx.ModelProto
+    precision: str
+    pinned: tuple[str, ...]
+
+
+def prepare_segment(segment_model: onnx.ModelProto, options: BuildOptions, flavor: Flavor | None,
+                    quantize: Callable[..., onnx.ModelProto] | None = None,
+                    weights_dir: str | None = None) -> Prepared:
+    """The segment in the form its engine is built from, the one function both the builder and
+    emulation use. In a reduced precision, nodes ``flavor``'s parser refuses there are kept fp32
+    (no flavor: no parser asked); a transform that fails, or weights that cannot be read in for
+    it, leave the whole segment fp32, with a warning, as the build does."""
+    precision = segment_precision(segment_model, options)[0]
+    if precision in ("fp32", "tf32"):
+        return Prepared(segment_model, segment_model, precision, ())
+    name = segment_model.graph.name
+    source, kept = weights_for_transform(segment_model, weights_dir, name)
+    if kept is not None:
+        log.warning("%s; building it in fp32", kept)
+        return Prepared(segment_model, segment_model, "fp32", ())
+    try:
+        refused, taken = _refusals(source, options, flavor, quantize) if flavor is not None else ((), None)
+        prepared, precision = taken or prepared_segment(source, options, quantize, refused)
+    except PrecisionError as e:
+        log.warning("%s: %s; building it in fp32", name, e)
+        return Prepared(source, source, "fp32", ())
+    return Prepared(source, prepared, precision, tuple(refused) if precision != "fp32" else ())
+
+
+def built_form(segment_model: onnx.ModelProto, options: BuildOptions, precision: str, pinned: Sequence[str],
+               quantize: Callable[..., onnx.ModelProto] | None = None, weights_dir: str | None = None
+               ) -> onnx.ModelProto:
+    """The model an engine reported as built in ``precision`` with ``pinned`` nodes kept fp32 was
+    built from (for engines that came from the cache: the transform is deterministic)."""
+    if precision in ("fp32", "tf32"):
+        return segment_model
+    source, _ = weights_for_transform(segment_model, weights_dir, segment_model.graph.name)
+    return prepared_segment(source, options, quantize, tuple(pinned))[0]
 
 
 def weights_for_transform(segment: onnx.ModelProto, weights_dir: str | None,

@@ -155,6 +155,17 @@ def segment_emulation(segment: onnx.ModelProto, options: BuildOptions, quantizer
     return emulation_model(segment, precision, options.keep_fp32_ops, quantizer, pinned)
 
 
+def emulation_of(model: onnx.ModelProto, precision: str) -> onnx.ModelProto:
+    """What ONNX Runtime runs to emulate an engine built from ``model`` (a built form: casts for
+    fp16/bf16, Q/DQ and an fp16 remainder for int8) in ``precision``: the same model, every 16-bit
+    tensor rounded where an op makes it, computed in fp32 (see the module's notes)."""
+    if precision in ("fp16", "int8"):
+        return rounded_in_fp32(model, TensorProto.FLOAT16)
+    if precision == "bf16":
+        return rounded_in_fp32(model, BF16)
+    return model
+
+
 def emulation_ort_options(options: OrtOptions) -> OrtOptions:
     """ONNX Runtime settings for a segment emulated in reduced precision: graph optimisations at
     most "basic". Measured, onnxruntime 1.32 on x86-64: at "extended" and above ONNX Runtime fuses

@@ -46,6 +46,7 @@ from trt_backend.tensorrt.flavor import Flavor, load_flavor
 log = logging.getLogger(__name__)
 
 Memo = dict[str, tuple[bytes, dict[str, Any]]]
+Forms = dict[str, onnx.ModelProto]  # segment key -> the form its engine was built from (fresh builds)
 SegmentRewrite = Callable[[onnx.ModelProto], onnx.ModelProto]
 T = TypeVar("T")
 
@@ -107,7 +108,7 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
                           cost=boundary_cost)
     report = result.report
     report.demoted, report.rounds, report.seconds = demoted, rounds, time.perf_counter() - start
-    return BuildResult(plan, result.engines, report)
+    return BuildResult(plan, result.engines, report, result.models)
 
 
 class PlanMemo(Generic[T]):
@@ -176,6 +177,7 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
     segments = plan.tensorrt_segments()
     report = BuildReport(flavor.target)
     engines: dict[int, bytes] = {}
+    forms: Forms = {}
     timing = _timing_cache(options, flavor)
     target = build_target(flavor, options)
     if callable(profiles):
@@ -197,7 +199,7 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
         futures: dict[Future[tuple[bytes, dict[str, Any], bool]], tuple[Segment, str]] = {}
         for seg, model, ranges, key in jobs:
             fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing, weights_dir, quantize,
-                              held)
+                              held, forms)
             futures[fut] = (seg, key)
         pending = set(futures)
         try:
@@ -211,7 +213,8 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
     report.segments.sort(key=lambda r: r.segment)
     report.failures.sort(key=lambda f: f.segment)
     report.seconds = time.perf_counter() - start
-    return BuildResult(plan, engines, report)
+    built = {seg.id: forms[key] for seg, _, _, key in jobs if key in forms and seg.id in engines}
+    return BuildResult(plan, engines, report, built)
 
 
 def _drain(futures: dict[Future[Any], tuple[Segment, str]], pending: set[Future[Any]], plan: Plan,
@@ -233,7 +236,8 @@ def _drain(futures: dict[Future[Any], tuple[Segment, str]], pending: set[Future[
 
 def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavor, cache: EngineCache | None,
          memo: Memo, timing: TimingCacheFile | None, weights_dir: str | None = None,
-         quantize: SegmentRewrite | None = None, held: HeldWeights | None = None) -> tuple[bytes, dict[str, Any], bool]:
+         quantize: SegmentRewrite | None = None, held: HeldWeights | None = None,
+         forms: Forms | None = None) -> tuple[bytes, dict[str, Any], bool]:
     """(engine, metadata, came from a cache) for one segment; SegmentBuildError propagates."""
     if key in memo:  # built in an earlier round of the fallback loop
         return memo[key][0], {**memo[key][1], "seconds": 0.0}, True
@@ -242,7 +246,10 @@ def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavo
     def build() -> tuple[bytes, dict[str, Any]]:
         built: SegmentEngine = compile_segment(model, ranges, options, flavor, timing, quantize,
                                                weights_dir=weights_dir, weights=held)
-        return built.engine, {"layers": built.layers, "build_seconds": built.seconds, "precision": built.precision}
+        if forms is not None and built.model is not None:
+            forms[key] = built.model
+        return built.engine, {"layers": built.layers, "build_seconds": built.seconds, "precision": built.precision,
+                              "pinned": list(built.pinned)}
 
     if cache is None:
         engine, meta = build()
@@ -268,7 +275,8 @@ def _collect(fut: Future[tuple[bytes, dict[str, Any], bool]], seg: Segment, key:
         return
     engines[seg.id] = engine
     report.segments.append(SegmentReport(seg.id, len(seg.nodes), float(meta["seconds"]), len(engine),
-                                         int(meta.get("layers", 0)), hit, str(meta.get("precision", "")), key))
+                                         int(meta.get("layers", 0)), hit, str(meta.get("precision", "")), key,
+                                         tuple(meta.get("pinned") or ())))
     log.info("segment %d of %s: %s, %d bytes, %.2f s", seg.id, plan.model_name, "from cache" if hit else "built",
              len(engine), meta["seconds"])
 

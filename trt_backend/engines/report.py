@@ -5,7 +5,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from partitioner import Plan
+from partitioner import Plan, Segment
+from trt_backend.profiles.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class SegmentReport:
     cached: bool
     precision: str
     key: str | None = None
+    pinned: tuple[str, ...] = ()  # nodes kept fp32 because TensorRT refused them in ``precision``
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,21 @@ class BuildEvent:
 
 
 ProgressCallback = Callable[[BuildEvent], None]
+
+
+@dataclass
+class BuiltSegment:
+    """One TensorRT segment as built: ``model`` is the model its engine is (or would be) built
+    from, in ``precision`` with ``pinned`` nodes kept fp32 (casts for fp16/bf16, Q/DQ for int8);
+    ``engine`` None where none was built (emulation runs ``model``)."""
+
+    segment: Segment
+    model: Any  # onnx.ModelProto
+    precision: str
+    pinned: tuple[str, ...]
+    profiles: list[Profile]
+    shape_tensors: frozenset[str]
+    engine: bytes | None = None
 
 
 @dataclass
@@ -96,3 +113,6 @@ class BuildResult:
     plan: Plan
     engines: dict[int, bytes]
     report: BuildReport
+    # segment id -> the form its engine was built from, for engines built in this call (a cached
+    # engine's form is made again: see :func:`trt_backend.engines.builder.built_form`)
+    models: dict[int, Any] = field(default_factory=dict)

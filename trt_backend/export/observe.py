@@ -12,7 +12,8 @@ from trt_backend.errors import ExportError, FeedError, SegmentLoadError, Segment
 from trt_backend.export.source import ExportSource
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import tapped_session
-from trt_backend.session.feeds import node_arg, random_feeds
+from trt_backend.profiles.node_arg import node_arg
+from trt_backend.session.feeds import random_feeds
 
 
 def observed_shapes(source: ExportSource, names: Sequence[str], batches: Sequence[int | None], batched: Sequence[str],

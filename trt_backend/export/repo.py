@@ -33,7 +33,7 @@ from trt_backend.export.triton import (
     tensor_config,
 )
 from trt_backend.profiles import Profile, TensorProfile
-from trt_backend.session.derive import shape_tensor_inputs
+from trt_backend.profiles.derive import shape_tensor_inputs
 
 VERSION = "1"
 CONFIG = "config.pbtxt"

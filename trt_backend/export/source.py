@@ -19,10 +19,10 @@ from trt_backend.engines.builder import BuildOptions
 from trt_backend.errors import ArtifactError, ExportError
 from trt_backend.profiles import Profile, profiles_from_json
 from trt_backend.session import build_folder
-from trt_backend.session.artifacts import is_build_folder, open_folder
+from trt_backend.artifacts.read import is_build_folder, open_folder
 from trt_backend.session.options import SessionOptions
-from trt_backend.session.saved import saved_segment_profiles
-from trt_backend.session.seal import sign_key as read_sign_key
+from trt_backend.artifacts.saved import saved_segment_profiles
+from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)

@@ -1,17 +1,10 @@
-"""Whether TensorRT segments can execute here, and the runner that executes one (above the runner
-base and the TensorRT runner both)."""
+"""Whether TensorRT segments can execute here (a TensorRT flavor and a CUDA device it runs on)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any
 
-from partitioner import Segment
 from trt_backend.errors import TensorRTUnavailableError
 from trt_backend.gpu.device import compute_capability, cuda_device_count
-from trt_backend.gpu.trt_runner import TensorRTRunner
-from trt_backend.profiles import Profile
-from trt_backend.runners.base import SegmentRunner
 from trt_backend.tensorrt.flavor import load_flavor
 
 # SMs TensorRT-RTX 1.7 builds for (DESIGN.md): data-centre Hopper/Blackwell parts are not among them.
@@ -36,15 +29,3 @@ def tensorrt_status(device_id: int = 0) -> tuple[bool, str]:
             return False, f"{flavor.target} cannot run on this GPU (SM {sm[0]}.{sm[1]}); install full TensorRT"
     return True, f"{flavor.target} on {devices} CUDA device(s)"
 
-
-def make_tensorrt_runner(segment: Segment, engine: bytes | None, profiles: Sequence[Profile],
-                         shape_tensors: frozenset[str], **kw: Any) -> SegmentRunner:
-    """A runner executing ``segment``'s engine on the GPU (see gpu/trt_runner.py)."""
-    ok, why = tensorrt_status(kw.get("device_id") or 0)
-    if not ok:
-        raise TensorRTUnavailableError(f"cannot execute segment {segment.id} on TensorRT: {why}; "
-                                       "use emulate=True (or 'auto') to run it through ONNX Runtime")
-    if engine is None:
-        raise TensorRTUnavailableError(f"segment {segment.id} has no engine")
-
-    return TensorRTRunner(segment, engine, load_flavor("auto"), profiles, shape_tensors, **kw)

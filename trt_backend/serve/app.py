@@ -27,7 +27,7 @@ from trt_backend.serve.codec import (
     is_npz,
 )
 from trt_backend.serve.options import ServeOptions
-from trt_backend.session.artifacts import is_build_folder
+from trt_backend.artifacts.read import is_build_folder
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from trt_backend.errors import RequestError
-from trt_backend.session.feeds import NodeArg
+from trt_backend.profiles.node_arg import NodeArg
 
 NPZ = "application/x-npz"
 JSON = "application/json"

@@ -102,7 +102,7 @@ def test_cupy_and_torch_arrays_shared_without_copy() -> None:
 def test_every_onnxruntime_name_of_the_cuda_runner_exists() -> None:
     import onnxruntime as ort
 
-    from trt_backend.gpu.ort_cuda_runner import ORT_API
+    from trt_backend.runners.ort_cuda import ORT_API
 
     missing = []
     for name in ORT_API:

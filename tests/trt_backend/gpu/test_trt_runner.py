@@ -18,7 +18,7 @@ import pytest
 from partitioner import Segment
 from trt_backend.errors import MemoryLimitError, ProfileError, SegmentRunError
 from trt_backend.gpu import device as dev
-from trt_backend.gpu.trt_runner import TensorRTRunner
+from trt_backend.runners.tensorrt import TensorRTRunner
 from trt_backend.ort.values import memory_limit
 from trt_backend.profiles import TensorProfile
 from trt_backend.tensorrt.flavor import Flavor

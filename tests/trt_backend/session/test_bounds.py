@@ -10,8 +10,8 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from tests.trt_backend.session.test_graphs import assert_same, ort_reference
-from trt_backend.session.bounds import DimBounds
-from trt_backend.session.derive import OBSERVED_WIDEN
+from trt_backend.profiles.bounds import DimBounds
+from trt_backend.profiles.derive import OBSERVED_WIDEN
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 

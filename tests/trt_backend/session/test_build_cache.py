@@ -23,7 +23,7 @@ from trt_backend.engines.builder import (
 )
 from trt_backend.errors import OptionsError, SignatureError
 from trt_backend.planning import make_plan
-from trt_backend.session.build_cache import BUILDS, DIGESTS
+from trt_backend.artifacts.build_cache import BUILDS, DIGESTS
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 

@@ -11,7 +11,8 @@ from partitioner.errors import TrtBackendError
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import FeedError
 from trt_backend.profiles import TensorProfile
-from trt_backend.session.feeds import FeedValidator, node_arg, random_feeds
+from trt_backend.profiles.node_arg import node_arg
+from trt_backend.session.feeds import FeedValidator, random_feeds
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 

@@ -16,7 +16,7 @@ from trt_backend.cli import main
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import ArtifactError, OptionsError, SignatureError
 from trt_backend.session.options import SessionOptions
-from trt_backend.session.seal import SIGN_KEY_ENV, canonical, manifest_digest, sign_key
+from trt_backend.artifacts.seal import SIGN_KEY_ENV, canonical, manifest_digest, sign_key
 from trt_backend.session.session import Session
 
 PROFILE = [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}]

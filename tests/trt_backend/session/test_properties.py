@@ -89,7 +89,7 @@ def test_three_processes_building_into_one_cache_all_succeed(tmp_path) -> None:
 KILLER = r"""
 import os, signal, sys
 import trt_backend.engines.cache as cache_module
-import trt_backend.session.build_folder as folder_module
+import trt_backend.artifacts.write as folder_module
 from trt_backend.cli import main
 
 point = sys.argv[1]

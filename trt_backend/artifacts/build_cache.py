@@ -7,7 +7,7 @@ reader sees a whole entry or none. Engines are hard-linked into and out of it wh
 system allows (they are never rewritten in place: every writer replaces files by rename); data
 files are copied by the kernel, since ONNX refuses to load a data file with more than one link.
 An entry is checked on a hit by its manifest's digest and the sizes of its files; their content
-is checked by :func:`trt_backend.session.artifacts.read_manifest` when the folder is loaded."""
+is checked by :func:`trt_backend.artifacts.read.read_manifest` when the folder is loaded."""
 from __future__ import annotations
 
 import dataclasses
@@ -28,8 +28,8 @@ from partitioner.weights import data_files
 from trt_backend._files import swap_in_folder, write_atomic
 from trt_backend._version import __version__
 from trt_backend.errors import ArtifactError
-from trt_backend.session.artifacts import MANIFEST
-from trt_backend.session.seal import check_seal, seal
+from trt_backend.artifacts.read import MANIFEST
+from trt_backend.artifacts.seal import check_seal, seal
 
 log = logging.getLogger(__name__)
 

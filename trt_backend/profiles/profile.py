@@ -1,8 +1,8 @@
 """Optimisation profiles: per tensor min/opt/max shapes (and values, for shape tensors).
 
 The one profile type of trt_backend: users give them for model inputs (checked against the model
-in :mod:`trt_backend.session.given`), the session derives them for segment inputs
-(:mod:`trt_backend.session.derive`), the builder hands them to TensorRT and the engine cache keys
+in :mod:`trt_backend.profiles.given`), the session derives them for segment inputs
+(:mod:`trt_backend.profiles.derive`), the builder hands them to TensorRT and the engine cache keys
 on them. A leaf: nothing here knows models or runtimes."""
 from __future__ import annotations
 

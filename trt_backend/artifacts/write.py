@@ -1,5 +1,7 @@
-"""The write side of build folders: ``trt-backend build`` plans, derives profiles, builds every
-TensorRT segment and writes the folder atomically; :func:`load` turns one into a Session."""
+"""The write side of build folders: :func:`build` compiles a model (:func:`trt_backend.compile.compile`)
+and writes what was built into a folder, atomically: the normalized model, per segment the model
+its engine was built from and the engine, and the manifest that records it all (read back by
+:mod:`trt_backend.artifacts.read`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +18,8 @@ from typing import Any, cast
 
 import onnx
 
-from partitioner import Model, Plan
+from partitioner import Model
+from partitioner.errors import OptionsError
 from partitioner.model import ModelSource, serialize, structure_copy
 from partitioner.weights import (
     INLINE_MAX_BYTES,
@@ -28,61 +31,61 @@ from partitioner.weights import (
 )
 from trt_backend._files import missing_parent, swap_in_folder, write_atomic
 from trt_backend._version import __version__
-from trt_backend.engines.builder import BuildOptions, build_target
-from trt_backend.engines.cache import EngineCache
-from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
+from trt_backend.artifacts.build_cache import BuildCache
+from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE, sha256_bytes
+from trt_backend.artifacts.saved import SessionPlan
+from trt_backend.artifacts.seal import seal
+from trt_backend.artifacts.seal import sign_key as read_sign_key
+from trt_backend.compile import Compiled, compile
+from trt_backend.engines.builder import build_target
 from trt_backend.engines.report import ProgressCallback
 from trt_backend.errors import ArtifactError
 from trt_backend.gpu.device import check_device, use_device
 from trt_backend.ort.sessions import installed_version
-from trt_backend.profiles import Profile
-from trt_backend.runners.base import EMULATED, ONNXRUNTIME, SegmentRunner
-from trt_backend.session.artifacts import (
-    FORMAT,
-    MANIFEST,
-    MODEL_FILE,
-    sha256_bytes,
-)
-from trt_backend.session.build_cache import BuildCache
+from trt_backend.planning import load as load_for_planning
+from trt_backend.runners.base import EMULATED, ONNXRUNTIME
 from trt_backend.session.options import SessionOptions
-from trt_backend.session.seal import seal
-from trt_backend.session.seal import sign_key as read_sign_key
-from trt_backend.session.session import Session
 from trt_backend.tensorrt.flavor import Flavor, load_flavor
 
 log = logging.getLogger(__name__)
 
 
-def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None = None,
-          options: SessionOptions | None = None, build_options: BuildOptions | None = None,
-          cache_dir: str | None = None, *, flavor: str = "auto",
-          progress: ProgressCallback | None = None, sign_key: str | bytes | None = None) -> dict[str, Any]:
-    """Plan ``model``, derive profiles, build every TensorRT segment (demoting what TensorRT
-    refuses), and write the folder ``out_dir`` atomically. Returns the manifest, sealed with its
-    digest and, with ``sign_key`` (the key, ``@FILE``, or else ``TRT_BACKEND_SIGN_KEY``), signed.
-    ``progress`` receives a ``BuildEvent`` as each segment finishes. ``cache_dir``: engines by
-    segment, and whole folders by model file and options (:mod:`trt_backend.session.build_cache`):
-    building the same file the same way again copies that folder (manifest ``build_cache.hit``)."""
-    key = read_sign_key(sign_key)
+def build(model: ModelSource | Model, out_dir: str | os.PathLike[str], profiles: Sequence[Mapping[str, Any]] | None = None,
+          options: SessionOptions | None = None, *, progress: ProgressCallback | None = None) -> dict[str, Any]:
+    """Compile ``model`` (:func:`trt_backend.compile.compile`: plan, derive profiles, apply the
+    precision, build every TensorRT segment, demoting what TensorRT refuses) and write the folder
+    ``out_dir`` atomically. Everything comes from ``options``: precision and calibration
+    (``options.build``), the partition, the TensorRT flavor, ``cache_dir`` (engines by segment, and
+    whole folders by model file and options, :mod:`trt_backend.artifacts.build_cache`: building the
+    same file the same way again copies that folder, manifest ``build_cache.hit``) and
+    ``sign_key`` (the key, ``@FILE``, or else ``TRT_BACKEND_SIGN_KEY``). Returns the manifest,
+    sealed with its digest (and signed with the key). ``progress`` receives a ``BuildEvent`` as
+    each segment finishes."""
     opts = options if options is not None else SessionOptions()
+    if not isinstance(opts, SessionOptions):
+        raise OptionsError(f"options must be a SessionOptions, got {type(opts).__name__}")
+    out_dir = os.fspath(out_dir)
+    key = read_sign_key(opts.sign_key)
     if opts.device_id is not None:  # full TensorRT builds for the current GPU (and keys its cache by its SM)
         use_device(check_device(opts.device_id))
-    opts = _emulated(opts)
-    bopts = build_options or BuildOptions()
-    flv = load_flavor(flavor)
+    opts = dataclasses.replace(opts, emulate=True)  # (building needs no GPU: profiles come from ONNX Runtime)
+    if opts.flavor == "none":
+        raise OptionsError("a build needs TensorRT: flavor 'none' plans everything on ONNX Runtime")
+    flv = load_flavor(opts.flavor)
     _check_out_dir(out_dir)
     start = time.perf_counter()
-    builds, build_key = _build_cache(model, cache_dir, profiles, opts, bopts, flv, flavor)
+    builds, build_key = _build_cache(model, profiles, opts, flv)
     if builds is not None and build_key is not None:
         path = os.fspath(cast("str | os.PathLike[str]", model))
         hit = builds.restore(build_key, out_dir, {"model": path, "build_seconds": round(time.perf_counter() - start, 4),
                                                   "build_cache": {"key": build_key, "hit": True}}, key)
         if hit is not None:
             return hit
-    sess = _PlannedSession(model, profiles, opts)
-    stage = _Stage(out_dir, sess.model)  # the weights go into the folder while the engines build
+    loaded = load_for_planning(model)
+    stage = _Stage(out_dir, loaded)  # the weights go into the folder while the engines build
     try:
-        manifest = _build_into(stage, sess, profiles, opts, bopts, cache_dir, flv, progress, start)
+        compiled = compile(loaded, profiles, opts, build=True, progress=progress)
+        manifest = _write_into(stage, compiled, flv, start)
         if build_key is not None:
             manifest["build_cache"] = {"key": build_key, "hit": False}
         seal(manifest, key)
@@ -94,69 +97,73 @@ def build(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[s
     return manifest
 
 
-def _build_cache(model: ModelSource | Model, cache_dir: str | None, profiles: Sequence[Mapping[str, Any]] | None,
-                 opts: SessionOptions, bopts: BuildOptions, flv: Flavor,
-                 flavor: str) -> tuple[BuildCache | None, str | None]:
-    """The build cache under ``cache_dir`` and this build's key there: for a model given by the
-    path of a file and no oracle of the caller's (one the key cannot describe); else (None, None)."""
-    if not cache_dir or not isinstance(model, (str, os.PathLike)) or opts.oracle is not None:
+def _build_cache(model: ModelSource | Model, profiles: Sequence[Mapping[str, Any]] | None, opts: SessionOptions,
+                 flv: Flavor) -> tuple[BuildCache | None, str | None]:
+    """The build cache under ``opts.cache_dir`` and this build's key there: for a model given by
+    the path of a file and no oracle of the caller's (one the key cannot describe); else (None, None)."""
+    if not opts.cache_dir or not isinstance(model, (str, os.PathLike)) or opts.oracle is not None:
         return None, None
     if not os.path.isfile(model):
         return None, None  # (loading it names the problem)
     options = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)
-               if f.name not in ("sign_key", "cache_dir", "build")}  # (``build``: the BuildOptions below decide)
-    inputs = {"profiles": profiles, "options": options, "build_options": bopts.key_fields(),
-              "flavor": flavor, "tensorrt": [flv.name, flv.version, flv.parser_version],
-              "gpu_target": build_target(flv, bopts)}
+               if f.name not in ("sign_key", "cache_dir", "build")}  # (``build``: its key fields below decide)
+    inputs = {"profiles": profiles, "options": options, "build_options": opts.build.key_fields(),
+              "flavor": opts.flavor, "tensorrt": [flv.name, flv.version, flv.parser_version],
+              "gpu_target": build_target(flv, opts.build)}
     try:
-        builds = BuildCache(cache_dir)
+        builds = BuildCache(opts.cache_dir)
         return builds, builds.key(os.fspath(model), inputs)
     except OSError as e:  # (an unreadable model or data file: loading it names the problem)
         log.debug("no build cache key for %s: %s", model, e)
         return None, None
 
 
-def _build_into(stage: _Stage, sess: _PlannedSession, profiles: Sequence[Mapping[str, Any]] | None,
-                opts: SessionOptions, bopts: BuildOptions, cache_dir: str | None, flv: Flavor,
-                progress: ProgressCallback | None, start: float) -> dict[str, Any]:
-    """Build the engines, put the model, segment and engine files in ``stage``; the manifest."""
-    session_of = PlanMemo(lambda plan: _PlannedSession(plan, profiles, opts), (sess.plan, sess))
-    cache = EngineCache(cache_dir) if cache_dir else None
-    result = build_with_fallback(sess.plan, lambda plan: session_of(plan).segment_profiles, bopts, cache, flavor=flv,
-                                 min_segment_size=opts.partition.min_segment_size,
-                                 boundary_cost=opts.partition.boundary_cost,
-                                 rewrite=plugin_rewrite(sess.plan, flv), progress=progress,
-                                 quantizer=sess.quantizer(bopts) if bopts.precision == "int8" else None)
-    final = session_of(result.plan)
-    seconds = {r.segment: r.seconds for r in result.report.segments} if result.report.segments else {}
-    precisions = {r.segment: r.precision for r in result.report.segments}
-    originals, weights, weights_entry = stage.data(final.model)
+def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) -> dict[str, Any]:
+    """Put the model, segment and engine files of ``compiled`` in ``stage``; the manifest. Each
+    TensorRT segment's model file is the model its engine was built from."""
+    plan, bopts = compiled.plan, compiled.options.build
+    report = compiled.report
+    assert report is not None
+    seconds = {r.segment: r.seconds for r in report.segments}
+    originals, weights, weights_entry = stage.data(compiled.model)
     refer = weights.refs.get if weights is not None else (lambda name: None)
-    files: dict[str, bytes] = {MODEL_FILE: serialize(structure_copy(final.model.proto, lambda t: refer(t.name)),
+    files: dict[str, bytes] = {MODEL_FILE: serialize(structure_copy(compiled.model.proto, lambda t: refer(t.name)),
                                                      MODEL_FILE)}
+    session_plan = SessionPlan.of(plan, executors=[EMULATED if s.backend == "tensorrt" else ONNXRUNTIME
+                                                   for s in plan.segments],
+                                  input_profiles=compiled.input_profiles, segment_profiles=compiled.segment_profiles)
     segments = []
-    for seg in final.plan.segments:
+    for seg in plan.segments:
         model_file = f"segment_{seg.id}.onnx"
-        files[model_file] = serialize(final.plan.extract(seg.id, lambda t: refer(t.name)), model_file)
+        built = compiled.segments.get(seg.id)
+        if built is None or built.precision in ("fp32", "tf32"):  # (the segment as planned: weights shared)
+            files[model_file] = serialize(plan.extract(seg.id, lambda t: refer(t.name)), model_file)
+        else:  # (its own weights: cast to 16 bits, or beside their Q/DQ)
+            files[model_file] = serialize(built.model, model_file)
         entry: dict[str, Any] = {"id": seg.id, "backend": seg.backend, "model": model_file,
                                  "model_sha256": sha256_bytes(files[model_file]), "engine": None, "engine_sha256": None,
                                  "engine_bytes": None, "build_seconds": None}
-        if seg.backend == "tensorrt":
-            engine = result.engines[seg.id]
+        if built is not None:
+            engine = built.engine
+            if engine is None:
+                raise ArtifactError(f"segment {seg.id} has no engine after the build")
             name = f"segment_{seg.id}.engine"
             files[name] = engine
             entry.update(engine=name, engine_sha256=sha256_bytes(engine), engine_bytes=len(engine),
-                         build_seconds=round(float(seconds.get(seg.id, 0.0)), 4),
-                         precision=precisions.get(seg.id) or bopts.precision)
+                         build_seconds=round(float(seconds.get(seg.id, 0.0)), 4), precision=built.precision,
+                         pinned=list(built.pinned))
         segments.append(entry)
     stage.write(files)
     manifest = {
-        "format": FORMAT, "trt_backend": __version__, "model": final.model.source,
+        "format": FORMAT, "trt_backend": __version__, "model": compiled.model.source,
         "model_file": MODEL_FILE, "model_sha256": sha256_bytes(files[MODEL_FILE]),
         "tensorrt": flv.target, "gpu_target": build_target(flv, bopts),
         "versions": _versions(flv), "build_options": bopts.key_fields(),
-        "plan": final.plan.to_dict(), "segments": segments,
-        "demoted": [d.__dict__ for d in result.report.demoted] if result.report.demoted else [],
+        "build": {"precision": bopts.precision, "keep_fp32_ops": list(bopts.keep_fp32_ops),
+                  "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,
+                  "calibration": compiled.calibration, "summary": compiled.precision_summary()},
+        "plan": session_plan.to_dict(), "segments": segments,
+        "demoted": [d.__dict__ for d in report.demoted] if report.demoted else [],
         "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,
         "build_seconds": round(time.perf_counter() - start, 4),
     }
@@ -227,31 +234,6 @@ def data_file_entries(model: Model) -> list[dict[str, Any]]:
         path = os.path.join(model.base_dir, location)
         out.append({"file": location, "bytes": os.path.getsize(path), "sha256": file_sha256(path)})
     return out
-
-
-@dataclasses.dataclass(frozen=True)
-class _NoRunner:
-    """Where a planned session's runner would be: its executor only (nothing loaded)."""
-
-    executor: str
-
-    def close(self) -> None:
-        pass
-
-
-class _PlannedSession(Session):
-    """A Session that plans and derives profiles but loads nothing to run: a build needs the
-    plan and the profiles, not an ONNX Runtime session per segment holding the weights again."""
-
-    def _make_runners(self, plan: Plan, emulate: bool, derived: dict[int, list[Profile]],
-                      shape_tensors: dict[int, frozenset[str]], engines: dict[int, bytes]) -> list[SegmentRunner]:
-        return [cast(SegmentRunner, _NoRunner(EMULATED if s.backend == "tensorrt" else ONNXRUNTIME))
-                for s in plan.segments]
-
-
-def _emulated(opts: SessionOptions) -> SessionOptions:
-    """Building needs no GPU: profiles come from calibration through ONNX Runtime."""
-    return dataclasses.replace(opts, emulate=True)
 
 
 def _versions(flv: Flavor) -> dict[str, str]:
@@ -352,8 +334,3 @@ class _Stage:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
 
-
-def load(folder: str | os.PathLike[str], options: SessionOptions | None = None, *, rebuild: bool = False,
-         sign_key: str | bytes | None = None) -> Session:
-    """A Session from a build folder (see :meth:`Session.load`)."""
-    return Session.load(folder, options, rebuild=rebuild, sign_key=sign_key)

@@ -5,14 +5,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from trt_backend.errors import MissingProfileError, ProfileError
-from trt_backend.profiles import (
+from trt_backend.profiles.profile import (
     STATIC,
     Profile,
     TensorProfile,
     describe_profile,
     tensor_profile,
 )
-from trt_backend.session.feeds import NodeArg
+from trt_backend.profiles.node_arg import NodeArg
 
 
 def check_profile_names(user: Sequence[Mapping[str, Any]] | None, graph: Any) -> None:

@@ -15,7 +15,7 @@ from partitioner import Model, Plan, Segment
 from partitioner.errors import TrtBackendError
 from trt_backend.errors import CalibrationError
 from trt_backend.ort.values import random_array
-from trt_backend.profiles import (
+from trt_backend.profiles.profile import (
     CALIBRATED,
     SYMBOLIC,
     Profile,
@@ -23,8 +23,8 @@ from trt_backend.profiles import (
     TensorProfile,
     covering_profile,
 )
-from trt_backend.session.bounds import Bound, DimBounds
-from trt_backend.session.feeds import NodeArg
+from trt_backend.profiles.bounds import Bound, DimBounds
+from trt_backend.profiles.node_arg import NodeArg
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +270,7 @@ def _combine(name: str, seen: Sequence[Any], more: Sequence[Any] = (), probe: An
     """min/max over every run, opt from the run at the profile's opt shapes (``seen[1]``). Dims
     that differ between that run and ``probe`` (same shapes, other data), or that the graph
     derives from a data-dependent op (``traced``: per dim, the graph's bound and whether such an
-    op lies on the way, see :class:`~trt_backend.session.bounds.DimBounds`), depend on the data:
+    op lies on the way, see :class:`~trt_backend.profiles.bounds.DimBounds`), depend on the data:
     their min becomes 0 and their max the producing op's ``bound`` (dim, size) or the graph's,
     else what calibration saw times OBSERVED_WIDEN, flagged ``observed`` (with a warning). The
     values of a small integer tensor (a shape tensor) get the same treatment per element:

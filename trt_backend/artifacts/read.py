@@ -1,0 +1,268 @@
+"""The read side of build folders, the one loader every door uses (``run``, ``compare``, ``bench``,
+``inspect``, ``export-triton``, ``serve`` and :meth:`Session.load`): ``trt-backend build`` writes a
+folder (manifest, normalized model, segment models, engines; :mod:`trt_backend.artifacts.write`)
+that :func:`open_build` reads back, checked, as the :class:`~trt_backend.compile.Compiled` it was.
+
+The manifest holds the plan with its derived profiles, the build options, per segment its files
+with their SHA-256, the precision it was built in and the nodes kept fp32, build seconds and engine
+size, the calibration data's digest, the versions that built it and the GPU target. Each TensorRT
+segment's model file is the model its engine was built from (Q/DQ for int8, casts for fp16/bf16),
+so emulating it runs what was built. Anything edited or corrupt, an engine for another TensorRT
+version or GPU, is a clear error (or a rebuild on request)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+
+import onnx
+
+from partitioner import PartitionOptions, Plan, TrtBackendError
+from partitioner.errors import OptionsError
+from partitioner.weights import check_location, file_sha256
+from trt_backend._files import sha256_bytes
+from trt_backend.artifacts.saved import saved_segment_profiles
+from trt_backend.artifacts.seal import check_seal
+from trt_backend.compile import Compiled, compile
+from trt_backend.engines.builder import BuildOptions, build_target
+from trt_backend.engines.precision_plan import PrecisionPlan
+from trt_backend.engines.report import BuiltSegment
+from trt_backend.errors import ArtifactError, TensorRTUnavailableError
+from trt_backend.planning import load
+from trt_backend.profiles import profiles_from_json, shape_tensor_inputs
+from trt_backend.session.options import SessionOptions
+from trt_backend.tensorrt.flavor import load_flavor
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+MODEL_FILE = "model.onnx"
+FORMAT = 2  # 2: segment models are the built forms, per segment precision, the build record
+
+
+@dataclass
+class BuiltFolder:
+    """What a build folder holds, checked: the plan (with its model), the manifest (whose plan
+    carries the derived profiles) and the engines by segment id (None: build them anew)."""
+
+    plan: Plan
+    manifest: dict[str, Any]
+    engines: dict[int, bytes] | None
+
+
+def is_build_folder(source: object) -> TypeGuard[str | os.PathLike[str]]:
+    """Whether ``source`` names a folder (a model is a file): read as a build folder."""
+    return isinstance(source, (str, os.PathLike)) and os.path.isdir(source)
+
+
+def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool = False,
+                sign_key: bytes | None = None) -> BuiltFolder:
+    """Read ``folder``, its manifest checked against its digest (and signature, with
+    ``sign_key``) and every file against its SHA-256. When its engines are to execute here
+    (``executes``), an engine for another TensorRT version or GPU is an ArtifactError, or with
+    ``rebuild`` leaves the engines out (to be built anew)."""
+    folder = os.fspath(folder)
+    manifest = read_manifest(folder, sign_key)
+    engines: dict[int, bytes] | None = {}
+    if executes:
+        problem = runtime_mismatch(manifest)
+        if problem and not rebuild:
+            raise ArtifactError(f"{folder}: {problem}; rebuild it (trt-backend build, or load(..., rebuild=True))")
+        if problem:
+            log.warning("%s: %s; building new engines", folder, problem)
+            engines = None
+    if engines is not None:
+        for seg in manifest["segments"]:
+            if seg.get("engine"):
+                with open(os.path.join(folder, os.path.basename(seg["engine"])), "rb") as f:
+                    engines[int(seg["id"])] = f.read()
+    plan = Plan.from_dict(manifest["plan"])
+    plan.model = load(os.path.join(folder, manifest["model_file"]))
+    return BuiltFolder(plan, manifest, engines)
+
+
+def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
+    """The manifest of ``folder``, checked against its digest (and its signature under
+    ``sign_key``), every file checked against its SHA-256."""
+    path = os.path.join(folder, MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        raise ArtifactError(f"{folder}: no {MANIFEST}; not a trt-backend build folder") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"{path}: unreadable ({e})") from None
+    if isinstance(manifest, dict) and isinstance(manifest.get("format"), int) and manifest["format"] < FORMAT:
+        raise ArtifactError(f"{folder}: written by an older trt-backend (folder format {manifest['format']}, which "
+                            "does not record the models its engines were built from); rebuild it with trt-backend build")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ArtifactError(f"{path}: not a format-{FORMAT} trt-backend manifest")
+    check_seal(manifest, path, sign_key)
+    try:
+        checks = [(manifest["model_file"], manifest["model_sha256"])]
+        for seg in manifest["segments"]:
+            checks.append((seg["model"], seg["model_sha256"]))
+            if seg.get("engine"):
+                checks.append((seg["engine"], seg["engine_sha256"]))
+    except (KeyError, TypeError) as e:
+        raise ArtifactError(f"{path}: manifest lacks {e}; edited by hand? rebuild with trt-backend build") from None
+    for name, digest in checks:
+        file = os.path.join(folder, os.path.basename(name))
+        try:
+            with open(file, "rb") as f:
+                data = f.read()
+        except OSError:
+            raise ArtifactError(f"{folder}: {name} listed in {MANIFEST} is missing") from None
+        if sha256_bytes(data) != digest:
+            raise ArtifactError(f"{folder}: {name} does not match its SHA-256 in {MANIFEST} (edited or corrupt); "
+                                "rebuild with trt-backend build")
+    check_data_files(folder, manifest)
+    return manifest
+
+
+def check_data_files(folder: str, manifest: Mapping[str, Any]) -> None:
+    """The external data files the manifest lists (weights shared by the segment models): each
+    inside the folder, present, of its size and SHA-256 (read in chunks, never held whole)."""
+    for entry in manifest.get("data_files", []):
+        try:
+            name, size, digest = entry["file"], int(entry["bytes"]), entry["sha256"]
+            check_location(name, "?", folder)
+        except (KeyError, TypeError, ValueError, TrtBackendError) as e:
+            raise ArtifactError(f"{folder}: data file entry {entry!r} in {MANIFEST} is malformed ({e})") from None
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            raise ArtifactError(f"{folder}: data file {name} listed in {MANIFEST} is missing")
+        if os.path.getsize(path) != size:
+            raise ArtifactError(f"{folder}: data file {name} has {os.path.getsize(path)} bytes, {MANIFEST} says "
+                                f"{size} (truncated or edited); rebuild with trt-backend build")
+        if file_sha256(path) != digest:
+            raise ArtifactError(f"{folder}: data file {name} does not match its SHA-256 in {MANIFEST} (edited or "
+                                "corrupt); rebuild with trt-backend build")
+
+
+def runtime_mismatch(manifest: Mapping[str, Any]) -> str | None:
+    """Why the manifest's engines cannot execute with this machine's TensorRT (version, GPU
+    target), or None when they can (as far as the manifest tells)."""
+    try:
+        flv = load_flavor("auto")
+    except TensorRTUnavailableError as e:
+        return str(e)
+    if flv.target != manifest.get("tensorrt"):
+        return f"engines were built with {manifest.get('tensorrt')}, this machine has {flv.target}"
+    fields = manifest.get("build_options", {})
+    here = build_target(flv, BuildOptions(compute_capabilities=tuple(fields.get("compute_capabilities", ()))))
+    if here != manifest.get("gpu_target"):
+        return f"engines were built for {manifest.get('gpu_target')}, this machine is {here}"
+    return None
+
+
+@dataclass
+class OpenedBuild:
+    """A build folder read back: what was built (:class:`~trt_backend.compile.Compiled`, its
+    options those it was built with plus the caller's run-time ones) and the manifest."""
+
+    compiled: Compiled
+    manifest: dict[str, Any]
+    folder: str
+
+
+# Options a folder was built with: changing them would change what was built, so a folder refuses
+# them (say them to ``trt-backend build`` instead). Field -> the CLI flag a user gave it with.
+BUILD_FIELDS = {"precision": "--precision", "keep_fp32_ops": "--keep-fp32-ops", "calibration_data": "--calibration-data",
+                "calibration_method": "--calibration-method", "precision_plan": "--precision-plan",
+                "workspace_bytes": "--workspace", "builder_optimization_level": "--builder-optimization-level",
+                "hardware_compatibility": "--hardware-compatibility", "compute_capabilities": "--compute-capabilities",
+                "max_aux_streams": "--max-aux-streams", "version_compatible": "--version-compatible",
+                "exclude_lean_runtime": "--include-lean-runtime", "timing_cache": "--timing-cache"}
+PARTITION_FIELDS = {"exclude_ops": "--exclude-ops", "exclude_nodes": "--exclude-nodes",
+                    "min_segment_size": "--min-segment-size", "boundary_cost": "--launch-cost-us/--no-boundary-cost",
+                    "plugins": "--no-plugins", "plugin_ops": "--plugin-ops", "target": "--target"}
+
+
+def refused_on_folder(options: SessionOptions, folder: str) -> None:
+    """OptionsError naming the first option in ``options`` that would change what the folder's
+    engines were built from (partition and build options left at their defaults pass; run-time
+    ones, such as threads, device, emulation and memory, always do)."""
+    default_build, default_partition = BuildOptions(), PartitionOptions()
+    for name, flag in BUILD_FIELDS.items():
+        if getattr(options.build, name) != getattr(default_build, name):
+            raise OptionsError(f"{folder}: a build folder runs as it was built; {flag} ({name}) would change "
+                               "what was built: give it to trt-backend build instead")
+    for name, flag in PARTITION_FIELDS.items():
+        if getattr(options.partition, name) != getattr(default_partition, name):
+            raise OptionsError(f"{folder}: a build folder runs as it was planned; {flag} ({name}) would change "
+                               "the plan: give it to trt-backend build instead")
+    if options.oracle is not None:
+        raise OptionsError(f"{folder}: a build folder runs as it was planned; a capability oracle would change the plan")
+
+
+def folder_build_options(manifest: Mapping[str, Any]) -> BuildOptions:
+    """The BuildOptions a folder was built with, as its manifest records them."""
+    rec = manifest.get("build", {})
+    fields = dict(manifest.get("build_options", {}))
+    plan = PrecisionPlan.from_dict(rec["precision_plan"]) if rec.get("precision_plan") else None
+    calibration = rec.get("calibration") or {}
+    kw: dict[str, Any] = {"precision": rec.get("precision", fields.get("precision", "fp32")),
+                          "keep_fp32_ops": tuple(rec.get("keep_fp32_ops", ())), "precision_plan": plan,
+                          "calibration_data": calibration.get("source"),
+                          "calibration_method": calibration.get("method", "minmax")}
+    for name in ("workspace_bytes", "hardware_compatibility", "compute_capabilities", "max_aux_streams",
+                 "version_compatible", "exclude_lean_runtime"):
+        if name in fields:
+            kw[name] = tuple(fields[name]) if name == "compute_capabilities" else fields[name]
+    if "optimization_level" in fields:
+        kw["builder_optimization_level"] = fields["optimization_level"]
+    try:
+        return BuildOptions(**kw)
+    except (TypeError, TrtBackendError) as e:
+        raise ArtifactError(f"manifest build options unreadable ({e}); rebuild with trt-backend build") from None
+
+
+def open_build(folder: str | os.PathLike[str], options: SessionOptions | None = None, *, executes: bool = False,
+               rebuild: bool = False, sign_key: bytes | None = None) -> OpenedBuild:
+    """Read ``folder`` (see :func:`open_folder`) as what was built. ``options``: run-time options
+    (threads, device, emulation, memory, signing); any that would change what was built is an
+    OptionsError naming it. With ``rebuild`` and engines that cannot execute here, the folder's
+    model is compiled again with the folder's own options and profiles."""
+    folder = os.fspath(folder)
+    opts = options if options is not None else SessionOptions()
+    refused_on_folder(opts, folder)
+    built = open_folder(folder, executes=executes, rebuild=rebuild, sign_key=sign_key)
+    manifest = built.manifest
+    opts = dataclasses.replace(opts, build=dataclasses.replace(folder_build_options(manifest),
+                                                               max_workers=opts.build.max_workers,
+                                                               timing_cache=opts.build.timing_cache))
+    if built.engines is None:  # (rebuild: the same plan and profiles, engines built anew)
+        compiled = compile(built.plan, None, opts, build=True, saved_plan=manifest["plan"])
+        return OpenedBuild(compiled, manifest, folder)
+    plan = built.plan
+    assert plan.model is not None
+    saved = manifest["plan"]
+    derived = saved_segment_profiles(saved)
+    entries = {int(e["id"]): e for e in manifest["segments"]}
+    segments: dict[int, BuiltSegment] = {}
+    for seg in plan.tensorrt_segments():
+        entry = entries.get(seg.id)
+        if entry is None:
+            raise ArtifactError(f"{folder}: manifest lists no segment {seg.id} of its plan; rebuild with trt-backend build")
+        model = _segment_model(folder, entry)
+        segments[seg.id] = BuiltSegment(seg, model, str(entry.get("precision") or "fp32"),
+                                        tuple(entry.get("pinned") or ()), derived.get(seg.id, []),
+                                        frozenset(shape_tensor_inputs(plan.model, seg)), built.engines.get(seg.id))
+    compiled = Compiled(plan, profiles_from_json(saved.get("input_profiles", [])), segments, opts,
+                        calibration=manifest.get("build", {}).get("calibration"))
+    return OpenedBuild(compiled, manifest, folder)
+
+
+def _segment_model(folder: str, entry: Mapping[str, Any]) -> onnx.ModelProto:
+    """A segment's model file (checked against its SHA-256 by :func:`read_manifest`); its external
+    weights, if any, stay in their files beside it (ONNX Runtime reads them from the folder)."""
+    path = os.path.join(folder, os.path.basename(entry["model"]))
+    try:
+        return onnx.load_model(path, load_external_data=False)
+    except Exception as e:  # noqa: BLE001 - a file that passed its digest but does not parse
+        raise ArtifactError(f"{path}: unreadable segment model ({e}); rebuild with trt-backend build") from None

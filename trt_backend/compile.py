@@ -1,0 +1,228 @@
+"""The one compile path: plan a model, derive every TensorRT segment's profiles, decide each
+segment's precision (fp16/bf16 casts, int8 Q/DQ, the auto plan's choice), build the engines with
+the demote-and-replan loop, and return what was (or, without a build, would be) built.
+
+Everything that turns a model into something to run goes through :func:`compile`: a
+:class:`~trt_backend.session.session.Session` made from a model, ``trt_backend.build`` (the build
+folder), ``export-triton`` and ``serve`` from a model, the accuracy comparison and the precision
+search. The result, a :class:`Compiled`, holds per TensorRT segment the very model its engine is
+built from; emulation runs that model, and a build folder stores it."""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+from partitioner import Model, Plan
+from partitioner.errors import OptionsError
+from partitioner.model import ModelSource
+from trt_backend.artifacts.saved import check_saved, read_saved, saved_segment_profiles
+from trt_backend.engines.builder import BuildOptions, built_form, prepare_segment
+from trt_backend.engines.cache import EngineCache
+from trt_backend.engines.calibration import data_sha256
+from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
+from trt_backend.engines.quantize import SegmentQuantizer, require_calibration
+from trt_backend.engines.report import BuildReport, BuiltSegment, ProgressCallback
+from trt_backend.errors import TensorRTUnavailableError
+from trt_backend.ort.sessions import tapped_session
+from trt_backend.ort.threads import use_global_thread_pool
+from trt_backend.ort.values import memory_limit
+from trt_backend.planning import load as load_for_planning
+from trt_backend.planning import plan_for
+from trt_backend.profiles import (
+    NodeArg,
+    Profile,
+    check_profile_names,
+    complete_profiles,
+    derive_profiles,
+    node_arg,
+    normalize_profiles,
+    profiles_from_json,
+    shape_tensor_inputs,
+)
+from trt_backend.profiles.derive import Runner
+from trt_backend.session.options import SessionOptions
+from trt_backend.tensorrt.flavor import Flavor, load_flavor
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Compiled:
+    """What :func:`compile` made: the final plan (after demotions), the input profiles, every
+    TensorRT segment as built (:class:`BuiltSegment`), the build report when engines were built,
+    and the digest of the calibration data int8 segments were calibrated on."""
+
+    plan: Plan
+    input_profiles: list[Profile]
+    segments: dict[int, BuiltSegment]
+    options: SessionOptions
+    report: BuildReport | None = None
+    calibration: dict[str, Any] | None = None
+    quantizers: dict[tuple[str, str], SegmentQuantizer] = field(default_factory=dict, repr=False)
+
+    @property
+    def model(self) -> Model:
+        assert self.plan.model is not None
+        return self.plan.model
+
+    @property
+    def segment_profiles(self) -> dict[int, list[Profile]]:
+        return {k: s.profiles for k, s in self.segments.items()}
+
+    @property
+    def precisions(self) -> dict[int, str]:
+        """Precision of each TensorRT segment, by id."""
+        return {k: s.precision for k, s in self.segments.items()}
+
+    @property
+    def engines(self) -> dict[int, bytes]:
+        return {k: s.engine for k, s in self.segments.items() if s.engine is not None}
+
+    def inputs(self) -> list[NodeArg]:
+        return [node_arg(vi.name, vi.type) for vi in self.model.proto.graph.input]
+
+    def outputs(self) -> list[NodeArg]:
+        return [node_arg(vi.name, vi.type) for vi in self.model.proto.graph.output]
+
+    def precision_summary(self) -> str:
+        """One word when every TensorRT segment computes in the same precision, else per segment."""
+        found = sorted(set(self.precisions.values()))
+        if not found:
+            return "fp32"
+        if len(found) == 1:
+            return found[0]
+        return ", ".join(f"segment {k} {p}" for k, p in sorted(self.precisions.items()))
+
+    def quantizer(self, build: BuildOptions | None = None) -> SegmentQuantizer:
+        """The int8 quantizer of the model on ``build``'s calibration data (default the options'):
+        segment inputs calibrated as the whole model computes them, in batches of the first
+        profile's opt batch. One per data source and method, kept."""
+        b = build if build is not None else self.options.build
+        return _quantizer(self.model, b, self.input_profiles, self.options, self.quantizers)
+
+
+def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, Any]] | None = None,
+            options: SessionOptions | None = None, *, build: bool = True,
+            saved_plan: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+            calibration_feeds: Sequence[Mapping[str, Any]] = (), engines: Mapping[int, bytes] | None = None,
+            progress: ProgressCallback | None = None) -> Compiled:
+    """Plan ``model`` (a path, a ModelProto, a loaded Model or a Plan), derive the TensorRT
+    segments' profiles (``profiles``: the user's, for model inputs; ``saved_plan``: a plan JSON
+    whose derived profiles are reused after checking the model still plans the same;
+    ``calibration_feeds``: real inputs to derive with), and with ``build`` build every engine
+    (``engines`` by segment id: ones already built), demoting what TensorRT refuses and planning
+    again. Without ``build``, each segment is put in the form it would be built in (the TensorRT
+    parser still decides which nodes stay fp32 in a reduced precision, where one is installed)."""
+    opts = options if options is not None else SessionOptions()
+    if not isinstance(opts, SessionOptions):
+        raise OptionsError(f"options must be a SessionOptions, got {type(opts).__name__}")
+    if not isinstance(model, Plan) and profiles is not None:
+        model = load_for_planning(model)  # (profile names checked before planning, which can take long)
+        check_profile_names(profiles, model.proto.graph)
+    plan = model if isinstance(model, Plan) else plan_for(model, opts.partition, flavor=opts.flavor,
+                                                          oracle=opts.oracle, isolate=opts.isolate_parser)
+    if plan.model is None:
+        raise OptionsError("this plan was read from JSON without its model; pass the model instead")
+    the_model = plan.model
+    graph = the_model.proto.graph
+    inputs = [node_arg(vi.name, vi.type) for vi in graph.input]
+    trt = plan.tensorrt_segments()
+    extra = {n for s in trt for n in s.inputs} - {a.name for a in inputs}
+    user, overrides = normalize_profiles(profiles, inputs, extra)
+    saved = read_saved(saved_plan) if saved_plan is not None else None
+    if saved is not None:
+        check_saved(saved, plan, user)
+        user = user or profiles_from_json(saved.get("input_profiles", []))
+    input_profiles = complete_profiles(user, inputs, required=bool(trt))
+    if opts.ort.shares_global_pool:  # once the inputs are known good; before any session of ours
+        use_global_thread_pool(opts.ort.intra_op_threads, opts.ort.inter_op_threads)
+
+    def calibration_runner(names: Sequence[str]) -> Runner:
+        run = tapped_session(the_model, names, opts.ort_for(1), f"calibration model of {the_model.source}")
+
+        def calibration_run(wanted: Sequence[str], feeds: Mapping[str, Any]) -> list[Any]:
+            env = run(feeds, wanted)  # one run of the whole model for every tensor wanted
+            return [env[n] for n in wanted]
+
+        return calibration_run
+
+    def derive(p: Plan) -> dict[int, list[Profile]]:
+        with memory_limit(opts.max_memory):  # calibration data held to the session's limit
+            return derive_profiles(the_model, p, inputs, input_profiles, overrides, calibration_runner,
+                                   opts.calibration_seed, list(calibration_feeds))
+
+    derived = saved_segment_profiles(saved) if saved is not None else derive(plan)
+    quantizers: dict[tuple[str, str], SegmentQuantizer] = {}
+    quantizer = _quantizer(the_model, opts.build, input_profiles, opts, quantizers) if _uses_int8(opts.build) else None
+    given = dict(engines or {})
+    report: BuildReport | None = None
+    fresh: dict[int, onnx.ModelProto] = {}
+    flavor: Flavor | None = None
+    if build and trt and any(s.id not in given for s in trt):
+        flavor = load_flavor(opts.flavor if opts.flavor != "none" else "auto")
+        profiles_of = PlanMemo(derive, (plan, derived))
+        cache = EngineCache(opts.cache_dir, allow_host_code=opts.allow_host_code) if opts.cache_dir else None
+        rewrite = plugin_rewrite(plan, flavor)
+        result = build_with_fallback(plan, profiles_of, opts.build, cache, flavor=flavor,
+                                     min_segment_size=opts.partition.min_segment_size,
+                                     boundary_cost=opts.partition.boundary_cost, rewrite=rewrite,
+                                     progress=progress, quantizer=quantizer)
+        plan, derived, given, report = result.plan, profiles_of(result.plan), dict(result.engines), result.report
+        if rewrite is None:  # (a plugin rewrite's form runs only in TensorRT: made again below, without it)
+            fresh = dict(result.models)
+    elif trt and opts.build.precision not in ("fp32", "tf32"):
+        flavor = _flavor_if_any(opts)
+    rows = {r.segment: r for r in report.segments} if report is not None else {}
+    weights_dir = the_model.base_dir
+    segments: dict[int, BuiltSegment] = {}
+    for seg in plan.tensorrt_segments():
+        proto = plan.extract(seg.id)
+        row = rows.get(seg.id)
+        if seg.id in fresh:
+            form, precision, pinned = fresh[seg.id], row.precision if row else "fp32", row.pinned if row else ()
+        elif row is not None:
+            precision, pinned = row.precision, row.pinned
+            form = built_form(proto, opts.build, precision, pinned, quantizer, weights_dir)
+        else:
+            prepared = prepare_segment(proto, opts.build, flavor, quantizer, weights_dir)
+            form, precision, pinned = prepared.model, prepared.precision, prepared.pinned
+        segments[seg.id] = BuiltSegment(seg, form, precision, tuple(pinned), derived.get(seg.id, []),
+                                        frozenset(shape_tensor_inputs(the_model, seg)), given.get(seg.id))
+    calibration = None
+    if quantizer is not None and any(s.precision == "int8" for s in segments.values()):
+        calibration = {"source": str(opts.build.calibration_data), "method": opts.build.calibration_method,
+                       "sha256": data_sha256(str(opts.build.calibration_data))}
+    return Compiled(plan, input_profiles, segments, opts, report, calibration, quantizers)
+
+
+def _uses_int8(build: BuildOptions) -> bool:
+    if build.precision == "int8":
+        return True
+    plan = build.precision_plan
+    return build.precision == "auto" and plan is not None and any(s.precision == "int8" for s in plan.segments)
+
+
+def _quantizer(model: Model, build: BuildOptions, input_profiles: Sequence[Profile], options: SessionOptions,
+               kept: dict[tuple[str, str], SegmentQuantizer]) -> SegmentQuantizer:
+    require_calibration("int8", build.calibration_data)
+    key = (str(build.calibration_data), build.calibration_method)
+    if key not in kept:
+        batches = {n: tp.opt[0] for n, tp in (input_profiles[0] if input_profiles else {}).items() if len(tp.opt) > 0}
+        kept[key] = SegmentQuantizer(model, key[0], build.calibration_method, batches, options.ort_for(1),
+                                     options.calibration_seed)
+    return kept[key]
+
+
+def _flavor_if_any(options: SessionOptions) -> Flavor | None:
+    """The TensorRT flavor whose parser decides which nodes a reduced precision keeps fp32, or
+    None when none is installed (the form is then the transform alone)."""
+    try:
+        return load_flavor(options.flavor if options.flavor != "none" else "auto")
+    except TensorRTUnavailableError:
+        return None
+
