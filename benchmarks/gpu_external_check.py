@@ -26,7 +26,7 @@ def main() -> int:
     args = ap.parse_args()
     import onnxruntime as ort
 
-    from trt_backend.session import build_folder
+    from trt_backend.artifacts.write import build as build_folder_build
     from trt_backend.session.options import SessionOptions
     from trt_backend.session.session import Session
 
@@ -36,7 +36,7 @@ def main() -> int:
         os.makedirs(os.path.dirname(model))
         weights = write_mlp(model, h, args.blocks)
         out = os.path.join(tmp, "built")
-        build_folder.build(model, out, [{"x": ((1, h), (4, h), (8, h))}], flavor="tensorrt_rtx")
+        build_folder_build(model, out, [{"x": ((1, h), (4, h), (8, h))}], SessionOptions(flavor="tensorrt_rtx"))
         moved = os.path.join(tmp, "elsewhere")
         shutil.move(out, moved)
         x = np.random.default_rng(0).standard_normal((3, h)).astype(np.float32)

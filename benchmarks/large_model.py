@@ -161,10 +161,10 @@ def main() -> int:
 _BUILD = """
 import sys
 from trt_backend.engines.builder import BuildOptions
-from trt_backend.session import build_folder
+from trt_backend.artifacts.write import build as build_folder_build
 model, out, h, workers, precision = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-m = build_folder.build(model, out, [{"x": ((1, h), (4, h), (8, h))}],
-                       build_options=BuildOptions(max_workers=workers, precision=precision), flavor="tensorrt_rtx")
+m = build_folder_build(model, out, [{"x": ((1, h), (4, h), (8, h))}],
+                       SessionOptions(build=BuildOptions(max_workers=workers, precision=precision), flavor="tensorrt_rtx"))
 print("engines", [s["engine_bytes"] for s in m["segments"]], "build_seconds", m["build_seconds"])
 """
 

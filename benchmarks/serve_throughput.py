@@ -37,7 +37,7 @@ from trt_backend.serve.codec import (  # noqa: E402
     json_request,
     read_reply,
 )
-from trt_backend.session import build_folder  # noqa: E402
+from trt_backend.artifacts.write import build as build_folder_build  # noqa: E402
 from trt_backend.session.options import SessionOptions  # noqa: E402
 
 PROFILE = [{"image": ((1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32))}]
@@ -115,7 +115,7 @@ def main() -> int:
     from ray import serve
 
     folder = os.path.join(tempfile.mkdtemp(prefix="serve-bench-"), "demo_build")
-    build_folder.build(DEMO_PATH, folder, PROFILE, SessionOptions())
+    build_folder_build(DEMO_PATH, folder, PROFILE, SessionOptions())
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal((1 + k % 4, 3, 32, 32)).astype(np.float32) for k in range(args.requests)]
     reference = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"])

@@ -32,7 +32,7 @@ from partitioner.qdq import rewrite_qdq
 from tests.helpers import assert_plan_valid, vi
 from trt_backend.ort.threads import inference_session
 from trt_backend.planning import load, make_plan
-from trt_backend.session import build_folder
+from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
@@ -169,7 +169,7 @@ def test_emulated_session_equals_onnx_runtime_on_the_original(quantized) -> None
 
 def test_tensorrt_rtx_builds_the_default_quantizer_cnn(quantized, flavor, tmp_path) -> None:
     out = str(tmp_path / "build")
-    manifest = build_folder.build(quantized["default"], out, PROFILE, SessionOptions())
+    manifest = build_folder_build(quantized["default"], out, PROFILE, SessionOptions())
     trt = [s for s in manifest["segments"] if s["backend"] == "tensorrt"]
     assert trt and all(s["engine_bytes"] > 10_000 for s in trt) and not manifest["demoted"]
     assert len(manifest["plan"]["rewritten"]) == 21

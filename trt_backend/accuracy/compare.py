@@ -5,7 +5,6 @@ model, with Polygraphy's Comparator, and (when asked) the segment a divergence s
 replace the function ``trt_backend.compare`` on the package once anything imported it.)"""
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -28,50 +27,43 @@ from trt_backend.accuracy.polygraphy_glue import (
     run_comparison,
 )
 from trt_backend.accuracy.report import ComparisonReport, OutputReport, TensorError
-from trt_backend.engines.builder import BuildOptions, segment_precision
-from trt_backend.engines.emulation import emulation_ort_options, segment_emulation
-from trt_backend.errors import PrecisionError, ReferenceRunError, SegmentLoadError
+from trt_backend.errors import ReferenceRunError, SegmentLoadError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import ort_session
 from trt_backend.profiles import Profile
-from trt_backend.runners.base import EMULATED
-from trt_backend.runners.ort import EmulatedTensorRTRunner
 from trt_backend.artifacts.read import is_build_folder
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)
 
-__all__ = ["compare", "lower_precision"]
+__all__ = ["compare"]
 
 
 def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | None = None, *,
             profiles: Sequence[Mapping[str, Any]] | None = None, session_options: SessionOptions | None = None,
             feeds: Sequence[Mapping[str, Any]] | None = None, **overrides: Any) -> ComparisonReport:
     """Compare ``model`` run by a :class:`~trt_backend.Session` with ONNX Runtime running the
-    whole model (the reference), on seeded random inputs at the profiles' opt shapes (or given
-    ``feeds``). ``model`` may be a ready Session (its own profiles and options apply). Options
+    whole model in fp32 (the reference), on seeded random inputs at the profiles' opt shapes (or
+    given ``feeds``). ``model`` may be a model, a build folder (compared as it was built: its
+    segment models, in the precision its engines were built in) or a ready Session. What is
+    compared is what the session runs: its precision comes from ``session_options.build`` (the
+    same compile path a build takes) or the folder, never from the comparison's options. Options
     come as a :class:`CompareOptions` or as its fields by keyword: ``compare(m, atol=1e-2)``.
 
     Raises :class:`~trt_backend.errors.ReferenceRunError` when the reference cannot
     run the model, ``OptionsError`` for bad options; a mismatch is a report with
-    ``passed`` False, not an exception. A Session passed in is left as it came (the precision
-    transform applies for the comparison only)."""
+    ``passed`` False, not an exception."""
     opts = _options(options, overrides)
     if isinstance(model, Session):
         if profiles is not None or session_options is not None:
             raise OptionsError("a ready Session brings its own profiles and options; pass the model instead")
         sess, owned = model, False
-        precision = effective_precision(opts, sess.options.build)
         reference = reference_session(sess.model, sess.options.ort_for(len(sess.runners) + 1))
     else:
         so = session_options if session_options is not None else SessionOptions()
         if not isinstance(so, SessionOptions):
             raise OptionsError(f"session_options must be a SessionOptions, got {type(so).__name__}")
-        precision = effective_precision(opts, so.build)
-        if precision[0] != "fp32":  # the GPU path builds its engines in it
-            build = dataclasses.replace(so.build, precision=precision[0], keep_fp32_ops=precision[1])
-            so = dataclasses.replace(so, build=build)
         if is_build_folder(model):  # its engines, plan and profiles: no plan, calibration or build
             sess, owned = Session(model, profiles, so), True
             reference = reference_session(sess.model, so.ort_for(len(sess.runners) + 1))
@@ -81,17 +73,11 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
             # failure to derive profiles.
             reference = reference_session(plan.model, so.ort_for(len(plan.segments) + 1))
             sess, owned = Session(plan, profiles, so), True
-    before = list(sess.runners)
     try:
-        return _compare(sess, reference, dataclasses.replace(opts, precision=precision[0],
-                                                             keep_fp32_ops=precision[1]), feeds)
+        return _compare(sess, reference, opts, feeds)
     finally:
         if owned:
             sess.close()
-        else:  # a caller's Session leaves as it came (precision runners swapped back)
-            for i, runner in enumerate(before):
-                if sess.runners[i] is not runner:
-                    sess.replace_runner(i, runner).close()
 
 
 def _options(options: CompareOptions | None, overrides: Mapping[str, Any]) -> CompareOptions:
@@ -119,59 +105,6 @@ def reference_session(model: Model | None, options: OrtOptions) -> Any:
         raise ReferenceRunError(str(e)) from None
 
 
-def effective_precision(opts: CompareOptions, build: BuildOptions) -> tuple[str, tuple[str, ...]]:
-    """The precision to compare in: ``opts.precision``, or, left at fp32, the one the session's
-    ``BuildOptions`` ask for (so emulated and built segments agree). Both set and different:
-    OptionsError."""
-    built = build.precision
-    if opts.precision != "fp32":
-        if built not in ("fp32", opts.precision):
-            raise OptionsError(f"precision {opts.precision} asked for, but the session's BuildOptions say {built}")
-        return opts.precision, opts.keep_fp32_ops
-    return built, tuple(build.keep_fp32_ops)
-
-
-def lower_precision(sess: Session, precision: str, keep_fp32_ops: Sequence[str]) -> dict[int, str]:
-    """Apply the ONNX-level ``precision`` transform to every emulated TensorRT segment of
-    ``sess`` (as the engine builder does before a build); returns the precision each segment
-    computes in. A segment whose transform fails stays fp32, with a warning, as in a build.
-    Segments running as TensorRT engines keep what they were built with, which must match."""
-    done = {r.segment.id: "fp32" for r in sess.runners}
-    build = sess.options.build
-    wanted = build if precision == build.precision else dataclasses.replace(
-        build, precision=precision, keep_fp32_ops=tuple(keep_fp32_ops), precision_plan=None)
-    built = {row.segment: row.precision for row in sess.build_report.segments} if sess.build_report else {}
-    for i, r in enumerate(list(sess.runners)):
-        if r.segment.backend != "tensorrt":
-            continue
-        if r.executor != EMULATED:
-            asked = build.precision
-            if asked != precision:
-                raise OptionsError(f"{r.label} runs an engine built in {asked}, not {precision}; pass the model "
-                                   f"instead of the Session (compare builds its engines in {precision})")
-            done[r.segment.id] = built.get(r.segment.id, asked)
-            continue
-        if precision in ("fp32", "tf32"):
-            if precision == "tf32":
-                log.warning("%s: tf32 is a TensorRT builder flag; emulated, the segment computes in fp32", r.label)
-            continue
-        proto = sess.plan.extract(r.segment.id)
-        if segment_precision(proto, wanted)[0] in ("fp32", "tf32"):
-            continue
-        try:
-            quantizer = sess.quantizer(wanted) if segment_precision(proto, wanted)[0] == "int8" else None
-            emulated = segment_emulation(proto, wanted, quantizer)
-        except PrecisionError as e:
-            log.warning("%s stays fp32: %s", r.label, e)
-            continue
-        runner = EmulatedTensorRTRunner(r.segment, emulated.model,
-                                        emulation_ort_options(sess.options.ort_for(len(sess.runners))),
-                                        r.profiles, r.shape_tensors)
-        sess.replace_runner(i, runner)
-        done[r.segment.id] = emulated.precision
-    return done
-
-
 def _feed_points(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, list[int]]]:
     points: list[dict[str, list[int]]] = []
     for feed in feeds:
@@ -186,7 +119,7 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
     opts.check_output_names([a.name for a in outputs])
     names = [a.name for a in outputs]  # (sequences, maps and optionals are compared by side_errors)
     skipped: list[str] = []
-    precisions = lower_precision(sess, opts.precision, opts.keep_fp32_ops)
+    precisions = {r.segment.id: sess.compiled.precisions.get(r.segment.id, "fp32") for r in sess.runners}
     if feeds is None:
         input_profiles: list[Profile] = sess.input_profiles
         points = profile_points(input_profiles, opts.shapes, opts.all_profile_shapes)
@@ -206,7 +139,7 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
                                     sum(not e.passed for e in per_iteration)))
     passed = all(r.passed for r in reports)
     report = ComparisonReport(passed, opts.atol, opts.rtol, reports, error_stat=opts.error_stat,
-                              precision=opts.precision, iterations=len(data), seed=opts.seed,
+                              precision=sess.compiled.precision_summary(), iterations=len(data), seed=opts.seed,
                               points=_feed_points(data), executors=list(sess.segment_executors),
                               skipped_outputs=skipped, inference_ms=timing, model=str(sess.model.source))
     if opts.localize == "always" or (opts.localize == "mismatch" and not passed):

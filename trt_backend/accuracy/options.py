@@ -11,7 +11,6 @@ from types import MappingProxyType
 from typing import Any
 
 from partitioner.errors import OptionsError
-from trt_backend.engines.precision import DEFAULT_KEEP_FP32, validate_precision
 
 ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
 LOCALIZE_CHOICES = ("off", "mismatch", "always")
@@ -64,8 +63,8 @@ class CompareOptions:
     ``error_stat``: which error must stay within tolerance, as Polygraphy's ``check_error_stat``
     ("elemwise": every element within atol *or* rtol). ``shapes``: input shapes to generate
     data with instead of the profiles' opt shapes; ``all_profile_shapes``: min, opt and max of
-    every profile. ``precision``: applied to every TensorRT segment (ONNX-level transform, as the
-    engine builder does). ``localize``: "off", "mismatch" (look for the diverging segment when
+    every profile. (What precision is compared is the session's: ``SessionOptions.build`` or
+    the build folder's.) ``localize: "off", "mismatch" (look for the diverging segment when
     the comparison fails) or "always"; True means "mismatch"."""
 
     atol: float = DEFAULT_TOLERANCE
@@ -77,8 +76,6 @@ class CompareOptions:
     seed: int = 0
     shapes: Mapping[str, Sequence[int]] | None = None
     all_profile_shapes: bool = False
-    precision: str = "fp32"
-    keep_fp32_ops: tuple[str, ...] = DEFAULT_KEEP_FP32
     localize: bool | str = "off"
 
     def __post_init__(self) -> None:
@@ -95,9 +92,6 @@ class CompareOptions:
         object.__setattr__(self, "seed", _int_value(self.seed, "seed", 0))
         if self.shapes is not None:
             object.__setattr__(self, "shapes", MappingProxyType(self._checked_shapes(self.shapes)))
-        keep = (self.keep_fp32_ops,) if isinstance(self.keep_fp32_ops, str) else tuple(self.keep_fp32_ops)
-        validate_precision(self.precision, keep)
-        object.__setattr__(self, "keep_fp32_ops", keep)
         object.__setattr__(self, "localize", self._checked_localize(self.localize))
 
     @staticmethod

@@ -43,8 +43,6 @@ from trt_backend.bench.timing import (
     timed_loop,
     warm_up,
 )
-from trt_backend.engines.builder import BuildOptions
-from trt_backend.engines.precision import PRECISIONS
 from trt_backend.errors import BenchOptionsError, TensorRTUnavailableError
 from trt_backend.gpu.device import cuda_device_count
 from trt_backend.ort.threads import thread_pool_mode
@@ -63,17 +61,17 @@ log = logging.getLogger(__name__)
 class BenchOptions:
     """What to benchmark and how. ``shapes``: input shapes to run (default: the opt shapes of
     the first profile, or the model's fixed shapes); ``profiles`` as :class:`Session` takes
-    them (without any, ``shapes`` make one fixed profile, as ``--shapes`` does); ``build``: build TensorRT engines (timed, apart from inference) where a TensorRT
-    flavor imports; ``cache_dir``: engine cache to build through (default: a fresh temporary
-    one, so the first build is cold and the second a cache hit)."""
+    them (without any, ``shapes`` make one fixed profile, as ``--shapes`` does); ``build``: build
+    TensorRT engines (timed, apart from inference) where a TensorRT flavor imports, through the
+    session options' ``cache_dir`` (default: a fresh temporary one, so the first build is cold and
+    the second a cache hit). What precision is measured is the session's (``SessionOptions.build``)
+    or the build folder's."""
 
     shapes: Mapping[str, Shape] = field(default_factory=dict)
     profiles: Sequence[Mapping[str, Any]] | None = None
     baselines: tuple[str, ...] = BASELINES
     timing: TimingConfig = field(default_factory=TimingConfig)
-    precision: str = "fp32"
     build: bool = True
-    cache_dir: str | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -83,8 +81,6 @@ class BenchOptions:
             raise BenchOptionsError(f"unknown baseline(s) {', '.join(repr(u) for u in unknown)}; "
                                     f"choose from {', '.join(BASELINES)}")
         object.__setattr__(self, "baselines", tuple(dict.fromkeys(names)))
-        if self.precision not in PRECISIONS:
-            raise BenchOptionsError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not isinstance(self.timing, TimingConfig):
             raise BenchOptionsError(f"timing must be a TimingConfig, got {type(self.timing).__name__}")
 
@@ -102,7 +98,8 @@ def run_bench(model: ModelSource, options: BenchOptions | None = None, session_o
         options = replace(options, build=False)
     cache_dir = temp_cache = None
     if options.build:
-        cache_dir = options.cache_dir or (temp_cache := tempfile.mkdtemp(prefix="trt-backend-bench-"))
+        given_cache = session_options.cache_dir if session_options is not None else None
+        cache_dir = given_cache or (temp_cache := tempfile.mkdtemp(prefix="trt-backend-bench-"))
     so = _session_options(session_options, options, cache_dir)
     candidates: list[Candidate] = []
     try:
@@ -171,12 +168,9 @@ def _prepare_ours(c: Candidate, sess: Session, feeds: Mapping[str, Any]) -> None
 
 
 def _session_options(given: SessionOptions | None, options: BenchOptions, cache_dir: str | None) -> SessionOptions:
-    """The session's options, with the bench's precision and engine cache where it builds engines
-    itself (the GPU path) and the caller set none: BenchOptions.precision applies where the
-    session's BuildOptions are the defaults (fp32), any other BuildOptions are kept as given."""
+    """The session's options, with the bench's engine cache where it builds engines itself (the
+    GPU path) and the caller set none."""
     so = given if given is not None else SessionOptions()
-    if so.build == BuildOptions():
-        so = replace(so, build=BuildOptions(precision=options.precision))
     if so.cache_dir is None and cache_dir is not None:
         so = replace(so, cache_dir=cache_dir)
     return so
@@ -221,7 +215,8 @@ def _baseline(name: str, sess: Session, feeds: Mapping[str, Any], names: list[st
     ort_dir = os.path.join(cache_dir, "ort-trt") if cache_dir and name == "ort-trt" else None
     if ort_dir:
         os.makedirs(ort_dir, exist_ok=True)
-    return ort_baseline(name, model, feeds, names, so.ort_for(1), options.precision, ort_dir, device_id=so.device_id,
+    return ort_baseline(name, model, feeds, names, so.ort_for(1), sess.options.build.precision, ort_dir,
+                        device_id=so.device_id,
                         weights_dir=sess.model.base_dir)
 
 
@@ -262,14 +257,15 @@ def _result(sess: Session, options: BenchOptions, candidates: Sequence[Candidate
     executors = sess.segment_executors
     t = options.timing
     notes = []
-    if options.precision != "fp32" and "emulated" in executors:
-        notes.append(f"--precision {options.precision} applies to TensorRT engine builds (and ort-trt); emulated "
-                     "segments run in ONNX Runtime at the model's own precision")
+    precision = sess.compiled.precision_summary()
+    if precision != "fp32" and "emulated" in executors:
+        notes.append(f"emulated TensorRT segments compute in {precision} (the built forms, rounded as the engines "
+                     "would round) through ONNX Runtime on CPU: their speed is not the engines'")
     return BenchResult(
         model=str(sess.model.source), runners=runners,
         shapes={n: [int(d) for d in np.shape(v)] for n, v in feeds.items()},
         settings={"warmup_ms": t.warmup_s * 1e3, "duration_s": t.duration_s, "iterations": t.min_iterations,
-                  "rounds": t.rounds, "precision": options.precision, "seed": options.seed,
+                  "rounds": t.rounds, "precision": sess.compiled.precision_summary(), "seed": options.seed,
                   "baselines": list(options.baselines), "emulate": sess.options.emulate, "build": options.build,
                   "intra_op_threads": sess.options.ort.intra_op_threads,
                   "thread_pool": thread_pool_mode(),  # what ran, whatever was asked
@@ -353,4 +349,4 @@ def _environment(sess: Session) -> dict[str, Any]:
     return env
 
 
-__all__ = ["BenchOptions", "BenchOptionsError", "PRECISIONS", "TimingConfig", "measure", "run_bench"]
+__all__ = ["BenchOptions", "BenchOptionsError", "TimingConfig", "measure", "run_bench"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -95,14 +96,51 @@ def partition_options(args: argparse.Namespace) -> PartitionOptions:
                             plugin_ops=tuple(args.plugin_ops), target=args.target)
 
 
+# Flags that change what is built (the plan, the precision, the engines), with their defaults: a
+# build folder runs, compares, benches and exports as it was built, so these are refused on one.
+BUILD_FLAGS: dict[str, tuple[Any, str]] = {
+    "exclude_ops": ((), "--exclude-ops"), "exclude_nodes": ((), "--exclude-nodes"),
+    "min_segment_size": (DEFAULT_MIN_SEGMENT_SIZE, "--min-segment-size"),
+    "launch_cost_us": (BoundaryCost().launch_us, "--launch-cost-us"), "no_boundary_cost": (False, "--no-boundary-cost"),
+    "target": (None, "--target"), "no_plugins": (False, "--no-plugins"), "plugin_ops": ((), "--plugin-ops"),
+    "isolate": (False, "--isolate"), "flavor": ("auto", "--flavor"),
+    "precision": ("fp32", "--precision"), "calibration_data": (None, "--calibration-data"),
+    "calibration_method": ("minmax", "--calibration-method"), "precision_plan": (None, "--precision-plan"),
+    "allow": (("fp16", "bf16", "int8"), "--allow"), "compute_capabilities": (None, "--compute-capabilities"),
+    "workspace_mb": (None, "--workspace-mb"), "cache_dir": (None, "--cache-dir"),
+    "min_shapes": ([], "--min-shapes"), "opt_shapes": ([], "--opt-shapes"), "max_shapes": ([], "--max-shapes"),
+    "saved_plan": (None, "--saved-plan"),
+}
+
+
+def refuse_build_flags(args: argparse.Namespace, folder: str) -> None:
+    """One OptionsError naming the first flag given that would change what ``folder`` was built
+    with; run-time flags (threads, device, seeds, inputs, --shapes within its profiles) pass."""
+    for attr, (default, flag) in BUILD_FLAGS.items():
+        value = getattr(args, attr, default)
+        if value != default and not (isinstance(default, tuple) and tuple(value) == default):
+            raise OptionsError(f"{folder}: {flag} would change what was built; a build folder runs as it was "
+                               f"built (give {flag} to trt-backend build)")
+
+
+def is_folder_arg(args: argparse.Namespace) -> bool:
+    model = getattr(args, "model", None)
+    return isinstance(model, str) and os.path.isdir(model)
+
+
 def session_options(args: argparse.Namespace, **extra: Any) -> Any:
-    """SessionOptions from the shared planning flags (plus ``extra`` fields), with --max-memory,
-    --sign-key and --device where the command has them."""
+    """SessionOptions from the shared flags (plus ``extra`` fields), with --max-memory, --sign-key
+    and --device where the command has them: the one place every command that makes a session
+    gets its options from. On a build folder (``args.model``), flags that would change what was
+    built are refused (:func:`refuse_build_flags`) and the folder's own plan and build apply."""
     extra.setdefault("max_memory", max_memory(args))
     if getattr(args, "sign_key", None) is not None:
         extra.setdefault("sign_key", args.sign_key)
     if getattr(args, "device", None) is not None:
         extra.setdefault("device_id", args.device)
+    if is_folder_arg(args):
+        refuse_build_flags(args, args.model)
+        return SessionOptions(**extra)
     return SessionOptions(partition=partition_options(args), flavor=args.flavor, isolate_parser=args.isolate,
                           **extra)
 

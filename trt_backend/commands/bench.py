@@ -30,6 +30,7 @@ from trt_backend.commands._args import (
     precision_fields,
     session_options,
 )
+from trt_backend.commands._precision import options_with
 from trt_backend.errors import BenchOptionsError
 from trt_backend.ort.values import memory_limit
 from trt_backend.artifacts.read import is_build_folder
@@ -119,12 +120,11 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
         profiles = []  # a build folder brings its profiles: --shapes only shapes the inputs
     shapes = parse_shapes(args.shapes) if args.shapes else {}
     options = BenchOptions(shapes=shapes, profiles=profiles or None, baselines=_baselines(args.baselines),
-                           timing=timing, precision=args.precision, build=not args.no_build,
-                           cache_dir=args.cache_dir, seed=args.seed)
-    fields = precision_fields(args)
+                           timing=timing, build=not args.no_build, seed=args.seed)
     session = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
-                              ort=ort_options(args, intra_op_threads=threads),
-                              **(fields if args.precision == "int8" else {}))
+                              ort=ort_options(args, intra_op_threads=threads), cache_dir=args.cache_dir)
+    if not is_build_folder(args.model):
+        session = options_with(session, precision_fields(args))
     return options, session
 
 

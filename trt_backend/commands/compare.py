@@ -23,10 +23,12 @@ from trt_backend.commands._args import (
     add_sign_key_argument,
     cli_profiles,
     max_memory,
+    is_folder_arg,
     parse_shapes,
     precision_fields,
     session_options,
 )
+from trt_backend.commands._precision import options_with
 from trt_backend.ort.values import memory_limit
 
 
@@ -86,10 +88,13 @@ def _handle(args: argparse.Namespace) -> int:
                              error_stat=args.error_stat, error_quantile=args.error_quantile,
                              iterations=args.iterations, seed=args.seed,
                              shapes=parse_shapes(args.shapes) if args.shapes else None,
-                             all_profile_shapes=args.all_profile_shapes, precision=args.precision,
+                             all_profile_shapes=args.all_profile_shapes,
                              localize="always" if args.localize_always else "mismatch" if args.localize else "off")
-    calibration = {k: v for k, v in precision_fields(args).items() if k != "precision"}
-    so = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=options.seed, **calibration)
+    so = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=options.seed)
+    if is_folder_arg(args):  # (its own profiles: --shapes picks the shape to compare at within them)
+        profiles = []
+    else:
+        so = options_with(so, precision_fields(args))
     _check_json_path(args.json)
     report = compare(args.model, options, profiles=profiles or None, session_options=so)
     executors = report.executors

@@ -15,10 +15,9 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from partitioner import Plan
-from trt_backend.engines.builder import BuildOptions
 from trt_backend.errors import ArtifactError, ExportError
 from trt_backend.profiles import Profile, profiles_from_json
-from trt_backend.session import build_folder
+from trt_backend.artifacts.write import build
 from trt_backend.artifacts.read import is_build_folder, open_folder
 from trt_backend.session.options import SessionOptions
 from trt_backend.artifacts.saved import saved_segment_profiles
@@ -140,19 +139,20 @@ def _check_same_plan(first: ExportSource, plan: Plan, manifest: Mapping[str, Any
         raise ExportError(f"{folder}: built with {manifest.get('tensorrt')}, {first_folder} with {first.runtime}")
 
 
-def from_model(model: str, profiles: Sequence[Mapping[str, Any]] | None, options: SessionOptions | None,
-               build_options: BuildOptions | None, *, flavor: str = "auto", scratch_dir: str | None = None,
-               name: str | None = None, external_weights: bool | None = None,
-               sign_key: str | bytes | None = None) -> ExportSource:
-    """Build ``model`` into a scratch folder (removed afterwards) and read it as an export source.
-    ``external_weights`` None: as the model file keeps its weights."""
+def from_model(model: str, profiles: Sequence[Mapping[str, Any]] | None, options: SessionOptions | None = None, *,
+               scratch_dir: str | None = None, name: str | None = None,
+               external_weights: bool | None = None) -> ExportSource:
+    """Build ``model`` with ``options`` (precision, partition, flavor, signing key: all there) into
+    a scratch folder (removed afterwards) and read it as an export source. ``external_weights``
+    None: as the model file keeps its weights."""
+    sign_key = options.sign_key if options is not None else None
     if is_build_folder(model):
         return from_build_folders([model], name=name, external_weights=external_weights, sign_key=sign_key)
     external = _file_has_external_data(model) if external_weights is None else external_weights
     scratch = tempfile.mkdtemp(prefix=".export-build-", dir=scratch_dir)
     try:
         out = os.path.join(scratch, "build")
-        build_folder.build(model, out, profiles, options, build_options, flavor=flavor, sign_key=sign_key)
+        build(model, out, profiles, options)
         source = from_build_folders([out], name=name or _stem(model), external_weights=external, sign_key=sign_key)
     except ArtifactError as e:
         raise ExportError(f"{model}: building it for export failed: {e}") from None
@@ -169,7 +169,9 @@ def from_session(session: Session, *, name: str | None = None, engines: Mapping[
     plan = session.plan
     return ExportSource(
         name=name or _stem(session.model.source or "model"), plan=plan,
-        segment_models={seg.id: plan.extract(seg.id) for seg in plan.segments},
+        # (a TensorRT segment exports as the model its engine is, or would be, built from)
+        segment_models={seg.id: (session.compiled.segments[seg.id].model if seg.id in session.compiled.segments
+                                 else plan.extract(seg.id)) for seg in plan.segments},
         segment_profiles=dict(session.segment_profiles), input_profiles=list(session.input_profiles),
         engines={k: dict(v) for k, v in (engines or {}).items()}, runtime=runtime,
         precision=session.options.build.precision, external_weights=external_weights)

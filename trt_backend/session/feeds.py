@@ -6,7 +6,6 @@ dtype or rank, fixed dims, and shapes outside every profile all fail with one
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np

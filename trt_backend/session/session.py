@@ -83,6 +83,7 @@ class Session:
                                    "give none of them")
             compiled = self._open(model, executes)
         else:
+            self._require_tensorrt()  # (before planning and building: nothing could run them)
             if executes and self.options.device_id is not None:
                 use_device(self.options.device_id)  # full TensorRT builds for (and on) the current device
             compiled = compile(model, profiles, self.options, build=executes, saved_plan=plan,
@@ -124,18 +125,23 @@ class Session:
         return built.compiled
 
     def _executes(self) -> bool:
-        """Whether TensorRT segments execute here (else they are emulated); emulate=False where
-        they cannot is a TensorRTUnavailableError naming why."""
+        """Whether TensorRT segments are to execute here (else they are emulated): emulate=False
+        says yes, and :meth:`_require_tensorrt` then names why they cannot where they cannot."""
+        self._why_not = ""
         if self.options.emulate is True:
             return False
         ok, why = self._factory.executes(self.options.device_id)
-        if not ok and self.options.emulate is False:
-            raise TensorRTUnavailableError(f"cannot execute TensorRT segments: {why}; use emulate=True (or 'auto') "
-                                           "to run them through ONNX Runtime")
-        self._why_not = why
-        return ok
+        self._why_not = "" if ok else why
+        return ok or self.options.emulate is False
+
+    def _require_tensorrt(self) -> None:
+        if self._why_not and self.options.emulate is False:
+            raise TensorRTUnavailableError(f"cannot execute TensorRT segments: {self._why_not}; use emulate=True "
+                                           "(or 'auto') to run them through ONNX Runtime")
 
     def _start(self, compiled: Compiled, executes: bool) -> None:
+        if compiled.plan.tensorrt_segments():
+            self._require_tensorrt()
         self.compiled = compiled
         self.model: Model = compiled.model
         graph = self.model.proto.graph

@@ -21,7 +21,7 @@ from trt_backend.cli import main
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.precision_plan import PrecisionPlan, read_precision_plan
 from trt_backend.errors import PrecisionSearchError
-from trt_backend.session import build_folder
+from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
 
 pytestmark = pytest.mark.usefixtures("oracle")  # the TensorRT parser plans and checks what it takes
@@ -77,8 +77,8 @@ def test_the_plan_round_trips_and_builds_without_searching(model_path, plan, fla
     again = PrecisionPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
     assert again.segments == plan.segments and again.rounds == plan.rounds
     out = str(tmp_path / "built")
-    manifest = build_folder.build(model_path, out, PROFILE, SessionOptions(),
-                                  BuildOptions(precision="auto", precision_plan=plan))
+    manifest = build_folder_build(model_path, out, PROFILE,
+                                  SessionOptions(build=BuildOptions(precision="auto", precision_plan=plan)))
     (seg,) = [s for s in manifest["segments"] if s["engine"]]
     assert seg["precision"] == "fp16" and manifest["precision_plan"]["segments"][0]["precision"] == "fp16"
     assert read_precision_plan(out).segments == plan.segments
@@ -130,7 +130,7 @@ def test_bad_auto_options() -> None:
 
 def test_inspect_and_run_show_the_plan(model_path, plan, flavor, tmp_path, capsys) -> None:
     out = str(tmp_path / "built")
-    build_folder.build(model_path, out, PROFILE, SessionOptions(), BuildOptions(precision="auto", precision_plan=plan))
+    build_folder_build(model_path, out, PROFILE, SessionOptions(build=BuildOptions(precision="auto", precision_plan=plan)))
     page = str(tmp_path / "picture.html")
     assert main(["inspect", model_path, "--precision-plan", out, "--picture", page]) == 0
     text = capsys.readouterr().out

@@ -31,14 +31,14 @@ def built(tmp_path_factory) -> str:
 def nothing_planned_calibrated_or_built(monkeypatch) -> None:
     import trt_backend.bench.candidates as candidates_module
     import trt_backend.planning as planning_module
-    import trt_backend.session.session as session_module
+    import trt_backend.compile as compile_module
 
     def forbidden(*a, **k):
         raise AssertionError("a build folder must not be planned, calibrated or built again")
 
     monkeypatch.setattr(planning_module, "plan_model", forbidden)
-    monkeypatch.setattr(session_module, "derive_profiles", forbidden)
-    monkeypatch.setattr(session_module, "build_with_fallback", forbidden)
+    monkeypatch.setattr(compile_module, "derive_profiles", forbidden)
+    monkeypatch.setattr(compile_module, "build_with_fallback", forbidden)
     monkeypatch.setattr(candidates_module, "build_engines", forbidden)
 
 

@@ -22,7 +22,7 @@ from trt_backend.engines.calibration import InputSpec, load_calibration
 from trt_backend.engines.quantize import QDQ_OPS, SegmentQuantizer
 from trt_backend.errors import CalibrationDataError
 from trt_backend.planning import load
-from trt_backend.session import build_folder
+from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
@@ -106,8 +106,8 @@ def test_rtx_builds_the_int8_segments(files, flavor, tmp_path, caplog) -> None:
 
     out = str(tmp_path / "build")
     with caplog.at_level(logging.DEBUG, logger="trt_backend.tensorrt"):
-        manifest = build_folder.build(files["model"], out, PROFILE, SessionOptions(),
-                                      BuildOptions(precision="int8", calibration_data=files["data"]))
+        manifest = build_folder_build(files["model"], out, PROFILE,
+                                      SessionOptions(build=BuildOptions(precision="int8", calibration_data=files["data"])))
     trt = [s for s in manifest["segments"] if s["backend"] == "tensorrt"]
     assert len(trt) == 2 and all(s["engine_bytes"] > 1000 and s["precision"] == "int8" for s in trt)
     assert not manifest["demoted"] and manifest["build_options"]["calibration"]["method"] == "minmax"

@@ -36,10 +36,10 @@ DEMO_PROFILE = [{"image": ((1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32))}]
 
 @pytest.fixture(scope="module")
 def demo_build(tmp_path_factory) -> str:
-    from trt_backend.session import build_folder
+    from trt_backend.artifacts.write import build as build_folder_build
 
     out = str(tmp_path_factory.mktemp("build") / "demo_build")
-    build_folder.build(DEMO_PATH, out, DEMO_PROFILE)
+    build_folder_build(DEMO_PATH, out, DEMO_PROFILE)
     return out
 
 
@@ -437,10 +437,10 @@ def test_a_failed_write_leaves_the_old_repo_and_no_temp_folder(demo_build, tmp_p
 
 
 def test_signed_builds_export_only_with_their_key(tmp_path, capsys) -> None:
-    from trt_backend.session import build_folder
+    from trt_backend.artifacts.write import build as build_folder_build
 
     signed = str(tmp_path / "signed")
-    build_folder.build(DEMO_PATH, signed, DEMO_PROFILE, sign_key="key-one")
+    build_folder_build(DEMO_PATH, signed, DEMO_PROFILE, SessionOptions(sign_key="key-one"))
     assert main(["export-triton", signed, "-o", str(tmp_path / "a"), "--sign-key", "key-one"]) == 0
     capsys.readouterr()
     assert main(["export-triton", signed, "-o", str(tmp_path / "b"), "--sign-key", "key-two"]) == 1

@@ -16,12 +16,12 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-import trt_backend.session.session as session_module
 from tests.helpers import in_threads
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import DeviceError, OptionsError
 from trt_backend.gpu import device as dev
 from trt_backend.ort.options import OrtOptions
+from trt_backend.runners.factory import RunnerFactory
 from trt_backend.runners.ort import EmulatedTensorRTRunner
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
@@ -181,11 +181,11 @@ class DeviceRecordingRunner(EmulatedTensorRTRunner):
         return super().run_impl(inputs, ort_run_options)
 
 
-def test_session_on_gpu_1_puts_everything_there_in_every_thread(two_gpus, monkeypatch) -> None:
+def test_session_on_gpu_1_puts_everything_there_in_every_thread(two_gpus) -> None:
     made: list[DeviceRecordingRunner] = []
     asked: list[int] = []
 
-    def status(device=0):
+    def status(device):
         asked.append(device)
         return True, "declared by the test"
 
@@ -194,10 +194,10 @@ def test_session_on_gpu_1_puts_everything_there_in_every_thread(two_gpus, monkey
         return made[-1]
 
     plan = Session.make_plan(DEMO_PATH)
-    monkeypatch.setattr(session_module, "tensorrt_status", status)
-    monkeypatch.setattr(session_module, "make_tensorrt_runner", runner)
-    monkeypatch.setattr(session_module, "cuda_provider_available", lambda: False)
-    sess = Session(plan, PROFILE, SessionOptions(device_id=1), engines={0: b"engine 0", 2: b"engine 2"})
+    # the real Stream and BufferPool, on the fake CUDA runtime; only TensorRT itself is declared
+    runners = RunnerFactory(status=status, tensorrt_runner=runner, cuda_provider=lambda: False)
+    sess = Session(plan, PROFILE, SessionOptions(device_id=1), engines={0: b"engine 0", 2: b"engine 2"},
+                   runners=runners)
     assert sess.device_id == 1 and set(asked) == {1}
     assert sess.segment_executors == ["tensorrt", "onnxruntime", "tensorrt"]
     assert {r.kw["device_id"] for r in made} == {1}

@@ -14,10 +14,10 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-import trt_backend.session.session as session_module
 from partitioner.capability import QueryResult
 from tests.helpers import const, crop_resize, model, vi
 from trt_backend.gpu import device as dev
+from trt_backend.runners.factory import RunnerFactory
 from trt_backend.session.options import RunOptions, SessionOptions
 from trt_backend.session.session import Session
 
@@ -66,7 +66,7 @@ def skip_model() -> onnx.ModelProto:
 
 
 @pytest.fixture
-def standin_session(monkeypatch):
+def standin_session():
     from tests.trt_backend.gpu.torch_standin import TorchStandInRunner
 
     made: list[TorchStandInRunner] = []
@@ -75,15 +75,15 @@ def standin_session(monkeypatch):
         made.append(TorchStandInRunner(segment, onnx.load_from_string(engine), profiles, shape_tensors, **kw))
         return made[-1]
 
-    monkeypatch.setattr(session_module, "tensorrt_status", lambda device=0: (True, "PyTorch stand-in"))
-    monkeypatch.setattr(session_module, "make_tensorrt_runner", make_runner)
+    # the real stream, buffer pool and CUDA provider check; TensorRT is the PyTorch stand-in
+    runners = RunnerFactory(status=lambda device: (True, "PyTorch stand-in"), tensorrt_runner=make_runner)
     proto = skip_model()
     opts = SessionOptions(oracle=AcceptAll(), exclude_ops=("Resize",), device_id=0, outputs_on_device=True)
     plan = Session.make_plan(proto, opts)
     assert [s.backend for s in plan.segments] == ["tensorrt", "onnxruntime", "tensorrt"]
     assert set(plan.segments[2].inputs) == {"r2", "up"}  # r2 comes straight from segment 0
     engines = {s.id: plan.extract(s.id).SerializeToString() for s in plan.tensorrt_segments()}
-    sess = Session(plan, PROFILE, opts, engines=engines)
+    sess = Session(plan, PROFILE, opts, engines=engines, runners=runners)
     reference = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess, made, reference
 

@@ -13,7 +13,7 @@ from onnx import helper as h
 from tests.trt_backend.session.test_graphs import assert_same, ort_reference
 from trt_backend.ort.probe import HOW
 from trt_backend.planning import make_plan
-from trt_backend.session import build_folder
+from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
@@ -55,7 +55,7 @@ def test_mlp_core_after_ml_ops_is_one_tensorrt_segment(flavor, tmp_path) -> None
     for n in (1, 4, 16):
         feeds = {"X": rng.standard_normal((n, 8)).astype(np.float32)}
         assert_same(sess.run(None, feeds), ort_reference(m, feeds))
-    manifest = build_folder.build(m, str(tmp_path / "b"), profiles, SessionOptions())
+    manifest = build_folder_build(m, str(tmp_path / "b"), profiles, SessionOptions())
     engines = [s for s in manifest["segments"] if s["engine"]]
     assert len(engines) >= 1 and all(s["engine_bytes"] > 0 for s in engines)
 

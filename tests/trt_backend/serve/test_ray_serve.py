@@ -24,7 +24,7 @@ from trt_backend.errors import RequestError
 from trt_backend.serve import ServeOptions, start, stop
 from trt_backend.serve.app import SESSION_DEPLOYMENT
 from trt_backend.serve.codec import json_request, npz_request, read_reply
-from trt_backend.session import build_folder
+from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
 
 ray = pytest.importorskip("ray", reason="ray[serve] is installed by the serve extra (CI installs it)")
@@ -45,7 +45,7 @@ def served(tmp_path_factory):
     from ray.cluster_utils import Cluster
 
     folder = str(tmp_path_factory.mktemp("serve") / "demo_build")
-    build_folder.build(DEMO_PATH, folder, PROFILE, SessionOptions())
+    build_folder_build(DEMO_PATH, folder, PROFILE, SessionOptions())
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": STORE,
                                                              "include_dashboard": False})
     try:

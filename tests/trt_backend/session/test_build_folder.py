@@ -23,10 +23,10 @@ pytestmark = pytest.mark.usefixtures("flavor")
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> str:
-    from trt_backend.session import build_folder
+    from trt_backend.artifacts.write import build as build_folder_build
 
     out = str(tmp_path_factory.mktemp("b") / "demo")
-    build_folder.build(DEMO_PATH, out, PROFILE)
+    build_folder_build(DEMO_PATH, out, PROFILE)
     return out
 
 
@@ -54,14 +54,14 @@ def test_manifest_lists_files_with_hashes_and_real_engines(built) -> None:
 
 def test_load_runs_without_planning_calibrating_or_building(built, monkeypatch) -> None:
     import trt_backend.planning as planning_module
-    import trt_backend.session.session as session_module
+    import trt_backend.compile as compile_module
 
     def forbidden(*a, **k):
         raise AssertionError("load must not plan, calibrate or build")
 
     monkeypatch.setattr(planning_module, "plan_model", forbidden)
-    monkeypatch.setattr(session_module, "derive_profiles", forbidden)
-    monkeypatch.setattr(session_module, "build_with_fallback", forbidden)
+    monkeypatch.setattr(compile_module, "derive_profiles", forbidden)
+    monkeypatch.setattr(compile_module, "build_with_fallback", forbidden)
     sess = Session.load(built, SessionOptions(emulate=True))
     assert sess.segment_executors == ["emulated", "onnxruntime", "emulated"]
     x = np.random.default_rng(3).standard_normal((3, 3, 32, 32)).astype(np.float32)
@@ -160,14 +160,14 @@ def test_run_and_compare_take_a_build_folder(built, capsys, monkeypatch) -> None
     """Build once, run many: run DIR and compare DIR use the folder's plan, profiles and engines
     (emulated here) with no planning, calibration or build; Session(DIR) too."""
     import trt_backend.planning as planning_module
-    import trt_backend.session.session as session_module
+    import trt_backend.compile as compile_module
 
     def forbidden(*a, **k):
         raise AssertionError("a build folder must not be planned, calibrated or built again")
 
     monkeypatch.setattr(planning_module, "plan_model", forbidden)
-    monkeypatch.setattr(session_module, "derive_profiles", forbidden)
-    monkeypatch.setattr(session_module, "build_with_fallback", forbidden)
+    monkeypatch.setattr(compile_module, "derive_profiles", forbidden)
+    monkeypatch.setattr(compile_module, "build_with_fallback", forbidden)
     assert main(["run", built, "--shapes", "image:3x3x32x32", "--emulate"]) == 0
     out = capsys.readouterr().out
     assert "probs: shape (3, 10) float32" in out and "executors: emulated x2, onnxruntime x1" in out

@@ -33,11 +33,11 @@ def no_env_key(monkeypatch) -> None:
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, str]:
     """One unsigned and one signed build of the demo (signed through the CLI, key from a file)."""
-    from trt_backend.session import build_folder
+    from trt_backend.artifacts.write import build as build_folder_build
 
     root = tmp_path_factory.mktemp("sealed")
     unsigned = str(root / "unsigned")
-    build_folder.build(DEMO_PATH, unsigned, PROFILE)
+    build_folder_build(DEMO_PATH, unsigned, PROFILE)
     key_file = root / "key.txt"
     key_file.write_text(KEY + "\n")
     signed = str(root / "signed")

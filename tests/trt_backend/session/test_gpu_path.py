@@ -1,17 +1,20 @@
 """The Session's GPU path up to the GPU boundary: with TensorRT declared executable, the session
 builds a real engine (TensorRT-RTX, on CPU) for every TensorRT segment through the cache and hands
-each to a TensorRT runner. Only what needs a device is replaced: the stream, the buffer pool and
-the runner that would execute the engine (it runs the segment emulated and keeps the engine)."""
+each to a TensorRT runner. Only what needs a device is replaced, through the RunnerFactory the
+session is given: the stream, the buffer pool and the runner that would execute the engine (it
+runs the segment emulated and keeps the engine)."""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
-import trt_backend.session.session as session_module
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.ort.options import OrtOptions
+from trt_backend.runners.factory import RunnerFactory
 from trt_backend.runners.ort import EmulatedTensorRTRunner
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
@@ -23,56 +26,57 @@ pytestmark = pytest.mark.usefixtures("flavor")
 class EngineKeepingRunner(EmulatedTensorRTRunner):
     executor = "tensorrt"
 
-    def __init__(self, segment, engine, profiles, shape_tensors, **kw) -> None:
+    def __init__(self, segment, engine, profiles, shape_tensors, *, plan, **kw) -> None:
         self.engine, self.kw = engine, kw
-        proto = _PLAN[0].extract(segment.id)
-        super().__init__(segment, proto, OrtOptions(), profiles, shape_tensors)
+        super().__init__(segment, plan.extract(segment.id), OrtOptions(), profiles, shape_tensors)
 
 
-_PLAN: list = []
+@dataclass(frozen=True)
+class GpuBoundary(RunnerFactory):
+    """The runner factory with only the device replaced: TensorRT is declared executable, the
+    stream and pool are placeholders, the TensorRT runner keeps its engine and runs the segment
+    emulated (the plan ``make`` is given is remembered for it); ``made``: those runners."""
+
+    made: list = field(default_factory=list)
+    plans: list = field(default_factory=list)
+
+    def make(self, plan, *a, **k):
+        self.plans[:] = [plan]
+        return super().make(plan, *a, **k)
 
 
 @pytest.fixture
-def gpu_boundary(monkeypatch):
-    monkeypatch.setattr(session_module, "tensorrt_status", lambda device=0: (True, "declared by the test"))
-    monkeypatch.setattr(session_module, "Stream", lambda device=None: "stream")
-    monkeypatch.setattr(session_module, "BufferPool", lambda device=None: "pool")
-    monkeypatch.setattr(session_module, "cuda_provider_available", lambda: False)
-    made: list[EngineKeepingRunner] = []
-
+def gpu_boundary() -> GpuBoundary:
     def fake_runner(segment, engine, profiles, shape_tensors, **kw):
-        made.append(EngineKeepingRunner(segment, engine, profiles, shape_tensors, **kw))
-        return made[-1]
+        factory.made.append(EngineKeepingRunner(segment, engine, profiles, shape_tensors, plan=factory.plans[0], **kw))
+        return factory.made[-1]
 
-    monkeypatch.setattr(session_module, "make_tensorrt_runner", fake_runner)
-    real_make = session_module.Session._make_runners
-
-    def remember_plan(self, plan, *a, **k):
-        _PLAN[:] = [plan]
-        return real_make(self, plan, *a, **k)
-
-    monkeypatch.setattr(session_module.Session, "_make_runners", remember_plan)
-    return made
+    factory = GpuBoundary(status=lambda device: (True, "declared by the test"), tensorrt_runner=fake_runner,
+                          stream=lambda device=None: "stream", pool=lambda device=None: "pool",
+                          cuda_provider=lambda: False)
+    return factory
 
 
 def test_gpu_path_builds_an_engine_per_tensorrt_segment(gpu_boundary, tmp_path) -> None:
-    sess = Session(DEMO_PATH, PROFILE, SessionOptions(emulate="auto", cache_dir=str(tmp_path / "cache")))
+    sess = Session(DEMO_PATH, PROFILE, SessionOptions(emulate="auto", cache_dir=str(tmp_path / "cache")),
+                   runners=gpu_boundary)
+    made = gpu_boundary.made
     assert sess.segment_executors == ["tensorrt", "onnxruntime", "tensorrt"]
-    assert [r.segment.id for r in gpu_boundary] == [0, 2]
-    assert all(len(r.engine) > 10_000 for r in gpu_boundary)
-    assert gpu_boundary[0].kw == {"pool": "pool", "stream": "stream", "outputs_on_device": True,
+    assert [r.segment.id for r in made] == [0, 2]
+    assert all(len(r.engine) > 10_000 for r in made)
+    assert made[0].kw == {"pool": "pool", "stream": "stream", "outputs_on_device": True,
                                   "allow_host_code": False, "device_id": None}
     assert sorted(s.segment for s in sess.build_report.segments) == [0, 2]
     x = np.random.default_rng(0).standard_normal((3, 3, 32, 32)).astype(np.float32)
     want = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"]).run(None, {"image": x})
     np.testing.assert_allclose(sess.run(None, {"image": x})[0], want[0], rtol=1e-5, atol=1e-6)
-    again = Session(DEMO_PATH, PROFILE, SessionOptions(cache_dir=str(tmp_path / "cache")))
+    again = Session(DEMO_PATH, PROFILE, SessionOptions(cache_dir=str(tmp_path / "cache")), runners=gpu_boundary)
     assert all(s.cached for s in again.build_report.segments)  # second session: engines from the cache
 
 
 def test_gpu_path_demotes_what_tensorrt_cannot_build(gpu_boundary) -> None:
     # a zero workspace makes TensorRT refuse every segment: the session still works, all on ORT
-    sess = Session(DEMO_PATH, PROFILE, SessionOptions(build=BuildOptions(workspace_bytes=0)))
+    sess = Session(DEMO_PATH, PROFILE, SessionOptions(build=BuildOptions(workspace_bytes=0)), runners=gpu_boundary)
     assert sess.segment_executors == ["onnxruntime"]
     assert {d.node for d in sess.build_report.demoted} >= {0, 1, 2, 3}
     x = np.zeros((2, 3, 32, 32), np.float32)

@@ -383,17 +383,17 @@ def test_sequences_and_optionals_pass_between_onnxruntime_segments() -> None:
 def test_calibration_runs_the_whole_model_once_per_point(monkeypatch) -> None:
     """Profiles of every calibrated tensor come from one whole-model run per calibration point
     (min, opt, max, and the data-dependence probe), however many tensors are recorded."""
-    import trt_backend.session.session as session_module
+    import trt_backend.compile as compile_module
 
     calls: list[int] = []
-    real = session_module.tapped_session
+    real = compile_module.tapped_session
 
     def counting(model, names, options, what):
         run = real(model, names, options, what)
         calls.append(len(names))
         return lambda feeds, wanted: calls.append(-1) or run(feeds, wanted)
 
-    monkeypatch.setattr(session_module, "tapped_session", counting)
+    monkeypatch.setattr(compile_module, "tapped_session", counting)
     opts = SessionOptions(emulate=True, exclude_ops=("NonMaxSuppression", "Loop"), min_segment_size=1)
     Session(detection_model(), profiles=[{"feats": ((1, 4, 8), (2, 16, 8), (2, 32, 8))}], options=opts)
     sessions, runs = [c for c in calls if c >= 0], calls.count(-1)

@@ -11,7 +11,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from trt_backend.session import build_folder
+from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
@@ -88,7 +88,7 @@ def test_kv_cache_decoder_prefill_and_decode(flavor, tmp_path, cut) -> None:
         scores = sess.segment_profiles[2][0]["probs"]
         assert scores.min[3] == 1 and scores.max[3] == 32 + 16
     # one profile covers both steps in the engines too (TensorRT-RTX builds ahead of time here)
-    manifest = build_folder.build(m, str(tmp_path / "b"), PROFILE, opts)
+    manifest = build_folder_build(m, str(tmp_path / "b"), PROFILE, opts)
     assert all(s["engine_bytes"] > 0 for s in manifest["segments"] if s["backend"] == "tensorrt")
     loaded = Session.load(str(tmp_path / "b"), SessionOptions(emulate=True))
     generate(loaded, m, 1, 3, steps=2)

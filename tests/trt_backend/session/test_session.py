@@ -212,12 +212,12 @@ def test_saved_plan_reuses_profiles_without_deriving(monkeypatch, tmp_path) -> N
     first = demo_session()
     saved = tmp_path / "plan.json"
     saved.write_text(first.plan.to_json())
-    import trt_backend.session.session as session_module
+    import trt_backend.compile as compile_module
 
     def no_derivation(*args, **kwargs):
         raise AssertionError("profiles derived again")
 
-    monkeypatch.setattr(session_module, "derive_profiles", no_derivation)
+    monkeypatch.setattr(compile_module, "derive_profiles", no_derivation)
     for plan in (str(saved), saved.read_text(), json.loads(saved.read_text())):
         again = Session(DEMO_PATH, options=SessionOptions(emulate=True), plan=plan)
         assert again.segment_profiles == first.segment_profiles

@@ -10,7 +10,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from tests.trt_backend.session.test_graphs import assert_same, ort_reference
-from trt_backend.session import build_folder
+from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
@@ -42,6 +42,6 @@ def test_a_shape_computed_elsewhere_builds_without_asking(flavor, tmp_path) -> N
     for n in (1, 3, 4):
         feeds = {"x": np.zeros((n, 4), np.float32), "one": np.ones((1, 1), np.float32)}
         assert_same(sess.run(None, feeds), ort_reference(m, feeds))
-    manifest = build_folder.build(m, str(tmp_path / "b"), profiles, opts)  # (asked for values before)
+    manifest = build_folder_build(m, str(tmp_path / "b"), profiles, opts)  # (asked for values before)
     assert [s["backend"] for s in manifest["segments"]][-1] == "tensorrt"
     assert manifest["segments"][-1]["engine_bytes"] > 0

@@ -61,11 +61,11 @@ def test_saved_plan_with_copies_is_reused_and_one_without_them_refused() -> None
 def test_engines_build_with_no_profile_for_a_shared_constant(tmp_path) -> None:
     """Real TensorRT-RTX builds of both TensorRT segments; the later one reads k and shp as shape
     tensors from its own copies, so only the model input's profile is given."""
-    from trt_backend.session import build_folder
+    from trt_backend.artifacts.write import build as build_folder_build
 
     proto = shared_constants_model()
     out = str(tmp_path / "b")
-    manifest = build_folder.build(proto, out, PROFILES, SessionOptions(exclude_ops=("Sin",), boundary_cost=None))
+    manifest = build_folder_build(proto, out, PROFILES, SessionOptions(exclude_ops=("Sin",), boundary_cost=None))
     assert manifest["demoted"] == []
     assert [(s["backend"], bool(s["engine"])) for s in manifest["segments"]] == [
         ("tensorrt", True), ("onnxruntime", False), ("tensorrt", True)]
