@@ -25,10 +25,9 @@ from trt_backend.commands._args import (
     max_memory,
     is_folder_arg,
     parse_shapes,
-    precision_fields,
     session_options,
 )
-from trt_backend.commands._precision import options_with
+from trt_backend.commands._precision import add_auto_arguments, build_fields, options_with
 from trt_backend.ort.values import memory_limit
 
 
@@ -55,6 +54,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iterations", default="1", metavar="N", help="inputs per shape point (default 1)")
     p.add_argument("--seed", default="0", metavar="S", help="seed of the random inputs (default 0)")
     add_precision_arguments(p, "TensorRT segments (emulated through ONNX Runtime without a GPU)")
+    add_auto_arguments(p, tolerances=False)
     p.add_argument("--emulate", action="store_true",
                    help="run TensorRT segments through ONNX Runtime even where TensorRT could run them")
     p.add_argument("--localize", action="store_true",
@@ -94,7 +94,7 @@ def _handle(args: argparse.Namespace) -> int:
     if is_folder_arg(args):  # (its own profiles: --shapes picks the shape to compare at within them)
         profiles = []
     else:
-        so = options_with(so, precision_fields(args))
+        so = options_with(so, build_fields(args, args.model, profiles or None, so))
     _check_json_path(args.json)
     report = compare(args.model, options, profiles=profiles or None, session_options=so)
     executors = report.executors

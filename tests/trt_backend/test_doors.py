@@ -1,0 +1,159 @@
+"""Every door gives the same answer. The same settings given through the CLI ``build``,
+``trt_backend.build()`` and ``Session(MODEL, options)`` make the same plan, the same precision per
+segment and the same segment models (what was, or would be, built); and ``run``, ``compare`` and
+``Session.load`` of the folder give the outputs and errors that ``compare MODEL`` and
+``Session(MODEL, options)`` give on the same inputs. Over fp32, fp16, bf16, int8 (calibrated) and
+auto, on a small CNN and a small transformer block; everything real: TensorRT-RTX parses and
+builds on CPU, ONNX Runtime emulates the built forms."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import trt_backend
+from tests.trt_backend.engines.test_int8 import cnn
+from tests.trt_backend.session.test_graphs import transformer_model
+from trt_backend.accuracy.auto_precision import AutoOptions
+from trt_backend.cli import main
+from trt_backend.engines.builder import BuildOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
+
+pytestmark = pytest.mark.usefixtures("flavor")
+
+MODELS = {
+    "cnn": (cnn, "x", (2, 3, 16, 16), [{"x": ((1, 3, 16, 16), (2, 3, 16, 16), (4, 3, 16, 16))}]),
+    "transformer": (transformer_model, "x", (2, 8, 32), [{"x": ((1, 8, 32), (2, 8, 32), (2, 8, 32))}]),
+}
+PRECISIONS = ("fp32", "fp16", "bf16", "int8", "auto")
+
+
+def _shape_flags(profile) -> list[str]:
+    (name, (lo, opt, hi)), = profile[0].items()
+    text = {k: f"{name}:" + "x".join(map(str, s)) for k, s in (("min", lo), ("opt", opt), ("max", hi))}
+    return ["--min-shapes", text["min"], "--opt-shapes", text["opt"], "--max-shapes", text["max"]]
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def material(request, tmp_path_factory):
+    make, name, shape, profile = MODELS[request.param]
+    folder = tmp_path_factory.mktemp(request.param)
+    path = str(folder / "model.onnx")
+    onnx.save(make(), path)
+    rng = np.random.default_rng(11)
+    cal = str(folder / "cal.npz")
+    np.savez(cal, **{name: rng.standard_normal((16, *shape[1:])).astype(np.float32)})
+    x = {name: rng.standard_normal(shape).astype(np.float32)}
+    inputs = str(folder / "in.npz")
+    np.savez(inputs, **x)
+    base = SessionOptions(emulate=True, build=BuildOptions(calibration_data=cal))
+    plan = trt_backend.search_precision(path, profile, base, AutoOptions(atol=0.05, rtol=0.05, allow=("fp16", "int8")))
+    plan_path = str(folder / "plan.json")
+    with open(plan_path, "w") as f:
+        json.dump(plan.to_dict(), f)
+    return {"name": request.param, "path": path, "profile": profile, "cal": cal, "x": x, "inputs": inputs,
+            "plan": plan, "plan_path": plan_path, "folder": folder}
+
+
+def _build_options(m, precision: str) -> BuildOptions:
+    if precision == "auto":
+        return BuildOptions(precision="auto", precision_plan=m["plan"], calibration_data=m["cal"])
+    if precision == "int8":
+        return BuildOptions(precision="int8", calibration_data=m["cal"])
+    return BuildOptions(precision=precision)
+
+
+def _cli_precision(m, precision: str) -> list[str]:
+    flags = ["--precision", precision]
+    if precision in ("int8", "auto"):
+        flags += ["--calibration-data", m["cal"]]
+    if precision == "auto":
+        flags += ["--precision-plan", m["plan_path"]]
+    return flags
+
+
+def _signature(model: onnx.ModelProto, base_dir: str | None = None) -> tuple:
+    """Nodes (op, name, inputs, outputs, attributes) and every initializer's values: two models
+    with equal signatures compute the same thing."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    if base_dir is not None:
+        onnx.external_data_helper.load_external_data_for_model(model, base_dir)
+    nodes = tuple((n.op_type, n.name, tuple(n.input), tuple(n.output),
+                   tuple(sorted(a.SerializeToString() for a in n.attribute))) for n in model.graph.node)
+    inits = tuple(sorted((t.name, t.data_type, numpy_helper.to_array(t).tobytes()) for t in model.graph.initializer))
+    return nodes, inits
+
+
+def _folder_forms(folder: str) -> dict[int, tuple[str, tuple]]:
+    with open(os.path.join(folder, "manifest.json")) as f:
+        manifest = json.load(f)
+    out = {}
+    for seg in manifest["segments"]:
+        if seg["backend"] == "tensorrt":
+            proto = onnx.load(os.path.join(folder, seg["model"]), load_external_data=False)
+            out[seg["id"]] = (seg["precision"], _signature(proto, folder))
+    return out
+
+
+def _max_abs(report) -> float:
+    return max(o.error.max_abs_error for o in report.outputs)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_every_door_builds_and_runs_the_same(material, precision, tmp_path, capsys) -> None:
+    m = material
+    options = SessionOptions(emulate=True, build=_build_options(m, precision))
+    cli_dir, api_dir = str(tmp_path / "cli"), str(tmp_path / "api")
+    assert main(["build", m["path"], "-o", cli_dir, *_shape_flags(m["profile"]), *_cli_precision(m, precision)]) == 0
+    trt_backend.build(m["path"], api_dir, m["profile"], options)
+    sess = Session(m["path"], m["profile"], options)
+
+    # the same plan, the same precision per segment, the same segment models
+    manifests = [json.load(open(os.path.join(d, "manifest.json"))) for d in (cli_dir, api_dir)]
+    plans = [[(s["id"], s["backend"], s["nodes"]) for s in mf["plan"]["segments"]] for mf in manifests]
+    assert plans[0] == plans[1] == [(s.id, s.backend, list(s.nodes)) for s in sess.plan.segments]
+    cli_forms, api_forms = _folder_forms(cli_dir), _folder_forms(api_dir)
+    session_forms = {k: (b.precision, _signature(b.model, sess.model.base_dir)) for k, b in sess.compiled.segments.items()}
+    assert cli_forms == api_forms == session_forms
+    precisions = {p for p, _ in session_forms.values()}
+    if precision in ("fp16", "bf16", "int8"):
+        assert precisions == {precision}
+    if precision == "auto":
+        assert precisions == {s.precision for s in m["plan"].segments}
+    if "int8" in precisions:  # the folder holds what was built: Q/DQ
+        ops = {op for _, (nodes, _) in api_forms.values() for op, *_ in nodes}
+        assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+
+    # the same outputs from the model and from the folder, by every door
+    want = sess.run(None, m["x"])
+    loaded = Session.load(api_dir, SessionOptions(emulate=True))
+    assert loaded.emulated_precisions == sess.emulated_precisions
+    for a, b in zip(loaded.run(None, m["x"]), want):
+        np.testing.assert_array_equal(a, b)
+    out = str(tmp_path / "out.npz")
+    capsys.readouterr()
+    assert main(["run", cli_dir, "--inputs", m["inputs"], "--outputs", out, "--emulate"]) == 0
+    with np.load(out) as saved:
+        for a, b in zip([saved[o.name] for o in sess.get_outputs()], want):
+            np.testing.assert_array_equal(a, b)
+    from_model = trt_backend.compare(m["path"], profiles=m["profile"], session_options=options, feeds=[m["x"]])
+    from_folder = trt_backend.compare(api_dir, session_options=SessionOptions(emulate=True), feeds=[m["x"]])
+    assert _max_abs(from_model) == _max_abs(from_folder)
+    assert from_model.precision == from_folder.precision == sess.compiled.precision_summary()
+    if precision in ("fp16", "bf16", "int8"):
+        assert _max_abs(from_folder) > 0  # (reduced precision computed, not fp32 again)
+
+    # the CLI compare of the model file and of the folder: the same numbers on the same inputs
+    reports = []
+    for target, extra in ((m["path"], [*_shape_flags(m["profile"]), *_cli_precision(m, precision)]), (cli_dir, [])):
+        path = str(tmp_path / f"cmp{len(reports)}.json")
+        main(["compare", target, "--emulate", "--atol", "10", "--rtol", "10", "--json", path, *extra])
+        with open(path) as f:
+            reports.append(json.load(f))
+    assert reports[0]["outputs"] == reports[1]["outputs"]
+    assert reports[0]["precision"] == reports[1]["precision"] == sess.compiled.precision_summary()
