@@ -157,3 +157,65 @@ def test_every_door_builds_and_runs_the_same(material, precision, tmp_path, caps
             reports.append(json.load(f))
     assert reports[0]["outputs"] == reports[1]["outputs"]
     assert reports[0]["precision"] == reports[1]["precision"] == sess.compiled.precision_summary()
+
+
+@pytest.mark.parametrize("precision", ("int8", "auto"))
+def test_export_triton_of_a_folder_carries_the_built_precision(material, precision, tmp_path, capsys) -> None:
+    """The repository's TensorRT segment models are the built forms (Q/DQ for int8, casts for
+    fp16) and the TensorRT accelerator is told the same precision; from any working directory."""
+    m = material
+    folder = str(tmp_path / "built")
+    assert main(["build", m["path"], "-o", folder, *_shape_flags(m["profile"]), *_cli_precision(m, precision)]) == 0
+    built = _folder_forms(folder)
+    repo = str(tmp_path / "repo")
+    os.chdir(tmp_path.parent)
+    assert main(["export-triton", folder, "-o", repo]) == 0
+    found: dict[int, set[str]] = {}
+    configs: dict[int, str] = {}
+    for root, _, files in os.walk(repo):
+        name = os.path.basename(os.path.dirname(root)) if os.path.basename(root) == "1" else os.path.basename(root)
+        if not name.endswith("_trt"):
+            continue
+        seg = int(name.rsplit("_", 2)[-2])
+        for f in files:
+            if f.endswith(".onnx"):
+                found[seg] = {n.op_type for n in onnx.load(os.path.join(root, f)).graph.node}
+            if f == "config.pbtxt":
+                configs[seg] = open(os.path.join(root, f)).read()
+    assert set(found) == set(built)
+    for seg, (built_precision, _) in built.items():
+        qdq = {"QuantizeLinear", "DequantizeLinear"} <= found[seg]
+        assert qdq == (built_precision == "int8"), (seg, built_precision)
+        mode = {"int8": "INT8", "fp16": "FP16"}.get(built_precision)
+        if mode is not None:
+            assert f'"precision_mode"' in configs[seg] and f'"{mode}"' in configs[seg]
+
+
+def test_build_options_are_refused_on_a_folder_in_one_line(material, tmp_path, capsys) -> None:
+    """A folder runs, compares, benches and exports as it was built: every flag that would change
+    that is refused with one line naming it, by every command and by the Python door."""
+    m = material
+    folder = str(tmp_path / "built")
+    assert main(["build", m["path"], "-o", folder, *_shape_flags(m["profile"])]) == 0
+    refused = [["--precision", "fp16"], ["--calibration-data", m["cal"]], ["--exclude-ops", "Relu"],
+               ["--min-segment-size", "1"], ["--no-boundary-cost"], ["--flavor", "tensorrt_rtx"],
+               ["--min-shapes", "x:1x1", "--opt-shapes", "x:1x1", "--max-shapes", "x:1x1"]]
+    for command in ("run", "compare", "bench"):
+        for flags in refused:
+            capsys.readouterr()
+            assert main([command, folder, *flags]) == 1, (command, flags)
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and flags[0] in err and "would change what was built" in err, err
+    for flags in (["--precision", "fp16"], ["--exclude-ops", "Relu"]):
+        capsys.readouterr()
+        assert main(["export-triton", folder, "-o", str(tmp_path / "repo"), *flags]) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "would change" in err, err
+    for options in (SessionOptions(precision="fp16"), SessionOptions(exclude_ops=("Relu",)),
+                    SessionOptions(build=BuildOptions(workspace_bytes=1 << 20))):
+        with pytest.raises(trt_backend.errors.OptionsError, match="would change"):
+            Session.load(folder, options)
+    # run-time options are taken: threads, seeds, shapes inside the folder's profiles
+    assert main(["run", folder, "--seed", "3", "--thread-pool", "global", "--emulate"]) == 0
+    shape = "x".join(map(str, m["x"][next(iter(m["x"]))].shape))
+    assert main(["compare", folder, "--shapes", f"{next(iter(m['x']))}:{shape}", "--emulate", "--atol", "1"]) == 0

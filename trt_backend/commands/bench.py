@@ -11,6 +11,7 @@ import time
 from typing import IO, Any
 
 from trt_backend._files import write_atomic
+from trt_backend.artifacts.read import is_build_folder
 from trt_backend.bench.candidates import BASELINES
 from trt_backend.bench.loop import BenchOptions, run_bench
 from trt_backend.bench.report import write_plot
@@ -33,7 +34,6 @@ from trt_backend.commands._args import (
 from trt_backend.commands._precision import options_with
 from trt_backend.errors import BenchOptionsError
 from trt_backend.ort.values import memory_limit
-from trt_backend.artifacts.read import is_build_folder
 
 PROGRESS_AFTER_S = 2.0  # runs shorter than this print no progress
 

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from partitioner import OptionsError
+from trt_backend.artifacts.write import build
 from trt_backend.commands._args import (
     add_device_argument,
     add_memory_argument,
@@ -19,8 +20,11 @@ from trt_backend.commands._args import (
     max_memory,
     session_options,
 )
-from trt_backend.artifacts.write import build
-from trt_backend.commands._precision import add_auto_arguments, build_fields, options_with
+from trt_backend.commands._precision import (
+    add_auto_arguments,
+    build_fields,
+    options_with,
+)
 from trt_backend.engines.report import BuildEvent
 from trt_backend.ort.values import memory_limit
 

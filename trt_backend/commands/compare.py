@@ -22,12 +22,16 @@ from trt_backend.commands._args import (
     add_shape_arguments,
     add_sign_key_argument,
     cli_profiles,
-    max_memory,
     is_folder_arg,
+    max_memory,
     parse_shapes,
     session_options,
 )
-from trt_backend.commands._precision import add_auto_arguments, build_fields, options_with
+from trt_backend.commands._precision import (
+    add_auto_arguments,
+    build_fields,
+    options_with,
+)
 from trt_backend.ort.values import memory_limit
 
 

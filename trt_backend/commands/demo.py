@@ -10,11 +10,11 @@ import numpy as np
 from partitioner import PartitionOptions
 from partitioner.report import summary
 from trt_backend._files import write_atomic, write_picture
+from trt_backend.artifacts.write import build
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import OptionsError
 from trt_backend.ort.threads import inference_session
 from trt_backend.planning import make_plan
-from trt_backend.artifacts.write import build
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 

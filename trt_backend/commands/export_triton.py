@@ -14,9 +14,9 @@ from trt_backend.commands._args import (
     add_sign_key_argument,
     cli_profiles,
     positive_int,
+    refuse_build_flags,
     session_options,
 )
-from trt_backend.artifacts.read import refused_on_folder
 from trt_backend.commands._precision import options_with
 from trt_backend.export.repo import (
     INSTANCE_KINDS,
@@ -67,18 +67,18 @@ def _source(args: argparse.Namespace) -> ExportSource:
     models = [s for s in sources if not os.path.isdir(s)]
     if models and len(sources) > 1:
         raise OptionsError(f"give one model file, or build folders only (got {', '.join(sources)})")
+    if not models:
+        for folder in sources:  # (a folder exports as it was built: flags that would change that are refused)
+            refuse_build_flags(args, folder)
+            if args.shapes:
+                raise OptionsError(f"{folder}: --shapes would change what was built; a build folder exports with "
+                                   "the profiles it was built with")
+        return from_build_folders(sources, name=args.name, sign_key=args.sign_key)
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     kw: dict[str, Any] = {"precision": args.precision}
     if args.compute_capabilities:
         kw["compute_capabilities"] = tuple(c.strip() for c in args.compute_capabilities.split(",") if c.strip())
     options = options_with(session_options(args), kw)
-    if not models:
-        for folder in sources:  # (a folder exports as it was built: flags that would change that are refused)
-            refused_on_folder(options, folder)
-        if profiles:
-            raise OptionsError(f"{sources[0]}: a build folder exports with the profiles it was built with; "
-                               "--shapes/--min-shapes/--opt-shapes/--max-shapes apply to a model file")
-        return from_build_folders(sources, name=args.name, sign_key=args.sign_key)
     scratch = os.path.dirname(os.path.abspath(args.output))
     return from_model(models[0], profiles or None, options, scratch_dir=scratch if os.path.isdir(scratch) else None,
                       name=args.name)

@@ -14,6 +14,13 @@ from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from partitioner.picture import render_picture
 from partitioner.report import annotate, summary, table
 from trt_backend._files import save_model_with_data, write_atomic, write_picture
+from trt_backend.artifacts.read import (
+    BuiltFolder,
+    is_build_folder,
+    open_folder,
+    runtime_mismatch,
+)
+from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.commands._args import (
     add_partition_arguments,
     add_sign_key_argument,
@@ -26,13 +33,6 @@ from trt_backend.engines.precision_plan import (
 )
 from trt_backend.gpu.status import tensorrt_status
 from trt_backend.planning import make_plan
-from trt_backend.artifacts.read import (
-    BuiltFolder,
-    is_build_folder,
-    open_folder,
-    runtime_mismatch,
-)
-from trt_backend.artifacts.seal import sign_key as read_sign_key
 
 
 def register(p: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 
 from partitioner import OptionsError
 from trt_backend._files import write_atomic
+from trt_backend.artifacts.read import is_build_folder
 from trt_backend.commands._args import (
     add_cpu_session_arguments,
     add_device_argument,
@@ -35,7 +36,6 @@ from trt_backend.commands._precision import (
 from trt_backend.errors import FeedError
 from trt_backend.ort.threads import thread_pool_mode
 from trt_backend.ort.values import check_allocation, memory_limit
-from trt_backend.artifacts.read import is_build_folder
 from trt_backend.session.feeds import random_feeds
 from trt_backend.session.session import Session
 

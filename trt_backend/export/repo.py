@@ -182,9 +182,10 @@ def triton_repo(source: ExportSource, options: TritonOptions | None = None) -> T
         why = ("asked for with --trt-format onnx" if opts.trt_format == ONNX else _no_plan_reason(source))
         notes.append(f"TensorRT segment(s) {', '.join(map(str, onnx_trt))} exported as ONNX Runtime models with Triton's "
                      f"TensorRT execution accelerator: {why}")
-    if onnx_trt and source.precision in ("bf16", "tf32"):
-        notes.append(f"the build's precision {source.precision} has no counterpart in the TensorRT accelerator's "
-                     "precision_mode (FP32, FP16, INT8): those segments run in FP32 there")
+    unmatched = sorted({source.segment_precisions.get(k, source.precision) for k in onnx_trt} & {"bf16", "tf32"})
+    if unmatched:
+        notes.append(f"the build's precision {', '.join(unmatched)} has no counterpart in the TensorRT accelerator's "
+                     "precision_mode (FP32, FP16, INT8): its segments keep their bf16 casts, the rest runs in FP32")
     plans = [m.segment for m in models if m.form == PLAN]
     if plans:
         notes.append(f"TensorRT segment(s) {', '.join(map(str, plans))} exported as TensorRT plans (built with "
@@ -340,8 +341,11 @@ def _accelerator(source: ExportSource, seg: Segment) -> dict[str, str]:
     if usable:
         for key, pick in (("trt_profile_min_shapes", 0), ("trt_profile_opt_shapes", 1), ("trt_profile_max_shapes", 2)):
             params[key] = ",".join(f"{n}:{'x'.join(str(d) for d in pt[pick])}" for prof in points for n, pt in prof)
-    if source.precision == "fp16":
-        params["precision_mode"] = "FP16"
+    # the segment model is the built form (fp16 casts, or Q/DQ with an fp16 remainder): the
+    # accelerator builds it in the same precision
+    mode = {"fp16": "FP16", "int8": "INT8"}.get(source.segment_precisions.get(seg.id, source.precision))
+    if mode is not None:
+        params["precision_mode"] = mode
     return params
 
 

@@ -45,6 +45,8 @@ class ExportSource:
     runtime: str | None = None
     precision: str = "fp32"
     external_weights: bool = False
+    # TensorRT segment id -> the precision its model (the built form) was built in
+    segment_precisions: dict[int, str] = field(default_factory=dict)
 
     @property
     def is_rtx(self) -> bool:
@@ -119,7 +121,9 @@ def from_build_folders(folders: Sequence[str], *, name: str | None = None, exter
                 input_profiles=profiles_from_json(plan_json.get("input_profiles", [])),
                 runtime=manifest.get("tensorrt"),
                 precision=str(manifest.get("build_options", {}).get("precision", "fp32")),
-                external_weights=external if external_weights is None else external_weights)
+                external_weights=external if external_weights is None else external_weights,
+                segment_precisions={int(s["id"]): str(s.get("precision") or "fp32") for s in manifest["segments"]
+                                    if s["backend"] == "tensorrt"})
         else:
             _check_same_plan(first, built.plan, manifest, folder, folders[0])
         for seg_id, engine in engines.items():
@@ -174,4 +178,5 @@ def from_session(session: Session, *, name: str | None = None, engines: Mapping[
                                  else plan.extract(seg.id)) for seg in plan.segments},
         segment_profiles=dict(session.segment_profiles), input_profiles=list(session.input_profiles),
         engines={k: dict(v) for k, v in (engines or {}).items()}, runtime=runtime,
-        precision=session.options.build.precision, external_weights=external_weights)
+        precision=session.options.build.precision, external_weights=external_weights,
+        segment_precisions=dict(session.compiled.precisions))
