@@ -28,7 +28,11 @@ from trt_backend.accuracy.polygraphy_glue import (
     run_comparison,
 )
 from trt_backend.accuracy.report import ComparisonReport, OutputReport, TensorError
-from trt_backend.engines.builder import BuildOptions, segment_precision
+from trt_backend.engines.builder import (
+    BuildOptions,
+    segment_precision,
+    weights_for_transform,
+)
 from trt_backend.engines.emulation import emulation_ort_options, segment_emulation
 from trt_backend.errors import PrecisionError, ReferenceRunError, SegmentLoadError
 from trt_backend.ort.options import OrtOptions
@@ -158,6 +162,10 @@ def lower_precision(sess: Session, precision: str, keep_fp32_ops: Sequence[str])
         proto = sess.plan.extract(r.segment.id)
         if segment_precision(proto, wanted)[0] in ("fp32", "tf32"):
             continue
+        proto, kept = weights_for_transform(proto, sess.model.base_dir, r.label)  # (from the model's folder)
+        if kept is not None:
+            log.warning("%s stays fp32: %s", r.label, kept)
+            continue
         try:
             quantizer = sess.quantizer(wanted) if segment_precision(proto, wanted)[0] == "int8" else None
             emulated = segment_emulation(proto, wanted, quantizer)
@@ -166,7 +174,7 @@ def lower_precision(sess: Session, precision: str, keep_fp32_ops: Sequence[str])
             continue
         runner = EmulatedTensorRTRunner(r.segment, emulated.model,
                                         emulation_ort_options(sess.options.ort_for(len(sess.runners))),
-                                        r.profiles, r.shape_tensors)
+                                        r.profiles, r.shape_tensors, weights_dir=sess.model.base_dir)
         sess.replace_runner(i, runner)
         done[r.segment.id] = emulated.precision
     return done
