@@ -4,7 +4,8 @@ per-channel preset TensorRT takes), of a float model whose inline weights go int
 ``weights.data``, and of a model whose weights are external data. Every file a folder's model
 and segments reference is read from the folder (``Model.base_dir``), never from the current
 directory: ``run``, ``compare`` (also in fp16), ``bench``, ``inspect`` and ``Session.load``,
-from elsewhere and moved, on real TensorRT-RTX builds.
+from elsewhere and moved, on real TensorRT-RTX builds; so does a precision search
+(``build --precision auto``) of a model with external weights.
 
 Tolerances as in test_quantized_models: with ONNX Runtime's graph optimisations off the emulated
 session computes what ONNX Runtime computes on the original model (float Q/DQ); the CLI runs with
@@ -224,3 +225,17 @@ def test_qdq_rewrite_reads_external_constants_from_the_models_folder(models, tmp
     sess = Session(model, PROFILE, SessionOptions(emulate=True, graph_optimization_level="disable"))
     x = feeds()
     np.testing.assert_allclose(sess.run(None, x)[0], run_ort(path, x, "disable"), rtol=1e-5, atol=1e-6)
+
+
+def test_precision_search_reads_external_weights_from_the_models_folder(models, tmp_path, monkeypatch,
+                                                                         capsys) -> None:
+    """``build --precision auto`` of a model with external weights, from another directory: the
+    search's fp16 transforms read the weights from the model's folder."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    out = str(tmp_path / "auto")
+    assert main(["build", models["external"], "-o", out, "--shapes", "x:2x3x8x8", "--precision", "auto",
+                 "--allow", "fp16"]) == 0
+    [segment] = read_json(os.path.join(out, "manifest.json"))["precision_plan"]["segments"]
+    assert segment["precision"] == "fp16" and segment["reduced"] > 0
