@@ -30,6 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 from partitioner.errors import InvalidModelError
 from partitioner.graph import fresh_name, node_reads
 from partitioner.model import Model, check_model, reindex
+from partitioner.weights import tensor_array
 
 log = logging.getLogger(__name__)
 
@@ -157,11 +158,14 @@ class _Rewrite:
         return bool(self.folds or self.pairs)
 
     def _plan_fold(self, i: int, node: onnx.NodeProto) -> None:
-        x = self.constant(node.input[0])
-        if x is None or node.output[0] in self.outputs or _attr(node, "output_dtype", 0) not in (0, TensorProto.FLOAT):
+        xp = self.constant_proto(node.input[0])
+        if xp is None or node.output[0] in self.outputs or _attr(node, "output_dtype", 0) not in (0, TensorProto.FLOAT):
             return
-        quant = self.quant(node, x_rank=x.ndim)
-        if quant is None or quant.tensorrt_takes or quant.qtype not in _FOLDABLE or x.dtype != _FOLDABLE[quant.qtype]:
+        quant = self.quant(node, x_rank=len(xp.dims))
+        if quant is None or quant.tensorrt_takes or quant.qtype not in _FOLDABLE or xp.data_type != quant.qtype:
+            return  # (decided from dims and dtype: a constant left as it is, often a large weight, is not read)
+        x = self.constant(node.input[0])
+        if x is None:
             return
         self.folds[i] = dequantize(x, quant)
         why = "int32" if quant.qtype == TensorProto.INT32 else (
@@ -247,11 +251,13 @@ class _Rewrite:
         return proto
 
     def constant(self, name: str) -> np.ndarray | None:
-        """The value of :meth:`constant_proto` where it is float32 or an integer type this pass reads."""
+        """The value of :meth:`constant_proto` where it is float32 or an integer type this pass
+        reads; external data is read from the model's folder (``Model.base_dir``), never from the
+        current directory."""
         proto = self.constant_proto(name)
         if proto is None or proto.data_type not in (*_FOLDABLE, TensorProto.FLOAT):
             return None
-        return np.asarray(numpy_helper.to_array(proto))
+        return np.asarray(tensor_array(proto, self.model.base_dir))
 
     # -- editing --------------------------------------------------------------------------
     def apply(self) -> None:

@@ -36,7 +36,11 @@ from partitioner.model import ModelSource
 from trt_backend.accuracy.localize import boundary_names, reference_with_boundaries
 from trt_backend.accuracy.options import DEFAULT_TOLERANCE, tolerance_value
 from trt_backend.accuracy.polygraphy_glue import generate_feeds, host, profile_points
-from trt_backend.engines.builder import BuildOptions, refused_in_precision
+from trt_backend.engines.builder import (
+    BuildOptions,
+    refused_in_precision,
+    weights_for_transform,
+)
 from trt_backend.engines.emulation import emulation_ort_options, segment_emulation
 from trt_backend.engines.precision import apply_precision
 from trt_backend.engines.precision_plan import (
@@ -148,6 +152,23 @@ class _Search:
         points = profile_points(self.sess.input_profiles, None, False)
         return generate_feeds(self.sess.get_inputs(), points, self.opts.seed, self.opts.iterations)
 
+    def weighted(self, i: int) -> onnx.ModelProto:
+        """Segment ``i`` with its external weights read in from the model's folder, for a
+        precision transform; PrecisionError where they cannot be (it stays fp32, as in a build)."""
+        proto, kept = weights_for_transform(self.protos[i], self.sess.model.base_dir, self.sess.runners[i].label)
+        if kept is not None:
+            raise PrecisionError(kept)
+        return proto
+
+    def reduced(self, i: int, precision: str, pinned: Mapping[str, Any]) -> int:
+        """:func:`reduced_nodes` of segment ``i``, its weights read in where the transform needs them."""
+        if precision not in ("fp16", "bf16", "int8"):
+            return 0
+        try:
+            return reduced_nodes(self.weighted(i), precision, pinned)
+        except PrecisionError:
+            return 0
+
     # ---------------------------------------------------------------- measuring
 
     def ratio(self, ours: Any, ref: Any) -> float:
@@ -196,7 +217,7 @@ class _Search:
         build = self.build_for(i, state)
         quantizer = self.sess.quantizer(build) if self.allowed[state.level] == "int8" else None
         try:
-            refused = refused_in_precision(self.protos[i], build, self.flavor, quantizer)
+            refused = refused_in_precision(self.weighted(i), build, self.flavor, quantizer)
         except PrecisionError:
             return
         nodes = {n.name: n for n in self.protos[i].graph.node}
@@ -217,10 +238,11 @@ class _Search:
                 build = self.build_for(i, state)
                 quantizer = self.sess.quantizer(build) if self.allowed[state.level] == "int8" else None
                 try:
-                    emulated = segment_emulation(self.protos[i], build, quantizer)
+                    emulated = segment_emulation(self.weighted(i), build, quantizer)
                     runner = EmulatedTensorRTRunner(runner.segment, emulated.model,
                                                     emulation_ort_options(self.sess.options.ort_for(len(self.trt))),
-                                                    runner.profiles, runner.shape_tensors)
+                                                    runner.profiles, runner.shape_tensors,
+                                                    weights_dir=self.sess.model.base_dir)
                 except (PrecisionError, SegmentLoadError) as e:
                     self.note(f"round {rnd}: {runner.label} cannot be emulated in {self._name(state)} ({e}); "
                               "it moves up a precision")
@@ -257,7 +279,7 @@ class _Search:
         feeds = {n: host(self.refs[feed][n]) for n in runner.input_names}
         names = [o for n in proto.graph.node for o in n.output if o]
         low = _tapped(runner_model(runner), names, self.sess.options)
-        full = _tapped(proto, names, self.sess.options)
+        full = _tapped(proto, names, self.sess.options, self.sess.model.base_dir)
         ours, ref = low(feeds), full(feeds)
         ratio = {n: self.ratio(ours[n], ref[n]) for n in names if n in ours and n in ref}
         found = []
@@ -454,7 +476,7 @@ class _Search:
             tried.append(f"{mid}: {top:.3g} x")
             low, high = (low, mid) if ok else (mid, high)
         pins = {n.name: None for n in order[len(order) - high:]}
-        if high == len(order) or not reduced_nodes(self.protos[i], self.allowed[level], pins):
+        if high == len(order) or not self.reduced(i, self.allowed[level], pins):
             # only the whole segment pinned passes (or all the head left computes nothing in 16 bits): that is fp32
             self.note(f"round {rnd}: segment {seg_id} {self.allowed[level]}: tail bisection ({', '.join(tried)}): "
                       f"the last {high} of {len(order)} pinned pass, which leaves nothing reduced: fp32")
@@ -487,7 +509,7 @@ class _Search:
         precision = self._name(state)
         names = tuple(n.name for n in proto.graph.node)
         return SegmentPrecision(precision, names, tuple(state.pinned.values()),
-                                reduced_nodes(proto, precision, state.pinned), self.sess.runners[i].segment.id)
+                                self.reduced(i, precision, state.pinned), self.sess.runners[i].segment.id)
 
 
 def _flavor(sess: Session) -> Flavor | None:
@@ -521,8 +543,10 @@ def runner_model(runner: SegmentRunner) -> onnx.ModelProto:
     return model
 
 
-def _tapped(model: onnx.ModelProto, names: Sequence[str], options: SessionOptions) -> Any:
-    """ONNX Runtime on ``model`` with every tensor of ``names`` it holds as an output."""
+def _tapped(model: onnx.ModelProto, names: Sequence[str], options: SessionOptions,
+            weights_dir: str | None = None) -> Any:
+    """ONNX Runtime on ``model`` with every tensor of ``names`` it holds as an output (its
+    external data in ``weights_dir``)."""
     proto = onnx.ModelProto()
     proto.CopyFrom(model)
     inferred = onnx.shape_inference.infer_shapes(proto).graph
@@ -532,7 +556,8 @@ def _tapped(model: onnx.ModelProto, names: Sequence[str], options: SessionOption
         if name not in have and name in types and types[name].type.tensor_type.elem_type:
             proto.graph.output.append(types[name])
             have.add(name)
-    sess = ort_session(proto, emulation_ort_options(options.ort_for(1)), "a segment with its tensors tapped")
+    sess = ort_session(proto, emulation_ort_options(options.ort_for(1)), "a segment with its tensors tapped",
+                       weights_dir=weights_dir)
     fetch = [o.name for o in proto.graph.output]
 
     def run(feeds: Mapping[str, Any]) -> dict[str, Any]:
