@@ -217,7 +217,7 @@ def yardstick(model_path: str) -> dict[str, Any]:
     """How many nodes TensorRT's parser takes alone, each extracted into a one-node model."""
     sys.path.insert(0, ROOT)
     from partitioner import extract
-    from trt_backend.planning import load
+    from trt_backend.planning import load_normalized as load
     from trt_backend.tensorrt.oracle import ParserOracle
     model = load(model_path)
     oracle = ParserOracle()

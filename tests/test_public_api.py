@@ -14,17 +14,54 @@ import trt_backend
 import trt_backend.errors as errors
 
 
+# The whole top-level surface, listed once here and checked against the facade both ways.
+PUBLIC = {"__version__", "errors", "Session", "SessionOptions", "RunOptions", "BuildOptions", "PartitionOptions",
+          "OrtOptions", "compile", "build", "load", "compare", "CompareOptions", "run_bench", "BenchOptions",
+          "search_precision", "make_plan"}
+
+
 def test_every_public_name_resolves() -> None:
+    assert set(trt_backend.__all__) == PUBLIC
     assert len(trt_backend.__all__) == len(set(trt_backend.__all__))
     for name in trt_backend.__all__:
         value = getattr(trt_backend, name)
         assert value is not None, name
         if isinstance(value, type) or callable(value):
             assert value.__name__ == name, f"trt_backend.{name} is {value.__name__}"
-    for name in ("Session", "SessionOptions", "RunOptions", "OrtOptions", "PartitionOptions", "BuildOptions",
-                 "TensorProfile", "compare", "run_bench", "load", "build", "make_plan", "TrtBackendError"):
-        assert name in trt_backend.__all__, name
     assert sorted(dir(trt_backend)) == sorted(set(dir(trt_backend)))
+    assert issubclass(trt_backend.errors.TrtBackendError, Exception)
+
+
+def test_every_subpackage_has_a_small_facade() -> None:
+    """Each stage's package says what it offers in ``__all__``, and every name there resolves."""
+    folder = os.path.dirname(trt_backend.__file__)
+    for entry in sorted(os.listdir(folder)):
+        if not os.path.isfile(os.path.join(folder, entry, "__init__.py")):
+            continue
+        package = importlib.import_module(f"trt_backend.{entry}")
+        assert isinstance(package.__all__, list), entry
+        assert len(package.__all__) <= 20, f"trt_backend.{entry} exposes {len(package.__all__)} names"
+        for name in package.__all__:
+            assert getattr(package, name) is not None, f"trt_backend.{entry}.{name}"
+
+
+def test_names_mean_one_thing() -> None:
+    """A public name defined in two modules of the package would mean two things."""
+    seen: dict[str, str] = {}
+    clashes = []
+    for info in pkgutil.walk_packages(trt_backend.__path__, "trt_backend."):
+        if info.name.endswith("__main__") or info.ispkg:
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                continue
+            if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+                continue
+            if name in seen and name not in ("register", "handle", "main"):
+                clashes.append(f"{name}: {seen[name]} and {module.__name__}")
+            seen.setdefault(name, module.__name__)
+    assert clashes == []
 
 
 def _defined_exceptions() -> dict[str, type]:

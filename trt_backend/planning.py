@@ -1,7 +1,7 @@
 """Planning with the TensorRT parser as oracle, optionally in a child process: the parser is
 native code, and a crash on an untrusted model must not take the caller down with it.
 
-Every model trt_backend plans is loaded here (:func:`load`), normalised within the IR version
+Every model trt_backend plans is loaded here (:func:`load_normalized`), normalised within the IR version
 the installed ONNX Runtime accepts; :func:`plan_for` is what a Session does to plan a model."""
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def parser_oracle(flavor: str) -> ParserOracle:
     return ParserOracle(load_flavor(flavor))
 
 
-def load(source: ModelSource | Model) -> Model:
+def load_normalized(source: ModelSource | Model) -> Model:
     """``source`` loaded and normalised for trt_backend: IR versions within what the installed
     ONNX Runtime accepts (the partitioner is handed the cap; it has no runtime of its own), and
     explicit quantization TensorRT refuses only for its form rewritten into nodes it takes
@@ -64,7 +64,7 @@ def load(source: ModelSource | Model) -> Model:
 def plan_with_parser(model: ModelSource | Model, flavor: str, options: PartitionOptions) -> Plan:
     """``plan_model`` with the shared parser oracle of ``flavor``, one caller at a time."""
     oracle = parser_oracle(flavor)
-    loaded = load(model)
+    loaded = load_normalized(model)
     with _oracle_lock:
         return plan_model(loaded, oracle, options)
 
@@ -77,7 +77,7 @@ def plan_for(source: ModelSource | Model, options: PartitionOptions | None = Non
     flavor that is missing is a TensorRTUnavailableError."""
     options = options or PartitionOptions()
     if oracle is not None:
-        return plan_model(load(source), oracle, options)
+        return plan_model(load_normalized(source), oracle, options)
     if flavor != "none":
         if isolate:
             return make_plan(source, options, flavor=flavor, isolate=True)
@@ -89,7 +89,7 @@ def plan_for(source: ModelSource | Model, options: PartitionOptions | None = Non
             log.warning("no TensorRT parser to decide capability (%s); every node runs on ONNX Runtime", e)
         else:
             return plan_with_parser(source, flavor, options)
-    loaded = load(source)
+    loaded = load_normalized(source)
     reason = "flavor 'none' chosen" if flavor == "none" else "no TensorRT flavor importable"
     return build_plan(loaded, [Verdict("onnxruntime", reason)] * len(loaded.proto.graph.node), None)
 
@@ -102,7 +102,7 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
     a native crash there becomes a :class:`ParserCrashError`."""
     options = options or PartitionOptions()
     start = time.perf_counter()
-    model = load(source)
+    model = load_normalized(source)
     if not isolate:
         plan = plan_with_parser(model, flavor, options)
         plan.seconds = time.perf_counter() - start

@@ -28,7 +28,7 @@ from onnx import numpy_helper as nh
 from partitioner.weights import INLINE_MAX_BYTES, is_external
 from tests.helpers import vi
 from trt_backend.cli import main
-from trt_backend.planning import load
+from trt_backend.planning import load_normalized as load
 from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session

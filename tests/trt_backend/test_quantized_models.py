@@ -31,7 +31,7 @@ from partitioner import PartitionOptions, Plan, load_model, plan_model
 from partitioner.qdq import rewrite_qdq
 from tests.helpers import assert_plan_valid, vi
 from trt_backend.ort.threads import inference_session
-from trt_backend.planning import load, make_plan
+from trt_backend.planning import load_normalized as load, make_plan
 from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session

@@ -18,7 +18,7 @@ from partitioner.model import Model
 from trt_backend.accuracy.numeric import tensor_error
 from trt_backend.accuracy.options import CompareOptions
 from trt_backend.accuracy.polygraphy_glue import host
-from trt_backend.accuracy.report import Localization, SegmentReport, TensorError
+from trt_backend.accuracy.report import Localization, SegmentComparison, TensorError
 from trt_backend.errors import ReferenceRunError, SegmentLoadError, SegmentRunError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import tapped_session
@@ -84,7 +84,7 @@ def _worst(errors: Mapping[str, TensorError]) -> tuple[float, bool]:
 
 def segment_reports(session: Session, feeds: Mapping[str, Any], options: CompareOptions,
                     reference: Callable[[Mapping[str, Any]], Values],
-                    precisions: Mapping[int, str]) -> list[SegmentReport]:
+                    precisions: Mapping[int, str]) -> list[SegmentComparison]:
     """Stitched and own errors of every segment of ``session`` on ``feeds``."""
     ref = reference(feeds)
     runners = list(session.runners)
@@ -100,13 +100,13 @@ def segment_reports(session: Session, feeds: Mapping[str, Any], options: Compare
         tensors = tuple({"name": n, "stitched_error": stitched[n].max_abs_error, "stitched_passed": stitched[n].passed,
                          "own_error": own[n].max_abs_error if n in own else None,
                          "own_passed": own[n].passed if n in own else None} for n in stitched)
-        reports.append(SegmentReport(seg.id, seg.backend, r.executor, precisions.get(seg.id, "fp32"), tuple(seg.nodes),
+        reports.append(SegmentComparison(seg.id, seg.backend, r.executor, precisions.get(seg.id, "fp32"), tuple(seg.nodes),
                                      tuple(r.output_names), s_err, s_ok, o_err, o_ok, tensors))
         log.info("segment %d (%s): stitched error %.3g, own error %.3g", seg.id, seg.backend, s_err, o_err)
     return reports
 
 
-def blame(reports: Sequence[SegmentReport], graph: onnx.GraphProto, iteration: int,
+def blame(reports: Sequence[SegmentComparison], graph: onnx.GraphProto, iteration: int,
           failed: bool) -> Localization | None:
     """The first segment whose stitched outputs exceed the tolerance; failing that, when the
     comparison ``failed``, the one with the largest own error. None when nothing diverges."""

@@ -281,7 +281,7 @@ def compare_func(options: CompareOptions) -> Any:
     return comparator.CompareFunc.simple(**kwargs)
 
 
-def tensor_error(result: Any, options: CompareOptions, matched: int, mismatched: int,
+def polygraphy_tensor_error(result: Any, options: CompareOptions, matched: int, mismatched: int,
                  shapes: tuple[Any, Any] = (None, None)) -> TensorError:
     """A Polygraphy ``OutputCompareResult`` (or the bare False it returns when shapes cannot be
     aligned) as a :class:`TensorError`."""
@@ -321,7 +321,7 @@ def compare_tensors(ours: Mapping[str, Any], ref: Mapping[str, Any], func: Any,
         return {}
     with polygraphy_logging():
         matches = func(IterationResult(a, runner_name=OURS), IterationResult(b, runner_name=REFERENCE))
-    return {n: tensor_error(matches.get(n, False), options, *counts[n], shapes[n]) for n in a}
+    return {n: polygraphy_tensor_error(matches.get(n, False), options, *counts[n], shapes[n]) for n in a}
 
 
 def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[str, Any]], output_names: Sequence[str],
@@ -354,7 +354,7 @@ def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[s
     per_iteration = accuracy[0][(OURS, REFERENCE)]
     ours_side, ref_side = ours_runner.side_outputs, reference.side_outputs
     errors = [{n: side_errors(n, ours_side[i][n], ref_side[i].get(n), options) if n in ours_side[i] else
-               tensor_error(match.get(n, False), options, *counts[i].get(n, (0, 0)), shapes[i].get(n, (None, None)))
+               polygraphy_tensor_error(match.get(n, False), options, *counts[i].get(n, (0, 0)), shapes[i].get(n, (None, None)))
                for n in output_names} for i, match in enumerate(per_iteration)]
     timing = {name: 1000.0 * float(np.mean([r.runtime or 0.0 for r in iters])) for name, iters in results}
     return errors, timing

@@ -71,7 +71,7 @@ class OutputReport:
 
 
 @dataclass(frozen=True)
-class SegmentReport:
+class SegmentComparison:
     """One segment during localisation. ``stitched_error``: worst abs error of its outputs in the
     stitched run (its own error plus what it inherited); ``own_error``: the same when it runs
     alone on the reference's values of its inputs."""
@@ -100,7 +100,7 @@ class Localization:
     run exceed the tolerance (``reason`` says when none does alone and the one with the largest
     own error is named instead)."""
 
-    segment: SegmentReport
+    segment: SegmentComparison
     node_names: tuple[str, ...]
     op_types: tuple[str, ...]
     iteration: int
@@ -130,7 +130,7 @@ class ComparisonReport:
     seed: int = 0
     points: list[dict[str, list[int]]] = field(default_factory=list)  # input shapes generated
     executors: list[str] = field(default_factory=list)
-    segments: list[SegmentReport] | None = None  # filled by localisation
+    segments: list[SegmentComparison] | None = None  # filled by localisation
     skipped_outputs: list[str] = field(default_factory=list)  # outputs not compared (none today: every kind is)
     inference_ms: dict[str, float] = field(default_factory=dict)  # mean per runner
     model: str = ""

@@ -6,16 +6,8 @@ Names load on first use (``build``, ``open_build``): the compile path imports th
 here, and the folder's write side imports the compile path."""
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from trt_backend._lazy import facade
 
-_LAZY = {"build": "trt_backend.artifacts.write", "open_build": "trt_backend.artifacts.read",
+__getattr__, __dir__, __all__ = facade(__name__, {"build": "trt_backend.artifacts.write", "open_build": "trt_backend.artifacts.read",
          "OpenedBuild": "trt_backend.artifacts.read", "is_build_folder": "trt_backend.artifacts.read",
-         "SessionPlan": "trt_backend.artifacts.saved"}
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'trt_backend.artifacts' has no attribute '{name}'")
+         "SessionPlan": "trt_backend.artifacts.saved"})

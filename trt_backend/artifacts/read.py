@@ -1,7 +1,7 @@
 """The read side of build folders, the one loader every door uses (``run``, ``compare``, ``bench``,
 ``inspect``, ``export-triton``, ``serve`` and :meth:`Session.load`): ``trt-backend build`` writes a
 folder (manifest, normalized model, segment models, engines; :mod:`trt_backend.artifacts.write`)
-that :func:`open_build` reads back, checked, as the :class:`~trt_backend.compile.Compiled` it was.
+that :func:`open_build` reads back, checked, as the :class:`~trt_backend.compiler.Compiled` it was.
 
 The manifest holds the plan with its derived profiles, the build options, per segment its files
 with their SHA-256, the precision it was built in and the nodes kept fp32, build seconds and engine
@@ -27,12 +27,12 @@ from partitioner.weights import check_location, file_sha256
 from trt_backend._files import sha256_bytes
 from trt_backend.artifacts.saved import saved_segment_profiles
 from trt_backend.artifacts.seal import check_seal
-from trt_backend.compile import Compiled, compile
+from trt_backend.compiler import Compiled, compile
 from trt_backend.engines.builder import BuildOptions, build_target
 from trt_backend.engines.precision_plan import PrecisionPlan
 from trt_backend.engines.report import BuiltSegment
 from trt_backend.errors import ArtifactError, TensorRTUnavailableError
-from trt_backend.planning import load
+from trt_backend.planning import load_normalized as load
 from trt_backend.profiles import profiles_from_json, shape_tensor_inputs
 from trt_backend.session.options import SessionOptions
 from trt_backend.tensorrt.flavor import load_flavor
@@ -162,7 +162,7 @@ def runtime_mismatch(manifest: Mapping[str, Any]) -> str | None:
 
 @dataclass
 class OpenedBuild:
-    """A build folder read back: what was built (:class:`~trt_backend.compile.Compiled`, its
+    """A build folder read back: what was built (:class:`~trt_backend.compiler.Compiled`, its
     options those it was built with plus the caller's run-time ones) and the manifest."""
 
     compiled: Compiled
@@ -183,21 +183,26 @@ PARTITION_FIELDS = {"exclude_ops": "--exclude-ops", "exclude_nodes": "--exclude-
                     "plugins": "--no-plugins", "plugin_ops": "--plugin-ops", "target": "--target"}
 
 
-def refused_on_folder(options: SessionOptions, folder: str) -> None:
+def refused_on_folder(options: SessionOptions, folder: str, manifest: Mapping[str, Any] | None = None) -> None:
     """OptionsError naming the first option in ``options`` that would change what the folder's
-    engines were built from (partition and build options left at their defaults pass; run-time
-    ones, such as threads, device, emulation and memory, always do)."""
+    engines were built from: partition and build options pass when left at their defaults or
+    equal to what the folder was built with (``manifest``); run-time ones (threads, device,
+    emulation, memory) always do."""
+    built = folder_build_options(manifest) if manifest is not None else BuildOptions()
     default_build, default_partition = BuildOptions(), PartitionOptions()
     for name, flag in BUILD_FIELDS.items():
-        if getattr(options.build, name) != getattr(default_build, name):
-            raise OptionsError(f"{folder}: a build folder runs as it was built; {flag} ({name}) would change "
-                               "what was built: give it to trt-backend build instead")
+        value = getattr(options.build, name)
+        if value != getattr(default_build, name) and value != getattr(built, name):
+            raise OptionsError(f"{folder}: {flag} ({name}) would change what was built; a build folder runs as it "
+                               "was built (give it to trt-backend build instead)")
+    planned = (manifest or {}).get("build", {}).get("partition")
     for name, flag in PARTITION_FIELDS.items():
-        if getattr(options.partition, name) != getattr(default_partition, name):
-            raise OptionsError(f"{folder}: a build folder runs as it was planned; {flag} ({name}) would change "
-                               "the plan: give it to trt-backend build instead")
+        if getattr(options.partition, name) != getattr(default_partition, name) and repr(options.partition) != planned:
+            raise OptionsError(f"{folder}: {flag} ({name}) would change what was built; a build folder runs as it "
+                               "was planned (give it to trt-backend build instead)")
     if options.oracle is not None:
-        raise OptionsError(f"{folder}: a build folder runs as it was planned; a capability oracle would change the plan")
+        raise OptionsError(f"{folder}: a capability oracle would change what was built; a build folder runs as it "
+                           "was planned")
 
 
 def folder_build_options(manifest: Mapping[str, Any]) -> BuildOptions:
@@ -230,9 +235,9 @@ def open_build(folder: str | os.PathLike[str], options: SessionOptions | None = 
     model is compiled again with the folder's own options and profiles."""
     folder = os.fspath(folder)
     opts = options if options is not None else SessionOptions()
-    refused_on_folder(opts, folder)
     built = open_folder(folder, executes=executes, rebuild=rebuild, sign_key=sign_key)
     manifest = built.manifest
+    refused_on_folder(opts, folder, manifest)
     opts = dataclasses.replace(opts, build=dataclasses.replace(folder_build_options(manifest),
                                                                max_workers=opts.build.max_workers,
                                                                timing_cache=opts.build.timing_cache))

@@ -1,4 +1,4 @@
-"""The write side of build folders: :func:`build` compiles a model (:func:`trt_backend.compile.compile`)
+"""The write side of build folders: :func:`build` compiles a model (:func:`trt_backend.compiler.compile`)
 and writes what was built into a folder, atomically: the normalized model, per segment the model
 its engine was built from and the engine, and the manifest that records it all (read back by
 :mod:`trt_backend.artifacts.read`)."""
@@ -36,13 +36,13 @@ from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE, sha256_byte
 from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key
-from trt_backend.compile import Compiled, compile
+from trt_backend.compiler import Compiled, compile
 from trt_backend.engines.builder import build_target
-from trt_backend.engines.report import ProgressCallback
+from trt_backend.engines.report import BuildProgress
 from trt_backend.errors import ArtifactError
 from trt_backend.gpu.device import check_device, use_device
 from trt_backend.ort.sessions import installed_version
-from trt_backend.planning import load as load_for_planning
+from trt_backend.planning import load_normalized as load_for_planning
 from trt_backend.runners.base import EMULATED, ONNXRUNTIME
 from trt_backend.session.options import SessionOptions
 from trt_backend.tensorrt.flavor import Flavor, load_flavor
@@ -51,8 +51,8 @@ log = logging.getLogger(__name__)
 
 
 def build(model: ModelSource | Model, out_dir: str | os.PathLike[str], profiles: Sequence[Mapping[str, Any]] | None = None,
-          options: SessionOptions | None = None, *, progress: ProgressCallback | None = None) -> dict[str, Any]:
-    """Compile ``model`` (:func:`trt_backend.compile.compile`: plan, derive profiles, apply the
+          options: SessionOptions | None = None, *, progress: BuildProgress | None = None) -> dict[str, Any]:
+    """Compile ``model`` (:func:`trt_backend.compiler.compile`: plan, derive profiles, apply the
     precision, build every TensorRT segment, demoting what TensorRT refuses) and write the folder
     ``out_dir`` atomically. Everything comes from ``options``: precision and calibration
     (``options.build``), the partition, the TensorRT flavor, ``cache_dir`` (engines by segment, and
@@ -161,7 +161,8 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
         "versions": _versions(flv), "build_options": bopts.key_fields(),
         "build": {"precision": bopts.precision, "keep_fp32_ops": list(bopts.keep_fp32_ops),
                   "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,
-                  "calibration": compiled.calibration, "summary": compiled.precision_summary()},
+                  "calibration": compiled.calibration, "summary": compiled.precision_summary(),
+                  "partition": repr(compiled.options.partition)},
         "plan": session_plan.to_dict(), "segments": segments,
         "demoted": [d.__dict__ for d in report.demoted] if report.demoted else [],
         "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,

@@ -36,7 +36,7 @@ from trt_backend.bench.report import BenchResult, RunnerResult
 from trt_backend.bench.stats import LatencyStats, throughput_qps
 from trt_backend.bench.timing import (
     Measurement,
-    ProgressCallback,
+    BenchProgress,
     ProgressEvent,
     SegmentTimer,
     TimingConfig,
@@ -86,7 +86,7 @@ class BenchOptions:
 
 
 def run_bench(model: ModelSource, options: BenchOptions | None = None, session_options: SessionOptions | None = None,
-              progress: ProgressCallback | None = None) -> BenchResult:
+              progress: BenchProgress | None = None) -> BenchResult:
     """Benchmark ``model``: our session, then every baseline asked for (or why it cannot run).
     ``model`` may be a ``trt-backend build`` folder: its engines are measured as built (emulated
     where TensorRT cannot execute), with no planning, calibration or build; ``shapes`` then only
@@ -146,7 +146,7 @@ def _feeds(sess: Session, options: BenchOptions) -> dict[str, Any]:
     return random_feeds(sess.get_inputs(), shapes, options.seed)
 
 
-def _build_progress(name: str, progress: ProgressCallback | None) -> Any:
+def _build_progress(name: str, progress: BenchProgress | None) -> Any:
     """Engine-build events as progress events (phase "build": ``iterations`` segments done of
     ``target_iterations``, ``elapsed_s`` that segment's seconds)."""
     if progress is None:
@@ -221,7 +221,7 @@ def _baseline(name: str, sess: Session, feeds: Mapping[str, Any], names: list[st
 
 
 def measure(candidates: Sequence[Candidate], timing: TimingConfig,
-            progress: ProgressCallback | None = None) -> dict[str, Measurement]:
+            progress: BenchProgress | None = None) -> dict[str, Measurement]:
     """Time every available candidate: per round, each in turn warms up then runs its block."""
     live = [(c, c.call) for c in candidates if c.call is not None]
     out = {c.name: Measurement() for c, _ in live}

@@ -67,7 +67,7 @@ class ProgressEvent:
     target_iterations: int
 
 
-ProgressCallback = Callable[[ProgressEvent], None]
+BenchProgress = Callable[[ProgressEvent], None]
 
 
 @dataclass
@@ -169,5 +169,5 @@ class SegmentTimer:
         self.remove()
 
 
-__all__ = ["BenchOptionsError", "Measurement", "ProgressCallback", "ProgressEvent", "SegmentTimer", "TimingConfig",
+__all__ = ["BenchOptionsError", "Measurement", "BenchProgress", "ProgressEvent", "SegmentTimer", "TimingConfig",
            "timed_loop", "warm_up"]

@@ -144,12 +144,12 @@ def _cc_name(value: str) -> str:
 
 # ---------------------------------------------------------------- profiles
 
-Profile = Mapping[str, Any]  # tensor name -> TensorProfile | (min, opt, max) | {"min", "opt", "max"[, "values"]}
-SegmentProfiles = Mapping[int, Sequence[Profile]]  # segment id -> profiles
-ProfilesArg = Union[Sequence[Profile], SegmentProfiles, Callable[[Any], SegmentProfiles]]
+ProfileSpec = Mapping[str, Any]  # tensor name -> TensorProfile | (min, opt, max) | {"min", "opt", "max"[, "values"]}
+SegmentProfiles = Mapping[int, Sequence[ProfileSpec]]  # segment id -> profiles
+ProfilesArg = Union[Sequence[ProfileSpec], SegmentProfiles, Callable[[Any], SegmentProfiles]]
 
 
-def segment_ranges(model: onnx.ModelProto, profiles: Sequence[Profile]) -> list[dict[str, TensorProfile]]:
+def segment_ranges(model: onnx.ModelProto, profiles: Sequence[ProfileSpec]) -> list[dict[str, TensorProfile]]:
     """Profiles restricted to ``model``'s inputs, as TensorProfiles, checked against declared shapes."""
     declared = {v.name: v for v in model.graph.input}
     out: list[dict[str, TensorProfile]] = []
@@ -212,14 +212,14 @@ class SegmentEngine:
     model: onnx.ModelProto | None = None  # the form the engine was built from (see :func:`prepare_segment`)
 
 
-def build_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile], options: BuildOptions | None = None,
+def build_segment(segment_model: onnx.ModelProto, profiles: Sequence[ProfileSpec], options: BuildOptions | None = None,
                   flavor: Flavor | str = "auto", *, weights_dir: str | None = None) -> bytes:
     """One segment's serialized engine; raises :class:`SegmentBuildError` naming blamed nodes.
     ``weights_dir``: the folder the segment's external data locations are relative to."""
     return compile_segment(segment_model, profiles, options, flavor, weights_dir=weights_dir).engine
 
 
-def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[Profile],
+def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[ProfileSpec],
                     options: BuildOptions | None = None, flavor: Flavor | str = "auto",
                     timing: Any = None, quantize: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None, *,
                     weights_dir: str | None = None, weights: HeldWeights | None = None) -> SegmentEngine:

@@ -19,7 +19,7 @@ from plugins import default_registry, register_with, rewrite_for_engine
 from trt_backend.engines.builder import (
     BuildOptions,
     HeldWeights,
-    Profile,
+    ProfileSpec,
     ProfilesArg,
     SegmentEngine,
     SegmentProfiles,
@@ -36,7 +36,7 @@ from trt_backend.engines.report import (
     BuildReport,
     BuildResult,
     Demotion,
-    ProgressCallback,
+    BuildProgress,
     SegmentFailure,
     SegmentReport,
 )
@@ -53,7 +53,7 @@ T = TypeVar("T")
 
 def build_engines(plan: Plan, profiles: ProfilesArg = (), options: BuildOptions | None = None,
                   cache: EngineCache | None = None, *, flavor: Flavor | str = "auto",
-                  progress: ProgressCallback | None = None, rewrite: SegmentRewrite | None = None,
+                  progress: BuildProgress | None = None, rewrite: SegmentRewrite | None = None,
                   quantizer: SegmentRewrite | None = None) -> BuildResult:
     """Build every TensorRT segment of ``plan``; segments TensorRT refuses are listed in
     ``report.failures`` (the plan is not changed; see :func:`build_with_fallback`).
@@ -71,7 +71,7 @@ def build_engines(plan: Plan, profiles: ProfilesArg = (), options: BuildOptions 
 
 def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOptions | None = None,
                         cache: EngineCache | None = None, *, flavor: Flavor | str = "auto",
-                        progress: ProgressCallback | None = None, rewrite: SegmentRewrite | None = None,
+                        progress: BuildProgress | None = None, rewrite: SegmentRewrite | None = None,
                         min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE, max_rounds: int = 3,
                         boundary_cost: BoundaryCost | None = BoundaryCost(),
                         quantizer: SegmentRewrite | None = None) -> BuildResult:
@@ -140,13 +140,13 @@ def _flavor(flavor: Flavor | str) -> Flavor:
     return flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
 
 
-def _segment_profiles(plan: Plan, profiles: ProfilesArg, seg: Segment) -> Sequence[Profile]:
+def _segment_profiles(plan: Plan, profiles: ProfilesArg, seg: Segment) -> Sequence[ProfileSpec]:
     if callable(profiles):
         profiles = profiles(plan)
     return _pick(profiles, seg)
 
 
-def _pick(profiles: Any, seg: Segment) -> Sequence[Profile]:
+def _pick(profiles: Any, seg: Segment) -> Sequence[ProfileSpec]:
     if isinstance(profiles, Mapping):
         if profiles and not all(isinstance(k, int) for k in profiles):
             raise OptionsError("profiles: pass a list of profiles (tensor name -> shapes), or a mapping from "
@@ -155,13 +155,13 @@ def _pick(profiles: Any, seg: Segment) -> Sequence[Profile]:
     return list(profiles)
 
 
-def _profile_pool(plan: Plan, profiles: ProfilesArg) -> Callable[[Plan], SegmentProfiles] | list[Profile]:
+def _profile_pool(plan: Plan, profiles: ProfilesArg) -> Callable[[Plan], SegmentProfiles] | list[ProfileSpec]:
     """Profiles by tensor name, for segments of re-planned plans (their ids and inputs change)."""
     if callable(profiles):
         return profiles  # type: ignore[return-value]
     if not isinstance(profiles, Mapping):
         return list(profiles)
-    pool: list[Profile] = []
+    pool: list[ProfileSpec] = []
     for seg in plan.tensorrt_segments():
         for k, profile in enumerate(_segment_profiles(plan, profiles, seg)):
             while len(pool) <= k:
@@ -171,7 +171,7 @@ def _profile_pool(plan: Plan, profiles: ProfilesArg) -> Callable[[Plan], Segment
 
 
 def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: EngineCache | None, flavor: Flavor,
-                 progress: ProgressCallback | None, memo: Memo, rewrite: SegmentRewrite | None = None,
+                 progress: BuildProgress | None, memo: Memo, rewrite: SegmentRewrite | None = None,
                  quantize: SegmentRewrite | None = None) -> BuildResult:
     start = time.perf_counter()
     segments = plan.tensorrt_segments()
@@ -218,7 +218,7 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
 
 
 def _drain(futures: dict[Future[Any], tuple[Segment, str]], pending: set[Future[Any]], plan: Plan,
-           report: BuildReport, engines: dict[int, bytes], progress: ProgressCallback | None) -> None:
+           report: BuildReport, engines: dict[int, bytes], progress: BuildProgress | None) -> None:
     """Collect finished builds as they come (``pending`` shrinks in place), reporting progress."""
     finished = 0
     while pending:

@@ -57,7 +57,7 @@ class BuildEvent:
     seconds: float
 
 
-ProgressCallback = Callable[[BuildEvent], None]
+BuildProgress = Callable[[BuildEvent], None]
 
 
 @dataclass

@@ -6,15 +6,7 @@ Names load on first use: the options sit below the compile path (which reads the
 above it."""
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from trt_backend._lazy import facade
 
-_LAZY = {"Session": "trt_backend.session.session", "load": "trt_backend.session.session",
-         "SessionOptions": "trt_backend.session.options", "RunOptions": "trt_backend.session.options"}
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'trt_backend.session' has no attribute '{name}'")
+__getattr__, __dir__, __all__ = facade(__name__, {"Session": "trt_backend.session.session", "load": "trt_backend.session.session",
+         "SessionOptions": "trt_backend.session.options", "RunOptions": "trt_backend.session.options"})

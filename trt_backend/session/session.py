@@ -1,4 +1,4 @@
-"""The stitched inference session: a compiled model (:func:`trt_backend.compile.compile`, or a
+"""The stitched inference session: a compiled model (:func:`trt_backend.compiler.compile`, or a
 build folder read back), one runner per segment made once, then segments run in order with
 tensors routed by name."""
 from __future__ import annotations
@@ -18,10 +18,10 @@ from partitioner.weights import tensor_array
 from trt_backend.artifacts.read import is_build_folder, open_build
 from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import sign_key as read_sign_key
-from trt_backend.compile import Compiled, compile
+from trt_backend.compiler import Compiled, compile
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.quantize import SegmentQuantizer
-from trt_backend.engines.report import BuildReport, ProgressCallback
+from trt_backend.engines.report import BuildReport, BuildProgress
 from trt_backend.errors import DeviceError, TensorRTUnavailableError
 from trt_backend.gpu.device import DeviceArray, check_device, device_of, use_device
 from trt_backend.ort.values import memory_limit, to_numpy
@@ -55,10 +55,10 @@ class Session:
     def __init__(self, model: ModelSource | Model | Plan | Compiled, profiles: Sequence[Mapping[str, Any]] | None = None,
                  options: SessionOptions | None = None, *, plan: Mapping[str, Any] | str | os.PathLike[str] | None = None,
                  calibration_feeds: Sequence[Mapping[str, Any]] = (), engines: Mapping[int, bytes] | None = None,
-                 runners: RunnerFactory | None = None, progress: ProgressCallback | None = None) -> None:
+                 runners: RunnerFactory | None = None, progress: BuildProgress | None = None) -> None:
         """``model``: a model (path, ModelProto, Model or Plan), a ``trt-backend build`` folder
-        (as :meth:`load`), or a :class:`~trt_backend.compile.Compiled`. A model is compiled
-        (:func:`trt_backend.compile.compile`) with ``profiles`` and ``options``: engines are built
+        (as :meth:`load`), or a :class:`~trt_backend.compiler.Compiled`. A model is compiled
+        (:func:`trt_backend.compiler.compile`) with ``profiles`` and ``options``: engines are built
         where TensorRT executes here, otherwise every TensorRT segment is put in the form it would
         be built in and emulated through ONNX Runtime. ``plan``: a plan JSON (dict, text or path)
         written by an earlier session, whose derived profiles are reused after checking the model

@@ -28,6 +28,8 @@ from trt_backend.session.session import Session
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 
 EMULATE = SessionOptions(emulate=True)
+EMULATE_FP16 = SessionOptions(emulate=True, precision="fp16")
+EMULATE_BF16 = SessionOptions(emulate=True, precision="bf16")
 
 
 def three_segments(batch: int | str = "N") -> onnx.ModelProto:
@@ -124,7 +126,7 @@ def test_no_localisation_unless_asked_or_failing() -> None:
 def test_fp16_errors_per_output_and_localised() -> None:
     fp32 = compare(three_segments(), profiles=PROFILE, session_options=EMULATE, atol=1e-5, rtol=1e-5)
     assert fp32.passed
-    report = compare(three_segments(), profiles=PROFILE, session_options=EMULATE, precision="fp16",
+    report = compare(three_segments(), profiles=PROFILE, session_options=EMULATE_FP16,
                      atol=1e-5, rtol=1e-5, localize=True)
     assert not report.passed and report.precision == "fp16"
     errors = {o.name: o.error for o in report.outputs}
@@ -137,7 +139,7 @@ def test_fp16_errors_per_output_and_localised() -> None:
     assert by_id[1].precision == "fp32" and by_id[1].own_error < 1e-6  # ONNX Runtime segment stays exact
     assert by_id[2].own_error > 1e-5  # the second fp16 segment has its own error too
     # per-output tolerances: loosen y and z enough and the same run passes
-    loose = compare(three_segments(), profiles=PROFILE, session_options=EMULATE, precision="fp16", atol=1e-5,
+    loose = compare(three_segments(), profiles=PROFILE, session_options=EMULATE_FP16, atol=1e-5,
                     rtol=1e-5, tolerances={"y": (1.0, 0.1), "z": (0.1, 0.1)})
     assert loose.passed and [o.atol for o in loose.outputs] == [1.0, 0.1]
 
@@ -148,15 +150,23 @@ def test_precision_from_build_options() -> None:
     fp16 = SessionOptions(emulate=True, build=BuildOptions(precision="fp16"))
     report = compare(three_segments(), profiles=PROFILE, session_options=fp16, atol=1e-5, rtol=1e-5)
     assert report.precision == "fp16" and not report.passed  # emulated segments follow the engines' precision
-    with pytest.raises(OptionsError, match="precision bf16 asked for, but the session's BuildOptions say fp16"):
+    # the precision is the session's alone: CompareOptions has no field for it
+    with pytest.raises(OptionsError, match="unexpected keyword argument 'precision'"):
         compare(three_segments(), profiles=PROFILE, session_options=fp16, precision="bf16")
 
 
 def test_a_given_session_leaves_as_it_came() -> None:
+    """A ready Session is compared as it is: an fp16-emulating session reports fp16 (and fails a
+    tight tolerance) every time; an fp32 one passes; neither has its runners swapped."""
+    fp16 = Session(three_segments(), PROFILE, EMULATE_FP16)
+    assert fp16.emulated_precisions == {0: "fp16", 2: "fp16"}
+    runners = list(fp16.runners)
+    first = compare(fp16, atol=1e-5, rtol=1e-5)
+    assert not first and first.precision == "fp16"
+    assert fp16.runners == runners and not compare(fp16, atol=1e-5, rtol=1e-5)
     sess = Session(three_segments(), PROFILE, EMULATE)
     runners = list(sess.runners)
-    assert not compare(sess, precision="fp16", atol=1e-5, rtol=1e-5)
-    assert sess.runners == runners and compare(sess, atol=1e-5, rtol=1e-5).passed
+    assert compare(sess, atol=1e-5, rtol=1e-5).passed and sess.runners == runners
     with pytest.raises(OptionsError, match="brings its own profiles"):
         compare(sess, profiles=PROFILE)
 
@@ -270,8 +280,8 @@ def test_bf16_is_emulated_and_measured() -> None:
     """ONNX Runtime's CPU kernels have no bf16 Conv: bf16 segments run in fp32 with every
     tensor rounded through bf16, so compare reports bf16's error (larger than fp16's) instead of
     failing to load the segment."""
-    fp16 = compare(three_segments(), profiles=PROFILE, session_options=EMULATE, precision="fp16", localize="always")
-    bf16 = compare(three_segments(), profiles=PROFILE, session_options=EMULATE, precision="bf16", localize="always")
+    fp16 = compare(three_segments(), profiles=PROFILE, session_options=EMULATE_FP16, localize="always")
+    bf16 = compare(three_segments(), profiles=PROFILE, session_options=EMULATE_BF16, localize="always")
     assert bf16.precision == "bf16" and [s.precision for s in bf16.segments] == ["bf16", "fp32", "bf16"]
     e16 = {o.name: o.error.max_abs_error for o in fp16.outputs}
     eb = {o.name: o.error.max_abs_error for o in bf16.outputs}

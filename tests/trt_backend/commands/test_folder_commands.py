@@ -31,7 +31,7 @@ def built(tmp_path_factory) -> str:
 def nothing_planned_calibrated_or_built(monkeypatch) -> None:
     import trt_backend.bench.candidates as candidates_module
     import trt_backend.planning as planning_module
-    import trt_backend.compile as compile_module
+    import trt_backend.compiler as compile_module
 
     def forbidden(*a, **k):
         raise AssertionError("a build folder must not be planned, calibrated or built again")

@@ -21,7 +21,7 @@ from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.calibration import InputSpec, load_calibration
 from trt_backend.engines.quantize import QDQ_OPS, SegmentQuantizer
 from trt_backend.errors import CalibrationDataError
-from trt_backend.planning import load
+from trt_backend.planning import load_normalized as load
 from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session

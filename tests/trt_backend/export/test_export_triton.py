@@ -264,7 +264,7 @@ def test_detection_with_data_dependent_shapes(tmp_path) -> None:
 
 def test_data_dependent_leading_dims_refuse_batching(tmp_path) -> None:
     source = from_model(_saved(nonzero_detection_model(), tmp_path), [{"feats": ((1, 4, 8), (2, 16, 8), (2, 32, 8))}],
-                        SessionOptions(exclude_ops=("NonZero",), min_segment_size=1), None)
+                        SessionOptions(exclude_ops=("NonZero",), min_segment_size=1))
     with pytest.raises(ExportError, match=r"--max-batch-size 2: segment \d+ (input|output) '(nz|idx|kept\w*)'"):
         triton_repo(source, TritonOptions(max_batch_size=2))
 
@@ -275,7 +275,7 @@ def test_scalars_cross_boundaries_as_shape_1(tmp_path) -> None:
     declare scalars without batching, so they travel as [1] (reshaped inside the models)."""
     m = detection_model()
     source = from_model(_saved(m, tmp_path), [{"feats": ((1, 4, 8), (2, 16, 8), (2, 32, 8))}],
-                        SessionOptions(exclude_ops=("NonMaxSuppression", "Loop"), min_segment_size=1), None)
+                        SessionOptions(exclude_ops=("NonMaxSuppression", "Loop"), min_segment_size=1))
     exported = triton_repo(source)
     assert any("area_sum travel as shape [1]" in n for n in exported.notes)
     repo = str(tmp_path / "repo")
@@ -319,7 +319,7 @@ def test_transformer_with_dynamic_sequence_length(tmp_path) -> None:
     m = transformer_model()
     profiles = [{"x": ((1, 1, 32), (2, 8, 32), (2, 16, 32))}]
     source = from_model(_saved(m, tmp_path, "transformer.onnx"), profiles,
-                        SessionOptions(exclude_ops=("Softmax", "LayerNormalization"), min_segment_size=1), None)
+                        SessionOptions(exclude_ops=("Softmax", "LayerNormalization"), min_segment_size=1))
     assert len(source.plan.segments) >= 5
     repo = str(tmp_path / "repo")
     write_repo(triton_repo(source), repo)
@@ -464,7 +464,7 @@ def constants_output_model() -> onnx.ModelProto:
 def test_a_segment_of_constants_only_is_scheduled_by_a_model_input(tmp_path) -> None:
     m = constants_output_model()
     source = from_model(_saved(m, tmp_path), [{"x": ((1, 4), (2, 4), (4, 4))}],
-                        SessionOptions(exclude_ops=("Relu",), min_segment_size=1), None)
+                        SessionOptions(exclude_ops=("Relu",), min_segment_size=1))
     assert [(s.backend, s.inputs) for s in source.plan.segments] == [("onnxruntime", ("x",)), ("tensorrt", ())]
     exported = triton_repo(source)
     assert any("segment 1 computes constants only; it takes model input 'x' (unused)" in n for n in exported.notes)

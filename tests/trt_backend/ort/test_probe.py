@@ -67,7 +67,7 @@ def test_named_input_dims_carry_over() -> None:
              h.make_node("Relu", ["s"], ["y"])]
     m = h.make_model(h.make_graph(nodes, "g", [x], [h.make_tensor_value_info("y", T.FLOAT, None)]),
                      opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.ml", 3)])
-    from trt_backend.planning import load
+    from trt_backend.planning import load_normalized as load
 
     model = load(m)
     dims = model.index.types["s"].tensor_type.shape.dim

@@ -54,7 +54,7 @@ def test_manifest_lists_files_with_hashes_and_real_engines(built) -> None:
 
 def test_load_runs_without_planning_calibrating_or_building(built, monkeypatch) -> None:
     import trt_backend.planning as planning_module
-    import trt_backend.compile as compile_module
+    import trt_backend.compiler as compile_module
 
     def forbidden(*a, **k):
         raise AssertionError("load must not plan, calibrate or build")
@@ -160,7 +160,7 @@ def test_run_and_compare_take_a_build_folder(built, capsys, monkeypatch) -> None
     """Build once, run many: run DIR and compare DIR use the folder's plan, profiles and engines
     (emulated here) with no planning, calibration or build; Session(DIR) too."""
     import trt_backend.planning as planning_module
-    import trt_backend.compile as compile_module
+    import trt_backend.compiler as compile_module
 
     def forbidden(*a, **k):
         raise AssertionError("a build folder must not be planned, calibrated or built again")

@@ -383,7 +383,7 @@ def test_sequences_and_optionals_pass_between_onnxruntime_segments() -> None:
 def test_calibration_runs_the_whole_model_once_per_point(monkeypatch) -> None:
     """Profiles of every calibrated tensor come from one whole-model run per calibration point
     (min, opt, max, and the data-dependence probe), however many tensors are recorded."""
-    import trt_backend.compile as compile_module
+    import trt_backend.compiler as compile_module
 
     calls: list[int] = []
     real = compile_module.tapped_session

@@ -212,7 +212,7 @@ def test_saved_plan_reuses_profiles_without_deriving(monkeypatch, tmp_path) -> N
     first = demo_session()
     saved = tmp_path / "plan.json"
     saved.write_text(first.plan.to_json())
-    import trt_backend.compile as compile_module
+    import trt_backend.compiler as compile_module
 
     def no_derivation(*args, **kwargs):
         raise AssertionError("profiles derived again")

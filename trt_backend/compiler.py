@@ -26,12 +26,12 @@ from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.calibration import data_sha256
 from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
 from trt_backend.engines.quantize import SegmentQuantizer, require_calibration
-from trt_backend.engines.report import BuildReport, BuiltSegment, ProgressCallback
+from trt_backend.engines.report import BuildReport, BuiltSegment, BuildProgress
 from trt_backend.errors import TensorRTUnavailableError
 from trt_backend.ort.sessions import tapped_session
 from trt_backend.ort.threads import use_global_thread_pool
 from trt_backend.ort.values import memory_limit
-from trt_backend.planning import load as load_for_planning
+from trt_backend.planning import load_normalized as load_for_planning
 from trt_backend.planning import plan_for
 from trt_backend.profiles import (
     NodeArg,
@@ -110,7 +110,7 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
             options: SessionOptions | None = None, *, build: bool = True,
             saved_plan: Mapping[str, Any] | str | os.PathLike[str] | None = None,
             calibration_feeds: Sequence[Mapping[str, Any]] = (), engines: Mapping[int, bytes] | None = None,
-            progress: ProgressCallback | None = None) -> Compiled:
+            progress: BuildProgress | None = None) -> Compiled:
     """Plan ``model`` (a path, a ModelProto, a loaded Model or a Plan), derive the TensorRT
     segments' profiles (``profiles``: the user's, for model inputs; ``saved_plan``: a plan JSON
     whose derived profiles are reused after checking the model still plans the same;
