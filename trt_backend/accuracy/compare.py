@@ -27,11 +27,11 @@ from trt_backend.accuracy.polygraphy_glue import (
     run_comparison,
 )
 from trt_backend.accuracy.report import ComparisonReport, OutputReport, TensorError
+from trt_backend.artifacts.read import is_build_folder
 from trt_backend.errors import ReferenceRunError, SegmentLoadError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import ort_session
 from trt_backend.profiles import Profile
-from trt_backend.artifacts.read import is_build_folder
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 

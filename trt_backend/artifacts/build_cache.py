@@ -27,9 +27,9 @@ from google.protobuf.message import DecodeError
 from partitioner.weights import data_files
 from trt_backend._files import swap_in_folder, write_atomic
 from trt_backend._version import __version__
-from trt_backend.errors import ArtifactError
 from trt_backend.artifacts.read import MANIFEST
 from trt_backend.artifacts.seal import check_seal, seal
+from trt_backend.errors import ArtifactError
 
 log = logging.getLogger(__name__)
 

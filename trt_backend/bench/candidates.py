@@ -24,9 +24,9 @@ from trt_backend.engines.fallback import build_engines, plugin_rewrite
 from trt_backend.errors import CudaError, SegmentLoadError, TensorRTUnavailableError
 from trt_backend.gpu.device import cuda_device_count
 from trt_backend.gpu.status import tensorrt_status
-from trt_backend.runners.tensorrt import TensorRTRunner
 from trt_backend.ort.sessions import ort_session
 from trt_backend.profiles import Profile
+from trt_backend.runners.tensorrt import TensorRTRunner
 from trt_backend.session.session import Session
 from trt_backend.tensorrt.flavor import Flavor, load_flavor
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from partitioner import Plan
 from partitioner.model import ModelSource
+from trt_backend.artifacts.read import is_build_folder
 from trt_backend.bench.candidates import (
     BASELINES,
     OURS,
@@ -35,8 +36,8 @@ from trt_backend.bench.gpu_phases import attach_phase_recorders
 from trt_backend.bench.report import BenchResult, RunnerResult
 from trt_backend.bench.stats import LatencyStats, throughput_qps
 from trt_backend.bench.timing import (
-    Measurement,
     BenchProgress,
+    Measurement,
     ProgressEvent,
     SegmentTimer,
     TimingConfig,
@@ -47,7 +48,6 @@ from trt_backend.errors import BenchOptionsError, TensorRTUnavailableError
 from trt_backend.gpu.device import cuda_device_count
 from trt_backend.ort.threads import thread_pool_mode
 from trt_backend.profiles import Shape
-from trt_backend.artifacts.read import is_build_folder
 from trt_backend.session.feeds import random_feeds
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session

@@ -107,7 +107,7 @@ BUILD_FLAGS: dict[str, tuple[Any, str]] = {
     "precision": ("fp32", "--precision"), "calibration_data": (None, "--calibration-data"),
     "calibration_method": ("minmax", "--calibration-method"), "precision_plan": (None, "--precision-plan"),
     "allow": (("fp16", "bf16", "int8"), "--allow"), "compute_capabilities": (None, "--compute-capabilities"),
-    "workspace_mb": (None, "--workspace-mb"), "cache_dir": (None, "--cache-dir"),
+    "workspace_mb": (None, "--workspace-mb"),
     "min_shapes": ([], "--min-shapes"), "opt_shapes": ([], "--opt-shapes"), "max_shapes": ([], "--max-shapes"),
     "saved_plan": (None, "--saved-plan"),
 }

@@ -5,7 +5,23 @@ import argparse
 import signal
 import threading
 
-from trt_backend.commands._args import add_shape_arguments, cli_profiles, positive_int
+from trt_backend.commands._args import (
+    add_device_argument,
+    add_memory_argument,
+    add_partition_arguments,
+    add_precision_arguments,
+    add_shape_arguments,
+    add_sign_key_argument,
+    cli_profiles,
+    is_folder_arg,
+    positive_int,
+    session_options,
+)
+from trt_backend.commands._precision import (
+    add_auto_arguments,
+    build_fields,
+    options_with,
+)
 from trt_backend.serve import ServeOptions, start, stop
 from trt_backend.serve.options import DEFAULT_MAX_BATCH, DEFAULT_WAIT_MS
 
@@ -31,15 +47,23 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emulate", action="store_true", help="run TensorRT segments through ONNX Runtime")
     p.add_argument("--address", default=None, help="Ray cluster to join (default: a new local one)")
     add_shape_arguments(p, "serve (a model, not a build folder: its profiles)")
+    add_precision_arguments(p, "TensorRT segments of a model served (a build folder serves as it was built)")
+    add_auto_arguments(p)
+    add_device_argument(p)
+    add_memory_argument(p)
+    add_sign_key_argument(p)
+    add_partition_arguments(p)
     p.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes) or None
+    session = session_options(args, emulate=True if args.emulate else "auto", cache_dir=args.cache_dir)
+    if not is_folder_arg(args):
+        session = options_with(session, build_fields(args, args.model, profiles, session))
     options = ServeOptions(replicas=args.replicas, port=args.port, host=args.host, batching=not args.no_batching,
                            max_batch_size=args.max_batch_size, batch_wait_ms=args.batch_wait_ms,
-                           num_gpus=args.num_gpus, num_cpus=args.num_cpus, cache_dir=args.cache_dir,
-                           emulate=True if args.emulate else "auto",
-                           profiles=cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes) or None)
+                           num_gpus=args.num_gpus, num_cpus=args.num_cpus, session=session, profiles=profiles)
     client = start(args.model, options, address=args.address)
     info = client.info()
     batching = (f"batches of up to {info['max_rows']} rows, {options.batch_wait_ms:g} ms wait"

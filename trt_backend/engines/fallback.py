@@ -19,8 +19,8 @@ from plugins import default_registry, register_with, rewrite_for_engine
 from trt_backend.engines.builder import (
     BuildOptions,
     HeldWeights,
-    ProfileSpec,
     ProfilesArg,
+    ProfileSpec,
     SegmentEngine,
     SegmentProfiles,
     build_target,
@@ -33,10 +33,10 @@ from trt_backend.engines.cache import EngineCache, TimingCacheFile, cache_key
 from trt_backend.engines.quantize import SegmentQuantizer
 from trt_backend.engines.report import (
     BuildEvent,
+    BuildProgress,
     BuildReport,
     BuildResult,
     Demotion,
-    BuildProgress,
     SegmentFailure,
     SegmentReport,
 )

@@ -15,13 +15,13 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from partitioner import Plan
-from trt_backend.errors import ArtifactError, ExportError
-from trt_backend.profiles import Profile, profiles_from_json
-from trt_backend.artifacts.write import build
 from trt_backend.artifacts.read import is_build_folder, open_folder
-from trt_backend.session.options import SessionOptions
 from trt_backend.artifacts.saved import saved_segment_profiles
 from trt_backend.artifacts.seal import sign_key as read_sign_key
+from trt_backend.artifacts.write import build
+from trt_backend.errors import ArtifactError, ExportError
+from trt_backend.profiles import Profile, profiles_from_json
+from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,11 @@ profiles derived for every TensorRT segment input (graph bounds, symbolic shapes
 from __future__ import annotations
 
 from trt_backend.profiles.derive import derive_profiles, shape_tensor_inputs
-from trt_backend.profiles.given import check_profile_names, complete_profiles, normalize_profiles
+from trt_backend.profiles.given import (
+    check_profile_names,
+    complete_profiles,
+    normalize_profiles,
+)
 from trt_backend.profiles.node_arg import NodeArg, node_arg
 from trt_backend.profiles.profile import (
     CALIBRATED,

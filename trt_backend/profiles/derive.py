@@ -15,6 +15,8 @@ from partitioner import Model, Plan, Segment
 from partitioner.errors import TrtBackendError
 from trt_backend.errors import CalibrationError
 from trt_backend.ort.values import random_array
+from trt_backend.profiles.bounds import Bound, DimBounds
+from trt_backend.profiles.node_arg import NodeArg
 from trt_backend.profiles.profile import (
     CALIBRATED,
     SYMBOLIC,
@@ -23,8 +25,6 @@ from trt_backend.profiles.profile import (
     TensorProfile,
     covering_profile,
 )
-from trt_backend.profiles.bounds import Bound, DimBounds
-from trt_backend.profiles.node_arg import NodeArg
 
 log = logging.getLogger(__name__)
 

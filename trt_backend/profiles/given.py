@@ -5,6 +5,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from trt_backend.errors import MissingProfileError, ProfileError
+from trt_backend.profiles.node_arg import NodeArg
 from trt_backend.profiles.profile import (
     STATIC,
     Profile,
@@ -12,7 +13,6 @@ from trt_backend.profiles.profile import (
     describe_profile,
     tensor_profile,
 )
-from trt_backend.profiles.node_arg import NodeArg
 
 
 def check_profile_names(user: Sequence[Mapping[str, Any]] | None, graph: Any) -> None:

@@ -6,6 +6,7 @@ loses no accepted request while Serve replaces it. Ray is imported inside functi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from trt_backend.artifacts.read import is_build_folder
 from trt_backend.errors import RequestError, ServeError, TrtBackendError
 from trt_backend.serve.batching import BatchRunner, Reply
 from trt_backend.serve.codec import (
@@ -27,7 +29,6 @@ from trt_backend.serve.codec import (
     is_npz,
 )
 from trt_backend.serve.options import ServeOptions
-from trt_backend.artifacts.read import is_build_folder
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
@@ -61,7 +62,7 @@ def _reply(r: Reply) -> dict[str, np.ndarray] | Refusal:
 def replica_session(source: str, options: ServeOptions, gpus: float) -> Session:
     """The Session a replica holds. With a GPU it runs on device 0: Ray has set the replica's
     CUDA_VISIBLE_DEVICES to the GPU(s) it was given, so device 0 is its own."""
-    so = SessionOptions(emulate=options.emulate, device_id=0 if gpus > 0 else None, cache_dir=options.cache_dir)
+    so = dataclasses.replace(options.session, device_id=0 if gpus > 0 else None)
     return Session(source, None if is_build_folder(source) else options.profiles, so)
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trt_backend.errors import OptionsError
+from trt_backend.session.options import SessionOptions
 
 DEFAULT_MAX_BATCH = 8
 DEFAULT_WAIT_MS = 5.0
@@ -19,9 +20,10 @@ class ServeOptions:
     the session's profiles: larger batches are split; ``batch_wait_ms`` the longest a request
     waits for company). ``num_gpus``: GPUs per replica (None: 1 where the Ray cluster has GPUs,
     else 0); a replica with a GPU runs its session on device 0, which is the GPU Ray gave it
-    (Ray sets CUDA_VISIBLE_DEVICES). ``num_cpus``: CPUs per replica. ``cache_dir``: the engine
-    cache folder every replica builds through (one folder shared by all; None: no cache).
-    ``emulate``: the Session's (True, False or "auto"). ``profiles``: input profiles when
+    (Ray sets CUDA_VISIBLE_DEVICES). ``num_cpus``: CPUs per replica. ``session``: every replica's
+    SessionOptions (partition, precision, emulation, the engine cache folder they all build
+    through, the signing key a folder must carry); its ``device_id`` is set by the replica (0 with
+    a GPU, which is the one Ray gave it). ``profiles``: input profiles when
     serving a model rather than a build folder. ``host``/``port``: HTTP; ``name``: the Serve
     application's name, ``route_prefix`` its HTTP route. ``http_ingress``: HTTP goes through a
     small ingress deployment that sends a request again when its replica died (True), or
@@ -34,8 +36,7 @@ class ServeOptions:
     batch_wait_ms: float = DEFAULT_WAIT_MS
     num_gpus: float | None = None
     num_cpus: float = 1.0
-    cache_dir: str | None = None
-    emulate: bool | str = "auto"
+    session: SessionOptions = field(default_factory=SessionOptions)
     profiles: Sequence[Mapping[str, Any]] | None = None
     host: str = "127.0.0.1"
     port: int = 8000
@@ -72,7 +73,7 @@ class ServeOptions:
         if self.batching and self.max_ongoing_requests < self.max_batch_size:
             raise OptionsError(f"ServeOptions.max_ongoing_requests ({self.max_ongoing_requests}) must be >= "
                                f"max_batch_size ({self.max_batch_size}) when batching")
-        if self.emulate not in (True, False, "auto"):
-            raise OptionsError(f"ServeOptions.emulate must be True, False or 'auto', got {self.emulate!r}")
+        if not isinstance(self.session, SessionOptions):
+            raise OptionsError(f"ServeOptions.session must be a SessionOptions, got {type(self.session).__name__}")
         if not self.route_prefix.startswith("/"):
             raise OptionsError(f"ServeOptions.route_prefix must start with '/', got {self.route_prefix!r}")

@@ -16,6 +16,7 @@ from trt_backend.ort.values import random_array
 from trt_backend.profiles.node_arg import NodeArg, shape_text
 from trt_backend.profiles.profile import Profile, describe_profile
 
+
 def _given(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"{value.dtype} array of shape {tuple(value.shape)}"

@@ -21,7 +21,7 @@ from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.compiler import Compiled, compile
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.quantize import SegmentQuantizer
-from trt_backend.engines.report import BuildReport, BuildProgress
+from trt_backend.engines.report import BuildProgress, BuildReport
 from trt_backend.errors import DeviceError, TensorRTUnavailableError
 from trt_backend.gpu.device import DeviceArray, check_device, device_of, use_device
 from trt_backend.ort.values import memory_limit, to_numpy

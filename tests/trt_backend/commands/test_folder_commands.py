@@ -71,13 +71,29 @@ def test_bench_of_a_model_says_it_built(tmp_path) -> None:
     assert doc["source"] == "model" and doc["built"] is True and "manifest_digest" not in doc
 
 
+def refused(built: str, flag: str) -> str:
+    return (f"trt-backend: error: {built}: {flag} would change what was built; a build folder runs as it was built "
+            f"(give {flag} to trt-backend build)")
+
+
 def test_bench_on_a_build_folder_refuses_profiles_and_outside_shapes(built, capsys) -> None:
     assert main(["bench", built, "--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:1x3x32x32",
                  "--max-shapes", "image:1x3x32x32", *FAST]) == 1
-    assert "a build folder brings its own profiles" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip() == refused(built, "--min-shapes")
     assert main(["bench", built, "--shapes", "image:9x3x32x32", "--emulate", *FAST]) == 1
     err = capsys.readouterr().err.strip()
-    assert "image" in err and "\n" not in err and "9" in err
+    assert "image" in err and "\n" not in err and "9" in err and "outside every profile" in err
+    assert main(["bench", built, "--shapes", "image:8x3x32x32", "--emulate", "--baselines", "none", *FAST]) == 0
+    capsys.readouterr()  # a shape inside the folder's profiles only shapes the inputs
+
+
+@pytest.mark.parametrize("flag", [["--precision", "fp16"], ["--calibration-data", "random"],
+                                  ["--exclude-ops", "Conv"], ["--max-shapes", "image:4x3x32x32"],
+                                  ["--flavor", "tensorrt"]])
+def test_bench_on_a_build_folder_refuses_what_would_change_the_build(built, flag, capsys,
+                                                                     nothing_planned_calibrated_or_built) -> None:
+    assert main(["bench", built, "--emulate", *flag, *FAST]) == 1
+    assert capsys.readouterr().err.strip() == refused(built, flag[0])
 
 
 def test_inspect_shows_a_build_folder_as_built(built, tmp_path, capsys, nothing_planned_calibrated_or_built) -> None:

@@ -53,7 +53,7 @@ def served(tmp_path_factory):
         ray.init(address=cluster.address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         port = free_port()
         options = ServeOptions(replicas=2, port=port, name=APP, max_batch_size=4, batch_wait_ms=10,
-                               cache_dir=str(tmp_path_factory.mktemp("engines")))
+                               session=SessionOptions(cache_dir=str(tmp_path_factory.mktemp("engines"))))
         client = start(folder, options)
         yield client, f"http://127.0.0.1:{port}/", folder
     finally:
