@@ -219,3 +219,20 @@ def test_build_options_are_refused_on_a_folder_in_one_line(material, tmp_path, c
     assert main(["run", folder, "--seed", "3", "--thread-pool", "global", "--emulate"]) == 0
     shape = "x".join(map(str, m["x"][next(iter(m["x"]))].shape))
     assert main(["compare", folder, "--shapes", f"{next(iter(m['x']))}:{shape}", "--emulate", "--atol", "1"]) == 0
+
+
+def test_build_reads_every_setting_from_its_options(material, tmp_path) -> None:
+    """trt_backend.build has one home for its settings: the SessionOptions it is given (precision,
+    engine and build cache, flavor); a second build of the same file is a build cache hit."""
+    m = material
+    cache = str(tmp_path / "cache")
+    options = SessionOptions(precision="fp16", cache_dir=cache, flavor="tensorrt_rtx")
+    first = trt_backend.build(m["path"], str(tmp_path / "a"), m["profile"], options)
+    assert {s["precision"] for s in first["segments"] if s["engine"]} == {"fp16"}
+    assert first["build"]["precision"] == "fp16" and first["build_cache"]["hit"] is False
+    assert os.path.isdir(os.path.join(cache, "builds"))
+    again = trt_backend.build(m["path"], str(tmp_path / "b"), m["profile"], options)
+    assert again["build_cache"]["hit"] is True
+    assert _folder_forms(str(tmp_path / "a")) == _folder_forms(str(tmp_path / "b"))
+    with pytest.raises(TypeError):
+        trt_backend.build(m["path"], str(tmp_path / "c"), m["profile"], options, BuildOptions())  # (no second home)

@@ -190,6 +190,13 @@ def test_cli_on_a_folder_from_another_directory(kind, models, placed, tmp_path, 
     assert ours["latency_ms"]["min"] > 0 and ours["segments"][0]["executor"] == "emulated"
     assert main(["inspect", folder]) == 0
     assert "segment_0.engine" in capsys.readouterr().out
+    repo = str(tmp_path / "repo")
+    assert main(["export-triton", folder, "-o", repo]) == 0
+    exported = [os.path.join(root, f) for root, _, files in os.walk(repo) for f in files if f == "model.onnx"]
+    assert exported  # (the segment model, its weights beside it, runs as the folder's does)
+    [segment] = [p for p in exported if "_trt" in p or "_ort" in p]
+    got = ort.InferenceSession(segment, providers=["CPUExecutionProvider"]).run(None, x)[0]
+    assert np.abs(got - run_ort(models[kind], x)).max() <= tolerance(models, kind)
 
 
 @pytest.mark.parametrize("kind", KINDS)

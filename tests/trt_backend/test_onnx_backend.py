@@ -96,7 +96,8 @@ def test_devices() -> None:
     assert not backend.supports_device("TPU")
     m = h.make_model(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
                                   [h.make_tensor_value_info("y", T.FLOAT, [2])]), opset_imports=[h.make_opsetid("", 17)])
-    with pytest.raises(TensorRTUnavailableError, match="cannot execute segment 0 on TensorRT"):
+    with pytest.raises(TensorRTUnavailableError, match=r"^cannot execute TensorRT segments: .+; use emulate=True "
+                                                       r"\(or 'auto'\) to run them through ONNX Runtime$"):
         backend.prepare(m, "CUDA", min_segment_size=1)
     assert backend.TrtBackend.is_compatible(m, "CPU")
 

@@ -87,12 +87,15 @@ def test_bench_on_a_build_folder_refuses_profiles_and_outside_shapes(built, caps
     capsys.readouterr()  # a shape inside the folder's profiles only shapes the inputs
 
 
+@pytest.mark.parametrize("command", ["bench", "run", "compare"])
 @pytest.mark.parametrize("flag", [["--precision", "fp16"], ["--calibration-data", "random"],
-                                  ["--exclude-ops", "Conv"], ["--max-shapes", "image:4x3x32x32"],
-                                  ["--flavor", "tensorrt"]])
-def test_bench_on_a_build_folder_refuses_what_would_change_the_build(built, flag, capsys,
-                                                                     nothing_planned_calibrated_or_built) -> None:
-    assert main(["bench", built, "--emulate", *flag, *FAST]) == 1
+                                  ["--exclude-ops", "Conv"], ["--flavor", "tensorrt"],
+                                  ["--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:2x3x32x32",
+                                   "--max-shapes", "image:4x3x32x32"]])
+def test_a_build_folder_refuses_what_would_change_the_build(built, command, flag, capsys,
+                                                            nothing_planned_calibrated_or_built) -> None:
+    """Every command gives the same one line: the folder, the first such flag, where it belongs."""
+    assert main([command, built, "--emulate", *flag, *(FAST if command == "bench" else [])]) == 1
     assert capsys.readouterr().err.strip() == refused(built, flag[0])
 
 
