@@ -216,7 +216,7 @@ def test_build_options_are_refused_on_a_folder_in_one_line(material, tmp_path, c
         with pytest.raises(trt_backend.errors.OptionsError, match="would change"):
             Session.load(folder, options)
     # run-time options are taken: threads, seeds, shapes inside the folder's profiles
-    assert main(["run", folder, "--seed", "3", "--thread-pool", "global", "--emulate"]) == 0
+    assert main(["run", folder, "--seed", "3", "--max-memory", "1G", "--emulate"]) == 0
     shape = "x".join(map(str, m["x"][next(iter(m["x"]))].shape))
     assert main(["compare", folder, "--shapes", f"{next(iter(m['x']))}:{shape}", "--emulate", "--atol", "1"]) == 0
 

@@ -113,10 +113,13 @@ BUILD_FLAGS: dict[str, tuple[Any, str]] = {
 }
 
 
-def refuse_build_flags(args: argparse.Namespace, folder: str) -> None:
+def refuse_build_flags(args: argparse.Namespace, folder: str, allow: tuple[str, ...] = ()) -> None:
     """One OptionsError naming the first flag given that would change what ``folder`` was built
-    with; run-time flags (threads, device, seeds, inputs, --shapes within its profiles) pass."""
+    with; run-time flags (threads, device, seeds, inputs, --shapes within its profiles) and the
+    fields in ``allow`` pass. Commands call it before reading anything else of their flags."""
     for attr, (default, flag) in BUILD_FLAGS.items():
+        if attr in allow:
+            continue
         value = getattr(args, attr, default)
         if value != default and not (isinstance(default, tuple) and tuple(value) == default):
             raise OptionsError(f"{folder}: {flag} would change what was built; a build folder runs as it was "

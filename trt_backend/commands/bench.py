@@ -25,10 +25,12 @@ from trt_backend.commands._args import (
     add_shape_arguments,
     add_sign_key_argument,
     cli_profiles,
+    is_folder_arg,
     max_memory,
     ort_options,
     parse_shapes,
     precision_fields,
+    refuse_build_flags,
     session_options,
 )
 from trt_backend.commands._precision import options_with
@@ -115,6 +117,8 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
     threads = _number(args.threads, "--threads", int)
     if threads < 0:
         raise BenchOptionsError(f"--threads must be >= 0, got {threads}")
+    if is_folder_arg(args):  # (first: a flag that would change what was built is the error to report)
+        refuse_build_flags(args, args.model)
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     if is_build_folder(args.model) and not (args.min_shapes or args.opt_shapes or args.max_shapes):
         profiles = []  # a build folder brings its profiles: --shapes only shapes the inputs

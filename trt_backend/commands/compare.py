@@ -25,6 +25,7 @@ from trt_backend.commands._args import (
     is_folder_arg,
     max_memory,
     parse_shapes,
+    refuse_build_flags,
     session_options,
 )
 from trt_backend.commands._precision import (
@@ -87,6 +88,8 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    if is_folder_arg(args):  # (first: a flag that would change what was built is the error to report)
+        refuse_build_flags(args, args.model)
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = CompareOptions(atol=args.atol, rtol=args.rtol, tolerances=tuple(args.tolerance),
                              error_stat=args.error_stat, error_quantile=args.error_quantile,

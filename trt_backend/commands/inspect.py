@@ -10,7 +10,6 @@ import shutil
 import tempfile
 
 from partitioner import OptionsError, Plan
-from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from partitioner.picture import render_picture
 from partitioner.report import annotate, summary, table
 from trt_backend._files import save_model_with_data, write_atomic, write_picture
@@ -25,6 +24,7 @@ from trt_backend.commands._args import (
     add_partition_arguments,
     add_sign_key_argument,
     partition_options,
+    refuse_build_flags,
 )
 from trt_backend.engines.precision_plan import (
     PrecisionPlan,
@@ -115,13 +115,6 @@ def _with_precision(page: str, plan: Plan, precision: PrecisionPlan) -> str:
     return page.replace("</body></html>", "\n".join(rows) + "</body></html>", 1)
 
 
-def _planning_flags(args: argparse.Namespace) -> list[str]:
-    flags = [("--exclude-ops", args.exclude_ops), ("--exclude-nodes", args.exclude_nodes),
-             ("--plugin-ops", args.plugin_ops), ("--target", args.target), ("--no-plugins", args.no_plugins),
-             ("--isolate", args.isolate), ("--min-segment-size", args.min_segment_size != DEFAULT_MIN_SEGMENT_SIZE)]
-    return [flag for flag, value in flags if value]
-
-
 def _here(manifest: dict[str, object]) -> str:
     problem = runtime_mismatch(manifest)
     if problem:
@@ -168,10 +161,7 @@ def handle(args: argparse.Namespace) -> int:
     check_output_paths(args)
     precision = read_precision_plan(args.precision_plan) if args.precision_plan else None
     if is_build_folder(args.model):
-        flags = _planning_flags(args)
-        if flags:
-            raise OptionsError(f"{args.model}: a build folder is shown as built; {', '.join(flags)} apply to "
-                               "planning a model")
+        refuse_build_flags(args, os.fspath(args.model), allow=("precision_plan",))
         built = open_folder(args.model, executes=False, sign_key=read_sign_key(args.sign_key))
         plan: Plan = built.plan
         print(folder_report(built, os.fspath(args.model)))

@@ -23,9 +23,11 @@ from trt_backend.commands._args import (
     add_shape_arguments,
     add_sign_key_argument,
     cli_profiles,
+    is_folder_arg,
     max_memory,
     ort_options,
     parse_shapes,
+    refuse_build_flags,
     session_options,
 )
 from trt_backend.commands._precision import (
@@ -115,6 +117,8 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    if is_folder_arg(args):  # (first: a flag that would change what was built is the error to report)
+        refuse_build_flags(args, args.model)
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
                               ort=ort_options(args))

@@ -79,8 +79,9 @@ class BuildOptions:
     max_workers: int = 0  # parallel segment builds; 0: min(4, CPU count)
 
     def __post_init__(self) -> None:
-        validate_precision(self.precision, self.keep_fp32_ops)
-        object.__setattr__(self, "keep_fp32_ops", tuple(self.keep_fp32_ops))
+        keep = (self.keep_fp32_ops,) if isinstance(self.keep_fp32_ops, str) else tuple(self.keep_fp32_ops)
+        validate_precision(self.precision, keep)
+        object.__setattr__(self, "keep_fp32_ops", keep)
         if self.calibration_method not in CALIBRATION_METHODS:
             raise OptionsError(f"calibration method must be one of {', '.join(CALIBRATION_METHODS)}, "
                                f"got {self.calibration_method!r}")

@@ -55,8 +55,6 @@ def test_precision_is_the_sessions_not_the_comparisons() -> None:
     assert so.build.precision == "fp16" and so.build.keep_fp32_ops == ("Softmax",)
 
 
-@pytest.mark.xfail(strict=True, reason="library bug: BuildOptions turns keep_fp32_ops='Softmax' into "
-                                       "('S', 'o', 'f', 't', 'm', 'a', 'x'); CompareOptions used to normalise it")
 def test_one_keep_fp32_op_as_text_is_one_op() -> None:
     assert SessionOptions(keep_fp32_ops="Softmax").build.keep_fp32_ops == ("Softmax",)
 

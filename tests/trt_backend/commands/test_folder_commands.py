@@ -115,7 +115,8 @@ def test_inspect_shows_a_build_folder_as_built(built, tmp_path, capsys, nothing_
     assert json.loads((tmp_path / "plan.json").read_text()) == manifest["plan"]
     assert sorted(os.listdir(tmp_path / "segs")) == ["segment_0.onnx", "segment_1.onnx", "segment_2.onnx"]
     assert main(["inspect", built, "--exclude-ops", "Conv"]) == 1
-    assert "a build folder is shown as built; --exclude-ops apply to planning" in capsys.readouterr().err
+    assert "--exclude-ops would change what was built" in capsys.readouterr().err
+    assert main(["inspect", built, "--min-segment-size", "1"]) == 1
 
 
 def test_max_memory_refuses_in_one_line(built, capsys) -> None:
