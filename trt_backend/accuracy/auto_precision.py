@@ -34,6 +34,7 @@ from partitioner import Model, Plan
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
 from trt_backend.accuracy.localize import boundary_names, reference_with_boundaries
+from trt_backend.accuracy.numeric import tolerance_ratio
 from trt_backend.accuracy.options import DEFAULT_TOLERANCE, tolerance_value
 from trt_backend.accuracy.polygraphy_glue import generate_feeds, host, profile_points
 from trt_backend.engines.builder import (
@@ -172,20 +173,13 @@ class _Search:
     # ---------------------------------------------------------------- measuring
 
     def ratio(self, ours: Any, ref: Any) -> float:
-        """Worst element error in units of the tolerance (> 1: beyond it)."""
+        """Worst element error in units of the tolerance (> 1: beyond it), by the rule compare
+        applies (:func:`~trt_backend.accuracy.numeric.tolerance_ratio`): a plan the search keeps
+        passes ``compare`` at the same atol and rtol by construction."""
         x, y = host(ours), host(ref)
         if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray) or y.dtype.kind not in "fc":
             return 0.0 if x is None or np.array_equal(np.asarray(x), np.asarray(y)) else float("inf")
-        if x.shape != y.shape:
-            return float("inf")
-        if not x.size:
-            return 0.0
-        a, b = x.astype(np.float64), y.astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            same = (a == b) | (np.isnan(a) & np.isnan(b))  # (equal infinities too)
-            r = np.abs(a - b) / np.maximum(self.opts.atol + self.opts.rtol * np.abs(b), 1e-30)
-        r = np.where(same, 0.0, np.where(np.isnan(r), np.inf, r))
-        return float(r.max())
+        return tolerance_ratio(x, y, self.opts.atol, self.opts.rtol)
 
     def output_errors(self) -> tuple[dict[str, float], int]:
         """Each output's worst error / tolerance over the validation feeds, and the first feed

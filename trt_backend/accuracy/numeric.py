@@ -97,6 +97,35 @@ def tensor_error(ours: np.ndarray, ref: np.ndarray, atol: float, rtol: float, er
                             passed and mismatched == 0, matched, mismatched))
 
 
+def tolerance_ratio(ours: Any, ref: Any, atol: float, rtol: float) -> float:
+    """The one error rule, as a number: the worst element's error in units of the tolerance under
+    Polygraphy's elementwise check, which :func:`tensor_error` (and so ``compare``) applies. An
+    element passes where its absolute error is within ``atol`` *or* its relative error (against
+    the reference, zeros nudged by :data:`EPSILON`) within ``rtol``, so its ratio is the smaller of
+    abs/atol and rel/rtol, and a tensor passes exactly when the ratio is <= 1. NaN against NaN and
+    equal infinities count as equal; any other non-finite mismatch, or a shape mismatch, is inf."""
+    if ours is None and ref is None:
+        return 0.0
+    x, y = np.asarray(ours), np.asarray(ref)
+    if x.shape != y.shape:
+        return _INF
+    if x.dtype.kind not in "fcbiu" or y.dtype.kind not in "fcbiu":  # (strings, objects: equal or not)
+        return 0.0 if np.array_equal(x, y) else _INF
+    if not x.size:
+        return 0.0
+    a, b = _widen(x).astype(np.float64), _widen(y).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        absdiff = np.abs(a - b)
+        base = np.where(b == 0, EPSILON, np.abs(b))
+        rel = absdiff / base
+        by_abs = absdiff / atol if atol > 0 else np.where(absdiff == 0, 0.0, _INF)
+        by_rel = rel / rtol if rtol > 0 else np.where(rel == 0, 0.0, _INF)
+        r = np.minimum(by_abs, by_rel)
+    r = np.where(same, 0.0, np.where(np.isnan(r), _INF, r))
+    return float(r.max())
+
+
 def tidy(error: TensorError) -> TensorError:
     """A max absolute error of 0 makes every error 0 (Polygraphy gets NaN there from integer 0/0
     and from the mean of an empty tensor); any other NaN statistic reads as inf (unbounded)."""
