@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import time
 import warnings
 from collections import OrderedDict
@@ -325,10 +326,11 @@ def compare_tensors(ours: Mapping[str, Any], ref: Mapping[str, Any], func: Any,
 
 
 def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[str, Any]], output_names: Sequence[str],
-                   options: CompareOptions) -> tuple[list[dict[str, TensorError]], dict[str, float]]:
+                   options: CompareOptions) -> tuple[list[dict[str, TensorError]], dict[str, float], dict[str, Seen]]:
     """Polygraphy's ``Comparator.run`` (our Session, then the reference) on ``feeds`` and
     ``Comparator.compare_accuracy`` with the simple compare function. Returns each iteration's
-    errors per output and each runner's mean inference time in ms."""
+    errors per output, each runner's mean inference time in ms, and per output what the
+    reference held (:class:`Seen`: elements compared, value range, empty iterations)."""
     from polygraphy.comparator import Comparator
 
     ranks = unknown_rank_feeds(session, feeds)
@@ -341,7 +343,11 @@ def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[s
         ours, ref = results[0][1], results[1][1]
         counts: list[dict[str, tuple[int, int]]] = []
         shapes: list[dict[str, tuple[Any, Any]]] = []
+        seen = {n: Seen() for n in output_names}
         for it0, it1 in zip(ours, ref):
+            for name in output_names:
+                if name in it1:
+                    seen[name].add(it1[name])
             counts.append({})
             shapes.append({})
             for name in list(it0.keys()):
@@ -356,5 +362,54 @@ def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[s
     errors = [{n: side_errors(n, ours_side[i][n], ref_side[i].get(n), options) if n in ours_side[i] else
                polygraphy_tensor_error(match.get(n, False), options, *counts[i].get(n, (0, 0)), shapes[i].get(n, (None, None)))
                for n in output_names} for i, match in enumerate(per_iteration)]
+    for i in range(len(per_iteration)):  # (sequences, maps, optionals: what the reference side held)
+        for n in output_names:
+            if n in ref_side[i]:
+                seen[n].add(ref_side[i][n])
     timing = {name: 1000.0 * float(np.mean([r.runtime or 0.0 for r in iters])) for name, iters in results}
-    return errors, timing
+    return errors, timing, seen
+
+
+@dataclass
+class Seen:
+    """What the reference produced for one output over a comparison: elements compared (tensors:
+    their size; sequences and maps: their entries), the range of its finite numeric values, and in
+    how many iterations it was empty. An output empty in every iteration was not compared at all."""
+
+    elements: int = 0
+    iterations: int = 0
+    empty: int = 0
+    low: float = math.inf
+    high: float = -math.inf
+
+    def add(self, value: Any) -> None:
+        self.iterations += 1
+        arrays = [host(v) for v in value] if isinstance(value, (list, tuple)) else \
+            list(value.values()) if isinstance(value, dict) else [host(value)]
+        size = 0
+        for arr in arrays:
+            if isinstance(arr, dict):
+                size += len(arr)
+                arr = np.asarray(list(arr.values()))
+            if not isinstance(arr, np.ndarray):
+                size += 0 if arr is None else 1
+                continue
+            size += int(arr.size)
+            if arr.size and arr.dtype.kind in "fiub":
+                finite = arr[np.isfinite(arr)] if arr.dtype.kind == "f" else arr
+                if finite.size:
+                    self.low = min(self.low, float(finite.min()))
+                    self.high = max(self.high, float(finite.max()))
+        self.elements += size
+        self.empty += size == 0
+
+    @property
+    def compared(self) -> bool:
+        return self.elements > 0
+
+    def describe(self) -> str:
+        if not self.compared:
+            return f"empty in all {self.iterations} comparison(s)"
+        span = f", values {self.low:.4g}..{self.high:.4g}" if self.low <= self.high else ""
+        empty = f", empty in {self.empty} of {self.iterations}" if self.empty else ""
+        return f"{self.elements} element(s){span}{empty}"

@@ -55,10 +55,18 @@ class OutputReport:
     atol: float
     rtol: float
     failed_iterations: int = 0
+    elements: int = -1  # elements of the reference compared over every comparison (-1: not counted)
+    value_range: tuple[float, float] | None = None  # finite reference values, low..high
+    compared_text: str = ""  # what was compared, in words
+
+    @property
+    def compared(self) -> bool:
+        """False when the reference held nothing to compare in every comparison (an empty output)."""
+        return self.elements != 0
 
     @property
     def passed(self) -> bool:
-        return self.error.passed
+        return self.error.passed and self.compared
 
     def to_dict(self) -> dict[str, Any]:
         e = self.error
@@ -67,7 +75,8 @@ class OutputReport:
                 "median_abs_error": e.median_abs_error, "required_atol": e.required_atol,
                 "required_rtol": e.required_rtol, "failed_iterations": self.failed_iterations,
                 "nonfinite_matched": e.nonfinite_matched, "nonfinite_mismatched": e.nonfinite_mismatched,
-                "note": e.note}
+                "note": e.note, "elements": self.elements, "compared": self.compared,
+                "value_range": list(self.value_range) if self.value_range is not None else None}
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,7 @@ class ComparisonReport:
     skipped_outputs: list[str] = field(default_factory=list)  # outputs not compared (none today: every kind is)
     inference_ms: dict[str, float] = field(default_factory=dict)  # mean per runner
     model: str = ""
+    notes: list[str] = field(default_factory=list)  # what the verdict rests on, or does not
 
     def __bool__(self) -> bool:
         return self.passed
@@ -151,6 +161,7 @@ class ComparisonReport:
             "precision": self.precision, "iterations": self.iterations, "seed": self.seed, "points": self.points,
             "executors": self.executors, "skipped_outputs": self.skipped_outputs, "inference_ms": self.inference_ms,
             "segments": [s.to_dict() for s in self.segments] if self.segments is not None else None,
+            "notes": self.notes, "compared_outputs": sum(o.compared for o in self.outputs),
         }
         finite: dict[str, Any] = _finite(d)
         return finite
@@ -175,6 +186,10 @@ class ComparisonReport:
                 extra.append(e.note)
             if o.failed_iterations:
                 extra.append(f"failed {o.failed_iterations}/{self.iterations} iteration(s)")
+            if not o.compared:
+                verdict = "NOT COMPARED"
+            if o.compared_text:
+                extra.append(o.compared_text)
             out.append(f"{o.name:<28} {e.max_abs_error:>10.3g} {e.max_rel_error:>10.3g} {o.atol:>8.2g} {o.rtol:>8.2g}  "
                        f"{needs:<30} {verdict}" + (f" ({'; '.join(extra)})" if extra else ""))
         for name in self.skipped_outputs:
@@ -195,7 +210,15 @@ class ComparisonReport:
             out.append(f"  nodes: {names}{more}")
         elif self.segments is not None:
             out.append("no segment diverges from the reference")
-        verdict = "PASSED" if self.passed else f"FAILED ({len(self.failed_outputs)} of {len(self.outputs)} output(s))"
+        for note in self.notes:
+            out.append(f"note: {note}")
+        compared = sum(o.compared for o in self.outputs)
+        if self.outputs and not compared:
+            verdict = "NOTHING COMPARED (every output was empty on every input: give inputs that produce some)"
+        elif self.passed:
+            verdict = "PASSED" if compared == len(self.outputs) else f"PASSED ({compared} of {len(self.outputs)} output(s) compared)"
+        else:
+            verdict = f"FAILED ({len(self.failed_outputs)} of {len(self.outputs)} output(s))"
         out.append(f"{verdict} | {self.iterations} comparison(s), {self.error_stat} error, atol {self.atol:g}, "
                    f"rtol {self.rtol:g}, precision {self.precision}")
         return out
