@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except TrtBackendError as e:
         print(f"trt-backend: error: {e}", file=sys.stderr)
-        return 1
+        return int(getattr(args, "error_exit", 1))  # (compare: 2, kept apart from its 1 for "outputs differ")
     except KeyboardInterrupt:
         print("trt-backend: interrupted", file=sys.stderr)
         return 130

@@ -204,7 +204,7 @@ def test_compare_of_a_folder_in_another_precision_is_refused_in_one_line(kind, p
     """A folder is compared as it was built: asking for fp16 on an fp32 folder is one line naming
     the flag (build it in fp16 to compare that), never a traceback."""
     folder = placed(kind)
-    assert main(["compare", folder, "--precision", "fp16"]) == 1
+    assert main(["compare", folder, "--precision", "fp16"]) == 2
     out, err = capsys.readouterr()
     assert "--precision would change what was built" in err and len(err.strip().splitlines()) == 1
 

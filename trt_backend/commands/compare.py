@@ -71,7 +71,7 @@ def register(p: argparse.ArgumentParser) -> None:
     add_memory_argument(p)
     add_sign_key_argument(p)
     add_partition_arguments(p)
-    p.set_defaults(func=handle)
+    p.set_defaults(func=handle, error_exit=2)
 
 
 def _check_json_path(path: str | None) -> None:

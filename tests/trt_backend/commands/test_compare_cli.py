@@ -1,5 +1,5 @@
-"""``trt-backend compare`` end to end: exit 0 on a pass, 1 on a mismatch with the JSON written,
-and bad input as one ``trt-backend: error:`` line (exit 1) with no report and no JSON."""
+"""``trt-backend compare`` end to end: exit 0 on a pass, 1 on a mismatch with the JSON written, 2 on a tool error,
+bad input being one ``trt-backend: error:`` line with no report and no JSON."""
 from __future__ import annotations
 
 import json
@@ -66,7 +66,7 @@ def test_bad_input_is_one_error_line_and_no_json(model_path, tmp_path, capsys, e
     out = tmp_path / "report.json"
     rc = main(["compare", model_path, *RANGE, "--emulate", "--json", str(out), *extra])
     captured = capsys.readouterr()
-    assert rc == 1
+    assert rc == 2  # (a tool error: 1 means the outputs differ)
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("trt-backend: error: ") and message in lines[0], captured.err
     assert "FAILED" not in captured.out and "PASSED" not in captured.out
@@ -78,14 +78,14 @@ def test_model_the_reference_cannot_run(tmp_path, capsys) -> None:
     onnx.save(custom_op_model(), path)
     rc = main(["compare", str(path), "--emulate", "--json", str(tmp_path / "r.json")])
     err = capsys.readouterr().err
-    assert rc == 1
+    assert rc == 2
     assert "trt-backend: error: the reference (ONNX Runtime on the whole model" in err and "cannot load it" in err
     assert not (tmp_path / "r.json").exists()
 
 
 def test_json_folder_checked_before_running(model_path, tmp_path, capsys) -> None:
     rc = main(["compare", model_path, *RANGE, "--json", str(tmp_path / "no" / "r.json")])
-    assert rc == 1 and "cannot write --json" in capsys.readouterr().err
+    assert rc == 2 and "cannot write --json" in capsys.readouterr().err
 
 
 def test_int8_with_bad_or_random_calibration_data(model_path, tmp_path, capsys) -> None:
@@ -93,7 +93,7 @@ def test_int8_with_bad_or_random_calibration_data(model_path, tmp_path, capsys) 
     np.savez(bad, x=np.full((4, 3, 8, 8), np.nan, np.float32))
     rc = main(["compare", model_path, *RANGE, "--emulate", "--precision", "int8", "--calibration-data", str(bad)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 1 and len(err) == 1 and f"calibration data {bad}: input 'x' holds 768 NaN/inf value(s)" in err[0]
+    assert rc == 2 and len(err) == 1 and f"calibration data {bad}: input 'x' holds 768 NaN/inf value(s)" in err[0]
     rc = main(["compare", model_path, *RANGE, "--emulate", "--precision", "int8", "--calibration-data", "random",
                "--atol", "1", "--rtol", "1"])
     captured = capsys.readouterr()
