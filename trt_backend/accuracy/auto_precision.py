@@ -84,9 +84,12 @@ class AutoOptions:
     max_rounds: int = 12
     iterations: int = 2
     seed: int = 0
+    atol_of_range: float | None = None  # each output's atol at least this x its largest |value| on the reference
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "atol", tolerance_value(self.atol, "atol"))
+        if self.atol_of_range is not None:
+            object.__setattr__(self, "atol_of_range", tolerance_value(self.atol_of_range, "atol_of_range"))
         object.__setattr__(self, "rtol", tolerance_value(self.rtol, "rtol"))
         allow = (self.allow,) if isinstance(self.allow, str) else tuple(self.allow)
         unknown = [p for p in allow if p not in ORDER]
@@ -139,9 +142,39 @@ class _Search:
         reference = reference_with_boundaries(sess.model, boundary_names(sess.runners), ort_opts)
         self.refs = [reference(f) for f in self.feeds]
         self.outputs = [a.name for a in sess.get_outputs()]
-        self.repeat = reference(self.feeds[0])  # a reference that does not repeat itself cannot be met
         self.log: list[str] = []
+        self._measures_something()
+        self.atols = self._output_atols()
+        self.repeat = reference(self.feeds[0])  # a reference that does not repeat itself cannot be met
         self.flavor = _flavor(sess)
+
+    def _output_atols(self) -> dict[str, float]:
+        """Each output's atol: the global one, raised to ``atol_of_range`` x its largest finite
+        magnitude on the validation references (compare's ``--atol-of-range`` does the same)."""
+        atols = dict.fromkeys(self.outputs, self.opts.atol)
+        if not self.opts.atol_of_range:
+            return atols
+        for name in self.outputs:
+            values = [host(ref[name]) for ref in self.refs if name in ref]
+            finite = [np.abs(v[np.isfinite(v)]) for v in values if isinstance(v, np.ndarray) and v.dtype.kind == "f"]
+            peak = max((float(f.max()) for f in finite if f.size), default=0.0)
+            atols[name] = max(self.opts.atol, self.opts.atol_of_range * peak)
+        return atols
+
+    def _measures_something(self) -> None:
+        """A search on outputs that are empty on every validation input would choose from a
+        measurement of nothing (every precision "passes"): refuse it, naming the outputs."""
+        def size(value: Any) -> int:
+            v = host(value)
+            return int(v.size) if isinstance(v, np.ndarray) else (len(v) if isinstance(v, (list, tuple, dict)) else 1)
+
+        empty = [n for n in self.outputs if all(size(ref[n]) == 0 for ref in self.refs if n in ref)]
+        if empty and len(empty) == len(self.outputs):
+            raise PrecisionSearchError(f"every output ({', '.join(empty)}) is empty on all {len(self.feeds)} "
+                                       "validation input(s): nothing to measure a precision by; give inputs that "
+                                       "produce some (--inputs real.npz, or calibration data)")
+        for name in empty:
+            self.note(f"output {name} is empty on every validation input: it does not constrain the search")
 
     def _feeds(self, given: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
         if given:
@@ -172,14 +205,14 @@ class _Search:
 
     # ---------------------------------------------------------------- measuring
 
-    def ratio(self, ours: Any, ref: Any) -> float:
+    def ratio(self, ours: Any, ref: Any, name: str | None = None) -> float:
         """Worst element error in units of the tolerance (> 1: beyond it), by the rule compare
         applies (:func:`~trt_backend.accuracy.numeric.tolerance_ratio`): a plan the search keeps
         passes ``compare`` at the same atol and rtol by construction."""
         x, y = host(ours), host(ref)
         if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray) or y.dtype.kind not in "fc":
             return 0.0 if x is None or np.array_equal(np.asarray(x), np.asarray(y)) else float("inf")
-        return tolerance_ratio(x, y, self.opts.atol, self.opts.rtol)
+        return tolerance_ratio(x, y, self.atols.get(name, self.opts.atol) if name else self.opts.atol, self.opts.rtol)
 
     def output_errors(self) -> tuple[dict[str, float], int]:
         """Each output's worst error / tolerance over the validation feeds, and the first feed
@@ -188,7 +221,7 @@ class _Search:
         first_bad = -1
         for k, (feed, ref) in enumerate(zip(self.feeds, self.refs)):
             for name, value in zip(self.outputs, self.sess.run(None, feed)):
-                r = self.ratio(value, ref[name])
+                r = self.ratio(value, ref[name], name)
                 worst[name] = max(worst[name], r)
                 if r > 1 and first_bad < 0:
                     first_bad = k
@@ -330,7 +363,7 @@ class _Search:
     def run(self, start: float) -> PrecisionPlan:
         worst, _ = self.output_errors()  # fp32 (the session's own fp32 runners)
         for name in self.outputs:
-            worst[name] = max(worst[name], self.ratio(self.repeat[name], self.refs[0][name]))
+            worst[name] = max(worst[name], self.ratio(self.repeat[name], self.refs[0][name], name))
         bad = {n: r for n, r in worst.items() if r > 1}
         if bad:
             name, r = max(bad.items(), key=lambda kv: kv[1])

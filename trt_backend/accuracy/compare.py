@@ -22,16 +22,19 @@ from trt_backend.accuracy.localize import (
 )
 from trt_backend.accuracy.options import CompareOptions
 from trt_backend.accuracy.polygraphy_glue import (
+    SavedReference,
     generate_feeds,
     profile_points,
     run_comparison,
 )
 from trt_backend.accuracy.report import ComparisonReport, OutputReport, TensorError
+from trt_backend.accuracy.tasks import run_checks
 from trt_backend.artifacts.read import is_build_folder
 from trt_backend.errors import ReferenceRunError, SegmentLoadError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import ort_session
 from trt_backend.profiles import Profile
+from trt_backend.session.feeds import write_run
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
@@ -42,7 +45,8 @@ __all__ = ["compare"]
 
 def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | None = None, *,
             profiles: Sequence[Mapping[str, Any]] | None = None, session_options: SessionOptions | None = None,
-            feeds: Sequence[Mapping[str, Any]] | None = None, **overrides: Any) -> ComparisonReport:
+            feeds: Sequence[Mapping[str, Any]] | None = None, reference_outputs: Sequence[Mapping[str, Any]] | None = None,
+            save_outputs: str | None = None, **overrides: Any) -> ComparisonReport:
     """Compare ``model`` run by a :class:`~trt_backend.Session` with ONNX Runtime running the
     whole model in fp32 (the reference), on seeded random inputs at the profiles' opt shapes (or
     given ``feeds``). ``model`` may be a model, a build folder (compared as it was built: its
@@ -50,6 +54,10 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
     compared is what the session runs: its precision comes from ``session_options.build`` (the
     same compile path a build takes) or the folder, never from the comparison's options. Options
     come as a :class:`CompareOptions` or as its fields by keyword: ``compare(m, atol=1e-2)``.
+
+    ``reference_outputs`` (one mapping per feed, e.g. from :func:`~trt_backend.session.feeds.read_run`
+    of a run saved on a GPU machine) replace ONNX Runtime as the reference; ``save_outputs``
+    writes the feeds and the session's outputs to that ``.npz`` (:func:`~trt_backend.session.feeds.write_run`).
 
     Raises :class:`~trt_backend.errors.ReferenceRunError` when the reference cannot
     run the model, ``OptionsError`` for bad options; a mismatch is a report with
@@ -73,8 +81,12 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
             # failure to derive profiles.
             reference = reference_session(plan.model, so.ort_for(len(plan.segments) + 1))
             sess, owned = Session(plan, profiles, so), True
+    if reference_outputs is not None:
+        if feeds is None or len(list(feeds)) != len(reference_outputs):
+            raise OptionsError("reference_outputs need the feeds they were made from, one feed per set of outputs")
+        reference = SavedReference(sess.get_inputs(), sess.get_outputs(), reference_outputs)
     try:
-        return _compare(sess, reference, opts, feeds)
+        return _compare(sess, reference, opts, feeds, save_outputs)
     finally:
         if owned:
             sess.close()
@@ -129,7 +141,8 @@ def _feed_points(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, list[int]
     return points
 
 
-def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequence[Mapping[str, Any]] | None) -> ComparisonReport:
+def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequence[Mapping[str, Any]] | None,
+             save_outputs: str | None = None) -> ComparisonReport:
     outputs = sess.get_outputs()
     opts.check_output_names([a.name for a in outputs])
     names = [a.name for a in outputs]  # (sequences, maps and optionals are compared by side_errors)
@@ -138,35 +151,42 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
     if feeds is None:
         input_profiles: list[Profile] = sess.input_profiles
         points = profile_points(input_profiles, opts.shapes, opts.all_profile_shapes)
-        data = generate_feeds(sess.get_inputs(), points, opts.seed, opts.iterations)
+        data = generate_feeds(sess.get_inputs(), points, opts.seed, opts.iterations, opts.val_range, opts.int_range)
     else:
         if isinstance(feeds, Mapping):
             feeds = [feeds]
         data = [dict(f) for f in feeds]
         if not data:
             raise OptionsError("feeds is empty: give at least one dict of input name -> array")
-    errors, timing, seen = run_comparison(sess, reference, data, names, opts)
+    run = run_comparison(sess, reference, data, names, opts)
+    if save_outputs is not None:
+        write_run(save_outputs, data, run.ours)
+    errors, judged = run.errors, run.options
     reports = []
     for name in names:
         per_iteration = [it[name] for it in errors]
-        atol, rtol = opts.tolerance_for(name)
-        s = seen[name]
+        atol, rtol = judged.tolerance_for(name)
+        s = run.seen[name]
         reports.append(OutputReport(name, TensorError.worst(per_iteration), atol, rtol,
                                     sum(not e.passed for e in per_iteration), elements=s.elements,
                                     value_range=(s.low, s.high) if s.low <= s.high else None,
                                     compared_text=s.describe()))
+    tasks = run_checks(opts.checks, run.ours, run.reference, names)
     compared = [r for r in reports if r.compared]
-    passed = bool(compared) and all(r.error.passed for r in reports)
+    passed = bool(compared) and all(r.error.passed for r in reports) and all(t.passed for t in tasks)
     notes = _notes(sess, reports)
+    if opts.atol_of_range:
+        notes.append(f"atol of each output: at least {opts.atol_of_range:g} x the largest magnitude the reference "
+                     "gave it (the atol column shows what applied)")
     report = ComparisonReport(passed, opts.atol, opts.rtol, reports, error_stat=opts.error_stat,
                               precision=sess.compiled.precision_summary(), iterations=len(data), seed=opts.seed,
                               points=_feed_points(data), executors=list(sess.segment_executors),
-                              skipped_outputs=skipped, inference_ms=timing, model=str(sess.model.source),
-                              notes=notes)
+                              skipped_outputs=skipped, inference_ms=run.timing, model=str(sess.model.source),
+                              notes=notes, tasks=tasks)
     if opts.localize == "always" or (opts.localize == "mismatch" and not passed):
         first_bad = next((i for i, it in enumerate(errors) if not all(e.passed for e in it.values())), 0)
         ort_opts = sess.options.ort_for(len(sess.runners) + 1)
         run_reference = reference_with_boundaries(sess.model, boundary_names(sess.runners), ort_opts)
-        report.segments = segment_reports(sess, data[first_bad], opts, run_reference, precisions)
+        report.segments = segment_reports(sess, data[first_bad], judged, run_reference, precisions)
         report.localization = blame(report.segments, sess.model.proto.graph, first_bad, not passed)
     return report

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from partitioner.errors import OptionsError
+from trt_backend.accuracy.tasks import TaskCheck
 
 ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
 LOCALIZE_CHOICES = ("off", "mismatch", "always")
@@ -64,7 +65,12 @@ class CompareOptions:
     ("elemwise": every element within atol *or* rtol). ``shapes``: input shapes to generate
     data with instead of the profiles' opt shapes; ``all_profile_shapes``: min, opt and max of
     every profile. (What precision is compared is the session's: ``SessionOptions.build`` or
-    the build folder's.) ``localize: "off", "mismatch" (look for the diverging segment when
+    the build folder's.) ``atol_of_range``: each output's atol at least this fraction of the
+    largest magnitude the reference gave it (box coordinates in pixels and probabilities then get
+    tolerances that fit them). ``checks``: task checks (:mod:`trt_backend.accuracy.tasks`: top1,
+    argmax-sequence, boxes) reported beside the numeric error; the verdict needs them too.
+    ``val_range``/``int_range``: the range random float/integer inputs are drawn from, one (lo,
+    hi) for all or per input name (Polygraphy's data loader; default [0, 1) and [0, 1]). ``localize: "off", "mismatch" (look for the diverging segment when
     the comparison fails) or "always"; True means "mismatch"."""
 
     atol: float = DEFAULT_TOLERANCE
@@ -77,6 +83,10 @@ class CompareOptions:
     shapes: Mapping[str, Sequence[int]] | None = None
     all_profile_shapes: bool = False
     localize: bool | str = "off"
+    atol_of_range: float | None = None
+    checks: Sequence[Any] = ()
+    val_range: Mapping[str, tuple[float, float]] | tuple[float, float] | None = None
+    int_range: Mapping[str, tuple[int, int]] | tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "atol", tolerance_value(self.atol, "atol"))
@@ -93,6 +103,12 @@ class CompareOptions:
         if self.shapes is not None:
             object.__setattr__(self, "shapes", MappingProxyType(self._checked_shapes(self.shapes)))
         object.__setattr__(self, "localize", self._checked_localize(self.localize))
+        if self.atol_of_range is not None:
+            object.__setattr__(self, "atol_of_range", tolerance_value(self.atol_of_range, "atol_of_range"))
+        specs = (self.checks,) if isinstance(self.checks, str) else tuple(self.checks)
+        object.__setattr__(self, "checks", tuple(TaskCheck.parse(c) for c in specs))
+        object.__setattr__(self, "val_range", _ranges(self.val_range, "val_range", float))
+        object.__setattr__(self, "int_range", _ranges(self.int_range, "int_range", int))
 
     @staticmethod
     def _checked_tolerances(raw: Mapping[str, Any] | Iterable[str]) -> dict[str, tuple[float, float]]:
@@ -150,3 +166,24 @@ class CompareOptions:
         if unknown:
             raise OptionsError(f"--tolerance names unknown output(s) {', '.join(map(repr, unknown))}; "
                                f"the model's outputs are: {', '.join(outputs)}")
+
+
+def _ranges(value: Any, what: str, kind: type) -> Any:
+    """A (lo, hi) pair, or input name -> (lo, hi), checked (lo < hi); None stays None."""
+    if value is None:
+        return None
+
+    def pair(v: Any, where: str) -> tuple[Any, Any]:
+        if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or len(v) != 2:
+            raise OptionsError(f"{where} must be (low, high), got {v!r}")
+        try:
+            lo, hi = kind(v[0]), kind(v[1])
+        except (TypeError, ValueError):
+            raise OptionsError(f"{where} must be two numbers, got {v!r}") from None
+        if not lo < hi:
+            raise OptionsError(f"{where}: low {lo} must be below high {hi}")
+        return lo, hi
+
+    if isinstance(value, Mapping):
+        return MappingProxyType({str(n): pair(v, f"{what} of '{n}'") for n, v in value.items()})
+    return pair(value, what)

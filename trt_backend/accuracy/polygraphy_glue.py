@@ -9,6 +9,7 @@ the deprecated ``CompareFunc.simple``)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import math
@@ -160,6 +161,35 @@ class _ReferenceSession:
         return [out[n] for n in wanted]
 
 
+class SavedReference:
+    """Outputs saved by an earlier run (on a GPU machine, by another runtime), served as the
+    reference one set per run, in order, with the ONNX Runtime session interface the comparison
+    reads (``get_inputs``, ``get_outputs``, ``run``)."""
+
+    def __init__(self, inputs: Sequence[NodeArg], outputs: Sequence[NodeArg], runs: Sequence[Mapping[str, Any]]) -> None:
+        self._inputs = [_InputArg(a.name, a.type, list(a.shape)) for a in inputs]
+        self._outputs = [_InputArg(a.name, a.type, list(a.shape)) for a in outputs]
+        self._runs = list(runs)
+        self._next = 0
+        missing = sorted({o.name for o in outputs if o.type.startswith("tensor(")} - set().union(*map(set, self._runs)))
+        if missing:
+            raise FeedError(f"the saved outputs lack {', '.join(missing)}: save them with the same model")
+
+    def get_inputs(self) -> Any:
+        return list(self._inputs)
+
+    def get_outputs(self) -> Any:
+        return list(self._outputs)
+
+    def run(self, output_names: Any, feeds: Mapping[str, Any]) -> Any:
+        if self._next >= len(self._runs):
+            raise ReferenceRunError("the saved outputs ran out: one set per input set")
+        values = self._runs[self._next]
+        self._next += 1
+        names = output_names if output_names is not None else [o.name for o in self._outputs]
+        return [values.get(n) for n in names]
+
+
 def _tensors_only(values: OrderedDict[str, Any], side: list[dict[str, Any]]) -> OrderedDict[str, Any]:
     """The tensors of ``values``; the rest (sequences, maps, empty optionals) appended to ``side``."""
     side.append({n: v for n, v in values.items() if not isinstance(v, np.ndarray)})
@@ -231,9 +261,10 @@ def profile_points(profiles: Sequence[Profile], shapes: Mapping[str, Sequence[in
 
 
 def generate_feeds(inputs: Sequence[NodeArg], points: Sequence[tuple[Mapping[str, Sequence[int]], Mapping[str, Any]]],
-                   seed: int, iterations: int) -> list[dict[str, Any]]:
+                   seed: int, iterations: int, val_range: Any = None, int_range: Any = None) -> list[dict[str, Any]]:
     """``iterations`` feeds per point from Polygraphy's ``DataLoader`` (floats in [0, 1), integers
-    in [0, 1]); shape-tensor inputs get their profile values. Seeds differ per point."""
+    in [0, 1], or ``val_range``/``int_range``: one (lo, hi) or per input name); shape-tensor inputs
+    get their profile values. Seeds differ per point."""
     from polygraphy.common import TensorMetadata
     from polygraphy.comparator import DataLoader
 
@@ -255,7 +286,8 @@ def generate_feeds(inputs: Sequence[NodeArg], points: Sequence[tuple[Mapping[str
                              f"input '{arg.name}'")
             meta.add(arg.name, dtype=arg.dtype, shape=list(shape))
         # Metadata set as the runner's, not as the user's: no shape-tensor guessing by Polygraphy.
-        loader = DataLoader(seed=seed + k * iterations, iterations=iterations)
+        loader = DataLoader(seed=seed + k * iterations, iterations=iterations,
+                            val_range=_value_ranges(inputs, val_range, int_range))
         loader.input_metadata = meta
         with polygraphy_logging():
             for feed in loader:
@@ -268,6 +300,26 @@ def generate_feeds(inputs: Sequence[NodeArg], points: Sequence[tuple[Mapping[str
 
 
 # ------------------------------------------------------------------ comparing
+
+def _value_ranges(inputs: Sequence[NodeArg], val_range: Any, int_range: Any) -> dict[str, tuple[Any, Any]] | None:
+    """Polygraphy's per-input ``val_range``: integer inputs from ``int_range``, the rest from
+    ``val_range`` (each one pair, or a pair per input name)."""
+    if val_range is None and int_range is None:
+        return None
+    out: dict[str, tuple[Any, Any]] = {}
+    for arg in inputs:
+        integer = arg.dtype is not None and arg.dtype.kind in "iu"
+        given = int_range if integer else val_range
+        pick = given.get(arg.name) if isinstance(given, Mapping) else given
+        if pick is not None:
+            out[arg.name] = tuple(pick)  # type: ignore[assignment]
+    for given in (val_range, int_range):
+        unknown = [n for n in given if n not in {a.name for a in inputs}] if isinstance(given, Mapping) else []
+        if unknown:
+            raise FeedError(f"value range for unknown input(s) {', '.join(unknown)}; the model's inputs are "
+                            f"{', '.join(a.name for a in inputs)}")
+    return out or None
+
 
 def compare_func(options: CompareOptions) -> Any:
     """Polygraphy's simple compare function with our global and per-output tolerances."""
@@ -325,29 +377,47 @@ def compare_tensors(ours: Mapping[str, Any], ref: Mapping[str, Any], func: Any,
     return {n: polygraphy_tensor_error(matches.get(n, False), options, *counts[n], shapes[n]) for n in a}
 
 
+@dataclass
+class ComparisonRun:
+    """One comparison's results: each iteration's errors per output, each runner's mean time in
+    ms, what the reference held per output (:class:`Seen`), both sides' values per iteration (for
+    task checks and saved runs) and the options the errors were judged by (per-output atol from
+    ``atol_of_range`` filled in)."""
+
+    errors: list[dict[str, TensorError]]
+    timing: dict[str, float]
+    seen: dict[str, Seen]
+    ours: list[dict[str, Any]]
+    reference: list[dict[str, Any]]
+    options: CompareOptions
+
+
 def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[str, Any]], output_names: Sequence[str],
-                   options: CompareOptions) -> tuple[list[dict[str, TensorError]], dict[str, float], dict[str, Seen]]:
+                   options: CompareOptions) -> ComparisonRun:
     """Polygraphy's ``Comparator.run`` (our Session, then the reference) on ``feeds`` and
-    ``Comparator.compare_accuracy`` with the simple compare function. Returns each iteration's
-    errors per output, each runner's mean inference time in ms, and per output what the
-    reference held (:class:`Seen`: elements compared, value range, empty iterations)."""
+    ``Comparator.compare_accuracy`` with the simple compare function (tolerances scaled to each
+    output's range on the reference first, where ``options.atol_of_range`` asks for it)."""
     from polygraphy.comparator import Comparator
 
     ranks = unknown_rank_feeds(session, feeds)
     reference = _ReferenceSession(ort_session, ranks)
     ours_runner = session_runner(session, output_names, ranks)
     runners = [ours_runner, _runner_classes()[1](reference, name=REFERENCE)]
-    func = compare_func(options)
     with polygraphy_logging():
         results = Comparator.run(runners, data_loader=[dict(f) for f in feeds])
         ours, ref = results[0][1], results[1][1]
+        ours_side, ref_side = ours_runner.side_outputs, reference.side_outputs
+        ours_values = [{**{n: host(v) for n, v in it.items()}, **side} for it, side in zip(ours, ours_side)]
+        ref_values = [{**{n: host(v) for n, v in it.items()}, **side} for it, side in zip(ref, ref_side)]
+        seen = {n: Seen() for n in output_names}
+        for values in ref_values:
+            for name in output_names:
+                if name in values:
+                    seen[name].add(values[name])
+        options = range_tolerances(options, seen)
         counts: list[dict[str, tuple[int, int]]] = []
         shapes: list[dict[str, tuple[Any, Any]]] = []
-        seen = {n: Seen() for n in output_names}
         for it0, it1 in zip(ours, ref):
-            for name in output_names:
-                if name in it1:
-                    seen[name].add(it1[name])
             counts.append({})
             shapes.append({})
             for name in list(it0.keys()):
@@ -356,18 +426,27 @@ def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[s
                     shapes[-1][name] = (getattr(x, "shape", None), getattr(y, "shape", None))
                     it0[name], it1[name], *pair = prepare_pair(x, y)
                     counts[-1][name] = (pair[0], pair[1])
-        accuracy = Comparator.compare_accuracy(results, compare_func=func)
+        accuracy = Comparator.compare_accuracy(results, compare_func=compare_func(options))
     per_iteration = accuracy[0][(OURS, REFERENCE)]
-    ours_side, ref_side = ours_runner.side_outputs, reference.side_outputs
     errors = [{n: side_errors(n, ours_side[i][n], ref_side[i].get(n), options) if n in ours_side[i] else
                polygraphy_tensor_error(match.get(n, False), options, *counts[i].get(n, (0, 0)), shapes[i].get(n, (None, None)))
                for n in output_names} for i, match in enumerate(per_iteration)]
-    for i in range(len(per_iteration)):  # (sequences, maps, optionals: what the reference side held)
-        for n in output_names:
-            if n in ref_side[i]:
-                seen[n].add(ref_side[i][n])
     timing = {name: 1000.0 * float(np.mean([r.runtime or 0.0 for r in iters])) for name, iters in results}
-    return errors, timing, seen
+    return ComparisonRun(errors, timing, seen, ours_values, ref_values, options)
+
+
+def range_tolerances(options: CompareOptions, seen: Mapping[str, Seen]) -> CompareOptions:
+    """``options`` with, for each output, atol raised to ``atol_of_range`` times the largest
+    magnitude the reference produced for it (an output given its own tolerance keeps it)."""
+    if not options.atol_of_range:
+        return options
+    tolerances = dict(options.output_tolerances)
+    for name, s in seen.items():
+        if name in tolerances or not s.compared or s.low > s.high:
+            continue
+        scale = max(abs(s.low), abs(s.high))
+        tolerances[name] = (max(options.atol, options.atol_of_range * scale), options.rtol)
+    return dataclasses.replace(options, tolerances=tolerances)
 
 
 @dataclass

@@ -144,6 +144,7 @@ class ComparisonReport:
     inference_ms: dict[str, float] = field(default_factory=dict)  # mean per runner
     model: str = ""
     notes: list[str] = field(default_factory=list)  # what the verdict rests on, or does not
+    tasks: list[Any] = field(default_factory=list)  # task checks (:class:`~trt_backend.accuracy.tasks.TaskResult`)
 
     def __bool__(self) -> bool:
         return self.passed
@@ -162,6 +163,7 @@ class ComparisonReport:
             "executors": self.executors, "skipped_outputs": self.skipped_outputs, "inference_ms": self.inference_ms,
             "segments": [s.to_dict() for s in self.segments] if self.segments is not None else None,
             "notes": self.notes, "compared_outputs": sum(o.compared for o in self.outputs),
+            "tasks": [t.to_dict() for t in self.tasks],
         }
         finite: dict[str, Any] = _finite(d)
         return finite
@@ -194,6 +196,9 @@ class ComparisonReport:
                        f"{needs:<30} {verdict}" + (f" ({'; '.join(extra)})" if extra else ""))
         for name in self.skipped_outputs:
             out.append(f"{name:<28} not compared (not a tensor)")
+        if self.tasks:
+            out.append("task checks:")
+            out += ["  " + t.line() for t in self.tasks]
         if self.segments is not None:
             out.append("segments (stitched error = own + inherited; own = run alone on reference inputs):")
             for s in self.segments:
@@ -218,7 +223,9 @@ class ComparisonReport:
         elif self.passed:
             verdict = "PASSED" if compared == len(self.outputs) else f"PASSED ({compared} of {len(self.outputs)} output(s) compared)"
         else:
-            verdict = f"FAILED ({len(self.failed_outputs)} of {len(self.outputs)} output(s))"
+            failed_tasks = sum(not t.passed for t in self.tasks)
+            verdict = f"FAILED ({len(self.failed_outputs)} of {len(self.outputs)} output(s)" + (
+                f", {failed_tasks} of {len(self.tasks)} task check(s))" if failed_tasks else ")")
         out.append(f"{verdict} | {self.iterations} comparison(s), {self.error_stat} error, atol {self.atol:g}, "
                    f"rtol {self.rtol:g}, precision {self.precision}")
         return out

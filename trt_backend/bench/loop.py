@@ -73,6 +73,7 @@ class BenchOptions:
     timing: TimingConfig = field(default_factory=TimingConfig)
     build: bool = True
     seed: int = 0
+    feeds: Mapping[str, Any] | None = None  # real inputs to time with (instead of seeded random ones)
 
     def __post_init__(self) -> None:
         names = (self.baselines,) if isinstance(self.baselines, str) else tuple(self.baselines)
@@ -134,6 +135,8 @@ def run_bench(model: ModelSource, options: BenchOptions | None = None, session_o
 
 
 def _feeds(sess: Session, options: BenchOptions) -> dict[str, Any]:
+    if options.feeds is not None:
+        return dict(options.feeds)  # (the session validates them on the first run)
     inputs = {a.name for a in sess.get_inputs()}
     unknown = [n for n in options.shapes if n not in inputs]
     if unknown:

@@ -5,7 +5,7 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from partitioner import BoundaryCost, OptionsError, PartitionOptions
@@ -245,3 +245,63 @@ def precision_fields(args: argparse.Namespace) -> dict[str, Any]:
             print("calibration data: random (a smoke test of the int8 path; its scales are not a calibration)",
                   file=sys.stderr)
     return fields
+
+
+def add_data_arguments(p: argparse.ArgumentParser, saves: bool = False) -> None:
+    """Real inputs instead of random ones (``--inputs``), and the ranges random data is drawn
+    from; with ``saves`` also ``--save-outputs``/``--load-outputs`` (compare)."""
+    p.add_argument("--inputs", metavar="FILE.npz|DIR",
+                   help="real inputs: an .npz of arrays by input name (one sample; or <k>/<name> for several), or a "
+                        "folder of such files (samples of different shapes in separate files)")
+    p.add_argument("--val-range", action="append", default=[], metavar="[NAME:]LO,HI",
+                   help="random float inputs drawn from [LO, HI] (default 0,1); repeat with NAME: per input")
+    p.add_argument("--int-range", action="append", default=[], metavar="[NAME:]LO,HI",
+                   help="random integer inputs drawn from [LO, HI] (default 0,1); repeat with NAME: per input")
+    if saves:
+        p.add_argument("--save-outputs", metavar="RUN.npz",
+                       help="write the inputs and trt-backend's outputs here (compare them elsewhere with --load-outputs)")
+        p.add_argument("--load-outputs", metavar="RUN.npz",
+                       help="compare against the outputs saved in RUN.npz (on its inputs) instead of running ONNX Runtime")
+
+
+def value_ranges(texts: Sequence[str], kind: type, flag: str) -> Any:
+    """``--val-range``/``--int-range`` values: one (lo, hi) for all inputs, or by input name."""
+    if not texts:
+        return None
+    named: dict[str, tuple[Any, Any]] = {}
+    whole = None
+    for text in texts:
+        name, sep, rest = text.rpartition(":")
+        parts = [p.strip() for p in (rest if sep else text).split(",")]
+        try:
+            lo, hi = (kind(float(parts[0])), kind(float(parts[1]))) if len(parts) == 2 else (None, None)
+        except ValueError:
+            lo = hi = None
+        if lo is None or hi is None:
+            raise OptionsError(f"{flag} {text!r}: write [NAME:]LOW,HIGH, e.g. {flag} image:-1,1")
+        if sep:
+            named[name] = (lo, hi)
+        else:
+            whole = (lo, hi)
+    if named and whole is not None:
+        raise OptionsError(f"{flag}: give one range for every input, or ranges by NAME:, not both")
+    return named or whole
+
+
+def profiles_from_feeds(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One profile spanning the shapes of the given samples (per dim their least and greatest;
+    opt: the first sample's), for inputs given with ``--inputs`` and no profile."""
+    shapes: dict[str, list[tuple[int, ...]]] = {}
+    for feed in feeds:
+        for name, value in feed.items():
+            shape = getattr(value, "shape", None)
+            if shape is not None:
+                shapes.setdefault(name, []).append(tuple(int(d) for d in shape))
+    profile: dict[str, Any] = {}
+    for name, seen in shapes.items():
+        if len({len(s) for s in seen}) != 1:
+            raise OptionsError(f"--inputs: input '{name}' comes with different ranks {sorted({len(s) for s in seen})}")
+        low = tuple(min(d) for d in zip(*seen))
+        high = tuple(max(d) for d in zip(*seen))
+        profile[name] = (low, seen[0], high)
+    return [profile] if profile else []

@@ -22,6 +22,8 @@ def add_auto_arguments(p: argparse.ArgumentParser, tolerances: bool = True) -> N
                        help=f"--precision auto: absolute tolerance every output must keep (default {DEFAULT_TOLERANCE:g})")
         p.add_argument("--rtol", default=str(DEFAULT_TOLERANCE), metavar="R",
                        help=f"--precision auto: relative tolerance (default {DEFAULT_TOLERANCE:g})")
+        p.add_argument("--atol-of-range", default=None, metavar="F",
+                       help="--precision auto: each output's atol at least F x its largest |value| on the reference")
     p.add_argument("--allow", type=split_list, default=("fp16", "bf16", "int8"), metavar=",".join(ORDER[::-1]),
                    help="--precision auto: precisions it may choose (int8 needs --calibration-data)")
     p.add_argument("--precision-plan", metavar="PLAN.json|DIR", default=None,
@@ -30,8 +32,9 @@ def add_auto_arguments(p: argparse.ArgumentParser, tolerances: bool = True) -> N
 
 
 def build_fields(args: argparse.Namespace, model: Any, profiles: Sequence[Mapping[str, Any]] | None,
-                 options: SessionOptions) -> dict[str, Any]:
-    """BuildOptions fields for the command's precision; for auto, the plan searched (or read)."""
+                 options: SessionOptions, feeds: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """BuildOptions fields for the command's precision; for auto, the plan searched (or read), on
+    ``feeds`` (real inputs, ``--inputs``) where given."""
     fields = precision_fields(args)
     if args.precision != "auto":
         return fields
@@ -39,9 +42,10 @@ def build_fields(args: argparse.Namespace, model: Any, profiles: Sequence[Mappin
         plan = read_precision_plan(args.precision_plan)
         print(f"precision plan from {args.precision_plan} (not searched again):", file=sys.stderr)
     else:
-        auto = AutoOptions(atol=args.atol, rtol=args.rtol, allow=tuple(args.allow), seed=getattr(args, "seed", 0) or 0)
+        auto = AutoOptions(atol=args.atol, rtol=args.rtol, allow=tuple(args.allow), seed=getattr(args, "seed", 0) or 0,
+                           atol_of_range=getattr(args, "atol_of_range", None))
         calibration = {k: v for k, v in fields.items() if k.startswith("calibration")}
-        plan = search_precision(model, profiles, options_with(options, calibration), auto)
+        plan = search_precision(model, profiles, options_with(options, calibration), auto, feeds=feeds or None)
         print(f"precision search ({plan.seconds:.1f} s, atol {plan.atol:g}, rtol {plan.rtol:g}):", file=sys.stderr)
         for line in plan.rounds:
             print(f"  {line}", file=sys.stderr)

@@ -30,12 +30,14 @@ from trt_backend.commands._args import (
     ort_options,
     parse_shapes,
     precision_fields,
+    profiles_from_feeds,
     refuse_build_flags,
     session_options,
 )
 from trt_backend.commands._precision import options_with
 from trt_backend.errors import BenchOptionsError
 from trt_backend.ort.values import memory_limit
+from trt_backend.session.feeds import read_feeds
 
 PROGRESS_AFTER_S = 2.0  # runs shorter than this print no progress
 
@@ -50,6 +52,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="ONNX model file, or a folder written by trt-backend build (its engines "
                                  "measured as built: nothing planned, calibrated or built)")
     add_shape_arguments(p, "run with")
+    p.add_argument("--inputs", metavar="FILE.npz|DIR", help="real inputs to time with (an .npz of arrays by input "
+                   "name; the first sample of several) instead of seeded random data")
     add_precision_arguments(p, "TensorRT engine builds and of the TensorRT EP")
     p.add_argument("--warmup-ms", default="200", metavar="MS", help="warm-up time per runner (default 200)")
     p.add_argument("--duration-s", default="3", metavar="S", help="minimum timed seconds per runner (default 3)")
@@ -123,8 +127,16 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
     if is_build_folder(args.model) and not (args.min_shapes or args.opt_shapes or args.max_shapes):
         profiles = []  # a build folder brings its profiles: --shapes only shapes the inputs
     shapes = parse_shapes(args.shapes) if args.shapes else {}
+    feeds = None
+    if args.inputs:
+        samples = read_feeds(args.inputs)
+        feeds = samples[0]
+        if len(samples) > 1:
+            print(f"--inputs {args.inputs}: {len(samples)} samples; bench times the first", file=sys.stderr)
+        if not profiles and not is_build_folder(args.model):
+            profiles = profiles_from_feeds([feeds])
     options = BenchOptions(shapes=shapes, profiles=profiles or None, baselines=_baselines(args.baselines),
-                           timing=timing, build=not args.no_build, seed=args.seed)
+                           timing=timing, build=not args.no_build, seed=args.seed, feeds=feeds)
     session = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
                               ort=ort_options(args, intra_op_threads=threads), cache_dir=args.cache_dir)
     if not is_build_folder(args.model):

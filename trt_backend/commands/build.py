@@ -27,6 +27,7 @@ from trt_backend.commands._precision import (
 )
 from trt_backend.engines.report import BuildEvent
 from trt_backend.ort.values import memory_limit
+from trt_backend.session.feeds import read_feeds
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -39,6 +40,9 @@ def register(p: argparse.ArgumentParser) -> None:
     add_shape_arguments(p, "build for")
     add_precision_arguments(p)
     add_auto_arguments(p)
+    p.add_argument("--inputs", metavar="FILE.npz|DIR",
+                   help="--precision auto: real inputs the search validates on (default: the calibration data's "
+                        "first batches, else seeded random data)")
     p.add_argument("--cache-dir", metavar="DIR", help="engine and build cache: the same model file built with the same options is a copy of the "
                         "earlier folder (DIR/builds); otherwise unchanged segments are not rebuilt")
     p.add_argument("--workspace-mb", type=int, default=None, metavar="MB", help="builder workspace limit")
@@ -64,7 +68,8 @@ def handle(args: argparse.Namespace) -> int:
 def _handle(args: argparse.Namespace) -> int:
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     so = session_options(args)
-    kw: dict[str, Any] = build_fields(args, args.model, profiles or None, so)
+    feeds = read_feeds(args.inputs) if args.inputs else None
+    kw: dict[str, Any] = build_fields(args, args.model, profiles or None, so, feeds)
     if args.workspace_mb is not None:
         if args.workspace_mb <= 0:
             raise OptionsError(f"--workspace-mb must be positive, got {args.workspace_mb}")

@@ -15,6 +15,7 @@ from trt_backend._files import write_atomic
 from trt_backend.accuracy.compare import compare
 from trt_backend.accuracy.options import DEFAULT_TOLERANCE, ERROR_STATS, CompareOptions
 from trt_backend.commands._args import (
+    add_data_arguments,
     add_device_argument,
     add_memory_argument,
     add_partition_arguments,
@@ -25,8 +26,10 @@ from trt_backend.commands._args import (
     is_folder_arg,
     max_memory,
     parse_shapes,
+    profiles_from_feeds,
     refuse_build_flags,
     session_options,
+    value_ranges,
 )
 from trt_backend.commands._precision import (
     add_auto_arguments,
@@ -34,6 +37,7 @@ from trt_backend.commands._precision import (
     options_with,
 )
 from trt_backend.ort.values import memory_limit
+from trt_backend.session.feeds import read_feeds, read_run
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -41,8 +45,9 @@ def register(p: argparse.ArgumentParser) -> None:
     p.description = ("Run MODEL through trt-backend (TensorRT segments, emulated without a GPU, and "
                    "ONNX Runtime segments) and through ONNX Runtime alone on seeded random inputs at "
                    "the profiles' opt shapes, compare every output with Polygraphy, and optionally "
-                   "name the segment a divergence starts in. Exit 0: all outputs pass; 1: a mismatch "
-                   "or an error (errors print one 'trt-backend: error:' line and write no JSON).")
+                   "name the segment a divergence starts in. Exit 0: every output (and task check) passes; "
+                   "1: the outputs differ, or nothing could be compared; 2: the tool failed (one "
+                   "'trt-backend: error:' line, no JSON).")
     p.add_argument("model", help="ONNX model file, or a folder written by trt-backend build")
     add_shape_arguments(p, "compare at")
     p.add_argument("--all-profile-shapes", action="store_true",
@@ -56,6 +61,13 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--error-stat", default="elemwise", metavar="|".join(ERROR_STATS),
                    help="error statistic held to the tolerance (default elemwise: every element within atol or rtol)")
     p.add_argument("--error-quantile", default="0.99", metavar="Q", help="quantile for --error-stat quantile")
+    p.add_argument("--atol-of-range", default=None, metavar="F",
+                   help="each output's atol at least F x the largest |value| the reference gave it (e.g. 1e-3 "
+                        "for box coordinates in pixels); the rtol stays")
+    p.add_argument("--check", action="append", default=[], metavar="KIND[:OUTPUTS][@MIN]",
+                   help="a task check beside the numbers (repeatable): top1[:OUT], argmax-sequence[:OUT] or "
+                        "boxes:BOXES,SCORES[,CLASSES][;score=0.3;iou=0.5]; @MIN the agreement needed (default 1)")
+    add_data_arguments(p, saves=True)
     p.add_argument("--iterations", default="1", metavar="N", help="inputs per shape point (default 1)")
     p.add_argument("--seed", default="0", metavar="S", help="seed of the random inputs (default 0)")
     add_precision_arguments(p, "TensorRT segments (emulated through ONNX Runtime without a GPU)")
@@ -74,12 +86,12 @@ def register(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=handle, error_exit=2)
 
 
-def _check_json_path(path: str | None) -> None:
+def _check_out_path(path: str | None, flag: str) -> None:
     if path is None:
         return
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
-        raise OptionsError(f"cannot write --json {path}: no folder {directory}")
+        raise OptionsError(f"cannot write {flag} {path}: no folder {directory}")
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -96,18 +108,33 @@ def _handle(args: argparse.Namespace) -> int:
                              iterations=args.iterations, seed=args.seed,
                              shapes=parse_shapes(args.shapes) if args.shapes else None,
                              all_profile_shapes=args.all_profile_shapes,
-                             localize="always" if args.localize_always else "mismatch" if args.localize else "off")
+                             localize="always" if args.localize_always else "mismatch" if args.localize else "off",
+                             atol_of_range=args.atol_of_range, checks=tuple(args.check),
+                             val_range=value_ranges(args.val_range, float, "--val-range"),
+                             int_range=value_ranges(args.int_range, int, "--int-range"))
+    feeds, reference = None, None
+    if args.load_outputs:
+        if args.inputs:
+            raise OptionsError("--load-outputs brings the inputs its outputs were made from; give it without --inputs")
+        feeds, reference = read_run(args.load_outputs)
+    elif args.inputs:
+        feeds = read_feeds(args.inputs)
+    for path, flag in ((args.json, "--json"), (args.save_outputs, "--save-outputs")):
+        _check_out_path(path, flag)
     so = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=options.seed)
     if is_folder_arg(args):  # (its own profiles: --shapes picks the shape to compare at within them)
         profiles = []
     else:
-        so = options_with(so, build_fields(args, args.model, profiles or None, so))
-    _check_json_path(args.json)
-    report = compare(args.model, options, profiles=profiles or None, session_options=so)
+        if feeds and not profiles:  # (real samples and no profile: one spanning their shapes)
+            profiles = profiles_from_feeds(feeds)
+        so = options_with(so, build_fields(args, args.model, profiles or None, so, feeds))
+    report = compare(args.model, options, profiles=profiles or None, session_options=so, feeds=feeds,
+                     reference_outputs=reference, save_outputs=args.save_outputs)
     executors = report.executors
     print(f"model {args.model} | {len(executors)} segment(s): "
           + ", ".join(f"{e} x{executors.count(e)}" for e in dict.fromkeys(executors))
-          + " | reference: ONNX Runtime, whole model | inputs: "
+          + f" | reference: {'outputs saved in ' + args.load_outputs if args.load_outputs else 'ONNX Runtime, whole model'}"
+          + f" | inputs{' from ' + (args.inputs or args.load_outputs) if feeds is not None else ''}: "
           + "; ".join(", ".join(f"{n}:{'x'.join(map(str, s)) or '[]'}" for n, s in p.items()) for p in report.points))
     for line in report.lines():
         print(line)

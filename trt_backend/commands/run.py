@@ -6,12 +6,10 @@ import argparse
 import io
 import os
 import time
-import zipfile
 from typing import Any
 
 import numpy as np
 
-from partitioner import OptionsError
 from trt_backend._files import write_atomic
 from trt_backend.artifacts.read import is_build_folder
 from trt_backend.commands._args import (
@@ -37,8 +35,8 @@ from trt_backend.commands._precision import (
 )
 from trt_backend.errors import FeedError
 from trt_backend.ort.threads import thread_pool_mode
-from trt_backend.ort.values import check_allocation, memory_limit
-from trt_backend.session.feeds import random_feeds
+from trt_backend.ort.values import memory_limit
+from trt_backend.session.feeds import random_feeds, read_feeds
 from trt_backend.session.session import Session
 
 
@@ -80,29 +78,6 @@ def register(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=handle)
 
 
-def _load_inputs(path: str) -> dict[str, Any]:
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            _check_npz_sizes(data, path)
-            return {k: data[k] for k in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise OptionsError(f"cannot read inputs from {path}: {e}") from None
-
-
-def _check_npz_sizes(data: Any, path: str) -> None:
-    """Each array's size from its header, held to the memory limits before numpy allocates it
-    (a header may claim any shape, whatever the file's size)."""
-    members = set(data.zip.namelist())
-    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-    for name in data.files:
-        with data.zip.open(name + ".npy" if name + ".npy" in members else name) as f:
-            reader = readers.get(np.lib.format.read_magic(f))
-            if reader is None:
-                continue  # (a newer format: numpy checks it itself when loading)
-            shape, _, dtype = reader(f)
-        check_allocation(shape, dtype, f"input '{name}' in {path}")
-
-
 def _run_shapes(args: argparse.Namespace, sess: Session) -> dict[str, tuple[int, ...]]:
     if args.shapes:
         return dict(parse_shapes(args.shapes))
@@ -131,7 +106,11 @@ def _handle(args: argparse.Namespace) -> int:
     sess = Session(args.model, given, options, plan=args.saved_plan)
     made = time.perf_counter() - start
     if args.inputs:
-        feeds = _load_inputs(args.inputs)
+        inputs = read_feeds(args.inputs)
+        if len(inputs) != 1:
+            raise FeedError(f"--inputs {args.inputs}: holds {len(inputs)} input sets; run takes one (compare and "
+                            "bench take several)")
+        feeds = inputs[0]
         source = args.inputs
     else:
         feeds = random_feeds(sess.get_inputs(), _run_shapes(args, sess), args.seed)

@@ -5,14 +5,18 @@ dtype or rank, fixed dims, and shapes outside every profile all fail with one
 :class:`FeedError` that names the input, what was expected and what was given."""
 from __future__ import annotations
 
+import io
+import os
+import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from trt_backend._files import write_atomic
 from trt_backend.errors import FeedError
 from trt_backend.gpu.device import as_device_array
-from trt_backend.ort.values import random_array
+from trt_backend.ort.values import check_allocation, random_array
 from trt_backend.profiles.node_arg import NodeArg, shape_text
 from trt_backend.profiles.profile import Profile, describe_profile
 
@@ -163,3 +167,88 @@ def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]],
 # ------------------------------------------------------------------ user profiles of model inputs
 
 
+
+
+# ------------------------------------------------------------------ feeds and outputs in files
+
+def read_feeds(path: str, what: str = "--inputs") -> list[dict[str, Any]]:
+    """Feeds from ``path``: an ``.npz`` holding one feed (arrays by input name), or several
+    (``<k>/<name>``, or ``inputs/<k>/<name>`` as :func:`write_run` writes them), or a folder of
+    such files, read in name order (samples of different shapes are separate files or feeds).
+    Each array's size is held to the memory limits from its header, before it is read."""
+    if os.path.isdir(path):
+        files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".npz"))
+        if not files:
+            raise FeedError(f"{what} {path}: the folder holds no .npz file")
+        return [feed for f in files for feed in read_feeds(f, what)]
+    return _read_runs(path, what)[0]
+
+
+def read_run(path: str, what: str = "--load-outputs") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(feeds, outputs) of a run saved by :func:`write_run`, feed ``k`` with output ``k``."""
+    feeds, outputs = _read_runs(path, what)
+    if not outputs:
+        raise FeedError(f"{what} {path}: holds no outputs (write one with compare --save-outputs)")
+    if len(outputs) != len(feeds):
+        raise FeedError(f"{what} {path}: {len(feeds)} input set(s) but {len(outputs)} output set(s)")
+    return feeds, outputs
+
+
+def write_run(path: str, feeds: Sequence[Mapping[str, Any]], outputs: Sequence[Mapping[str, Any]]) -> int:
+    """Write feeds and outputs (``inputs/<k>/<name>``, ``outputs/<k>/<name>``) to ``path``
+    atomically; returns how many output values were numeric tensors (the others are left out)."""
+    arrays: dict[str, np.ndarray] = {}
+    for k, feed in enumerate(feeds):
+        arrays.update({f"inputs/{k}/{n}": np.asarray(v) for n, v in feed.items() if isinstance(v, np.ndarray)})
+    kept = 0
+    for k, out in enumerate(outputs):
+        for n, v in out.items():
+            if isinstance(v, np.ndarray) and v.dtype != object:
+                arrays[f"outputs/{k}/{n}"] = v
+                kept += 1
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)  # type: ignore[arg-type]
+    write_atomic(path, buffer.getvalue())
+    return kept
+
+
+def _read_runs(path: str, what: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            _check_npz_sizes(data, path)
+            arrays = {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise FeedError(f"{what} {path}: no such file") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise FeedError(f"{what} {path}: cannot read it as .npz ({e})") from None
+    if not arrays:
+        raise FeedError(f"{what} {path}: holds no arrays")
+    if not any("/" in k for k in arrays):
+        return [arrays], []
+    feeds: dict[int, dict[str, Any]] = {}
+    outputs: dict[int, dict[str, Any]] = {}
+    for key, value in arrays.items():
+        parts = key.split("/")
+        side = feeds
+        if parts[0] in ("inputs", "outputs") and len(parts) == 3:
+            side = feeds if parts[0] == "inputs" else outputs
+            parts = parts[1:]
+        if len(parts) != 2 or not parts[0].isdigit():
+            raise FeedError(f"{what} {path}: array '{key}' is neither an input name nor <k>/<name> or "
+                            "inputs/<k>/<name>")
+        side.setdefault(int(parts[0]), {})[parts[1]] = value
+    return [feeds[k] for k in sorted(feeds)], [outputs[k] for k in sorted(outputs)]
+
+
+def _check_npz_sizes(data: Any, path: str) -> None:
+    """Each array's size from its header, held to the memory limits before numpy allocates it
+    (a header may claim any shape, whatever the file's size)."""
+    members = set(data.zip.namelist())
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    for name in data.files:
+        with data.zip.open(name + ".npy" if name + ".npy" in members else name) as f:
+            reader = readers.get(np.lib.format.read_magic(f))
+            if reader is None:
+                continue  # (a newer format: numpy checks it itself when loading)
+            shape, _, dtype = reader(f)
+        check_allocation(shape, dtype, f"input '{name}' in {path}")

@@ -1,0 +1,186 @@
+"""Verdicts a user can trust: tolerances that fit each output (``--atol-of-range``), task checks
+beside the numbers (top1, argmax-sequence, boxes), no PASS where nothing was compared, real
+inputs in (``--inputs``) and outputs saved and compared elsewhere (``--save-outputs``,
+``--load-outputs``). Real ONNX Runtime runs and real TensorRT-RTX builds throughout."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import trt_backend
+from trt_backend.accuracy.tasks import TaskCheck, run_checks
+from trt_backend.cli import main
+from trt_backend.errors import OptionsError, PrecisionSearchError
+from trt_backend.session.options import SessionOptions
+
+pytestmark = pytest.mark.usefixtures("flavor")
+
+
+def detector() -> onnx.ModelProto:
+    """x [N, 16] -> boxes [N, 8, 4] in pixels (0..320), scores [N, 8], classes [N, 8], logits [N, 5]."""
+    rng = np.random.default_rng(3)
+    w = nh.from_array((rng.standard_normal((16, 32)) * 0.5).astype(np.float32), "w")
+    wl = nh.from_array((rng.standard_normal((16, 5))).astype(np.float32), "wl")
+    scale = nh.from_array(np.array(160.0, np.float32), "scale")
+    shape = nh.from_array(np.array([0, 8, 4], np.int64), "shape")
+    nodes = [h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Tanh", ["m"], ["t"]),
+             h.make_node("Add", ["t", "one"], ["t1"]), h.make_node("Mul", ["t1", "scale"], ["flat"]),
+             h.make_node("Reshape", ["flat", "shape"], ["raw"]),
+             h.make_node("Split", ["raw", "split"], ["lo", "size"], axis=2),
+             h.make_node("Add", ["lo", "size"], ["hi"]), h.make_node("Concat", ["lo", "hi"], ["boxes"], axis=2),
+             h.make_node("ReduceMean", ["raw"], ["mean"], axes=[2], keepdims=0),
+             h.make_node("Sigmoid", ["mean"], ["pre"]), h.make_node("Mul", ["pre", "pre"], ["scores"]),
+             h.make_node("Mul", ["mean", "three"], ["cm"]), h.make_node("Cast", ["cm"], ["classes"], to=T.INT64),
+             h.make_node("MatMul", ["x", "wl"], ["logits"])]
+    inits = [w, wl, scale, shape, nh.from_array(np.array([2, 2], np.int64), "split"),
+             nh.from_array(np.array(1.0, np.float32), "one"), nh.from_array(np.array([2], np.int64), "axes"),
+             nh.from_array(np.array(0.01, np.float32), "three")]
+    graph = h.make_graph(nodes, "detector", [h.make_tensor_value_info("x", T.FLOAT, ["N", 16])],
+                         [h.make_tensor_value_info("boxes", T.FLOAT, None),
+                          h.make_tensor_value_info("scores", T.FLOAT, None),
+                          h.make_tensor_value_info("classes", T.INT64, None),
+                          h.make_tensor_value_info("logits", T.FLOAT, None)], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def empty_finder() -> onnx.ModelProto:
+    """Indices of the elements of x above 10: on inputs in [0, 1) always empty."""
+    nodes = [h.make_node("Greater", ["x", "ten"], ["big"]), h.make_node("NonZero", ["big"], ["nz"]),
+             h.make_node("Transpose", ["nz"], ["where"], perm=[1, 0]),
+             h.make_node("Cast", ["where"], ["where_f"], to=T.FLOAT),
+             h.make_node("Mul", ["where_f", "two"], ["found"])]
+    graph = h.make_graph(nodes, "finder", [h.make_tensor_value_info("x", T.FLOAT, [4, 6])],
+                         [h.make_tensor_value_info("found", T.FLOAT, None)],
+                         [nh.from_array(np.array(10.0, np.float32), "ten"), nh.from_array(np.array(2.0, np.float32), "two")])
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+RANGE = ["--min-shapes", "x:1x16", "--opt-shapes", "x:4x16", "--max-shapes", "x:8x16"]
+
+
+@pytest.fixture(scope="module")
+def det_path(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("det") / "det.onnx")
+    onnx.save(detector(), path)
+    return path
+
+
+def test_task_checks_count_what_users_see() -> None:
+    logits = np.array([[0.1, 0.9, 0.0], [0.5, 0.4, 0.1]], np.float32)
+    moved = logits + np.array([[0.0, -0.85, 0.0], [0.0, 0.0, 0.0]], np.float32)  # row 0's answer changes
+    [top1] = run_checks([TaskCheck.parse("top1:l@0.5")], [{"l": moved}], [{"l": logits}], ["l"])
+    assert (top1.agreed, top1.total, top1.passed) == (1, 2, True)
+    # greedy CTC: [1, 1, 0, 2] and [1, 0, 0, 2] both read "1 2"; [2, 2, 0, 1] reads "2 1"
+    steps = np.eye(3, dtype=np.float32)[[[1, 1, 0, 2], [1, 0, 0, 2], [2, 2, 0, 1]]]
+    ref = np.eye(3, dtype=np.float32)[[[1, 0, 0, 2], [1, 0, 2, 2], [2, 0, 1, 1]]]
+    [seq] = run_checks([TaskCheck.parse("argmax-sequence:s")], [{"s": steps}], [{"s": ref}], ["s"])
+    assert (seq.agreed, seq.total, seq.passed) == (3, 3, True)
+    boxes_ref = np.array([[0, 0, 10, 10], [50, 50, 80, 90], [0, 0, 1, 1]], np.float32)
+    scores_ref = np.array([0.9, 0.8, 0.1], np.float32)
+    boxes = boxes_ref + np.array([[1, 1, 1, 1], [40, 40, 40, 40], [0, 0, 0, 0]], np.float32)  # second one moved off
+    check = TaskCheck.parse("boxes:b,s@0.5;score=0.3;iou=0.5")
+    [det] = run_checks([check], [{"b": boxes, "s": scores_ref}], [{"b": boxes_ref, "s": scores_ref}], ["b", "s"])
+    assert (det.agreed, det.total, det.passed) == (1, 2, True)
+    [none] = run_checks([check], [{"b": boxes, "s": scores_ref * 0}], [{"b": boxes_ref, "s": scores_ref * 0}], ["b", "s"])
+    assert not none.passed and "no detection" in none.line() and "NOT COMPARED" in none.line()
+    for bad, message in (("top5", "unknown task check"), ("boxes:b", "boxes names its outputs"),
+                         ("top1@2", "must lie in"), ("top1;iou=0.5", "unknown option")):
+        with pytest.raises(OptionsError, match=message):
+            TaskCheck.parse(bad)
+
+
+def test_a_detector_in_fp16_fails_pixel_blind_tolerances_and_passes_ones_that_fit(det_path, tmp_path, capsys) -> None:
+    common = ["compare", det_path, *RANGE, "--emulate", "--precision", "fp16", "--iterations", "3"]
+    assert main([*common, "--json", str(tmp_path / "strict.json")]) == 1
+    strict = json.load(open(tmp_path / "strict.json"))
+    boxes = next(o for o in strict["outputs"] if o["name"] == "boxes")
+    assert not boxes["passed"] and boxes["max_abs_error"] > 1e-2 and boxes["value_range"][1] > 100
+    assert boxes["elements"] == 3 * 4 * 8 * 4  # (3 inputs of 4 rows, 8 boxes of 4 numbers)
+    capsys.readouterr()
+    code = main([*common, "--atol-of-range", "2e-3", "--check", "boxes:boxes,scores,classes;score=0.2",
+                 "--check", "top1:logits", "--json", str(tmp_path / "fit.json")])
+    out = capsys.readouterr().out
+    fit = json.load(open(tmp_path / "fit.json"))
+    boxes = next(o for o in fit["outputs"] if o["name"] == "boxes")
+    assert boxes["atol"] == pytest.approx(2e-3 * boxes["value_range"][1], rel=1e-6) and boxes["passed"]
+    assert {t["check"]: t["passed"] for t in fit["tasks"]} == {"boxes:boxes,scores,classes": True, "top1:logits": True}
+    assert all(t["units"] > 0 and t["agreement"] == 1.0 for t in fit["tasks"])
+    assert "task checks:" in out and code == 0 and fit["passed"], out
+
+
+def test_an_empty_output_is_not_a_pass(tmp_path, capsys) -> None:
+    path = str(tmp_path / "finder.onnx")
+    onnx.save(empty_finder(), path)
+    assert main(["compare", path, "--emulate", "--json", str(tmp_path / "r.json")]) == 1
+    out = capsys.readouterr().out
+    report = json.load(open(tmp_path / "r.json"))
+    assert not report["passed"] and report["compared_outputs"] == 0
+    assert "NOTHING COMPARED" in out and "NOT COMPARED" in out and "empty in all 1 comparison(s)" in out
+    # drawn from a range that reaches past 10, the output holds something and is compared
+    assert main(["compare", path, "--emulate", "--val-range", "0,20", "--json", str(tmp_path / "r2.json")]) == 0
+    second = json.load(open(tmp_path / "r2.json"))
+    assert second["passed"] and second["outputs"][0]["elements"] > 0
+    with pytest.raises(PrecisionSearchError, match="empty on all .* validation input"):
+        trt_backend.search_precision(path, None, SessionOptions(emulate=True))
+
+
+def test_fp32_emulation_says_what_it_checks(det_path, capsys) -> None:
+    assert main(["compare", det_path, *RANGE, "--emulate"]) == 0
+    assert "note: TensorRT segments ran emulated in fp32" in capsys.readouterr().out
+
+
+def test_real_inputs_and_saved_outputs(det_path, tmp_path, capsys) -> None:
+    """--inputs (a folder of samples of two batch sizes: the profile spans them), --save-outputs of
+    an fp32 run, then the fp16 build folder compared against those saved outputs."""
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    rng = np.random.default_rng(5)
+    np.savez(samples / "a.npz", x=rng.standard_normal((2, 16)).astype(np.float32))
+    np.savez(samples / "b.npz", x=rng.standard_normal((5, 16)).astype(np.float32))
+    run = str(tmp_path / "run.npz")
+    assert main(["compare", det_path, "--emulate", "--inputs", str(samples), "--save-outputs", run,
+                 "--json", str(tmp_path / "fp32.json")]) == 0
+    fp32 = json.load(open(tmp_path / "fp32.json"))
+    assert fp32["points"] == [{"x": [2, 16]}, {"x": [5, 16]}] and fp32["iterations"] == 2
+    with np.load(run) as saved:
+        assert sorted(saved.files)[:2] == ["inputs/0/x", "inputs/1/x"] and "outputs/1/boxes" in saved.files
+    folder = str(tmp_path / "fp16")
+    assert main(["build", det_path, "-o", folder, "--min-shapes", "x:1x16", "--opt-shapes", "x:2x16",
+                 "--max-shapes", "x:8x16", "--precision", "fp16"]) == 0
+    capsys.readouterr()
+    assert main(["compare", folder, "--emulate", "--load-outputs", run, "--atol-of-range", "2e-3",
+                 "--check", "top1:logits", "--json", str(tmp_path / "loaded.json")]) == 0
+    out = capsys.readouterr().out
+    loaded = json.load(open(tmp_path / "loaded.json"))
+    assert "reference: outputs saved in" in out and loaded["precision"] == "fp16"
+    assert max(o["max_abs_error"] for o in loaded["outputs"]) > 0  # (fp16 against the saved fp32 outputs)
+    assert loaded["points"] == fp32["points"]
+    # the saved outputs against the same fp32 session: equal
+    assert main(["compare", det_path, "--emulate", "--load-outputs", run, "--json", str(tmp_path / "same.json")]) == 0
+    assert all(o["max_abs_error"] == 0 for o in json.load(open(tmp_path / "same.json"))["outputs"])
+    assert main(["compare", det_path, "--emulate", "--load-outputs", str(samples / "a.npz")]) == 2
+    assert "holds no outputs" in capsys.readouterr().err
+
+
+def test_bench_and_auto_take_real_inputs(det_path, tmp_path, capsys) -> None:
+    x = str(tmp_path / "x.npz")
+    np.savez(x, x=np.random.default_rng(2).standard_normal((3, 16)).astype(np.float32))
+    report = str(tmp_path / "bench.json")
+    assert main(["bench", det_path, "--emulate", "--inputs", x, "--baselines", "ort-cpu", "--warmup-ms", "10",
+                 "--duration-s", "0.05", "--iterations", "3", "--rounds", "1", "--json", report]) == 0
+    assert json.load(open(report))["shapes"] == {"x": [3, 16]}
+    folder = str(tmp_path / "auto")
+    assert main(["build", det_path, "-o", folder, *RANGE, "--precision", "auto", "--allow", "fp16", "--inputs", x,
+                 "--atol-of-range", "2e-3"]) == 0
+    assert os.path.exists(os.path.join(folder, "manifest.json"))
