@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -208,8 +209,13 @@ class ComparisonReport:
         loc = self.localization
         if loc is not None:
             s = loc.segment
-            names = ", ".join(f"{n} ({t})" for n, t in list(zip(loc.node_names, loc.op_types))[:8])
-            more = f" and {len(s.nodes) - 8} more" if len(s.nodes) > 8 else ""
+            # (the nodes that compute first: Identity, Reshape and their kind move values without error)
+            pairs = list(zip(loc.node_names, loc.op_types))
+            computing = [(n, t) for n, t in pairs if t not in _PASS_THROUGH] or pairs
+            names = ", ".join(f"{n} ({t})" for n, t in computing[:8])
+            census = Counter(loc.op_types).most_common(6)
+            more = (f" and {len(s.nodes) - min(8, len(computing))} more: "
+                    + ", ".join(f"{t} x{c}" for t, c in census)) if len(s.nodes) > 8 else ""
             out.append(f"first diverging segment: {s.id} ({s.backend}, executor {s.executor}, {s.precision}): "
                        f"own error {s.own_error:.3g}, stitched error {s.stitched_error:.3g} [{loc.reason}]")
             out.append(f"  nodes: {names}{more}")
@@ -229,6 +235,10 @@ class ComparisonReport:
         out.append(f"{verdict} | {self.iterations} comparison(s), {self.error_stat} error, atol {self.atol:g}, "
                    f"rtol {self.rtol:g}, precision {self.precision}")
         return out
+
+
+_PASS_THROUGH = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Shape", "Gather",
+                           "Concat", "Slice", "Constant", "ConstantOfShape", "Cast", "Expand"})
 
 
 def _finite(value: Any) -> Any:
