@@ -77,7 +77,7 @@ def test_auto_emulation_is_the_default_and_warns(capsys) -> None:
      "give --min-shapes, --opt-shapes and --max-shapes together"),
     (["--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:2x3x32x32", "--max-shapes", "image:4x3x32x32",
       "--shapes", "image:8x3x32x32"], "input 'image': shape (8, 3, 32, 32) is outside every profile"),
-    (["--shapes", "image:1x3x32x32", "--inputs", "/no/such.npz"], "cannot read inputs from /no/such.npz"),
+    (["--shapes", "image:1x3x32x32", "--inputs", "/no/such.npz"], "--inputs /no/such.npz: no such file"),
 ])
 def test_user_errors_are_one_line_and_exit_1(capsys, args, message) -> None:
     assert main(["run", DEMO_PATH, "--emulate", *args]) == 1

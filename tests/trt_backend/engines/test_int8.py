@@ -260,7 +260,7 @@ def test_a_model_that_cannot_run_on_its_calibration_data_is_named(tmp_path, caps
         Session(path, [{"x": ((1, 8), (2, 8), (4, 8))}], int8_options("random"))  # (emulation quantizes)
     rc = main(["compare", path, "--emulate", "--shapes", "x:2x8", "--precision", "int8", "--calibration-data", "random"])
     err = capsys.readouterr().err
-    assert rc == 1 and "Traceback" not in err and "does not run on calibration data 'random'" in err
+    assert rc == 2 and "Traceback" not in err and "does not run on calibration data 'random'" in err
 
 
 def test_int8_emulation_is_the_qdq_arithmetic_with_fp16_between_layers(tmp_path) -> None:
