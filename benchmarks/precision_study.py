@@ -240,8 +240,7 @@ def tail_sweep(spec: Spec, cache: str, tails: list[int]) -> str:
         top = 0.0
         for feed, ref in zip(validation, refs):
             for a, b in zip(sess.run(None, feed), ref):
-                x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
-                top = max(top, float(np.max(np.abs(x - y) / (TOL + TOL * np.abs(y)))))
+                top = max(top, tolerance_ratio(a, b, TOL, TOL))  # (compare's and auto's rule)
         return top, result.lowered
 
     lines = [f"{spec.name}, fp16, {len(names)} nodes: worst output error / 1e-3 tolerance with nodes pinned to fp32",
