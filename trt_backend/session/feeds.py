@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from trt_backend.errors import FeedError
-from trt_backend.gpu.device import as_device_array
+from trt_backend.gpu.memory import as_device_array
 from trt_backend.ort.values import random_array
 from trt_backend.profiles.node_arg import NodeArg, shape_text
 from trt_backend.profiles.profile import Profile, describe_profile
