@@ -152,6 +152,7 @@ class FakeTensorRT:
 
 class _Runtime:
     trt: FakeTensorRT
+    engine_host_code_allowed = False
 
     def __init__(self, logger: Any, lean_version: str | None = None) -> None:
         self.logger = logger

@@ -163,7 +163,8 @@ class Session:
         made = self._factory.make(compiled.plan, compiled.segments, self.options.ort_for(len(compiled.plan.segments)),
                                   emulate=emulate, weights_dir=self.model.base_dir, device_id=self.device_id,
                                   allow_host_code=self.options.allow_host_code,
-                                  runtime_cache_dir=os.path.join(cache_dir, "runtime") if cache_dir else None)
+                                  runtime_cache_dir=os.path.join(cache_dir, "runtime") if cache_dir else None,
+                                  lean_runtime=self.options.lean_runtime)
         self._made = made
         self.runners = made.runners
         # emulated TensorRT segment -> the precision it computes in (what its engine was built in)
