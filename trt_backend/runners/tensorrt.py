@@ -103,7 +103,7 @@ class TensorRTRunner(SegmentRunner):
             self.dtypes[n] = dtype
         self.host_io = {n for n in names if self.engine.get_tensor_location(n) == trt.TensorLocation.HOST}
         self._runtime_cache = (RuntimeCacheFile(self.engine, engine, runtime_cache_dir)
-                               if flavor.has("ICudaEngine.create_runtime_config") else None)
+                               if flavor.has("IRuntimeConfig.create_runtime_cache") else None)
         self.contexts = ContextPool(self._make_context)
         # CUDA events recorded on the run's stream at four points of each run when set (bench's
         # phase timing): start, inputs bound (end of H2D), enqueued work done (end of compute),
@@ -119,7 +119,8 @@ class TensorRTRunner(SegmentRunner):
         validity, diagnostics = self._runtime.get_engine_validity(engine)
         if validity != trt.EngineValidity.INVALID:
             return
-        reasons = [name for name, flag in trt.EngineInvalidityDiagnostics.__members__.items() if int(diagnostics) & int(flag)]
+        flags = dict(trt.EngineInvalidityDiagnostics.__members__)
+        reasons = [name for name, flag in flags.items() if int(diagnostics) & int(flag)]
         raise SegmentLoadError(f"{self.label}: TensorRT-RTX says the engine cannot run on this GPU and runtime "
                                f"({', '.join(reasons) or 'no reason given'}); rebuild it here")
 
