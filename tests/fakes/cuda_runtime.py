@@ -28,7 +28,12 @@ The rules, from CUDA's documentation:
 - Ownership: streams the test marks as the user's (:meth:`FakeCudaRuntime.user_stream`, e.g. the
   stream a PyTorch tensor was produced on) must not be destroyed by the code under test; at the
   end every allocation, stream and event the code made must have been released
-  (:meth:`FakeCudaRuntime.assert_released`)."""
+  (:meth:`FakeCudaRuntime.assert_released`).
+- Arrays handed over with the CUDA Array Interface (v3, numba-cuda's "CUDA Array Interface"
+  page): ``stream`` names the stream the data is produced on (1: legacy default, 2: per-thread
+  default, 0 not allowed, None: ready), and the consumer must order its work after it; a test
+  writes such an array on a user stream (:meth:`FakeCudaRuntime.write`), so a consumer that
+  does not wait reads it unordered and the fake raises."""
 from __future__ import annotations
 
 import bisect

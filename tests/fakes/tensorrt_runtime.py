@@ -19,8 +19,10 @@ provoked the failure on purpose (:meth:`FakeTensorRT.expect`). Undefined behavio
   that disagrees with the engine, or dimensions outside the context's current profile
   (NvInferRuntime.h, ``setInputShape``; shape tensors' values are checked against
   ``getProfileTensorValues`` at enqueue).
-- ``setTensorAddress``: false for an unknown name or an address not 256-byte aligned ("The
-  pointer must have at least 256-byte alignment"); before ``enqueueV3`` each input needs a
+- ``setTensorAddress``: false for an unknown name or a device address not 256-byte aligned ("The
+  pointer must have at least 256-byte alignment"; a kHOST shape tensor is held to its elements'
+  alignment only, since Torch-TensorRT's runtime binds plain numpy buffers there and TensorRT
+  takes them); before ``enqueueV3`` each input needs a
   non-null address and each output an address or an ``IOutputAllocator``; a tensor whose
   ``TensorLocation`` is kHOST (shape tensors) takes a host pointer, kDEVICE ones a device buffer
   of sufficient size (NvInferRuntime.h, ``setTensorAddress``). Torch-TensorRT's Python runtime
@@ -128,6 +130,7 @@ class FakeTensorRT:
         self.violations: list[str] = []
         self._expected: list[str] = []
         self.contexts_created = 0
+        self.context_bytes: list[int] = []  # device memory each context allocated when made
         self.compiles = 0  # TensorRT-RTX kernel compilations (context creations without a warm runtime cache)
         self.lock = threading.Lock()
 
@@ -359,6 +362,7 @@ class _Context:
         static = strategy is None or strategy == trt.real.ExecutionContextAllocationStrategy.STATIC
         nbytes = engine.activation_bytes * (engine.num_optimization_profiles if static else 1)
         self.memory = int(cuda.cudaMalloc(nbytes)[1])
+        trt.context_bytes.append(nbytes)
         weakref.finalize(self, cuda.cudaFree, self.memory)
 
     def _fail(self, message: str) -> bool:
@@ -403,8 +407,10 @@ class _Context:
     def set_tensor_address(self, name: str, ptr: int) -> bool:
         if name not in self.engine.tensors:
             return self._fail(f"set_tensor_address: no I/O tensor '{name}'")
-        if int(ptr) % 256:
-            return self._fail(f"set_tensor_address: '{name}' address {int(ptr):#x} is not 256-byte aligned")
+        host = name in self.engine.host_inputs
+        if int(ptr) % (8 if host else 256):  # (kHOST: Torch-TensorRT's runtime hands plain numpy pointers)
+            return self._fail(f"set_tensor_address: '{name}' address {int(ptr):#x} is not "
+                              f"{8 if host else 256}-byte aligned")
         self.addresses[name] = int(ptr)
         return True
 

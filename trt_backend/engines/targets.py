@@ -13,7 +13,7 @@ from trt_backend.gpu.device import compute_capability, current_device
 from trt_backend.tensorrt.flavor import Flavor
 
 
-class BuildOptions(Protocol):
+class _TargetOptions(Protocol):
     """What of a :class:`~trt_backend.engines.builder.BuildOptions` decides the target."""
 
     @property
@@ -27,7 +27,7 @@ class BuildOptions(Protocol):
 RTX_DEFAULT_MIN_SM = (8, 0)
 
 
-def rtx_targets(flavor: Flavor, options: BuildOptions) -> tuple[str, ...]:
+def rtx_targets(flavor: Flavor, options: _TargetOptions) -> tuple[str, ...]:
     """The compute capabilities a TensorRT-RTX build is told to target (empty: its defaults): the
     options' own, else SM75 when the GPU the build is for (the current one) is a Turing part,
     which the defaults leave out."""
@@ -39,7 +39,7 @@ def rtx_targets(flavor: Flavor, options: BuildOptions) -> tuple[str, ...]:
     return ()
 
 
-def build_target(flavor: Flavor, options: BuildOptions) -> str:
+def build_target(flavor: Flavor, options: _TargetOptions) -> str:
     """What the engine runs on, for cache keys and manifests: compute capabilities (RTX), a
     hardware compatibility level, or the current GPU's SM (full TensorRT builds for it)."""
     targets = rtx_targets(flavor, options)

@@ -66,13 +66,27 @@ class TensorRTRunner(SegmentRunner):
                  allow_host_code: bool = False, device_id: int | None = None, runtime_cache_dir: str | None = None,
                  lean_runtime: str | None = None) -> None:
         super().__init__(segment, profiles, shape_tensors)
-        trt = self.trt = flavor.module
+        self.trt = flavor.module
         self.device_id = device_id if device_id is not None else dev.current_device()
         dev.use_device(self.device_id)  # the engine's memory goes to the device current while deserializing
         self._own = (pool is None, streams is None)
         self.pool = pool if pool is not None else mem.BufferPool(self.device_id)
         self.streams = streams if streams is not None else dev.ThreadStreams(self.device_id)
         self.outputs_on_device = outputs_on_device
+        self._runtime_cache: RuntimeCacheFile | None = None
+        try:
+            self._load(flavor, engine, allow_host_code, runtime_cache_dir, lean_runtime)
+        except BaseException:
+            self.close()
+            raise
+        # CUDA events recorded on the run's stream at four points of each run when set (bench's
+        # phase timing): start, inputs bound (end of H2D), enqueued work done (end of compute),
+        # outputs copied (end of D2H).
+        self.phase_events: tuple[Any, Any, Any, Any] | None = None
+
+    def _load(self, flavor: Flavor, engine: bytes, allow_host_code: bool, runtime_cache_dir: str | None,
+              lean_runtime: str | None) -> None:
+        trt = self.trt
         self.logger = shared_logger(flavor)
         runtime = trt.Runtime(self.logger)
         if flavor.has("Runtime.engine_host_code_allowed"):
@@ -102,13 +116,9 @@ class TensorRTRunner(SegmentRunner):
                                        "trt-backend cannot exchange (no numpy or ml_dtypes equivalent)")
             self.dtypes[n] = dtype
         self.host_io = {n for n in names if self.engine.get_tensor_location(n) == trt.TensorLocation.HOST}
-        self._runtime_cache = (RuntimeCacheFile(self.engine, engine, runtime_cache_dir)
-                               if flavor.has("IRuntimeConfig.create_runtime_cache") else None)
+        if flavor.has("IRuntimeConfig.create_runtime_cache"):
+            self._runtime_cache = RuntimeCacheFile(self.engine, engine, runtime_cache_dir)
         self.contexts = ContextPool(self._make_context)
-        # CUDA events recorded on the run's stream at four points of each run when set (bench's
-        # phase timing): start, inputs bound (end of H2D), enqueued work done (end of compute),
-        # outputs copied (end of D2H).
-        self.phase_events: tuple[Any, Any, Any, Any] | None = None
 
     def _check_validity(self, flavor: Flavor, engine: bytes) -> None:
         """TensorRT-RTX tells before deserializing whether an engine runs on this GPU and runtime
@@ -153,7 +163,7 @@ class TensorRTRunner(SegmentRunner):
             self._checked(ctx.set_output_allocator(name, allocator.impl), f"set the output allocator of '{name}'", [])
         if profile != 0:
             with captured_messages() as errors:
-                ok = ctx.set_optimization_profile_async(profile, stream.handle)
+                ok = ctx.set_optimization_profile_async(profile, stream.ptr)
             self._checked(ok, f"select optimization profile {profile}", errors)
         return PooledContext(ctx, allocator, profile)
 
@@ -183,7 +193,7 @@ class TensorRTRunner(SegmentRunner):
                 for name, value in zip(self.input_names, inputs):
                     self._bind_input(pc.context, name, value, stream, held, errors, profile)
                 self._mark(1, stream)
-                ok = pc.context.execute_async_v3(stream.handle)
+                ok = pc.context.execute_async_v3(stream.ptr)
             self._checked(ok, "run the engine", errors)
             self._mark(2, stream)
             taken = {}
@@ -245,8 +255,9 @@ class TensorRTRunner(SegmentRunner):
         return _HostOutput(lease, shape, dtype, stream)
 
     def close(self) -> None:
-        if self._runtime_cache is not None:
-            self._runtime_cache.save()
+        cache, self._runtime_cache = self._runtime_cache, None
+        if cache is not None and getattr(self, "engine", None) is not None:
+            cache.save()
         contexts = getattr(self, "contexts", None)
         if contexts is not None:
             contexts.close()
@@ -256,6 +267,7 @@ class TensorRTRunner(SegmentRunner):
             self.streams.close()
         if self._own[0]:
             self.pool.close()
+        self._own = (False, False)
 
 
 class _HostOutput:

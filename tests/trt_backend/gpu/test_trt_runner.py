@@ -82,8 +82,10 @@ def test_runs_bind_shapes_choose_profiles_and_read_data_dependent_outputs(fake_g
         y, top = r.run([x, kk])
         np.testing.assert_array_equal(y, want(x, k)[0])
         np.testing.assert_array_equal(top, want(x, k)[1])  # a shape known only while enqueuing
-    # one context per profile used, made once each and reused; each on its profile from the start
+    # one context per profile used, made once each and reused; each on its profile from the start,
+    # holding device memory for that profile only (not for the largest of both, as STATIC would)
     assert fake_gpu.trt.contexts_created == 2 and r.contexts.made == 2
+    assert fake_gpu.trt.context_bytes == [1 << 16, 1 << 16]
     r.close()
 
 
@@ -215,6 +217,9 @@ def test_no_device_to_device_copy_and_no_synchronize_for_device_outputs(fake_gpu
     monkeypatch.setattr(fake_gpu.cuda, "cudaStreamSynchronize", lambda h: syncs.append(h) or real_sync(h))
     r = runner(fake_gpu, outputs_on_device=True)
     on_device = UserArray(fake_gpu, inputs(2, 2)[0])
+    fake_gpu.cuda.cudaStreamSynchronize(on_device.stream)  # (ready: nothing to wait for)
+    copies.clear()
+    syncs.clear()
     y, top = r.run([on_device, inputs(2, 2)[1]])
     assert copies == [] and syncs == []  # TensorRT wrote the outputs where they are handed out
     assert y.to_host().shape == (2, 4)
@@ -271,3 +276,31 @@ def test_the_fake_fails_loudly_on_an_unordered_read(fake_gpu) -> None:
         fake_gpu.cuda.device_access(feed.ptr, 32, stream.handle, False, "a read")
     stream.close()
     feed.free()
+
+
+def test_phases_are_marked_in_order_around_copies_and_execution(fake_gpu, monkeypatch) -> None:
+    """bench's GPU phase timing: start, inputs copied, work queued, outputs copied, then the stream
+    synchronized (the host shape tensor 'k' is bound by address, never copied)."""
+    from tests.fakes import tensorrt_runtime
+
+    log: list[str] = []
+    copy, execute, sync = fake_gpu.cuda.cudaMemcpyAsync, tensorrt_runtime._Context.execute_async_v3, \
+        fake_gpu.cuda.cudaStreamSynchronize
+    monkeypatch.setattr(fake_gpu.cuda, "cudaMemcpyAsync",
+                        lambda *a: log.append({1: "h2d", 2: "d2h", 3: "d2d"}[int(a[3])]) or copy(*a))
+    monkeypatch.setattr(tensorrt_runtime._Context, "execute_async_v3",
+                        lambda self, s: log.append("execute") or execute(self, s))
+    monkeypatch.setattr(fake_gpu.cuda, "cudaStreamSynchronize", lambda h: log.append("synchronize") or sync(h))
+
+    class Mark:
+        def __init__(self, k: int) -> None:
+            self.k = k
+
+        def record(self, stream: Any) -> None:
+            log.append(f"mark {self.k}")
+
+    r = runner(fake_gpu)
+    r.phase_events = tuple(Mark(k) for k in range(4))
+    r.run(list(inputs(2, 3)))
+    assert log == ["mark 0", "h2d", "mark 1", "execute", "mark 2", "d2h", "d2h", "mark 3", "synchronize"]
+    r.close()
