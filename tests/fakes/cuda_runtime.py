@@ -188,8 +188,12 @@ class FakeCudaRuntime:
         sm = self.gpus[int(device)].sm
         return self._ok(sm[0] if int(attr) == 75 else sm[1])
 
+    def _used(self, device: int) -> int:
+        with self._lock:
+            return sum(a.size for a in self.allocations.values() if a.device == device)
+
     def cudaMemGetInfo(self) -> tuple[Any, ...]:  # noqa: N802
-        used = sum(a.size for a in self.allocations.values() if a.device == self.current)
+        used = self._used(self.current)
         total = self.gpus[self.current].memory
         return self._ok(total - used, total)
 
@@ -215,12 +219,14 @@ class FakeCudaRuntime:
         """A stream owned by the test (the user's PyTorch/CuPy stream): the code under test may
         use it, never destroy it."""
         h = self._handle()
-        self.streams[h] = _Stream(h, self.current if device is None else device, user=True)
+        with self._lock:
+            self.streams[h] = _Stream(h, self.current if device is None else device, user=True)
         return h
 
     def cudaStreamCreateWithFlags(self, flags: int) -> tuple[Any, ...]:  # noqa: N802
         h = self._handle()
-        self.streams[h] = _Stream(h, self.current)
+        with self._lock:
+            self.streams[h] = _Stream(h, self.current)
         return self._ok(h)
 
     def cudaStreamDestroy(self, handle: Any) -> tuple[Any, ...]:  # noqa: N802
@@ -261,7 +267,8 @@ class FakeCudaRuntime:
 
     def cudaEventCreateWithFlags(self, flags: int) -> tuple[Any, ...]:  # noqa: N802
         h = self._handle()
-        self.events[h] = _Event(self.current)
+        with self._lock:
+            self.events[h] = _Event(self.current)
         return self._ok(h)
 
     def _event(self, handle: Any, what: str) -> _Event:
@@ -300,9 +307,10 @@ class FakeCudaRuntime:
 
     def device_synchronize(self, device: int) -> None:
         """What an implicitly synchronizing call (``cudaFree``) does: wait for every stream of ``device``."""
-        for s in list(self.streams.values()):
-            if s.device == device:
-                self._observe(s.clock)
+        with self._lock:
+            streams = [s for s in self.streams.values() if s.device == device]
+        for s in streams:
+            self._observe(s.clock)
 
     # ------------------------------------------------------------------ memory
 
@@ -311,8 +319,7 @@ class FakeCudaRuntime:
         if size <= 0:
             return self._err("cudaErrorInvalidValue")
         gpu = self.gpus[self.current]
-        used = sum(a.size for a in self.allocations.values() if a.device == self.current)
-        if used + size > gpu.memory:
+        if self._used(self.current) + size > gpu.memory:
             return self._err("cudaErrorMemoryAllocation")
         block = np.zeros(size + 256, np.uint8)
         ptr = (block.ctypes.data + 255) // 256 * 256
@@ -422,20 +429,24 @@ class FakeCudaRuntime:
         return np.frombuffer(ctypes.string_at(ptr, n), dtype).reshape(shape).copy() if n else np.zeros(shape, dtype)
 
     def outstanding(self, device: int | None = None) -> int:
-        return sum(1 for a in self.allocations.values() if device is None or a.device == device)
+        with self._lock:
+            return sum(1 for a in self.allocations.values() if device is None or a.device == device)
 
     def live_streams(self) -> list[Any]:
-        return [s.key for s in self.streams.values() if s.alive and not s.user and not isinstance(s.key, tuple)]
+        with self._lock:
+            return [s.key for s in self.streams.values() if s.alive and not s.user and not isinstance(s.key, tuple)]
 
     def live_events(self) -> list[int]:
-        return [h for h, e in self.events.items() if e.alive]
+        with self._lock:
+            return [h for h, e in self.events.items() if e.alive]
 
     def assert_released(self) -> None:
         """Every allocation, stream and event made by the code under test has been released."""
         problems = []
-        if self.allocations:
-            problems.append(f"{len(self.allocations)} device allocation(s) never freed "
-                            f"({sum(a.size for a in self.allocations.values())} bytes)")
+        with self._lock:
+            count, size = len(self.allocations), sum(a.size for a in self.allocations.values())
+        if count:
+            problems.append(f"{count} device allocation(s) never freed ({size} bytes)")
         if self.live_streams():
             problems.append(f"{len(self.live_streams())} stream(s) never destroyed")
         if self.live_events():
