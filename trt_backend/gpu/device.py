@@ -217,9 +217,10 @@ class ThreadStreams:
     """One :class:`Stream` per thread that runs work on ``device_id``, made on the thread's first
     use and kept until :meth:`close` (which synchronizes and destroys every one).
 
-    A stream per thread, as Torch-TensorRT and ONNX Runtime's TensorRT provider run each caller
-    on its own stream: threads never wait for each other's work, and each synchronizes only its
-    own stream when it needs results on the host."""
+    A stream per thread, as ONNX Runtime gives each concurrent run device streams of its own and
+    Torch-TensorRT runs on the caller's current stream (which PyTorch keeps per thread): threads
+    never wait for each other's work, and each synchronizes only its own stream when it needs
+    results on the host."""
 
     def __init__(self, device_id: int | None = None) -> None:
         self.device_id = device_id
