@@ -95,3 +95,17 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         for nodeid, reason in bad:
             print(f"CI: skipped and not allowed to be: {nodeid}: {reason[:200]}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# ------------------------------------------------------------------ a GPU for tests without one
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """One fake GPU with TensorRT-RTX's runtime (tests/fakes/): contract-strict CUDA and TensorRT
+    runtimes at the GPU boundary. At teardown: no contract broken that the test did not provoke,
+    and every allocation, stream and event the code made given back."""
+    from tests.fakes.machine import FakeMachine
+
+    machine = FakeMachine(monkeypatch)
+    yield machine
+    machine.check()

@@ -14,7 +14,7 @@ from partitioner.errors import (
     OptionsError,
     TrtBackendError,
 )
-from plugins.nvrtc import NvrtcCompileError, NvrtcUnavailableError
+from plugins.nvrtc import NvrtcCompileError, NvrtcUnavailableError, PtxTooNewError
 from plugins.resize.host import HostCompilerError
 from plugins.resize.spec import SpecError
 
@@ -158,6 +158,7 @@ __all__ = [
     "PrecisionError",
     "PrecisionSearchError",
     "ProfileError",
+    "PtxTooNewError",
     "ReferenceRunError",
     "RequestError",
     "SegmentBuildError",

@@ -12,6 +12,7 @@ the decorated functions at definition time to learn the plugin's attribute types
 # (the annotations name classes of the tensorrt.plugin module handed in at run time)
 import ctypes
 import importlib
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, List, Tuple, Union
 
@@ -36,12 +37,26 @@ TENSORRT_PLUGIN_API = ("register", "impl", "aot_impl", "autotune", "AutoTuneComb
 DTYPES = {"FLOAT": "float32", "HALF": "float16", "BF16": "bfloat16"}
 
 
-def _params(mode: int, ctm: int, nearest: int, cubic_a: float, exclude: int, antialias: int, extrapolation: float,
-            scales: Any, sizes: Any, roi: Any) -> ResizeParams:
+def _scalar(value: Any) -> Any:
+    """A plugin attribute's one value (attributes are declared as 1-element arrays, see :func:`register`)."""
+    return np.asarray(value).reshape(-1)[0].item()
+
+
+def plugin_params(attrs: Mapping[str, Any]) -> ResizeParams:
+    """The node's parameters from the plugin's attributes, as ``tensorrt.plugin`` hands them over."""
     return ResizeParams.from_attributes({
-        "mode": mode, "coordinate_transformation_mode": ctm, "nearest_mode": nearest, "cubic_coeff_a": cubic_a,
-        "exclude_outside": exclude, "antialias": antialias, "extrapolation_value": extrapolation,
-        "scales": np.asarray(scales).tolist(), "sizes": np.asarray(sizes).tolist(), "roi": np.asarray(roi).tolist()})
+        "mode": _scalar(attrs["mode"]), "coordinate_transformation_mode": _scalar(attrs["coordinate_transformation_mode"]),
+        "nearest_mode": _scalar(attrs["nearest_mode"]), "cubic_coeff_a": _scalar(attrs["cubic_coeff_a"]),
+        "exclude_outside": _scalar(attrs["exclude_outside"]), "antialias": _scalar(attrs["antialias"]),
+        "extrapolation_value": _scalar(attrs["extrapolation_value"]), "scales": np.asarray(attrs["scales"]).tolist(),
+        "sizes": np.asarray(attrs["sizes"]).tolist(), "roi": np.asarray(attrs["roi"]).tolist()})
+
+
+def _params(mode: Any, ctm: Any, nearest: Any, cubic_a: Any, exclude: Any, antialias: Any, extrapolation: Any,
+            scales: Any, sizes: Any, roi: Any) -> ResizeParams:
+    return plugin_params({"mode": mode, "coordinate_transformation_mode": ctm, "nearest_mode": nearest,
+                          "cubic_coeff_a": cubic_a, "exclude_outside": exclude, "antialias": antialias,
+                          "extrapolation_value": extrapolation, "scales": scales, "sizes": sizes, "roi": roi})
 
 
 def output_dim(params: ResizeParams, d: int, size: Any) -> Any:
@@ -68,16 +83,25 @@ def _dtype_name(trt: ModuleType, dtype: Any) -> str:
     raise ValueError(f"Resize plugin: unsupported dtype {dtype}")
 
 
+I32 = npt.NDArray[np.int32]
+F32 = npt.NDArray[np.float32]
+
+
 def register(trt: ModuleType) -> None:
     """Define the plugin in ``trt.plugin`` (full TensorRT >= 10.6). Never call with TensorRT-RTX:
-    it has no ``tensorrt_rtx.plugin``, and its parser aborts on Python plugins."""
+    it has no ``tensorrt_rtx.plugin``, and its parser aborts on Python plugins.
+
+    Every attribute is declared as a numpy array, the scalars as 1-element ones: the creator of
+    TensorRT 10.x to 11.1 turns a field declared ``int``/``float`` into a value with
+    ``int(field.data)``, which NumPy 2.4 refuses for the 1-element array the ONNX parser hands it,
+    while arrays go through ``field.data.astype(...)`` in every version. The ahead-of-time
+    implementation takes the ``tactic`` argument its validator requires (TensorRT 10.9+)."""
     trtp = importlib.import_module(f"{trt.__name__}.plugin")
 
     @trtp.register(PLUGIN_ID)
-    def resize_desc(inp0: trtp.TensorDesc, mode: int, coordinate_transformation_mode: int, nearest_mode: int,
-                    cubic_coeff_a: float, exclude_outside: int, antialias: int, extrapolation_value: float,
-                    scales: npt.NDArray[np.float32], sizes: npt.NDArray[np.int32],
-                    roi: npt.NDArray[np.float32]) -> trtp.TensorDesc:
+    def resize_desc(inp0: trtp.TensorDesc, mode: I32, coordinate_transformation_mode: I32, nearest_mode: I32,
+                    cubic_coeff_a: F32, exclude_outside: I32, antialias: I32, extrapolation_value: F32,
+                    scales: F32, sizes: I32, roi: F32) -> trtp.TensorDesc:
         p = _params(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside, antialias,
                     extrapolation_value, scales, sizes, roi)
         out = inp0.like()
@@ -91,16 +115,16 @@ def register(trt: ModuleType) -> None:
 
     if hasattr(trtp, "aot_impl"):  # TensorRT >= 10.9
         @trtp.aot_impl(PLUGIN_ID)
-        def resize_aot(inp0: trtp.TensorDesc, mode: int, coordinate_transformation_mode: int, nearest_mode: int,
-                       cubic_coeff_a: float, exclude_outside: int, antialias: int, extrapolation_value: float,
-                       scales: npt.NDArray[np.float32], sizes: npt.NDArray[np.int32], roi: npt.NDArray[np.float32],
-                       outputs: Tuple[trtp.TensorDesc]
+        def resize_aot(inp0: trtp.TensorDesc, mode: I32, coordinate_transformation_mode: I32, nearest_mode: I32,
+                       cubic_coeff_a: F32, exclude_outside: I32, antialias: I32, extrapolation_value: F32,
+                       scales: F32, sizes: I32, roi: F32, outputs: Tuple[trtp.TensorDesc], tactic: int
                        ) -> Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymIntExprs]:
-            from ..nvrtc import compile_ptx
+            from ..nvrtc import check_ptx_for_driver, compile_ptx
 
             p = _params(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside,
                         antialias, extrapolation_value, scales, sizes, roi)
             ptx = compile_ptx(aot_source(p, _dtype_name(trt, inp0.dtype)), "sm_75", name="resize_aot.cu")
+            check_ptx_for_driver(ptx)  # (the engine carries this PTX; this machine's driver JIT-compiles it)
             out = outputs[0].shape_expr
             launch = trtp.KernelLaunchParams()
             launch.grid_x = trtp.cdiv(out.numel(), BLOCK_SIZE)
@@ -111,10 +135,9 @@ def register(trt: ModuleType) -> None:
             return KERNEL_NAME.encode(), ptx, launch, extra
 
     @trtp.impl(PLUGIN_ID)
-    def resize_impl(inp0: trtp.Tensor, mode: int, coordinate_transformation_mode: int, nearest_mode: int,
-                    cubic_coeff_a: float, exclude_outside: int, antialias: int, extrapolation_value: float,
-                    scales: npt.NDArray[np.float32], sizes: npt.NDArray[np.int32], roi: npt.NDArray[np.float32],
-                    outputs: Tuple[trtp.Tensor], stream: int) -> None:
+    def resize_impl(inp0: trtp.Tensor, mode: I32, coordinate_transformation_mode: I32, nearest_mode: I32,
+                    cubic_coeff_a: F32, exclude_outside: I32, antialias: I32, extrapolation_value: F32,
+                    scales: F32, sizes: I32, roi: F32, outputs: Tuple[trtp.Tensor], stream: int) -> None:
         p = _params(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside, antialias,
                     extrapolation_value, scales, sizes, roi)
         _launch_generic(p, _dtype_name(trt, inp0.dtype), tuple(inp0.shape), inp0.data_ptr, outputs[0].data_ptr,
@@ -128,12 +151,13 @@ def _launch_generic(p: ResizeParams, dtype: str, in_shape: tuple, x_ptr: int, y_
     """Just-in-time path: the generic kernel (parameters by value) through the CUDA driver API."""
     from cuda.bindings import driver
 
-    from ..nvrtc import compile_ptx
+    from ..nvrtc import check_ptx_for_driver, compile_ptx
     from .host import make_struct
     from .spec import kernel_source
 
     if "generic" not in _modules:
         ptx = compile_ptx(kernel_source(), "sm_75")
+        check_ptx_for_driver(ptx)
         err, module = driver.cuModuleLoadData(ptx + b"\0")
         err2, function = driver.cuModuleGetFunction(module, b"trt_backend_resize")
         if err != driver.CUresult.CUDA_SUCCESS or err2 != driver.CUresult.CUDA_SUCCESS:

@@ -42,3 +42,21 @@ def test_aot_kernels_compile(arch: str) -> None:
 def test_compile_errors_carry_the_log() -> None:
     with pytest.raises(nvrtc.NvrtcCompileError, match="kernel.cu"):
         nvrtc.compile_ptx("extern \"C\" __global__ void k() { undeclared(); }", "sm_80")
+
+
+def test_ptx_newer_than_the_driver_is_named_with_both_versions() -> None:
+    """NVRTC writes the PTX ISA of its own CUDA version; a driver of an older CUDA cannot
+    JIT-compile it (an engine carrying it would fail to load on that GPU). Checked before the PTX
+    goes into an engine, naming both versions and what to install."""
+    ptx = nvrtc.compile_ptx(kernel_source(), "sm_75")
+    major, minor = nvrtc.version()
+    isa = nvrtc.ptx_isa(ptx)
+    assert isa is not None and isa >= (8, 0)
+    with pytest.raises(nvrtc.PtxTooNewError, match=rf"NVRTC wrote PTX ISA {isa[0]}\.{isa[1]}, which needs .*; this driver "
+                                                   r"supports CUDA 12\.4 \(PTX ISA up to 8\.4\): update the driver, or "
+                                                   r"install the NVRTC of CUDA 12\.4 or older \(pip install "
+                                                   r"'nvidia-cuda-nvrtc-cu12<=12\.4\.99'\)"):
+        nvrtc.check_ptx_for_driver(ptx, 12040)
+    nvrtc.check_ptx_for_driver(ptx, major * 1000 + minor * 10)  # its own CUDA's driver takes it
+    nvrtc.check_ptx_for_driver(ptx, 99000)  # a driver newer than the table takes everything
+    nvrtc.check_ptx_for_driver(b".version 8.4\n.target sm_75\n", 12040)

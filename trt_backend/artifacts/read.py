@@ -28,7 +28,8 @@ from trt_backend._files import sha256_bytes
 from trt_backend.artifacts.saved import saved_segment_profiles
 from trt_backend.artifacts.seal import check_seal
 from trt_backend.compiler import Compiled, compile
-from trt_backend.engines.builder import BuildOptions, build_target
+from trt_backend.engines.builder import BuildOptions
+from trt_backend.engines.targets import build_target, current_sm, describe_target, target_covers
 from trt_backend.engines.precision_plan import PrecisionPlan
 from trt_backend.engines.report import BuiltSegment
 from trt_backend.errors import ArtifactError, TensorRTUnavailableError
@@ -60,16 +61,18 @@ def is_build_folder(source: object) -> TypeGuard[str | os.PathLike[str]]:
 
 
 def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool = False,
-                sign_key: bytes | None = None) -> BuiltFolder:
+                sign_key: bytes | None = None, options: SessionOptions | None = None) -> BuiltFolder:
     """Read ``folder``, its manifest checked against its digest (and signature, with
     ``sign_key``) and every file against its SHA-256. When its engines are to execute here
-    (``executes``), an engine for another TensorRT version or GPU is an ArtifactError, or with
-    ``rebuild`` leaves the engines out (to be built anew)."""
+    (``executes``), an engine that cannot run with this TensorRT and GPU (see
+    :func:`runtime_mismatch`; ``options``: the run-time ones it depends on) is an ArtifactError,
+    or with ``rebuild`` leaves the engines out (to be built anew)."""
     folder = os.fspath(folder)
     manifest = read_manifest(folder, sign_key)
     engines: dict[int, bytes] | None = {}
     if executes:
-        problem = runtime_mismatch(manifest)
+        opts = options if options is not None else SessionOptions()
+        problem = runtime_mismatch(manifest, allow_host_code=opts.allow_host_code, lean_runtime=opts.lean_runtime)
         if problem and not rebuild:
             raise ArtifactError(f"{folder}: {problem}; rebuild it (trt-backend build, or load(..., rebuild=True))")
         if problem:
@@ -144,20 +147,50 @@ def check_data_files(folder: str, manifest: Mapping[str, Any]) -> None:
                                 "corrupt); rebuild with trt-backend build")
 
 
-def runtime_mismatch(manifest: Mapping[str, Any]) -> str | None:
-    """Why the manifest's engines cannot execute with this machine's TensorRT (version, GPU
-    target), or None when they can (as far as the manifest tells)."""
+def runtime_mismatch(manifest: Mapping[str, Any], *, allow_host_code: bool = False,
+                     lean_runtime: str | None = None) -> str | None:
+    """Why the manifest's engines cannot execute with this machine's TensorRT and GPU, or None when
+    they can (as far as the manifest tells; TensorRT-RTX checks each engine again before loading it).
+
+    The TensorRT version must be the one that built them, except for version-compatible engines,
+    which run on the same or a later runtime of the same major version: those that embed their
+    lean runtime need ``allow_host_code`` (it is host code), those built without it need that
+    lean runtime (``lean_runtime``, loaded with ``Runtime.load_runtime`` as Polygraphy's
+    ``--load-runtime`` does) unless the versions are equal. The GPU must be covered by what they
+    were built for: its own SM (full TensorRT), a hardware-compatibility level (Ampere and later,
+    or the build GPU's compute capability) or TensorRT-RTX's compute capabilities, whose defaults
+    leave out SM 7.5."""
     try:
         flv = load_flavor("auto")
     except TensorRTUnavailableError as e:
         return str(e)
-    if flv.target != manifest.get("tensorrt"):
-        return f"engines were built with {manifest.get('tensorrt')}, this machine has {flv.target}"
+    built = str(manifest.get("tensorrt") or "")
+    name, _, version = built.partition(" ")
     fields = manifest.get("build_options", {})
-    here = build_target(flv, BuildOptions(compute_capabilities=tuple(fields.get("compute_capabilities", ()))))
-    if here != manifest.get("gpu_target"):
-        return f"engines were built for {manifest.get('gpu_target')}, this machine is {here}"
+    compatible = bool(fields.get("version_compatible"))
+    embedded = compatible and not fields.get("exclude_lean_runtime", True)
+    if name != flv.name or (version != flv.version and not compatible):
+        return f"engines were built with {built or 'an unknown TensorRT'}, this machine has {flv.target}"
+    if version != flv.version:
+        if version.split(".")[0] != flv.version.split(".")[0] or _version(version) > _version(flv.version):
+            return (f"version-compatible engines of {built} run on {name} {version.split('.')[0]}.x from {version} on, "
+                    f"this machine has {flv.target}")
+        if not embedded and not lean_runtime:
+            return (f"engines were built version-compatible by {built} without its lean runtime; give that lean "
+                    f"runtime library (SessionOptions(lean_runtime=PATH)) to run them on {flv.target}")
+    if embedded and not allow_host_code:
+        return ("engines embed their lean runtime (version-compatible build), which is host code: allow it with "
+                "allow_host_code=True (--allow-host-code)")
+    sm = current_sm()
+    target = manifest.get("gpu_target")
+    if sm is not None and not target_covers(target, (int(sm[:-1]), int(sm[-1])), manifest.get("built_on_sm")):
+        hint = " (rebuild with --compute-capabilities SM75)" if target == "cc:default" and sm == "75" else ""
+        return f"engines were built for {describe_target(target)}, this GPU is SM {sm[:-1]}.{sm[-1]}{hint}"
     return None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
 
 
 @dataclass
@@ -235,7 +268,7 @@ def open_build(folder: str | os.PathLike[str], options: SessionOptions | None = 
     model is compiled again with the folder's own options and profiles."""
     folder = os.fspath(folder)
     opts = options if options is not None else SessionOptions()
-    built = open_folder(folder, executes=executes, rebuild=rebuild, sign_key=sign_key)
+    built = open_folder(folder, executes=executes, rebuild=rebuild, sign_key=sign_key, options=opts)
     manifest = built.manifest
     refused_on_folder(opts, folder, manifest)
     opts = dataclasses.replace(opts, build=dataclasses.replace(folder_build_options(manifest),

@@ -37,7 +37,7 @@ from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.compiler import Compiled, compile
-from trt_backend.engines.builder import build_target
+from trt_backend.engines.targets import build_target, current_sm
 from trt_backend.engines.report import BuildProgress
 from trt_backend.errors import ArtifactError
 from trt_backend.gpu.device import check_device, use_device
@@ -157,7 +157,7 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
     manifest = {
         "format": FORMAT, "trt_backend": __version__, "model": compiled.model.source,
         "model_file": MODEL_FILE, "model_sha256": sha256_bytes(files[MODEL_FILE]),
-        "tensorrt": flv.target, "gpu_target": build_target(flv, bopts),
+        "tensorrt": flv.target, "gpu_target": build_target(flv, bopts), "built_on_sm": current_sm(),
         "versions": _versions(flv), "build_options": bopts.key_fields(),
         "build": {"precision": bopts.precision, "keep_fp32_ops": list(bopts.keep_fp32_ops),
                   "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,

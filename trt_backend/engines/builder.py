@@ -36,6 +36,7 @@ from trt_backend.engines.precision import (
     validate_precision,
 )
 from trt_backend.engines.precision_plan import PrecisionPlan, pinned_of
+from trt_backend.engines.targets import rtx_targets
 from trt_backend.engines.quantize import QUANTIZER_VERSION, require_calibration
 from trt_backend.errors import PrecisionError, SegmentBuildError
 from trt_backend.profiles import TensorProfile, tensor_profile
@@ -453,12 +454,13 @@ def configure(config: Any, options: BuildOptions, flavor: Flavor) -> None:
         level = options.hardware_compatibility.upper()
         _require(flavor, f"HardwareCompatibilityLevel.{level}", f"hardware compatibility '{level.lower()}'")
         config.hardware_compatibility_level = getattr(trt.HardwareCompatibilityLevel, level)
-    if options.compute_capabilities:
-        if not flavor.has("IBuilderConfig.set_compute_capability"):
-            raise OptionsError(f"{flavor.target} builds for the GPU it runs on; compute capabilities are a "
-                               "TensorRT-RTX option (use hardware compatibility for portable engines)")
-        config.num_compute_capabilities = len(options.compute_capabilities)
-        for i, name in enumerate(options.compute_capabilities):
+    if options.compute_capabilities and not flavor.has("IBuilderConfig.set_compute_capability"):
+        raise OptionsError(f"{flavor.target} builds for the GPU it runs on; compute capabilities are a "
+                           "TensorRT-RTX option (use hardware compatibility for portable engines)")
+    targets = rtx_targets(flavor, options)
+    if targets:
+        config.num_compute_capabilities = len(targets)
+        for i, name in enumerate(targets):
             _require(flavor, f"ComputeCapability.{name}", f"compute capability {name}")
             config.set_compute_capability(getattr(trt.ComputeCapability, name), i)
     if options.max_aux_streams is not None:
@@ -475,34 +477,7 @@ def _require(flavor: Flavor, dotted: str, what: str) -> None:
         raise OptionsError(f"{what} is not available in {flavor.target}")
 
 
-# ---------------------------------------------------------------- cache keys
-
-def build_target(flavor: Flavor, options: BuildOptions) -> str:
-    """What the engine runs on, for cache keys: compute capabilities (RTX), a hardware
-    compatibility level, or the current GPU's SM (full TensorRT builds for it)."""
-    if options.compute_capabilities:
-        return "cc:" + ",".join(options.compute_capabilities)
-    if options.hardware_compatibility != "none":
-        return "hw:" + options.hardware_compatibility
-    if flavor.has("ComputeCapability"):
-        return "cc:default"
-    return "sm:" + (current_sm() or "unknown")
-
-
-def current_sm() -> str | None:
-    """The current CUDA device's compute capability as ``"86"``, or None without a usable GPU."""
-    try:
-        from cuda.bindings import runtime as cudart  # optional; loaded on first use
-    except ImportError:
-        return None
-    err, device = cudart.cudaGetDevice()
-    if int(err) != 0:
-        return None
-    attrs = cudart.cudaDeviceAttr
-    err1, major = cudart.cudaDeviceGetAttribute(attrs.cudaDevAttrComputeCapabilityMajor, device)
-    err2, minor = cudart.cudaDeviceGetAttribute(attrs.cudaDevAttrComputeCapabilityMinor, device)
-    return f"{major}{minor}" if int(err1) == int(err2) == 0 else None
-
+# ---------------------------------------------------------------- weights
 
 USER_WEIGHTS_MIN_BYTES = 64 * 1024  # inline weights from this size go to the parser by address
 

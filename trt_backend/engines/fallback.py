@@ -23,7 +23,6 @@ from trt_backend.engines.builder import (
     ProfileSpec,
     SegmentEngine,
     SegmentProfiles,
-    build_target,
     by_reference,
     compile_segment,
     key_material,
@@ -31,6 +30,7 @@ from trt_backend.engines.builder import (
 )
 from trt_backend.engines.cache import EngineCache, TimingCacheFile, cache_key
 from trt_backend.engines.quantize import SegmentQuantizer
+from trt_backend.engines.targets import build_slot, build_target
 from trt_backend.engines.report import (
     BuildEvent,
     BuildProgress,
@@ -244,8 +244,9 @@ def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavo
     t0 = time.perf_counter()
 
     def build() -> tuple[bytes, dict[str, Any]]:
-        built: SegmentEngine = compile_segment(model, ranges, options, flavor, timing, quantize,
-                                               weights_dir=weights_dir, weights=held)
+        with build_slot(flavor):
+            built: SegmentEngine = compile_segment(model, ranges, options, flavor, timing, quantize,
+                                                   weights_dir=weights_dir, weights=held)
         if forms is not None and built.model is not None:
             forms[key] = built.model
         return built.engine, {"layers": built.layers, "build_seconds": built.seconds, "precision": built.precision,

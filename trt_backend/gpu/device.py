@@ -1,34 +1,41 @@
-"""A small cuda-python device layer: device queries, streams, events, pooled device buffers,
-async copies, and zero-copy views of foreign device arrays (CuPy, PyTorch, pycuda).
+"""A small cuda-python device layer: device queries, the driver check, streams (one per thread)
+and events. Device memory is in :mod:`trt_backend.gpu.memory`.
 
 cuda-python imports without a driver; every call that needs one raises :class:`CudaError`
-with the CUDA error name. Nothing here runs on a machine without a GPU."""
+with the CUDA error name. Nothing here runs on a machine without a GPU; tests put a fake of
+``cuda.bindings.runtime`` in place of :func:`cudart`.
+
+cuda-python and the driver: a cuda-python runtime of CUDA major N needs a driver of CUDA N or
+newer (cuda-python 13 needs an R580 driver). This layer detects a driver that is too old and
+says so (:func:`cuda_status`) instead of reporting "no GPU"; it pins nothing, so a machine
+with a new driver takes the newest cuda-python."""
 from __future__ import annotations
 
 import functools
 import logging
 import threading
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-
 from trt_backend.errors import CudaError, DeviceError
-from trt_backend.ort.values import check_allocation
 
 log = logging.getLogger(__name__)
 
-# Every cuda.bindings.runtime name used here; tests/trt_backend/gpu/test_device.py checks them
-# against the installed cuda-python, so a misspelt name fails CI even without a GPU.
+# Every cuda.bindings.runtime name used here and in memory.py; tests/trt_backend/gpu/test_device.py
+# checks them against the installed cuda-python, so a misspelt name fails CI even without a GPU.
 CUDART_API = (
     "cudaGetDeviceCount", "cudaGetDevice", "cudaSetDevice", "cudaDeviceGetAttribute", "cudaDeviceAttr",
     "cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaMemcpyAsync", "cudaMemcpyKind",
     "cudaMemsetAsync", "cudaStreamCreateWithFlags", "cudaStreamNonBlocking", "cudaStreamSynchronize",
-    "cudaStreamDestroy", "cudaEventCreate", "cudaEventRecord", "cudaEventSynchronize",
-    "cudaEventElapsedTime", "cudaEventDestroy", "cudaStreamWaitEvent", "cudaGetErrorName", "cudaError_t",
-    "cudaDriverGetVersion", "cudaRuntimeGetVersion", "cudaPointerGetAttributes", "cudaMemoryType",
+    "cudaStreamDestroy", "cudaEventCreate", "cudaEventCreateWithFlags", "cudaEventDisableTiming", "cudaEventRecord",
+    "cudaEventSynchronize", "cudaEventElapsedTime", "cudaEventDestroy", "cudaStreamWaitEvent", "cudaGetErrorName",
+    "cudaError_t", "cudaDriverGetVersion", "cudaRuntimeGetVersion", "cudaPointerGetAttributes", "cudaMemoryType",
+    "cudaMemGetInfo",
 )
+
+# The legacy default stream and the per-thread default stream, as the CUDA Array Interface (v3)
+# names them in its "stream" entry (0 is not allowed there: it is ambiguous).
+LEGACY_DEFAULT_STREAM, PER_THREAD_DEFAULT_STREAM = 1, 2
 
 
 @functools.lru_cache(maxsize=1)
@@ -45,36 +52,62 @@ def cudart() -> ModuleType:
             raise CudaError("cuda-python is not installed (pip install cuda-python)") from None
 
 
+def error_name(err: Any) -> str:
+    name = cudart().cudaGetErrorName(err)[1]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
 def check(result: Any, what: str = "CUDA call") -> Any:
     """Unpack a cuda-python ``(err, *values)`` result, raising :class:`CudaError` on failure."""
     rt = cudart()
     err, *values = result if isinstance(result, tuple) else (result,)
     if err != rt.cudaError_t.cudaSuccess:
-        name = rt.cudaGetErrorName(err)[1]
-        name = name.decode() if isinstance(name, bytes) else str(name)
-        raise CudaError(f"{what} failed: {name}")
+        raise CudaError(f"{what} failed: {error_name(err)}")
     if not values:
         return None
     return values[0] if len(values) == 1 else tuple(values)
 
 
-def cuda_device_count() -> int:
-    """Usable CUDA devices; 0 without cuda-python, a driver or a device."""
+def _version_text(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def cuda_status() -> tuple[int, str]:
+    """(usable CUDA devices, why there are none). A driver older than cuda-python's runtime is
+    named as such, with both versions, instead of passing for a machine without a GPU."""
     try:
         rt = cudart()
         err, count = rt.cudaGetDeviceCount()
-    except (CudaError, RuntimeError, OSError):
-        return 0
-    return int(count) if err == rt.cudaError_t.cudaSuccess else 0
+    except (CudaError, RuntimeError, OSError) as e:
+        return 0, f"cuda-python cannot be used ({e})"
+    if err == rt.cudaError_t.cudaSuccess:
+        return (int(count), "") if count else (0, "no CUDA device")
+    name = error_name(err)
+    if name == "cudaErrorNoDevice":
+        return 0, "no CUDA device"
+    if name == "cudaErrorInsufficientDriver":
+        driver = int(check(rt.cudaDriverGetVersion(), "query the driver version") or 0)
+        runtime = int(check(rt.cudaRuntimeGetVersion(), "query the runtime version") or 0)
+        if driver == 0:
+            return 0, "no CUDA driver is installed"
+        return 0, (f"the CUDA driver supports CUDA {_version_text(driver)}, older than cuda-python's runtime "
+                   f"(CUDA {_version_text(runtime)}): update the driver, or install a cuda-python of CUDA "
+                   f"{driver // 1000} (pip install 'cuda-python<{driver // 1000 + 1}')")
+    return 0, f"no CUDA device is usable ({name})"
+
+
+def cuda_device_count() -> int:
+    """Usable CUDA devices; 0 without cuda-python, a driver or a device (see :func:`cuda_status`)."""
+    return cuda_status()[0]
 
 
 def check_device(device_id: int) -> int:
     """``device_id`` if it names a usable CUDA device here, else :class:`DeviceError` saying how
     many there are."""
-    count = cuda_device_count()
+    count, why = cuda_status()
     if count == 0:
-        raise DeviceError(f"device_id {device_id}: no CUDA device is usable here (0 devices: no GPU, driver or "
-                          "cuda-python); emulate=True runs TensorRT segments on the CPU and ignores device_id")
+        raise DeviceError(f"device_id {device_id}: no CUDA device is usable here (0 devices: {why}); "
+                          "emulate=True runs TensorRT segments on the CPU and ignores device_id")
     if not 0 <= device_id < count:
         raise DeviceError(f"device_id {device_id} does not exist: this machine has {count} CUDA device(s) "
                           f"(ids 0..{count - 1}; CUDA_VISIBLE_DEVICES renumbers them)")
@@ -107,15 +140,46 @@ def compute_capability(device: int = 0) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def driver_version() -> int | None:
+    """The driver's CUDA version as CUDA writes it (12040: CUDA 12.4); None without a driver."""
+    try:
+        v = int(check(cudart().cudaDriverGetVersion(), "query the driver version") or 0)
+    except (CudaError, RuntimeError, OSError):
+        return None
+    return v or None
+
+
+def memory_in_use(device_id: int | None = None) -> int:
+    """Bytes of device memory in use on the current device (``cudaMemGetInfo``: total - free)."""
+    if device_id is not None:
+        use_device(device_id)
+    free, total = check(cudart().cudaMemGetInfo(), "query device memory")
+    return int(total) - int(free)
+
+
+StreamLike = Any  # a Stream, a raw cudaStream_t handle (int), or None: the legacy default stream
+
+
+def stream_handle(stream: StreamLike) -> Any:
+    """The raw handle of a :class:`Stream` or a handle given as such (None: the default stream, 0)."""
+    if stream is None:
+        return 0
+    return stream.handle if isinstance(stream, Stream) else stream
+
+
 class Stream:
-    """A non-blocking CUDA stream (on ``device_id``; None: the calling thread's current device)."""
+    """A non-blocking CUDA stream (on ``device_id``; None: the calling thread's current device).
+
+    Non-blocking: it does not wait for the legacy default stream, so work anyone else queues
+    there is ordered against it only through :meth:`wait_for`."""
 
     def __init__(self, device_id: int | None = None) -> None:
         rt = cudart()
         if device_id is not None:
             use_device(device_id)
-        self.device_id = device_id
+        self.device_id = device_id if device_id is not None else current_device()
         self.handle = check(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking), "create stream")
+        self._event: Any = None  # recorded on other streams to order this one after them
 
     @property
     def ptr(self) -> int:
@@ -127,10 +191,69 @@ class Stream:
     def wait(self, event: Event) -> None:
         check(cudart().cudaStreamWaitEvent(self.handle, event.handle, 0), "stream wait event")
 
+    def wait_for(self, other: StreamLike) -> None:
+        """Order this stream's next work after everything queued so far on ``other`` (a Stream,
+        a raw handle, None: the legacy default stream), without blocking the host."""
+        handle = stream_handle(other)
+        if handle is None or int(handle) == int(self.handle):
+            return
+        rt = cudart()
+        if self._event is None:
+            self._event = check(rt.cudaEventCreateWithFlags(rt.cudaEventDisableTiming), "create event")
+        check(rt.cudaEventRecord(self._event, handle), "record an event on the producing stream")
+        check(rt.cudaStreamWaitEvent(self.handle, self._event, 0), "wait for the producing stream")
+
     def close(self) -> None:
         if self.handle is not None:
-            check(cudart().cudaStreamDestroy(self.handle), "destroy stream")
+            rt = cudart()
+            if self._event is not None:
+                check(rt.cudaEventDestroy(self._event), "destroy event")
+                self._event = None
+            check(rt.cudaStreamDestroy(self.handle), "destroy stream")
             self.handle = None
+
+
+class ThreadStreams:
+    """One :class:`Stream` per thread that runs work on ``device_id``, made on the thread's first
+    use and kept until :meth:`close` (which synchronizes and destroys every one).
+
+    A stream per thread, as ONNX Runtime gives each concurrent run device streams of its own and
+    Torch-TensorRT runs on the caller's current stream (which PyTorch keeps per thread): threads
+    never wait for each other's work, and each synchronizes only its own stream when it needs
+    results on the host."""
+
+    def __init__(self, device_id: int | None = None) -> None:
+        self.device_id = device_id
+        self._local = threading.local()
+        self._all: list[Stream] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def current(self) -> Stream:
+        stream: Stream | None = getattr(self._local, "stream", None)
+        if stream is None:
+            with self._lock:
+                if self._closed:
+                    raise CudaError("the session's streams are closed (its Session was closed)")
+                stream = Stream(self.device_id)
+                self._all.append(stream)
+            self._local.stream = stream
+        return stream
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def synchronize(self) -> None:
+        for s in list(self._all):
+            s.synchronize()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed, streams, self._all = True, self._all, []
+        for s in streams:
+            s.synchronize()
+            s.close()
+        self._local = threading.local()
 
 
 class Event:
@@ -139,8 +262,8 @@ class Event:
             use_device(device_id)
         self.handle = check(cudart().cudaEventCreate(), "create event")
 
-    def record(self, stream: Stream) -> None:
-        check(cudart().cudaEventRecord(self.handle, stream.handle), "record event")
+    def record(self, stream: StreamLike) -> None:
+        check(cudart().cudaEventRecord(self.handle, stream_handle(stream)), "record event")
 
     def synchronize(self) -> None:
         check(cudart().cudaEventSynchronize(self.handle), "synchronize event")
@@ -152,134 +275,3 @@ class Event:
         if self.handle is not None:
             check(cudart().cudaEventDestroy(self.handle), "destroy event")
             self.handle = None
-
-
-@dataclass
-class DeviceBuffer:
-    """Raw device memory from a :class:`BufferPool` (``capacity`` >= what was asked)."""
-
-    ptr: int
-    capacity: int
-
-
-class BufferPool:
-    """Device allocations with reuse: freed buffers go to a free list per power-of-two size class,
-    so steady-state inference allocates nothing. Thread-safe. With ``device_id`` every
-    allocation is made on that device, whichever device the calling thread had current."""
-
-    def __init__(self, device_id: int | None = None) -> None:
-        self.device_id = device_id
-        self._free: dict[int, list[DeviceBuffer]] = {}
-        self._lock = threading.Lock()
-        self.allocated_bytes = 0
-        self.allocations = 0
-
-    @staticmethod
-    def size_class(nbytes: int) -> int:
-        return max(256, 1 << max(0, int(nbytes) - 1).bit_length())
-
-    def acquire(self, nbytes: int) -> DeviceBuffer:
-        size = self.size_class(nbytes)
-        with self._lock:
-            free = self._free.get(size)
-            if free:
-                return free.pop()
-        if self.device_id is not None:
-            use_device(self.device_id)
-        where = "the device" if self.device_id is None else f"device {self.device_id}"
-        ptr = check(cudart().cudaMalloc(size), f"allocate {size} bytes on {where}")
-        with self._lock:
-            self.allocated_bytes += size
-            self.allocations += 1
-        return DeviceBuffer(int(ptr), size)
-
-    def release(self, buf: DeviceBuffer) -> None:
-        with self._lock:
-            self._free.setdefault(buf.capacity, []).append(buf)
-
-    def close(self) -> None:
-        with self._lock:
-            buffers = [b for free in self._free.values() for b in free]
-            self._free.clear()
-        if buffers and self.device_id is not None:
-            use_device(self.device_id)
-        for b in buffers:
-            check(cudart().cudaFree(b.ptr), "free device memory")
-            self.allocated_bytes -= b.capacity
-
-
-class DeviceArray:
-    """A typed, C-contiguous view of device memory exposing ``__cuda_array_interface__`` (v3),
-    so CuPy, PyTorch and Numba take it without a copy."""
-
-    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype[Any], owner: Any = None,
-                 stream: Stream | None = None, device_id: int | None = None) -> None:
-        self.ptr = int(ptr)
-        self.device_id = device_id  # the GPU it lives on, where known
-        self.shape = tuple(int(d) for d in shape)
-        self.dtype = np.dtype(dtype)
-        self.owner = owner  # keeps the memory alive (a pool buffer, a foreign array)
-        self.stream = stream
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def __cuda_array_interface__(self) -> dict[str, Any]:
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
-                "strides": None, "stream": self.stream.ptr if self.stream is not None else None}
-
-    def to_host(self, stream: Stream | None = None) -> np.ndarray:
-        check_allocation(self.shape, self.dtype, "a device array copied to the host")
-        out = np.empty(self.shape, self.dtype)
-        copy_to_host(out, self.ptr, stream)
-        if stream is not None:
-            stream.synchronize()
-        return out
-
-
-def as_device_array(obj: Any) -> DeviceArray | None:
-    """A zero-copy view of ``obj`` if it is a C-contiguous device array (CuPy, PyTorch CUDA
-    tensor, pycuda GPUArray, our DeviceArray), else None. Strided device arrays are refused."""
-    iface = getattr(obj, "__cuda_array_interface__", None)
-    if iface is None:
-        return None
-    shape = tuple(iface["shape"])
-    dtype = np.dtype(iface["typestr"])
-    strides = iface.get("strides")
-    if strides is not None:
-        expected = tuple(int(np.prod(shape[k + 1:], dtype=np.int64)) * dtype.itemsize for k in range(len(shape)))
-        if tuple(strides) != expected:
-            raise CudaError(f"device array of shape {shape} is not C-contiguous (strides {tuple(strides)}); "
-                            "make it contiguous first")
-    return DeviceArray(int(iface["data"][0]), shape, dtype, owner=obj, device_id=getattr(obj, "device_id", None))
-
-
-def copy_to_device(dst_ptr: int, host: np.ndarray, stream: Stream | None = None) -> None:
-    rt = cudart()
-    src = np.ascontiguousarray(host)
-    check(rt.cudaMemcpyAsync(dst_ptr, src.ctypes.data, src.nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice,
-                             stream.handle if stream else 0), "copy host to device")
-    if stream is None:
-        check(rt.cudaStreamSynchronize(0), "synchronize default stream")
-
-
-def copy_to_host(host: np.ndarray, src_ptr: int, stream: Stream | None = None) -> None:
-    rt = cudart()
-    if not host.flags["C_CONTIGUOUS"]:
-        raise CudaError("host destination must be C-contiguous")
-    check(rt.cudaMemcpyAsync(host.ctypes.data, src_ptr, host.nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost,
-                             stream.handle if stream else 0), "copy device to host")
-    if stream is None:
-        check(rt.cudaStreamSynchronize(0), "synchronize default stream")
-
-
-def copy_device(dst_ptr: int, src_ptr: int, nbytes: int, stream: Stream | None = None) -> None:
-    rt = cudart()
-    check(rt.cudaMemcpyAsync(dst_ptr, src_ptr, nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice,
-                             stream.handle if stream else 0), "copy device to device")

@@ -95,10 +95,15 @@ def to_numpy(value: Any) -> Any:
 
 
 def shape_of(value: Any) -> tuple[int, ...] | None:
+    """The shape of a tensor value: a numpy array, an OrtValue tensor or a device array (its
+    ``__cuda_array_interface__``); None for sequences, maps, empty optionals."""
     if isinstance(value, np.ndarray):
         return tuple(value.shape)
     if type(value).__name__ == "OrtValue" and value.is_tensor():
         return tuple(value.shape())
+    iface = getattr(value, "__cuda_array_interface__", None)
+    if iface is not None:
+        return tuple(int(d) for d in iface["shape"])
     return None
 
 

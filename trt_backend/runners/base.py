@@ -3,9 +3,10 @@
 
 Values passed between runners are numpy arrays (ONNX Runtime hands them out without a copy),
 ``OrtValue`` tensors for dtypes numpy lacks (bfloat16, float8, int4...), lists (sequences) or
-None (empty optionals). The runners that execute engines on a GPU (:mod:`trt_backend.gpu`)
-subclass :class:`SegmentRunner` and share its profile checks; choosing a runner is above both
-(:func:`trt_backend.gpu.status.make_tensorrt_runner`)."""
+None (empty optionals), and on a GPU session device arrays (``__cuda_array_interface__``), whose
+shapes count for the choice of profile as host shapes do. The runners that execute on a GPU
+subclass :class:`SegmentRunner` and share its profile checks; choosing a runner is above them
+all (:class:`trt_backend.runners.factory.RunnerFactory`)."""
 from __future__ import annotations
 
 import logging
@@ -17,6 +18,7 @@ import numpy as np
 
 from partitioner import Segment
 from trt_backend.errors import ProfileError
+from trt_backend.gpu.memory import as_device_array
 from trt_backend.ort.values import shape_of, to_numpy
 from trt_backend.profiles import Profile, covering_profile, describe_profile
 
@@ -58,6 +60,7 @@ class SegmentRunner(ABC):
         ``onnxruntime.RunOptions`` for runners that run ONNX Runtime (others ignore it)."""
         if len(inputs) != len(self.input_names):
             raise ValueError(f"{self.label}: got {len(inputs)} input(s), expected {len(self.input_names)}")
+        inputs = self.stage(inputs)
         if self.profiles:
             self.select_profile(inputs)
         # (runners written before run options existed take the inputs alone)
@@ -65,6 +68,11 @@ class SegmentRunner(ABC):
         if len(outputs) != len(self.output_names):
             raise RuntimeError(f"{self.label}: produced {len(outputs)} output(s), expected {len(self.output_names)}")
         return outputs
+
+    def stage(self, inputs: Sequence[Any]) -> Sequence[Any]:
+        """The inputs as :meth:`run_impl` takes them (a runner that needs some on the host moves
+        them there here, before the profile is chosen from them)."""
+        return inputs
 
     def select_profile(self, inputs: Sequence[Any]) -> int:
         """Index of the first profile that fits every input; ProfileError when none does."""
@@ -75,7 +83,9 @@ class SegmentRunner(ABC):
             if shape is not None:
                 shapes[name] = shape
                 if name in self.shape_tensors:
-                    values[name] = tuple(int(v) for v in np.asarray(to_numpy(value)).reshape(-1))
+                    view = as_device_array(value)
+                    host = view.to_host() if view is not None else np.asarray(to_numpy(value))
+                    values[name] = tuple(int(v) for v in host.reshape(-1))
         key = (tuple(shapes.items()), tuple(values.items()))
         k = self._fits.get(key)
         if k is not None:

@@ -1,11 +1,19 @@
-"""A TensorRT segment runner: deserialize once, one execution context per thread, inputs bound
-by address, ``execute_async_v3`` on our stream, data-dependent output shapes through an
-``IOutputAllocator``. Written against TensorRT's Python API (names listed in tensorrt/api_names.py);
-it needs a GPU and full TensorRT (or RTX on an RTX-class GPU), so CI never runs it."""
+"""A TensorRT segment runner: the engine deserialized once (after TensorRT-RTX's validity check),
+contexts pooled per optimization profile (:mod:`trt_backend.runners.tensorrt_contexts`), each
+run on the calling thread's stream, inputs bound by address, outputs written by TensorRT into
+pool buffers that become the outputs. Written against TensorRT's Python API (names listed in
+tensorrt/api_names.py); it needs a GPU, so CI runs it against a contract-strict fake of the
+TensorRT and CUDA runtimes (tests/fakes/).
+
+What TensorRT demands, and how it is met (NvInferRuntime.h, ``IExecutionContext``): every input
+shape is set after the profile and inside it, every address is non-null and 256-byte aligned
+(misaligned or empty device inputs go through a pool buffer), shape tensors are bound as host
+memory (device ones are copied to the host first), and every call's result is checked. Device
+inputs produced on another stream (the CUDA Array Interface's ``stream``, or another thread's
+session stream) are waited for on this run's stream before TensorRT reads them."""
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -14,186 +22,268 @@ import numpy as np
 from partitioner import Segment
 from trt_backend.errors import SegmentLoadError, SegmentRunError
 from trt_backend.gpu import device as dev
+from trt_backend.gpu import memory as mem
 from trt_backend.ort.values import check_allocation, to_numpy
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import TENSORRT, SegmentRunner
-from trt_backend.tensorrt.flavor import Flavor, shared_logger
+from trt_backend.runners.tensorrt_contexts import ContextPool, OutputAllocator, PooledContext, RuntimeCacheFile
+from trt_backend.tensorrt.flavor import Flavor, captured_messages, shared_logger
 
 log = logging.getLogger(__name__)
 
-
-def _np_dtype(trt: Any, dtype: Any) -> np.dtype[Any]:
-    if dtype == trt.DataType.BF16:
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(trt.nptype(dtype))
+# TensorRT types numpy lacks, as ml_dtypes names them (sub-byte ones are packed on the device)
+_ML_DTYPES = {"BF16": "bfloat16", "FP8": "float8_e4m3fn", "INT4": "int4", "FP4": "float4_e2m1fn",
+              "E8M0": "float8_e8m0fnu"}
 
 
-class _OutputAllocator:
-    """Grows a pooled device buffer per output when TensorRT asks (sizes known only while
-    enqueuing for data-dependent outputs: NonZero, NonMaxSuppression...) and records the shape
-    TensorRT reports."""
+def engine_dtype(trt: Any, dtype: Any) -> np.dtype[Any] | None:
+    """The numpy (or ml_dtypes) type of a TensorRT ``DataType``; None for one it has no match for."""
+    for member, name in _ML_DTYPES.items():
+        if hasattr(trt.DataType, member) and dtype == getattr(trt.DataType, member):
+            import ml_dtypes
 
-    def __init__(self, trt: Any, pool: dev.BufferPool) -> None:
-        outer = self
-
-        class Allocator(trt.IOutputAllocator):  # type: ignore[misc, name-defined]
-            def __init__(self) -> None:
-                trt.IOutputAllocator.__init__(self)
-
-            def reallocate_output(self, name: str, memory: int, size: int, alignment: int) -> int:
-                return outer.reallocate(name, size)
-
-            def reallocate_output_async(self, name: str, memory: int, size: int, alignment: int,
-                                        stream: int) -> int:
-                return outer.reallocate(name, size)
-
-            def notify_shape(self, name: str, shape: Any) -> None:
-                outer.shapes[name] = tuple(int(d) for d in shape)
-
-        self.pool = pool
-        self.buffers: dict[str, dev.DeviceBuffer] = {}
-        self.shapes: dict[str, tuple[int, ...]] = {}
-        self.impl = Allocator()
-
-    def reallocate(self, name: str, size: int) -> int:
-        buf = self.buffers.get(name)
-        if buf is None or buf.capacity < size:
-            if buf is not None:
-                self.pool.release(buf)
-            buf = self.buffers[name] = self.pool.acquire(max(1, size))
-        return buf.ptr
+            return np.dtype(getattr(ml_dtypes, name)) if hasattr(ml_dtypes, name) else None
+    try:
+        return np.dtype(trt.nptype(dtype))
+    except TypeError:
+        return None
 
 
 class TensorRTRunner(SegmentRunner):
     """Runs one segment's engine. Inputs: numpy arrays, ONNX Runtime CPU values or device arrays
     (``__cuda_array_interface__``, used in place). Outputs: :class:`DeviceArray` when
-    ``outputs_on_device`` else numpy. ``device_id``: the GPU the engine is deserialized on and
-    runs on (made current in every thread that runs it); None: the thread's current device."""
+    ``outputs_on_device`` (each owns its buffer, back to ``pool`` when dropped) else numpy.
+    ``streams``: the session's per-thread streams; ``device_id``: the GPU the engine is
+    deserialized on and runs on (made current in every run); ``runtime_cache_dir``: where
+    TensorRT-RTX's runtime cache is kept; ``lean_runtime``: a lean runtime library to load a
+    version-compatible engine built without its own."""
 
     executor: ClassVar[str] = TENSORRT
 
     def __init__(self, segment: Segment, engine: bytes, flavor: Flavor, profiles: Sequence[Profile] = (),
-                 shape_tensors: frozenset[str] = frozenset(), *, pool: dev.BufferPool | None = None,
-                 stream: dev.Stream | None = None, outputs_on_device: bool = False,
-                 allow_host_code: bool = False, device_id: int | None = None) -> None:
+                 shape_tensors: frozenset[str] = frozenset(), *, pool: mem.BufferPool | None = None,
+                 streams: dev.ThreadStreams | None = None, outputs_on_device: bool = False,
+                 allow_host_code: bool = False, device_id: int | None = None, runtime_cache_dir: str | None = None,
+                 lean_runtime: str | None = None) -> None:
         super().__init__(segment, profiles, shape_tensors)
-        trt = flavor.module
-        self.trt = trt
-        self.device_id = device_id
-        if device_id is not None:
-            dev.use_device(device_id)  # the engine's memory goes to the device current while deserializing
-        self.pool = pool or dev.BufferPool(device_id)
-        self.stream = stream or dev.Stream(device_id)
+        self.trt = flavor.module
+        self.device_id = device_id if device_id is not None else dev.current_device()
+        dev.use_device(self.device_id)  # the engine's memory goes to the device current while deserializing
+        self._own = (pool is None, streams is None)
+        self.pool = pool if pool is not None else mem.BufferPool(self.device_id)
+        self.streams = streams if streams is not None else dev.ThreadStreams(self.device_id)
         self.outputs_on_device = outputs_on_device
-        self._runtime = trt.Runtime(shared_logger(flavor))
+        self._runtime_cache: RuntimeCacheFile | None = None
+        try:
+            self._load(flavor, engine, allow_host_code, runtime_cache_dir, lean_runtime)
+        except BaseException:
+            self.close()
+            raise
+        # CUDA events recorded on the run's stream at four points of each run when set (bench's
+        # phase timing): start, inputs bound (end of H2D), enqueued work done (end of compute),
+        # outputs copied (end of D2H).
+        self.phase_events: tuple[Any, Any, Any, Any] | None = None
+
+    def _load(self, flavor: Flavor, engine: bytes, allow_host_code: bool, runtime_cache_dir: str | None,
+              lean_runtime: str | None) -> None:
+        trt = self.trt
+        self.logger = shared_logger(flavor)
+        runtime = trt.Runtime(self.logger)
         if flavor.has("Runtime.engine_host_code_allowed"):
-            self._runtime.engine_host_code_allowed = allow_host_code
-        self.engine = self._runtime.deserialize_cuda_engine(engine)
+            runtime.engine_host_code_allowed = allow_host_code
+        if lean_runtime:
+            runtime = runtime.load_runtime(lean_runtime)
+            if runtime is None:
+                raise SegmentLoadError(f"{self.label}: TensorRT could not load the lean runtime {lean_runtime}")
+        self._runtime = runtime
+        self._check_validity(flavor, engine)
+        with captured_messages() as errors:
+            self.engine = runtime.deserialize_cuda_engine(engine)
         if self.engine is None:
-            raise SegmentLoadError(f"{self.label}: TensorRT could not deserialize the engine "
-                                   f"(built for another TensorRT version or GPU?)")
+            raise SegmentLoadError(f"{self.label}: TensorRT could not deserialize the engine: "
+                                   f"{'; '.join(errors) or 'built for another TensorRT version or GPU?'}")
         names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
         self.engine_inputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         self.engine_outputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
         missing = set(self.output_names) - set(self.engine_outputs)
         if missing:
             raise SegmentLoadError(f"{self.label}: engine lacks output(s) {sorted(missing)}")
-        self.dtypes = {n: _np_dtype(trt, self.engine.get_tensor_dtype(n)) for n in names}
+        self.dtypes: dict[str, np.dtype[Any]] = {}
+        for n in names:
+            dtype = engine_dtype(trt, self.engine.get_tensor_dtype(n))
+            if dtype is None:
+                raise SegmentLoadError(f"{self.label}: engine tensor '{n}' is {self.engine.get_tensor_dtype(n)}, a type "
+                                       "trt-backend cannot exchange (no numpy or ml_dtypes equivalent)")
+            self.dtypes[n] = dtype
         self.host_io = {n for n in names if self.engine.get_tensor_location(n) == trt.TensorLocation.HOST}
-        self._local = threading.local()
-        # CUDA events recorded on the stream at four points of each run when set (bench's phase
-        # timing): start, inputs bound (end of H2D), enqueued work done (end of compute),
-        # outputs copied (end of D2H).
-        self.phase_events: tuple[Any, Any, Any, Any] | None = None
+        if flavor.has("IRuntimeConfig.create_runtime_cache"):
+            self._runtime_cache = RuntimeCacheFile(self.engine, engine, runtime_cache_dir)
+        self.contexts = ContextPool(self._make_context)
 
-    def _mark(self, point: int) -> None:
+    def _check_validity(self, flavor: Flavor, engine: bytes) -> None:
+        """TensorRT-RTX tells before deserializing whether an engine runs on this GPU and runtime
+        (``get_engine_validity``); an invalid one is refused with TensorRT's own reasons."""
+        if not flavor.has("Runtime.get_engine_validity"):
+            return
+        trt = self.trt
+        validity, diagnostics = self._runtime.get_engine_validity(engine)
+        if validity != trt.EngineValidity.INVALID:
+            return
+        flags = dict(trt.EngineInvalidityDiagnostics.__members__)
+        reasons = [name for name, flag in flags.items() if int(diagnostics) & int(flag)]
+        raise SegmentLoadError(f"{self.label}: TensorRT-RTX says the engine cannot run on this GPU and runtime "
+                               f"({', '.join(reasons) or 'no reason given'}); rebuild it here")
+
+    @property
+    def stream(self) -> dev.Stream:
+        """This thread's stream (bench's phase timing records its events there)."""
+        return self.streams.current()
+
+    def _mark(self, point: int, stream: dev.Stream) -> None:
         if self.phase_events is not None:
-            self.phase_events[point].record(self.stream)
+            self.phase_events[point].record(stream)
 
-    def _context(self) -> Any:
-        """One execution context per thread (contexts are not thread-safe)."""
-        ctx = getattr(self._local, "context", None)
+    def _make_context(self, profile: int, stream: dev.Stream) -> PooledContext:
+        trt, engine = self.trt, self.engine
+        with captured_messages() as errors:
+            if self._runtime_cache is not None:
+                config = self._runtime_cache.config
+                if hasattr(trt, "ExecutionContextAllocationStrategy") and hasattr(config, "set_execution_context_allocation_strategy"):
+                    config.set_execution_context_allocation_strategy(trt.ExecutionContextAllocationStrategy.ON_PROFILE_CHANGE)
+                ctx = engine.create_execution_context(config)
+            elif hasattr(trt, "ExecutionContextAllocationStrategy"):
+                ctx = engine.create_execution_context(trt.ExecutionContextAllocationStrategy.ON_PROFILE_CHANGE)
+            else:
+                ctx = engine.create_execution_context()
         if ctx is None:
-            ctx = self.engine.create_execution_context()
-            allocator = _OutputAllocator(self.trt, self.pool)
-            for name in self.engine_outputs:
-                ctx.set_output_allocator(name, allocator.impl)
-            self._local.context, self._local.allocator, self._local.profile = ctx, allocator, -1
-        return ctx
+            raise SegmentRunError(f"{self.label}: TensorRT could not create an execution context "
+                                  f"({'; '.join(errors) or 'out of device memory?'})")
+        allocator = OutputAllocator(trt, self.pool)
+        for name in self.engine_outputs:
+            self._checked(ctx.set_output_allocator(name, allocator.impl), f"set the output allocator of '{name}'", [])
+        if profile != 0:
+            with captured_messages() as errors:
+                ok = ctx.set_optimization_profile_async(profile, stream.ptr)
+            self._checked(ok, f"select optimization profile {profile}", errors)
+        return PooledContext(ctx, allocator, profile)
+
+    def _checked(self, ok: Any, what: str, errors: list[str]) -> None:
+        if not ok:
+            raise SegmentRunError(f"{self.label}: TensorRT refused to {what}"
+                                  + (f": {'; '.join(errors)}" if errors else ""))
+
+    def stage(self, inputs: Sequence[Any]) -> list[Any]:
+        """Shape tensors live in host memory for TensorRT: device ones are copied to the host
+        (after the stream producing them), so profiles can be chosen from their values too."""
+        out = list(inputs)
+        for k, name in enumerate(self.input_names):
+            view = mem.as_device_array(out[k]) if name in self.host_io else None
+            if view is not None:
+                out[k] = view.to_host()
+        return out
 
     def run_impl(self, inputs: Sequence[Any], ort_run_options: Any = None) -> list[Any]:
-        if self.device_id is not None:
-            dev.use_device(self.device_id)
-        ctx = self._context()
-        allocator: _OutputAllocator = self._local.allocator
+        dev.use_device(self.device_id)
+        stream = self.streams.current()
         profile = self.select_profile(inputs) if self.profiles else 0
-        if profile != self._local.profile:
-            ctx.set_optimization_profile_async(profile, self.stream.handle)
-            self._local.profile = profile
-        held: list[Any] = []  # keeps host copies and pool buffers alive until the stream is done
-        temp: list[dev.DeviceBuffer] = []
-        try:
-            self._mark(0)
-            for name, value in zip(self.input_names, inputs):
-                self._bind_input(ctx, name, value, held, temp)
-            self._mark(1)
-            # outputs: TensorRT asks the allocator for memory once it knows each size (as
-            # Polygraphy's runner does), which also covers data-dependent shapes
-            if not ctx.execute_async_v3(self.stream.handle):
-                raise SegmentRunError(f"{self.label}: TensorRT execution failed (see the TensorRT log)")
-            self._mark(2)
-            outputs = [self._output(name, allocator) for name in self.output_names]
-            self._mark(3)
-            self.stream.synchronize()
-            return outputs
-        finally:
-            for buf in temp:
-                self.pool.release(buf)
+        with self.contexts.context(profile, stream) as pc:
+            held: list[Any] = []  # host shape tensors and input buffers, until TensorRT has the work queued
+            self._mark(0, stream)
+            with captured_messages() as errors:
+                for name, value in zip(self.input_names, inputs):
+                    self._bind_input(pc.context, name, value, stream, held, errors, profile)
+                self._mark(1, stream)
+                ok = pc.context.execute_async_v3(stream.ptr)
+            self._checked(ok, "run the engine", errors)
+            self._mark(2, stream)
+            taken = {}
+            for name in self.output_names:
+                got = pc.allocator.take(name)
+                if got is None:
+                    raise SegmentRunError(f"{self.label}: TensorRT reported no memory or shape for output '{name}'")
+                taken[name] = got
+        outputs = [self._output(name, *taken[name], stream) for name in self.output_names]
+        self._mark(3, stream)
+        if not self.outputs_on_device or self.phase_events is not None:
+            stream.synchronize()  # host outputs are complete only now
+        return [o.to_numpy() if isinstance(o, _HostOutput) else o for o in outputs]
 
-    def _bind_input(self, ctx: Any, name: str, value: Any, held: list[Any], temp: list[dev.DeviceBuffer]) -> None:
-        view = dev.as_device_array(value)
-        if name in self.host_io:  # shape tensors live on the host
-            arr = np.ascontiguousarray(to_numpy(value), dtype=self.dtypes[name])
+    def _bind_input(self, ctx: Any, name: str, value: Any, stream: dev.Stream, held: list[Any],
+                    errors: list[str], profile: int) -> None:
+        dtype = self.dtypes[name]
+        if name in self.host_io:  # shape tensors: host memory, read by TensorRT when the work is queued
+            arr = mem.aligned_host_copy(np.asarray(to_numpy(value), dtype=dtype))
             held.append(arr)
-            ctx.set_input_shape(name, arr.shape)
-            ctx.set_tensor_address(name, arr.ctypes.data)
+            self._checked(ctx.set_input_shape(name, arr.shape), f"take input '{name}' of shape {arr.shape} in "
+                          f"optimization profile {profile}", errors)
+            self._checked(ctx.set_tensor_address(name, arr.ctypes.data), f"take the address of input '{name}'", errors)
             return
+        view = mem.as_device_array(value)
         if view is None:
-            arr = np.ascontiguousarray(to_numpy(value), dtype=self.dtypes[name])
-            held.append(arr)
-            buf = self.pool.acquire(max(1, arr.nbytes))
-            temp.append(buf)
-            dev.copy_to_device(buf.ptr, arr, self.stream)
-            ptr, shape = buf.ptr, arr.shape
+            arr = np.ascontiguousarray(to_numpy(value), dtype=dtype)
+            lease = self.pool.lease(mem.packed_nbytes(arr.shape, dtype), stream)
+            held.append(lease)
+            if arr.size:
+                mem.copy_to_device(lease.ptr, arr, stream)
+            ptr, shape = lease.ptr, arr.shape
         else:
-            if view.dtype != self.dtypes[name]:
-                raise SegmentRunError(f"{self.label}: input '{name}' is {view.dtype} on the device, "
-                                      f"the engine wants {self.dtypes[name]}")
+            if view.dtype != dtype:
+                raise SegmentRunError(f"{self.label}: input '{name}' is {view.dtype} on the device, the engine wants {dtype}")
+            if view.device_id is not None and view.device_id != self.device_id:
+                raise SegmentRunError(f"{self.label}: input '{name}' is on GPU {view.device_id}, the engine on GPU "
+                                      f"{self.device_id}")
+            if view.stream is not None:
+                stream.wait_for(view.stream)  # (the CUDA Array Interface: consumers order after the producer)
             ptr, shape = view.ptr, view.shape
-        ctx.set_input_shape(name, shape)
-        ctx.set_tensor_address(name, ptr)
+            if not view.size or ptr % mem.ALIGNMENT:
+                # TensorRT takes 256-byte aligned, non-null addresses: an empty tensor gets a placeholder
+                # (as Torch-TensorRT's runtime binds one), a misaligned view is copied into a pool buffer
+                lease = self.pool.lease(max(mem.ALIGNMENT, view.nbytes), stream)
+                held.append(lease)
+                if view.size:
+                    mem.copy_device(lease.ptr, ptr, view.nbytes, stream)
+                ptr = lease.ptr
+        self._checked(ctx.set_input_shape(name, shape), f"take input '{name}' of shape {tuple(shape)} in "
+                      f"optimization profile {profile}", errors)
+        self._checked(ctx.set_tensor_address(name, ptr), f"take the address of input '{name}'", errors)
 
-    def _output(self, name: str, allocator: _OutputAllocator) -> Any:
-        shape = allocator.shapes[name]
-        buf = allocator.buffers[name]
-        if self.outputs_on_device:  # hand out a fresh buffer; the allocator's stays for the next run
-            out = self.pool.acquire(max(1, int(np.prod(shape, dtype=np.int64)) * self.dtypes[name].itemsize))
-            dev.copy_device(out.ptr, buf.ptr, int(np.prod(shape, dtype=np.int64)) * self.dtypes[name].itemsize,
-                            self.stream)
-            return dev.DeviceArray(out.ptr, shape, self.dtypes[name], owner=out, stream=self.stream,
-                                   device_id=self.device_id)
-        check_allocation(shape, self.dtypes[name], f"{self.label}: output '{name}'")
-        host = np.empty(shape, self.dtypes[name])
-        if host.nbytes:
-            dev.copy_to_host(host, buf.ptr, self.stream)
-        return host
+    def _output(self, name: str, lease: mem.Lease, shape: tuple[int, ...], stream: dev.Stream) -> Any:
+        dtype = self.dtypes[name]
+        if self.outputs_on_device:  # the buffer TensorRT wrote is the output; back to the pool when dropped
+            return mem.DeviceArray(lease.ptr, shape, dtype, owner=lease, stream=stream, device_id=self.device_id)
+        check_allocation(shape, dtype, f"{self.label}: output '{name}'")
+        return _HostOutput(lease, shape, dtype, stream)
 
     def close(self) -> None:
-        self._local = threading.local()
+        cache, self._runtime_cache = self._runtime_cache, None
+        if cache is not None and getattr(self, "engine", None) is not None:
+            cache.save()
+        contexts = getattr(self, "contexts", None)
+        if contexts is not None:
+            contexts.close()
         self.engine = None
         self._runtime = None
+        if self._own[1]:
+            self.streams.close()
+        if self._own[0]:
+            self.pool.close()
+        self._own = (False, False)
+
+
+class _HostOutput:
+    """An output on its way to the host: the copy is queued now, read after the stream is synchronized."""
+
+    def __init__(self, lease: mem.Lease, shape: tuple[int, ...], dtype: np.dtype[Any], stream: dev.Stream) -> None:
+        self.lease = lease
+        self.shape, self.dtype = shape, dtype
+        self.sub_byte = mem.element_bits(dtype) < 8
+        self.host = np.empty(mem.packed_nbytes(shape, dtype), np.uint8) if self.sub_byte else np.empty(shape, dtype)
+        if self.host.nbytes:
+            mem.copy_to_host(self.host, lease.ptr, stream)
+
+    def to_numpy(self) -> np.ndarray:
+        self.lease.release()
+        return mem.unpack_sub_byte(self.host, self.dtype, self.shape) if self.sub_byte else self.host
 
 
 def engine_io_summary(engine_bytes: bytes, flavor: Flavor) -> dict[str, Any]:
@@ -211,4 +301,4 @@ def engine_io_summary(engine_bytes: bytes, flavor: Flavor) -> dict[str, Any]:
     return out
 
 
-__all__ = ["TensorRTRunner", "engine_io_summary"]
+__all__ = ["TensorRTRunner", "engine_dtype", "engine_io_summary"]

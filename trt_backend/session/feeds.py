@@ -15,7 +15,7 @@ import numpy as np
 
 from trt_backend._files import write_atomic
 from trt_backend.errors import FeedError
-from trt_backend.gpu.device import as_device_array
+from trt_backend.gpu.memory import as_device_array
 from trt_backend.ort.values import check_allocation, random_array
 from trt_backend.profiles.node_arg import NodeArg, shape_text
 from trt_backend.profiles.profile import Profile, describe_profile

@@ -39,8 +39,11 @@ class SessionOptions:
     ``flavor``: whose TensorRT parser decides capability ("none": everything on ONNX Runtime).
     ``oracle``: a ``partitioner.CapabilityOracle`` to ask instead of a TensorRT parser.
     ``isolate_parser``: ask the TensorRT parser in a child process (survives its crashes).
-    ``cache_dir``: engine cache folder (None: build without a cache). ``allow_host_code``: load
-    engines that carry host code (version-compatible builds). ``outputs_on_device``: GPU path,
+    ``cache_dir``: engine cache folder (None: build without a cache; on a GPU, TensorRT-RTX's
+    runtime caches go to its ``runtime`` folder). ``allow_host_code``: load engines that carry
+    host code (version-compatible builds with their lean runtime). ``lean_runtime``: the lean
+    runtime library (``libnvinfer_lean``) of the TensorRT that built version-compatible engines
+    without one, to run them on a later TensorRT. ``outputs_on_device``: GPU path,
     return outputs as device arrays (``__cuda_array_interface__``) unless a run says otherwise.
     ``calibration_seed``: seed of the random inputs profiles are calibrated with.
     ``max_memory``: bytes (or ``"8G"``, ``"512M"``) no single tensor the session makes (random
@@ -67,13 +70,14 @@ class SessionOptions:
     max_memory: int | None = None
     sign_key: str | bytes | None = field(default=None, repr=False)
     device_id: int | None = None
+    lean_runtime: str | None = None
 
     def __init__(self, *, partition: PartitionOptions | None = None, ort: OrtOptions | None = None,
                  build: BuildOptions | None = None, emulate: bool | str = "auto", flavor: str = "auto",
                  oracle: CapabilityOracle | None = None, isolate_parser: bool = False, cache_dir: str | None = None,
                  allow_host_code: bool = False, outputs_on_device: bool = False, calibration_seed: int = 0,
                  max_memory: int | str | None = None, sign_key: str | bytes | None = None,
-                 device_id: int | None = None, **flat: Any) -> None:
+                 device_id: int | None = None, lean_runtime: str | None = None, **flat: Any) -> None:
         stages: dict[str, Any] = {"partition": partition if partition is not None else PartitionOptions(),
                                   "ort": ort if ort is not None else OrtOptions(),
                                   "build": build if build is not None else BuildOptions()}
@@ -96,7 +100,7 @@ class SessionOptions:
         own = {"emulate": emulate, "flavor": flavor, "oracle": oracle, "isolate_parser": isolate_parser,
                "cache_dir": cache_dir, "allow_host_code": allow_host_code, "outputs_on_device": outputs_on_device,
                "calibration_seed": calibration_seed, "max_memory": parse_size(max_memory, "max_memory"),
-               "sign_key": sign_key, "device_id": device_id}
+               "sign_key": sign_key, "device_id": device_id, "lean_runtime": lean_runtime}
         for key, value in {**stages, **own}.items():
             object.__setattr__(self, key, value)
         if not any(emulate is c or (isinstance(c, str) and emulate == c) for c in EMULATE_CHOICES):
@@ -109,6 +113,8 @@ class SessionOptions:
             raise OptionsError(f"sign_key must be text, @FILE or bytes, got {type(sign_key).__name__}")
         if device_id is not None and (not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < 0):
             raise OptionsError(f"device_id must be None or a GPU index >= 0, got {device_id!r}")
+        if lean_runtime is not None and not isinstance(lean_runtime, str):
+            raise OptionsError(f"lean_runtime must be the path of a lean runtime library, got {lean_runtime!r}")
 
     def ort_for(self, segments: int) -> OrtOptions:
         """ONNX Runtime settings of each session of a plan of ``segments`` segments."""

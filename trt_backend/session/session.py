@@ -23,7 +23,8 @@ from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.quantize import SegmentQuantizer
 from trt_backend.engines.report import BuildProgress, BuildReport
 from trt_backend.errors import DeviceError, TensorRTUnavailableError
-from trt_backend.gpu.device import DeviceArray, check_device, device_of, use_device
+from trt_backend.gpu.device import check_device, current_device, device_of, use_device
+from trt_backend.gpu.memory import DeviceArray
 from trt_backend.ort.values import memory_limit, to_numpy
 from trt_backend.planning import plan_for
 from trt_backend.profiles import NodeArg, Profile
@@ -154,12 +155,16 @@ class Session:
                         "ONNX Runtime", self._why_not, len(trt), self.model.source)
         self.build_report: BuildReport | None = compiled.report
         if not emulate:
-            self.device_id = self.options.device_id
-            if self.device_id is not None:
-                use_device(self.device_id)
+            # device_id None is the device current now, pinned: threads start on GPU 0, and each
+            # run makes this one current, so everything of the session stays on one GPU
+            self.device_id = self.options.device_id if self.options.device_id is not None else current_device()
+            use_device(self.device_id)
+        cache_dir = self.options.cache_dir
         made = self._factory.make(compiled.plan, compiled.segments, self.options.ort_for(len(compiled.plan.segments)),
                                   emulate=emulate, weights_dir=self.model.base_dir, device_id=self.device_id,
-                                  allow_host_code=self.options.allow_host_code)
+                                  allow_host_code=self.options.allow_host_code,
+                                  runtime_cache_dir=os.path.join(cache_dir, "runtime") if cache_dir else None,
+                                  lean_runtime=self.options.lean_runtime)
         self._made = made
         self.runners = made.runners
         # emulated TensorRT segment -> the precision it computes in (what its engine was built in)
@@ -311,8 +316,11 @@ class Session:
         return lines
 
     def close(self) -> None:
-        for r in self.runners:
-            r.close()
+        """Close the runners, then the GPU streams and buffer pool: every device buffer is freed
+        (device outputs still held are freed when dropped)."""
+        made = getattr(self, "_made", None)
+        if made is not None:
+            made.close(self.runners)
 
     def __enter__(self) -> Session:
         return self

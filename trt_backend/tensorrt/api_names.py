@@ -2,8 +2,10 @@
 
 The GPU runtime cannot run on CI machines, so a misspelt method there would only fail on a
 user's GPU. ``tests/trt_backend/tensorrt/test_api_names.py`` checks these lists against the installed
-``tensorrt_rtx`` module and against the text of ``tensorrt-stubs`` 10.13 (full TensorRT), and
-checks that the code's ``trt.X.Y`` chains and ``flavor.has("X.Y")`` strings are listed here.
+``tensorrt_rtx`` module, against the text of ``tensorrt-stubs`` 10.13 (full TensorRT 10) and
+against the names in the bindings of full TensorRT 11 (the ``tensorrt-cu13-bindings`` wheel, read
+without loading it), and checks that the code's ``trt.X.Y`` chains and ``flavor.has("X.Y")``
+strings are listed here.
 
 Keys are class paths (``""`` for the module itself); values are attribute names: methods,
 properties and enum members alike. Add a name here in the same change that starts using it."""
@@ -14,13 +16,14 @@ from typing import Any
 
 SurfaceMap = Mapping[str, tuple[str, ...]]
 
-# Present in full TensorRT (10.13 stubs) and in TensorRT-RTX.
+# Present in full TensorRT (10.13 stubs, 11.x bindings) and in TensorRT-RTX.
 COMMON: SurfaceMap = {
     "": ("Builder", "OnnxParser", "Runtime", "ILogger", "Logger", "BuilderFlag", "MemoryPoolType",
          "HardwareCompatibilityLevel", "NetworkDefinitionCreationFlag", "TensorIOMode", "DataType",
          "IOutputAllocator", "IProgressMonitor", "ICudaEngine", "IExecutionContext", "IBuilderConfig",
          "INetworkDefinition", "ITensor", "IOptimizationProfile", "ITimingCache", "IHostMemory", "ParserError",
-         "TensorLocation", "TensorFormat", "get_nv_onnx_parser_version", "nptype", "__version__"),
+         "TensorLocation", "TensorFormat", "get_nv_onnx_parser_version", "nptype", "__version__",
+         "ExecutionContextAllocationStrategy", "IRuntimeConfig"),
     # builder path
     "Builder": ("create_network", "create_builder_config", "create_optimization_profile",
                 "build_serialized_network"),
@@ -42,31 +45,36 @@ COMMON: SurfaceMap = {
     "ILogger.Severity": ("INTERNAL_ERROR", "ERROR", "WARNING", "INFO", "VERBOSE"),
     "Logger": ("INTERNAL_ERROR",),
     # runtime path (GPU; cannot execute on CI)
-    "Runtime": ("deserialize_cuda_engine", "engine_host_code_allowed"),
+    "Runtime": ("deserialize_cuda_engine", "engine_host_code_allowed", "load_runtime"),
     "ICudaEngine": ("create_execution_context", "num_io_tensors", "get_tensor_name", "get_tensor_mode",
                     "get_tensor_dtype", "get_tensor_shape", "get_tensor_location", "get_tensor_profile_shape",
-                    "num_optimization_profiles", "num_layers", "serialize"),
+                    "num_optimization_profiles", "num_layers", "serialize", "create_runtime_config"),
+    "ExecutionContextAllocationStrategy": ("STATIC", "ON_PROFILE_CHANGE"),
+    "IRuntimeConfig": ("set_execution_context_allocation_strategy",),
     "IExecutionContext": ("set_input_shape", "set_tensor_address", "execute_async_v3", "get_tensor_shape",
                           "set_optimization_profile_async", "set_output_allocator", "get_output_allocator",
                           "infer_shapes", "all_binding_shapes_specified", "set_input_consumed_event"),
     "TensorIOMode": ("INPUT", "OUTPUT", "NONE"),
     "TensorLocation": ("DEVICE", "HOST"),
     "TensorFormat": ("LINEAR",),
-    "DataType": ("FLOAT", "HALF", "BF16", "INT8", "INT32", "INT64", "BOOL", "UINT8", "FP8"),
+    "DataType": ("FLOAT", "HALF", "BF16", "INT8", "INT32", "INT64", "BOOL", "UINT8", "FP8", "INT4", "FP4", "E8M0"),
 }
 
-# Only in full TensorRT, by design (TensorRT-RTX dropped them): checked against the stubs only.
+# Only in full TensorRT 10, by design (TensorRT-RTX and TensorRT 11 dropped them): checked against
+# the 10.13 stubs, and absent from RTX and the 11.x bindings.
 TENSORRT_ONLY: SurfaceMap = {
     "BuilderFlag": ("FP16",),  # feature detection only: its presence means weak typing still exists
 }
 
-# Only in TensorRT-RTX: checked against the installed module only.
+# Only in TensorRT-RTX: checked against the installed module, and absent from full TensorRT's text.
 RTX_ONLY: SurfaceMap = {
-    "": ("ComputeCapability", "EngineValidity"),
+    "": ("ComputeCapability", "EngineValidity", "EngineInvalidityDiagnostics", "IRuntimeCache"),
     "IBuilderConfig": ("num_compute_capabilities", "set_compute_capability"),
     "ComputeCapability": ("CURRENT", "SM75", "SM80", "SM86", "SM89", "SM120", "SM121"),
     "Runtime": ("get_engine_validity",),
     "EngineValidity": ("VALID", "INVALID"),
+    "IRuntimeConfig": ("create_runtime_cache", "set_runtime_cache"),
+    "IRuntimeCache": ("serialize", "deserialize"),
 }
 
 # Methods our subclasses implement (TensorRT calls them): they live in docstrings or trampolines,

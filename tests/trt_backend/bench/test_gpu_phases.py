@@ -8,19 +8,20 @@ import pytest
 
 from trt_backend.bench.gpu_phases import PhaseRecorder
 from trt_backend.gpu import device as dev
+from trt_backend.gpu import memory as mem
 
 
 class CopyRunner:
     """TensorRTRunner's sequence on a real stream: H2D per input, 'compute' (device copies of a
     large buffer), D2H per output, each phase marked in ``phase_events``, then synchronize."""
 
-    def __init__(self, pool: dev.BufferPool, nbytes: int) -> None:
+    def __init__(self, pool: mem.BufferPool, nbytes: int) -> None:
         self.stream = dev.Stream()
         self.pool = pool
         self.input_names = ("a", "b")
         self.output_names = ("y",)
-        self.inputs = {n: pool.acquire(nbytes) for n in self.input_names}
-        self.work = pool.acquire(nbytes)
+        self.inputs = {n: pool.acquire(nbytes, self.stream) for n in self.input_names}
+        self.work = pool.acquire(nbytes, self.stream)
         self.phase_events = None
 
     def _mark(self, point: int) -> None:
@@ -31,13 +32,13 @@ class CopyRunner:
         nbytes = inputs[0].nbytes
         self._mark(0)
         for n, v in zip(self.input_names, inputs):
-            dev.copy_to_device(self.inputs[n].ptr, v, self.stream)
+            mem.copy_to_device(self.inputs[n].ptr, v, self.stream)
         self._mark(1)
         for _ in range(20):
-            dev.copy_device(self.work.ptr, self.inputs["a"].ptr, nbytes, self.stream)
+            mem.copy_device(self.work.ptr, self.inputs["a"].ptr, nbytes, self.stream)
         self._mark(2)
         host = np.empty(nbytes // 4, np.float32)
-        dev.copy_to_host(host, self.work.ptr, self.stream)
+        mem.copy_to_host(host, self.work.ptr, self.stream)
         self._mark(3)
         self.stream.synchronize()
         return [host]
@@ -45,7 +46,7 @@ class CopyRunner:
 
 @pytest.mark.gpu
 def test_cuda_events_split_h2d_compute_d2h() -> None:
-    pool = dev.BufferPool()
+    pool = mem.BufferPool()
     x = np.random.default_rng(0).random(16 << 20, dtype=np.float32)  # 64 MiB
     runner = CopyRunner(pool, x.nbytes)
     rec = PhaseRecorder(runner).install()

@@ -13,10 +13,10 @@ from onnx import TensorProto, helper
 from partitioner import PartitionOptions, load_model, plan_model
 from partitioner.errors import OptionsError
 from tests.helpers import assert_plan_valid, const, crop_resize, model, vi
+from trt_backend.engines.targets import build_target
 from trt_backend.engines.builder import (
     BuildOptions,
     build_segment,
-    build_target,
     compile_segment,
 )
 from trt_backend.engines.fallback import build_engines, build_with_fallback
@@ -233,7 +233,7 @@ def test_full_tensorrt_cache_target_is_the_current_gpu() -> None:
     """Full TensorRT builds for the GPU it runs on, so its cache keys carry that GPU's SM."""
     import types
 
-    from trt_backend.engines.builder import current_sm
+    from trt_backend.engines.targets import current_sm
     from trt_backend.tensorrt.flavor import Flavor
 
     sm = current_sm()

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from trt_backend.gpu import device as dev
+from trt_backend.gpu import memory as mem
 
 
 def cudart_or_skip():
@@ -27,8 +28,8 @@ def test_device_count_is_an_answer_not_a_crash() -> None:
 
 
 def test_size_classes() -> None:
-    assert [dev.BufferPool.size_class(n) for n in (0, 1, 256, 257, 1000, 4096, 4097)] == \
-        [256, 256, 256, 512, 1024, 4096, 8192]
+    assert [mem.BufferPool.size_class(n) for n in (0, 1, 256, 257, 1000, 4096, 4097, 1 << 20, (1 << 20) + 1)] == \
+        [256, 256, 256, 512, 1024, 4096, 4608, 1 << 20, (1 << 20) + (1 << 17)]
 
 
 class FakeDeviceArray:
@@ -40,27 +41,27 @@ class FakeDeviceArray:
 
 
 def test_foreign_device_arrays_are_viewed_without_copy() -> None:
-    view = dev.as_device_array(FakeDeviceArray((2, 3), "<f4"))
+    view = mem.as_device_array(FakeDeviceArray((2, 3), "<f4"))
     assert (view.ptr, view.shape, view.dtype, view.nbytes) == (0xDEAD00, (2, 3), np.float32, 24)
     assert view.__cuda_array_interface__["data"] == (0xDEAD00, False)
-    assert dev.as_device_array(FakeDeviceArray((2, 3), "<f2", strides=(6, 2))).nbytes == 12
+    assert mem.as_device_array(FakeDeviceArray((2, 3), "<f2", strides=(6, 2))).nbytes == 12
     with pytest.raises(dev.CudaError, match=r"not C-contiguous \(strides \(2, 4\)\)"):
-        dev.as_device_array(FakeDeviceArray((2, 3), "<f2", strides=(2, 4)))
-    assert dev.as_device_array(np.zeros(3)) is None
+        mem.as_device_array(FakeDeviceArray((2, 3), "<f2", strides=(2, 4)))
+    assert mem.as_device_array(np.zeros(3)) is None
 
 
 @pytest.mark.gpu
 def test_round_trip_through_pooled_device_memory() -> None:
-    pool, stream = dev.BufferPool(), dev.Stream()
+    pool, stream = mem.BufferPool(), dev.Stream()
     x = np.arange(1000, dtype=np.float32)
-    buf = pool.acquire(x.nbytes)
-    dev.copy_to_device(buf.ptr, x, stream)
-    other = pool.acquire(x.nbytes)
-    dev.copy_device(other.ptr, buf.ptr, x.nbytes, stream)
-    out = dev.DeviceArray(other.ptr, x.shape, x.dtype).to_host(stream)
+    buf = pool.acquire(x.nbytes, stream)
+    mem.copy_to_device(buf.ptr, x, stream)
+    other = pool.acquire(x.nbytes, stream)
+    mem.copy_device(other.ptr, buf.ptr, x.nbytes, stream)
+    out = mem.DeviceArray(other.ptr, x.shape, x.dtype).to_host(stream)
     np.testing.assert_array_equal(out, x)
     pool.release(buf)
-    again = pool.acquire(x.nbytes)
+    again = pool.acquire(x.nbytes, stream)
     assert again.ptr == buf.ptr and pool.allocations == 2  # reused, not reallocated
     pool.release(again)
     pool.release(other)
@@ -71,12 +72,12 @@ def test_round_trip_through_pooled_device_memory() -> None:
 
 @pytest.mark.gpu
 def test_events_time_work_on_a_stream() -> None:
-    pool, stream = dev.BufferPool(), dev.Stream()
+    pool, stream = mem.BufferPool(), dev.Stream()
     x = np.ones(1 << 24, np.float32)
-    buf = pool.acquire(x.nbytes)
+    buf = pool.acquire(x.nbytes, stream)
     start, end = dev.Event(), dev.Event()
     start.record(stream)
-    dev.copy_to_device(buf.ptr, x, stream)
+    mem.copy_to_device(buf.ptr, x, stream)
     end.record(stream)
     end.synchronize()
     assert end.elapsed_ms(start) > 0
@@ -87,14 +88,14 @@ def test_events_time_work_on_a_stream() -> None:
 def test_cupy_and_torch_arrays_shared_without_copy() -> None:
     cupy = pytest.importorskip("cupy")
     a = cupy.arange(12, dtype=cupy.float32).reshape(3, 4)
-    view = dev.as_device_array(a)
+    view = mem.as_device_array(a)
     assert view.ptr == a.data.ptr and view.shape == (3, 4)
     back = cupy.asarray(view)  # our interface consumed by CuPy: same memory
     back[0, 0] = 42
     assert float(a[0, 0]) == 42
     torch = pytest.importorskip("torch")
     t = torch.arange(6, dtype=torch.float16, device="cuda")
-    tv = dev.as_device_array(t)
+    tv = mem.as_device_array(t)
     assert tv.ptr == t.data_ptr() and tv.dtype == np.float16
     np.testing.assert_array_equal(tv.to_host(), np.arange(6, dtype=np.float16))
 
@@ -124,7 +125,7 @@ def test_session_takes_device_feeds_without_copy_and_validates_them() -> None:
     sess = Session(DEMO_PATH, [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}],
                    SessionOptions(emulate=True))
     validated = sess._validator.validate({"image": FakeDeviceArray((2, 3, 32, 32), "<f4")})
-    assert isinstance(validated["image"], dev.DeviceArray) and validated["image"].ptr == 0xDEAD00
+    assert isinstance(validated["image"], mem.DeviceArray) and validated["image"].ptr == 0xDEAD00
     with pytest.raises(FeedError, match=r"input 'image': expected dtype float32 .*got float16"):
         sess._validator.validate({"image": FakeDeviceArray((2, 3, 32, 32), "<f2")})
     with pytest.raises(FeedError, match=r"shape \(8, 3, 32, 32\) is outside every profile"):

@@ -17,6 +17,7 @@ from onnx import helper
 from partitioner.capability import QueryResult
 from tests.helpers import const, crop_resize, model, vi
 from trt_backend.gpu import device as dev
+from trt_backend.gpu import memory as mem
 from trt_backend.runners.factory import RunnerFactory
 from trt_backend.session.options import RunOptions, SessionOptions
 from trt_backend.session.session import Session
@@ -106,9 +107,9 @@ def test_session_device_path_for_real_with_a_torch_standin(standin_session) -> N
 
     # host feed, outputs left on the device (the session's option)
     out = sess.run(None, {"image": x})
-    assert all(isinstance(o, dev.DeviceArray) and o.device_id == 0 and dev.device_of(o.ptr) == 0 for o in out)
+    assert all(isinstance(o, mem.DeviceArray) and o.device_id == 0 and dev.device_of(o.ptr) == 0 for o in out)
     check([torch.as_tensor(o, device="cuda:0").cpu().numpy() for o in out], want)
-    check([o.to_host(sess._stream) for o in out], want)
+    check([o.to_host() for o in out], want)
     assert made[1].device_inputs >= 1  # r2 reached segment 2 on the device, straight from segment 0
 
     # a torch CUDA tensor as the feed, taken in place; outputs to the host for this run

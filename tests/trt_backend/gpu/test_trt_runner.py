@@ -1,259 +1,306 @@
-"""``TensorRTRunner.run_impl`` run on CPU, with fakes exactly at the GPU boundary: the engine and
-its execution context (what ``Runtime.deserialize_cuda_engine`` would give, which needs a GPU), the
-stream, the buffer pool and the device copies. Everything else is real: the runner, its profile
-choice, the ``IOutputAllocator`` subclass of the installed TensorRT-RTX module, the host-tensor
-path, and the phase marks bench's GPU timing hooks.
-
-"Device memory" here is host memory (a fake pointer is a real address), so the fake engine
-computes with what the runner really bound, and the runner reads back what it really wrote."""
+"""``TensorRTRunner`` run on CPU against the contract-strict fakes of the CUDA and TensorRT runtimes
+(tests/fakes/): the runner, its context pool, output allocator, buffer pool, streams and profile
+choice are real; the engine computes its ONNX model through ONNX Runtime, reading and writing the
+(fake) device memory the runner bound. A broken TensorRT or CUDA rule fails the test."""
 from __future__ import annotations
 
-import ctypes
-import types
+import os
+import threading
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from partitioner import Segment
-from trt_backend.errors import MemoryLimitError, ProfileError, SegmentRunError
+from tests.fakes.cuda_runtime import ContractViolation
+from tests.fakes.machine import FakeMachine
+from trt_backend.errors import MemoryLimitError, ProfileError, SegmentLoadError, SegmentRunError
 from trt_backend.gpu import device as dev
-from trt_backend.runners.tensorrt import TensorRTRunner
+from trt_backend.gpu import memory as mem
 from trt_backend.ort.values import memory_limit
 from trt_backend.profiles import TensorProfile
-from trt_backend.tensorrt.flavor import Flavor
 
 pytestmark = pytest.mark.usefixtures("flavor")
 
-
-def read(ptr: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    dtype = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    return np.frombuffer(ctypes.string_at(ptr, n), dtype).reshape(shape).copy() if n else np.zeros(shape, dtype)
+SEGMENT = Segment(0, "tensorrt", (0, 1, 2), ("x", "k"), ("y", "top"))
+PROFILES = [{"x": TensorProfile((1, 4), (2, 4), (2, 4)), "k": TensorProfile((1,), (1,), (1,), values=((1,), (2,), (8,)))},
+            {"x": TensorProfile((3, 4), (4, 4), (8, 4)), "k": TensorProfile((1,), (1,), (1,), values=((1,), (2,), (32,)))}]
 
 
-class Log(list):
-    pass
-
-
-class FakeStream:
-    """A stream: its handle is what TensorRT gets; synchronize is logged."""
-
-    def __init__(self, log: Log) -> None:
-        self.handle = 0x5EED
-        self.ptr = self.handle
-        self.log = log
-
-    def synchronize(self) -> None:
-        self.log.append("synchronize")
-
-
-class FakePool:
-    """Buffer pool on host memory: acquire/release logged, capacities rounded as the real pool."""
-
-    def __init__(self) -> None:
-        self.memory: dict[int, np.ndarray] = {}
-        self.acquired: list[int] = []
-        self.released: list[int] = []
-
-    def acquire(self, nbytes: int) -> dev.DeviceBuffer:
-        size = dev.BufferPool.size_class(nbytes)
-        block = np.zeros(size, np.uint8)
-        self.memory[block.ctypes.data] = block
-        self.acquired.append(size)
-        return dev.DeviceBuffer(block.ctypes.data, size)
-
-    def release(self, buf: dev.DeviceBuffer) -> None:
-        self.released.append(buf.capacity)
-
-
-class FakeEvent:
-    def __init__(self, point: int, log: Log) -> None:
-        self.point, self.log = point, log
-
-    def record(self, stream: FakeStream) -> None:
-        self.log.append(f"mark {self.point}")
-
-
-class FakeContext:
-    """An execution context: records shapes, addresses and profile switches; ``execute_async_v3``
-    computes y = 2x + 1 and top = the k smallest values of x (k from the host shape tensor, so its
-    length is known only while enqueuing) and hands both to the output allocator."""
-
-    def __init__(self, engine: FakeEngine) -> None:
-        self.engine = engine
-        self.shapes: dict[str, tuple[int, ...]] = {}
-        self.addresses: dict[str, int] = {}
-        self.allocators: dict[str, Any] = {}
-        self.profiles: list[int] = []
-
-    def set_output_allocator(self, name: str, allocator: Any) -> bool:
-        self.allocators[name] = allocator
-        return True
-
-    def set_optimization_profile_async(self, index: int, stream: int) -> bool:
-        assert stream == 0x5EED
-        self.profiles.append(index)
-        return True
-
-    def set_input_shape(self, name: str, shape: tuple[int, ...]) -> bool:
-        self.shapes[name] = tuple(shape)
-        return True
-
-    def set_tensor_address(self, name: str, ptr: int) -> bool:
-        self.addresses[name] = ptr
-        return True
-
-    def execute_async_v3(self, stream: int) -> bool:
-        self.engine.log.append("execute")
-        if self.engine.fail:
-            return False
-        x = read(self.addresses["x"], self.shapes["x"], np.float32)
-        k = int(read(self.addresses["k"], self.shapes["k"], np.int32)[0])
-        for name, value in (("y", 2 * x + 1), ("top", np.sort(x.reshape(-1))[:k])):
-            allocator = self.allocators[name]
-            ptr = allocator.reallocate_output_async(name, 0, value.nbytes, 256, stream)
-            ctypes.memmove(ptr, np.ascontiguousarray(value).ctypes.data, value.nbytes)
-            allocator.notify_shape(name, value.shape)
-        return True
-
-
-class FakeEngine:
-    def __init__(self, trt: Any, log: Log) -> None:
-        self.log = log
-        self.fail = False
-        self.contexts: list[FakeContext] = []
-        io = trt.TensorIOMode
-        self.tensors = {"x": (io.INPUT, trt.DataType.FLOAT, trt.TensorLocation.DEVICE),
-                        "k": (io.INPUT, trt.DataType.INT32, trt.TensorLocation.HOST),
-                        "y": (io.OUTPUT, trt.DataType.FLOAT, trt.TensorLocation.DEVICE),
-                        "top": (io.OUTPUT, trt.DataType.FLOAT, trt.TensorLocation.DEVICE)}
-        self.num_io_tensors = len(self.tensors)
-
-    def get_tensor_name(self, i: int) -> str:
-        return list(self.tensors)[i]
-
-    def get_tensor_mode(self, name: str) -> Any:
-        return self.tensors[name][0]
-
-    def get_tensor_dtype(self, name: str) -> Any:
-        return self.tensors[name][1]
-
-    def get_tensor_location(self, name: str) -> Any:
-        return self.tensors[name][2]
-
-    def create_execution_context(self) -> FakeContext:
-        self.contexts.append(FakeContext(self))
-        return self.contexts[-1]
-
-
-@pytest.fixture
-def rig(flavor, monkeypatch) -> types.SimpleNamespace:
-    """A runner over the fake engine, with the device copies logged (and done on host memory)."""
-    log = Log()
-    engine = FakeEngine(flavor.module, log)
-
-    class Runtime:  # deserializing an engine needs a GPU: this is the boundary
-        def __init__(self, logger: Any) -> None:
-            self.engine_host_code_allowed = None
-
-        def deserialize_cuda_engine(self, data: bytes) -> FakeEngine:
-            assert data == b"engine bytes"
-            return engine
-
-    module = types.SimpleNamespace(**{n: getattr(flavor.module, n) for n in (
-        "TensorIOMode", "TensorLocation", "DataType", "nptype", "IOutputAllocator", "ILogger", "Logger")})
-    module.Runtime = Runtime
-    fake_flavor = Flavor(flavor.name, flavor.version, module)  # type: ignore[arg-type]
-
-    def h2d(dst: int, host: np.ndarray, stream: Any = None) -> None:
-        log.append(f"h2d {host.shape}")
-        ctypes.memmove(dst, np.ascontiguousarray(host).ctypes.data, host.nbytes)
-
-    def d2h(host: np.ndarray, src: int, stream: Any = None) -> None:
-        log.append(f"d2h {host.shape}")
-        ctypes.memmove(host.ctypes.data, src, host.nbytes)
-
-    def d2d(dst: int, src: int, nbytes: int, stream: Any = None) -> None:
-        log.append(f"d2d {nbytes}")
-        ctypes.memmove(dst, src, nbytes)
-
-    monkeypatch.setattr(dev, "copy_to_device", h2d)
-    monkeypatch.setattr(dev, "copy_to_host", d2h)
-    monkeypatch.setattr(dev, "copy_device", d2d)
-    segment = Segment(0, "tensorrt", (0, 1), ("x", "k"), ("y", "top"))
-    profiles = [{"x": TensorProfile((1, 4), (2, 4), (2, 4))}, {"x": TensorProfile((3, 4), (4, 4), (8, 4))}]
-    pool = FakePool()
-
-    def runner(**kw: Any) -> TensorRTRunner:
-        return TensorRTRunner(segment, b"engine bytes", fake_flavor, profiles, frozenset({"k"}), pool=pool,
-                              stream=FakeStream(log), **kw)
-
-    return types.SimpleNamespace(runner=runner, engine=engine, log=log, pool=pool)
+def model() -> onnx.ModelProto:
+    """y = 2x + 1; top = the k smallest values of x (k a host shape tensor: top's length is known
+    only while the engine runs)."""
+    nodes = [helper.make_node("Mul", ["x", "two"], ["x2"]), helper.make_node("Add", ["x2", "one"], ["y"]),
+             helper.make_node("Reshape", ["x", "flat"], ["xf"]),
+             helper.make_node("TopK", ["xf", "k"], ["top", "idx"], largest=0)]
+    inits = [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]), helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
+             helper.make_tensor("flat", TensorProto.INT64, [1], [-1])]
+    graph = helper.make_graph(nodes, "seg", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4]),
+                                             helper.make_tensor_value_info("k", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4]),
+                               helper.make_tensor_value_info("top", TensorProto.FLOAT, ["t"])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def inputs(batch: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    return (np.random.default_rng(seed).standard_normal((batch, 4)).astype(np.float32), np.array([k], np.int32))
+    return np.random.default_rng(seed).standard_normal((batch, 4)).astype(np.float32), np.array([k], np.int64)
 
 
-def test_run_impl_binds_shapes_chooses_profiles_and_reads_the_output_allocator(rig) -> None:
-    runner = rig.runner()
-    assert runner.engine_inputs == ["x", "k"] and runner.host_io == {"k"}
-    results = []
+def want(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    return 2 * x + 1, np.sort(x.reshape(-1))[:k]
+
+
+class UserArray:
+    """A device array of the user's (a PyTorch tensor, say): produced on the user's stream, which
+    its CUDA Array Interface names, as v3 of the interface requires."""
+
+    def __init__(self, machine: FakeMachine, data: np.ndarray, *, offset: int = 0, stream: int | None = None) -> None:
+        self.cuda = machine.cuda
+        self.stream = stream if stream is not None else self.cuda.user_stream()
+        self.base = int(self.cuda.cudaMalloc(max(1, data.nbytes) + offset)[1])
+        self.ptr = self.base + offset
+        if data.nbytes:
+            self.cuda.write(self.ptr, data, self.stream)
+        self.__cuda_array_interface__ = {"shape": data.shape, "typestr": data.dtype.str, "data": (self.ptr, False),
+                                         "version": 3, "strides": None, "stream": self.stream}
+
+    def free(self) -> None:
+        self.cuda.cudaStreamSynchronize(self.stream)
+        self.cuda.cudaFree(self.base)
+
+
+def runner(machine: FakeMachine, **kw: Any):
+    return machine.runner(SEGMENT, model(), PROFILES, frozenset({"k"}), **kw)
+
+
+def test_runs_bind_shapes_choose_profiles_and_read_data_dependent_outputs(fake_gpu) -> None:
+    r = runner(fake_gpu)
     for batch, k in ((1, 2), (5, 3), (6, 24), (2, 1)):
         x, kk = inputs(batch, k, seed=batch)
-        y, top = runner.run([x, kk])
-        np.testing.assert_array_equal(y, 2 * x + 1)
-        np.testing.assert_array_equal(top, np.sort(x.reshape(-1))[:k])  # a shape known only while enqueuing
-        (ctx,) = rig.engine.contexts  # one context per thread, made once
-        assert ctx.shapes == {"x": (batch, 4), "k": (1,)}
-        results.append(ctx.allocators["y"] is ctx.allocators["top"])
-    assert results == [True] * 4  # one output allocator serves the context's outputs
-    assert ctx.profiles == [0, 1, 0]  # switched only when the batch moved to another profile
-    allocator = runner._local.allocator
-    assert allocator.shapes == {"y": (2, 4), "top": (1,)}
-    # the allocator grew its buffers when TensorRT asked for more (and kept them when it fit):
-    # y: 16 B -> 80 B (size class 256, kept) ; top: 8 B, 12 B, 96 B (all 256), so two acquisitions
-    assert sorted(allocator.buffers) == ["top", "y"] and all(b.capacity == 256 for b in allocator.buffers.values())
-    # every run's input copy went back to the pool; the allocator's two buffers stay out
-    assert len(rig.pool.acquired) == 4 + 2 and len(rig.pool.released) == 4
+        y, top = r.run([x, kk])
+        np.testing.assert_array_equal(y, want(x, k)[0])
+        np.testing.assert_array_equal(top, want(x, k)[1])  # a shape known only while enqueuing
+    # one context per profile used, made once each and reused; each on its profile from the start,
+    # holding device memory for that profile only (not for the largest of both, as STATIC would)
+    assert fake_gpu.trt.contexts_created == 2 and r.contexts.made == 2
+    assert fake_gpu.trt.context_bytes == [1 << 16, 1 << 16]
+    r.close()
 
 
-def test_phases_are_marked_in_order_around_copies_and_execution(rig) -> None:
-    runner = rig.runner()
-    runner.phase_events = tuple(FakeEvent(k, rig.log) for k in range(4))
-    runner.run(list(inputs(2, 3)))
-    assert rig.log == ["mark 0", "h2d (2, 4)", "mark 1", "execute", "mark 2", "d2h (2, 4)", "d2h (3,)", "mark 3",
-                       "synchronize"]  # the host shape tensor 'k' is bound by address, never copied
-
-
-def test_device_inputs_are_bound_in_place_and_outputs_stay_on_device(rig) -> None:
-    runner = rig.runner(outputs_on_device=True)
+def test_device_outputs_own_their_buffers_and_close_frees_everything(fake_gpu) -> None:
+    """Every device output holds a pool buffer that goes back when the output is dropped; 50 runs
+    reuse the same few buffers; closing frees them all (even the one still held)."""
+    r = runner(fake_gpu, outputs_on_device=True)
     x, k = inputs(4, 5)
-    buf = rig.pool.acquire(x.nbytes)
-    ctypes.memmove(buf.ptr, x.ctypes.data, x.nbytes)
-    on_device = dev.DeviceArray(buf.ptr, x.shape, x.dtype, owner=buf)
-    y, top = runner.run([on_device, k])
-    assert rig.engine.contexts[0].addresses["x"] == buf.ptr  # no copy: the device array itself
-    assert not any(e.startswith("h2d") for e in rig.log)
-    assert isinstance(y, dev.DeviceArray) and y.shape == (4, 4) and top.shape == (5,)
-    assert y.ptr != runner._local.allocator.buffers["y"].ptr  # a fresh buffer; the allocator's is reused next run
-    np.testing.assert_array_equal(read(y.ptr, y.shape, y.dtype), 2 * x + 1)
-    np.testing.assert_array_equal(y.to_host(), 2 * x + 1)
-    wrong = dev.DeviceArray(buf.ptr, x.shape, np.float16, owner=buf)
-    with pytest.raises(SegmentRunError, match="input 'x' is float16 on the device, the engine wants float32"):
-        runner.run([wrong, k])
+    for _ in range(50):
+        y, top = r.run([x, k])
+        np.testing.assert_array_equal(y.to_host(), want(x, 5)[0])
+        np.testing.assert_array_equal(top.to_host(), want(x, 5)[1])
+        del y, top
+    assert r.pool.outstanding == 0 and r.pool.allocations <= 4, (r.pool.outstanding, r.pool.allocations)
+    held = r.run([x, k])[0]
+    r.close()
+    assert fake_gpu.cuda.outstanding() == 1  # only what the caller still holds
+    np.testing.assert_array_equal(held.to_host(), want(x, 5)[0])  # still valid after close
+    del held
 
 
-def test_failures_release_buffers_and_are_clear(rig) -> None:
-    runner = rig.runner()
-    rig.engine.fail = True
-    with pytest.raises(SegmentRunError, match="TensorRT execution failed"):
-        runner.run(list(inputs(2, 1)))
-    assert rig.pool.released == rig.pool.acquired  # the input copy went back to the pool
-    rig.engine.fail = False
+def test_device_inputs_choose_their_profile_and_refusals_are_clear(fake_gpu) -> None:
+    r = runner(fake_gpu)
+    x, k = inputs(6, 3)
+    on_device = UserArray(fake_gpu, x)
+    y, top = r.run([on_device, k])  # batch 6 is profile 1's only: chosen from the device array's shape
+    np.testing.assert_array_equal(y, want(x, 3)[0])
+    too_big = UserArray(fake_gpu, inputs(9, 1)[0])
+    with pytest.raises(ProfileError, match=r"input 'x' has shape \(9, 4\)"):
+        r.run([too_big, k])
+    on_device.free()
+    too_big.free()
+    r.close()
+
+
+def test_a_refused_input_shape_names_the_input_and_profile_with_tensorrts_reason(fake_gpu) -> None:
+    """The runner's profiles say batch 5 fits profile 1, the engine's profile 1 stops at 4:
+    TensorRT's set_input_shape returns false, which is reported, not ignored."""
+    narrow = [PROFILES[0], {**PROFILES[1], "x": TensorProfile((3, 4), (4, 4), (4, 4))}]
+    engine = fake_gpu.plan_bytes(model(), narrow, host_inputs=("k",))
+    from trt_backend.runners.tensorrt import TensorRTRunner
+
+    r = TensorRTRunner(SEGMENT, engine, fake_gpu.flavor, PROFILES, frozenset({"k"}))
+    fake_gpu.trt.expect("is outside optimization profile 1")
+    with pytest.raises(SegmentRunError, match=r"refused to take input 'x' of shape \(5, 4\) in optimization profile 1: "
+                                              r"set_input_shape: 'x' \(5, 4\) is outside optimization profile 1"):
+        r.run(list(inputs(5, 2)))
+    r.close()
+
+
+def test_shape_tensor_arriving_on_the_device_goes_to_the_host(fake_gpu) -> None:
+    r = runner(fake_gpu)
+    x, k = inputs(2, 3)
+    k_on_device = UserArray(fake_gpu, k)
+    y, top = r.run([x, k_on_device])
+    np.testing.assert_array_equal(top, want(x, 3)[1])
+    k_on_device.free()
+    r.close()
+
+
+def test_device_inputs_are_read_after_the_stream_producing_them(fake_gpu) -> None:
+    """The feed's CUDA Array Interface names the stream it is written on; the engine's stream
+    waits for it (the fake raises on a read that is not ordered after the write)."""
+    r = runner(fake_gpu)
+    x, k = inputs(2, 2)
+    feed = UserArray(fake_gpu, x)  # written on the user's stream, not synchronized
+    y, _ = r.run([feed, k])
+    np.testing.assert_array_equal(y, want(x, 2)[0])
+    feed.free()
+    r.close()
+
+
+def test_misaligned_and_empty_device_inputs_get_aligned_non_null_addresses(fake_gpu) -> None:
+    empty_profiles = [{"x": TensorProfile((0, 4), (2, 4), (8, 4)),
+                       "k": TensorProfile((1,), (1,), (1,), values=((0,), (1,), (8,)))}]
+    r = fake_gpu.runner(SEGMENT, model(), empty_profiles, frozenset({"k"}))
+    x, k = inputs(3, 2)
+    shifted = UserArray(fake_gpu, x, offset=64)  # a view 64 bytes into an allocation (a slice)
+    np.testing.assert_array_equal(r.run([shifted, k])[0], want(x, 2)[0])
+    empty = UserArray(fake_gpu, np.zeros((0, 4), np.float32))
+    empty.__cuda_array_interface__["data"] = (0, False)  # zero-size arrays say 0 (the interface's rule)
+    y, top = r.run([empty, np.array([0], np.int64)])
+    assert y.shape == (0, 4) and top.shape == (0,)
+    shifted.free()
+    empty.free()
+    r.close()
+
+
+def test_contexts_are_pooled_per_profile_across_threads_and_streams_are_per_thread(fake_gpu) -> None:
+    r = runner(fake_gpu, outputs_on_device=True)
+    x, k = inputs(2, 2)
+    barrier = threading.Barrier(4)
+    streams: set[int] = set()
+
+    def serve() -> None:
+        barrier.wait()
+        for _ in range(10):
+            y, _ = r.run([x, k])
+            streams.add(int(y.__cuda_array_interface__["stream"]))
+            np.testing.assert_array_equal(y.to_host(), want(x, 2)[0])
+
+    threads = [threading.Thread(target=serve) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(streams) == 4 and len(r.streams) == 4  # a stream per thread
+    assert r.contexts.made <= 4  # at most one per concurrent run of the profile, never per run
+    assert fake_gpu.trt.compiles == 1  # TensorRT-RTX compiled once: the runtime cache is shared
+    r.close()
+
+
+def test_runtime_cache_file_is_reused_by_the_next_runner(fake_gpu, tmp_path) -> None:
+    folder = str(tmp_path / "runtime")
+    r = runner(fake_gpu, runtime_cache_dir=folder)
+    r.run(list(inputs(2, 2)))
+    r.close()
+    assert fake_gpu.trt.compiles == 1 and len([f for f in os.listdir(folder) if f.endswith(".rtcache")]) == 1
+    again = runner(fake_gpu, runtime_cache_dir=folder)
+    again.run(list(inputs(2, 2)))
+    assert fake_gpu.trt.compiles == 1  # the kernels came from the file
+    again.close()
+
+
+def test_no_device_to_device_copy_and_no_synchronize_for_device_outputs(fake_gpu, monkeypatch) -> None:
+    copies, syncs = [], []
+    real_copy, real_sync = fake_gpu.cuda.cudaMemcpyAsync, fake_gpu.cuda.cudaStreamSynchronize
+    monkeypatch.setattr(fake_gpu.cuda, "cudaMemcpyAsync", lambda *a: copies.append(int(a[3])) or real_copy(*a))
+    monkeypatch.setattr(fake_gpu.cuda, "cudaStreamSynchronize", lambda h: syncs.append(h) or real_sync(h))
+    r = runner(fake_gpu, outputs_on_device=True)
+    on_device = UserArray(fake_gpu, inputs(2, 2)[0])
+    fake_gpu.cuda.cudaStreamSynchronize(on_device.stream)  # (ready: nothing to wait for)
+    copies.clear()
+    syncs.clear()
+    y, top = r.run([on_device, inputs(2, 2)[1]])
+    assert copies == [] and syncs == []  # TensorRT wrote the outputs where they are handed out
+    assert y.to_host().shape == (2, 4)
+    del y, top
+    on_device.free()
+    r.close()
+
+
+def test_buffer_sizes_round_up_by_at_most_an_eighth() -> None:
+    for n in (1, 255, 256, 1000, 4097, 1 << 20, (1 << 20) + 1, 3 * (1 << 20) + 7, 10**9):
+        size = mem.BufferPool.size_class(n)
+        assert size >= n and size % 256 == 0 and (size - n <= 255 or size <= n * 1.125), (n, size)
+    assert mem.BufferPool.size_class((1 << 20) + 1) < 1.2 * (1 << 20)  # not 2 MiB
+
+
+def test_fp8_engine_io_loads_and_runs(fake_gpu) -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "fp8",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT8E4M3FN, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FN, [2, 3])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    r = fake_gpu.runner(Segment(0, "tensorrt", (0,), ("x",), ("y",)), m)
+    assert r.dtypes["x"] == np.dtype(ml_dtypes.float8_e4m3fn)
+    x = np.array([[0.5, 1, 2], [-1, 4, 0.25]], ml_dtypes.float8_e4m3fn)
+    np.testing.assert_array_equal(r.run([x])[0].astype(np.float32), x.astype(np.float32))
+    r.close()
+
+
+def test_an_engine_tensorrt_rtx_calls_invalid_here_is_refused_before_deserializing(fake_gpu) -> None:
+    engine = fake_gpu.plan_bytes(model(), PROFILES, host_inputs=("k",), sms=(120,))
+    from trt_backend.runners.tensorrt import TensorRTRunner
+
+    with pytest.raises(SegmentLoadError, match=r"cannot run on this GPU and runtime \(UNSUPPORTED_CC\)"):
+        TensorRTRunner(SEGMENT, engine, fake_gpu.flavor, PROFILES, frozenset({"k"}))
+
+
+def test_failures_release_buffers_and_are_clear(fake_gpu) -> None:
+    r = runner(fake_gpu)
     with pytest.raises(ProfileError):
-        runner.run(list(inputs(9, 1)))  # batch 9 is in no profile
+        r.run(list(inputs(9, 1)))  # batch 9 is in no profile
     with memory_limit(16):  # the (2, 4) float32 output needs 32 bytes
         with pytest.raises(MemoryLimitError, match=r"segment 0.*output 'y': shape \(2, 4\) of float32 needs 32 bytes"):
-            runner.run(list(inputs(2, 1)))
+            r.run(list(inputs(2, 1)))
+    assert r.pool.outstanding == 0
+    r.close()
+
+
+def test_the_fake_fails_loudly_on_an_unordered_read(fake_gpu) -> None:
+    """The contract fake itself: an engine reading memory written on another stream without an
+    event between them is a race, reported as such."""
+    feed = UserArray(fake_gpu, inputs(2, 2)[0])
+    stream = dev.Stream()
+    with pytest.raises(ContractViolation, match="while a write queued on another stream may still be running"):
+        fake_gpu.cuda.device_access(feed.ptr, 32, stream.handle, False, "a read")
+    stream.close()
+    feed.free()
+
+
+def test_phases_are_marked_in_order_around_copies_and_execution(fake_gpu, monkeypatch) -> None:
+    """bench's GPU phase timing: start, inputs copied, work queued, outputs copied, then the stream
+    synchronized (the host shape tensor 'k' is bound by address, never copied)."""
+    from tests.fakes import tensorrt_runtime
+
+    log: list[str] = []
+    copy, execute, sync = fake_gpu.cuda.cudaMemcpyAsync, tensorrt_runtime._Context.execute_async_v3, \
+        fake_gpu.cuda.cudaStreamSynchronize
+    monkeypatch.setattr(fake_gpu.cuda, "cudaMemcpyAsync",
+                        lambda *a: log.append({1: "h2d", 2: "d2h", 3: "d2d"}[int(a[3])]) or copy(*a))
+    monkeypatch.setattr(tensorrt_runtime._Context, "execute_async_v3",
+                        lambda self, s: log.append("execute") or execute(self, s))
+    monkeypatch.setattr(fake_gpu.cuda, "cudaStreamSynchronize", lambda h: log.append("synchronize") or sync(h))
+
+    class Mark:
+        def __init__(self, k: int) -> None:
+            self.k = k
+
+        def record(self, stream: Any) -> None:
+            log.append(f"mark {self.k}")
+
+    r = runner(fake_gpu)
+    r.phase_events = tuple(Mark(k) for k in range(4))
+    r.run(list(inputs(2, 3)))
+    assert log == ["mark 0", "h2d", "mark 1", "execute", "mark 2", "d2h", "d2h", "mark 3", "synchronize"]
+    r.close()

@@ -19,6 +19,7 @@ import onnx
 
 from partitioner import Segment
 from trt_backend.gpu import device as dev
+from trt_backend.gpu import memory as mem
 from trt_backend.ort.values import to_numpy
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import TENSORRT, SegmentRunner
@@ -57,15 +58,16 @@ def flatten(result: Any) -> list[Any]:
 
 
 class TorchStandInRunner(SegmentRunner):
-    """Runs one TensorRT segment's ONNX model through PyTorch on ``device_id``, on ``stream``
-    (wrapped as a ``torch.cuda.ExternalStream``); takes the TensorRT runner's keywords."""
+    """Runs one TensorRT segment's ONNX model through PyTorch on ``device_id``, on the calling
+    thread's session stream (wrapped as a ``torch.cuda.ExternalStream``); takes the TensorRT
+    runner's keywords."""
 
     executor: ClassVar[str] = TENSORRT
 
     def __init__(self, segment: Segment, model: onnx.ModelProto, profiles: Sequence[Profile] = (),
-                 shape_tensors: frozenset[str] = frozenset(), *, stream: dev.Stream,
-                 pool: dev.BufferPool | None = None, outputs_on_device: bool = True,
-                 allow_host_code: bool = False, device_id: int | None = None) -> None:
+                 shape_tensors: frozenset[str] = frozenset(), *, streams: dev.ThreadStreams,
+                 pool: Any = None, outputs_on_device: bool = True, allow_host_code: bool = False,
+                 device_id: int | None = None, **ignored: Any) -> None:
         super().__init__(segment, profiles, shape_tensors)
         import torch
 
@@ -77,37 +79,39 @@ class TorchStandInRunner(SegmentRunner):
         self.module = torch_module(model).to(self.device)
         self.model_inputs = [i.name for i in model.graph.input]
         self.model_outputs = [o.name for o in model.graph.output]
-        self.stream = stream
-        self.torch_stream = torch.cuda.ExternalStream(stream.ptr, device=self.device)
+        self.streams = streams
         self.outputs_on_device = outputs_on_device
-        self.done = dev.Event(self.device_id)
         self.device_inputs = 0  # inputs taken in place from device memory
         self.host_inputs = 0  # inputs copied from the host
 
     def run_impl(self, inputs: Sequence[Any], ort_run_options: Any = None) -> list[Any]:
         torch = self.torch
         by_name = dict(zip(self.input_names, inputs))
-        with torch.cuda.device(self.device), torch.cuda.stream(self.torch_stream), torch.inference_mode():
-            args = [self._tensor(by_name[n]) for n in self.model_inputs]
+        stream = self.streams.current()
+        torch_stream = torch.cuda.ExternalStream(stream.ptr, device=self.device)
+        with torch.cuda.device(self.device), torch.cuda.stream(torch_stream), torch.inference_mode():
+            args = [self._tensor(by_name[n], stream) for n in self.model_inputs]
             result = self.module(*args)
             results = flatten(result)
             produced = {n: t.contiguous() for n, t in zip(self.model_outputs, results)}
-        self.done.record(self.stream)  # the work was queued on our stream: wait for it as an engine run does
-        self.done.synchronize()
-        return [self._value(produced[n]) for n in self.output_names]
+        return [self._value(produced[n], stream) for n in self.output_names]
 
-    def _tensor(self, value: Any) -> Any:
-        if hasattr(value, "__cuda_array_interface__"):
+    def _tensor(self, value: Any, stream: dev.Stream) -> Any:
+        view = mem.as_device_array(value)
+        if view is not None:
             self.device_inputs += 1
-            return self.torch.as_tensor(value, device=self.device)  # no copy
+            if view.stream is not None:
+                stream.wait_for(view.stream)  # as the TensorRT runner orders after the producer
+            return self.torch.as_tensor(view, device=self.device)  # no copy
         self.host_inputs += 1
         return self.torch.from_numpy(np.ascontiguousarray(to_numpy(value))).to(self.device)
 
-    def _value(self, t: Any) -> Any:
+    def _value(self, t: Any, stream: dev.Stream) -> Any:
         dtype = np.dtype(str(t.dtype).replace("torch.", ""))
         if self.outputs_on_device:
-            return dev.DeviceArray(t.data_ptr(), tuple(t.shape), dtype, owner=t, stream=self.stream,
+            return mem.DeviceArray(t.data_ptr(), tuple(t.shape), dtype, owner=t, stream=stream,
                                    device_id=self.device_id)
+        stream.synchronize()
         return t.cpu().numpy()
 
     def close(self) -> None:

@@ -1,8 +1,8 @@
 """The Session's GPU path up to the GPU boundary: with TensorRT declared executable, the session
 builds a real engine (TensorRT-RTX, on CPU) for every TensorRT segment through the cache and hands
 each to a TensorRT runner. Only what needs a device is replaced, through the RunnerFactory the
-session is given: the stream, the buffer pool and the runner that would execute the engine (it
-runs the segment emulated and keeps the engine)."""
+session is given: the streams, the buffer pool and the runner that would execute the engine (it
+runs the segment emulated and keeps the engine); the CUDA runtime is the contract fake."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -46,13 +46,13 @@ class GpuBoundary(RunnerFactory):
 
 
 @pytest.fixture
-def gpu_boundary() -> GpuBoundary:
+def gpu_boundary(fake_gpu) -> GpuBoundary:
     def fake_runner(segment, engine, profiles, shape_tensors, **kw):
         factory.made.append(EngineKeepingRunner(segment, engine, profiles, shape_tensors, plan=factory.plans[0], **kw))
         return factory.made[-1]
 
     factory = GpuBoundary(status=lambda device: (True, "declared by the test"), tensorrt_runner=fake_runner,
-                          stream=lambda device=None: "stream", pool=lambda device=None: "pool",
+                          streams=lambda device=None: None, pool=lambda device=None: None,
                           cuda_provider=lambda: False)
     return factory
 
@@ -64,8 +64,8 @@ def test_gpu_path_builds_an_engine_per_tensorrt_segment(gpu_boundary, tmp_path) 
     assert sess.segment_executors == ["tensorrt", "onnxruntime", "tensorrt"]
     assert [r.segment.id for r in made] == [0, 2]
     assert all(len(r.engine) > 10_000 for r in made)
-    assert made[0].kw == {"pool": "pool", "stream": "stream", "outputs_on_device": True,
-                                  "allow_host_code": False, "device_id": None}
+    assert made[0].kw == {"pool": None, "streams": None, "outputs_on_device": True, "allow_host_code": False,
+                          "device_id": 0, "runtime_cache_dir": str(tmp_path / "cache" / "runtime")}
     assert sorted(s.segment for s in sess.build_report.segments) == [0, 2]
     x = np.random.default_rng(0).standard_normal((3, 3, 32, 32)).astype(np.float32)
     want = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"]).run(None, {"image": x})

@@ -1,6 +1,9 @@
-"""The TensorRT names trt-backend uses exist: in the installed tensorrt_rtx module, and in the
-text of tensorrt-stubs 10.13 for full TensorRT (install it with --no-deps; its .pyi is parsed as
-text here, since as shipped it does not parse under mypy). And the code uses no unlisted name."""
+"""The TensorRT names trt-backend uses exist: in the installed tensorrt_rtx module, in the text of
+tensorrt-stubs 10.13 for full TensorRT 10 (install it with --no-deps; its .pyi is parsed as text
+here, since as shipped it does not parse under mypy), and in full TensorRT 11's Python bindings
+(the tensorrt-cu13-bindings wheel, whose compiled module cannot load without TensorRT's
+libraries: the names are read from its string table, where pybind11 keeps every class, method
+and enum member name). And the code uses no unlisted name."""
 from __future__ import annotations
 
 import ast
@@ -100,6 +103,40 @@ def parse_stub(text: str) -> dict[str, set[str]]:
     return table
 
 
+@pytest.fixture(scope="module")
+def trt11() -> tuple[str, bytes, str]:
+    """(version, the compiled bindings' bytes, the package's Python text) of tensorrt-cu13-bindings."""
+    try:
+        dist = importlib.metadata.distribution("tensorrt-cu13-bindings")
+    except importlib.metadata.PackageNotFoundError:
+        _require_ci("tensorrt-cu13-bindings (setup.py's test extra)")
+    assert dist.version.startswith("11."), dist.version
+    folder = str(dist.locate_file("tensorrt_bindings"))
+    binary = next(os.path.join(folder, f) for f in os.listdir(folder) if f.startswith("tensorrt") and f.endswith(".so"))
+    with open(binary, "rb") as f:
+        data = f.read()
+    with open(os.path.join(folder, "__init__.py"), encoding="utf-8") as f:
+        text = f.read()
+    return dist.version, data, text
+
+
+def _missing_in_trt11(trt11: tuple[str, bytes, str], surface: api_surface.SurfaceMap) -> list[str]:
+    """Names of ``surface`` whose owner or member is neither a string of the compiled bindings
+    (NUL-terminated; the linker may share a string's tail with a longer one) nor defined or
+    imported by the package's __init__.py."""
+    _, data, text = trt11
+
+    def known(name: str) -> bool:
+        return (name.encode() + b"\0" in data
+                or re.search(rf"^(?:def|class)\s+{name}\b|^{name}\s*=|\bimport .*\b{name}\b", text, re.M) is not None)
+
+    missing = []
+    for name in api_surface.dotted(surface):
+        if not all(known(part) for part in name.split(".") if not part.startswith("__")):
+            missing.append(name)
+    return missing
+
+
 def _missing_in_stubs(stubs: dict[str, set[str]], surface: api_surface.SurfaceMap) -> list[str]:
     return [f"{owner}.{m}" if owner else m for owner, members in surface.items() for m in members
             if m not in stubs.get(owner, set())]
@@ -126,6 +163,19 @@ def test_common_and_tensorrt_only_names_in_stubs(stubs) -> None:
 
 def test_rtx_only_names_are_absent_from_stubs(stubs) -> None:
     assert all(n in _missing_in_stubs(stubs, RTX_ONLY) for n in api_surface.dotted(RTX_ONLY))
+
+
+def test_common_names_in_tensorrt_11_bindings(trt11) -> None:
+    assert _missing_in_trt11(trt11, COMMON) == [], f"not in TensorRT {trt11[0]}"
+    assert _missing_in_trt11(trt11, CALLBACKS) == []
+
+
+def test_names_full_tensorrt_11_dropped_are_not_in_its_bindings(trt11) -> None:
+    """TensorRT 11 removed weak typing (BuilderFlag.FP16); the RTX-only runtime API (runtime
+    caches, engine validity, compute capabilities) is not there either: all are feature-detected."""
+    absent = set(_missing_in_trt11(trt11, TENSORRT_ONLY)) | set(_missing_in_trt11(trt11, RTX_ONLY))
+    assert {"BuilderFlag.FP16", "Runtime.get_engine_validity", "IRuntimeConfig.create_runtime_cache",
+            "IBuilderConfig.set_compute_capability", "ComputeCapability.SM75"} <= absent, absent
 
 
 def test_callbacks_documented_in_stubs(stubs, rtx) -> None:
