@@ -29,9 +29,13 @@ from trt_backend.artifacts.saved import saved_segment_profiles
 from trt_backend.artifacts.seal import check_seal
 from trt_backend.compiler import Compiled, compile
 from trt_backend.engines.builder import BuildOptions
-from trt_backend.engines.targets import build_target, current_sm, describe_target, target_covers
 from trt_backend.engines.precision_plan import PrecisionPlan
 from trt_backend.engines.report import BuiltSegment
+from trt_backend.engines.targets import (
+    current_sm,
+    describe_target,
+    target_covers,
+)
 from trt_backend.errors import ArtifactError, TensorRTUnavailableError
 from trt_backend.planning import load_normalized as load
 from trt_backend.profiles import profiles_from_json, shape_tensor_inputs

@@ -37,8 +37,8 @@ from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.compiler import Compiled, compile
-from trt_backend.engines.targets import build_target, current_sm
 from trt_backend.engines.report import BuildProgress
+from trt_backend.engines.targets import build_target, current_sm
 from trt_backend.errors import ArtifactError
 from trt_backend.gpu.device import check_device, use_device
 from trt_backend.ort.sessions import installed_version

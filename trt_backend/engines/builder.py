@@ -36,8 +36,8 @@ from trt_backend.engines.precision import (
     validate_precision,
 )
 from trt_backend.engines.precision_plan import PrecisionPlan, pinned_of
-from trt_backend.engines.targets import rtx_targets
 from trt_backend.engines.quantize import QUANTIZER_VERSION, require_calibration
+from trt_backend.engines.targets import rtx_targets
 from trt_backend.errors import PrecisionError, SegmentBuildError
 from trt_backend.profiles import TensorProfile, tensor_profile
 from trt_backend.tensorrt.flavor import (

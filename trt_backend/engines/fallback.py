@@ -30,7 +30,6 @@ from trt_backend.engines.builder import (
 )
 from trt_backend.engines.cache import EngineCache, TimingCacheFile, cache_key
 from trt_backend.engines.quantize import SegmentQuantizer
-from trt_backend.engines.targets import build_slot, build_target
 from trt_backend.engines.report import (
     BuildEvent,
     BuildProgress,
@@ -40,6 +39,7 @@ from trt_backend.engines.report import (
     SegmentFailure,
     SegmentReport,
 )
+from trt_backend.engines.targets import build_slot, build_target
 from trt_backend.errors import SegmentBuildError
 from trt_backend.tensorrt.flavor import Flavor, load_flavor
 

@@ -26,7 +26,12 @@ from trt_backend.gpu import memory as mem
 from trt_backend.ort.values import check_allocation, to_numpy
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import TENSORRT, SegmentRunner
-from trt_backend.runners.tensorrt_contexts import ContextPool, OutputAllocator, PooledContext, RuntimeCacheFile
+from trt_backend.runners.tensorrt_contexts import (
+    ContextPool,
+    OutputAllocator,
+    PooledContext,
+    RuntimeCacheFile,
+)
 from trt_backend.tensorrt.flavor import Flavor, captured_messages, shared_logger
 
 log = logging.getLogger(__name__)
