@@ -7,12 +7,11 @@ import html
 import json
 import os
 import shutil
-import tempfile
 
 from partitioner import OptionsError, Plan
 from partitioner.picture import render_picture
 from partitioner.report import annotate, summary, table
-from trt_backend._files import save_model_with_data, write_atomic, write_picture
+from trt_backend._files import new_folder, save_model_with_data, write_atomic, write_picture
 from trt_backend.artifacts.read import (
     BuiltFolder,
     is_build_folder,
@@ -31,6 +30,7 @@ from trt_backend.engines.precision_plan import (
     SegmentPrecision,
     read_precision_plan,
 )
+from trt_backend.engines.report import demotion_lines
 from trt_backend.gpu.status import tensorrt_status
 from trt_backend.planning import make_plan
 
@@ -71,7 +71,7 @@ def check_output_paths(args: argparse.Namespace) -> None:
 def export_segments(plan: Plan, folder: str) -> list[str]:
     """Write every segment model; into a fresh temp folder renamed into place when ``folder`` is new."""
     fresh = not os.path.exists(folder)
-    target = tempfile.mkdtemp(prefix=".segments-", dir=os.path.dirname(os.path.abspath(folder))) if fresh else folder
+    target = new_folder(os.path.dirname(os.path.abspath(folder)), ".segments-") if fresh else folder
     written = []
     weights = plan.model.base_dir if plan.model is not None else None
     try:
@@ -124,7 +124,7 @@ def _here(manifest: dict[str, object]) -> str:
         f"same TensorRT and GPU target, but {why}: its TensorRT segments run emulated here"
 
 
-def folder_report(built: BuiltFolder, folder: str) -> str:
+def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str:
     """A build folder as built: header (digest, signature, TensorRT, GPU target, build options),
     the plan's segment table, each TensorRT segment's profiles and each engine."""
     m = built.manifest
@@ -152,8 +152,7 @@ def folder_report(built: BuiltFolder, folder: str) -> str:
     lines += ["", "Engines"]
     lines += table(("segment", "file", "bytes", "build s", "sha256"), engines, (True, False, True, True, False)) \
         if engines else ["  none"]
-    for d in m.get("demoted") or ():
-        lines.append(f"  demoted node {d.get('node')} '{d.get('name')}' ({d.get('op_type')}): {d.get('reason')}")
+    lines += ["  " + line for line in demotion_lines(m.get("demoted") or (), verbose=verbose)]
     return "\n".join(lines) + "\n"
 
 
@@ -164,7 +163,7 @@ def handle(args: argparse.Namespace) -> int:
         refuse_build_flags(args, os.fspath(args.model), allow=("precision_plan",))
         built = open_folder(args.model, executes=False, sign_key=read_sign_key(args.sign_key))
         plan: Plan = built.plan
-        print(folder_report(built, os.fspath(args.model)))
+        print(folder_report(built, os.fspath(args.model), verbose=bool(args.verbose)))
     else:
         plan = make_plan(args.model, partition_options(args), flavor=args.flavor, isolate=args.isolate)
         print(summary(plan))

@@ -406,6 +406,8 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
             source = names_from or model
             blamed = _blame(source, errors)
             raise SegmentBuildError("build", blamed, message, [source.graph.node[k].name for k in blamed])
+        for message in errors:  # (captured, and not reported by a failure: say them here)
+            log.warning("%s: TensorRT built the engine but reported: %s", model.graph.name, message)
         if cache is not None:
             timing.merge(config, cache)
         layers = int(network.num_layers)

@@ -1,0 +1,108 @@
+"""Progress of the long steps (planning, calibration, the precision search, engine builds) as
+INFO records of one logger, :data:`PROGRESS`: a library user sees them through ``logging``, and the
+CLI shows them on stderr with :class:`ProgressHandler` (one rewritten line on a terminal)."""
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from typing import IO, Any
+
+PROGRESS = "trt_backend.progress"
+AFTER_S = 5.0  # a command quicker than this prints no progress lines (a terminal shows them at once)
+
+log = logging.getLogger(PROGRESS)
+
+
+def progress(message: str, *args: Any) -> None:
+    """Report a step of a long job (``message % args``, as logging formats it)."""
+    log.info(message, *args)
+
+
+class ProgressHandler(logging.Handler):
+    """Progress records on ``stream``. On a terminal, one line rewritten in place and cleared
+    (:meth:`clear`) before anything else is written there. Elsewhere (a log file, CI), one line
+    per record with the seconds since the handler was made, from :data:`AFTER_S` on: a quicker
+    command prints none, and the step under way then (its latest record) is printed at that
+    moment, so a long first step is not silent."""
+
+    def __init__(self, stream: IO[str], after_s: float = AFTER_S) -> None:
+        super().__init__(logging.INFO)
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.start = time.perf_counter()
+        self.after_s = after_s
+        self.dirty = False
+        self._pending: str | None = None
+        self._guard = threading.Lock()
+        self._timer: threading.Timer | None = None
+        if not self.tty:
+            self._timer = threading.Timer(after_s, self._flush_pending)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = " ".join(record.getMessage().split())
+        with self._guard:
+            if self.tty:
+                width = max(shutil.get_terminal_size((100, 24)).columns - 1, 20)
+                line = f"[{time.perf_counter() - self.start:.0f} s] {text}"
+                if len(line) > width:
+                    line = line[: width - 1] + "…"
+                self._write("\r\033[K" + line)
+                self.dirty = True
+            elif time.perf_counter() - self.start >= self.after_s:
+                self._pending = None
+                self._write(self._line(text))
+            else:
+                self._pending = text
+
+    def _line(self, text: str) -> str:
+        return f"[{time.perf_counter() - self.start:6.1f} s] {text}\n"
+
+    def _flush_pending(self) -> None:
+        with self._guard:
+            if self._pending is not None:
+                self._write(self._line(self._pending))
+                self._pending = None
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # (a closed stderr: progress is not worth an error)
+            pass
+
+    def clear(self) -> None:
+        """Erase the progress line of a terminal (before other output, and at the end)."""
+        with self._guard:
+            if self.dirty:
+                self.dirty = False
+                self._write("\r\033[K")
+
+    def close(self) -> None:
+        """Stop: nothing pending is printed after this, and the terminal's line is erased."""
+        if self._timer is not None:
+            self._timer.cancel()
+        with self._guard:
+            self._pending = None
+        self.clear()
+        super().close()
+
+
+class ClearingStream:
+    """A text stream (stdout, stderr) that first clears ``handler``'s progress line, so results
+    and messages never share a line with it on a terminal."""
+
+    def __init__(self, stream: IO[str], handler: ProgressHandler) -> None:
+        self._stream = stream
+        self._handler = handler
+
+    def write(self, text: str) -> int:
+        if self._handler.dirty and text:
+            self._handler.clear()
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
