@@ -36,7 +36,7 @@ from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.compiler import Compiled, compile
-from trt_backend.engines.builder import build_target
+from trt_backend.engines.builder import build_target, check_build_options
 from trt_backend.engines.report import BuildProgress
 from trt_backend.errors import ArtifactError
 from trt_backend.gpu.device import check_device, use_device
@@ -71,6 +71,7 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str], profiles:
     if opts.flavor == "none":
         raise OptionsError("a build needs TensorRT: flavor 'none' plans everything on ONNX Runtime")
     flv = load_flavor(opts.flavor)
+    check_build_options(opts.build, flv)  # (before planning: a setting this TensorRT refuses is said at once)
     _check_out_dir(out_dir)
     with output_lock(out_dir):  # (a second build into the same folder is refused, not lost)
         return _build_locked(model, out_dir, profiles, opts, flv, key, progress)

@@ -7,6 +7,7 @@ import html
 import json
 import os
 import shutil
+from typing import Any
 
 from partitioner import OptionsError, Plan
 from partitioner.picture import render_picture
@@ -124,6 +125,20 @@ def _here(manifest: dict[str, object]) -> str:
         f"same TensorRT and GPU target, but {why}: its TensorRT segments run emulated here"
 
 
+def _builder_line(opts: dict[str, Any]) -> list[str]:
+    """The builder settings a folder was built with beyond the defaults, in one line (or none)."""
+    said = []
+    if opts.get("optimization_level") is not None:
+        said.append(f"optimisation level {opts['optimization_level']}")
+    if opts.get("max_aux_streams") is not None:
+        said.append(f"auxiliary streams {opts['max_aux_streams']}")
+    if opts.get("hardware_compatibility", "none") != "none":
+        said.append(f"hardware compatibility {opts['hardware_compatibility']}")
+    if opts.get("version_compatible"):
+        said.append("version compatible" + ("" if opts.get("exclude_lean_runtime", True) else ", lean runtime included"))
+    return ["builder: " + ", ".join(said)] if said else []
+
+
 def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str:
     """A build folder as built: header (digest, signature, TensorRT, GPU target, build options),
     the plan's segment table, each TensorRT segment's profiles and each engine."""
@@ -136,6 +151,7 @@ def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str
              + f" | trt-backend {m.get('trt_backend')} | from {m.get('model')}",
              f"engines for {m.get('tensorrt')} | GPU target {m.get('gpu_target')} (compute capabilities: {caps}) | "
              f"precision {opts.get('precision')} | workspace {workspace} | built in {m.get('build_seconds')} s",
+             *_builder_line(opts),
              f"this machine: {_here(m)}", ""]
     lines.append(summary(built.plan).rstrip("\n"))
     lines += ["", "Profiles of TensorRT segments (min / opt / max)"]

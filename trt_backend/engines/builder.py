@@ -441,6 +441,18 @@ def _blame(model: onnx.ModelProto, errors: Sequence[str]) -> list[int]:
     return found
 
 
+def check_build_options(options: BuildOptions, flavor: Flavor) -> None:
+    """OptionsError, before any build, for a builder setting ``flavor`` does not take (it would
+    otherwise fail, or be ignored with a warning, once per segment)."""
+    if options.hardware_compatibility != "none" and flavor.is_rtx:
+        raise OptionsError(f"hardware compatibility '{options.hardware_compatibility}' is a full TensorRT option; "
+                           f"{flavor.target} ignores it (its engines run on the compute capabilities they are built "
+                           "for: give those instead)")
+    if options.compute_capabilities and not flavor.has("IBuilderConfig.set_compute_capability"):
+        raise OptionsError(f"{flavor.target} builds for the GPU it runs on; compute capabilities are a "
+                           "TensorRT-RTX option (use hardware compatibility for portable engines)")
+
+
 def configure(config: Any, options: BuildOptions, flavor: Flavor) -> None:
     """Apply ``options`` to an IBuilderConfig: enum members by name, optional API by hasattr."""
     trt = flavor.module

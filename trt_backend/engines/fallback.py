@@ -26,6 +26,7 @@ from trt_backend.engines.builder import (
     SegmentProfiles,
     build_target,
     by_reference,
+    check_build_options,
     compile_segment,
     key_material,
     segment_ranges,
@@ -83,6 +84,7 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
         raise OptionsError("this plan was read from JSON without its model; plan the model again")
     options = options or BuildOptions()
     fl = _flavor(flavor)
+    check_build_options(options, fl)
     start = time.perf_counter()
     memo: Memo = {}
     pool = _profile_pool(plan, profiles)
