@@ -46,6 +46,7 @@ class CensusRow:
 SECONDARY = ("demoted:", "constant-only node placed")  # what the partition decided, not a refusal
 _GROUP_SIZE = re.compile(r"^demoted: TensorRT group of \d+ node\(s\) is below")
 _NODE_REF = re.compile(r" \(node \d+ '[^']*'\)")
+_EXCLUDED_NODE = re.compile(r"^excluded by user \(node name '[^']*'\)$")
 
 
 def reason_kind(reason: str | None) -> str | None:
@@ -55,6 +56,7 @@ def reason_kind(reason: str | None) -> str | None:
         return None
     reason = _NODE_REF.sub("", reason)
     reason = _GROUP_SIZE.sub("demoted: TensorRT group is below", reason)
+    reason = _EXCLUDED_NODE.sub("excluded by user (by node name)", reason)
     if reason.startswith("demoted: its TensorRT group does not pay for its boundaries"):
         return "demoted: its TensorRT group does not pay for its boundaries"
     return reason
