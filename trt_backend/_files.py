@@ -81,17 +81,20 @@ def missing_parent(out_dir: str) -> str | None:
     return None
 
 
-def output_problem(path: str, *, folder: bool = False) -> str | None:
+def output_problem(path: str, *, folder: bool = False, make_parents: bool = False) -> str | None:
     """Why ``path`` cannot be written as an output file (``folder``: an output folder, replaced
-    whole), or None. The folder it goes in must exist and take new files (tried, not asked:
-    ``os.access`` says yes to root, also on read-only file systems); a file output must not be a
-    folder, a folder output must not be a file."""
+    whole), or None. The folder it goes in must exist (``make_parents``: its nearest existing
+    ancestor, the rest is made) and take new files (tried, not asked: ``os.access`` says yes to
+    root, also on read-only file systems); a file output must not be a folder, a folder output
+    must not be a file."""
     target = os.path.abspath(path)
     parent = os.path.dirname(target)
     if os.path.isdir(target) and not folder:
         return "is a folder"
     if os.path.exists(target) and not os.path.isdir(target) and folder:
         return "exists and is not a folder"
+    while make_parents and not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
     if not os.path.exists(parent):
         return f"folder {parent} does not exist"
     if not os.path.isdir(parent):

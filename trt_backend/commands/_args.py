@@ -23,14 +23,15 @@ from trt_backend.session.options import SessionOptions
 
 
 # Every flag that names something a command writes: its argparse dest -> (flag, what it is: a
-# "file", a "folder" replaced or filled whole, or "either"). The CLI checks them all before a
-# command starts (:func:`check_output_paths`), so no run ends in "cannot write".
+# "file", a "folder" replaced or filled whole, a "tree" (a folder made with its parents), or
+# "either"). The CLI checks them all before a command starts (:func:`check_output_paths`), so
+# no run ends in "cannot write".
 OUTPUT_PATHS: dict[str, tuple[str, str]] = {
     "json": ("--json", "file"), "outputs": ("--outputs", "file"), "picture": ("--picture", "file"),
     "annotated": ("--annotated", "file"), "plan_json": ("--plan-json", "file"), "plot": ("--plot", "file"),
     "report": ("--report", "file"), "timing_cache": ("--timing-cache", "file"),
     "save_outputs": ("--save-outputs", "either"),
-    "export_segments": ("--export-segments", "folder"), "output": ("-o", "folder"),
+    "export_segments": ("--export-segments", "folder"), "output": ("-o", "folder"), "out": ("--out", "tree"),
 }
 
 
@@ -41,7 +42,7 @@ def check_output_paths(args: argparse.Namespace) -> None:
         path = getattr(args, dest, None)
         if not isinstance(path, str) or not path:
             continue
-        problem = output_problem(path, folder=kind == "folder")
+        problem = output_problem(path, folder=kind in ("folder", "tree"), make_parents=kind == "tree")
         if problem and not (kind == "either" and problem in ("is a folder", "exists and is not a folder")):
             raise OutputError(f"{flag} {path}: {problem}")
 
