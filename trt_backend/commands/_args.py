@@ -44,7 +44,7 @@ def check_output_paths(args: argparse.Namespace) -> None:
             continue
         problem = output_problem(path, folder=kind in ("folder", "tree"), make_parents=kind == "tree")
         if problem and not (kind == "either" and problem in ("is a folder", "exists and is not a folder")):
-            raise OutputError(f"{flag} {path}: {problem}")
+            raise OutputError(f"cannot write {flag} {path}: {problem}")
 
 
 def split_list(value: str) -> tuple[str, ...]:

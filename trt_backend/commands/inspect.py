@@ -54,19 +54,11 @@ def register(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=handle)
 
 
-def check_output_paths(args: argparse.Namespace) -> None:
-    """Fail before planning, not after, on outputs that cannot be written."""
-    for flag, path in (("--json", args.json), ("--annotated", args.annotated), ("--picture", args.picture)):
-        if path:
-            folder = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(folder):
-                raise OptionsError(f"{flag} {path}: folder {folder} does not exist")
-            if os.path.isdir(path):
-                raise OptionsError(f"{flag} {path}: is a directory")
+def check_picture_name(args: argparse.Namespace) -> None:
+    """Fail before planning on a picture name that says no format (the CLI checks that every
+    output path can be written before any command starts)."""
     if args.picture and not args.picture.lower().endswith((".svg", ".html", ".htm")):
         raise OptionsError(f"--picture {args.picture}: use a .svg or .html file name")
-    if args.export_segments and os.path.exists(args.export_segments) and not os.path.isdir(args.export_segments):
-        raise OptionsError(f"--export-segments {args.export_segments}: exists and is not a directory")
 
 
 def export_segments(plan: Plan, folder: str) -> list[str]:
@@ -173,7 +165,7 @@ def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str
 
 
 def handle(args: argparse.Namespace) -> int:
-    check_output_paths(args)
+    check_picture_name(args)
     precision = read_precision_plan(args.precision_plan) if args.precision_plan else None
     if is_build_folder(args.model):
         refuse_build_flags(args, os.fspath(args.model), allow=("precision_plan",))

@@ -100,7 +100,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(argv, flag,
         rc = main(args)
         out, err = capsys.readouterr()
         assert rc == (2 if argv[0] == "compare" else 1), (args, err)
-        _one_error_line(err, f"{flag} {path}: {why}")
+        _one_error_line(err, f"cannot write {flag} {path}: {why}")
         assert out == "", "nothing ran"
         assert sorted(os.listdir(tmp_path)) == before, "nothing written, no temporary file left"
         assert time.perf_counter() - start < 30
