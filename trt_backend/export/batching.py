@@ -1,9 +1,11 @@
 """Whether Triton may batch a build: with ``max_batch_size > 0`` Triton adds the batch as the
 leading dim of every input and output of every composing model, so every tensor crossing a
 segment boundary (model inputs and outputs included) must have the batch as its leading, dynamic
-dim, and every engine's profiles must take batches 1..max_batch_size. Checked against the model's
-symbolic dims and the derived profiles, and where neither tells, by running the model at two batch
-sizes; the first tensor that breaks it is named."""
+dim, and every engine's profiles must take batches 1..max_batch_size. The batch is the leading dim
+the profiles give every model input as one range, whatever the exporter named it (or left
+unnamed); a boundary tensor carries it when its derived profiles give it that range, else when
+its dim has the inputs' batch name, else when running the model at a few batch sizes shows it
+following the batch. The first tensor that breaks it is named."""
 from __future__ import annotations
 
 import onnx
