@@ -177,7 +177,12 @@ def output_lock(out_dir: str) -> Iterator[None]:
                 who = f" (process {holder})" if holder else ""
                 raise OutputError(f"{out_dir}: another trt-backend process{who} is writing this folder; wait for it "
                                   "to finish or write elsewhere") from None
-            raise OutputError(f"{out_dir}: cannot lock {lock} ({e.strerror or e})") from None
+            # (a file system without locks: write as before, unguarded)
+            log.warning("%s: cannot lock %s (%s); another writer of this folder would go unnoticed", out_dir, lock,
+                        e.strerror or e)
+            _remove_quietly(lock)
+            yield
+            return
         try:  # (the file may have been removed by the holder that just let go: lock the one in place)
             same = os.path.samestat(os.fstat(fd), os.stat(lock))
         except FileNotFoundError:
