@@ -4,6 +4,7 @@ CLI shows them on stderr with :class:`ProgressHandler` (one rewritten line on a 
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import threading
 import time
@@ -11,7 +12,8 @@ from typing import IO, Any
 
 PROGRESS = "trt_backend.progress"
 AFTER_S = 5.0  # a command quicker than this prints no progress lines (a terminal shows them at once)
-REPEAT_S = 2.0  # off a terminal, a record of the same kind as the last line printed waits this long
+REPEAT_S = 2.0  # off a terminal, a line differing from the last one only in its numbers waits this long
+_DIGITS = re.compile(r"\d+(\.\d+)?")
 
 log = logging.getLogger(PROGRESS)
 
@@ -26,8 +28,8 @@ class ProgressHandler(logging.Handler):
     (:meth:`clear`) before anything else is written there. Elsewhere (a log file, CI), one line
     per record with the seconds since the handler was made, from :data:`AFTER_S` on: a quicker
     command prints none, and the step under way then (its latest record) is printed at that
-    moment, so a long first step is not silent; a record of the same kind as the line before
-    it (the same message template) within :data:`REPEAT_S` is left out."""
+    moment, so a long first step is not silent; a line that differs from the one before it only
+    in its numbers is left out within :data:`REPEAT_S`."""
 
     def __init__(self, stream: IO[str], after_s: float = AFTER_S) -> None:
         super().__init__(logging.INFO)
@@ -37,7 +39,7 @@ class ProgressHandler(logging.Handler):
         self.after_s = after_s
         self.dirty = False
         self._pending: str | None = None
-        self._last_msg: Any = None
+        self._last_kind = ""
         self._last_at = 0.0
         self._guard = threading.Lock()
         self._timer: threading.Timer | None = None
@@ -58,10 +60,10 @@ class ProgressHandler(logging.Handler):
                 self.dirty = True
             elif time.perf_counter() - self.start >= self.after_s:
                 self._pending = None
-                now = time.perf_counter()
-                if record.msg == self._last_msg and now - self._last_at < REPEAT_S:
-                    return  # (the same kind of step again, moments later: a parser question per piece)
-                self._last_msg, self._last_at = record.msg, now
+                now, kind = time.perf_counter(), _DIGITS.sub("#", text)
+                if kind == self._last_kind and now - self._last_at < REPEAT_S:
+                    return  # (the same step again but for its numbers, moments later: a parser question per piece)
+                self._last_kind, self._last_at = kind, now
                 self._write(self._line(text))
             else:
                 self._pending = text
