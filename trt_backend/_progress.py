@@ -11,7 +11,7 @@ import time
 from typing import IO, Any
 
 PROGRESS = "trt_backend.progress"
-AFTER_S = 5.0  # a command quicker than this prints no progress lines (a terminal shows them at once)
+AFTER_S = 5.0  # off a terminal, progress lines start this long into a command (a terminal shows them at once)
 REPEAT_S = 2.0  # off a terminal, a line differing from the last one only in its numbers waits this long
 _DIGITS = re.compile(r"\d+(\.\d+)?")
 
@@ -26,10 +26,9 @@ def progress(message: str, *args: Any) -> None:
 class ProgressHandler(logging.Handler):
     """Progress records on ``stream``. On a terminal, one line rewritten in place and cleared
     (:meth:`clear`) before anything else is written there. Elsewhere (a log file, CI), one line
-    per record with the seconds since the handler was made, from :data:`AFTER_S` on: a quicker
-    command prints none, and the step under way then (its latest record) is printed at that
-    moment, so a long first step is not silent; a line that differs from the one before it only
-    in its numbers is left out within :data:`REPEAT_S`."""
+    per record with the seconds since the handler was made, for records from :data:`AFTER_S` on
+    (a quicker command prints none: its output stays as it was); a line that differs from the
+    one before it only in its numbers is left out within :data:`REPEAT_S`."""
 
     def __init__(self, stream: IO[str], after_s: float = AFTER_S) -> None:
         super().__init__(logging.INFO)
@@ -38,44 +37,27 @@ class ProgressHandler(logging.Handler):
         self.start = time.perf_counter()
         self.after_s = after_s
         self.dirty = False
-        self._pending: str | None = None
         self._last_kind = ""
         self._last_at = 0.0
         self._guard = threading.Lock()
-        self._timer: threading.Timer | None = None
-        if not self.tty:
-            self._timer = threading.Timer(after_s, self._flush_pending)
-            self._timer.daemon = True
-            self._timer.start()
 
     def emit(self, record: logging.LogRecord) -> None:
         text = " ".join(record.getMessage().split())
+        now = time.perf_counter()
         with self._guard:
             if self.tty:
                 width = max(shutil.get_terminal_size((100, 24)).columns - 1, 20)
-                line = f"[{time.perf_counter() - self.start:.0f} s] {text}"
+                line = f"[{now - self.start:.0f} s] {text}"
                 if len(line) > width:
                     line = line[: width - 1] + "…"
                 self._write("\r\033[K" + line)
                 self.dirty = True
-            elif time.perf_counter() - self.start >= self.after_s:
-                self._pending = None
-                now, kind = time.perf_counter(), _DIGITS.sub("#", text)
-                if kind == self._last_kind and now - self._last_at < REPEAT_S:
-                    return  # (the same step again but for its numbers, moments later: a parser question per piece)
-                self._last_kind, self._last_at = kind, now
-                self._write(self._line(text))
-            else:
-                self._pending = text
-
-    def _line(self, text: str) -> str:
-        return f"[{time.perf_counter() - self.start:6.1f} s] {text}\n"
-
-    def _flush_pending(self) -> None:
-        with self._guard:
-            if self._pending is not None:
-                self._write(self._line(self._pending))
-                self._pending = None
+                return
+            kind = _DIGITS.sub("#", text)
+            if now - self.start < self.after_s or (kind == self._last_kind and now - self._last_at < REPEAT_S):
+                return  # (a quick command; or the same step again but for its numbers, moments later)
+            self._last_kind, self._last_at = kind, now
+            self._write(f"[{now - self.start:6.1f} s] {text}\n")
 
     def _write(self, text: str) -> None:
         try:
@@ -92,11 +74,7 @@ class ProgressHandler(logging.Handler):
                 self._write("\r\033[K")
 
     def close(self) -> None:
-        """Stop: nothing pending is printed after this, and the terminal's line is erased."""
-        if self._timer is not None:
-            self._timer.cancel()
-        with self._guard:
-            self._pending = None
+        """Stop: the terminal's progress line is erased."""
         self.clear()
         super().close()
 
