@@ -3,6 +3,7 @@ annotated for Netron, and atomic file writes for all of them."""
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,18 +28,60 @@ OPS_WIDTH = 60
 
 @dataclass(frozen=True)
 class CensusRow:
-    """Fallback nodes sharing an op type and a reason."""
+    """Fallback nodes of one op type: ``count`` in all, the main ``reason`` (the most frequent
+    refusal by TensorRT or a rule; a demotion by size or boundary price only when there is no
+    such refusal), and the ``others`` with their node counts, refusals first."""
 
     op_type: str
     count: int
     reason: str | None
+    others: tuple[tuple[str | None, int], ...] = ()
+
+    @property
+    def reasons(self) -> tuple[tuple[str | None, int], ...]:
+        """Every reason with its node count, the main one first."""
+        return ((self.reason, self.count - sum(n for _, n in self.others)),) + self.others
+
+
+SECONDARY = ("demoted:", "constant-only node placed")  # what the partition decided, not a refusal
+_GROUP_SIZE = re.compile(r"^demoted: TensorRT group of \d+ node\(s\) is below")
+_NODE_REF = re.compile(r" \(node \d+ '[^']*'\)")
+_EXCLUDED_NODE = re.compile(r"^excluded by user \(node name '[^']*'\)$")
+
+
+def reason_kind(reason: str | None) -> str | None:
+    """``reason`` without what varies from node to node of one cause (a group's size, a boundary
+    estimate, the node a parser message names), so the census counts causes."""
+    if reason is None:
+        return None
+    reason = _NODE_REF.sub("", reason)
+    reason = _GROUP_SIZE.sub("demoted: TensorRT group is below", reason)
+    reason = _EXCLUDED_NODE.sub("excluded by user (by node name)", reason)
+    if reason.startswith("demoted: its TensorRT group does not pay for its boundaries"):
+        return "demoted: its TensorRT group does not pay for its boundaries"
+    return reason
+
+
+def is_refusal(reason: str | None) -> bool:
+    """A reason TensorRT or a rule gave (not a demotion the partition made by size or price)."""
+    return reason is not None and not reason.startswith(SECONDARY)
 
 
 def census(plan: Plan) -> list[CensusRow]:
-    """Nodes left to ONNX Runtime grouped by (op type, reason); most frequent first."""
-    counts = Counter((n.op_type, n.reason) for n in plan.nodes if n.verdict == ONNXRUNTIME)
-    rows = [CensusRow(op, count, reason) for (op, reason), count in counts.items()]
-    rows.sort(key=lambda r: (-r.count, r.op_type, r.reason or ""))
+    """Nodes left to ONNX Runtime, one row per op type, most frequent first; within a row the
+    refusals come before the demotions by size or boundary price."""
+    by_op: dict[str, dict[str | None, list[str | None]]] = {}
+    for n in plan.nodes:
+        if n.verdict == ONNXRUNTIME:
+            by_op.setdefault(n.op_type, {}).setdefault(reason_kind(n.reason), []).append(n.reason)
+    rows = []
+    for op, kinds in by_op.items():
+        # (a cause is shown as its nodes give it when they all give it alike, else without the parts that vary)
+        reasons = {(raw[0] if len(set(raw)) == 1 else kind): len(raw) for kind, raw in kinds.items()}
+        ordered = sorted(reasons.items(), key=lambda kv: (not is_refusal(kv[0]), -kv[1], kv[0] or ""))
+        (main, _), others = ordered[0], tuple(ordered[1:])
+        rows.append(CensusRow(op, sum(reasons.values()), main, others))
+    rows.sort(key=lambda r: (-r.count, r.op_type))
     return rows
 
 
@@ -144,9 +187,15 @@ def summary(plan: Plan) -> str:
     rows = census(plan)
     lines += ["", f"Fallback census ({plural(sum(r.count for r in rows), 'node')} on ONNX Runtime)"]
     if rows:
-        lines += table(("op", "count", "reason"),
-                       [(r.op_type, r.count, clip(r.reason or "-", REASON_WIDTH)) for r in rows],
-                       (False, True, False))
+        cells: list[tuple[object, ...]] = []
+        for r in rows:
+            if not r.others:
+                cells.append((r.op_type, r.count, clip(r.reason or "-", REASON_WIDTH)))
+                continue
+            for k, (reason, n) in enumerate(r.reasons):  # (several causes: each with its node count)
+                cells.append((r.op_type if k == 0 else "", r.count if k == 0 else "",
+                              clip(f"{n}: {reason or '-'}", REASON_WIDTH)))
+        lines += table(("op", "count", "reason"), cells, (False, True, False))
     else:
         lines.append("  none: every node runs in TensorRT")
     return "\n".join(line.rstrip() for line in lines) + "\n"

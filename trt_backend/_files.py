@@ -1,6 +1,8 @@
-"""Files written whole or not at all: a temporary file in the same folder, then ``os.replace``."""
+"""Files written whole or not at all: a temporary file in the same folder, then ``os.replace``;
+output paths checked before any work; one writer per output folder at a time (a lock file)."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import hashlib
@@ -10,13 +12,14 @@ import secrets
 import shutil
 import stat
 import sys
-import tempfile
+from collections.abc import Iterator
 
 import onnx
 
 from partitioner import Plan
 from partitioner.picture import render_picture
 from partitioner.weights import data_files, place_data_files
+from trt_backend.errors import OutputError
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,131 @@ def missing_parent(out_dir: str) -> str | None:
     return None
 
 
+def output_problem(path: str, *, folder: bool = False, make_parents: bool = False) -> str | None:
+    """Why ``path`` cannot be written as an output file (``folder``: an output folder, replaced
+    whole), or None. The folder it goes in must exist (``make_parents``: its nearest existing
+    ancestor, the rest is made) and take new files (tried, not asked: ``os.access`` says yes to
+    root, also on read-only file systems); a file output must not be a folder, a folder output
+    must not be a file."""
+    target = os.path.abspath(path)
+    parent = os.path.dirname(target)
+    if os.path.isdir(target) and not folder:
+        return "is a folder"
+    if os.path.exists(target) and not os.path.isdir(target) and folder:
+        return "exists and is not a folder"
+    while make_parents and not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if not os.path.exists(parent):
+        return f"folder {parent} does not exist"
+    if not os.path.isdir(parent):
+        return f"{parent} is not a folder"
+    probe = os.path.join(parent, f".{os.path.basename(target)}.{secrets.token_hex(6)}.probe")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as e:
+        return f"cannot create files in folder {parent} ({e.strerror or e})"
+    _remove_quietly(probe)
+    return None
+
+
+def check_output(path: str, flag: str, *, folder: bool = False) -> None:
+    """:class:`OutputError` naming ``flag`` when :func:`output_problem` finds one."""
+    problem = output_problem(path, folder=folder)
+    if problem:
+        raise OutputError(f"{flag} {path}: {problem}")
+
+
+def new_folder(parent: str, prefix: str) -> str:
+    """A new, empty folder with a unique name in ``parent``, made with the mode the user's umask
+    gives (``tempfile.mkdtemp`` makes 0700, which would stay with a folder renamed into place)."""
+    for _ in range(100):
+        path = os.path.join(parent, f"{prefix}{secrets.token_hex(6)}")
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(errno.EEXIST, "no unused temporary name", os.path.join(parent, prefix))
+
+
+def umask() -> int:
+    """The process's umask, read without changing it (``os.umask`` can only be read by setting
+    it, which other threads creating files at that moment would see): Linux tells it in
+    /proc/self/status; elsewhere it is set and put back."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def follow_umask(path: str) -> None:
+    """Give ``path`` (a file another library made with a fixed mode, e.g. ONNX's external data
+    files, 0600) the mode a new file gets under the user's umask."""
+    os.chmod(path, 0o666 & ~umask())
+
+
+@contextlib.contextmanager
+def output_lock(out_dir: str) -> Iterator[None]:
+    """Hold the lock of output folder ``out_dir`` (``.<name>.lock`` beside it, an advisory
+    ``flock`` the system drops with the process) while writing it: a second writer of the same
+    folder gets an :class:`OutputError` at once instead of replacing the first one's result
+    unseen. Where ``flock`` is missing (not POSIX), nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    target = os.path.abspath(out_dir)
+    lock = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.lock")
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise OutputError(f"{out_dir}: cannot create its lock file {lock} ({e.strerror or e})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = _read_pid(fd)
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                who = f" (process {holder})" if holder else ""
+                raise OutputError(f"{out_dir}: another trt-backend process{who} is writing this folder; wait for it "
+                                  "to finish or write elsewhere") from None
+            # (a file system without locks: write as before, unguarded)
+            log.warning("%s: cannot lock %s (%s); another writer of this folder would go unnoticed", out_dir, lock,
+                        e.strerror or e)
+            _remove_quietly(lock)
+            yield
+            return
+        try:  # (the file may have been removed by the holder that just let go: lock the one in place)
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        _remove_quietly(lock)  # (removed while held: a waiting writer then locks a fresh file)
+        os.close(fd)
+
+
+def _read_pid(fd: int) -> str:
+    try:
+        return os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+
+
 def swap_in_folder(tmp: str, out_dir: str) -> None:
     """Put the finished folder ``tmp`` (made beside ``out_dir``) in ``out_dir``'s place. An
     existing ``out_dir`` is exchanged with ``tmp`` in one step where the system can (Linux
@@ -89,7 +217,7 @@ def swap_in_folder(tmp: str, out_dir: str) -> None:
         return
     old = None
     if os.path.exists(out_dir):
-        old = tempfile.mkdtemp(prefix=".old-", dir=os.path.dirname(os.path.abspath(out_dir)))
+        old = new_folder(os.path.dirname(os.path.abspath(out_dir)), ".old-")
         os.rmdir(old)
         os.replace(out_dir, old)
     os.replace(tmp, out_dir)

@@ -1,14 +1,21 @@
 """The ``trt-backend`` command line. Each subcommand lives in ``trt_backend.commands.<name>``,
 whose ``register(parser)`` adds its arguments and points the parser at its ``handle(args)``;
-only the subcommand being run is imported. User errors print one line and exit 1."""
+only the subcommand being run is imported. User errors print one line and exit 1 (compare: 2);
+a closed stdout ends quietly; every output path is checked before the work starts."""
 from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
+from trt_backend._progress import PROGRESS, ClearingStream, ProgressHandler
+from trt_backend.commands._args import check_output_paths
 from trt_backend.errors import TrtBackendError
 
 COMMANDS = {  # name -> one-line help, in --help order; module trt_backend.commands.<name with "-" as "_">
@@ -23,16 +30,28 @@ COMMANDS = {  # name -> one-line help, in --help order; module trt_backend.comma
 }
 
 
+VERBOSITY_HELP = ("more logging: -v info (and every demoted node, every boundary tensor), -vv debug",
+                  "only results and errors: no progress lines, no warnings")
+
+
+def _verbosity(p: argparse.ArgumentParser, after: bool) -> None:
+    """``-v``/``-q`` before the subcommand, and again after it (kept apart, then added up)."""
+    suffix = "_after" if after else ""
+    p.add_argument("-v", "--verbose", action="count", default=0, dest="verbose" + suffix, help=VERBOSITY_HELP[0])
+    p.add_argument("-q", "--quiet", action="store_true", dest="quiet" + suffix, help=VERBOSITY_HELP[1])
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``command`` (a subcommand name), only that subcommand's module is
     imported and given its arguments (the others are listed by name and help only), so a
     command starts without loading what the others need."""
     parser = argparse.ArgumentParser(prog="trt-backend", description="TensorRT engines with ONNX Runtime fallback.")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)")
+    _verbosity(parser, after=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, text in COMMANDS.items():
         p = sub.add_parser(name, help=text)
+        _verbosity(p, after=True)
         if command is None or name == command:
             importlib.import_module(f"trt_backend.commands.{name.replace('-', '_')}").register(p)  # (an import error is raised)
     return parser
@@ -43,16 +62,76 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((a for a in args_list if not a.startswith("-")), None)
     parser = build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(args_list)
-    level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
+    args.verbose = args.verbose + getattr(args, "verbose_after", 0)
+    args.quiet = (args.quiet or getattr(args, "quiet_after", False)) and not args.verbose
+    level = logging.ERROR if args.quiet else logging.WARNING if args.verbose == 0 else \
+        logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    error_exit = int(getattr(args, "error_exit", 1))  # (compare: 2, kept apart from its 1 for "outputs differ")
+    handler, streams = _show_progress(args), (sys.stdout, sys.stderr)
     try:
-        return int(args.func(args) or 0)
+        check_output_paths(args)  # (before any work: a run must not end in "cannot write")
+        rc = int(args.func(args) or 0)
+        sys.stdout.flush()  # (a closed stdout shows here, inside the handling below)
+        return rc
     except TrtBackendError as e:
-        print(f"trt-backend: error: {e}", file=sys.stderr)
-        return int(getattr(args, "error_exit", 1))  # (compare: 2, kept apart from its 1 for "outputs differ")
+        _error(str(e))
+        return error_exit
+    except BrokenPipeError:
+        return _closed_stdout()
     except KeyboardInterrupt:
-        print("trt-backend: interrupted", file=sys.stderr)
+        _error("interrupted", prefix="trt-backend: ")
         return 130
+    finally:
+        _stop_progress(handler, streams)
+
+
+def _error(message: str, prefix: str = "trt-backend: error: ") -> None:
+    try:
+        print(prefix + message, file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # (stderr closed as well: the exit code says it)
+        pass
+
+
+def _closed_stdout() -> int:
+    """The reader of stdout went away (``trt-backend inspect MODEL | head -1``): end quietly,
+    with the exit code a tool killed by SIGPIPE has in a shell (128 + 13). Python would otherwise
+    print a traceback, and an error at exit when it flushes stdout again: point stdout at
+    /dev/null instead."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # (not a real file: nothing will be flushed at exit)
+    return 128 + int(getattr(signal, "SIGPIPE", 13))
+
+
+def _show_progress(args: argparse.Namespace) -> ProgressHandler | None:
+    """Progress lines on stderr (not with -q; with -v they come as INFO log lines instead)."""
+    logger = logging.getLogger(PROGRESS)
+    if args.quiet or args.verbose:
+        logger.propagate = True
+        return None
+    handler = ProgressHandler(sys.stderr)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    if handler.tty:
+        sys.stdout = ClearingStream(sys.stdout, handler)  # type: ignore[assignment]
+        sys.stderr = ClearingStream(sys.stderr, handler)  # type: ignore[assignment]
+    return handler
+
+
+def _stop_progress(handler: ProgressHandler | None, streams: tuple[Any, Any]) -> None:
+    if handler is None:
+        return
+    handler.close()
+    logger = logging.getLogger(PROGRESS)
+    logger.removeHandler(handler)
+    logger.propagate = True
+    logger.setLevel(logging.NOTSET)
+    sys.stdout, sys.stderr = streams
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -40,6 +40,11 @@ class MemoryLimitError(OptionsError):
     """A tensor asked for would need more memory than this machine has available."""
 
 
+class OutputError(OptionsError):
+    """An output path cannot be written: its folder is missing or takes no new files, it is a
+    folder where a file is asked for (or the other way round), or another process is writing it."""
+
+
 class FeedError(TrtBackendError):
     """Feeds or requested outputs do not fit the model (names, types, dtypes, shapes)."""
 
@@ -153,6 +158,7 @@ __all__ = [
     "NvrtcCompileError",
     "NvrtcUnavailableError",
     "OptionsError",
+    "OutputError",
     "ParserCrashError",
     "PlotError",
     "PrecisionError",

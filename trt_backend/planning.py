@@ -26,6 +26,7 @@ from partitioner.capability import CapabilityOracle, Verdict
 from partitioner.model import ModelSource, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
 from partitioner.qdq import rewrite_qdq
+from trt_backend._progress import progress
 from trt_backend.errors import ParserCrashError, TensorRTUnavailableError
 from trt_backend.ort.probe import learn_unknown_types
 from trt_backend.ort.sessions import max_ir_version
@@ -65,8 +66,12 @@ def plan_with_parser(model: ModelSource | Model, flavor: str, options: Partition
     """``plan_model`` with the shared parser oracle of ``flavor``, one caller at a time."""
     oracle = parser_oracle(flavor)
     loaded = load_normalized(model)
+    progress("planning %s: %d node(s)", loaded.source, len(loaded.proto.graph.node))
     with _oracle_lock:
-        return plan_model(loaded, oracle, options)
+        plan = plan_model(loaded, oracle, options)
+    progress("planned %s: %d segment(s) (%d TensorRT) after %d parser call(s)", loaded.source, len(plan.segments),
+             len(plan.tensorrt_segments()), plan.oracle_calls)
+    return plan
 
 
 def plan_for(source: ModelSource | Model, options: PartitionOptions | None = None, *, flavor: str = "auto",
@@ -113,6 +118,8 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
     except (pickle.PicklingError, AttributeError, TypeError) as e:
         raise TrtBackendError(f"these plugins cannot be sent to an isolated planner ({e}); "
                               "plan without isolation") from None
+    progress("planning %s: %d node(s), the TensorRT parser in a child process", model.source,
+             len(model.proto.graph.node))
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, serialize(model.proto, model.source), model.source, flavor, options,

@@ -33,6 +33,7 @@ import onnx
 from partitioner import Model, Plan
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
+from trt_backend._progress import progress
 from trt_backend.accuracy.localize import boundary_names, reference_with_boundaries
 from trt_backend.accuracy.numeric import tolerance_ratio
 from trt_backend.accuracy.options import DEFAULT_TOLERANCE, tolerance_value
@@ -358,7 +359,7 @@ class _Search:
 
     def note(self, line: str) -> None:
         self.log.append(line)
-        log.info("precision search: %s", line)
+        progress("precision search: %s", line)
 
     def run(self, start: float) -> PrecisionPlan:
         worst, _ = self.output_errors()  # fp32 (the session's own fp32 runners)

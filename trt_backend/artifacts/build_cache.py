@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,7 +24,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from partitioner.weights import data_files
-from trt_backend._files import swap_in_folder, write_atomic
+from trt_backend._files import new_folder, swap_in_folder, write_atomic
 from trt_backend._version import __version__
 from trt_backend.artifacts.read import MANIFEST
 from trt_backend.artifacts.seal import check_seal, seal
@@ -172,7 +171,7 @@ class BuildCache:
         parent = os.path.dirname(os.path.abspath(out_dir))
         tmp = None
         try:
-            tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
+            tmp = new_folder(parent, ".build-")
             for name in _files_of(manifest):
                 _place(os.path.join(entry, name), os.path.join(tmp, name), link=name.endswith(".engine"))
             manifest = seal({**manifest, **updates}, sign_key)
@@ -196,7 +195,7 @@ class BuildCache:
         tmp = None
         try:
             os.makedirs(self.root, exist_ok=True)
-            tmp = tempfile.mkdtemp(prefix=".entry-", dir=self.root)
+            tmp = new_folder(self.root, ".entry-")
             kept = seal({k: v for k, v in manifest.items() if k != "build_cache"})
             for name in _files_of(kept):
                 _place(os.path.join(folder, name), os.path.join(tmp, name), link=name.endswith(".engine"))

@@ -211,7 +211,7 @@ class OpenedBuild:
 # them (say them to ``trt-backend build`` instead). Field -> the CLI flag a user gave it with.
 BUILD_FIELDS = {"precision": "--precision", "keep_fp32_ops": "--keep-fp32-ops", "calibration_data": "--calibration-data",
                 "calibration_method": "--calibration-method", "precision_plan": "--precision-plan",
-                "workspace_bytes": "--workspace", "builder_optimization_level": "--builder-optimization-level",
+                "workspace_bytes": "--workspace-mb", "builder_optimization_level": "--builder-optimization-level",
                 "hardware_compatibility": "--hardware-compatibility", "compute_capabilities": "--compute-capabilities",
                 "max_aux_streams": "--max-aux-streams", "version_compatible": "--version-compatible",
                 "exclude_lean_runtime": "--include-lean-runtime", "timing_cache": "--timing-cache"}

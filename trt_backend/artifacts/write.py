@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -29,7 +28,13 @@ from partitioner.weights import (
     place_data_files,
     raw_nbytes,
 )
-from trt_backend._files import missing_parent, swap_in_folder, write_atomic
+from trt_backend._files import (
+    missing_parent,
+    new_folder,
+    output_lock,
+    swap_in_folder,
+    write_atomic,
+)
 from trt_backend._version import __version__
 from trt_backend.artifacts.build_cache import BuildCache
 from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE, sha256_bytes
@@ -37,6 +42,7 @@ from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.compiler import Compiled, compile
+from trt_backend.engines.builder import check_build_options
 from trt_backend.engines.report import BuildProgress
 from trt_backend.engines.targets import build_target, current_sm
 from trt_backend.errors import ArtifactError
@@ -72,7 +78,15 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str], profiles:
     if opts.flavor == "none":
         raise OptionsError("a build needs TensorRT: flavor 'none' plans everything on ONNX Runtime")
     flv = load_flavor(opts.flavor)
+    check_build_options(opts.build, flv)  # (before planning: a setting this TensorRT refuses is said at once)
     _check_out_dir(out_dir)
+    with output_lock(out_dir):  # (a second build into the same folder is refused, not lost)
+        return _build_locked(model, out_dir, profiles, opts, flv, key, progress)
+
+
+def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None,
+                  opts: SessionOptions, flv: Flavor, key: bytes | None, progress: BuildProgress | None
+                  ) -> dict[str, Any]:
     start = time.perf_counter()
     builds, build_key = _build_cache(model, profiles, opts, flv)
     if builds is not None and build_key is not None:
@@ -252,7 +266,7 @@ def _check_out_dir(out_dir: str) -> None:
         raise ArtifactError(f"{out_dir}: {problem}")
     parent = os.path.dirname(os.path.abspath(out_dir))
     try:  # (os.access says yes to root, also on read-only file systems: try it, before building)
-        os.rmdir(tempfile.mkdtemp(prefix=".build-probe-", dir=parent))
+        os.rmdir(new_folder(parent, ".build-probe-"))
     except OSError as e:
         raise ArtifactError(f"{out_dir}: cannot write in folder {parent} ({e.strerror or e})") from None
 
@@ -268,7 +282,7 @@ class _Stage:
         self.out_dir = out_dir
         parent = os.path.dirname(os.path.abspath(out_dir))
         try:
-            self.tmp: str | None = tempfile.mkdtemp(prefix=".build-", dir=parent)
+            self.tmp: str | None = new_folder(parent, ".build-")
         except OSError as e:
             raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
         self.model = model

@@ -3,11 +3,13 @@ only by added keys), a terminal table and a PNG of the latency distribution per 
 from __future__ import annotations
 
 import inspect
+import io
 import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from trt_backend._files import write_atomic
 from trt_backend.bench.stats import PERCENTILE_DEFINITION, LatencyStats
 from trt_backend.errors import PlotError
 
@@ -187,8 +189,10 @@ def write_plot(result: BenchResult, path: str) -> None:
         bx.invert_yaxis()
         bx.set_xlabel(f"{ours.name}: mean ms per segment")
     fig.tight_layout(rect=(0, (foot + 0.05) / fig.get_figheight() if missing else 0, 1, 1))
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     try:
-        fig.savefig(path, format="png", dpi=110)
+        write_atomic(path, png.getvalue())  # (never half a picture)
     except OSError as e:
         raise PlotError(f"--plot {path}: cannot write: {e.strerror or e}") from None
 

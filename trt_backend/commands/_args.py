@@ -11,12 +11,39 @@ from typing import Any
 from partitioner import BoundaryCost, OptionsError, PartitionOptions
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from plugins import default_registry
+from trt_backend._files import output_problem
+from trt_backend.engines.builder import HARDWARE_LEVELS
 from trt_backend.engines.calibration import CALIBRATION_METHODS
 from trt_backend.engines.precision import PRECISIONS, validate_precision
+from trt_backend.errors import OutputError
 from trt_backend.ort.options import THREAD_POOLS, OrtOptions
 from trt_backend.ort.values import parse_size
 from trt_backend.profiles import Shape
 from trt_backend.session.options import SessionOptions
+
+# Every flag that names something a command writes: its argparse dest -> (flag, what it is: a
+# "file", a "folder" replaced or filled whole, a "tree" (a folder made with its parents), or
+# "either"). The CLI checks them all before a command starts (:func:`check_output_paths`), so
+# no run ends in "cannot write".
+OUTPUT_PATHS: dict[str, tuple[str, str]] = {
+    "json": ("--json", "file"), "outputs": ("--outputs", "file"), "picture": ("--picture", "file"),
+    "annotated": ("--annotated", "file"), "plan_json": ("--plan-json", "file"), "plot": ("--plot", "file"),
+    "report": ("--report", "file"), "timing_cache": ("--timing-cache", "file"),
+    "save_outputs": ("--save-outputs", "either"),
+    "export_segments": ("--export-segments", "folder"), "output": ("-o", "folder"), "out": ("--out", "tree"),
+}
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """One OutputError for the first output path of ``args`` that cannot be written (its folder
+    missing or taking no new files, a folder given for a file or the other way round)."""
+    for dest, (flag, kind) in OUTPUT_PATHS.items():
+        path = getattr(args, dest, None)
+        if not isinstance(path, str) or not path:
+            continue
+        problem = output_problem(path, folder=kind in ("folder", "tree"), make_parents=kind == "tree")
+        if problem and not (kind == "either" and problem in ("is a folder", "exists and is not a folder")):
+            raise OutputError(f"cannot write {flag} {path}: {problem}")
 
 
 def split_list(value: str) -> tuple[str, ...]:
@@ -107,10 +134,68 @@ BUILD_FLAGS: dict[str, tuple[Any, str]] = {
     "precision": ("fp32", "--precision"), "calibration_data": (None, "--calibration-data"),
     "calibration_method": ("minmax", "--calibration-method"), "precision_plan": (None, "--precision-plan"),
     "allow": (("fp16", "bf16", "int8"), "--allow"), "compute_capabilities": (None, "--compute-capabilities"),
-    "workspace_mb": (None, "--workspace-mb"),
+    "workspace_mb": (None, "--workspace-mb"), "builder_optimization_level": (None, "--builder-optimization-level"),
+    "max_aux_streams": (None, "--max-aux-streams"), "timing_cache": (None, "--timing-cache"),
+    "hardware_compatibility": ("none", "--hardware-compatibility"), "version_compatible": (False, "--version-compatible"),
+    "include_lean_runtime": (False, "--include-lean-runtime"),
     "min_shapes": ([], "--min-shapes"), "opt_shapes": ([], "--opt-shapes"), "max_shapes": ([], "--max-shapes"),
     "saved_plan": (None, "--saved-plan"),
 }
+
+
+def add_builder_arguments(p: argparse.ArgumentParser) -> None:
+    """The TensorRT builder knobs trtexec users reach for (each a :class:`BuildOptions` field;
+    :func:`builder_fields` reads them)."""
+    g = p.add_argument_group("TensorRT builder")
+    g.add_argument("--workspace-mb", type=int, default=None, metavar="MB",
+                   help="workspace memory pool limit (trtexec --memPoolSize=workspace:MB)")
+    g.add_argument("--builder-optimization-level", type=int, default=None, metavar="0..5",
+                   help="how long the builder searches for faster kernels (trtexec --builderOptimizationLevel; "
+                        "TensorRT's default 3)")
+    g.add_argument("--max-aux-streams", type=int, default=None, metavar="N",
+                   help="auxiliary streams an engine may run layers on in parallel (trtexec --maxAuxStreams)")
+    g.add_argument("--timing-cache", default=None, metavar="FILE",
+                   help="kernel timing cache: read, then saved merged (trtexec --timingCacheFile; full TensorRT "
+                        "only: TensorRT-RTX has none)")
+    g.add_argument("--hardware-compatibility", choices=HARDWARE_LEVELS, default="none",
+                   help="engines that run on other GPUs than the one building them (trtexec --hardwareCompatibilityLevel)")
+    g.add_argument("--version-compatible", action="store_true",
+                   help="engines later TensorRT versions can run (trtexec --versionCompatible)")
+    g.add_argument("--include-lean-runtime", action="store_true",
+                   help="with --version-compatible: embed the lean runtime in each engine (host code: loading it "
+                        "then needs allow_host_code); default: excluded (trtexec --excludeLeanRuntime)")
+    g.add_argument("--compute-capabilities", default=None, metavar="SM80,SM86",
+                   help="TensorRT-RTX: GPUs to build for ahead of time (default: the builder's choice)")
+
+
+def builder_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """BuildOptions fields of the flags :func:`add_builder_arguments` adds, checked in one
+    OptionsError naming the flag."""
+    fields: dict[str, Any] = {}
+    if args.workspace_mb is not None:
+        if args.workspace_mb < 0:
+            raise OptionsError(f"--workspace-mb must be 0 or more, got {args.workspace_mb}")
+        fields["workspace_bytes"] = args.workspace_mb << 20
+    if args.builder_optimization_level is not None:
+        if args.builder_optimization_level not in range(6):
+            raise OptionsError(f"--builder-optimization-level must be 0..5, got {args.builder_optimization_level}")
+        fields["builder_optimization_level"] = args.builder_optimization_level
+    if args.max_aux_streams is not None:
+        if args.max_aux_streams < 0:
+            raise OptionsError(f"--max-aux-streams must be 0 or more, got {args.max_aux_streams}")
+        fields["max_aux_streams"] = args.max_aux_streams
+    if args.timing_cache:
+        fields["timing_cache"] = args.timing_cache
+    if args.hardware_compatibility != "none":
+        fields["hardware_compatibility"] = args.hardware_compatibility
+    if args.include_lean_runtime and not args.version_compatible:
+        raise OptionsError("--include-lean-runtime applies to version-compatible engines: add --version-compatible")
+    if args.version_compatible:
+        fields["version_compatible"] = True
+        fields["exclude_lean_runtime"] = not args.include_lean_runtime
+    if args.compute_capabilities:
+        fields["compute_capabilities"] = tuple(c.strip() for c in args.compute_capabilities.split(",") if c.strip())
+    return fields
 
 
 def refuse_build_flags(args: argparse.Namespace, folder: str, allow: tuple[str, ...] = ()) -> None:

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
+import json
+from collections.abc import Mapping
 from typing import Any
 
-from partitioner import OptionsError
+from trt_backend._files import write_atomic
 from trt_backend.artifacts.write import build
 from trt_backend.commands._args import (
+    add_builder_arguments,
     add_device_argument,
     add_memory_argument,
     add_partition_arguments,
     add_precision_arguments,
     add_shape_arguments,
     add_sign_key_argument,
+    builder_fields,
     cli_profiles,
     max_memory,
     session_options,
@@ -25,7 +28,7 @@ from trt_backend.commands._precision import (
     build_fields,
     options_with,
 )
-from trt_backend.engines.report import BuildEvent
+from trt_backend.engines.report import demotion_lines, group_demotions
 from trt_backend.ort.values import memory_limit
 from trt_backend.session.feeds import read_feeds
 
@@ -36,7 +39,11 @@ def register(p: argparse.ArgumentParser) -> None:
                    "(TensorRT-RTX builds ahead of time on a machine without a GPU) and write "
                    "DIR/manifest.json, the segment models and the engines.")
     p.add_argument("model", help="ONNX model file")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write (replaced atomically)")
+    p.add_argument("-o", "--output", required=True, metavar="DIR",
+                   help="folder to write (replaced atomically; a second build into it meanwhile is refused)")
+    p.add_argument("--report", metavar="FILE.json", default=None,
+                   help="write what was built as JSON: per segment precision, seconds, engine bytes; demotions "
+                        "with their reasons")
     add_shape_arguments(p, "build for")
     add_precision_arguments(p)
     add_auto_arguments(p)
@@ -45,19 +52,12 @@ def register(p: argparse.ArgumentParser) -> None:
                         "first batches, else seeded random data)")
     p.add_argument("--cache-dir", metavar="DIR", help="engine and build cache: the same model file built with the same options is a copy of the "
                         "earlier folder (DIR/builds); otherwise unchanged segments are not rebuilt")
-    p.add_argument("--workspace-mb", type=int, default=None, metavar="MB", help="builder workspace limit")
-    p.add_argument("--compute-capabilities", default=None, metavar="SM80,SM86",
-                   help="TensorRT-RTX: GPUs to build for ahead of time (default: the builder's choice)")
+    add_builder_arguments(p)
     add_device_argument(p)
     add_memory_argument(p)
     add_sign_key_argument(p, signs=True)
     add_partition_arguments(p)
     p.set_defaults(func=handle)
-
-
-def _progress(e: BuildEvent) -> None:
-    """One line per finished segment on stderr: builds of big models take minutes."""
-    print(f"  [{e.done}/{e.total}] segment {e.segment} {e.status} in {e.seconds:.2f} s", file=sys.stderr, flush=True)
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -68,16 +68,11 @@ def handle(args: argparse.Namespace) -> int:
 def _handle(args: argparse.Namespace) -> int:
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     so = session_options(args)
+    builder = builder_fields(args)  # (checked before a precision search, which can take minutes)
     feeds = read_feeds(args.inputs) if args.inputs else None
-    kw: dict[str, Any] = build_fields(args, args.model, profiles or None, so, feeds)
-    if args.workspace_mb is not None:
-        if args.workspace_mb <= 0:
-            raise OptionsError(f"--workspace-mb must be positive, got {args.workspace_mb}")
-        kw["workspace_bytes"] = args.workspace_mb << 20
-    if args.compute_capabilities:
-        kw["compute_capabilities"] = tuple(c.strip() for c in args.compute_capabilities.split(",") if c.strip())
+    kw: dict[str, Any] = {**build_fields(args, args.model, profiles or None, so, feeds), **builder}
     options = dataclasses.replace(options_with(so, kw), cache_dir=args.cache_dir)
-    manifest = build(args.model, args.output, profiles or None, options, progress=_progress)
+    manifest = build(args.model, args.output, profiles or None, options)
     segs = manifest["segments"]
     engines = [s for s in segs if s["engine"]]
     cached = " (a copy of an earlier build: build cache hit)" if manifest.get("build_cache", {}).get("hit") else ""
@@ -88,8 +83,36 @@ def _handle(args: argparse.Namespace) -> int:
                 if s["engine"] else "runs in ONNX Runtime")
         precision = f" {s['precision']}" if s.get("precision") else ""
         print(f"  segment {s['id']}: {s['backend']:<11}{precision} {s['model']}  {what}")
-    for d in manifest["demoted"]:
-        print(f"  demoted node {d['node']} '{d['name']}' ({d['op_type']}): {d['reason']}")
+    for line in demotion_lines(manifest.get("demoted") or (), verbose=bool(args.verbose)):
+        print("  " + line)
     signed = ", signed with HMAC-SHA256" if "signature" in manifest else ""
     print(f"wrote {args.output}/manifest.json (digest {manifest['digest'][:19]}...{signed})")
+    if args.report:
+        write_atomic(args.report, json.dumps(build_report(manifest, args.output), indent=1) + "\n")
+        print(f"wrote {args.report}")
     return 0
+
+
+def build_report(manifest: Mapping[str, Any], folder: str) -> dict[str, Any]:
+    """What a build made, for ``--report``: per segment its backend, node count, precision,
+    build seconds and engine bytes (and nodes kept fp32), and the demotions grouped by segment
+    with their reasons."""
+    planned = {int(s["id"]): s for s in manifest["plan"]["segments"]}
+    segments = []
+    for s in manifest["segments"]:
+        seg = planned.get(int(s["id"]), {})
+        entry: dict[str, Any] = {"id": s["id"], "backend": s["backend"], "nodes": len(seg.get("nodes", ())),
+                                 "model": s["model"]}
+        if s.get("engine"):
+            entry.update(precision=s.get("precision"), seconds=s.get("build_seconds"), engine=s["engine"],
+                         engine_bytes=s.get("engine_bytes"), engine_sha256=s.get("engine_sha256"),
+                         pinned=list(s.get("pinned") or ()))
+        segments.append(entry)
+    demoted = [{"round": g.round, "segment": g.segment, "reason": g.reason,
+                "nodes": [{"node": d.get("node"), "name": d.get("name"), "op_type": d.get("op_type")} for d in g.nodes]}
+               for g in group_demotions(manifest.get("demoted") or ())]
+    return {"folder": folder, "model": manifest.get("model"), "tensorrt": manifest.get("tensorrt"),
+            "gpu_target": manifest.get("gpu_target"), "seconds": manifest.get("build_seconds"),
+            "build_cache_hit": bool(manifest.get("build_cache", {}).get("hit")),
+            "precision": manifest.get("build", {}).get("summary"), "build_options": manifest.get("build_options"),
+            "manifest_digest": manifest.get("digest"), "segments": segments, "demoted": demoted}

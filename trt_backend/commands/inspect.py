@@ -7,12 +7,17 @@ import html
 import json
 import os
 import shutil
-import tempfile
+from typing import Any
 
 from partitioner import OptionsError, Plan
 from partitioner.picture import render_picture
 from partitioner.report import annotate, summary, table
-from trt_backend._files import save_model_with_data, write_atomic, write_picture
+from trt_backend._files import (
+    new_folder,
+    save_model_with_data,
+    write_atomic,
+    write_picture,
+)
 from trt_backend.artifacts.read import (
     BuiltFolder,
     is_build_folder,
@@ -31,6 +36,7 @@ from trt_backend.engines.precision_plan import (
     SegmentPrecision,
     read_precision_plan,
 )
+from trt_backend.engines.report import demotion_lines
 from trt_backend.gpu.status import tensorrt_status
 from trt_backend.planning import make_plan
 
@@ -53,25 +59,17 @@ def register(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=handle)
 
 
-def check_output_paths(args: argparse.Namespace) -> None:
-    """Fail before planning, not after, on outputs that cannot be written."""
-    for flag, path in (("--json", args.json), ("--annotated", args.annotated), ("--picture", args.picture)):
-        if path:
-            folder = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(folder):
-                raise OptionsError(f"{flag} {path}: folder {folder} does not exist")
-            if os.path.isdir(path):
-                raise OptionsError(f"{flag} {path}: is a directory")
+def check_picture_name(args: argparse.Namespace) -> None:
+    """Fail before planning on a picture name that says no format (the CLI checks that every
+    output path can be written before any command starts)."""
     if args.picture and not args.picture.lower().endswith((".svg", ".html", ".htm")):
         raise OptionsError(f"--picture {args.picture}: use a .svg or .html file name")
-    if args.export_segments and os.path.exists(args.export_segments) and not os.path.isdir(args.export_segments):
-        raise OptionsError(f"--export-segments {args.export_segments}: exists and is not a directory")
 
 
 def export_segments(plan: Plan, folder: str) -> list[str]:
     """Write every segment model; into a fresh temp folder renamed into place when ``folder`` is new."""
     fresh = not os.path.exists(folder)
-    target = tempfile.mkdtemp(prefix=".segments-", dir=os.path.dirname(os.path.abspath(folder))) if fresh else folder
+    target = new_folder(os.path.dirname(os.path.abspath(folder)), ".segments-") if fresh else folder
     written = []
     weights = plan.model.base_dir if plan.model is not None else None
     try:
@@ -124,7 +122,21 @@ def _here(manifest: dict[str, object]) -> str:
         f"same TensorRT and GPU target, but {why}: its TensorRT segments run emulated here"
 
 
-def folder_report(built: BuiltFolder, folder: str) -> str:
+def _builder_line(opts: dict[str, Any]) -> list[str]:
+    """The builder settings a folder was built with beyond the defaults, in one line (or none)."""
+    said = []
+    if opts.get("optimization_level") is not None:
+        said.append(f"optimisation level {opts['optimization_level']}")
+    if opts.get("max_aux_streams") is not None:
+        said.append(f"auxiliary streams {opts['max_aux_streams']}")
+    if opts.get("hardware_compatibility", "none") != "none":
+        said.append(f"hardware compatibility {opts['hardware_compatibility']}")
+    if opts.get("version_compatible"):
+        said.append("version compatible" + ("" if opts.get("exclude_lean_runtime", True) else ", lean runtime included"))
+    return ["builder: " + ", ".join(said)] if said else []
+
+
+def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str:
     """A build folder as built: header (digest, signature, TensorRT, GPU target, build options),
     the plan's segment table, each TensorRT segment's profiles and each engine."""
     m = built.manifest
@@ -136,6 +148,7 @@ def folder_report(built: BuiltFolder, folder: str) -> str:
              + f" | trt-backend {m.get('trt_backend')} | from {m.get('model')}",
              f"engines for {m.get('tensorrt')} | GPU target {m.get('gpu_target')} (compute capabilities: {caps}) | "
              f"precision {opts.get('precision')} | workspace {workspace} | built in {m.get('build_seconds')} s",
+             *_builder_line(opts),
              f"this machine: {_here(m)}", ""]
     lines.append(summary(built.plan).rstrip("\n"))
     lines += ["", "Profiles of TensorRT segments (min / opt / max)"]
@@ -152,19 +165,18 @@ def folder_report(built: BuiltFolder, folder: str) -> str:
     lines += ["", "Engines"]
     lines += table(("segment", "file", "bytes", "build s", "sha256"), engines, (True, False, True, True, False)) \
         if engines else ["  none"]
-    for d in m.get("demoted") or ():
-        lines.append(f"  demoted node {d.get('node')} '{d.get('name')}' ({d.get('op_type')}): {d.get('reason')}")
+    lines += ["  " + line for line in demotion_lines(m.get("demoted") or (), verbose=verbose)]
     return "\n".join(lines) + "\n"
 
 
 def handle(args: argparse.Namespace) -> int:
-    check_output_paths(args)
+    check_picture_name(args)
     precision = read_precision_plan(args.precision_plan) if args.precision_plan else None
     if is_build_folder(args.model):
         refuse_build_flags(args, os.fspath(args.model), allow=("precision_plan",))
         built = open_folder(args.model, executes=False, sign_key=read_sign_key(args.sign_key))
         plan: Plan = built.plan
-        print(folder_report(built, os.fspath(args.model)))
+        print(folder_report(built, os.fspath(args.model), verbose=bool(args.verbose)))
     else:
         plan = make_plan(args.model, partition_options(args), flavor=args.flavor, isolate=args.isolate)
         print(summary(plan))

@@ -6,6 +6,7 @@ import argparse
 import io
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,23 @@ def stats_line(value: Any) -> str:
         a = arr.astype(np.float64)
         text += f"  min {a.min():.6g} max {a.max():.6g} mean {a.mean():.6g}"
     return text
+
+
+TENSORS_WIDTH = 60  # characters of boundary tensor names shown per side of a segment
+
+
+def tensor_list(names: Sequence[str], verbose: bool | int = False, width: int = TENSORS_WIDTH) -> tuple[str, bool]:
+    """``names`` joined, or, when longer than ``width`` (and not ``verbose``), the first few and
+    how many more; and whether it was cut."""
+    text = ", ".join(names)
+    if verbose or len(text) <= width:
+        return text, False
+    shown: list[str] = []
+    for name in names:
+        if shown and len(", ".join(shown + [name])) > width - 24:
+            break
+        shown.append(name)
+    return f"{', '.join(shown)}, … {len(names) - len(shown)} more ({len(names)} tensors)", True
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -118,8 +136,14 @@ def _handle(args: argparse.Namespace) -> int:
     plan = sess.plan
     print(f"model {args.model} | TensorRT target {plan.tensorrt or 'none'} | {len(plan.nodes)} nodes | "
           f"{len(plan.segments)} segment(s) | session made in {made:.3f} s")
-    for line in sess.summary():
-        print("  " + line)
+    cut = False
+    for seg, executor in zip(plan.segments, sess.segment_executors):
+        ins, cut_in = tensor_list(seg.inputs, args.verbose)
+        outs, cut_out = tensor_list(seg.outputs, args.verbose)
+        cut = cut or cut_in or cut_out
+        print(f"  segment {seg.id}: {seg.backend:<11} executor {executor:<11} {len(seg.nodes):>5} node(s)  {ins} -> {outs}")
+    if cut:
+        print("  (boundary tensors cut short; -v lists them all)")
     if sess.emulated_precisions:
         print("  emulated in: " + ", ".join(f"segment {k} {p}" for k, p in sess.emulated_precisions.items()))
     start = time.perf_counter()

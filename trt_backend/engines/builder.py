@@ -407,6 +407,8 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
             source = names_from or model
             blamed = _blame(source, errors)
             raise SegmentBuildError("build", blamed, message, [source.graph.node[k].name for k in blamed])
+        for message in errors:  # (captured, and not reported by a failure: say them here)
+            log.warning("%s: TensorRT built the engine but reported: %s", model.graph.name, message)
         if cache is not None:
             timing.merge(config, cache)
         layers = int(network.num_layers)
@@ -438,6 +440,18 @@ def _blame(model: onnx.ModelProto, errors: Sequence[str]) -> list[int]:
         if node.name and re.search(r"(?<![\w/.])" + re.escape(node.name) + r"(?![\w])", text):
             found.append(k)
     return found
+
+
+def check_build_options(options: BuildOptions, flavor: Flavor) -> None:
+    """OptionsError, before any build, for a builder setting ``flavor`` does not take (it would
+    otherwise fail, or be ignored with a warning, once per segment)."""
+    if options.hardware_compatibility != "none" and flavor.is_rtx:
+        raise OptionsError(f"hardware compatibility '{options.hardware_compatibility}' is a full TensorRT option; "
+                           f"{flavor.target} ignores it (its engines run on the compute capabilities they are built "
+                           "for: give those instead)")
+    if options.compute_capabilities and not flavor.has("IBuilderConfig.set_compute_capability"):
+        raise OptionsError(f"{flavor.target} builds for the GPU it runs on; compute capabilities are a "
+                           "TensorRT-RTX option (use hardware compatibility for portable engines)")
 
 
 def configure(config: Any, options: BuildOptions, flavor: Flavor) -> None:

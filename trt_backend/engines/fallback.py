@@ -16,6 +16,7 @@ from partitioner import DEFAULT_MIN_SEGMENT_SIZE, Plan, Segment, Verdict, build_
 from partitioner.cost import BoundaryCost
 from partitioner.errors import OptionsError
 from plugins import default_registry, register_with, rewrite_for_engine
+from trt_backend import _progress
 from trt_backend.engines.builder import (
     BuildOptions,
     HeldWeights,
@@ -24,6 +25,7 @@ from trt_backend.engines.builder import (
     SegmentEngine,
     SegmentProfiles,
     by_reference,
+    check_build_options,
     compile_segment,
     key_material,
     segment_ranges,
@@ -82,6 +84,7 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
         raise OptionsError("this plan was read from JSON without its model; plan the model again")
     options = options or BuildOptions()
     fl = _flavor(flavor)
+    check_build_options(options, fl)
     start = time.perf_counter()
     memo: Memo = {}
     pool = _profile_pool(plan, profiles)
@@ -102,8 +105,10 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
             for i in blamed:
                 verdicts[i] = Verdict("onnxruntime", reason)
                 node = plan.nodes[i]
-                demoted.append(Demotion(i, node.name, node.op_type, reason, rounds))
+                demoted.append(Demotion(i, node.name, node.op_type, reason, rounds, seg.id))
             log.info("segment %d: %d node(s) go to ONNX Runtime (round %d)", seg.id, len(blamed), rounds)
+        _progress.progress("round %d: %d segment(s) refused by TensorRT, their nodes go to ONNX Runtime; planning "
+                           "again", rounds, len(result.report.failures))
         plan = build_plan(plan.model, verdicts, plan.tensorrt, min_segment_size, target=plan.target,
                           cost=boundary_cost)
     report = result.report
@@ -195,7 +200,10 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
         key = cache_key(key_material(model, ranges, options, flavor, target, weights_dir=weights_dir,
                                      with_weights=cache is not None, weights=held))  # (no cache: this build's memo)
         jobs.append((seg, model, ranges, key))
-    with ThreadPoolExecutor(max_workers=max(1, min(options.workers(), len(jobs)))) as pool:
+    workers = max(1, min(options.workers(), len(jobs)))
+    if jobs:
+        _progress.progress("building %d engine(s) with %s (%d at a time)", len(jobs), flavor.target, workers)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         futures: dict[Future[tuple[bytes, dict[str, Any], bool]], tuple[Segment, str]] = {}
         for seg, model, ranges, key in jobs:
             fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing, weights_dir, quantize,
@@ -228,9 +236,11 @@ def _drain(futures: dict[Future[Any], tuple[Segment, str]], pending: set[Future[
             seg, key = futures[fut]
             _collect(fut, seg, key, plan, report, engines)
             finished += 1
+            row = next((r for r in report.segments if r.segment == seg.id), None)
+            status = "failed" if row is None else "cached" if row.cached else "built"
+            _progress.progress("engine %d/%d: segment %d %s in %.2f s", finished, len(futures), seg.id,
+                               "loaded from the cache" if status == "cached" else status, row.seconds if row else 0.0)
             if progress is not None:
-                row = next((r for r in report.segments if r.segment == seg.id), None)
-                status = "failed" if row is None else "cached" if row.cached else "built"
                 progress(BuildEvent(seg.id, status, finished, len(futures), row.seconds if row else 0.0))
 
 
@@ -286,7 +296,7 @@ def _timing_cache(options: BuildOptions, flavor: Flavor) -> TimingCacheFile | No
     if options.timing_cache is None:
         return None
     if flavor.is_rtx:
-        log.info("timing cache %s ignored: timing caches are no-ops in TensorRT-RTX", options.timing_cache)
+        log.warning("timing cache %s ignored: timing caches are no-ops in TensorRT-RTX", options.timing_cache)
         return None
     if not flavor.has("IBuilderConfig.create_timing_cache"):
         log.warning("%s has no timing cache API; %s ignored", flavor.target, options.timing_cache)

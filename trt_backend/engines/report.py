@@ -1,7 +1,8 @@
 """What a build did: per-segment rows, failures, demotions, progress events (plain data)."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -37,13 +38,73 @@ class SegmentFailure:
 
 @dataclass(frozen=True)
 class Demotion:
-    """A node sent back to ONNX Runtime after a failed build, and why."""
+    """A node sent back to ONNX Runtime after a failed build, and why; ``segment`` is the id
+    of the segment it was in, in the plan of that round."""
 
     node: int
     name: str
     op_type: str
     reason: str
     round: int
+    segment: int | None = None
+
+
+@dataclass(frozen=True)
+class DemotionGroup:
+    """The nodes one failed segment sent back to ONNX Runtime in one round, with the one reason
+    TensorRT gave (as a manifest's ``demoted`` entries hold them: dicts of :class:`Demotion`)."""
+
+    round: int
+    segment: int | None  # (None: a manifest written before demotions named their segment)
+    reason: str
+    nodes: tuple[Mapping[str, Any], ...]
+
+    def ops(self, width: int = 60) -> str:
+        """``Conv x26, Relu x26, Concat x8 …`` of the group's nodes, cut to ``width``."""
+        counts = sorted(Counter(str(d.get("op_type")) for d in self.nodes).items(), key=lambda kv: (-kv[1], kv[0]))
+        text = ""
+        for op, n in counts:
+            part = f"{op} x{n}"
+            if text and len(text) + len(part) + 4 > width:
+                return text + " …"
+            text = f"{text}, {part}" if text else part
+        return text
+
+    def line(self) -> str:
+        """One line: where the nodes were, how many of which ops, and the reason, once."""
+        where = f"segment {self.segment}" if self.segment is not None else "a segment"
+        count = len(self.nodes)
+        return (f"demoted {count} node{'s' if count != 1 else ''} of {where} (round {self.round}: {self.ops()}) to "
+                f"ONNX Runtime: {self.reason}")
+
+    def node_lines(self) -> list[str]:
+        """One line per node (``--verbose``)."""
+        return [f"node {d.get('node')} '{d.get('name')}' ({d.get('op_type')})" for d in self.nodes]
+
+
+def group_demotions(demoted: Sequence[Mapping[str, Any]]) -> list[DemotionGroup]:
+    """Demotions (dicts of :class:`Demotion`) grouped by round, segment and reason, in the order
+    they happened."""
+    groups: dict[tuple[int, int | None, str], list[Mapping[str, Any]]] = {}
+    for d in demoted:
+        key = (int(d.get("round") or 1), d.get("segment"), str(d.get("reason") or ""))
+        groups.setdefault(key, []).append(d)
+    return [DemotionGroup(r, seg, reason, tuple(nodes)) for (r, seg, reason), nodes in groups.items()]
+
+
+def demotion_lines(demoted: Sequence[Mapping[str, Any]], verbose: bool = False) -> list[str]:
+    """One line per segment TensorRT refused (per round), its reason once; ``verbose`` lists
+    every node under it."""
+    lines = []
+    groups = group_demotions(demoted)
+    for g in groups:
+        lines.append(g.line())
+        if verbose:
+            lines += ["  " + n for n in g.node_lines()]
+    if groups and not verbose:
+        lines.append(f"({sum(len(g.nodes) for g in groups)} demoted node(s) in all; -v lists them)")
+    return lines
+
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import onnx
 
 from partitioner import Segment
 from partitioner.errors import OptionsError
+from trt_backend._files import follow_umask
 from trt_backend.errors import ExportError
 from trt_backend.export.batching import check_batching
 from trt_backend.export.observe import learn_ranks
@@ -371,6 +372,9 @@ def _onnx_file(where: str, filename: str, proto: onnx.ModelProto, external: bool
             target, location = path, os.path.basename(path) + ".data"
         onnx.save_model(copy, target, save_as_external_data=True, all_tensors_to_one_file=True, location=location,
                         size_threshold=1024)
+        data = os.path.join(os.path.dirname(target), location)
+        if os.path.exists(data):  # (none when every weight is small)
+            follow_umask(data)  # (ONNX writes its data files 0600)
 
     if as_folder:
         return RepoFile(f"{where}/{filename}", write=write, folder=True,

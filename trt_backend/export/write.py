@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 
-from trt_backend._files import missing_parent, swap_in_folder
+from trt_backend._files import missing_parent, new_folder, output_lock, swap_in_folder
 from trt_backend.errors import ExportError
 from trt_backend.export.repo import TritonRepo
 
@@ -28,12 +27,15 @@ def write_repo(repo: TritonRepo, out_dir: str, *, force: bool = False) -> None:
     half a repository. A non-empty ``out_dir`` is replaced only with ``force``."""
     check_out_dir(out_dir, force)
     parent = os.path.dirname(os.path.abspath(out_dir))
-    tmp = tempfile.mkdtemp(prefix=".triton-", dir=parent)
-    try:
-        for f in repo.files():
-            f.write_to(tmp)
-        os.chmod(tmp, 0o755)
-        swap_in_folder(tmp, out_dir)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ExportError(f"cannot write {out_dir}: {e.strerror or e}") from None
+    with output_lock(out_dir):
+        try:
+            tmp = new_folder(parent, ".triton-")
+        except OSError as e:
+            raise ExportError(f"cannot write {out_dir}: {e.strerror or e}") from None
+        try:
+            for f in repo.files():
+                f.write_to(tmp)
+            swap_in_folder(tmp, out_dir)
+        except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise ExportError(f"cannot write {out_dir}: {e.strerror or e}") from None

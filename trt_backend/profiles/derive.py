@@ -13,6 +13,7 @@ import onnx
 
 from partitioner import Model, Plan, Segment
 from partitioner.errors import TrtBackendError
+from trt_backend._progress import progress
 from trt_backend.errors import CalibrationError
 from trt_backend.ort.values import random_array
 from trt_backend.profiles.bounds import Bound, DimBounds
@@ -190,6 +191,7 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
     run at opt shapes with other data finds dims that depend on the data; for outputs of
     NonMaxSuppression, NonZero, Compress and Unique their max is the op's bound."""
     log.info("%s: calibrating profiles of %d segment input(s) with ONNX Runtime", model.source, len(names))
+    total = 3 * len(input_profiles)
     bounded = _bounded(model, names)
     fetch = list(dict.fromkeys(list(names) + [n for _, _, ins in bounded.values() for n in ins if n]))
     run = make_runner(fetch)
@@ -221,6 +223,8 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
         runs: list[dict[str, Any]] = []
         for which in range(3):
             want = {n: (tp.min, tp.opt, tp.max)[which] for n, tp in prof.items()}
+            progress("calibrating %d segment input(s): run %d/%d (profile %d %s shapes)", len(names),
+                     3 * k + which + 1, total, k, stages[which])
             sample = next((s for s in samples if all(shapes(s).get(n, w) == w for n, w in want.items())), None)
             runs.append(record(sample if sample is not None else random_feeds(want),
                                f"profile {k} {stages[which]} shapes"))

@@ -95,19 +95,33 @@ def complete_profiles(profiles: list[Profile], inputs: Sequence[NodeArg], *, req
     for k, prof in enumerate(profiles):
         full = dict(static)
         full.update(prof)
-        if required:
-            for arg in dynamic:
-                if arg.name not in full:
-                    raise MissingProfileError(_missing_message(arg, k, len(profiles)))
+        missing = [arg for arg in dynamic if arg.name not in full] if required else []
+        if missing:
+            raise MissingProfileError(_missing_message(missing, k, len(profiles)))
         done.append(full)
     return done
 
 
-def _missing_message(arg: NodeArg, k: int, count: int) -> str:
-    example = tuple(d if isinstance(d, int) else 1 for d in arg.shape) if arg.rank is not None else (1,)
-    cli = f"{arg.name}:{'x'.join(str(d) for d in example)}"
+def _example(arg: NodeArg) -> tuple[int, ...]:
+    """A shape for ``arg`` with every dim the model leaves open set to 1."""
+    return tuple(d if isinstance(d, int) else 1 for d in arg.shape) if arg.rank is not None else (1,)
+
+
+def _missing_message(missing: Sequence[NodeArg], k: int, count: int) -> str:
+    """Every dynamic input a profile lacks, in one message, with a ``--shapes`` line to paste."""
+    def shape(arg: NodeArg) -> str:
+        return str(list(arg.shape)) if arg.rank is not None else "(unknown rank)"
+
     where = "no profile gives one" if count <= 1 else f"profile {k} gives none"
-    return (f"input '{arg.name}' has dynamic shape {list(arg.shape) if arg.rank is not None else '(unknown rank)'} "
-            f"and {where}; pass profiles=[{{'{arg.name}': (min_shape, opt_shape, max_shape)}}], "
-            f"e.g. {{'{arg.name}': ({example}, {example}, {example})}} "
-            f"(CLI: --shapes {cli}, or a range with --min-shapes/--opt-shapes/--max-shapes)")
+    cli = ",".join(f"{a.name}:{'x'.join(str(d) for d in _example(a))}" for a in missing)
+    python = ", ".join(f"'{a.name}': (min_shape, opt_shape, max_shape)" for a in missing)
+    ex = _example(missing[0])
+    if len(missing) == 1:
+        arg = missing[0]
+        return (f"input '{arg.name}' has dynamic shape {shape(arg)} and {where}; pass profiles=[{{{python}}}], "
+                f"e.g. {{'{arg.name}': ({ex}, {ex}, {ex})}} "
+                f"(CLI: --shapes {cli}, or a range with --min-shapes/--opt-shapes/--max-shapes)")
+    listed = ", ".join(f"'{a.name}' {shape(a)}" for a in missing)
+    return (f"{len(missing)} inputs have dynamic shapes and {where}: {listed}; CLI: --shapes {cli} (dims the model "
+            f"leaves open set to 1; a range with --min-shapes/--opt-shapes/--max-shapes); Python: "
+            f"profiles=[{{{python}}}]")

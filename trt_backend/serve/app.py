@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import logging
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -19,6 +21,13 @@ import numpy as np
 
 from trt_backend.artifacts.read import is_build_folder
 from trt_backend.errors import RequestError, ServeError, TrtBackendError
+from trt_backend.planning import load_normalized, plan_for
+from trt_backend.profiles import (
+    check_profile_names,
+    complete_profiles,
+    node_arg,
+    normalize_profiles,
+)
 from trt_backend.serve.batching import BatchRunner, Reply
 from trt_backend.serve.codec import (
     JSON,
@@ -223,6 +232,43 @@ def _check_source(source: str, options: ServeOptions) -> None:
         raise ServeError(f"{source}: no such build folder or model file")
     if is_build_folder(source):  # cheap: no planning; engines are not loaded (emulated)
         Session(source, None, SessionOptions(emulate=True)).close()
+    else:
+        check_profiles(source, options)
+
+
+def check_profiles(source: str, options: ServeOptions) -> None:
+    """A model served needs a profile for every dynamic input its TensorRT segments read: the
+    MissingProfileError naming all of them, here rather than in every replica. Planned only when
+    the profiles given leave a dynamic input out (to learn whether TensorRT reads it)."""
+    model = load_normalized(source)
+    graph = model.proto.graph
+    inputs = [node_arg(vi.name, vi.type) for vi in graph.input]
+    dynamic = [a.name for a in inputs if a.is_dynamic]
+    given = options.profiles
+    check_profile_names(given, graph)
+    listed = [given] if isinstance(given, Mapping) else list(given or [])
+    if not dynamic or (listed and all(isinstance(p, Mapping) and all(n in p for n in dynamic) for p in listed)):
+        return
+    so = options.session
+    plan = plan_for(model, so.partition, flavor=so.flavor, oracle=so.oracle, isolate=so.isolate_parser)
+    trt = plan.tensorrt_segments()
+    user, _ = normalize_profiles(given, inputs, {n for seg in trt for n in seg.inputs} - {a.name for a in inputs})
+    complete_profiles(user, inputs, required=bool(trt))
+
+
+def check_port(host: str, port: int) -> None:
+    """ServeError, in one line, when ``host:port`` cannot be listened on (another program holds
+    it): said before any Ray replica starts, instead of in Ray's own tracebacks."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (a port left in TIME_WAIT is free)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise ServeError(f"port {port} on {host} is already in use by another program; stop it or choose "
+                                 "another --port") from None
+            raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
 def start(source: str | os.PathLike[str], options: ServeOptions | None = None, *,
@@ -235,6 +281,8 @@ def start(source: str | os.PathLike[str], options: ServeOptions | None = None, *
 
     opts = options or ServeOptions()
     src = os.path.abspath(os.fspath(source))
+    if address is None and not ray.is_initialized():  # (a cluster joined may be serving on it already)
+        check_port(opts.host, opts.port)
     _check_source(src, opts)
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)

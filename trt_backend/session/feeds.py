@@ -153,14 +153,19 @@ def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]],
         if arg.kind != "tensor" or arg.dtype is None:
             raise FeedError(f"input '{arg.name}' is {arg.type}; random data is only made for tensors, "
                             "pass this input explicitly")
-        if arg.name in shapes:
-            shape = tuple(int(d) for d in shapes[arg.name])
-        elif arg.rank is not None and not arg.is_dynamic:
-            shape = tuple(int(d) for d in arg.shape)  # type: ignore[arg-type]
-        else:
-            raise FeedError(f"input '{arg.name}' has dynamic shape {shape_text(arg.shape)}; give its shape "
-                            f"(e.g. --shapes {arg.name}:{'x'.join(str(d) if isinstance(d, int) else '1' for d in arg.shape) or '1'})")
-        feeds[arg.name] = random_array(arg.dtype, shape, rng, f"input '{arg.name}'")
+    missing = [a for a in inputs if a.name not in shapes and (a.rank is None or a.is_dynamic)]
+    if missing:  # (all of them in one message, with a --shapes line to paste)
+        example = ",".join(f"{a.name}:{'x'.join(str(d) if isinstance(d, int) else '1' for d in a.shape) or '1'}"
+                           for a in missing)
+        if len(missing) == 1:
+            raise FeedError(f"input '{missing[0].name}' has dynamic shape {shape_text(missing[0].shape)}; give its "
+                            f"shape (e.g. --shapes {example})")
+        listed = ", ".join(f"'{a.name}' {shape_text(a.shape)}" for a in missing)
+        raise FeedError(f"{len(missing)} inputs have dynamic shapes: {listed}; give their shapes (e.g. --shapes "
+                        f"{example})")
+    for arg in inputs:
+        shape = tuple(int(d) for d in (shapes[arg.name] if arg.name in shapes else arg.shape))  # type: ignore[arg-type]
+        feeds[arg.name] = random_array(arg.dtype, shape, rng, f"input '{arg.name}'")  # type: ignore[arg-type]
     return feeds
 
 

@@ -136,6 +136,7 @@ def _make_shared(flavor: Flavor) -> Any:
             sink: list[str] | None = getattr(_local, "capture", None)
             if sink is not None and level >= logging.ERROR:
                 sink.append(str(msg))
+                level = logging.INFO  # (collected: whoever captures them reports them, once)
             if getattr(_local, "quiet", 0) or _LOGGER_SWAP_NOTICE in msg or any(n in msg for n in _EXPECTED_NOTICES):
                 level = logging.DEBUG
             pylog.log(level, "%s", msg)
@@ -145,7 +146,8 @@ def _make_shared(flavor: Flavor) -> Any:
 
 @contextmanager
 def captured_messages() -> Iterator[list[str]]:
-    """Collect the error messages the shared logger receives on this thread meanwhile."""
+    """Collect the error messages the shared logger receives on this thread meanwhile (logged at
+    INFO only: the caller reports them)."""
     previous = getattr(_local, "capture", None)
     sink: list[str] = []
     _local.capture = sink

@@ -15,6 +15,7 @@ import onnx
 from partitioner.capability import Piece, QueryResult
 from partitioner.model import serialize, structure_copy
 from partitioner.weights import is_external, is_stand_in, raw_nbytes
+from trt_backend._progress import progress
 from trt_backend.tensorrt.flavor import (
     Flavor,
     create_builder,
@@ -65,6 +66,7 @@ class ParserOracle:
         return serialize(self._zeros.stand_in(model, self.weights_dir), "a capability query"), self._zeros.path
 
     def query(self, model: onnx.ModelProto) -> QueryResult:
+        progress("planning: asking the TensorRT parser about %d node(s)", len(model.graph.node))
         trt = self.flavor.module
         network = self._builder.create_network(network_flags(self.flavor))
         parser: Any = trt.OnnxParser(network, self._logger)

@@ -115,4 +115,4 @@ def test_demo_out_that_is_a_file_is_one_line(tmp_path, capsys) -> None:
     existing = tmp_path / "a_file"
     existing.write_text("x")
     assert main(["demo", "--out", str(existing)]) == 1
-    assert capsys.readouterr().err.strip() == f"trt-backend: error: --out {existing}: exists and is not a folder"
+    assert capsys.readouterr().err.strip() == f"trt-backend: error: cannot write --out {existing}: exists and is not a folder"

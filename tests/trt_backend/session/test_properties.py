@@ -171,18 +171,18 @@ def test_a_build_killed_with_sigkill_leaves_nothing_half_written(tmp_path, point
 def test_build_into_a_place_it_cannot_write_is_one_line(tmp_path, capsys) -> None:
     blocked = tmp_path / "blocked"
     blocked.mkdir()
-    places = [(str(tmp_path / "a_file" / "out"), "does not exist")]
+    places = [(str(tmp_path / "a_file" / "out"), f"{tmp_path / 'a_file'} is not a folder")]
     (tmp_path / "a_file").write_text("x")
     if os.geteuid() != 0:
         os.chmod(blocked, 0o500)
-        places.append((str(blocked / "out"), "is not writable"))
+        places.append((str(blocked / "out"), f"cannot create files in folder {blocked}"))
     if os.path.isdir("/proc/self"):  # root may write anywhere but here
-        places.append(("/proc/trt-backend-out", "cannot write in folder /proc"))
+        places.append(("/proc/trt-backend-out", "cannot create files in folder /proc"))
     try:
         for place, message in places:
             assert main(["build", DEMO_PATH, "-o", place, "--shapes", "image:2x3x32x32"]) == 1
             err = capsys.readouterr().err.strip()
-            assert err.startswith(f"trt-backend: error: {place}: ") and message in err and "\n" not in err, err
+            assert err.startswith(f"trt-backend: error: cannot write -o {place}: ") and message in err and "\n" not in err, err
     finally:
         os.chmod(blocked, 0o700)
     assert os.listdir(blocked) == []

@@ -1,0 +1,246 @@
+"""Every command against a hostile environment, on real runs: output paths that cannot be written
+(refused in one line before any work, nothing left behind), a closed stdout (quiet, exit 141 as a
+tool killed by SIGPIPE), a busy port and a model without profiles for ``serve`` (one line each,
+before Ray starts), two builds into one ``-o`` (the second refused, never a lost success), and
+file modes that follow the user's umask."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from tests.helpers import const, model, vi
+from trt_backend._files import output_lock
+from trt_backend.cli import main
+from trt_backend.data.demo import DEMO_PATH
+
+pytestmark = pytest.mark.usefixtures("flavor")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+SHAPES = ["--shapes", "image:2x3x32x32"]
+FAST_BENCH = ["--warmup-ms", "10", "--duration-s", "0.05", "--iterations", "2", "--rounds", "1", "--no-progress"]
+UNWRITABLE = "/sys"  # (root may write almost anywhere; sysfs takes no new files, even from root)
+
+
+def _cli(*args: str, cwd: str = ROOT, stdout: int | None = subprocess.PIPE, umask: int | None = None,
+         timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    return subprocess.run([sys.executable, "-m", "trt_backend", *args], stdout=stdout, stderr=subprocess.PIPE,
+                          text=True, env=env, cwd=cwd, timeout=timeout,
+                          preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)  # noqa: PLW1509
+
+
+def _one_error_line(err: str, starts: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trt-backend: error: " + starts), err
+    assert "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def demo_folder(tmp_path_factory) -> str:
+    out = str(tmp_path_factory.mktemp("hostile") / "demo_build")
+    assert main(["build", DEMO_PATH, "-o", out, "--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:2x3x32x32",
+                 "--max-shapes", "image:4x3x32x32"]) == 0
+    return out
+
+
+# ------------------------------------------------------------------ outputs that cannot be written
+
+# (command line, the flag, what it writes: file | folder | tree), PATH replaced by the path tried
+OUTPUTS = [
+    (["inspect", DEMO_PATH, "--json", "PATH"], "--json", "file"),
+    (["inspect", DEMO_PATH, "--picture", "PATH"], "--picture", "file"),
+    (["inspect", DEMO_PATH, "--annotated", "PATH"], "--annotated", "file"),
+    (["inspect", DEMO_PATH, "--export-segments", "PATH"], "--export-segments", "folder"),
+    (["run", DEMO_PATH, *SHAPES, "--emulate", "--outputs", "PATH"], "--outputs", "file"),
+    (["run", DEMO_PATH, *SHAPES, "--emulate", "--plan-json", "PATH"], "--plan-json", "file"),
+    (["build", DEMO_PATH, *SHAPES, "-o", "PATH"], "-o", "folder"),
+    (["build", DEMO_PATH, *SHAPES, "-o", "OK", "--report", "PATH"], "--report", "file"),
+    (["build", DEMO_PATH, *SHAPES, "-o", "OK", "--timing-cache", "PATH"], "--timing-cache", "file"),
+    (["bench", DEMO_PATH, *SHAPES, "--emulate", *FAST_BENCH, "--json", "PATH"], "--json", "file"),
+    (["bench", DEMO_PATH, *SHAPES, "--emulate", *FAST_BENCH, "--plot", "PATH"], "--plot", "file"),
+    (["compare", DEMO_PATH, *SHAPES, "--emulate", "--json", "PATH"], "--json", "file"),
+    (["export-triton", DEMO_PATH, *SHAPES, "-o", "PATH"], "-o", "folder"),
+    (["demo", "--out", "PATH"], "--out", "tree"),
+]
+
+
+def _paths(tmp_path, kind: str) -> list[tuple[str, str]]:
+    """(path, what the error says) that cannot be written as ``kind``."""
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "a_folder").mkdir()
+    wrong = (str(tmp_path / "a_folder"), "is a folder") if kind == "file" else \
+        (str(tmp_path / "a_file"), "exists and is not a folder")
+    bad = [(f"{UNWRITABLE}/out.x", f"cannot create files in folder {UNWRITABLE}"), wrong,
+           (str(tmp_path / "a_file" / "under"), f"{tmp_path / 'a_file'} is not a folder")]
+    if kind != "tree":
+        bad.append((str(tmp_path / "missing" / "out.x"), f"folder {tmp_path / 'missing'} does not exist"))
+    return bad
+
+
+@pytest.mark.parametrize("argv, flag, kind", OUTPUTS, ids=[f"{a[0]} {f}" for a, f, _ in OUTPUTS])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(argv, flag, kind, tmp_path, capsys,
+                                                                    monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    for path, why in _paths(tmp_path, kind):
+        before = sorted(os.listdir(tmp_path))
+        args = [path if a == "PATH" else str(tmp_path / "ok_out") if a == "OK" else a for a in argv]
+        start = time.perf_counter()
+        rc = main(args)
+        out, err = capsys.readouterr()
+        assert rc == (2 if argv[0] == "compare" else 1), (args, err)
+        _one_error_line(err, f"cannot write {flag} {path}: {why}")
+        assert out == "", "nothing ran"
+        assert sorted(os.listdir(tmp_path)) == before, "nothing written, no temporary file left"
+        assert time.perf_counter() - start < 30
+
+
+# ------------------------------------------------------------------ a closed stdout
+
+CLOSED_PIPE = [
+    ["inspect", DEMO_PATH],
+    ["inspect", "FOLDER"],
+    ["run", "FOLDER"],
+    ["run", DEMO_PATH, *SHAPES, "--emulate"],
+    ["compare", DEMO_PATH, *SHAPES, "--emulate"],
+    ["bench", "FOLDER", *FAST_BENCH],
+    ["build", DEMO_PATH, *SHAPES, "-o", "TMP/b"],
+    ["export-triton", "FOLDER", "-o", "TMP/repo", "--dry-run"],
+    ["demo", "--out", "TMP/demo"],
+]
+
+
+@pytest.mark.parametrize("argv", CLOSED_PIPE, ids=[" ".join(a[:1] + ["DIR" if "FOLDER" in a else "MODEL"])
+                                                   for a in CLOSED_PIPE])
+def test_a_closed_stdout_ends_quietly_like_a_tool_killed_by_sigpipe(argv, demo_folder, tmp_path) -> None:
+    args = [demo_folder if a == "FOLDER" else a.replace("TMP", str(tmp_path)) for a in argv]
+    reader, writer = os.pipe()
+    os.close(reader)  # (``trt-backend ... | head -0``: nobody reads)
+    try:
+        proc = _cli(*args, stdout=writer, cwd=str(tmp_path))
+    finally:
+        os.close(writer)
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert "Broken pipe" not in proc.stderr and "error" not in proc.stderr.lower(), proc.stderr
+
+
+def test_head_1_of_inspect_gets_the_first_line_and_no_traceback() -> None:
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.run(f"{sys.executable} -m trt_backend inspect {DEMO_PATH} --exclude-ops Relu | head -1",
+                          shell=True, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert proc.stdout.startswith("model ") and proc.stdout.count("\n") == 1
+    assert proc.stderr == ""
+
+
+# ------------------------------------------------------------------ serve: one line, before Ray
+
+def dynamic_model() -> onnx.ModelProto:
+    w = h.make_tensor("w", T.FLOAT, [4, 4], np.eye(4, dtype=np.float32).ravel().tolist())
+    nodes = [h.make_node("MatMul", ["x", "w"], ["m"], name="mm"), h.make_node("Relu", ["m"], ["r"], name="relu"),
+             h.make_node("Add", ["r", "y"], ["z"], name="add")]
+    return model(nodes, [vi("x", ["n", 4]), vi("y", ["n", 4])], [vi("z", ["n", 4])], [w])
+
+
+def test_serve_on_a_busy_port_is_one_line_before_ray_starts(demo_folder, capsys) -> None:
+    pytest.importorskip("ray")
+    import ray
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        assert main(["serve", demo_folder, "--port", str(port)]) == 1
+    _one_error_line(capsys.readouterr().err, f"port {port} on 127.0.0.1 is already in use by another program")
+    assert not ray.is_initialized()
+
+
+def test_serve_of_a_model_without_profiles_is_one_line_before_ray_starts(tmp_path, capsys) -> None:
+    pytest.importorskip("ray")
+    import ray
+
+    path = str(tmp_path / "dyn.onnx")
+    onnx.save(dynamic_model(), path)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    assert main(["serve", path, "--port", str(port)]) == 1
+    _one_error_line(capsys.readouterr().err, "2 inputs have dynamic shapes and no profile gives one: 'x' ['n', 4], "
+                                             "'y' ['n', 4]; CLI: --shapes x:1x4,y:1x4")
+    assert not ray.is_initialized()
+
+
+# ------------------------------------------------------------------ one writer per -o
+
+def test_a_build_into_a_folder_another_build_is_writing_is_refused(tmp_path, capsys) -> None:
+    out = str(tmp_path / "shared")
+    with output_lock(out):  # (what a running build holds)
+        assert main(["build", DEMO_PATH, *SHAPES, "-o", out]) == 1
+        _one_error_line(capsys.readouterr().err, f"{out}: another trt-backend process (process {os.getpid()}) is "
+                                                 "writing this folder")
+        assert main(["export-triton", DEMO_PATH, *SHAPES, "-o", out]) == 1
+        _one_error_line(capsys.readouterr().err, f"{out}: another trt-backend process")
+        assert not os.path.exists(out)
+    assert main(["build", DEMO_PATH, *SHAPES, "-o", out]) == 0  # (the lock went with its holder)
+    assert sorted(os.listdir(tmp_path)) == ["shared"]  # (no lock file left)
+
+
+def test_two_builds_at_once_into_one_folder_never_lose_a_reported_success(tmp_path) -> None:
+    light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_inception_v1.onnx")
+    out = str(tmp_path / "same")
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    procs = [subprocess.Popen([sys.executable, "-m", "trt_backend", "build", light, "-o", out], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) for _ in range(2)]
+    results = [(p.wait(600), p.stdout.read(), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
+    digests = [re.search(r"\(digest (sha256:[0-9a-f]+)\.\.\.", o).group(1) for rc, o, _ in results  # type: ignore[union-attr]
+               if rc == 0]
+    refused = [e for rc, _, e in results if rc != 0]
+    assert digests, results
+    for err in refused:
+        _one_error_line(err.splitlines()[-1] + "\n", f"{out}: another trt-backend process")
+    final = json.load(open(os.path.join(out, "manifest.json")))["digest"]
+    if refused:  # (the usual case: they overlapped)
+        assert [final.startswith(d) for d in digests] == [True]
+    else:  # (the machine ran them one after the other: the later one's folder is there)
+        assert any(final.startswith(d) for d in digests)
+
+
+# ------------------------------------------------------------------ file modes follow the umask
+
+def _modes(folder: str) -> set[str]:
+    found = {oct(stat.S_IMODE(os.stat(folder).st_mode))}
+    for base, dirs, files in os.walk(folder):
+        found |= {oct(stat.S_IMODE(os.stat(os.path.join(base, n)).st_mode)) for n in dirs + files}
+    return found
+
+
+@pytest.mark.parametrize("umask, folder_mode, file_mode", [(0o022, 0o755, 0o644), (0o027, 0o750, 0o640)])
+def test_written_files_follow_the_umask(tmp_path, umask, folder_mode, file_mode) -> None:
+    src = str(tmp_path / "ext.onnx")
+    big = const("w", np.ones((256, 256), np.float32))
+    m = model([h.make_node("MatMul", ["x", "w"], ["m"], name="mm"), h.make_node("Relu", ["m"], ["r"], name="relu"),
+               h.make_node("Sin", ["r"], ["y"], name="sin")], [vi("x", [2, 256])], [vi("y", [2, 256])], [big])
+    onnx.save_model(m, src, save_as_external_data=True, location="ext.onnx.data", size_threshold=0)
+    build = _cli("build", DEMO_PATH, *SHAPES, "-o", str(tmp_path / "b"), "--report", str(tmp_path / "r.json"),
+                 umask=umask)
+    assert build.returncode == 0, build.stderr
+    repo = _cli("export-triton", src, "-o", str(tmp_path / "repo"), "--exclude-ops", "Sin", umask=umask)
+    assert repo.returncode == 0, repo.stderr
+    segs = _cli("inspect", src, "--export-segments", str(tmp_path / "segs"), umask=umask)
+    assert segs.returncode == 0, segs.stderr
+    assert any(n.endswith(".data") for _, _, files in os.walk(tmp_path / "repo") for n in files)
+    for folder in ("b", "repo", "segs"):
+        modes = _modes(str(tmp_path / folder))
+        assert modes <= {oct(folder_mode), oct(file_mode)} and oct(folder_mode) in modes, (folder, modes)
+    assert _modes(str(tmp_path / "r.json")) == {oct(file_mode)}

@@ -1,0 +1,277 @@
+"""What the CLI prints is meant for a person: a failed segment is one line with its reason once
+(``-v`` lists its nodes), the fallback census has one row per op with its real refusal first,
+boundary tensors are summarized, long steps report progress on stderr, ``-v``/``-q`` go before
+or after the subcommand, and every missing profile is named at once with a ``--shapes`` line.
+All on real runs: TensorRT-RTX's parser and builder, ONNX Runtime."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from tests.helpers import model, vi
+from trt_backend._progress import ProgressHandler, progress
+from trt_backend.cli import build_parser, main
+from trt_backend.data.demo import DEMO_PATH
+
+pytestmark = pytest.mark.usefixtures("flavor")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def _light(name: str) -> str:
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"{name}.onnx")
+
+
+def _cli(*args: str, stderr_tty: bool = False, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """``python -m trt_backend ARGS`` in a child process (stderr a pseudo-terminal if asked)."""
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    if not stderr_tty:
+        return subprocess.run([sys.executable, "-m", "trt_backend", *args], capture_output=True, text=True, env=env,
+                              cwd=ROOT, timeout=timeout)
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "trt_backend", *args], stdout=subprocess.PIPE, stderr=follower,
+                                text=True, env=env, cwd=ROOT)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # (the child closed the terminal)
+                break
+            if not data:
+                break
+            chunks.append(data)
+        out = proc.stdout.read() if proc.stdout is not None else ""
+        rc = proc.wait(timeout)
+    finally:
+        os.close(leader)
+    return subprocess.CompletedProcess(args, rc, out, b"".join(chunks).decode("utf-8", "replace"))
+
+
+# ------------------------------------------------------------------ -v / -q anywhere
+
+def test_verbosity_flags_go_before_or_after_the_subcommand(capsys) -> None:
+    parser = build_parser("inspect")
+    for argv, verbose, quiet in ((["inspect", DEMO_PATH], 0, False), (["-v", "inspect", DEMO_PATH], 1, False),
+                                 (["inspect", DEMO_PATH, "-v"], 1, False), (["-v", "inspect", DEMO_PATH, "-vv"], 3, False),
+                                 (["inspect", DEMO_PATH, "--quiet"], 0, True), (["-q", "inspect", DEMO_PATH], 0, True)):
+        args = parser.parse_args(argv)
+        assert (args.verbose + args.verbose_after, args.quiet or args.quiet_after) == (verbose, quiet), argv
+    assert main(["inspect", DEMO_PATH, "-q"]) == 0
+    assert "3 segments (2 TensorRT, 1 ONNX Runtime)" in capsys.readouterr().out
+
+
+def test_quiet_silences_warnings_and_verbose_after_the_subcommand_logs() -> None:
+    loud = _cli("run", DEMO_PATH, "--shapes", "image:1x3x32x32")
+    assert loud.returncode == 0 and "WARNING" in loud.stderr  # (TensorRT segments emulated without a GPU)
+    quiet = _cli("run", DEMO_PATH, "--shapes", "image:1x3x32x32", "-q")
+
+    def untimed(text: str) -> str:
+        return re.sub(r"\d+\.\d+ (s|ms)\b", "T", text)
+
+    assert quiet.returncode == 0 and quiet.stderr == "" and untimed(quiet.stdout) == untimed(loud.stdout)
+    verbose = _cli("inspect", DEMO_PATH, "-v")
+    assert verbose.returncode == 0 and "INFO trt_backend.progress: planning " in verbose.stderr
+
+
+# ------------------------------------------------------------------ demotions: one line per segment
+
+@pytest.fixture(scope="module")
+def demoted_build(tmp_path_factory) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """SqueezeNet built with no workspace: TensorRT refuses the whole segment (105 nodes) with one
+    200-character assertion."""
+    out = str(tmp_path_factory.mktemp("refused") / "squeeze")
+    report = out + ".json"
+    proc = _cli("build", _light("light_squeezenet"), "-o", out, "--workspace-mb", "0", "--report", report)
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+def test_a_refused_segment_is_one_line_with_its_reason_once(demoted_build) -> None:
+    out, proc = demoted_build
+    lines = proc.stdout.splitlines()
+    demoted = [ln for ln in lines if ln.startswith(("  demoted", "  (")) and "demoted" in ln]
+    assert len(demoted) == 2, proc.stdout
+    assert re.match(r"^  demoted 105 nodes of segment 0 \(round 1: ConstantOfShape x39, Conv x26, Relu x26, .*\) to ONNX "
+                    r"Runtime: TensorRT build failed: .*workspace", demoted[0])
+    assert demoted[0].count("maxScratchSize") == 1
+    assert demoted[1] == "  (105 demoted node(s) in all; -v lists them)"
+    assert proc.stderr.count("maxScratchSize") == 1  # (the one warning of the failed build, not TensorRT's log again)
+    report = json.load(open(out + ".json"))
+    assert [s["backend"] for s in report["segments"]] == ["onnxruntime"] and report["segments"][0]["nodes"] == 105
+    (group,) = report["demoted"]
+    assert group["segment"] == 0 and group["round"] == 1 and len(group["nodes"]) == 105
+    assert "workspace" in group["reason"] and {"node", "name", "op_type"} == set(group["nodes"][0])
+
+
+def test_inspect_of_the_folder_says_it_once_too_and_verbose_lists_every_node(demoted_build, capsys) -> None:
+    out, _ = demoted_build
+    assert main(["inspect", out]) == 0
+    text = capsys.readouterr().out
+    assert text.count("maxScratchSize") == 1 and "demoted 105 nodes of segment 0" in text
+    assert main(["inspect", out, "-v"]) == 0
+    verbose = capsys.readouterr().out
+    assert verbose.count("maxScratchSize") == 1
+    assert len(re.findall(r"^    node \d+ '\S+' \(\w+\)$", verbose, re.M)) == 105
+
+
+def test_build_report_of_a_normal_build(tmp_path) -> None:
+    out, report = str(tmp_path / "demo"), str(tmp_path / "report.json")
+    assert main(["build", DEMO_PATH, "-o", out, "--shapes", "image:2x3x32x32", "--precision", "fp16",
+                 "--report", report]) == 0
+    data = json.load(open(report))
+    manifest = json.load(open(os.path.join(out, "manifest.json")))
+    assert data["manifest_digest"] == manifest["digest"] and data["demoted"] == []
+    engines = [s for s in data["segments"] if s["backend"] == "tensorrt"]
+    assert [s["id"] for s in engines] == [0, 2]
+    for s in engines:
+        assert s["precision"] == "fp16" and s["seconds"] > 0 and s["engine_bytes"] == os.path.getsize(
+            os.path.join(out, s["engine"]))
+    assert data["segments"][1] == {"id": 1, "backend": "onnxruntime", "nodes": 1, "model": "segment_1.onnx"}
+
+
+# ------------------------------------------------------------------ census by op, real refusal first
+
+def relu_chain() -> onnx.ModelProto:
+    """x -> r0 -> r1 -> r2 -> r3 -> r4 (Relu): r0, r2 and r4 excluded by the user; r1 and r3, each
+    a lone TensorRT group, go to ONNX Runtime for the minimum segment size."""
+    nodes = [h.make_node("Relu", ["x" if k == 0 else f"t{k - 1}"], [f"t{k}" if k < 4 else "y"], name=f"r{k}")
+             for k in range(5)]
+    return model(nodes, [vi("x", [2, 4])], [vi("y", [2, 4])])
+
+
+def test_census_is_one_row_per_op_with_the_real_refusal_first(tmp_path, capsys) -> None:
+    path = str(tmp_path / "relus.onnx")
+    onnx.save(relu_chain(), path)
+    assert main(["inspect", path, "--exclude-nodes", "r0,r2,r4"]) == 0
+    text = capsys.readouterr().out
+    census = text[text.index("Fallback census"):].strip().splitlines()
+    assert census == ["Fallback census (5 nodes on ONNX Runtime)",
+                      "  op    count  reason",
+                      "  Relu      5  3: excluded by user (by node name)",
+                      "               2: demoted: TensorRT group of 1 node(s) is below the minimum segment size 3"]
+    assert main(["inspect", path, "--exclude-nodes", "r0,r2,r4", "--min-segment-size", "1"]) == 0
+    text = capsys.readouterr().out  # (one cause: as the nodes give it)
+    assert text[text.index("Fallback census"):].splitlines()[2] == "  Relu      3  excluded by user (by node name)"
+
+
+# ------------------------------------------------------------------ boundaries summarized in run
+
+def wide_model(n: int = 30) -> onnx.ModelProto:
+    """n Sigmoids of x with long output names, concatenated by an excluded Concat: the TensorRT
+    segment hands n tensors to ONNX Runtime."""
+    names = [f"a_rather_long_intermediate_tensor_name_{k:02d}" for k in range(n)]
+    nodes = [h.make_node("Sigmoid", ["x"], [t], name=f"s{k}") for k, t in enumerate(names)]
+    nodes.append(h.make_node("Concat", names, ["y"], name="cat", axis=1))
+    return model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3 * n])])
+
+
+def test_run_summarizes_boundary_tensors(tmp_path, capsys) -> None:
+    path = str(tmp_path / "wide.onnx")
+    onnx.save(wide_model(), path)
+    assert main(["run", path, "--exclude-ops", "Concat", "--no-boundary-cost", "--emulate"]) == 0
+    out = capsys.readouterr().out
+    seg_lines = [ln for ln in out.splitlines() if ln.startswith("  segment ")]
+    assert len(seg_lines) == 2 and all(len(ln) < 200 for ln in seg_lines)
+    assert re.search(r"x -> a_rather_long_intermediate_tensor_name_00, … \d+ more \(30 tensors\)$", seg_lines[0])
+    assert "(boundary tensors cut short; -v lists them all)" in out
+    assert main(["run", path, "--exclude-ops", "Concat", "--no-boundary-cost", "--emulate", "-v"]) == 0
+    verbose = capsys.readouterr().out
+    assert all(f"a_rather_long_intermediate_tensor_name_{k:02d}" in verbose.splitlines()[1] for k in range(30))
+
+
+# ------------------------------------------------------------------ every missing profile at once
+
+def three_inputs() -> onnx.ModelProto:
+    nodes = [h.make_node("MatMul", ["ids", "w"], ["e"], name="mm"), h.make_node("Add", ["e", "mask"], ["s"], name="add"),
+             h.make_node("Mul", ["s", "pos"], ["y"], name="mul")]
+    w = h.make_tensor("w", T.FLOAT, [8, 8], np.ones(64, np.float32).tolist())
+    return model(nodes, [vi("ids", ["batch", "seq", 8]), vi("mask", ["batch", "seq", 8]), vi("pos", ["batch", 1, 8])],
+                 [vi("y", ["batch", "seq", 8])], [w])
+
+
+def test_every_missing_profile_is_named_at_once_with_a_shapes_line_to_paste(tmp_path, capsys) -> None:
+    path = str(tmp_path / "three.onnx")
+    onnx.save(three_inputs(), path)
+    assert main(["run", path, "--emulate"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("trt-backend: error: 3 inputs have dynamic shapes and no profile gives one: "
+                                              "'ids' ['batch', 'seq', 8], 'mask' ['batch', 'seq', 8], 'pos' ['batch', 1, 8]")
+    shapes = re.search(r"--shapes (\S+)", err).group(1)  # type: ignore[union-attr]
+    assert shapes == "ids:1x1x8,mask:1x1x8,pos:1x1x8"
+    assert main(["run", path, "--emulate", "--shapes", shapes]) == 0  # (the line as given works)
+    capsys.readouterr()
+    assert main(["run", path, "--emulate", "--exclude-ops", "MatMul,Add,Mul"]) == 1  # (no TensorRT: random inputs)
+    err = capsys.readouterr().err.strip()
+    assert "3 inputs have dynamic shapes: 'ids' [batch, seq, 8]" in err and "--shapes ids:1x1x8,mask:1x1x8,pos:1x1x8" in err
+
+
+# ------------------------------------------------------------------ progress
+
+def test_progress_handler_rewrites_one_line_on_a_terminal_and_prints_lines_elsewhere() -> None:
+    import logging
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    logger = logging.getLogger("trt_backend.progress")
+    old = (logger.level, logger.propagate)
+    for stream, after in ((Terminal(), 5.0), (io.StringIO(), 0.0), (io.StringIO(), 60.0)):
+        handler = ProgressHandler(stream, after_s=after)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        try:
+            progress("planning %s", "m.onnx")
+            progress("engine %d/%d built", 1, 2)
+            if isinstance(stream, Terminal):
+                assert stream.getvalue().count("\r\x1b[K") == 2 and "\n" not in stream.getvalue()
+                handler.clear()
+                assert stream.getvalue().endswith("\r\x1b[K")
+            elif after == 0.0:
+                lines = stream.getvalue().splitlines()
+                assert len(lines) == 2 and re.match(r"^\[\s*\d+\.\d s\] planning m\.onnx$", lines[0])
+            else:
+                assert stream.getvalue() == ""  # (a quick command prints none)
+        finally:
+            logger.removeHandler(handler)
+            handler.close()
+            logger.setLevel(old[0])
+            logger.propagate = old[1]
+
+
+def test_progress_of_planning_calibration_and_builds_on_a_terminal(tmp_path) -> None:
+    proc = _cli("build", DEMO_PATH, "-o", str(tmp_path / "b"), "--min-shapes", "image:1x3x32x32", "--opt-shapes",
+                "image:2x3x32x32", "--max-shapes", "image:4x3x32x32", stderr_tty=True)
+    assert proc.returncode == 0, proc.stderr
+    updates = [u for u in proc.stderr.split("\r\x1b[K") if u.strip()]
+    texts = [re.sub(r"^\[\d+ s\] ", "", u) for u in updates]
+    assert any(t.startswith("planning ") for t in texts)
+    assert any(t.startswith("calibrating ") for t in texts)
+    assert any(t.startswith("building 2 engine(s)") for t in texts)
+    assert any(re.match(r"engine 2/2: segment \d built in", t) for t in texts)
+    assert "\n" not in proc.stderr  # (nothing else was said: every update rewrote the one line)
+    assert proc.stderr.endswith("\r\x1b[K")  # (the progress line is erased at the end)
+    assert "wrote " in proc.stdout and "\x1b" not in proc.stdout
+
+
+def test_precision_search_reports_its_rounds_as_they_come(tmp_path) -> None:
+    proc = _cli("build", DEMO_PATH, "-o", str(tmp_path / "auto"), "--shapes", "image:2x3x32x32", "--precision", "auto",
+                "--allow", "fp16", "-v")
+    assert proc.returncode == 0, proc.stderr
+    live = [ln for ln in proc.stderr.splitlines() if ln.startswith("INFO trt_backend.progress: precision search: ")]
+    assert live and any(": start: " in ln or "round 1" in ln for ln in live)
+    block = proc.stderr.index("precision search (")  # (the summary comes after the live lines)
+    assert proc.stderr.index(live[0]) < block
