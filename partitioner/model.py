@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -52,6 +52,9 @@ class Model:
     learned: dict[str, str] = field(default_factory=dict)
     # node name -> what a rewrite pass made of it (see partitioner.qdq)
     rewritten: dict[str, str] = field(default_factory=dict)
+    # the input shapes (one tuple of (input, shape) pairs per run) the learned types were learned
+    # at, by whoever learned them (a runtime; the partitioner only records it)
+    probe_shapes: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = ()
 
     @property
     def nodes(self) -> list[onnx.NodeProto]:
@@ -439,6 +442,21 @@ def learn_types(model: Model, types: Mapping[str, onnx.TypeProto], how: str) -> 
     log.info("%s: types of %d tensor(s) learned by %s: %s", model.source, len(types), how, ", ".join(types))
 
 
+def forget_types(model: Model, names: Collection[str]) -> None:
+    """Drop what ``model`` was told of the types of ``names`` (learned or declared: about to be
+    learned again, where a runtime running the model with the old types could fail on them)."""
+    if not names:
+        return
+    graph = model.proto.graph
+    kept = [vi for vi in graph.value_info if vi.name not in names]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
+    _infer_shapes(model.proto, model.source)
+    model.index.refresh_types()
+    for name in names:
+        model.learned.pop(name, None)
+
+
 def unknown_tensor_types(model: Model) -> list[str]:
     """Outputs of the main graph's nodes whose dtype or rank shape inference left unknown (what a
     TensorRT input cannot be), in graph order, where something reads them or they are graph
@@ -520,8 +538,8 @@ def _typed(vi: onnx.ValueInfoProto) -> bool:
 def _merge_declared(inferred: onnx.TypeProto, declared: onnx.TypeProto,
                     symbols: set[str]) -> tuple[onnx.TypeProto, bool]:
     """A graph output's type from what inference computed and what the model declared: per dim,
-    a computed number or graph input dim name (``symbols``), else a declared number, else a
-    computed name, else a declared one. A declared rank or number that the computation
+    a computed number or graph input dim name (``symbols``), else a declared number or name, else
+    a computed name (one inference made up). A declared rank or number that the computation
     contradicts yields to it (True: a conflict)."""
     if inferred.WhichOneof("value") != "tensor_type" or declared.WhichOneof("value") != "tensor_type":
         return (inferred if _richer(inferred, declared) or declared.WhichOneof("value") is None else declared), False
@@ -551,10 +569,10 @@ def _merge_declared(inferred: onnx.TypeProto, declared: onnx.TypeProto,
             conflict |= b.WhichOneof("value") == "dim_value"
         elif b.WhichOneof("value") == "dim_value":
             d.dim_value = b.dim_value
-        elif a.WhichOneof("value") == "dim_param":
-            d.dim_param = a.dim_param
         elif b.WhichOneof("value") == "dim_param":
             d.dim_param = b.dim_param
+        elif a.WhichOneof("value") == "dim_param":
+            d.dim_param = a.dim_param
     return out, conflict
 
 

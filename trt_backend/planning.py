@@ -27,7 +27,7 @@ from partitioner.model import ModelSource, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
 from partitioner.qdq import rewrite_qdq
 from trt_backend.errors import ParserCrashError, TensorRTUnavailableError
-from trt_backend.ort.probe import learn_unknown_types
+from trt_backend.ort.probe import ProbeShapes, learn_unknown_types, probe_key
 from trt_backend.ort.sessions import max_ir_version
 from trt_backend.tensorrt.flavor import load_flavor
 from trt_backend.tensorrt.oracle import ParserOracle
@@ -45,19 +45,23 @@ def parser_oracle(flavor: str) -> ParserOracle:
     return ParserOracle(load_flavor(flavor))
 
 
-def load_normalized(source: ModelSource | Model) -> Model:
+def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = ()) -> Model:
     """``source`` loaded and normalised for trt_backend: IR versions within what the installed
     ONNX Runtime accepts (the partitioner is handed the cap; it has no runtime of its own), and
     explicit quantization TensorRT refuses only for its form rewritten into nodes it takes
     (:mod:`partitioner.qdq`, recorded in ``Model.rewritten``), and the types shape inference
     left unknown learned by running the model where ONNX Runtime is installed
-    (:mod:`trt_backend.ort.probe`)."""
+    (:mod:`trt_backend.ort.probe`), at ``shapes`` (the model-input shapes of the profiles it
+    will be built for; none: small made-up dims). A Model already loaded is returned as it is,
+    its learned types learned again where they were learned at other shapes."""
     if isinstance(source, Model):
+        if shapes and source.learned and probe_key(shapes) != source.probe_shapes and max_ir_version() is not None:
+            learn_unknown_types(source, shapes)
         return source
     model = load_model(source, max_ir_version=max_ir_version())
     rewrite_qdq(model)
     if max_ir_version() is not None:  # (None: no onnxruntime here to run the model)
-        learn_unknown_types(model)
+        learn_unknown_types(model, shapes)
     return model
 
 

@@ -39,6 +39,7 @@ from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.compiler import Compiled, compile
 from trt_backend.engines.builder import build_target
 from trt_backend.engines.report import BuildProgress
+from trt_backend.profiles.given import profile_shapes
 from trt_backend.errors import ArtifactError
 from trt_backend.gpu.device import check_device, use_device
 from trt_backend.ort.sessions import installed_version
@@ -81,7 +82,7 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str], profiles:
                                                   "build_cache": {"key": build_key, "hit": True}}, key)
         if hit is not None:
             return hit
-    loaded = load_for_planning(model)
+    loaded = load_for_planning(model, profile_shapes(profiles))
     stage = _Stage(out_dir, loaded)  # the weights go into the folder while the engines build
     try:
         compiled = compile(loaded, profiles, opts, build=True, progress=progress)
