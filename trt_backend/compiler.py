@@ -216,8 +216,9 @@ def _quantizer(model: Model, build: BuildOptions, input_profiles: Sequence[Profi
     key = (str(build.calibration_data), build.calibration_method)
     if key not in kept:
         batches = {n: tp.opt[0] for n, tp in (input_profiles[0] if input_profiles else {}).items() if len(tp.opt) > 0}
+        ranges = [{n: (tp.min, tp.opt, tp.max) for n, tp in p.items()} for p in input_profiles]
         kept[key] = SegmentQuantizer(model, key[0], build.calibration_method, batches, options.ort_for(1),
-                                     options.calibration_seed)
+                                     options.calibration_seed, ranges=ranges)
     return kept[key]
 
 
