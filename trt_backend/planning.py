@@ -65,26 +65,28 @@ def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = ()) -> Mo
     return model
 
 
-def plan_with_parser(model: ModelSource | Model, flavor: str, options: PartitionOptions) -> Plan:
+def plan_with_parser(model: ModelSource | Model, flavor: str, options: PartitionOptions,
+                     shapes: ProbeShapes = ()) -> Plan:
     """``plan_model`` with the shared parser oracle of ``flavor``, one caller at a time."""
     oracle = parser_oracle(flavor)
-    loaded = load_normalized(model)
+    loaded = load_normalized(model, shapes)
     with _oracle_lock:
         return plan_model(loaded, oracle, options)
 
 
 def plan_for(source: ModelSource | Model, options: PartitionOptions | None = None, *, flavor: str = "auto",
-             oracle: CapabilityOracle | None = None, isolate: bool = False) -> Plan:
+             oracle: CapabilityOracle | None = None, isolate: bool = False, shapes: ProbeShapes = ()) -> Plan:
     """Plan ``source`` as a Session does: with ``oracle`` when given, else the TensorRT parser of
     ``flavor`` (in a child process with ``isolate``). ``flavor="none"`` puts every node on ONNX
     Runtime; so does ``"auto"`` when no TensorRT is importable (with a warning), where a named
-    flavor that is missing is a TensorRTUnavailableError."""
+    flavor that is missing is a TensorRTUnavailableError. ``shapes``: the model-input shapes
+    of the profiles (see :func:`load_normalized`)."""
     options = options or PartitionOptions()
     if oracle is not None:
-        return plan_model(load_normalized(source), oracle, options)
+        return plan_model(load_normalized(source, shapes), oracle, options)
     if flavor != "none":
         if isolate:
-            return make_plan(source, options, flavor=flavor, isolate=True)
+            return make_plan(source, options, flavor=flavor, isolate=True, shapes=shapes)
         try:
             parser_oracle(flavor)  # (only a missing TensorRT falls back; planning errors propagate)
         except TensorRTUnavailableError as e:
@@ -92,21 +94,21 @@ def plan_for(source: ModelSource | Model, options: PartitionOptions | None = Non
                 raise
             log.warning("no TensorRT parser to decide capability (%s); every node runs on ONNX Runtime", e)
         else:
-            return plan_with_parser(source, flavor, options)
-    loaded = load_normalized(source)
+            return plan_with_parser(source, flavor, options, shapes)
+    loaded = load_normalized(source, shapes)
     reason = "flavor 'none' chosen" if flavor == "none" else "no TensorRT flavor importable"
     return build_plan(loaded, [Verdict("onnxruntime", reason)] * len(loaded.proto.graph.node), None)
 
 
 def make_plan(source: ModelSource | Model, options: PartitionOptions | None = None, *, flavor: str = "auto",
-              isolate: bool = False) -> Plan:
+              isolate: bool = False, shapes: ProbeShapes = ()) -> Plan:
     """Load and plan ``source`` with the parser of ``flavor`` (``auto``: tensorrt, else tensorrt_rtx).
 
     With ``isolate`` the capability queries run in a child process and only the plan comes back;
     a native crash there becomes a :class:`ParserCrashError`."""
     options = options or PartitionOptions()
     start = time.perf_counter()
-    model = load_normalized(source)
+    model = load_normalized(source, shapes)
     if not isolate:
         plan = plan_with_parser(model, flavor, options)
         plan.seconds = time.perf_counter() - start

@@ -68,7 +68,7 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
             sess, owned = Session(model, profiles, so), True
             reference = reference_session(sess.model, so.ort_for(len(sess.runners) + 1))
         else:
-            plan = model if isinstance(model, Plan) else Session.make_plan(model, so)
+            plan = model if isinstance(model, Plan) else Session.make_plan(model, so, profiles)
             # The reference first: a model ONNX Runtime cannot load is reported as such, not as a
             # failure to derive profiles.
             reference = reference_session(plan.model, so.ort_for(len(plan.segments) + 1))
