@@ -123,7 +123,7 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
     if not isinstance(opts, SessionOptions):
         raise OptionsError(f"options must be a SessionOptions, got {type(opts).__name__}")
     if not isinstance(model, Plan):  # (types the model does not give are learned at the profiles' shapes)
-        model = load_for_planning(model, profile_shapes(profiles))
+        model = load_for_planning(model, profile_shapes(profiles), opts.partition.qdq_rewrite)
         check_profile_names(profiles, model.proto.graph)  # (before planning, which can take long)
     elif model.model is not None and profiles is not None:
         load_for_planning(model.model, profile_shapes(profiles))

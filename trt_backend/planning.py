@@ -45,11 +45,12 @@ def parser_oracle(flavor: str) -> ParserOracle:
     return ParserOracle(load_flavor(flavor))
 
 
-def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = ()) -> Model:
+def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_rewrite: str = "exact") -> Model:
     """``source`` loaded and normalised for trt_backend: IR versions within what the installed
     ONNX Runtime accepts (the partitioner is handed the cap; it has no runtime of its own), and
     explicit quantization TensorRT refuses only for its form rewritten into nodes it takes
-    (:mod:`partitioner.qdq`, recorded in ``Model.rewritten``), and the types shape inference
+    (:mod:`partitioner.qdq` in the mode ``qdq_rewrite``, recorded in ``Model.rewritten``), and
+    the types shape inference
     left unknown learned by running the model where ONNX Runtime is installed
     (:mod:`trt_backend.ort.probe`), at ``shapes`` (the model-input shapes of the profiles it
     will be built for; none: small made-up dims). A Model already loaded is returned as it is,
@@ -59,7 +60,7 @@ def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = ()) -> Mo
             learn_unknown_types(source, shapes)
         return source
     model = load_model(source, max_ir_version=max_ir_version())
-    rewrite_qdq(model)
+    rewrite_qdq(model, qdq_rewrite)
     if max_ir_version() is not None:  # (None: no onnxruntime here to run the model)
         learn_unknown_types(model, shapes)
     return model
@@ -69,7 +70,7 @@ def plan_with_parser(model: ModelSource | Model, flavor: str, options: Partition
                      shapes: ProbeShapes = ()) -> Plan:
     """``plan_model`` with the shared parser oracle of ``flavor``, one caller at a time."""
     oracle = parser_oracle(flavor)
-    loaded = load_normalized(model, shapes)
+    loaded = load_normalized(model, shapes, options.qdq_rewrite)
     with _oracle_lock:
         return plan_model(loaded, oracle, options)
 
@@ -83,7 +84,7 @@ def plan_for(source: ModelSource | Model, options: PartitionOptions | None = Non
     of the profiles (see :func:`load_normalized`)."""
     options = options or PartitionOptions()
     if oracle is not None:
-        return plan_model(load_normalized(source, shapes), oracle, options)
+        return plan_model(load_normalized(source, shapes, options.qdq_rewrite), oracle, options)
     if flavor != "none":
         if isolate:
             return make_plan(source, options, flavor=flavor, isolate=True, shapes=shapes)
@@ -95,7 +96,7 @@ def plan_for(source: ModelSource | Model, options: PartitionOptions | None = Non
             log.warning("no TensorRT parser to decide capability (%s); every node runs on ONNX Runtime", e)
         else:
             return plan_with_parser(source, flavor, options, shapes)
-    loaded = load_normalized(source, shapes)
+    loaded = load_normalized(source, shapes, options.qdq_rewrite)
     reason = "flavor 'none' chosen" if flavor == "none" else "no TensorRT flavor importable"
     return build_plan(loaded, [Verdict("onnxruntime", reason)] * len(loaded.proto.graph.node), None)
 
@@ -108,7 +109,7 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
     a native crash there becomes a :class:`ParserCrashError`."""
     options = options or PartitionOptions()
     start = time.perf_counter()
-    model = load_normalized(source, shapes)
+    model = load_normalized(source, shapes, options.qdq_rewrite)
     if not isolate:
         plan = plan_with_parser(model, flavor, options)
         plan.seconds = time.perf_counter() - start

@@ -82,7 +82,7 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str], profiles:
                                                   "build_cache": {"key": build_key, "hit": True}}, key)
         if hit is not None:
             return hit
-    loaded = load_for_planning(model, profile_shapes(profiles))
+    loaded = load_for_planning(model, profile_shapes(profiles), opts.partition.qdq_rewrite)
     stage = _Stage(out_dir, loaded)  # the weights go into the folder while the engines build
     try:
         compiled = compile(loaded, profiles, opts, build=True, progress=progress)
