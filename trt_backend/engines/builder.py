@@ -84,6 +84,9 @@ class BuildOptions:
     version_compatible: bool = False
     exclude_lean_runtime: bool = True
     max_workers: int = 0  # parallel segment builds; 0: min(4, CPU count)
+    # trial builds a build may spend narrowing down a segment TensorRT's builder refuses without
+    # naming a node (engines.fallback); 0: such a segment goes to ONNX Runtime whole
+    max_narrowing_builds: int = 32
 
     def __post_init__(self) -> None:
         keep = (self.keep_fp32_ops,) if isinstance(self.keep_fp32_ops, str) else tuple(self.keep_fp32_ops)
@@ -115,6 +118,8 @@ class BuildOptions:
                                f"got {self.hardware_compatibility!r}")
         if not isinstance(self.max_workers, int) or self.max_workers < 0:
             raise OptionsError(f"max_workers must be a whole number >= 0, got {self.max_workers!r}")
+        if not isinstance(self.max_narrowing_builds, int) or self.max_narrowing_builds < 0:
+            raise OptionsError(f"max_narrowing_builds must be a whole number >= 0, got {self.max_narrowing_builds!r}")
 
     @property
     def host_code(self) -> bool:
@@ -128,7 +133,8 @@ class BuildOptions:
         # (under the key written before the field was renamed, in its place: engine caches and
         # build manifests keep theirs)
         d = {("optimization_level" if k == "builder_optimization_level" else k): v for k, v in asdict(self).items()}
-        for k in ("timing_cache", "max_workers", "calibration_data", "calibration_method", "precision_plan"):
+        for k in ("timing_cache", "max_workers", "calibration_data", "calibration_method", "precision_plan",
+                  "max_narrowing_builds"):
             d.pop(k)
         if self.precision_plan is not None:  # (what the plan decides; its search log is not part of the key)
             d["precision_plan"] = {"segments": self.precision_plan.to_dict()["segments"]}
