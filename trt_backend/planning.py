@@ -23,6 +23,7 @@ from partitioner import (
     plan_model,
 )
 from partitioner.capability import CapabilityOracle, Verdict
+from partitioner.errors import OptionsError
 from partitioner.model import ModelSource, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
 from partitioner.qdq import rewrite_qdq
@@ -66,11 +67,18 @@ def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_r
     return model
 
 
+def _qdq_rewrite(options: Any) -> str:
+    """``options.qdq_rewrite``, once ``options`` is known to be a PartitionOptions."""
+    if not isinstance(options, PartitionOptions):
+        raise OptionsError(f"partition options must be a PartitionOptions, got {type(options).__name__}")
+    return options.qdq_rewrite
+
+
 def plan_with_parser(model: ModelSource | Model, flavor: str, options: PartitionOptions,
                      shapes: ProbeShapes = ()) -> Plan:
     """``plan_model`` with the shared parser oracle of ``flavor``, one caller at a time."""
     oracle = parser_oracle(flavor)
-    loaded = load_normalized(model, shapes, options.qdq_rewrite)
+    loaded = load_normalized(model, shapes, _qdq_rewrite(options))
     with _oracle_lock:
         return plan_model(loaded, oracle, options)
 
@@ -84,7 +92,7 @@ def plan_for(source: ModelSource | Model, options: PartitionOptions | None = Non
     of the profiles (see :func:`load_normalized`)."""
     options = options or PartitionOptions()
     if oracle is not None:
-        return plan_model(load_normalized(source, shapes, options.qdq_rewrite), oracle, options)
+        return plan_model(load_normalized(source, shapes, _qdq_rewrite(options)), oracle, options)
     if flavor != "none":
         if isolate:
             return make_plan(source, options, flavor=flavor, isolate=True, shapes=shapes)
@@ -96,7 +104,7 @@ def plan_for(source: ModelSource | Model, options: PartitionOptions | None = Non
             log.warning("no TensorRT parser to decide capability (%s); every node runs on ONNX Runtime", e)
         else:
             return plan_with_parser(source, flavor, options, shapes)
-    loaded = load_normalized(source, shapes, options.qdq_rewrite)
+    loaded = load_normalized(source, shapes, _qdq_rewrite(options))
     reason = "flavor 'none' chosen" if flavor == "none" else "no TensorRT flavor importable"
     return build_plan(loaded, [Verdict("onnxruntime", reason)] * len(loaded.proto.graph.node), None)
 
@@ -109,7 +117,7 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
     a native crash there becomes a :class:`ParserCrashError`."""
     options = options or PartitionOptions()
     start = time.perf_counter()
-    model = load_normalized(source, shapes, options.qdq_rewrite)
+    model = load_normalized(source, shapes, _qdq_rewrite(options))
     if not isolate:
         plan = plan_with_parser(model, flavor, options)
         plan.seconds = time.perf_counter() - start
