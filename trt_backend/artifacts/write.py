@@ -38,7 +38,7 @@ from trt_backend.artifacts.seal import seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.compiler import Compiled, compile
 from trt_backend.engines.builder import build_target
-from trt_backend.engines.report import BuildProgress
+from trt_backend.engines.report import BuildProgress, BuildReport
 from trt_backend.profiles.given import profile_shapes
 from trt_backend.errors import ArtifactError
 from trt_backend.gpu.device import check_device, use_device
@@ -123,8 +123,7 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
     """Put the model, segment and engine files of ``compiled`` in ``stage``; the manifest. Each
     TensorRT segment's model file is the model its engine was built from."""
     plan, bopts = compiled.plan, compiled.options.build
-    report = compiled.report
-    assert report is not None
+    report = compiled.report if compiled.report is not None else BuildReport(flv.target)  # (no TensorRT segment)
     seconds = {r.segment: r.seconds for r in report.segments}
     originals, weights, weights_entry = stage.data(compiled.model)
     refer = weights.refs.get if weights is not None else (lambda name: None)
