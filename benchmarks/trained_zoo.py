@@ -315,7 +315,7 @@ def agreement(task: str, ours: list[np.ndarray], ref: list[np.ndarray]) -> float
     if task in ("classify", "tokens", "ocr-rec"):  # top-1 per position (CTC text: the greedy decode)
         if task == "classify" and len(ours) > 1 and np.asarray(ours[-1]).ndim == 2:
             a, b = np.asarray(ours[-1], np.float64), np.asarray(ref[-1], np.float64)
-        if a.ndim <= 1 or np.issubdtype(np.asarray(ours[0]).dtype, np.integer):
+        if a.ndim <= 1 or task == "tokens" and np.issubdtype(np.asarray(ours[0]).dtype, np.integer):
             return float(np.mean(a == b))
         return float(np.mean(a.argmax(-1) == b.argmax(-1)))
     if task == "ocr-det":  # the text map thresholded at 0.3: IoU
