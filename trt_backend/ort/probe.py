@@ -51,6 +51,8 @@ def learn_unknown_types(model: Model, shapes: ProbeShapes = ()) -> list[str]:
     wanted = set(model.index.consumers) | set(model.index.graph_outputs)
     again = [n for n, how in model.learned.items() if n in wanted and (how == DECLARED or
                                                                        (how == HOW and key != model.probe_shapes))]
+    before = {vi.name: (onnx.TypeProto.FromString(vi.type.SerializeToString()), model.learned[vi.name])
+              for vi in model.proto.graph.value_info if vi.name in again}
     forget_types(model, again)  # (the probe must not run the model with the types it checks)
     unknown = list(dict.fromkeys(unknown_tensor_types(model) + again))
     model.probe_shapes = key
@@ -62,6 +64,7 @@ def learn_unknown_types(model: Model, shapes: ProbeShapes = ()) -> list[str]:
         log.warning("%s: the types of %d tensor(s) are unknown after shape inference (%s) and could not be "
                     "learned by running the model (%s); the nodes reading them run on ONNX Runtime", model.source,
                     len(unknown), _names(unknown), e)
+        _restore(model, before)
         return []
     types = {}
     for name in unknown:
@@ -72,7 +75,14 @@ def learn_unknown_types(model: Model, shapes: ProbeShapes = ()) -> list[str]:
     if missed:
         log.info("%s: probe runs did not show the type of %s", model.source, _names(missed))
     learn_types(model, types, HOW)
+    _restore(model, {n: t for n, t in before.items() if n not in types})
     return list(types)
+
+
+def _restore(model: Model, before: Mapping[str, tuple[onnx.TypeProto, str]]) -> None:
+    """Give back the types a probe could not check (they were forgotten for its runs)."""
+    for how in sorted({h for _, h in before.values()}):
+        learn_types(model, {n: tp for n, (tp, h) in before.items() if h == how}, how)
 
 
 class _Unprobeable(Exception):
