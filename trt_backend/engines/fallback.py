@@ -146,7 +146,8 @@ class _Narrowing:
 
     def culprit(self, plan: Plan, seg: Segment, profiles: Sequence[ProfileSpec]) -> int | None:
         """The node of ``seg`` to demote, or None where bisection cannot tell (the budget ran
-        out, every prefix builds, or the first failing prefix ends in a copied constant)."""
+        out, no prefix builds, not even of one node, as when the build itself cannot succeed,
+        or the first failing prefix ends in a copied constant)."""
         assert plan.model is not None
         order = [i for i in plan.model.index.ordered(set(seg.members))]
         lo, hi = 0, len(order)  # prefix of lo nodes builds (0: trivially), of hi fails (the segment)
@@ -158,6 +159,8 @@ class _Narrowing:
                 lo = mid
             else:
                 hi = mid
+        if lo == 0:  # (not even its first node builds: a failure of the build, not of some node)
+            return None
         node = order[hi - 1]
         return node if node in seg.nodes else None
 
