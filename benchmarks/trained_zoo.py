@@ -405,9 +405,14 @@ def table(rows: list[dict[str, Any]], precisions: list[str]) -> str:
         fp32 = r.get("fp32", {})
         cells = []
         for p in precisions:
-            c = r.get(p, {})
+            c = r.get(p)
+            if not c:
+                cells.append("-")
+                continue
+            built = "" if p == "fp32" or "build" not in c else (
+                "; built" if not str(c["build"]).startswith("failed") else "; build failed")
             cells.append(c["error"][:60] if "error" in c else f"{c.get('agreement', float('nan')):.3f} "
-                         f"({c.get('max_abs', float('nan')):.2g}; {c.get('computed_in', '?')})")
+                         f"({c.get('max_abs', float('nan')):.2g}; {c.get('computed_in', '?')}{built})")
         lines.append(f"| {r['name']} | {r['exporter']} | {r['task']} | {fp32.get('plan', fp32.get('error', '-')[:40])} "
                      f"| {fp32.get('build', '-')} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
