@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -52,6 +52,9 @@ class Model:
     learned: dict[str, str] = field(default_factory=dict)
     # node name -> what a rewrite pass made of it (see partitioner.qdq)
     rewritten: dict[str, str] = field(default_factory=dict)
+    # the input shapes (one tuple of (input, shape) pairs per run) the learned types were learned
+    # at, by whoever learned them (a runtime; the partitioner only records it)
+    probe_shapes: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = ()
 
     @property
     def nodes(self) -> list[onnx.NodeProto]:
@@ -126,18 +129,20 @@ def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: s
     graph = proto.graph
     if len(graph.node) == 0:
         raise InvalidModelError(f"{name}: the graph has no nodes")
-    _check_declared_types(graph, name)
     fixes: list[str] = []
+    _unknown_dims(graph, name, fixes)
+    _check_declared_types(graph, name)
     _unique_node_names(graph, fixes)
     _constant_initializer_inputs(graph, fixes)
     _fit_ir_version(proto, fixes, max_ir_version)
     index = GraphIndex.build(graph, where=name)  # structure first: clearer errors than the checker's
     check_model(proto, where=name)
-    _infer_shapes(proto, name)
+    declared = _infer_shapes(proto, name, fixes)
     index.refresh_types()
     if fixes:
         log.info("%s: %s", name, "; ".join(fixes))
-    return Model(proto=proto, source=name, base_dir=base_dir, index=index, fixes=fixes, max_ir_version=max_ir_version)
+    return Model(proto=proto, source=name, base_dir=base_dir, index=index, fixes=fixes, max_ir_version=max_ir_version,
+                 learned=dict.fromkeys(declared, DECLARED))
 
 
 def reindex(model: Model) -> None:
@@ -148,15 +153,19 @@ def reindex(model: Model) -> None:
     model.index.refresh_types()
 
 
+# How a tensor typed only by the model's own value_info (shape inference could not tell) is recorded
+# in ``Model.learned``: a runtime that can run the model checks such types (trt_backend's probe).
+DECLARED = "the model's value_info"
+
 _KNOWN_ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
 _INT64_MAX = 2**63 - 1
 
 
 def _check_declared_types(graph: onnx.GraphProto, name: str, scope: str = "") -> None:
     """Graph inputs, outputs and value_info, subgraphs' too, declare dtypes ONNX knows (not
-    UNDEFINED; initializers and tensor attributes too), no negative dims, and no dims whose product passes int64 (the checker lets all of
-    these through; they would fail later, far from their cause, in a runtime's message, or in
-    shape inference's ValueError, that names no tensor)."""
+    UNDEFINED; initializers and tensor attributes too) and no dims whose product passes int64 (the
+    checker lets these through; they would fail later, far from their cause, in a runtime's
+    message, or in shape inference's ValueError, that names no tensor)."""
     tensors = [(f"initializer '{t.name}'", t) for t in graph.initializer]
     tensors += [(f"node '{n.name or n.op_type}' ({n.op_type}) attribute '{a.name}'", a.t)
                 for n in graph.node for a in n.attribute if a.HasField("t")]
@@ -179,17 +188,41 @@ def _check_declared_types(graph: onnx.GraphProto, name: str, scope: str = "") ->
                            else "no data type (elem_type 0, UNDEFINED)")
                 raise InvalidModelError(f"{name}: {what} '{vi.name}' declares {problem}")
             product = 1
-            for axis, d in enumerate(tt.shape.dim):
-                if d.WhichOneof("value") != "dim_value":
-                    continue
-                if d.dim_value < 0:
-                    raise InvalidModelError(f"{name}: {what} '{vi.name}' declares dim {axis} as "
-                                            f"{d.dim_value}; dims are >= 0 (or symbolic)")
-                product *= d.dim_value
+            for d in tt.shape.dim:
+                if d.WhichOneof("value") == "dim_value":
+                    product *= max(d.dim_value, 0)
             if product > _INT64_MAX:
                 dims = [x.dim_value if x.WhichOneof("value") == "dim_value" else x.dim_param or "?" for x in tt.shape.dim]
                 raise InvalidModelError(f"{name}: {what} '{vi.name}' declares shape {dims}, whose element count "
                                         "passes int64 (2^63 - 1)")
+
+
+def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: list[str]) -> None:
+    """Dims declared as a negative number or 0 (Paddle2ONNX and older tf2onnx write -1 for a
+    dynamic batch; some exporters write 0), in graph inputs, outputs and value_info, subgraphs'
+    too, become unknown dims, as ONNX Runtime takes them; one warning says so. (A real 0 dim
+    would make an empty tensor, which no deployed model declares.)"""
+    found: list[str] = []
+
+    def visit(g: onnx.GraphProto, scope: str) -> None:
+        for node in g.node:
+            for attr in node.attribute:
+                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                    visit(sub, f"{scope}{node.name or node.op_type}/")
+        for vi in (*g.input, *g.output, *g.value_info):
+            if vi.type.WhichOneof("value") != "tensor_type":
+                continue
+            for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+                if d.WhichOneof("value") == "dim_value" and d.dim_value <= 0:
+                    found.append(f"{scope}{vi.name}[{axis}]={d.dim_value}")
+                    d.ClearField("dim_value")
+
+    visit(graph, "")
+    if found:
+        shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+        log.warning("%s: %d dim(s) declared as -1 or 0 (%s) taken as unknown dims, as ONNX Runtime takes them",
+                    name, len(found), shown)
+        fixes.append(f"{len(found)} dim(s) declared as -1 or 0 taken as unknown")
 
 
 def _unique_node_names(graph: onnx.GraphProto, fixes: list[str]) -> None:
@@ -409,6 +442,21 @@ def learn_types(model: Model, types: Mapping[str, onnx.TypeProto], how: str) -> 
     log.info("%s: types of %d tensor(s) learned by %s: %s", model.source, len(types), how, ", ".join(types))
 
 
+def forget_types(model: Model, names: Collection[str]) -> None:
+    """Drop what ``model`` was told of the types of ``names`` (learned or declared: about to be
+    learned again, where a runtime running the model with the old types could fail on them)."""
+    if not names:
+        return
+    graph = model.proto.graph
+    kept = [vi for vi in graph.value_info if vi.name not in names]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
+    _infer_shapes(model.proto, model.source)
+    model.index.refresh_types()
+    for name in names:
+        model.learned.pop(name, None)
+
+
 def unknown_tensor_types(model: Model) -> list[str]:
     """Outputs of the main graph's nodes whose dtype or rank shape inference left unknown (what a
     TensorRT input cannot be), in graph order, where something reads them or they are graph
@@ -430,20 +478,109 @@ def unknown_tensor_types(model: Model) -> list[str]:
     return out
 
 
-def _infer_shapes(proto: onnx.ModelProto, name: str) -> None:
-    """Annotate value_info with inferred types and (symbolic) shapes; never fatal."""
+def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: list[str] | None = None) -> list[str]:
+    """Annotate value_info with inferred types and (symbolic) shapes; never fatal. Shape inference
+    runs without the model's own value_info first (ONNX keeps a declared shape that contradicts
+    what the ops compute: an exporter's wrong dim would survive into every segment); a declared
+    type is used only for a tensor inference cannot type, and inference then runs once more from
+    it. Returns those tensors, typed by the declaration alone (not verified)."""
+    graph = proto.graph
+    declared: dict[str, onnx.ValueInfoProto] = {}
+    outside = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+    for vi in graph.value_info:
+        if vi.name not in outside and vi.type.WhichOneof("value") is not None:
+            declared.setdefault(vi.name, vi)  # (the first of several declarations of one name)
+    declared_outputs = [onnx.TypeProto.FromString(o.type.SerializeToString()) for o in graph.output]
+    copy = weightless_copy(proto)
+    del copy.graph.value_info[:]
+    for out in copy.graph.output:  # (declared output shapes are compared below, not trusted)
+        if out.type.WhichOneof("value") == "tensor_type":
+            out.type.tensor_type.ClearField("shape")
+    inferred = _run_inference(copy, name)
+    if inferred is None:
+        return []
+    typed = {vi.name for vi in inferred.graph.value_info if _typed(vi)}
+    fallback = [vi for n, vi in declared.items() if n not in typed]
+    if fallback:
+        copy.graph.value_info.extend(fallback)
+        inferred = _run_inference(copy, name) or inferred
+    known = {vi.name for vi in list(graph.input) + list(graph.output)}
+    del graph.value_info[:]
+    graph.value_info.extend(vi for vi in inferred.graph.value_info if vi.name not in known)
+    symbols = {d.dim_param for vi in graph.input if vi.type.WhichOneof("value") == "tensor_type"
+               for d in vi.type.tensor_type.shape.dim if d.WhichOneof("value") == "dim_param"}
+    for mine, theirs, before in zip(graph.output, inferred.graph.output, declared_outputs):
+        merged, conflict = _merge_declared(theirs.type, before, symbols)
+        mine.type.CopyFrom(merged)
+        if conflict and fixes is not None:
+            fixes.append(f"graph output '{mine.name}' declared as {_shape_text(before)}, computed as "
+                         f"{_shape_text(theirs.type)}: the computed shape kept")
+    return [vi.name for vi in fallback]
+
+
+def _run_inference(proto: onnx.ModelProto, name: str) -> onnx.ModelProto | None:
     try:
-        inferred = onnx.shape_inference.infer_shapes(weightless_copy(proto), check_type=False,
-                                                     strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, ValueError) as e:
         log.warning("%s: shape inference failed, continuing without it: %s", name, e)
-        return
-    known = {vi.name for vi in list(proto.graph.input) + list(proto.graph.output)}
-    del proto.graph.value_info[:]
-    proto.graph.value_info.extend(vi for vi in inferred.graph.value_info if vi.name not in known)
-    for mine, theirs in zip(proto.graph.output, inferred.graph.output):
-        if _richer(theirs.type, mine.type):
-            mine.type.CopyFrom(theirs.type)
+        return None
+
+
+def _typed(vi: onnx.ValueInfoProto) -> bool:
+    """Whether ``vi`` gives a dtype and a rank (a tensor), or is a non-tensor type."""
+    if vi.type.WhichOneof("value") is None:
+        return False
+    if vi.type.WhichOneof("value") != "tensor_type":
+        return True
+    return bool(vi.type.tensor_type.elem_type) and vi.type.tensor_type.HasField("shape")
+
+
+def _merge_declared(inferred: onnx.TypeProto, declared: onnx.TypeProto,
+                    symbols: set[str]) -> tuple[onnx.TypeProto, bool]:
+    """A graph output's type from what inference computed and what the model declared: per dim,
+    a computed number or graph input dim name (``symbols``), else a declared number or name, else
+    a computed name (one inference made up). A declared rank or number that the computation
+    contradicts yields to it (True: a conflict)."""
+    if inferred.WhichOneof("value") != "tensor_type" or declared.WhichOneof("value") != "tensor_type":
+        return (inferred if _richer(inferred, declared) or declared.WhichOneof("value") is None else declared), False
+    ti, td = inferred.tensor_type, declared.tensor_type
+    out = onnx.TypeProto()
+    out.tensor_type.elem_type = ti.elem_type or td.elem_type
+    if not ti.HasField("shape"):
+        if td.HasField("shape"):
+            out.tensor_type.shape.CopyFrom(td.shape)
+        return out, False
+    if not td.HasField("shape"):
+        out.tensor_type.shape.CopyFrom(ti.shape)
+        return out, False
+    if len(ti.shape.dim) != len(td.shape.dim):
+        out.tensor_type.shape.CopyFrom(ti.shape)
+        return out, True
+    conflict = False
+    shape = out.tensor_type.shape
+    shape.SetInParent()
+    for a, b in zip(ti.shape.dim, td.shape.dim):
+        d = shape.dim.add()
+        if a.WhichOneof("value") == "dim_value":
+            d.dim_value = a.dim_value
+            conflict |= b.WhichOneof("value") == "dim_value" and b.dim_value != a.dim_value
+        elif a.WhichOneof("value") == "dim_param" and a.dim_param in symbols:
+            d.dim_param = a.dim_param
+            conflict |= b.WhichOneof("value") == "dim_value"
+        elif b.WhichOneof("value") == "dim_value":
+            d.dim_value = b.dim_value
+        elif b.WhichOneof("value") == "dim_param":
+            d.dim_param = b.dim_param
+        elif a.WhichOneof("value") == "dim_param":
+            d.dim_param = a.dim_param
+    return out, conflict
+
+
+def _shape_text(tp: onnx.TypeProto) -> str:
+    if tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+        return "(unknown rank)"
+    return "[" + ", ".join(str(d.dim_value) if d.WhichOneof("value") == "dim_value" else (d.dim_param or "?")
+                           for d in tp.tensor_type.shape.dim) + "]"
 
 
 def _richer(a: onnx.TypeProto, b: onnx.TypeProto) -> bool:

@@ -42,11 +42,16 @@ class PartitionOptions:
     target: str | None = None  # runtime the plan is for: "tensorrt" | "tensorrt_rtx"; None: the parser's flavor
     # the price of a segment boundary (partitioner.cost); None: TensorRT groups are never demoted for it
     boundary_cost: BoundaryCost | None = BoundaryCost()
+    # how Q/DQ TensorRT refuses for its form is rewritten (partitioner.qdq): "exact" (float nodes,
+    # int8 lost there) or "int8" (re-quantized to symmetric int8, int8 kept)
+    qdq_rewrite: str = "exact"
 
     def __post_init__(self) -> None:
         for f in ("exclude_ops", "exclude_nodes", "plugins", "plugin_ops"):
             value = getattr(self, f)
             object.__setattr__(self, f, (value,) if isinstance(value, str) else tuple(value))
+        if self.qdq_rewrite not in ("exact", "int8"):
+            raise OptionsError(f"qdq_rewrite must be 'exact' or 'int8', got {self.qdq_rewrite!r}")
 
 
 @dataclass(frozen=True)

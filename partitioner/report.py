@@ -14,6 +14,7 @@ from partitioner.capability import ONNXRUNTIME, PLUGIN_PREFIX
 from partitioner.cost import BoundaryCost, crossing, si_bytes
 from partitioner.errors import OptionsError
 from partitioner.plan import Plan, Segment
+from partitioner.qdq import rewrite_summary
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +199,8 @@ def summary(plan: Plan) -> str:
         lines += table(("op", "count", "reason"), cells, (False, True, False))
     else:
         lines.append("  none: every node runs in TensorRT")
+    if plan.rewritten:
+        lines += ["", "Q/DQ rewritten"] + [f"  {line}" for line in rewrite_summary(plan.rewritten)]
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 

@@ -45,6 +45,7 @@ from trt_backend.profiles import (
     shape_tensor_inputs,
 )
 from trt_backend.profiles.derive import Runner
+from trt_backend.profiles.given import profile_shapes
 from trt_backend.session.options import SessionOptions
 from trt_backend.tensorrt.flavor import Flavor, load_flavor
 
@@ -121,9 +122,11 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
     opts = options if options is not None else SessionOptions()
     if not isinstance(opts, SessionOptions):
         raise OptionsError(f"options must be a SessionOptions, got {type(opts).__name__}")
-    if not isinstance(model, Plan) and profiles is not None:
-        model = load_for_planning(model)  # (profile names checked before planning, which can take long)
-        check_profile_names(profiles, model.proto.graph)
+    if not isinstance(model, Plan):  # (types the model does not give are learned at the profiles' shapes)
+        model = load_for_planning(model, profile_shapes(profiles), opts.partition.qdq_rewrite)
+        check_profile_names(profiles, model.proto.graph)  # (before planning, which can take long)
+    elif model.model is not None and profiles is not None:
+        load_for_planning(model.model, profile_shapes(profiles))
     plan = model if isinstance(model, Plan) else plan_for(model, opts.partition, flavor=opts.flavor,
                                                           oracle=opts.oracle, isolate=opts.isolate_parser)
     if plan.model is None:
@@ -213,8 +216,9 @@ def _quantizer(model: Model, build: BuildOptions, input_profiles: Sequence[Profi
     key = (str(build.calibration_data), build.calibration_method)
     if key not in kept:
         batches = {n: tp.opt[0] for n, tp in (input_profiles[0] if input_profiles else {}).items() if len(tp.opt) > 0}
+        ranges = [{n: (tp.min, tp.opt, tp.max) for n, tp in p.items()} for p in input_profiles]
         kept[key] = SegmentQuantizer(model, key[0], build.calibration_method, batches, options.ort_for(1),
-                                     options.calibration_seed)
+                                     options.calibration_seed, ranges=ranges)
     return kept[key]
 
 

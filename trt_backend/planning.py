@@ -23,12 +23,13 @@ from partitioner import (
     plan_model,
 )
 from partitioner.capability import CapabilityOracle, Verdict
+from partitioner.errors import OptionsError
 from partitioner.model import ModelSource, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
 from partitioner.qdq import rewrite_qdq
 from trt_backend._progress import progress
 from trt_backend.errors import ParserCrashError, TensorRTUnavailableError
-from trt_backend.ort.probe import learn_unknown_types
+from trt_backend.ort.probe import ProbeShapes, learn_unknown_types, probe_key
 from trt_backend.ort.sessions import max_ir_version
 from trt_backend.tensorrt.flavor import load_flavor
 from trt_backend.tensorrt.oracle import ParserOracle
@@ -46,26 +47,39 @@ def parser_oracle(flavor: str) -> ParserOracle:
     return ParserOracle(load_flavor(flavor))
 
 
-def load_normalized(source: ModelSource | Model) -> Model:
+def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_rewrite: str = "exact") -> Model:
     """``source`` loaded and normalised for trt_backend: IR versions within what the installed
     ONNX Runtime accepts (the partitioner is handed the cap; it has no runtime of its own), and
     explicit quantization TensorRT refuses only for its form rewritten into nodes it takes
-    (:mod:`partitioner.qdq`, recorded in ``Model.rewritten``), and the types shape inference
+    (:mod:`partitioner.qdq` in the mode ``qdq_rewrite``, recorded in ``Model.rewritten``), and
+    the types shape inference
     left unknown learned by running the model where ONNX Runtime is installed
-    (:mod:`trt_backend.ort.probe`)."""
+    (:mod:`trt_backend.ort.probe`), at ``shapes`` (the model-input shapes of the profiles it
+    will be built for; none: small made-up dims). A Model already loaded is returned as it is,
+    its learned types learned again where they were learned at other shapes."""
     if isinstance(source, Model):
+        if shapes and source.learned and probe_key(shapes) != source.probe_shapes and max_ir_version() is not None:
+            learn_unknown_types(source, shapes)
         return source
     model = load_model(source, max_ir_version=max_ir_version())
-    rewrite_qdq(model)
+    rewrite_qdq(model, qdq_rewrite)
     if max_ir_version() is not None:  # (None: no onnxruntime here to run the model)
-        learn_unknown_types(model)
+        learn_unknown_types(model, shapes)
     return model
 
 
-def plan_with_parser(model: ModelSource | Model, flavor: str, options: PartitionOptions) -> Plan:
+def _qdq_rewrite(options: Any) -> str:
+    """``options.qdq_rewrite``, once ``options`` is known to be a PartitionOptions."""
+    if not isinstance(options, PartitionOptions):
+        raise OptionsError(f"partition options must be a PartitionOptions, got {type(options).__name__}")
+    return options.qdq_rewrite
+
+
+def plan_with_parser(model: ModelSource | Model, flavor: str, options: PartitionOptions,
+                     shapes: ProbeShapes = ()) -> Plan:
     """``plan_model`` with the shared parser oracle of ``flavor``, one caller at a time."""
     oracle = parser_oracle(flavor)
-    loaded = load_normalized(model)
+    loaded = load_normalized(model, shapes, _qdq_rewrite(options))
     progress("planning %s: %d node(s)", loaded.source, len(loaded.proto.graph.node))
     with _oracle_lock:
         plan = plan_model(loaded, oracle, options)
@@ -75,17 +89,18 @@ def plan_with_parser(model: ModelSource | Model, flavor: str, options: Partition
 
 
 def plan_for(source: ModelSource | Model, options: PartitionOptions | None = None, *, flavor: str = "auto",
-             oracle: CapabilityOracle | None = None, isolate: bool = False) -> Plan:
+             oracle: CapabilityOracle | None = None, isolate: bool = False, shapes: ProbeShapes = ()) -> Plan:
     """Plan ``source`` as a Session does: with ``oracle`` when given, else the TensorRT parser of
     ``flavor`` (in a child process with ``isolate``). ``flavor="none"`` puts every node on ONNX
     Runtime; so does ``"auto"`` when no TensorRT is importable (with a warning), where a named
-    flavor that is missing is a TensorRTUnavailableError."""
+    flavor that is missing is a TensorRTUnavailableError. ``shapes``: the model-input shapes
+    of the profiles (see :func:`load_normalized`)."""
     options = options or PartitionOptions()
     if oracle is not None:
-        return plan_model(load_normalized(source), oracle, options)
+        return plan_model(load_normalized(source, shapes, _qdq_rewrite(options)), oracle, options)
     if flavor != "none":
         if isolate:
-            return make_plan(source, options, flavor=flavor, isolate=True)
+            return make_plan(source, options, flavor=flavor, isolate=True, shapes=shapes)
         try:
             parser_oracle(flavor)  # (only a missing TensorRT falls back; planning errors propagate)
         except TensorRTUnavailableError as e:
@@ -93,21 +108,21 @@ def plan_for(source: ModelSource | Model, options: PartitionOptions | None = Non
                 raise
             log.warning("no TensorRT parser to decide capability (%s); every node runs on ONNX Runtime", e)
         else:
-            return plan_with_parser(source, flavor, options)
-    loaded = load_normalized(source)
+            return plan_with_parser(source, flavor, options, shapes)
+    loaded = load_normalized(source, shapes, _qdq_rewrite(options))
     reason = "flavor 'none' chosen" if flavor == "none" else "no TensorRT flavor importable"
     return build_plan(loaded, [Verdict("onnxruntime", reason)] * len(loaded.proto.graph.node), None)
 
 
 def make_plan(source: ModelSource | Model, options: PartitionOptions | None = None, *, flavor: str = "auto",
-              isolate: bool = False) -> Plan:
+              isolate: bool = False, shapes: ProbeShapes = ()) -> Plan:
     """Load and plan ``source`` with the parser of ``flavor`` (``auto``: tensorrt, else tensorrt_rtx).
 
     With ``isolate`` the capability queries run in a child process and only the plan comes back;
     a native crash there becomes a :class:`ParserCrashError`."""
     options = options or PartitionOptions()
     start = time.perf_counter()
-    model = load_normalized(source)
+    model = load_normalized(source, shapes, _qdq_rewrite(options))
     if not isolate:
         plan = plan_with_parser(model, flavor, options)
         plan.seconds = time.perf_counter() - start

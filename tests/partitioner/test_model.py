@@ -166,8 +166,6 @@ def test_models_past_two_gib_are_a_clear_error_not_a_crash() -> None:
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda m: m.graph.input[0].type.tensor_type.shape.dim[0].__setattr__("dim_value", -3),
-     "graph input 'x' declares dim 0 as -3"),
     (lambda m: m.graph.input[0].type.tensor_type.__setattr__("elem_type", 99),
      "graph input 'x' declares elem_type 99, which is not an ONNX data type"),
     (lambda m: m.graph.output[0].type.tensor_type.__setattr__("elem_type", 77), "graph output 'y' declares elem_type 77"),
@@ -175,7 +173,6 @@ def test_models_past_two_gib_are_a_clear_error_not_a_crash() -> None:
      r"graph input 'x' declares no data type \(elem_type 0, UNDEFINED\)"),
     (lambda m: m.graph.output[0].type.tensor_type.__setattr__("elem_type", 0), "graph output 'y' declares no data type"),
     (lambda m: m.graph.value_info.append(vi("y", [4], 99)), "value_info of 'y' declares elem_type 99"),
-    (lambda m: m.graph.value_info.append(vi("y", [2, -1])), "value_info of 'y' declares dim 1 as -1"),
     (lambda m: m.graph.input[0].type.tensor_type.shape.CopyFrom(vi("x", [2**40, "n", 2**40]).type.tensor_type.shape),
      r"graph input 'x' declares shape \[1099511627776, 'n', 1099511627776\], whose element count passes int64"),
     (lambda m: m.graph.input[0].type.tensor_type.shape.CopyFrom(vi("x", [3, 2**62]).type.tensor_type.shape),
@@ -189,12 +186,61 @@ def test_declared_types_are_checked_at_load(edit, message) -> None:
         load_model(m)
 
 
-def test_a_shape_at_the_int64_limit_or_with_a_zero_dim_loads() -> None:
-    """Only a product past int64 is refused: 2^62 x 1 is a (useless but valid) declaration, and a
-    zero dim makes the element count 0 whatever the other dims are."""
-    for shape in ([2**62, 1], [2**40, 2**40, 0]):
-        m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", shape)], [vi("y", shape)])
-        assert [d.dim_value for d in load_model(m).proto.graph.input[0].type.tensor_type.shape.dim] == shape
+def test_a_shape_at_the_int64_limit_loads() -> None:
+    """Only a product past int64 is refused: 2^62 x 1 is a (useless but valid) declaration. A
+    zero dim is an unknown one (see the next test), so it does not hide a product past int64."""
+    shape = [2**62, 1]
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", shape)], [vi("y", shape)])
+    assert [d.dim_value for d in load_model(m).proto.graph.input[0].type.tensor_type.shape.dim] == shape
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [2**40, 2**40, 0])], [vi("y", None)])
+    with pytest.raises(InvalidModelError, match="whose element count passes int64"):
+        load_model(m)
+
+
+def test_minus_one_and_zero_dims_are_unknown_dims_with_one_warning(caplog) -> None:
+    """Paddle2ONNX and older tf2onnx declare a dynamic batch as -1, other exporters as 0; ONNX
+    Runtime runs such a model at any batch. Each such dim becomes an unknown dim (inputs, outputs,
+    value_info, subgraphs), said in one warning, and shape inference then keeps the batch dynamic
+    downstream instead of computing with -1."""
+    w = const("w", np.ones((4, 3, 3, 3), np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["c"], ["g"]), helper.make_node("Flatten", ["g"], ["y"])]
+    m = model(nodes, [vi("x", [-1, 3, -1, 0])], [vi("y", [-1, 4])], [w])
+    m.graph.value_info.append(vi("c", [0, 4, -1, -1]))
+    with caplog.at_level("WARNING", logger="partitioner.model"):
+        loaded = load_model(m)
+    assert caplog.text.count("taken as unknown dims") == 1 and "7 dim(s) declared as -1 or 0" in caplog.text
+
+    def dims(tp):
+        return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tp.tensor_type.shape.dim]
+
+    assert dims(loaded.proto.graph.input[0].type) == [None, 3, None, None]
+    assert dims(loaded.index.types["c"])[1] == 4 and dims(loaded.index.types["c"])[0] != 0
+    assert dims(loaded.proto.graph.output[0].type)[1] == 4 and not loaded.proto.graph.output[0].type.tensor_type.shape.dim[0].dim_value
+    sess = ort.InferenceSession(loaded.proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in ((1, 3, 8, 8), (5, 3, 16, 40)):
+        assert sess.run(None, {"x": np.ones(shape, np.float32)})[0].shape == (shape[0], 4)
+
+
+def test_value_info_that_contradicts_the_graph_yields_to_what_the_ops_compute() -> None:
+    """An exporter's value_info that contradicts the graph (a static dim where the batch is
+    dynamic, a wrong rank, one name declared twice) does not reach the model's types: shape
+    inference runs without it. A declared output shape the ops contradict yields too (a fix
+    says so); a declaration for a tensor inference cannot type is kept, recorded as declared."""
+    from partitioner.model import DECLARED
+
+    nodes = [helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Neg", ["t"], ["u"]),
+             helper.make_node("Mystery", ["u"], ["m"], domain="com.example"), helper.make_node("Abs", ["m"], ["y"])]
+    m = model(nodes, [vi("x", ["N", 3])], [vi("y", None), vi("u", [5, 3])], extra_opsets=[("com.example", 1)])
+    m.graph.value_info.extend([vi("t", [5, 3]), vi("t", [2, 3, 1]), vi("m", ["N", 7])])
+    loaded = load_model(m)
+    t = loaded.index.types["t"].tensor_type
+    assert len(t.shape.dim) == 2 and t.shape.dim[0].dim_param == "N" and t.shape.dim[1].dim_value == 3
+    u = loaded.proto.graph.output[1].type.tensor_type
+    assert [d.dim_param or d.dim_value for d in u.shape.dim] == ["N", 3]
+    assert any("graph output 'u' declared as [5, 3], computed as [N, 3]" in f for f in loaded.fixes)
+    assert loaded.learned == {"m": DECLARED}  # typed by its declaration alone; y follows from it
+    assert [d.dim_param or d.dim_value for d in loaded.index.types["y"].tensor_type.shape.dim] == ["N", 7]
 
 
 def _if_model(then_output_type: int) -> onnx.ModelProto:

@@ -176,3 +176,42 @@ def test_requires_a_loaded_model() -> None:
 
     with pytest.raises(InvalidModelError, match="needs a loaded Model"):
         QdqPass()(onnx.ModelProto())  # type: ignore[arg-type]
+
+
+def test_int8_rewrite_requantizes_pairs_and_weights_symmetrically() -> None:
+    """The int8 rewrite: a per-tensor asymmetric pair becomes symmetric int8 over the same range
+    (a Clip keeps what the lopsided range clamped), within one new step of the original; a
+    per-axis lopsided pair is rewritten exactly (its clamp would be per axis); a constant uint8
+    weight DequantizeLinear with a nonzero zero point becomes symmetric int8 weights, per axis,
+    within half a new step of its values."""
+    w = np.arange(24, dtype=np.uint8).reshape(4, 6) * 9
+    wq = [const("w", w), const("w_s", np.array([0.01, 0.02, 0.03, 0.04], np.float32)),
+          const("w_zp", np.array([100, 90, 80, 70], np.uint8))]
+    pair_nodes, pair_inits = qdq_pair("x", "d", np.array(0.05, np.float32), np.array(-100, np.int8), "p")
+    nodes = pair_nodes + [h.make_node("DequantizeLinear", ["w", "w_s", "w_zp"], ["wf"], name="w_DQ", axis=0),
+                          h.make_node("MatMul", ["wf", "d"], ["y"], name="mm")]
+    m = model(nodes, [vi("x", [6, 3])], [vi("y", [4, 3])], pair_inits + wq, opset=13)
+    loaded = load_model(m)
+    result = rewrite_qdq(loaded, "int8")
+    assert set(result.rewritten) == {"p_Q", "p_DQ", "w_DQ"}
+    assert "re-quantized to symmetric int8: range -1.4..11.35 kept, step x1.79" in result.rewritten["p_Q"]
+    graph = loaded.proto.graph
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+    by_name = {n.name: n for n in graph.node}
+    assert [n.op_type for n in graph.node] == ["Clip", "QuantizeLinear", "DequantizeLinear", "DequantizeLinear", "MatMul"]
+    for name in ("p_Q", "p_DQ", "w_DQ"):
+        zp = inits[by_name[name].input[2]]
+        assert zp.dtype == np.int8 and not zp.any()
+    assert inits[by_name["p_Q"].input[1]] == pytest.approx(11.35 / 127)
+    x = np.linspace(-3, 14, 18, dtype=np.float32).reshape(6, 3)
+    want, got = run_ort(m, {"x": x})[0], run_ort(loaded.proto, {"x": x})[0]
+    original_w = (w.astype(np.float32) - np.array([100, 90, 80, 70])[:, None]) * np.array([0.01, 0.02, 0.03, 0.04])[:, None]
+    new_w = inits[by_name["w_DQ"].input[0]].astype(np.float32) * inits[by_name["w_DQ"].input[1]][:, None]
+    assert np.abs(new_w - original_w).max() <= 0.5 * inits[by_name["w_DQ"].input[1]].max() + 1e-7
+    assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()
+    lopsided = load_model(per_axis_model())
+    done = rewrite_qdq(lopsided, "int8")
+    assert _FLOAT in done.rewritten["a_Q"] and "re-quantized" in done.rewritten["b_Q"]
+
+
+_FLOAT = "emulated in float32"

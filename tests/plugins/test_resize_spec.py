@@ -32,7 +32,12 @@ def resize_model(attrs: dict[str, Any], inputs: dict[str, np.ndarray | str | Non
     while names[-1] == "":
         names.pop()
     node = helper.make_node("Resize", names, ["y"], name="rz", **attrs)
-    return load_model(model([node], graph_inputs, [vi("y", out_shape, dtype)], inits, opset=opset, ir=9))
+    loaded = load_model(model([node], graph_inputs, [vi("y", out_shape, dtype)], inits, opset=opset, ir=9))
+    if out_shape is not None:  # (loading keeps a declared output shape only where the ops agree: one
+        # that disagrees is declared again here, as a stale type would reach the predicate)
+        loaded.proto.graph.output[0].CopyFrom(vi("y", out_shape, dtype))
+        loaded.index.refresh_types()
+    return loaded
 
 
 F32 = np.float32

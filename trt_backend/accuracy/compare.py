@@ -33,7 +33,9 @@ from trt_backend.artifacts.read import is_build_folder
 from trt_backend.errors import ReferenceRunError, SegmentLoadError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import ort_session
+from trt_backend.planning import load_normalized
 from trt_backend.profiles import Profile
+from trt_backend.profiles.given import profile_shapes
 from trt_backend.session.feeds import write_run
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
@@ -76,10 +78,14 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
             sess, owned = Session(model, profiles, so), True
             reference = reference_session(sess.model, so.ort_for(len(sess.runners) + 1))
         else:
-            plan = model if isinstance(model, Plan) else Session.make_plan(model, so)
+            plan = model if isinstance(model, Plan) else Session.make_plan(model, so, profiles)
             # The reference first: a model ONNX Runtime cannot load is reported as such, not as a
-            # failure to derive profiles.
-            reference = reference_session(plan.model, so.ort_for(len(plan.segments) + 1))
+            # failure to derive profiles. Q/DQ re-quantized to int8 is measured against the model
+            # as it was (the exact rewrite: the original's numerics).
+            original = plan.model
+            if so.partition.qdq_rewrite != "exact" and plan.rewritten and not isinstance(model, (Plan, Model)):
+                original = load_normalized(model, profile_shapes(profiles))
+            reference = reference_session(original, so.ort_for(len(plan.segments) + 1))
             sess, owned = Session(plan, profiles, so), True
     if reference_outputs is not None:
         if feeds is None or len(list(feeds)) != len(reference_outputs):

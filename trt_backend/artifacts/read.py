@@ -88,7 +88,9 @@ def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool
                 with open(os.path.join(folder, os.path.basename(seg["engine"])), "rb") as f:
                     engines[int(seg["id"])] = f.read()
     plan = Plan.from_dict(manifest["plan"])
-    plan.model = load(os.path.join(folder, manifest["model_file"]))
+    shapes = [{n: getattr(tp, which) for n, tp in p.items()}  # (types learned again at the profiles' shapes)
+              for p in profiles_from_json(manifest["plan"].get("input_profiles", [])) for which in ("min", "opt", "max")]
+    plan.model = load(os.path.join(folder, manifest["model_file"]), shapes)
     return BuiltFolder(plan, manifest, engines)
 
 

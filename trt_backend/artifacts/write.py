@@ -43,12 +43,13 @@ from trt_backend.artifacts.seal import seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.compiler import Compiled, compile
 from trt_backend.engines.builder import check_build_options
-from trt_backend.engines.report import BuildProgress
+from trt_backend.engines.report import BuildProgress, BuildReport
 from trt_backend.engines.targets import build_target, current_sm
 from trt_backend.errors import ArtifactError
 from trt_backend.gpu.device import check_device, use_device
 from trt_backend.ort.sessions import installed_version
 from trt_backend.planning import load_normalized as load_for_planning
+from trt_backend.profiles.given import profile_shapes
 from trt_backend.runners.base import EMULATED, ONNXRUNTIME
 from trt_backend.session.options import SessionOptions
 from trt_backend.tensorrt.flavor import Flavor, load_flavor
@@ -95,7 +96,7 @@ def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[M
                                                   "build_cache": {"key": build_key, "hit": True}}, key)
         if hit is not None:
             return hit
-    loaded = load_for_planning(model)
+    loaded = load_for_planning(model, profile_shapes(profiles), opts.partition.qdq_rewrite)
     stage = _Stage(out_dir, loaded)  # the weights go into the folder while the engines build
     try:
         compiled = compile(loaded, profiles, opts, build=True, progress=progress)
@@ -136,8 +137,7 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
     """Put the model, segment and engine files of ``compiled`` in ``stage``; the manifest. Each
     TensorRT segment's model file is the model its engine was built from."""
     plan, bopts = compiled.plan, compiled.options.build
-    report = compiled.report
-    assert report is not None
+    report = compiled.report if compiled.report is not None else BuildReport(flv.target)  # (no TensorRT segment)
     seconds = {r.segment: r.seconds for r in report.segments}
     originals, weights, weights_entry = stage.data(compiled.model)
     refer = weights.refs.get if weights is not None else (lambda name: None)

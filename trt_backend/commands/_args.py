@@ -10,6 +10,7 @@ from typing import Any
 
 from partitioner import BoundaryCost, OptionsError, PartitionOptions
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
+from partitioner.qdq import QDQ_REWRITES
 from plugins import default_registry
 from trt_backend._files import output_problem
 from trt_backend.engines.builder import HARDWARE_LEVELS
@@ -89,6 +90,10 @@ def add_partition_arguments(p: argparse.ArgumentParser) -> None:
                    help="use no plugins: what TensorRT rejects goes to ONNX Runtime")
     p.add_argument("--plugin-ops", type=split_list, default=(), metavar="A,B",
                    help="op types given to their plugin even where TensorRT has a native layer (comparisons)")
+    p.add_argument("--qdq-rewrite", choices=QDQ_REWRITES, default="exact",
+                   help="asymmetric Q/DQ TensorRT refuses (ONNX Runtime's default quantizer writes it): 'exact' "
+                        "rewrites it into float arithmetic (ONNX's numerics; TensorRT then computes it in float), "
+                        "'int8' re-quantizes it to symmetric int8 (int8 kept; measure it with compare)")
 
 
 def add_cpu_session_arguments(p: argparse.ArgumentParser) -> None:
@@ -120,7 +125,7 @@ def partition_options(args: argparse.Namespace) -> PartitionOptions:
                             min_segment_size=args.min_segment_size,
                             boundary_cost=None if args.no_boundary_cost else BoundaryCost(launch_us=args.launch_cost_us),
                             plugins=registry.claims() if registry is not None else (),
-                            plugin_ops=tuple(args.plugin_ops), target=args.target)
+                            plugin_ops=tuple(args.plugin_ops), target=args.target, qdq_rewrite=args.qdq_rewrite)
 
 
 # Flags that change what is built (the plan, the precision, the engines), with their defaults: a
@@ -130,7 +135,7 @@ BUILD_FLAGS: dict[str, tuple[Any, str]] = {
     "min_segment_size": (DEFAULT_MIN_SEGMENT_SIZE, "--min-segment-size"),
     "launch_cost_us": (BoundaryCost().launch_us, "--launch-cost-us"), "no_boundary_cost": (False, "--no-boundary-cost"),
     "target": (None, "--target"), "no_plugins": (False, "--no-plugins"), "plugin_ops": ((), "--plugin-ops"),
-    "isolate": (False, "--isolate"), "flavor": ("auto", "--flavor"),
+    "isolate": (False, "--isolate"), "flavor": ("auto", "--flavor"), "qdq_rewrite": ("exact", "--qdq-rewrite"),
     "precision": ("fp32", "--precision"), "calibration_data": (None, "--calibration-data"),
     "calibration_method": ("minmax", "--calibration-method"), "precision_plan": (None, "--precision-plan"),
     "allow": (("fp16", "bf16", "int8"), "--allow"), "compute_capabilities": (None, "--compute-capabilities"),

@@ -20,6 +20,7 @@ import onnx
 
 from partitioner.errors import ModelTooLargeError, OptionsError
 from partitioner.model import serialize, structure_copy
+from partitioner.qdq import EMULATED_DOC
 from partitioner.weights import (
     is_external,
     raw_nbytes,
@@ -36,7 +37,13 @@ from trt_backend.engines.precision import (
     validate_precision,
 )
 from trt_backend.engines.precision_plan import PrecisionPlan, pinned_of
-from trt_backend.engines.quantize import QUANTIZER_VERSION, require_calibration
+from trt_backend.engines.quantize import (
+    QDQ_OPS,
+    QUANTIZER_VERSION,
+    carries_qdq,
+    require_calibration,
+    with_fp16_remainder,
+)
 from trt_backend.engines.targets import rtx_targets
 from trt_backend.errors import PrecisionError, SegmentBuildError
 from trt_backend.profiles import TensorProfile, tensor_profile
@@ -78,6 +85,9 @@ class BuildOptions:
     version_compatible: bool = False
     exclude_lean_runtime: bool = True
     max_workers: int = 0  # parallel segment builds; 0: min(4, CPU count)
+    # trial builds a build may spend narrowing down a segment TensorRT's builder refuses without
+    # naming a node (engines.fallback); 0: such a segment goes to ONNX Runtime whole
+    max_narrowing_builds: int = 32
 
     def __post_init__(self) -> None:
         keep = (self.keep_fp32_ops,) if isinstance(self.keep_fp32_ops, str) else tuple(self.keep_fp32_ops)
@@ -109,6 +119,8 @@ class BuildOptions:
                                f"got {self.hardware_compatibility!r}")
         if not isinstance(self.max_workers, int) or self.max_workers < 0:
             raise OptionsError(f"max_workers must be a whole number >= 0, got {self.max_workers!r}")
+        if not isinstance(self.max_narrowing_builds, int) or self.max_narrowing_builds < 0:
+            raise OptionsError(f"max_narrowing_builds must be a whole number >= 0, got {self.max_narrowing_builds!r}")
 
     @property
     def host_code(self) -> bool:
@@ -122,7 +134,8 @@ class BuildOptions:
         # (under the key written before the field was renamed, in its place: engine caches and
         # build manifests keep theirs)
         d = {("optimization_level" if k == "builder_optimization_level" else k): v for k, v in asdict(self).items()}
-        for k in ("timing_cache", "max_workers", "calibration_data", "calibration_method", "precision_plan"):
+        for k in ("timing_cache", "max_workers", "calibration_data", "calibration_method", "precision_plan",
+                  "max_narrowing_builds"):
             d.pop(k)
         if self.precision_plan is not None:  # (what the plan decides; its search log is not part of the key)
             d["precision_plan"] = {"segments": self.precision_plan.to_dict()["segments"]}
@@ -341,8 +354,31 @@ def prepared_segment(segment_model: onnx.ModelProto, options: BuildOptions,
                                "quantize=SegmentQuantizer(...))")
         return (quantize(segment_model, pinned) if pinned else quantize(segment_model)), precision
     if precision in ("fp16", "bf16"):
+        quantized = quantized_nodes(segment_model)
+        if quantized:
+            _warn_quantized(segment_model.graph.name, precision, len(quantized))
+            if precision == "fp16" and carries_qdq(segment_model):  # (Q/DQ kept, as int8 keeps its own)
+                return with_fp16_remainder(segment_model, options.keep_fp32_ops, (*pinned, *quantized)), precision
+            pinned = (*pinned, *quantized)
         return apply_precision(segment_model, precision, options.keep_fp32_ops, pinned).model, precision
     return segment_model, precision
+
+
+def quantized_nodes(segment_model: onnx.ModelProto) -> list[str]:
+    """The nodes of a segment that compute its quantization: its Q/DQ, and the float nodes a Q/DQ
+    rewrite emulates a pair with (:data:`partitioner.qdq.EMULATED_DOC`). A reduced precision
+    applies outside them: they compute as the model has them."""
+    return [n.name for n in segment_model.graph.node if n.op_type in QDQ_OPS or n.doc_string == EMULATED_DOC]
+
+
+_warned_quantized: set[tuple[str, str]] = set()
+
+
+def _warn_quantized(name: str, precision: str, count: int) -> None:
+    if (name, precision) not in _warned_quantized:
+        _warned_quantized.add((name, precision))
+        log.warning("%s carries quantization (%d Q/DQ or emulated Q/DQ node(s)): %s applies outside it, the "
+                    "quantized arithmetic computes as the model has it", name, count, precision)
 
 
 MAX_REFUSAL_ROUNDS = 4

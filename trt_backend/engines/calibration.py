@@ -1,21 +1,33 @@
-"""Calibration data for int8: read, checked against the model's inputs, batched, hashed.
+"""Calibration data for int8: read, checked against the model's inputs and profiles, batched,
+streamed, hashed.
 
 The format: an ``.npz`` with one array per model input (by name), samples stacked along the first
 (batch) dimension, fed in batches of the profile's opt batch; a model input without a batch dim
-takes one sample per entry of a leading axis (the array has one more dim than the input). A folder
-is every ``.npz`` in it, in name order, concatenated. ``random`` makes seeded random batches: a
-smoke test of the int8 path, not a calibration (its scales mean nothing).
+(a scalar such as a sample rate, or a state) takes one sample per entry of a leading axis (the
+array has one more dim than the input: one entry per batch, or per sample, which makes the file's
+batches one sample each); a 0-d array for a scalar input is its value for every batch of the file. A folder is
+every ``.npz`` in it, in name order. Files may hold samples of different shapes (images of other
+heights and widths, as detection and OCR data is): consecutive files of one shape are batched
+together, and each shape within the profiles is calibrated as it is. Integer inputs take any
+integer array whose values fit their type; bool inputs take bool arrays.
 
-Every problem (a missing or unknown name, a wrong dtype or shape, an empty file, NaN or inf, inputs
-with different sample counts) is one :class:`CalibrationDataError` naming the input and the file."""
+The data is streamed: one file is in memory at a time, so a folder may hold more samples than
+memory does. ``random`` makes seeded random batches: a smoke test of the int8 path, not a
+calibration (its scales mean nothing).
+
+Every problem (a missing or unknown name, a wrong dtype or shape, a shape outside the profiles, an
+empty file, NaN or inf, inputs with different sample counts) is one :class:`CalibrationDataError`
+naming the file, the input, what the model expects and what the file holds."""
 from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, overload
 
 import numpy as np
 import onnx
@@ -27,6 +39,10 @@ log = logging.getLogger(__name__)
 RANDOM = "random"
 RANDOM_SAMPLES = 8
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+
+Shape = tuple[int, ...]
+# Per profile: model input -> its (min, opt, max) shapes; a calibration batch must lie within one.
+ShapeRanges = Sequence[Mapping[str, tuple[Shape, Shape, Shape]]]
 
 
 @dataclass(frozen=True)
@@ -44,18 +60,48 @@ class InputSpec:
         return cls(value.name, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)), dims)
 
 
+class Batches(Sequence[dict[str, np.ndarray]]):
+    """Calibration batches (feeds of the whole model), read from their files on each pass: a
+    sequence whose length is known (counted when the files were checked) and whose items are
+    made again as they are iterated, never all held at once."""
+
+    def __init__(self, make: Any, count: int) -> None:
+        self._make = make
+        self._count = count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        return iter(self._make())
+
+    @overload
+    def __getitem__(self, k: int) -> dict[str, np.ndarray]: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[dict[str, np.ndarray]]: ...
+
+    def __getitem__(self, k: int | slice) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
+        if isinstance(k, slice):
+            return list(itertools.islice(iter(self), *k.indices(self._count)))
+        if k < 0:
+            k += self._count
+        if not 0 <= k < self._count:
+            raise IndexError(f"calibration batch {k} of {self._count}")
+        return next(itertools.islice(iter(self), k, None))
+
+
 @dataclass(frozen=True)
 class CalibrationData:
-    """Checked calibration batches (feeds of the whole model) and the SHA-256 of their source."""
+    """Checked calibration batches (feeds of the whole model, streamed from the files: see
+    :class:`Batches`), the number of samples, and the SHA-256 of their source."""
 
     source: str
     sha256: str
-    batches: tuple[dict[str, np.ndarray], ...] = field(repr=False)
+    batches: Sequence[dict[str, np.ndarray]] = field(repr=False)
     random: bool = False
-
-    @property
-    def samples(self) -> int:
-        return sum(len(next(iter(b.values()))) if b else 0 for b in self.batches)
+    samples: int = 0
+    shapes: int = 1  # distinct batch shapes (more than one: samples of different shapes)
 
 
 def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
@@ -95,35 +141,118 @@ def _sha256_files(stamped: tuple[tuple[str, float, int], ...]) -> str:
 
 
 def load_calibration(source: str, inputs: Sequence[InputSpec], batch_sizes: Mapping[str, int] | None = None,
-                     seed: int = 0) -> CalibrationData:
+                     seed: int = 0, ranges: ShapeRanges = ()) -> CalibrationData:
     """Calibration batches for a model with ``inputs`` from ``source`` (see the module doc).
-    ``batch_sizes``: the opt batch per input (default 1, or the input's static batch dim)."""
+    ``batch_sizes``: the opt batch per input (default 1, or the input's static batch dim).
+    ``ranges``: per profile, each input's (min, opt, max) shapes; a batch must lie within one
+    profile (random batches take the first profile's opt shapes).
+    Every file is read and checked here once (one at a time); the batches are read again as
+    they are used."""
     sizes = dict(batch_sizes or {})
     if source == RANDOM:
         log.warning("calibration data 'random': a smoke test of the int8 path; its scales are not a calibration")
-        return CalibrationData(RANDOM, data_sha256(RANDOM), _random_batches(inputs, sizes, seed), random=True)
-    arrays: dict[str, list[np.ndarray]] = {}
-    for path in calibration_files(source):
-        for name, array in _read_npz(path, inputs).items():
-            arrays.setdefault(name, []).append(array)
-    samples = {name: np.concatenate(parts) for name, parts in arrays.items()}
-    # batches per input: stacked inputs in runs of their opt batch, unbatched ones one entry each
-    steps = {s.name: (_batch(s, sizes) if samples[s.name].ndim == len(s.dims) else 0) for s in inputs}
-    counts = {n: (-(-len(a) // steps[n]) if steps[n] else len(a)) for n, a in samples.items()}
-    if len(set(counts.values())) > 1:
-        raise CalibrationDataError(f"calibration data {source}: inputs make different numbers of batches "
-                                   f"({', '.join(f'{n}: {c}' for n, c in counts.items())})")
-    batches = []
-    for k in range(next(iter(counts.values()))):
-        feed = {}
-        for spec in inputs:
-            step, array = steps[spec.name], samples[spec.name]
-            feed[spec.name] = array[k * step:(k + 1) * step] if step else array[k]
-        if all(len(feed[s.name]) == s.dims[0] for s in inputs if steps[s.name] and s.dims[0] is not None):
-            batches.append(feed)  # (a short last batch is dropped only where the batch dim is static)
-    if not batches:
+        made = _random_batches(inputs, sizes, seed, ranges[0] if ranges else {})
+        return CalibrationData(RANDOM, data_sha256(RANDOM), made, random=True, samples=len(made))
+    files = calibration_files(source)
+    count, samples, shapes = 0, 0, set()
+    for path, batch in _stream(files, inputs, sizes, ranges):
+        count += 1
+        samples += _samples(batch, inputs)
+        shapes.add(tuple(sorted((n, a.shape) for n, a in batch.items())))
+    if not count:
         raise CalibrationDataError(f"calibration data {source}: fewer samples than one batch")
-    return CalibrationData(source, data_sha256(source), tuple(batches))
+    if len(shapes) > 1:
+        log.info("calibration data %s: %d batch(es) in %d shapes", source, count, len(shapes))
+    batches = Batches(lambda: (b for _, b in _stream(files, inputs, sizes, ranges)), count)
+    return CalibrationData(source, data_sha256(source), batches, samples=samples, shapes=len(shapes))
+
+
+def _samples(batch: Mapping[str, np.ndarray], inputs: Sequence[InputSpec]) -> int:
+    batched = [batch[s.name] for s in inputs if s.dims and batch[s.name].ndim == len(s.dims)]
+    return len(batched[0]) if batched else 1
+
+
+def _stream(files: Sequence[str], inputs: Sequence[InputSpec], sizes: Mapping[str, int],
+            ranges: ShapeRanges) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+    """(file, batch) for every batch of ``files``, one file in memory at a time. Samples of
+    consecutive files with the same per-sample shapes fill batches together; a short batch is
+    fed as it is where the batch dim is dynamic, and dropped where it is static."""
+    pending: dict[str, np.ndarray] = {}
+    pending_key: Any = None
+    pending_path = ""
+    for path in files:
+        arrays = _read_npz(path, inputs)
+        shared = {s.name for s in inputs if not s.dims and arrays[s.name].ndim == 0}  # (one scalar for the file)
+        steps = {s.name: (_batch(s, sizes) if arrays[s.name].ndim == len(s.dims) and s.dims else 0) for s in inputs}
+        entries = {len(arrays[s.name]) for s in inputs if not steps[s.name] and s.name not in shared}
+        stacked = {len(arrays[s.name]) for s in inputs if steps[s.name]}
+        if len(entries) == 1 and entries == stacked and all(s.dims[0] is None for s in inputs if steps[s.name]):
+            steps = {n: min(k, 1) for n, k in steps.items()}  # one entry per sample: a sample per batch
+        counts = {n: (-(-len(a) // steps[n]) if steps[n] else len(a)) for n, a in arrays.items() if n not in shared}
+        if not counts:
+            counts = {"": 1}
+        if len(set(counts.values())) > 1:
+            raise CalibrationDataError(f"calibration data {path}: inputs make different numbers of batches "
+                                       f"({', '.join(f'{n}: {c}' for n, c in counts.items())})")
+        stackable = all(steps.values())
+        key = tuple((n, a.shape[1:], a.dtype.str) for n, a in sorted(arrays.items())) if stackable else None
+        if pending and (key is None or key != pending_key):
+            yield from _flush(pending_path, pending, inputs, ranges)
+            pending = {}
+        if stackable:  # samples carried over from the previous file of this shape go first
+            arrays = {n: np.concatenate([pending[n], a]) if pending else a for n, a in arrays.items()}
+            full = min(len(arrays[s.name]) // steps[s.name] for s in inputs)
+            for k in range(full):
+                yield path, _checked(path, {s.name: arrays[s.name][k * steps[s.name]:(k + 1) * steps[s.name]]
+                                            for s in inputs}, inputs, ranges)
+            pending = {s.name: arrays[s.name][full * steps[s.name]:] for s in inputs}
+            if not any(len(a) for a in pending.values()):
+                pending = {}
+            pending_key, pending_path = key, path
+            continue
+        for k in range(next(iter(counts.values()))):
+            feed = {}
+            for spec in inputs:
+                step, array = steps[spec.name], arrays[spec.name]
+                feed[spec.name] = (array if spec.name in shared else array[k * step:(k + 1) * step] if step
+                                  else np.asarray(array[k]))
+            if all(len(feed[s.name]) == s.dims[0] for s in inputs if steps[s.name] and s.dims[0] is not None):
+                yield path, _checked(path, feed, inputs, ranges)  # (a short batch is dropped where the batch is static)
+    if pending:
+        yield from _flush(pending_path, pending, inputs, ranges)
+
+
+def _flush(path: str, pending: dict[str, np.ndarray], inputs: Sequence[InputSpec],
+           ranges: ShapeRanges) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+    """The short batch left over: fed where no input's batch dim is static."""
+    if all(s.dims[0] is None for s in inputs if s.dims):
+        yield path, _checked(path, pending, inputs, ranges)
+    else:
+        log.info("calibration data %s: %d sample(s) short of a whole batch left out", path,
+                 len(next(iter(pending.values()))))
+
+
+def _checked(path: str, feed: dict[str, np.ndarray], inputs: Sequence[InputSpec],
+             ranges: ShapeRanges) -> dict[str, np.ndarray]:
+    """``feed`` when its shapes lie within one profile's (min, max) for every input it names;
+    else the CalibrationDataError naming the first input outside (against the first profile)."""
+    if not ranges:
+        return feed
+    for prof in ranges:
+        if all(_within(feed[n].shape, lo, hi) for n, (lo, _, hi) in prof.items() if n in feed):
+            return feed
+    for n, (lo, _, hi) in ranges[0].items():
+        if n in feed and not _within(feed[n].shape, lo, hi):
+            allowed = " or ".join(f"{list(p[n][0])}..{list(p[n][2])}" for p in ranges if n in p)
+            raise CalibrationDataError(f"calibration data {path}: input '{n}': a batch of shape {feed[n].shape} lies "
+                                       f"outside the profiles, which take {allowed}; give samples within the "
+                                       "profiles (or profiles that cover the data)")
+    raise CalibrationDataError(f"calibration data {path}: a batch of shapes "
+                               f"{ {n: a.shape for n, a in feed.items()} } lies within no one profile")
+
+
+def _within(shape: Shape, lo: Shape, hi: Shape) -> bool:
+    return len(shape) == len(lo) and all(a <= d <= b for d, a, b in zip(shape, lo, hi))
 
 
 def _batch(spec: InputSpec, sizes: Mapping[str, int]) -> int:
@@ -150,15 +279,17 @@ def _read_npz(path: str, inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
         if spec.name not in arrays:
             raise CalibrationDataError(f"calibration data {path}: no array for model input '{spec.name}' "
                                        f"({spec.dtype} {_dims(spec.dims)})")
-        _check(path, spec, arrays[spec.name])
+        arrays[spec.name] = _check(path, spec, arrays[spec.name])
     return arrays
 
 
-def _check(path: str, spec: InputSpec, array: np.ndarray) -> None:
+def _check(path: str, spec: InputSpec, array: np.ndarray) -> np.ndarray:
+    """``array`` checked against ``spec`` (and of its dtype: integers converted where they fit)."""
     where = f"calibration data {path}: input '{spec.name}'"
-    if array.dtype != spec.dtype:
-        raise CalibrationDataError(f"{where} is {array.dtype}, the model takes {spec.dtype}")
+    array = _of_dtype(where, spec, array)
     rank = len(spec.dims)
+    if rank == 0 and array.ndim == 0:  # a scalar input's one value for every sample of the file
+        return array
     if array.ndim == rank + 1:  # a leading sample axis over inputs that have no batch dim
         per_sample = array.shape[1:]
     elif array.ndim == rank and rank > 0:
@@ -179,6 +310,19 @@ def _check(path: str, spec: InputSpec, array: np.ndarray) -> None:
     if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
         bad = int(np.count_nonzero(~np.isfinite(array)))
         raise CalibrationDataError(f"{where} holds {bad} NaN/inf value(s); calibration needs finite data")
+    return array
+
+
+def _of_dtype(where: str, spec: InputSpec, array: np.ndarray) -> np.ndarray:
+    if array.dtype == spec.dtype:
+        return array
+    if spec.dtype.kind in "iu" and array.dtype.kind in "iub":
+        info = np.iinfo(spec.dtype)
+        if array.size == 0 or (int(array.min()) >= info.min and int(array.max()) <= info.max):
+            return array.astype(spec.dtype)
+        raise CalibrationDataError(f"{where} holds {array.dtype} values from {int(array.min())} to {int(array.max())}; "
+                                   f"the model takes {spec.dtype} ({info.min}..{info.max})")
+    raise CalibrationDataError(f"{where} is {array.dtype}, the model takes {spec.dtype}")
 
 
 def _check_dims(where: str, got: tuple[int, ...], want: tuple[int | None, ...], full: tuple[int | None, ...]) -> None:
@@ -190,14 +334,16 @@ def _dims(dims: Sequence[int | None]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
-def _random_batches(inputs: Sequence[InputSpec], sizes: Mapping[str, int], seed: int
-                    ) -> tuple[dict[str, np.ndarray], ...]:
+def _random_batches(inputs: Sequence[InputSpec], sizes: Mapping[str, int], seed: int,
+                    opt: Mapping[str, tuple[Shape, Shape, Shape]]) -> tuple[dict[str, np.ndarray], ...]:
+    """Seeded random feeds at the ``opt`` shapes (else every dynamic dim but the batch 1)."""
     rng = np.random.default_rng(seed)
     batches = []
     for _ in range(RANDOM_SAMPLES):
         feed = {}
         for spec in inputs:
-            shape = [_batch(spec, sizes) if k == 0 else (d if d is not None else 1) for k, d in enumerate(spec.dims)]
+            shape = list(opt[spec.name][1]) if spec.name in opt else [
+                _batch(spec, sizes) if k == 0 else (d if d is not None else 1) for k, d in enumerate(spec.dims)]
             if spec.dtype.kind == "f":
                 feed[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
             elif spec.dtype.kind == "b":

@@ -15,6 +15,7 @@ import onnx
 from partitioner import DEFAULT_MIN_SEGMENT_SIZE, Plan, Segment, Verdict, build_plan
 from partitioner.cost import BoundaryCost
 from partitioner.errors import OptionsError
+from partitioner.extract import extract
 from plugins import default_registry, register_with, rewrite_for_engine
 from trt_backend import _progress
 from trt_backend.engines.builder import (
@@ -78,8 +79,11 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
                         boundary_cost: BoundaryCost | None = BoundaryCost(),
                         quantizer: SegmentRewrite | None = None) -> BuildResult:
     """Build, demote what TensorRT refuses, re-plan, repeat. For ``max_rounds`` rounds only the
-    nodes TensorRT blamed are demoted (a whole segment when it blamed none); after that every
-    failing segment is demoted whole. Each round demotes at least one node, so it ends."""
+    nodes TensorRT blamed are demoted; a builder failure that blames no node (an internal
+    assertion) is narrowed by bisection (:class:`_Narrowing`, at most
+    ``options.max_narrowing_builds`` trial builds in all) to the first node in topological order whose prefix fails, and only
+    that node is demoted; past the budget such a segment is demoted whole. After ``max_rounds``
+    every failing segment is demoted whole. Each round demotes at least one node, so it ends."""
     if plan.model is None:
         raise OptionsError("this plan was read from JSON without its model; plan the model again")
     options = options or BuildOptions()
@@ -91,6 +95,8 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
     demoted: list[Demotion] = []
     rounds = 0
     quantize = _quantizer(plan, options, quantizer)
+    narrowing = _Narrowing(options, fl, quantize, rewrite, options.max_narrowing_builds)
+    narrowed_rounds = 0
     while True:
         rounds += 1
         result = _build_round(plan, profiles if rounds == 1 else pool, options, cache, fl, progress, memo, rewrite,
@@ -98,10 +104,21 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
         if not result.report.failures:
             break
         verdicts = [Verdict(n.verdict, n.reason) for n in plan.nodes]
+        narrowed = False
         for failure in result.report.failures:
             seg = plan.segments[failure.segment]
-            blamed = failure.nodes if failure.nodes and rounds <= max_rounds else seg.nodes
+            blamed = failure.nodes if failure.nodes and rounds - narrowed_rounds <= max_rounds else seg.nodes
             reason = f"TensorRT {failure.stage} failed: {failure.message}"
+            if not failure.nodes and failure.stage == "build" and narrowing.left > 0:
+                found = narrowing.culprit(plan, seg, _segment_profiles(plan, profiles if rounds == 1 else pool, seg))
+                if found is not None:
+                    blamed = (found,)
+                    reason += (f" (narrowed by bisection: the segment's nodes before it build; "
+                               f"{narrowing.builds} trial build(s) so far)")
+                    log.warning("segment %d: TensorRT's builder failed (%s) naming no node; bisection blames node %d "
+                                "'%s' (%s): it goes to ONNX Runtime, the rest stays TensorRT", seg.id, failure.message,
+                                found, plan.nodes[found].name, plan.nodes[found].op_type)
+                    narrowed = True
             for i in blamed:
                 verdicts[i] = Verdict("onnxruntime", reason)
                 node = plan.nodes[i]
@@ -109,11 +126,70 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
             log.info("segment %d: %d node(s) go to ONNX Runtime (round %d)", seg.id, len(blamed), rounds)
         _progress.progress("round %d: %d segment(s) refused by TensorRT, their nodes go to ONNX Runtime; planning "
                            "again", rounds, len(result.report.failures))
+        narrowed_rounds += narrowed  # (a round that narrowed does not use up a round: the build budget bounds it)
         plan = build_plan(plan.model, verdicts, plan.tensorrt, min_segment_size, target=plan.target,
                           cost=boundary_cost)
     report = result.report
     report.demoted, report.rounds, report.seconds = demoted, rounds, time.perf_counter() - start
     return BuildResult(plan, result.engines, report, result.models)
+
+
+class _Narrowing:
+    """Bisection of a segment TensorRT's builder refuses without naming a node: the longest
+    prefix of its nodes, in topological order, that builds is found by binary search (each trial
+    a real build of the prefix, whose inputs are the segment's, so the segment's profiles apply;
+    results kept by node set), and the node after it is the culprit. Its later nodes are left
+    to the next round, which builds them again as segments of their own (and narrows again if
+    they fail). ``left`` trial builds remain of the budget; each is logged."""
+
+    def __init__(self, options: BuildOptions, flavor: Flavor, quantize: SegmentRewrite | None,
+                 rewrite: SegmentRewrite | None, budget: int) -> None:
+        self.options, self.flavor, self.quantize, self.rewrite = options, flavor, quantize, rewrite
+        self.left = budget
+        self.builds = 0
+        self._tried: dict[tuple[int, ...], bool] = {}
+
+    def culprit(self, plan: Plan, seg: Segment, profiles: Sequence[ProfileSpec]) -> int | None:
+        """The node of ``seg`` to demote, or None where bisection cannot tell (the budget ran
+        out, no prefix builds, not even of one node, as when the build itself cannot succeed,
+        or the first failing prefix ends in a copied constant)."""
+        assert plan.model is not None
+        order = [i for i in plan.model.index.ordered(set(seg.members))]
+        lo, hi = 0, len(order)  # prefix of lo nodes builds (0: trivially), of hi fails (the segment)
+        while hi - lo > 1:
+            if self.left <= 0:
+                return None
+            mid = (lo + hi) // 2
+            if self._builds(plan, order[:mid], profiles, seg.id):
+                lo = mid
+            else:
+                hi = mid
+        if lo == 0:  # (not even its first node builds: a failure of the build, not of some node)
+            return None
+        node = order[hi - 1]
+        return node if node in seg.nodes else None
+
+    def _builds(self, plan: Plan, nodes: Sequence[int], profiles: Sequence[ProfileSpec], segment: int) -> bool:
+        key = tuple(sorted(nodes))
+        if key in self._tried:
+            return self._tried[key]
+        assert plan.model is not None
+        self.left -= 1
+        self.builds += 1
+        model = extract(plan.model, nodes, name=f"segment_{segment}_prefix_{len(nodes)}")
+        if self.rewrite is not None:
+            model = self.rewrite(model)
+        try:
+            compile_segment(model, segment_ranges(model, profiles), self.options, self.flavor, None, self.quantize,
+                            weights_dir=plan.model.base_dir)
+            ok = True
+        except SegmentBuildError as e:
+            log.debug("bisection: the first %d node(s) of segment %d do not build: %s", len(nodes), segment, e)
+            ok = False
+        log.info("bisection build %d: the first %d node(s) of segment %d %s", self.builds, len(nodes), segment,
+                 "build" if ok else "fail")
+        self._tried[key] = ok
+        return ok
 
 
 class PlanMemo(Generic[T]):

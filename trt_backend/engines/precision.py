@@ -138,6 +138,7 @@ class _Lowering:
         for t in g.initializer:
             self.types[t.name] = t.data_type
         self.names: set[str] = {n for node in g.node for n in (*node.input, *node.output)} | set(self.types)
+        self.too_large = _beyond_fp16(model) if self.low == TensorProto.FLOAT16 else frozenset()
 
     def fresh(self, base: str) -> str:
         return fresh_name(base, self.names)
@@ -181,6 +182,8 @@ class _Lowering:
             return None
         if node.name and node.name in self.keep_nodes:
             return None
+        if self.too_large and any(name in self.too_large for name in node.input):
+            return None  # (its weights do not fit fp16: a trained BatchNormalization's variance of 1e5)
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             return None
         try:
@@ -398,6 +401,22 @@ def _rename_reads(graph: onnx.GraphProto, renames: Mapping[str, str]) -> None:
         for a in inner.attribute:
             for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
                 _rename_reads(sub, renames)
+
+
+SENTINEL = 1e9  # magnitudes from here on are stand-ins for infinity (attention masks): fp16 may clip them
+
+
+def _beyond_fp16(model: onnx.ModelProto) -> frozenset[str]:
+    """float32 initializers holding a finite value fp16 cannot: above its largest (65504) and
+    below SENTINEL. The nodes reading them stay fp32, where clipping would change their result."""
+    out = set()
+    for t in model.graph.initializer:
+        if t.data_type != F32 or t.data_location == TensorProto.EXTERNAL:
+            continue
+        arr = np.abs(np.asarray(numpy_helper.to_array(t), dtype=np.float32))
+        if arr.size and np.any((arr > _FP16_MAX) & (arr < SENTINEL)):
+            out.add(t.name)
+    return frozenset(out)
 
 
 def _convert(tensor: TensorProto, low: int, name: str) -> tuple[TensorProto, int]:

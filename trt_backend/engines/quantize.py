@@ -39,7 +39,9 @@ from partitioner import Model
 from partitioner.model import fitting_ir_version, serialize
 from trt_backend._files import sha256_bytes
 from trt_backend.engines.calibration import (
+    Batches,
     CalibrationData,
+    ShapeRanges,
     load_calibration,
     model_inputs,
 )
@@ -55,6 +57,7 @@ QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 QUANTIZER_VERSION = 2  # part of engine cache keys: bump when the Q/DQ placement changes (2: fp16 remainder)
 QDQ_FP16_OPSET = 19  # the opset in which QuantizeLinear/DequantizeLinear admit float16 scales
 _FP16_NORMAL = (2.0 ** -14, 65504.0)
+TAP_CACHE_BYTES = 256 << 20  # segment inputs of every calibration batch kept up to this size
 
 
 def carries_qdq(model: onnx.ModelProto) -> bool:
@@ -67,13 +70,14 @@ class SegmentQuantizer:
 
     def __init__(self, model: Model, data_source: str, method: str = "minmax",
                  batch_sizes: Mapping[str, int] | None = None, options: OrtOptions | None = None,
-                 seed: int = 0, keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32) -> None:
+                 seed: int = 0, keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32, ranges: ShapeRanges = ()) -> None:
         self.model = model
         self.method = method
         self.keep_fp32_ops = tuple(keep_fp32_ops)
         self.options = options or OrtOptions()
-        self.data: CalibrationData = load_calibration(data_source, model_inputs(model.proto), batch_sizes, seed)
-        self._taps: dict[str, list[Any]] = {}  # tensor -> its value per calibration batch
+        self.data: CalibrationData = load_calibration(data_source, model_inputs(model.proto), batch_sizes, seed,
+                                                      ranges)
+        self._taps: dict[str, list[Any]] = {}  # tensor -> its value per calibration batch (while they fit)
         self._done: dict[str, onnx.ModelProto] = {}
         self._lock = threading.Lock()
 
@@ -92,26 +96,43 @@ class SegmentQuantizer:
                 self._done[key] = with_fp16_remainder(quantized, self.keep_fp32_ops, exclude)
             return self._done[key]
 
-    def segment_feeds(self, names: Sequence[str]) -> list[dict[str, Any]]:
-        """The values of ``names`` per calibration batch (one tapped run of the whole model per
-        batch, for every name not seen before)."""
+    def segment_feeds(self, names: Sequence[str]) -> Sequence[dict[str, Any]]:
+        """The values of ``names`` per calibration batch: one tapped run of the whole model per
+        batch. Kept for the next segment while they take at most TAP_CACHE_BYTES; beyond that
+        they are streamed (the model runs again on each pass), so the data may exceed memory."""
         missing = [n for n in names if n not in self._taps]
-        if missing:
-            run = tapped_session(self.model, missing, self.options, f"calibration run of {self.model.source}")
-            values: dict[str, list[Any]] = {n: [] for n in missing}
+        if not missing:
+            return [{n: self._taps[n][k] for n in names} for k in range(len(self.data.batches))]
+        run = tapped_session(self.model, list(names), self.options, f"calibration run of {self.model.source}")
+
+        def stream() -> Iterator[dict[str, Any]]:
             for k, feed in enumerate(self.data.batches):
-                try:
-                    env = run(feed, missing)
-                except SegmentRunError as e:
-                    what = ("'random' (every dynamic dim but the batch 1, floats N(0, 1), integers 0)" if self.data.random
-                            else repr(self.data.source))
-                    raise CalibrationDataError(f"the model does not run on calibration data {what}, batch {k} "
-                                               f"({', '.join(f'{n} {v.shape}' for n, v in feed.items())}): {e}; "
-                                               "give data shaped as the model takes it") from None
-                for n in missing:
-                    values[n].append(env[n])
-            self._taps.update(values)
-        return [{n: self._taps[n][k] for n in names} for k in range(len(self.data.batches))]
+                env = self._run(run, k, feed, names)
+                yield {n: env[n] for n in names}
+
+        kept: list[dict[str, Any]] = []
+        held = 0
+        for values in stream():
+            held += sum(int(getattr(v, "nbytes", 0)) for v in values.values())
+            if held > TAP_CACHE_BYTES:
+                log.info("calibration: the inputs of %s take over %d MiB: streamed, the model runs on each pass",
+                         ", ".join(names[:3]), TAP_CACHE_BYTES >> 20)
+                return Batches(stream, len(self.data.batches))
+            kept.append(values)
+        for n in missing:
+            self._taps[n] = [v[n] for v in kept]
+        return kept
+
+    def _run(self, run: Any, k: int, feed: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+        try:
+            env: dict[str, Any] = run(feed, names)
+            return env
+        except SegmentRunError as e:
+            what = ("'random' (the profile's opt shapes, floats N(0, 1), integers 0)" if self.data.random
+                    else repr(self.data.source))
+            raise CalibrationDataError(f"the model does not run on calibration data {what}, batch {k} "
+                                       f"({', '.join(f'{n} {v.shape}' for n, v in feed.items())}): {e}; "
+                                       "give data shaped as the model takes it") from None
 
     def _quantize(self, segment: onnx.ModelProto, exclude: frozenset[str] = frozenset()) -> onnx.ModelProto:
         from onnxruntime.quantization import (  # heavy: loaded on first use
@@ -212,14 +233,16 @@ def _drop_unused_opsets(quantized: onnx.ModelProto, original: onnx.ModelProto) -
 
 
 class _Reader:
-    """An onnxruntime CalibrationDataReader over prepared feeds (its base class is a plain ABC)."""
+    """An onnxruntime CalibrationDataReader over feeds, read as it asks (its base class is a
+    plain ABC)."""
 
     def __init__(self, feeds: Sequence[Mapping[str, Any]]) -> None:
-        self._feeds = [{k: np.asarray(v) for k, v in f.items()} for f in feeds]
-        self._it: Iterator[dict[str, np.ndarray]] = iter(self._feeds)
+        self._feeds = feeds
+        self._it: Iterator[Mapping[str, Any]] = iter(self._feeds)
 
     def get_next(self) -> dict[str, np.ndarray] | None:
-        return next(self._it, None)
+        feed = next(self._it, None)
+        return None if feed is None else {k: np.asarray(v) for k, v in feed.items()}
 
     def rewind(self) -> None:
         self._it = iter(self._feeds)

@@ -2,23 +2,26 @@
 
 ONNX's shape inference knows nothing after an operator it has no rule for (``ai.onnx.ml`` ops,
 custom ops), and every TensorRT candidate downstream then has an input of unknown rank, which
-TensorRT cannot take. Running the model answers what inference could not: it runs twice on
-seeded random inputs, with every dynamic input dim at 2 and then at 3, and the tensors' dtypes
-and ranks are read off; a dim that is the same in both runs is static, one that follows an input's
-named dim is given that name, any other stays unknown. The partitioner records the tensors as
-learned (``partitioner.model.learn_types``); a probe that fails is logged with the tensors it
-could not learn, whose consumers then stay on ONNX Runtime."""
+TensorRT cannot take. Running the model answers what inference could not: it runs on seeded random
+inputs at the shapes it will be used at (each profile's min, opt and max shapes, where the caller
+has profiles; else every dynamic input dim at 2 and then at 3), and the tensors' dtypes and ranks
+are read off. A dim that is the same in every run is static, one that follows an input's named dim
+is given that name, any other stays unknown: a static dim is written only where it held at every
+shape tried (a text recognizer's width / 8 is 1 at widths 2 and 3, and 40 at 320). Tensors typed
+only by the model's own value_info (``partitioner.model.DECLARED``) are checked the same way. The
+partitioner records the tensors as learned (``partitioner.model.learn_types``); a probe that fails
+is logged with the tensors it could not learn, whose consumers then stay on ONNX Runtime."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
 
 from partitioner import Model
-from partitioner.model import learn_types, unknown_tensor_types
+from partitioner.model import DECLARED, forget_types, learn_types, unknown_tensor_types
 from trt_backend.errors import TrtBackendError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import tapped_session
@@ -27,21 +30,41 @@ from trt_backend.ort.values import random_array
 log = logging.getLogger(__name__)
 
 HOW = "an ONNX Runtime probe run"
-PROBE_DIMS = (2, 3)  # each dynamic input dim, in the first and the second run
+PROBE_DIMS = (2, 3)  # each dynamic input dim without a given shape, in the first and the second run
+
+# Input shapes of the probe runs: one mapping (input name -> shape) per run.
+ProbeShapes = Sequence[Mapping[str, tuple[int, ...]]]
 
 
-def learn_unknown_types(model: Model) -> list[str]:
-    """Learn the types of ``model``'s tensors of unknown dtype or rank by probe runs (see the
-    module's docstring); returns the tensors learned. Nothing to learn: no run at all."""
-    unknown = unknown_tensor_types(model)
+def probe_key(shapes: ProbeShapes) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], ...]:
+    """``shapes`` as a hashable value, each run once, in order (what ``Model.probe_shapes`` holds)."""
+    runs = [tuple(sorted((n, tuple(int(d) for d in s)) for n, s in run.items())) for run in shapes]
+    return tuple(dict.fromkeys(runs))
+
+
+def learn_unknown_types(model: Model, shapes: ProbeShapes = ()) -> list[str]:
+    """Learn the types of ``model``'s tensors of unknown dtype or rank, and check those typed by
+    the model's value_info alone, by probe runs at ``shapes`` (see the module's docstring);
+    returns the tensors learned. Nothing to learn: no run at all. Types learned before at other
+    shapes are learned again at these."""
+    key = probe_key(shapes)
+    wanted = set(model.index.consumers) | set(model.index.graph_outputs)
+    again = [n for n, how in model.learned.items() if n in wanted and (how == DECLARED or
+                                                                       (how == HOW and key != model.probe_shapes))]
+    before = {vi.name: (onnx.TypeProto.FromString(vi.type.SerializeToString()), model.learned[vi.name])
+              for vi in model.proto.graph.value_info if vi.name in again}
+    forget_types(model, again)  # (the probe must not run the model with the types it checks)
+    unknown = list(dict.fromkeys(unknown_tensor_types(model) + again))
+    model.probe_shapes = key
     if not unknown:
         return []
     try:
-        runs, symbols = _probe(model, unknown)
+        runs, symbols = _probe(model, unknown, key)
     except (TrtBackendError, _Unprobeable) as e:
         log.warning("%s: the types of %d tensor(s) are unknown after shape inference (%s) and could not be "
                     "learned by running the model (%s); the nodes reading them run on ONNX Runtime", model.source,
                     len(unknown), _names(unknown), e)
+        _restore(model, before)
         return []
     types = {}
     for name in unknown:
@@ -52,7 +75,14 @@ def learn_unknown_types(model: Model) -> list[str]:
     if missed:
         log.info("%s: probe runs did not show the type of %s", model.source, _names(missed))
     learn_types(model, types, HOW)
+    _restore(model, {n: t for n, t in before.items() if n not in types})
     return list(types)
+
+
+def _restore(model: Model, before: Mapping[str, tuple[onnx.TypeProto, str]]) -> None:
+    """Give back the types a probe could not check (they were forgotten for its runs)."""
+    for how in sorted({h for _, h in before.values()}):
+        learn_types(model, {n: tp for n, (tp, h) in before.items() if h == how}, how)
 
 
 class _Unprobeable(Exception):
@@ -64,12 +94,16 @@ def _names(names: Sequence[str], most: int = 5) -> str:
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
-def _probe(model: Model, names: Sequence[str]) -> tuple[list[dict[str, Any]], list[dict[int, str]]]:
-    """The values of ``names`` in one run per PROBE_DIMS entry, and per run the input dim names
-    by value (a dim of that value in that run may be the named one)."""
+def _probe(model: Model, names: Sequence[str], key: Sequence[Sequence[tuple[str, tuple[int, ...]]]] = ()
+           ) -> tuple[list[dict[str, Any]], list[dict[int, str]]]:
+    """The values of ``names`` in one run per entry of ``key`` (input shapes; none: one run per
+    PROBE_DIMS entry), and per run the input dim names by value (a dim of that value in that run
+    may be the named one)."""
     run = tapped_session(model, names, OrtOptions(), f"probe run of {model.source}")
+    given = [dict(entry) for entry in key] or [{} for _ in PROBE_DIMS]
     runs, symbols = [], []
-    for k, size in enumerate(PROBE_DIMS):
+    for k, shapes in enumerate(given):
+        size = PROBE_DIMS[k % len(PROBE_DIMS)]
         rng = np.random.default_rng(k)
         feeds, named = {}, {}
         for vi in model.proto.graph.input:
@@ -77,18 +111,28 @@ def _probe(model: Model, names: Sequence[str]) -> tuple[list[dict[str, Any]], li
             if tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.elem_type \
                     or not tp.tensor_type.HasField("shape"):
                 raise _Unprobeable(f"input '{vi.name}' is not a tensor of known dtype and rank")
+            dims = tp.tensor_type.shape.dim
+            want = shapes.get(vi.name)
+            if want is not None and len(want) != len(dims):
+                raise _Unprobeable(f"input '{vi.name}' has rank {len(dims)}, its profile shape {list(want)} "
+                                   f"rank {len(want)}")
             shape = []
-            for d in tp.tensor_type.shape.dim:
-                if d.WhichOneof("value") == "dim_value":
+            for axis, d in enumerate(dims):
+                if want is not None:
+                    shape.append(int(want[axis]))
+                elif d.WhichOneof("value") == "dim_value":
                     shape.append(int(d.dim_value))
                 else:
                     shape.append(size)
-                    if d.WhichOneof("value") == "dim_param":
-                        named[d.dim_param] = size
+                if d.WhichOneof("value") == "dim_param":
+                    named[d.dim_param] = shape[-1]
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tp.tensor_type.elem_type))
             feeds[vi.name] = random_array(dtype, tuple(shape), rng, f"probe input '{vi.name}'")
         runs.append(run(feeds, names))
-        symbols.append({v: s for s, v in named.items()})  # (every named dim has the run's one size)
+        by_size: dict[int, set[str]] = {}
+        for sym, value in named.items():
+            by_size.setdefault(value, set()).add(sym)
+        symbols.append({v: next(iter(syms)) for v, syms in by_size.items() if len(syms) == 1})  # (a size two names share is neither's)
     return runs, symbols
 
 

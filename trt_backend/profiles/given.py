@@ -9,6 +9,7 @@ from trt_backend.profiles.node_arg import NodeArg
 from trt_backend.profiles.profile import (
     STATIC,
     Profile,
+    Shape,
     TensorProfile,
     describe_profile,
     tensor_profile,
@@ -30,6 +31,26 @@ def check_profile_names(user: Sequence[Mapping[str, Any]] | None, graph: Any) ->
             if name not in tensors:
                 raise ProfileError(f"profile {k}: '{name}' is not a model input (inputs: {', '.join(inputs)}) "
                                    "nor a tensor of the model")
+
+
+def profile_shapes(user: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None) -> list[dict[str, Shape]]:
+    """The shapes the user's profiles run the model at: each profile's min, opt and max shapes of
+    the tensors it names (what a probe run of the model should use; names that are not model
+    inputs are for segment inputs, and a probe passes them by). Malformed profiles give none:
+    :func:`normalize_profiles` names what is wrong with them."""
+    if not user or isinstance(user, (str, bytes)) or not isinstance(user, (Sequence, Mapping)):
+        return []
+    out: list[dict[str, Shape]] = []
+    for k, raw in enumerate([user] if isinstance(user, Mapping) else user):
+        if not isinstance(raw, Mapping):
+            return []
+        try:
+            given = {n: tensor_profile(v, f"profile {k}, input '{n}'") for n, v in raw.items()}
+        except ProfileError:
+            return []
+        for which in ("min", "opt", "max"):
+            out.append({n: getattr(tp, which) for n, tp in given.items()})
+    return out
 
 
 def normalize_profiles(user: Sequence[Mapping[str, Any]] | None, inputs: Sequence[NodeArg],

@@ -28,6 +28,7 @@ from trt_backend.gpu.memory import DeviceArray
 from trt_backend.ort.values import memory_limit, to_numpy
 from trt_backend.planning import plan_for
 from trt_backend.profiles import NodeArg, Profile
+from trt_backend.profiles.given import profile_shapes
 from trt_backend.runners.base import SegmentRunner
 from trt_backend.runners.factory import RunnerFactory
 from trt_backend.session.feeds import FeedValidator
@@ -181,10 +182,13 @@ class Session:
     # ------------------------------------------------------------ construction helpers
 
     @staticmethod
-    def make_plan(model: ModelSource | Model, options: SessionOptions | None = None) -> Plan:
-        """Plan ``model`` as a Session with ``options`` would (a Session also accepts the result)."""
+    def make_plan(model: ModelSource | Model, options: SessionOptions | None = None,
+                  profiles: Sequence[Mapping[str, Any]] | None = None) -> Plan:
+        """Plan ``model`` as a Session with ``options`` (and ``profiles``: the types shape inference
+        cannot give are learned at their shapes) would (a Session also accepts the result)."""
         opts = options if options is not None else SessionOptions()
-        return plan_for(model, opts.partition, flavor=opts.flavor, oracle=opts.oracle, isolate=opts.isolate_parser)
+        return plan_for(model, opts.partition, flavor=opts.flavor, oracle=opts.oracle, isolate=opts.isolate_parser,
+                        shapes=profile_shapes(profiles))
 
     def quantizer(self, build: BuildOptions | None = None) -> SegmentQuantizer:
         """The int8 quantizer of this session's model (see :meth:`Compiled.quantizer`)."""

@@ -241,9 +241,10 @@ def test_scales_fp16_cannot_hold_keep_their_qdq_in_fp32(tmp_path, oracle) -> Non
 
 
 def test_a_model_that_cannot_run_on_its_calibration_data_is_named(tmp_path, capsys) -> None:
-    """x [N, k] reshaped to [N, 4, 2]: random calibration data (dynamic dims but the batch are 1)
-    cannot run it; that is one CalibrationDataError naming the data, its shapes and ONNX Runtime's
-    reason, and the CLI prints it in one line."""
+    """x [N, k] reshaped to [N, 4, 2]: calibration samples of k = 6 lie within the profiles
+    (k from 6 to 8) but cannot run it; that is one CalibrationDataError naming the data, its
+    shapes and ONNX Runtime's reason, and the CLI prints it in one line. Random data takes the
+    profile's opt shapes, so it runs."""
     from trt_backend.cli import main
 
     nodes = [h.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
@@ -253,14 +254,18 @@ def test_a_model_that_cannot_run_on_its_calibration_data_is_named(tmp_path, caps
     m = h.make_model(h.make_graph(nodes, "reshape", [vi("x", ["N", "k"])], [vi("y", ["N", 4, 2])], inits),
                      opset_imports=[h.make_opsetid("", 17)])
     m.ir_version = 8
-    path = str(tmp_path / "reshape.onnx")
+    path, data = str(tmp_path / "reshape.onnx"), str(tmp_path / "six.npz")
     onnx.save(m, path)
-    with pytest.raises(CalibrationDataError, match=r"does not run on calibration data 'random' .*batch 0 \(x \(2, 1\)\)"
+    np.savez(data, x=np.ones((4, 6), np.float32))
+    profiles = [{"x": ((1, 6), (2, 8), (4, 8))}]
+    with pytest.raises(CalibrationDataError, match=r"does not run on calibration data '.*six.npz', batch 0 \(x \(2, 6\)\)"
                                                    r": .*Reshape"):
-        Session(path, [{"x": ((1, 8), (2, 8), (4, 8))}], int8_options("random"))  # (emulation quantizes)
-    rc = main(["compare", path, "--emulate", "--shapes", "x:2x8", "--precision", "int8", "--calibration-data", "random"])
+        Session(path, profiles, int8_options(data))  # (emulation quantizes)
+    assert Session(path, profiles, int8_options("random")).quantizer().data.batches[0]["x"].shape == (2, 8)
+    rc = main(["compare", path, "--emulate", "--min-shapes", "x:1x6", "--opt-shapes", "x:2x8", "--max-shapes", "x:4x8",
+               "--shapes", "x:2x8", "--precision", "int8", "--calibration-data", data])
     err = capsys.readouterr().err
-    assert rc == 2 and "Traceback" not in err and "does not run on calibration data 'random'" in err
+    assert rc == 2 and "Traceback" not in err and "does not run on calibration data" in err
 
 
 def test_int8_emulation_is_the_qdq_arithmetic_with_fp16_between_layers(tmp_path) -> None:

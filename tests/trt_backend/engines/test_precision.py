@@ -140,14 +140,18 @@ def test_constants_casts_and_shape_ops() -> None:
     compare_outputs(m, out, {"i": x}, atol=1e-3, rtol=1e-3)
 
 
-def test_fp16_clips_out_of_range_initializers(caplog: pytest.LogCaptureFixture) -> None:
-    m = model([helper.make_node("Add", ["x", "big"], ["y"], name="add")], [vi("x", [2])], [vi("y", [2])],
-              [const("big", np.array([1e6, -3.0], np.float32))])
+def test_fp16_clips_stand_ins_for_infinity_and_keeps_large_weights_fp32(caplog: pytest.LogCaptureFixture) -> None:
+    """A mask's -1e30 is clipped to fp16's largest (it stands for -inf); a weight of 1e6 (a trained
+    BatchNormalization's variance) keeps its node in fp32: clipped, it would change the result."""
+    m = model([helper.make_node("Add", ["x", "mask"], ["a"], name="mask"),
+               helper.make_node("Add", ["a", "big"], ["y"], name="add")], [vi("x", [2])], [vi("y", [2])],
+              [const("mask", np.array([-1e30, 0.0], np.float32)), const("big", np.array([1e6, -3.0], np.float32))])
     with caplog.at_level(logging.WARNING, logger="trt_backend.engines.precision"):
         result = apply_precision(m, "fp16")
     assert result.clipped == 1 and "clipped" in caplog.text
-    big = numpy_helper.to_array(next(t for t in result.model.graph.initializer if t.name == "big"))
-    assert big.dtype == np.float16 and float(big[0]) == 65504.0
+    inits = {t.name: numpy_helper.to_array(t) for t in result.model.graph.initializer}
+    assert inits["mask"].dtype == np.float16 and float(inits["mask"][0]) == -65504.0
+    assert inits["big"].dtype == np.float32 and "add" in result.kept and "mask" not in result.kept
 
 
 def test_custom_domain_and_subgraph_nodes_stay_float32() -> None:

@@ -113,3 +113,20 @@ def test_compare_checks_sequence_of_maps_outputs(flavor) -> None:
     assert not off.passed and off.max_abs_error == pytest.approx(0.1)
     assert side_errors("p", same, [{0: 0.25, 2: 0.75}, {0: 0.5, 1: 0.5}], opts).note == "map keys differ from the reference's"
     assert not side_errors("p", same, same[:1], opts).passed
+
+
+def test_a_declared_type_the_probe_cannot_check_is_kept(flavor) -> None:
+    """A custom op ONNX Runtime cannot run, whose output the model's value_info types: the probe
+    fails, the declaration stays (recorded as such) and what follows is typed from it."""
+    from partitioner.model import DECLARED
+    from trt_backend.planning import load_normalized as load
+
+    x = h.make_tensor_value_info("x", T.FLOAT, [2, 4])
+    nodes = [h.make_node("Mystery", ["x"], ["u"], domain="com.example"),
+             h.make_node("Relu", ["u"], ["r"]), h.make_node("Neg", ["r"], ["y"])]
+    m = h.make_model(h.make_graph(nodes, "g", [x], [h.make_tensor_value_info("y", T.FLOAT, [2, 4])],
+                                  value_info=[h.make_tensor_value_info("u", T.FLOAT, [2, 4])]),
+                     opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.example", 1)])
+    model = load(m)
+    assert model.learned == {"u": DECLARED}
+    assert [d.dim_value for d in model.index.types["r"].tensor_type.shape.dim] == [2, 4]

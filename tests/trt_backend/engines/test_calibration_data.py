@@ -1,0 +1,161 @@
+"""Calibration on real data: samples of different heights and widths within the profiles (as
+detection and OCR data is), a scalar input (a sample rate), integer and bool inputs, data streamed
+rather than held, and a sample outside the profiles as one CalibrationDataError naming the file,
+the input, what the profiles take and what the file holds."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from tests.helpers import vi
+from trt_backend.engines import quantize
+from trt_backend.engines.calibration import Batches, InputSpec, load_calibration
+from trt_backend.engines.quantize import QDQ_OPS
+from trt_backend.errors import CalibrationDataError
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
+
+PROFILES = [{"x": ((1, 3, 16, 16), (2, 3, 32, 32), (4, 3, 64, 64))}]
+
+
+def detector() -> onnx.ModelProto:
+    """A fully convolutional net on x [N, 3, H, W]: Conv -> Relu -> Conv -> Relu -> GAP -> Gemm."""
+    rng = np.random.default_rng(0)
+    inits = [nh.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "w0"),
+             nh.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32), "w1"),
+             nh.from_array((rng.standard_normal((8, 5)) * 0.3).astype(np.float32), "fw")]
+    nodes = [h.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1], name="conv0"),
+             h.make_node("Relu", ["c0"], ["r0"], name="relu0"),
+             h.make_node("Conv", ["r0", "w1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2], name="conv1"),
+             h.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             h.make_node("GlobalAveragePool", ["r1"], ["g"], name="gap"),
+             h.make_node("Flatten", ["g"], ["f"], name="flatten"),
+             h.make_node("Gemm", ["f", "fw"], ["y"], name="fc")]
+    m = h.make_model(h.make_graph(nodes, "det", [vi("x", ["N", 3, "H", "W"])], [vi("y", ["N", 5])], inits),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _varied(folder) -> dict[str, tuple[int, ...]]:
+    rng = np.random.default_rng(1)
+    shapes = {"a.npz": (3, 3, 16, 16), "b.npz": (1, 3, 64, 64), "d.npz": (2, 3, 32, 48), "e.npz": (3, 3, 32, 48)}
+    for name, shape in shapes.items():
+        np.savez(folder / name, x=rng.random(shape, dtype=np.float32))
+    return shapes
+
+
+def test_samples_of_different_shapes_are_calibrated_in_same_shape_groups(tmp_path) -> None:
+    """Five files in three shapes: batches of the opt batch (2) are made within each run of
+    consecutive same-shape files (d's and e's 32x48 samples fill batches together), short ones
+    fed as they are (the batch dim is dynamic); the int8 session quantizes on them and its
+    emulated output follows fp32 at every shape."""
+    _varied(tmp_path)
+    spec = [InputSpec("x", np.dtype(np.float32), (None, 3, None, None))]
+    data = load_calibration(str(tmp_path), spec, {"x": 2})
+    assert isinstance(data.batches, Batches)
+    got = [b["x"].shape for b in data.batches]
+    assert got == [(2, 3, 16, 16), (1, 3, 16, 16), (1, 3, 64, 64), (2, 3, 32, 48), (2, 3, 32, 48), (1, 3, 32, 48)]
+    assert data.samples == 9 and data.shapes == 5 and len(data.batches) == 6
+    assert data.batches[-1]["x"].shape == (1, 3, 32, 48) and [b["x"].shape for b in data.batches[1:3]] == got[1:3]
+
+    m = detector()
+    sess = Session(m, PROFILES, SessionOptions(emulate=True, precision="int8", calibration_data=str(tmp_path)))
+    fp32 = Session(m, PROFILES, SessionOptions(emulate=True))
+    quantized = sess.compiled.segments[0].model
+    assert sum(n.op_type in QDQ_OPS for n in quantized.graph.node) >= 6
+    rng = np.random.default_rng(2)
+    for shape in ((1, 3, 16, 16), (2, 3, 32, 48), (4, 3, 64, 64)):
+        x = rng.random(shape, dtype=np.float32)
+        ours, ref = sess.run(None, {"x": x})[0], fp32.run(None, {"x": x})[0]
+        assert np.abs(ours - ref).max() < 0.05 * np.abs(ref).max() + 1e-3
+
+
+def test_a_sample_outside_the_profiles_names_file_input_expected_and_got(tmp_path) -> None:
+    _varied(tmp_path)
+    np.savez(tmp_path / "f.npz", x=np.ones((1, 3, 128, 16), np.float32))
+    with pytest.raises(CalibrationDataError) as e:
+        Session(detector(), PROFILES, SessionOptions(emulate=True, precision="int8", calibration_data=str(tmp_path)))
+    text = str(e.value)
+    assert "f.npz" in text and "input 'x'" in text and "(1, 3, 128, 16)" in text and "[1, 3, 16, 16]..[4, 3, 64, 64]" in text
+
+
+def test_streamed_calibration_gives_the_scales_the_cached_one_does(tmp_path, monkeypatch) -> None:
+    """Segment inputs past TAP_CACHE_BYTES are not kept but made again on each pass (the data
+    may exceed memory): the Q/DQ scales are the ones calibration with every batch held gives."""
+    _varied(tmp_path)
+
+    def scales(cache: int) -> dict[str, np.ndarray]:
+        monkeypatch.setattr(quantize, "TAP_CACHE_BYTES", cache)
+        sess = Session(detector(), PROFILES, SessionOptions(emulate=True, precision="int8",
+                                                            calibration_data=str(tmp_path)))
+        q = sess.compiled.segments[0].model
+        return {t.name: nh.to_array(t) for t in q.graph.initializer if "scale" in t.name}
+
+    held, streamed = scales(1 << 30), scales(1)
+    assert held.keys() == streamed.keys() and len(held) >= 3
+    for name, value in held.items():
+        np.testing.assert_array_equal(value, streamed[name])
+
+
+def speech() -> onnx.ModelProto:
+    """x [N, L] audio, sr [] int64 sample rate, mask [N, L] bool: Conv1d -> Relu, scaled by
+    sr / 16000, masked with Where, then MatMul: a scalar, an integer and a bool input."""
+    rng = np.random.default_rng(0)
+    inits = [nh.from_array((rng.standard_normal((4, 1, 3)) * 0.5).astype(np.float32), "w"),
+             nh.from_array(np.array(16000.0, np.float32), "rate"), nh.from_array(np.array(0.0, np.float32), "zero"),
+             nh.from_array(np.array([1], np.int64), "axis1"),
+             nh.from_array((rng.standard_normal((4, 2)) * 0.5).astype(np.float32), "proj")]
+    nodes = [h.make_node("Unsqueeze", ["x", "axis1"], ["x1"], name="channel"),
+             h.make_node("Conv", ["x1", "w"], ["c"], pads=[1, 1], name="conv"),
+             h.make_node("Relu", ["c"], ["r"], name="relu"),
+             h.make_node("Cast", ["sr"], ["srf"], to=T.FLOAT, name="cast"),
+             h.make_node("Div", ["srf", "rate"], ["k"], name="div"),
+             h.make_node("Mul", ["r", "k"], ["s"], name="scale"),
+             h.make_node("Unsqueeze", ["mask", "axis1"], ["m1"], name="mask_channel"),
+             h.make_node("Where", ["m1", "s", "zero"], ["masked"], name="where"),
+             h.make_node("Transpose", ["masked"], ["t"], perm=[0, 2, 1], name="transpose"),
+             h.make_node("MatMul", ["t", "proj"], ["y"], name="proj")]
+    m = h.make_model(h.make_graph(nodes, "speech", [vi("x", ["N", "L"]), vi("sr", [], T.INT64),
+                                                    vi("mask", ["N", "L"], T.BOOL)], [vi("y", ["N", "L", 2])], inits),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_scalar_integer_and_bool_inputs_calibrate(tmp_path) -> None:
+    """A 0-d sample rate is the file's one rate (a leading axis holds one per batch), int32 data
+    feeds an int64 input when its values fit, bool masks feed a bool input; int8 quantizes the Conv and
+    MatMul and the emulated output follows fp32."""
+    rng = np.random.default_rng(3)
+    np.savez(tmp_path / "a.npz", x=rng.standard_normal((2, 64)).astype(np.float32), sr=np.array(16000, np.int64),
+             mask=rng.random((2, 64)) > 0.2)
+    np.savez(tmp_path / "b.npz", x=rng.standard_normal((3, 96)).astype(np.float32),
+             sr=np.array([8000, 16000, 16000], np.int32), mask=np.ones((3, 96), bool))
+    profiles = [{"x": ((1, 32), (2, 64), (4, 128)), "sr": ((), (), ()), "mask": ((1, 32), (2, 64), (4, 128))}]
+    spec = [InputSpec("x", np.dtype(np.float32), (None, None)), InputSpec("sr", np.dtype(np.int64), ()),
+            InputSpec("mask", np.dtype(bool), (None, None))]
+    data = load_calibration(str(tmp_path), spec, {"x": 1, "mask": 1})
+    assert [(b["x"].shape, b["sr"].shape, b["sr"].dtype, int(b["sr"])) for b in data.batches] == [
+        ((1, 64), (), np.dtype(np.int64), 16000), ((1, 64), (), np.int64, 16000), ((1, 96), (), np.int64, 8000),
+        ((1, 96), (), np.int64, 16000), ((1, 96), (), np.int64, 16000)]
+    m = speech()
+    sess = Session(m, profiles, SessionOptions(emulate=True, precision="int8", calibration_data=str(tmp_path)))
+    assert sess.quantizer().data.samples == 5
+    qdq = [n for s in sess.compiled.segments.values() for n in s.model.graph.node if n.op_type in QDQ_OPS]
+    assert len(qdq) >= 4
+    fp32 = Session(m, profiles, SessionOptions(emulate=True))
+    feeds = {"x": rng.standard_normal((2, 64)).astype(np.float32), "sr": np.array(16000, np.int64),
+             "mask": rng.random((2, 64)) > 0.5}
+    ours, ref = sess.run(None, feeds)[0], fp32.run(None, feeds)[0]
+    assert np.abs(ours - ref).max() < 0.05 * np.abs(ref).max() + 1e-3
+    np.savez(tmp_path / "c.npz", x=np.ones((1, 64), np.float32), sr=np.array([2**40], np.int64),
+             mask=np.ones((1, 64), bool))
+    spec[1] = InputSpec("sr", np.dtype(np.int32), ())
+    with pytest.raises(CalibrationDataError, match=r"c.npz: input 'sr' holds int64 values from 1099511627776 to "
+                                                   r"1099511627776; the model takes int32"):
+        load_calibration(str(tmp_path), spec)

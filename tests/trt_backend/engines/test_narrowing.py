@@ -1,0 +1,90 @@
+"""A build TensorRT refuses without naming a node is narrowed, not surrendered: an LSTM inside
+an If (as PyTorch exports an LSTM whose state may be absent, in a voice-activity network of Convs)
+makes TensorRT-RTX's builder fail with an internal assertion on the whole segment. Bisection over
+the segment's topological order (real trial builds of its prefixes) blames the If alone: it goes
+to ONNX Runtime, every other node builds in TensorRT, and the emulated run equals ONNX Runtime."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from trt_backend.artifacts.write import build as build_folder
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
+
+H = 8
+PROFILES = [{"x": ((1, 64), (2, 512), (4, 1024))}]
+
+
+def lstm_in_if() -> onnx.ModelProto:
+    """x [N, L], sr []: Conv1d/Relu x2 (stride 4) -> a sequence -> If(sr == 16000) whose branches
+    each run an LSTM -> Gemm -> Sigmoid."""
+    rng = np.random.default_rng(0)
+
+    def w(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
+        return nh.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+    def branch(k: int) -> onnx.GraphProto:
+        return h.make_graph([h.make_node("LSTM", ["seq", f"W{k}", f"R{k}", f"B{k}"], [f"ys{k}", f"yh{k}"],
+                                         hidden_size=H, name=f"lstm{k}"),
+                             h.make_node("Squeeze", [f"yh{k}", "ax0"], [f"out{k}"], name=f"squeeze{k}")],
+                            f"branch{k}", [], [h.make_tensor_value_info(f"out{k}", T.FLOAT, ["N", H])])
+
+    nodes = [h.make_node("Unsqueeze", ["x", "ax1"], ["x1"], name="unsq"),
+             h.make_node("Conv", ["x1", "w1"], ["c1"], pads=[1, 1], strides=[4], name="conv1"),
+             h.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             h.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1], strides=[4], name="conv2"),
+             h.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+             h.make_node("Transpose", ["r2"], ["seq"], perm=[2, 0, 1], name="to_seq"),
+             h.make_node("Equal", ["sr", "rate"], ["cond"], name="is16k"),
+             h.make_node("If", ["cond"], ["b"], then_branch=branch(0), else_branch=branch(1), name="rnn_if"),
+             h.make_node("Gemm", ["b", "fw"], ["g"], name="fc"),
+             h.make_node("Sigmoid", ["g"], ["y"], name="sig")]
+    inits = [w("w1", (8, 1, 3)), w("w2", (8, 8, 3)), w("fw", (H, 1)),
+             nh.from_array(np.array([1], np.int64), "ax1"), nh.from_array(np.array([0], np.int64), "ax0"),
+             nh.from_array(np.array(16000, np.int64), "rate")]
+    for k in (0, 1):
+        inits += [w(f"W{k}", (1, 4 * H, 8)), w(f"R{k}", (1, 4 * H, H)), w(f"B{k}", (1, 8 * H))]
+    graph = h.make_graph(nodes, "vad", [h.make_tensor_value_info("x", T.FLOAT, ["N", "L"]),
+                                        h.make_tensor_value_info("sr", T.INT64, [])],
+                         [h.make_tensor_value_info("y", T.FLOAT, ["N", 1])], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 15)])
+    m.ir_version = 8
+    return m
+
+
+def test_a_builder_failure_naming_no_node_is_narrowed_to_the_if(tmp_path, flavor, caplog) -> None:
+    m = lstm_in_if()
+    with caplog.at_level(logging.INFO, logger="trt_backend.engines.fallback"):
+        manifest = build_folder(m, str(tmp_path / "b"), PROFILES, SessionOptions())
+    demoted = manifest["demoted"]
+    assert [d["name"] for d in demoted] == ["rnn_if"]
+    assert "Assertion" in demoted[0]["reason"] and "narrowed by bisection" in demoted[0]["reason"]
+    assert caplog.text.count("bisection blames node 7 'rnn_if'") == 1
+    trials = caplog.text.count("bisection build ")
+    assert 1 <= trials <= 5  # (log2 of the segment's 10 nodes, rounded up)
+    engines = [s for s in manifest["segments"] if s["backend"] == "tensorrt"]
+    assert len(engines) == 2 and all(s["engine_bytes"] > 0 for s in engines)
+    on_trt = sum(len(s["nodes"]) for s in manifest["plan"]["segments"] if s["backend"] == "tensorrt")
+    assert on_trt == len(m.graph.node) - 1  # every node but the If (before: all 10 went to ONNX Runtime)
+    sess = Session.load(str(tmp_path / "b"), SessionOptions(emulate=True))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for n, length, sr in ((1, 64, 16000), (3, 700, 8000)):
+        feeds = {"x": rng.standard_normal((n, length)).astype(np.float32), "sr": np.array(sr, np.int64)}
+        np.testing.assert_allclose(sess.run(None, feeds)[0], ref.run(None, feeds)[0], atol=1e-5)
+
+
+def test_past_the_budget_the_segment_is_demoted_whole(flavor) -> None:
+    """With no trial builds allowed the failing segment goes to ONNX Runtime whole, as before."""
+    from trt_backend.compiler import compile as compile_model
+
+    compiled = compile_model(lstm_in_if(), PROFILES, SessionOptions(max_narrowing_builds=0))
+    assert compiled.plan.tensorrt_segments() == []
+    assert compiled.report is not None and len(compiled.report.demoted) == len(lstm_in_if().graph.node)
