@@ -75,13 +75,21 @@ def color_runs(index: GraphIndex, colors: Sequence[str], lazy: frozenset[int] = 
 
 
 def _pull(index: GraphIndex, i: int, waiting: set[int], run: list[int]) -> None:
-    """Append the waiting constant-only producers node ``i`` reads (theirs first) to ``run``."""
-    for name in index.reads[i]:
-        p = index.producer.get(name)
-        if p is not None and p in waiting:
-            waiting.discard(p)
-            _pull(index, p, waiting, run)
-            run.append(p)
+    """Append the waiting constant-only producers node ``i`` reads (theirs first) to ``run``.
+    Depth first with an explicit stack: a chain of such producers may be as long as the graph."""
+    stack = [(i, iter(index.reads[i]))]
+    while stack:
+        node, reads = stack[-1]
+        for name in reads:
+            p = index.producer.get(name)
+            if p is not None and p in waiting:
+                waiting.discard(p)
+                stack.append((p, iter(index.reads[p])))
+                break
+        else:
+            stack.pop()
+            if stack:  # (``i`` itself is the caller's to append)
+                run.append(node)
 
 
 def constant_only(index: GraphIndex, candidates: Sequence[bool]) -> frozenset[int]:
