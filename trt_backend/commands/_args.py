@@ -107,7 +107,7 @@ BUILD_FLAGS: dict[str, tuple[Any, str]] = {
     "precision": ("fp32", "--precision"), "calibration_data": (None, "--calibration-data"),
     "calibration_method": ("minmax", "--calibration-method"), "precision_plan": (None, "--precision-plan"),
     "allow": (("fp16", "bf16", "int8"), "--allow"), "compute_capabilities": (None, "--compute-capabilities"),
-    "workspace_mb": (None, "--workspace-mb"),
+    "workspace_mb": (None, "--workspace-mb"), "max_build_memory": (None, "--max-build-memory"),
     "min_shapes": ([], "--min-shapes"), "opt_shapes": ([], "--opt-shapes"), "max_shapes": ([], "--max-shapes"),
     "saved_plan": (None, "--saved-plan"),
 }
@@ -137,12 +137,15 @@ def session_options(args: argparse.Namespace, **extra: Any) -> Any:
     gets its options from. On a build folder (``args.model``), flags that would change what was
     built are refused (:func:`refuse_build_flags`) and the folder's own plan and build apply."""
     extra.setdefault("max_memory", max_memory(args))
+    if getattr(args, "max_build_memory", None) is not None:  # (refused below on a build folder)
+        extra.setdefault("max_build_memory", parse_size(args.max_build_memory, "--max-build-memory"))
     if getattr(args, "sign_key", None) is not None:
         extra.setdefault("sign_key", args.sign_key)
     if getattr(args, "device", None) is not None:
         extra.setdefault("device_id", args.device)
     if is_folder_arg(args):
         refuse_build_flags(args, args.model)
+        extra.pop("max_build_memory", None)
         return SessionOptions(**extra)
     return SessionOptions(partition=partition_options(args), flavor=args.flavor, isolate_parser=args.isolate,
                           **extra)
@@ -158,6 +161,14 @@ def add_memory_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-memory", default=None, metavar="SIZE",
                    help="refuse any input, calibration or output tensor larger than SIZE (e.g. 8G, 512M; "
                         "tensors larger than the memory available are always refused)")
+
+
+def add_build_memory_argument(p: argparse.ArgumentParser) -> None:
+    """``--max-build-memory SIZE``: the memory TensorRT builds may take (commands that build)."""
+    p.add_argument("--max-build-memory", default=None, metavar="SIZE",
+                   help="memory the engine builds may take (e.g. 4G): TensorRT segments whose weights and workspace "
+                        "would need more are cut into the fewest pieces that fit, at the cheapest boundaries, and "
+                        "fewer builds run at once (default: the memory available when the builds start)")
 
 
 def add_sign_key_argument(p: argparse.ArgumentParser, signs: bool = False) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from partitioner import OptionsError
 from trt_backend.artifacts.write import build
 from trt_backend.commands._args import (
+    add_build_memory_argument,
     add_device_argument,
     add_memory_argument,
     add_partition_arguments,
@@ -46,6 +47,7 @@ def register(p: argparse.ArgumentParser) -> None:
                    help="TensorRT-RTX: GPUs to build for ahead of time (default: the builder's choice)")
     add_device_argument(p)
     add_memory_argument(p)
+    add_build_memory_argument(p)
     add_sign_key_argument(p, signs=True)
     add_partition_arguments(p)
     p.set_defaults(func=handle)
