@@ -8,8 +8,8 @@ the largest piece. A group is a run of one topological order, so any cut into co
 keeps the segment graph acyclic; among the cuts into the fewest pieces, the one with the lowest
 total price (a launch per cut plus the bytes that cross it) is taken, by a dynamic programme over
 cut positions that is linear in the group's size. Weights count once per piece that reads them
-(a weight both sides read is loaded by both builds); a single node whose weights alone pass the
-limit is a piece of its own."""
+(a weight both sides read is loaded by both builds); a node whose weights alone pass the limit
+is in a piece with nothing that reads more weights."""
 from __future__ import annotations
 
 from collections import deque
@@ -85,23 +85,32 @@ def _key(best: list[tuple[int, float]], cut: list[float], i: int) -> tuple[int, 
 
 
 def _earliest_starts(per_node: Sequence[dict[str, int]], limit: int) -> list[int]:
-    """``starts[j]``: the first i such that nodes i..j-1 fit in ``limit`` (j-1 itself at worst)."""
+    """``starts[j]``: the first i such that nodes i..j-1 fit: their weights within ``limit``, or
+    within the weights of their heaviest node (a node heavier than the limit goes in some piece
+    anyway; what reads nothing more may join it)."""
     starts = [0] * (len(per_node) + 1)
     held: dict[str, int] = {}  # initializer -> how many nodes of the window read it
     size = {name: b for w in per_node for name, b in w.items()}
+    own = [sum(w.values()) for w in per_node]
+    heaviest: deque[int] = deque()  # window positions, their own weights decreasing
     total = lo = 0
     for j, weights in enumerate(per_node, start=1):
         for name in weights:
             held[name] = held.get(name, 0) + 1
             if held[name] == 1:
                 total += size[name]
-        while total > limit and lo < j - 1:
+        while heaviest and own[heaviest[-1]] <= own[j - 1]:
+            heaviest.pop()
+        heaviest.append(j - 1)
+        while total > max(limit, own[heaviest[0]]) and lo < j - 1:
             for name in per_node[lo]:
                 held[name] -= 1
                 if held[name] == 0:
                     del held[name]
                     total -= size[name]
             lo += 1
+            if heaviest[0] < lo:
+                heaviest.popleft()
         starts[j] = lo
     return starts
 
