@@ -29,10 +29,15 @@ from partitioner.weights import (
     place_data_files,
     raw_nbytes,
 )
-from trt_backend._files import missing_parent, swap_in_folder, write_atomic
+from trt_backend._files import (
+    missing_parent,
+    sha256_bytes,
+    swap_in_folder,
+    write_atomic,
+)
 from trt_backend._version import __version__
 from trt_backend.artifacts.build_cache import BuildCache
-from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE, sha256_bytes
+from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE
 from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key

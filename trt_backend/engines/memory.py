@@ -1,17 +1,19 @@
 """What a TensorRT build holds in memory, and how a memory budget bounds it.
 
-Measured with TensorRT-RTX 1.7 on CPU (an fp32 MLP segment whose weights are in external data):
+Measured with TensorRT-RTX 1.7 on CPU (fp32 MLP segments whose weights are in external data):
 the parser reads the weights lazily, the builder then holds them, its own copies for the layers
-and the engine, so the process peaks at about 3.2x the segment's weights over its baseline when
-the engine comes back as one buffer (``build_serialized_network``), and about 2.5x when it is
-streamed to a file as it is written (``build_serialized_network_to_stream``, which
-:func:`stream_engine` uses). A build folder's engines are streamed into the folder
-(:class:`EngineFile`) and never held in memory, so peak RSS tracks the largest segment.
+and the engine. Returned as one buffer (``build_serialized_network``) the engine is whole in
+memory beside all that: 0.375 GiB of weights peaked 1.2 GiB over the process's baseline.
+Streamed to a file as it is written (``build_serialized_network_to_stream``, which
+:func:`stream_engine` uses), the same build peaked 0.95 GiB over it, and a 1.5 GiB segment
+3.2 GiB: about twice the weights plus 0.2 GiB. A build folder's engines are streamed into the
+folder (:class:`EngineFile`) and never held in memory, so peak RSS tracks the largest segment.
 
 A budget (``BuildOptions.max_build_memory``, default the memory available when the builds
 start) sets the most weights a segment may hold: (budget - the process's memory now -
-workspace) / :data:`BUILD_WEIGHT_FACTOR`; the planner cuts larger TensorRT segments into pieces
-that fit (:func:`partitioner.split.split_by_weights`) and as many builds run at once as fit."""
+workspace - :data:`BUILD_OVERHEAD`) / :data:`BUILD_WEIGHT_FACTOR`; the planner cuts larger
+TensorRT segments into pieces that fit (:func:`partitioner.split.split_by_weights`) and as many
+builds run at once as fit."""
 from __future__ import annotations
 
 import hashlib
@@ -24,9 +26,11 @@ from trt_backend.ort.values import available_memory
 
 log = logging.getLogger(__name__)
 
-# Peak memory of one segment's build over the process's baseline, per byte of its weights:
-# streamed engines (measured 2.5x) with a margin for the network, tactics and allocator slack.
-BUILD_WEIGHT_FACTOR = 2.75
+# Peak memory of one segment's build over the process's baseline: BUILD_WEIGHT_FACTOR per byte
+# of its weights plus BUILD_OVERHEAD (measured with streamed engines: 2.0x and 0.2 GiB; the
+# overhead carries a margin for the network, tactics and allocator slack).
+BUILD_WEIGHT_FACTOR = 2.0
+BUILD_OVERHEAD = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -97,11 +101,11 @@ class BuildRoom:
 
     @property
     def max_segment_weights(self) -> int:
-        return max(1, int((self.room - self.workspace) / BUILD_WEIGHT_FACTOR))
+        return max(1, int((self.room - self.workspace - BUILD_OVERHEAD) / BUILD_WEIGHT_FACTOR))
 
     def need(self, weights: int) -> int:
         """Estimated peak memory of building a segment holding ``weights`` bytes."""
-        return int(weights * BUILD_WEIGHT_FACTOR) + self.workspace
+        return int(weights * BUILD_WEIGHT_FACTOR) + BUILD_OVERHEAD + self.workspace
 
     def concurrent(self, largest_weights: int, workers: int) -> int:
         """How many builds of segments up to ``largest_weights`` fit at once (at least one)."""

@@ -16,7 +16,7 @@ from tests.trt_backend.session.test_graphs import ort_reference
 from trt_backend.artifacts.write import build
 from trt_backend.cli import main
 from trt_backend.engines.builder import BuildOptions
-from trt_backend.engines.memory import BUILD_WEIGHT_FACTOR, build_room, process_memory
+from trt_backend.engines.memory import BUILD_OVERHEAD, BUILD_WEIGHT_FACTOR, build_room, process_memory
 from trt_backend.errors import OptionsError
 from trt_backend.planning import load_normalized
 from trt_backend.session.options import SessionOptions
@@ -55,12 +55,12 @@ def test_a_segment_past_the_budget_is_cut_and_builds_the_same_model(tmp_path) ->
     assert trt_weights(whole) == [BLOCKS * 4 * MIB]  # the budget by default (what is free) holds it whole
 
     before = process_memory()
-    budget = before + int(BUILD_WEIGHT_FACTOR * 10 * MIB)  # room for about two of the six weights a build
+    budget = before + BUILD_OVERHEAD + int(BUILD_WEIGHT_FACTOR * 10 * MIB)  # room for about two of the six weights
     cut = str(tmp_path / "cut")
     manifest = build(m, cut, PROFILE, SessionOptions(flavor="tensorrt_rtx", max_build_memory=budget))
     pieces = trt_weights(cut)
     assert len(pieces) >= 3 and sum(pieces) == BLOCKS * 4 * MIB  # cut, and no weight read twice here
-    assert max(pieces) <= (budget - before) / BUILD_WEIGHT_FACTOR  # each piece within what the budget left
+    assert max(pieces) <= (budget - before - BUILD_OVERHEAD) / BUILD_WEIGHT_FACTOR  # each within what the budget left
     assert manifest["build"]["max_build_memory"] == budget
     engines = [s for s in manifest["segments"] if s["engine"]]
     assert len(engines) == len(pieces)
@@ -82,7 +82,7 @@ def test_budget_sizes_are_read_once_and_refused_clearly(tmp_path, capsys) -> Non
         BuildOptions(max_build_memory=0)
     room = build_room(2 << 30, 64 * MIB)
     assert room is not None and room.room <= (2 << 30) - process_memory() + MIB
-    assert room.max_segment_weights == int((room.room - 64 * MIB) / BUILD_WEIGHT_FACTOR)
+    assert room.max_segment_weights == int((room.room - 64 * MIB - BUILD_OVERHEAD) / BUILD_WEIGHT_FACTOR)
 
     out = str(tmp_path / "b")
     m = tmp_path / "m.onnx"
