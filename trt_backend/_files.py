@@ -15,7 +15,6 @@ import tempfile
 import onnx
 
 from partitioner import Plan
-from partitioner.picture import render_picture
 from partitioner.weights import data_files, place_data_files
 
 log = logging.getLogger(__name__)
@@ -142,5 +141,8 @@ def sha256_bytes(data: bytes) -> str:
 
 def write_picture(plan: Plan, path: str | os.PathLike[str]) -> None:
     """Write the plan's picture as SVG (``.svg``) or HTML (``.html``/``.htm``), atomically."""
+    # (only the commands that draw need it)
+    from partitioner.picture import render_picture
+
     write_atomic(path, render_picture(plan, path))
     log.info("wrote partition picture %s", os.fspath(path))

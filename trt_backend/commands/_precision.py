@@ -8,8 +8,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trt_backend.accuracy.auto_precision import ORDER, AutoOptions, search_precision
-from trt_backend.accuracy.options import DEFAULT_TOLERANCE
+from trt_backend.accuracy.options import AUTO_PRECISIONS, DEFAULT_TOLERANCE
 from trt_backend.commands._args import precision_fields, split_list
 from trt_backend.engines.precision_plan import PrecisionPlan, read_precision_plan
 from trt_backend.session.options import SessionOptions
@@ -22,7 +21,7 @@ def add_auto_arguments(p: argparse.ArgumentParser, tolerances: bool = True) -> N
                        help=f"--precision auto: absolute tolerance every output must keep (default {DEFAULT_TOLERANCE:g})")
         p.add_argument("--rtol", default=str(DEFAULT_TOLERANCE), metavar="R",
                        help=f"--precision auto: relative tolerance (default {DEFAULT_TOLERANCE:g})")
-    p.add_argument("--allow", type=split_list, default=("fp16", "bf16", "int8"), metavar=",".join(ORDER[::-1]),
+    p.add_argument("--allow", type=split_list, default=("fp16", "bf16", "int8"), metavar=",".join(AUTO_PRECISIONS[::-1]),
                    help="--precision auto: precisions it may choose (int8 needs --calibration-data)")
     p.add_argument("--precision-plan", metavar="PLAN.json|DIR", default=None,
                    help="--precision auto: use this precision plan (its JSON, or a build folder made with auto) "
@@ -39,6 +38,9 @@ def build_fields(args: argparse.Namespace, model: Any, profiles: Sequence[Mappin
         plan = read_precision_plan(args.precision_plan)
         print(f"precision plan from {args.precision_plan} (not searched again):", file=sys.stderr)
     else:
+        # (the search, ONNX Runtime comparisons and all, loads only for --precision auto)
+        from trt_backend.accuracy.auto_precision import AutoOptions, search_precision
+
         auto = AutoOptions(atol=args.atol, rtol=args.rtol, allow=tuple(args.allow), seed=getattr(args, "seed", 0) or 0)
         calibration = {k: v for k, v in fields.items() if k.startswith("calibration")}
         plan = search_precision(model, profiles, options_with(options, calibration), auto)

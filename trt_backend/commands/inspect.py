@@ -8,21 +8,15 @@ import json
 import os
 import shutil
 import tempfile
+from typing import Any
 
 from partitioner import OptionsError, Plan
-from partitioner.picture import render_picture
-from partitioner.report import annotate, summary, table
+from partitioner.report import annotate, summary
 from trt_backend._files import save_model_with_data, write_atomic, write_picture
-from trt_backend.artifacts.read import (
-    BuiltFolder,
-    is_build_folder,
-    open_folder,
-    runtime_mismatch,
-)
-from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.commands._args import (
     add_partition_arguments,
     add_sign_key_argument,
+    is_folder_arg,
     partition_options,
     refuse_build_flags,
 )
@@ -31,7 +25,6 @@ from trt_backend.engines.precision_plan import (
     SegmentPrecision,
     read_precision_plan,
 )
-from trt_backend.gpu.status import tensorrt_status
 from trt_backend.planning import make_plan
 
 
@@ -115,69 +108,29 @@ def _with_precision(page: str, plan: Plan, precision: PrecisionPlan) -> str:
     return page.replace("</body></html>", "\n".join(rows) + "</body></html>", 1)
 
 
-def _here(manifest: dict[str, object]) -> str:
-    problem = runtime_mismatch(manifest)
-    if problem:
-        return f"{problem} (run and bench emulate its segments; load(..., rebuild=True) rebuilds)"
-    ok, why = tensorrt_status()
-    return "same TensorRT and GPU target: the engines execute here" if ok else \
-        f"same TensorRT and GPU target, but {why}: its TensorRT segments run emulated here"
-
-
-def folder_report(built: BuiltFolder, folder: str) -> str:
-    """A build folder as built: header (digest, signature, TensorRT, GPU target, build options),
-    the plan's segment table, each TensorRT segment's profiles and each engine."""
-    m = built.manifest
-    opts = m.get("build_options", {})
-    caps = ",".join(opts.get("compute_capabilities") or ()) or "the builder's default"
-    workspace = f"{opts['workspace_bytes'] >> 20} MiB" if opts.get("workspace_bytes") else "default"
-    lines = [f"build folder {folder} | manifest {m.get('digest')} | "
-             + ("signed (HMAC-SHA256)" if "signature" in m else "unsigned")
-             + f" | trt-backend {m.get('trt_backend')} | from {m.get('model')}",
-             f"engines for {m.get('tensorrt')} | GPU target {m.get('gpu_target')} (compute capabilities: {caps}) | "
-             f"precision {opts.get('precision')} | workspace {workspace} | built in {m.get('build_seconds')} s",
-             f"this machine: {_here(m)}", ""]
-    lines.append(summary(built.plan).rstrip("\n"))
-    lines += ["", "Profiles of TensorRT segments (min / opt / max)"]
-    rows = []
-    for seg in m["plan"]["segments"]:
-        for k, profile in enumerate(seg.get("profiles") or ()):
-            for name, tp in profile.items():
-                rows.append((seg["id"], k, name, " / ".join("x".join(map(str, tp[w])) or "[]"
-                                                            for w in ("min", "opt", "max")), tp.get("source", "")))
-    lines += table(("segment", "profile", "tensor", "min / opt / max", "source"), rows,
-                   (True, True, False, False, False)) if rows else ["  none: no TensorRT segment"]
-    engines = [(s["id"], s["engine"], s["engine_bytes"], s["build_seconds"], s["engine_sha256"][:16])
-               for s in m["segments"] if s.get("engine")]
-    lines += ["", "Engines"]
-    lines += table(("segment", "file", "bytes", "build s", "sha256"), engines, (True, False, True, True, False)) \
-        if engines else ["  none"]
-    for d in m.get("demoted") or ():
-        lines.append(f"  demoted node {d.get('node')} '{d.get('name')}' ({d.get('op_type')}): {d.get('reason')}")
-    return "\n".join(lines) + "\n"
-
-
 def handle(args: argparse.Namespace) -> int:
     check_output_paths(args)
     precision = read_precision_plan(args.precision_plan) if args.precision_plan else None
-    if is_build_folder(args.model):
+    manifest: dict[str, Any] | None = None
+    if is_folder_arg(args):
         refuse_build_flags(args, os.fspath(args.model), allow=("precision_plan",))
-        built = open_folder(args.model, executes=False, sign_key=read_sign_key(args.sign_key))
-        plan: Plan = built.plan
-        print(folder_report(built, os.fspath(args.model)))
+        # (the folder reader, and what it reads a build with, load only for a folder)
+        from trt_backend.commands._inspect_folder import open_and_report
+
+        plan, manifest, report = open_and_report(os.fspath(args.model), args.sign_key)
+        print(report)
     else:
         plan = make_plan(args.model, partition_options(args), flavor=args.flavor, isolate=args.isolate)
         print(summary(plan))
-    if precision is None and is_build_folder(args.model) and built.manifest.get("precision_plan"):
-        precision = PrecisionPlan.from_dict(built.manifest["precision_plan"])
+    if precision is None and manifest is not None and manifest.get("precision_plan"):
+        precision = PrecisionPlan.from_dict(manifest["precision_plan"])
     if precision is not None:
         print(f"precision plan (atol {precision.atol:g}, rtol {precision.rtol:g}):")
         for seg in plan.tensorrt_segments():
             entry = precision.for_segment(plan.nodes[i].name for i in seg.nodes)
             print(f"  segment {seg.id}: " + (_precision_text(entry) if entry is not None else "fp32 (not in the plan)"))
     if args.json:
-        write_atomic(args.json, json.dumps(built.manifest["plan"], indent=1) if is_build_folder(args.model)
-                     else plan.to_json())
+        write_atomic(args.json, json.dumps(manifest["plan"], indent=1) if manifest is not None else plan.to_json())
         print(f"plan written to {args.json}")
     if args.export_segments:
         files = export_segments(plan, args.export_segments)
@@ -187,6 +140,8 @@ def handle(args: argparse.Namespace) -> int:
         print(f"annotated model written to {args.annotated}")
     if args.picture:
         if precision is not None and not args.picture.lower().endswith(".svg"):
+            from partitioner.picture import render_picture
+
             write_atomic(args.picture, _with_precision(render_picture(plan, args.picture), plan, precision))
         else:
             write_picture(plan, args.picture)
