@@ -16,8 +16,10 @@ import onnx
 
 from partitioner import Plan
 from partitioner.weights import data_files, place_data_files
+from trt_backend._lazy import lazy_module
 
 log = logging.getLogger(__name__)
+_picture = lazy_module("partitioner.picture")  # (only the commands that draw load it)
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, durable: bool = True) -> None:
@@ -141,8 +143,5 @@ def sha256_bytes(data: bytes) -> str:
 
 def write_picture(plan: Plan, path: str | os.PathLike[str]) -> None:
     """Write the plan's picture as SVG (``.svg``) or HTML (``.html``/``.htm``), atomically."""
-    # (only the commands that draw need it)
-    from partitioner.picture import render_picture
-
-    write_atomic(path, render_picture(plan, path))
+    write_atomic(path, _picture.render_picture(plan, path))
     log.info("wrote partition picture %s", os.fspath(path))

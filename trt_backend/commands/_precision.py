@@ -8,10 +8,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from trt_backend._lazy import lazy_module
 from trt_backend.accuracy.options import AUTO_PRECISIONS, DEFAULT_TOLERANCE
 from trt_backend.commands._args import precision_fields, split_list
 from trt_backend.engines.precision_plan import PrecisionPlan, read_precision_plan
 from trt_backend.session.options import SessionOptions
+
+_auto = lazy_module("trt_backend.accuracy.auto_precision")  # (the search loads only for --precision auto)
 
 
 def add_auto_arguments(p: argparse.ArgumentParser, tolerances: bool = True) -> None:
@@ -38,12 +41,9 @@ def build_fields(args: argparse.Namespace, model: Any, profiles: Sequence[Mappin
         plan = read_precision_plan(args.precision_plan)
         print(f"precision plan from {args.precision_plan} (not searched again):", file=sys.stderr)
     else:
-        # (the search, ONNX Runtime comparisons and all, loads only for --precision auto)
-        from trt_backend.accuracy.auto_precision import AutoOptions, search_precision
-
-        auto = AutoOptions(atol=args.atol, rtol=args.rtol, allow=tuple(args.allow), seed=getattr(args, "seed", 0) or 0)
+        auto = _auto.AutoOptions(atol=args.atol, rtol=args.rtol, allow=tuple(args.allow), seed=getattr(args, "seed", 0) or 0)
         calibration = {k: v for k, v in fields.items() if k.startswith("calibration")}
-        plan = search_precision(model, profiles, options_with(options, calibration), auto)
+        plan = _auto.search_precision(model, profiles, options_with(options, calibration), auto)
         print(f"precision search ({plan.seconds:.1f} s, atol {plan.atol:g}, rtol {plan.rtol:g}):", file=sys.stderr)
         for line in plan.rounds:
             print(f"  {line}", file=sys.stderr)

@@ -13,6 +13,7 @@ from typing import Any
 from partitioner import OptionsError, Plan
 from partitioner.report import annotate, summary
 from trt_backend._files import save_model_with_data, write_atomic, write_picture
+from trt_backend._lazy import lazy_module
 from trt_backend.commands._args import (
     add_partition_arguments,
     add_sign_key_argument,
@@ -26,6 +27,10 @@ from trt_backend.engines.precision_plan import (
     read_precision_plan,
 )
 from trt_backend.planning import make_plan
+
+# (loaded on the paths that need them: a build folder's reader and report, a picture)
+_folder = lazy_module("trt_backend.commands._inspect_folder")
+_picture = lazy_module("partitioner.picture")
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -114,10 +119,7 @@ def handle(args: argparse.Namespace) -> int:
     manifest: dict[str, Any] | None = None
     if is_folder_arg(args):
         refuse_build_flags(args, os.fspath(args.model), allow=("precision_plan",))
-        # (the folder reader, and what it reads a build with, load only for a folder)
-        from trt_backend.commands._inspect_folder import open_and_report
-
-        plan, manifest, report = open_and_report(os.fspath(args.model), args.sign_key)
+        plan, manifest, report = _folder.open_and_report(os.fspath(args.model), args.sign_key)
         print(report)
     else:
         plan = make_plan(args.model, partition_options(args), flavor=args.flavor, isolate=args.isolate)
@@ -140,9 +142,7 @@ def handle(args: argparse.Namespace) -> int:
         print(f"annotated model written to {args.annotated}")
     if args.picture:
         if precision is not None and not args.picture.lower().endswith(".svg"):
-            from partitioner.picture import render_picture
-
-            write_atomic(args.picture, _with_precision(render_picture(plan, args.picture), plan, precision))
+            write_atomic(args.picture, _with_precision(_picture.render_picture(plan, args.picture), plan, precision))
         else:
             write_picture(plan, args.picture)
         print(f"picture written to {args.picture}")
