@@ -126,7 +126,8 @@ COMMAND_IMPORTS = textwrap.dedent("""
 # What a command must not load (beside what it runs): the other commands' paths and runtimes.
 NOT_LOADED = {
     "inspect": ("trt_backend.artifacts", "trt_backend.compiler", "trt_backend.accuracy", "trt_backend.runners",
-                "trt_backend.session.session", "onnxruntime", "polygraphy", "partitioner.picture"),
+                "trt_backend.session", "trt_backend.engines.builder", "trt_backend.profiles", "onnxruntime",
+                "polygraphy", "partitioner.picture"),
     "build": ("trt_backend.accuracy.auto_precision", "trt_backend.accuracy.compare", "trt_backend.session.session",
               "trt_backend.runners.tensorrt", "polygraphy", "partitioner.picture", "trt_backend.serve"),
 }

@@ -6,17 +6,24 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from partitioner import BoundaryCost, OptionsError, PartitionOptions
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from plugins import default_registry
-from trt_backend.engines.calibration import CALIBRATION_METHODS
-from trt_backend.engines.precision import PRECISIONS, validate_precision
-from trt_backend.ort.options import THREAD_POOLS, OrtOptions
-from trt_backend.ort.values import parse_size
-from trt_backend.profiles import Shape
-from trt_backend.session.options import SessionOptions
+from trt_backend._lazy import lazy_module
+
+if TYPE_CHECKING:
+    from trt_backend.ort.options import OrtOptions
+    from trt_backend.profiles import Shape
+
+# What only some commands' flags need (a session's options, precisions, ONNX Runtime's settings)
+# loads when those flags are added or read: ``inspect`` of a model takes none of them.
+_calibration = lazy_module("trt_backend.engines.calibration")
+_precision = lazy_module("trt_backend.engines.precision")
+_ort_options = lazy_module("trt_backend.ort.options")
+_values = lazy_module("trt_backend.ort.values")
+_session_options = lazy_module("trt_backend.session.options")
 
 
 def split_list(value: str) -> tuple[str, ...]:
@@ -66,7 +73,7 @@ def add_partition_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_cpu_session_arguments(p: argparse.ArgumentParser) -> None:
     """How the ONNX Runtime sessions of the segments share the CPU (run, bench)."""
-    p.add_argument("--thread-pool", choices=THREAD_POOLS, default="session",
+    p.add_argument("--thread-pool", choices=_ort_options.THREAD_POOLS, default="session",
                    help="ONNX Runtime intra-op pools: one per segment session (default, ONNX Runtime's own), or "
                         "one global pool they all share (fewer thread wake-ups between segments on CPU)")
     p.add_argument("--share-arena", action="store_true",
@@ -82,7 +89,8 @@ def add_device_argument(p: argparse.ArgumentParser) -> None:
 
 def ort_options(args: argparse.Namespace, *, intra_op_threads: int = 0) -> OrtOptions:
     """ONNX Runtime settings from :func:`add_cpu_session_arguments`."""
-    return OrtOptions(intra_op_threads=intra_op_threads, thread_pool=args.thread_pool, share_arena=args.share_arena)
+    return _ort_options.OrtOptions(intra_op_threads=intra_op_threads, thread_pool=args.thread_pool,
+                                   share_arena=args.share_arena)
 
 
 def partition_options(args: argparse.Namespace) -> PartitionOptions:
@@ -138,7 +146,7 @@ def session_options(args: argparse.Namespace, **extra: Any) -> Any:
     built are refused (:func:`refuse_build_flags`) and the folder's own plan and build apply."""
     extra.setdefault("max_memory", max_memory(args))
     if getattr(args, "max_build_memory", None) is not None:  # (refused below on a build folder)
-        extra.setdefault("max_build_memory", parse_size(args.max_build_memory, "--max-build-memory"))
+        extra.setdefault("max_build_memory", _values.parse_size(args.max_build_memory, "--max-build-memory"))
     if getattr(args, "sign_key", None) is not None:
         extra.setdefault("sign_key", args.sign_key)
     if getattr(args, "device", None) is not None:
@@ -146,14 +154,14 @@ def session_options(args: argparse.Namespace, **extra: Any) -> Any:
     if is_folder_arg(args):
         refuse_build_flags(args, args.model)
         extra.pop("max_build_memory", None)
-        return SessionOptions(**extra)
-    return SessionOptions(partition=partition_options(args), flavor=args.flavor, isolate_parser=args.isolate,
-                          **extra)
+        return _session_options.SessionOptions(**extra)
+    return _session_options.SessionOptions(partition=partition_options(args), flavor=args.flavor,
+                                           isolate_parser=args.isolate, **extra)
 
 
 def max_memory(args: argparse.Namespace) -> int | None:
     """Bytes of ``--max-memory`` (None when not given); a malformed size is an OptionsError."""
-    return parse_size(getattr(args, "max_memory", None), "--max-memory")
+    return _values.parse_size(getattr(args, "max_memory", None), "--max-memory")
 
 
 def add_memory_argument(p: argparse.ArgumentParser) -> None:
@@ -235,19 +243,19 @@ def add_shape_arguments(p: argparse.ArgumentParser, what: str) -> None:
 
 def add_precision_arguments(p: argparse.ArgumentParser, what: str = "TensorRT segments") -> None:
     """``--precision`` and int8's ``--calibration-data``/``--calibration-method``."""
-    p.add_argument("--precision", default="fp32", metavar="|".join(PRECISIONS),
+    p.add_argument("--precision", default="fp32", metavar="|".join(_precision.PRECISIONS),
                    help=f"precision of the {what} (fp16/bf16: an ONNX-level transform; int8: calibrated Q/DQ; "
                         "default fp32)")
     p.add_argument("--calibration-data", metavar="FILE.npz|DIR|random", default=None,
                    help="int8: one array per model input, samples stacked on the batch dim (or a folder of such "
                         "files); 'random' for a smoke test (not a calibration)")
-    p.add_argument("--calibration-method", choices=CALIBRATION_METHODS, default="minmax",
+    p.add_argument("--calibration-method", choices=_calibration.CALIBRATION_METHODS, default="minmax",
                    help="int8: how activation ranges are chosen from the calibration data (default minmax)")
 
 
 def precision_fields(args: argparse.Namespace) -> dict[str, Any]:
     """BuildOptions fields from :func:`add_precision_arguments`."""
-    validate_precision(args.precision)
+    _precision.validate_precision(args.precision)
     fields: dict[str, Any] = {"precision": args.precision}
     if args.calibration_data is not None:
         fields["calibration_data"] = args.calibration_data
