@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from partitioner.errors import OptionsError
 from trt_backend.ort.values import available_memory
 
 log = logging.getLogger(__name__)
@@ -114,12 +115,22 @@ class BuildRoom:
 
 def build_room(max_build_memory: int | None, workspace_bytes: int | None) -> BuildRoom | None:
     """The room a budget leaves for builds: ``max_build_memory`` less what the process holds
-    now; without a budget, the memory available now. None where neither is known."""
+    now; without a budget, the memory available now. None where neither is known. A budget that
+    leaves no room for a build's overhead and workspace is an OptionsError."""
     if max_build_memory is not None:
-        room = max_build_memory - process_memory()
+        held = process_memory()
+        room = max_build_memory - held
+        least = BUILD_OVERHEAD + (workspace_bytes or 0)
+        if room < least:
+            raise OptionsError(f"max_build_memory {_gib(max_build_memory)} leaves no room for a build: this process "
+                               f"already holds {_gib(held)}, and a build needs {_gib(least)} besides its weights")
     else:
         free = available_memory()
         if free is None:
             return None
         room = free
     return BuildRoom(max(room, 1), workspace_bytes or 0)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"

@@ -84,6 +84,9 @@ def test_budget_sizes_are_read_once_and_refused_clearly(tmp_path, capsys) -> Non
     assert room is not None and room.room <= (2 << 30) - process_memory() + MIB
     assert room.max_segment_weights == int((room.room - 64 * MIB - BUILD_OVERHEAD) / BUILD_WEIGHT_FACTOR)
 
+    with pytest.raises(OptionsError, match="leaves no room for a build: this process already holds"):
+        build_room(process_memory() // 2, None)
+
     out = str(tmp_path / "b")
     m = tmp_path / "m.onnx"
     m.write_bytes(mlp_model().SerializeToString())
@@ -91,4 +94,8 @@ def test_budget_sizes_are_read_once_and_refused_clearly(tmp_path, capsys) -> Non
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["trt-backend: error: --max-build-memory: cannot read size 'lots'; write bytes or a size such as "
                    "8G, 512M, 1.5GiB"]
+    assert not os.path.exists(out)
+    assert main(["build", str(m), "-o", out, "--shapes", f"x:2x{WIDTH}", "--max-build-memory", "64M"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("trt-backend: error: max_build_memory 0.06 GiB leaves no room")
     assert not os.path.exists(out)
