@@ -22,7 +22,7 @@ Medians of ``--repeat`` runs (the machines are shared). A report: it exits 0 eve
 fails.
 
     python benchmarks/build_time.py [--models light_resnet50,...] [--repeat 3] [--precision fp16] [--json OUT]
-    python benchmarks/build_time.py --cli [--cli-model resnet50.onnx] [--repeat 3]
+    python benchmarks/build_time.py --cli [--cli-model resnet50.onnx[=x:1x3x224x224]] [--repeat 3]
 """
 from __future__ import annotations
 
@@ -67,6 +67,13 @@ network = builder.create_network(0)
 parser = trt.OnnxParser(network, logger)
 assert parser.parse_from_file(sys.argv[1]), "parse failed"
 config = builder.create_builder_config()
+if len(sys.argv) > 3 and sys.argv[3]:  # name:1x3x224x224,... a fixed profile, as --shapes gives one
+    profile = builder.create_optimization_profile()
+    for spec in sys.argv[3].split(","):
+        name, dims = spec.split(":")
+        shape = tuple(int(d) for d in dims.split("x"))
+        profile.set_shape(name, shape, shape, shape)
+    config.add_optimization_profile(profile)
 engine = builder.build_serialized_network(network, config)
 open(sys.argv[2], "wb").write(engine)
 """
@@ -99,8 +106,10 @@ def _wall(argv: list[str]) -> float:
     return seconds
 
 
-def cli_rows(model: str, repeat: int) -> int:
-    """Section 3: the CLI against the bare TensorRT parse+build, cold and warm, in turn."""
+def cli_rows(model: str, repeat: int, shapes: str = "") -> int:
+    """Section 3: the CLI against the bare TensorRT parse+build, cold and warm, in turn; a model
+    with dynamic inputs gets ``shapes`` (``name:1x3x224x224,...``) as one fixed profile on both
+    sides (``--shapes`` for ours)."""
     py = sys.executable
     # as installed: pip compiles bytecode, which this environment may not write (PYTHONDONTWRITEBYTECODE)
     subprocess.run([sys.executable, "-m", "compileall", "-q", "partitioner", "plugins", "trt_backend"], cwd=ROOT,
@@ -109,14 +118,14 @@ def cli_rows(model: str, repeat: int) -> int:
     hits: list[bool] = []
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(repeat):
-            direct.append(_wall([py, "-c", _DIRECT, model, os.path.join(tmp, "direct.engine")]))
+            direct.append(_wall([py, "-c", _DIRECT, model, os.path.join(tmp, "direct.engine"), shapes]))
             out = os.path.join(tmp, f"built{k}")
-            nocache.append(_wall([py, "-m", "trt_backend", "build", model, "-o", out, "--flavor", "tensorrt_rtx"]))
+            ours = [py, "-m", "trt_backend", "build", model, "-o", out, "--flavor", "tensorrt_rtx"]
+            ours += ["--shapes", shapes] if shapes else []
+            nocache.append(_wall(ours))
             cache = os.path.join(tmp, f"cache{k}")
-            cold.append(_wall([py, "-m", "trt_backend", "build", model, "-o", out, "--flavor", "tensorrt_rtx",
-                               "--cache-dir", cache]))
-            warm.append(_wall([py, "-m", "trt_backend", "build", model, "-o", out, "--flavor", "tensorrt_rtx",
-                               "--cache-dir", cache]))
+            cold.append(_wall([*ours, "--cache-dir", cache]))
+            warm.append(_wall([*ours, "--cache-dir", cache]))
             with open(os.path.join(out, "manifest.json")) as f:
                 hits.append(bool(json.load(f).get("build_cache", {}).get("hit")))
     med = {name: statistics.median(v) for name, v in
@@ -195,10 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flavor", default="auto")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--cli", action="store_true", help="section 3 only: the build command vs direct TensorRT")
-    ap.add_argument("--cli-model", help="model for --cli (default: ResNet-50 from torchvision, exported once)")
+    ap.add_argument("--cli-model", help="model for --cli, MODEL.onnx or MODEL.onnx=x:1x3x224x224,... (a fixed "
+                    "profile for dynamic inputs; default: ResNet-50 from torchvision, exported once)")
     args = ap.parse_args(argv)
     if args.cli:
-        return cli_rows(resnet50(args.cli_model), args.repeat)
+        path, _, shapes = (args.cli_model or "").partition("=")
+        return cli_rows(resnet50(path or None), args.repeat, shapes)
     logging.basicConfig(level=logging.ERROR)
     flavor = load_flavor(args.flavor)
     light_dir = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")

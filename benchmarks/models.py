@@ -70,6 +70,32 @@ def long_chain(n_nodes: int, unsupported_every: int = 300, seed: int = 0) -> onn
     return model
 
 
+def deep_chain(n_nodes: int, seed: int = 0) -> onnx.ModelProto:
+    """A chain whose last tensor's batch dim is bounded only by walking the whole chain: ``x``
+    ``[N, 64]`` reshaped to ``[-1, 64]`` (a dim shape inference cannot name), ``n_nodes`` cheap
+    ops (as :func:`long_chain`, no Det), then a TensorRT head: MatMul by a ``[64, 64]`` weight
+    and Relu. Planned with Sigmoid and Tanh excluded (``--exclude-ops Sigmoid,Tanh``), the chain
+    runs in ONNX Runtime (its TensorRT pieces are too small to pay for their boundaries) and the
+    head's input gets its profile from the bound of that dim: every node of the chain, then the
+    Reshape, back to ``x``'s profile."""
+    model = long_chain(n_nodes, unsupported_every=0, seed=seed)
+    graph = model.graph
+    graph.node[0].input[0] = "x_rows"
+    graph.node[-1].output[0] = "chain_out"
+    graph.node.insert(0, helper.make_node("Reshape", ["x", "rows_shape"], ["x_rows"], name="rows_reshape"))
+    rng = np.random.default_rng(seed + 1)
+    weight = (rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32)
+    graph.node.extend([helper.make_node("MatMul", ["chain_out", "head_w"], ["head_mm"], name="head_matmul"),
+                       helper.make_node("Relu", ["head_mm"], ["y"], name="head_relu")])
+    graph.initializer.extend([numpy_helper.from_array(np.array([-1, WIDTH], np.int64), "rows_shape"),
+                              numpy_helper.from_array(weight, "head_w")])
+    graph.name = f"deep_chain_{n_nodes}"
+    return model
+
+
+DEEP_CHAIN_EXCLUDE = ("Sigmoid", "Tanh")  # (what sends deep_chain's chain to ONNX Runtime)
+
+
 def _det_block(nodes: list[onnx.NodeProto], current: str, i: int) -> str:
     names = [f"t{i + k}" for k in range(_DET_BLOCK)]
     nodes.append(helper.make_node("Reshape", [current, "det_in_shape"], [names[0]], name=f"reshape_{i}"))

@@ -303,7 +303,8 @@ def cli_mode(args: argparse.Namespace) -> int:
     env = poly_env(args.polygraphy_pythonpath)
     ours_env = dict(os.environ, PYTHONPATH=ROOT)
     with tempfile.TemporaryDirectory(prefix="plan_time_") as tmp:
-        candidates = [("resnet50", os.path.expanduser("~/.cache/trt-backend-large/resnet50_static.onnx")),
+        static = os.path.expanduser("~/.cache/trt-backend-large/resnet50_static.onnx")
+        candidates = [("resnet50", static if os.path.exists(static) else os.path.join(ZOO_MODELS, "resnet50.onnx")),
                       ("bert", os.path.join(ZOO_MODELS, "bert.onnx"))]  # (build_time.py --cli exports the first)
         models = [(n, p) for n, p in candidates if os.path.exists(p)]
         chain = long_chain(CHAIN_SIZES["chain_6k"], unsupported_every=UNSUPPORTED_EVERY)

@@ -109,18 +109,12 @@ def tensor_bytes(index: GraphIndex, name: str, cost: BoundaryCost) -> float | No
 
 
 def tensor_shape(index: GraphIndex, name: str, cost: BoundaryCost) -> tuple[int, ...] | None:
-    tp = index.types.get(name)
-    if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+    dims = index.dims_of(name)
+    if dims is None:
         return None
-    dims = []
-    for d in tp.tensor_type.shape.dim:
-        if d.HasField("dim_value") and d.dim_value >= 0:
-            dims.append(d.dim_value)
-        elif d.HasField("dim_param") and d.dim_param and not d.dim_param.startswith("unk__"):
-            dims.append(cost.symbolic_dim)
-        else:
-            dims.append(cost.unknown_dim)
-    return tuple(dims)
+    if min(dims, default=0) >= 0:
+        return dims
+    return tuple(d if d >= 0 else cost.symbolic_dim if d == -1 else cost.unknown_dim for d in dims)
 
 
 def node_flops(index: GraphIndex, i: int, cost: BoundaryCost) -> float | None:

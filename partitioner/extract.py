@@ -65,18 +65,16 @@ def _used_functions(model: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> 
         return []
     wanted: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()
-
-    def visit(node_list: Sequence[onnx.NodeProto]) -> None:
-        for node in node_list:
+    # node lists still to look through: functions calling functions are walked with a stack
+    pending: list[Sequence[onnx.NodeProto]] = [nodes]
+    while pending:
+        for node in pending.pop():
             key = (node.domain, node.op_type)
             if key in by_key and key not in seen:
                 seen.add(key)
                 wanted.append(key)
-                visit(by_key[key].node)
-            for sub in subgraphs(node):
-                visit(sub.node)
-
-    visit(nodes)
+                pending.append(by_key[key].node)
+            pending.extend(sub.node for sub in subgraphs(node))
     return [by_key[k] for k in sorted(wanted)]
 
 

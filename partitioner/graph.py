@@ -5,12 +5,14 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import onnx
 
 from partitioner.errors import InvalidModelError
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+_UNREAD: Any = object()  # (a tensor whose dims were not read yet)
 
 
 def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
@@ -80,6 +82,8 @@ class GraphIndex:
     value_infos: dict[str, onnx.ValueInfoProto] = field(default_factory=dict)
     initializer_protos: dict[str, onnx.TensorProto] = field(default_factory=dict)
     sparse_initializer_protos: dict[str, onnx.SparseTensorProto] = field(default_factory=dict)
+    # tensor -> its dims as the types say (-1 symbolic, -2 unknown; None: no shape), read once
+    dims: dict[str, tuple[int, ...] | None] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def build(cls, graph: onnx.GraphProto, where: str = "model") -> GraphIndex:
@@ -131,6 +135,7 @@ class GraphIndex:
         """Re-read value types from the graph (after shape inference rewrote its value_info)."""
         graph = self.graph
         self.types = {}
+        self.dims = {}
         for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
             if vi.type.WhichOneof("value") is not None:
                 self.types[vi.name] = vi.type
@@ -138,6 +143,28 @@ class GraphIndex:
             if t.name not in self.types:
                 self.types[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
         self.value_infos = {vi.name: vi for vi in graph.value_info}
+
+    def dims_of(self, name: str) -> tuple[int, ...] | None:
+        """``name``'s dims as its type says: a size, -1 for a named (symbolic) dim, -2 for one
+        nothing knows (unnamed, or named ``unk__`` by shape inference); None without a shape."""
+        found: tuple[int, ...] | None = self.dims.get(name, _UNREAD)
+        if found is _UNREAD:
+            tp = self.types.get(name)
+            if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+                found = None
+            else:
+                out = []
+                for d in tp.tensor_type.shape.dim:
+                    which = d.WhichOneof("value")
+                    if which == "dim_value" and d.dim_value >= 0:
+                        out.append(d.dim_value)
+                    elif which == "dim_param" and d.dim_param and not d.dim_param.startswith("unk__"):
+                        out.append(-1)
+                    else:
+                        out.append(-2)
+                found = tuple(out)
+            self.dims[name] = found
+        return found
 
     def ordered(self, nodes: Iterable[int]) -> list[int]:
         """``nodes`` in execution order."""

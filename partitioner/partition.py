@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from partitioner.capability import ONNXRUNTIME, TENSORRT, Verdict
 from partitioner.cost import BoundaryCost, group_cost
 from partitioner.graph import GraphIndex
+from partitioner.split import split_by_weights
 
 # Why 3: ONNX Runtime's TensorRT EP defaults to 1, and users measure fragmented graphs running
 # several times slower than plain CUDA (onnxruntime#17434, #16886): each segment boundary costs
@@ -75,13 +76,21 @@ def color_runs(index: GraphIndex, colors: Sequence[str], lazy: frozenset[int] = 
 
 
 def _pull(index: GraphIndex, i: int, waiting: set[int], run: list[int]) -> None:
-    """Append the waiting constant-only producers node ``i`` reads (theirs first) to ``run``."""
-    for name in index.reads[i]:
-        p = index.producer.get(name)
-        if p is not None and p in waiting:
-            waiting.discard(p)
-            _pull(index, p, waiting, run)
-            run.append(p)
+    """Append the waiting constant-only producers node ``i`` reads (theirs first) to ``run``.
+    Depth first with an explicit stack: a chain of such producers may be as long as the graph."""
+    stack = [(i, iter(index.reads[i]))]
+    while stack:
+        node, reads = stack[-1]
+        for name in reads:
+            p = index.producer.get(name)
+            if p is not None and p in waiting:
+                waiting.discard(p)
+                stack.append((p, iter(index.reads[p])))
+                break
+        else:
+            stack.pop()
+            if stack:  # (``i`` itself is the caller's to append)
+                run.append(node)
 
 
 def constant_only(index: GraphIndex, candidates: Sequence[bool]) -> frozenset[int]:
@@ -150,14 +159,17 @@ def _counts(producer: int | None, lazy: frozenset[int]) -> bool:
 
 
 def partition(index: GraphIndex, verdicts: Sequence[Verdict], min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE,
-              cost: BoundaryCost | None = BoundaryCost()) -> tuple[list[Group], list[Verdict]]:
+              cost: BoundaryCost | None = BoundaryCost(), *,
+              max_segment_weights: int | None = None) -> tuple[list[Group], list[Verdict]]:
     """Backend groups in execution order, and the verdicts after demotions: TensorRT groups
     below ``min_segment_size`` counted nodes (Constant not counted) and holding no heavy op go
     to ONNX Runtime, then groups without a heavy op that do not pay for their boundaries by
     ``cost``'s estimate (:mod:`partitioner.cost`), and the grouping is redone until it is stable.
     ``min_segment_size`` 1 (or ``cost`` None) keeps every group TensorRT takes from the cost
     rule. A constant-only node belongs to the group of its first consumer; every other group
-    that reads it gets a copy (``Group.copies``)."""
+    that reads it gets a copy (``Group.copies``). ``max_segment_weights``: TensorRT groups whose
+    weights pass that many bytes are cut into the fewest pieces that fit, at the cheapest
+    boundaries (:func:`partitioner.split.split_by_weights`)."""
     nodes = index.graph.node
     colors = [TENSORRT if v.on_tensorrt else ONNXRUNTIME for v in verdicts]
     lazy = constant_only(index, [v.backend == TENSORRT for v in verdicts])
@@ -183,4 +195,8 @@ def partition(index: GraphIndex, verdicts: Sequence[Verdict], min_segment_size: 
             for i in g.nodes:
                 if final[i].on_tensorrt:
                     final[i] = Verdict(ONNXRUNTIME, "constant-only node placed with its ONNX Runtime consumer")
+    if max_segment_weights is not None:
+        groups = [Group(g.backend, piece) for g in groups
+                  for piece in (split_by_weights(index, g.nodes, max_segment_weights, cost, lazy)
+                                if g.backend == TENSORRT else [g.nodes])]
     return [Group(g.backend, g.nodes, copies_for(index, g.nodes, lazy)) for g in groups], final

@@ -217,9 +217,10 @@ def plan_target(options: PartitionOptions, oracle: CapabilityOracle | None) -> s
 
 def build_plan(model: Model, verdicts: Sequence[Verdict], tensorrt: str | None,
                min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE, *, target: str | None = None,
-               cost: BoundaryCost | None = BoundaryCost()) -> Plan:
-    """Partition given verdicts into a :class:`Plan` (no parser involved)."""
-    groups, final = partition(model.index, verdicts, min_segment_size, cost)
+               cost: BoundaryCost | None = BoundaryCost(), max_segment_weights: int | None = None) -> Plan:
+    """Partition given verdicts into a :class:`Plan` (no parser involved); TensorRT segments
+    whose weights pass ``max_segment_weights`` bytes are cut (see :func:`partitioner.partition.partition`)."""
+    groups, final = partition(model.index, verdicts, min_segment_size, cost, max_segment_weights=max_segment_weights)
     segments: list[Segment] = []
     segment_of = [0] * len(final)
     shared = {i for g in groups for i in g.copies}  # every reader outside their segment copies these

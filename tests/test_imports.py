@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import partitioner
 import trt_backend
 
@@ -107,3 +109,37 @@ def test_partitioner_plans_identically_with_onnxruntime_absent(flavor) -> None:
     assert runs["blocked"]["plan"] == runs["present"]["plan"]
     assert runs["blocked"]["ir"] == runs["present"]["ir"]
     assert [s["backend"] for s in runs["blocked"]["plan"]["segments"]] == ["tensorrt", "onnxruntime", "tensorrt"]
+
+
+COMMAND_IMPORTS = textwrap.dedent("""
+    import os, sys, tempfile
+    from trt_backend.cli import main
+    from trt_backend.data.demo import DEMO_PATH
+    if sys.argv[1] == "inspect":
+        code = main(["inspect", DEMO_PATH])
+    else:
+        code = main(["build", DEMO_PATH, "-o", os.path.join(tempfile.mkdtemp(), "b"), "--shapes", "image:1x3x32x32"])
+    assert code == 0, code
+    print(" ".join(sorted(sys.modules)), file=sys.stderr)
+""")
+
+# What a command must not load (beside what it runs): the other commands' paths and runtimes.
+NOT_LOADED = {
+    "inspect": ("trt_backend.artifacts", "trt_backend.compiler", "trt_backend.accuracy", "trt_backend.runners",
+                "trt_backend.session", "trt_backend.engines.builder", "trt_backend.profiles", "onnxruntime",
+                "polygraphy", "partitioner.picture"),
+    "build": ("trt_backend.accuracy.auto_precision", "trt_backend.accuracy.compare", "trt_backend.session.session",
+              "trt_backend.runners.tensorrt", "polygraphy", "partitioner.picture", "trt_backend.serve"),
+}
+
+
+@pytest.mark.usefixtures("flavor")
+@pytest.mark.parametrize("command", sorted(NOT_LOADED))
+def test_a_command_loads_only_what_it_uses(command: str) -> None:
+    """``inspect`` of a model reads no build folders and compiles nothing; ``build`` without
+    ``--precision auto`` loads no precision search; neither draws a picture it was not asked for."""
+    proc = subprocess.run([sys.executable, "-c", COMMAND_IMPORTS, command], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = proc.stderr.strip().splitlines()[-1].split()
+    assert "trt_backend.planning" in loaded
+    assert [m for m in loaded if m.startswith(NOT_LOADED[command])] == []

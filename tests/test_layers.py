@@ -1,8 +1,8 @@
 """The tree is the pipeline: every folder of trt_backend/ is one stage and imports only point down.
 
 Read from the modules' own import statements (every one, inside functions too, so an import
-cannot dodge the rule by being lazy): no module imports a module of a higher layer, and the
-import graph of the package's modules has no cycle."""
+cannot dodge the rule by being lazy) and their ``lazy_module("...")`` declarations: no module
+imports a module of a higher layer, and the import graph of the package's modules has no cycle."""
 from __future__ import annotations
 
 import ast
@@ -65,7 +65,10 @@ def imports_of(module: str, path: str, known: set[str]) -> set[str]:
     is_pkg = path.endswith("__init__.py")
     found: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_module" and node.args \
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            found.add(node.args[0].value)  # (a module loaded on first use is imported all the same)
+        elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -139,10 +142,11 @@ def test_only_the_facade_imports_the_facade(graph) -> None:
 def test_the_checker_sees_a_violation(tmp_path) -> None:
     """The rule bites: an upward import and a cycle written to a scratch tree are both found."""
     low = tmp_path / "low.py"
-    low.write_text("from trt_backend.session.session import Session\nimport trt_backend.ort.options\n")
-    known = {"trt_backend.session.session", "trt_backend.ort.options"}
+    low.write_text("from trt_backend.session.session import Session\nimport trt_backend.ort.options\n"
+                   "_later = lazy_module('trt_backend.serve.app')\n")
+    known = {"trt_backend.session.session", "trt_backend.ort.options", "trt_backend.serve.app"}
     deps = imports_of("trt_backend.ort.sessions", str(low), known)
-    assert deps == {"trt_backend.session.session", "trt_backend.ort.options"}
+    assert deps == {"trt_backend.session.session", "trt_backend.ort.options", "trt_backend.serve.app"}
     assert layer_of("trt_backend.session.session") > layer_of("trt_backend.ort.sessions")
 
 

@@ -17,11 +17,12 @@ from collections.abc import Iterator
 import onnx
 
 from partitioner import Plan
-from partitioner.picture import render_picture
 from partitioner.weights import data_files, place_data_files
+from trt_backend._lazy import lazy_module
 from trt_backend.errors import OutputError
 
 log = logging.getLogger(__name__)
+_picture = lazy_module("partitioner.picture")  # (only the commands that draw load it)
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, durable: bool = True) -> None:
@@ -270,5 +271,5 @@ def sha256_bytes(data: bytes) -> str:
 
 def write_picture(plan: Plan, path: str | os.PathLike[str]) -> None:
     """Write the plan's picture as SVG (``.svg``) or HTML (``.html``/``.htm``), atomically."""
-    write_atomic(path, render_picture(plan, path))
+    write_atomic(path, _picture.render_picture(plan, path))
     log.info("wrote partition picture %s", os.fspath(path))

@@ -17,14 +17,17 @@ from typing import Any
 
 import onnx
 
-from partitioner import Model, Plan
+from partitioner import Model, Plan, Verdict, build_plan
+from partitioner.cost import si_bytes
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
+from partitioner.split import weight_bytes
 from trt_backend.artifacts.saved import check_saved, read_saved, saved_segment_profiles
 from trt_backend.engines.builder import BuildOptions, built_form, prepare_segment
 from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.calibration import data_sha256
 from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
+from trt_backend.engines.memory import EngineFile, build_room, engine_bytes
 from trt_backend.engines.quantize import SegmentQuantizer, require_calibration
 from trt_backend.engines.report import BuildProgress, BuildReport, BuiltSegment
 from trt_backend.errors import TensorRTUnavailableError
@@ -82,7 +85,8 @@ class Compiled:
 
     @property
     def engines(self) -> dict[int, bytes]:
-        return {k: s.engine for k, s in self.segments.items() if s.engine is not None}
+        """Engine bytes by segment id (read from their files where they were streamed to one)."""
+        return {k: engine_bytes(s.engine) for k, s in self.segments.items() if s.engine is not None}
 
     def inputs(self) -> list[NodeArg]:
         return [node_arg(vi.name, vi.type) for vi in self.model.proto.graph.input]
@@ -111,14 +115,18 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
             options: SessionOptions | None = None, *, build: bool = True,
             saved_plan: Mapping[str, Any] | str | os.PathLike[str] | None = None,
             calibration_feeds: Sequence[Mapping[str, Any]] = (), engines: Mapping[int, bytes] | None = None,
-            progress: BuildProgress | None = None) -> Compiled:
+            progress: BuildProgress | None = None, engine_dir: str | None = None) -> Compiled:
     """Plan ``model`` (a path, a ModelProto, a loaded Model or a Plan), derive the TensorRT
     segments' profiles (``profiles``: the user's, for model inputs; ``saved_plan``: a plan JSON
     whose derived profiles are reused after checking the model still plans the same;
     ``calibration_feeds``: real inputs to derive with), and with ``build`` build every engine
     (``engines`` by segment id: ones already built), demoting what TensorRT refuses and planning
     again. Without ``build``, each segment is put in the form it would be built in (the TensorRT
-    parser still decides which nodes stay fp32 in a reduced precision, where one is installed)."""
+    parser still decides which nodes stay fp32 in a reduced precision, where one is installed).
+    Building, TensorRT segments whose build would not fit the memory budget
+    (``options.build.max_build_memory``, default what is available) are cut into pieces that do
+    (:mod:`trt_backend.engines.memory`); ``engine_dir``: engines are streamed into files there
+    instead of being held in memory (without an engine cache)."""
     opts = options if options is not None else SessionOptions()
     if not isinstance(opts, SessionOptions):
         raise OptionsError(f"options must be a SessionOptions, got {type(opts).__name__}")
@@ -131,7 +139,11 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
                                                           oracle=opts.oracle, isolate=opts.isolate_parser)
     if plan.model is None:
         raise OptionsError("this plan was read from JSON without its model; pass the model instead")
+    max_weights = _weight_limit(opts, plan) if build else None
+    if max_weights is not None:
+        plan = _cut_for_memory(plan, opts, max_weights)
     the_model = plan.model
+    assert the_model is not None
     graph = the_model.proto.graph
     inputs = [node_arg(vi.name, vi.type) for vi in graph.input]
     trt = plan.tensorrt_segments()
@@ -162,7 +174,7 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
     derived = saved_segment_profiles(saved) if saved is not None else derive(plan)
     quantizers: dict[tuple[str, str], SegmentQuantizer] = {}
     quantizer = _quantizer(the_model, opts.build, input_profiles, opts, quantizers) if _uses_int8(opts.build) else None
-    given = dict(engines or {})
+    given: dict[int, bytes | EngineFile] = dict(engines or {})
     report: BuildReport | None = None
     fresh: dict[int, onnx.ModelProto] = {}
     flavor: Flavor | None = None
@@ -174,7 +186,8 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
         result = build_with_fallback(plan, profiles_of, opts.build, cache, flavor=flavor,
                                      min_segment_size=opts.partition.min_segment_size,
                                      boundary_cost=opts.partition.boundary_cost, rewrite=rewrite,
-                                     progress=progress, quantizer=quantizer)
+                                     progress=progress, quantizer=quantizer, max_segment_weights=max_weights,
+                                     engine_dir=engine_dir)
         plan, derived, given, report = result.plan, profiles_of(result.plan), dict(result.engines), result.report
         if rewrite is None:  # (a plugin rewrite's form runs only in TensorRT: made again below, without it)
             fresh = dict(result.models)
@@ -201,6 +214,39 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
         calibration = {"source": str(opts.build.calibration_data), "method": opts.build.calibration_method,
                        "sha256": data_sha256(str(opts.build.calibration_data))}
     return Compiled(plan, input_profiles, segments, opts, report, calibration, quantizers)
+
+
+def _weight_limit(options: SessionOptions, plan: Plan) -> int | None:
+    """The most weights a TensorRT segment may hold to build within the memory budget, or None
+    where no segment needs cutting (none past the limit, or no limit known)."""
+    if plan.model is None or not plan.tensorrt_segments():
+        return None
+    room = build_room(options.build.max_build_memory, options.build.workspace_bytes)
+    if room is None:
+        return None
+    limit = room.max_segment_weights
+    index = plan.model.index
+    if options.build.max_build_memory is None and all(weight_bytes(index, s.members) <= limit
+                                                      for s in plan.tensorrt_segments()):
+        return None  # (no budget given and everything fits what is free: plans stay as planned)
+    return limit
+
+
+def _cut_for_memory(plan: Plan, options: SessionOptions, limit: int) -> Plan:
+    """``plan`` with TensorRT segments past ``limit`` bytes of weights cut into pieces that fit."""
+    assert plan.model is not None
+    index = plan.model.index
+    over = [s for s in plan.tensorrt_segments() if weight_bytes(index, s.members) > limit]
+    if not over:
+        return plan
+    verdicts = [Verdict(n.verdict, n.reason) for n in plan.nodes]
+    cut = build_plan(plan.model, verdicts, plan.tensorrt, options.partition.min_segment_size, target=plan.target,
+                     cost=options.partition.boundary_cost, max_segment_weights=limit)
+    cut.seconds, cut.oracle_calls = plan.seconds, plan.oracle_calls
+    log.info("%s: %d TensorRT segment(s) hold more than %s of weights, the most a build within the memory "
+             "budget may; cut into %d TensorRT segment(s)", plan.model_name, len(over), si_bytes(limit),
+             len(cut.tensorrt_segments()))
+    return cut
 
 
 def _uses_int8(build: BuildOptions) -> bool:

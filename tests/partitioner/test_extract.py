@@ -118,3 +118,18 @@ def test_extract_brings_local_functions_it_calls() -> None:
     assert [(f.domain, f.name) for f in sub.functions] == [("my.fn", "Double")]
     assert ort_session(sub).run(None, {"x": np.array([1.5], np.float32)})[0].tolist() == [3.0]
     assert len(extract(loaded, [1], name="relu_only").functions) == 0
+
+
+def test_a_deep_chain_of_local_functions_comes_along() -> None:
+    """Functions calling functions 5,000 deep (5x the recursion limit): every one is carried."""
+    from partitioner.extract import _used_functions
+
+    depth = 5000
+    fns = [helper.make_function("my.fn", f"F{k}", ["i"], ["o"],
+                                [helper.make_node(f"F{k + 1}", ["i"], ["o"], domain="my.fn") if k + 1 < depth
+                                 else helper.make_node("Relu", ["i"], ["o"])],
+                                [helper.make_opsetid("", 17), helper.make_opsetid("my.fn", 1)]) for k in range(depth)]
+    nodes = [helper.make_node("F0", ["x"], ["y"], domain="my.fn", name="outer")]
+    m = model(nodes, [vi("x", ["N"])], [vi("y", ["N"])], extra_opsets=[("my.fn", 1)])
+    m.functions.extend(fns)
+    assert [f.name for f in _used_functions(m, m.graph.node)] == sorted(f"F{k}" for k in range(depth))

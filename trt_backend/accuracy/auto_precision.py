@@ -36,7 +36,11 @@ from partitioner.model import ModelSource
 from trt_backend._progress import progress
 from trt_backend.accuracy.localize import boundary_names, reference_with_boundaries
 from trt_backend.accuracy.numeric import tolerance_ratio
-from trt_backend.accuracy.options import DEFAULT_TOLERANCE, tolerance_value
+from trt_backend.accuracy.options import (
+    AUTO_PRECISIONS,
+    DEFAULT_TOLERANCE,
+    tolerance_value,
+)
 from trt_backend.accuracy.polygraphy_glue import generate_feeds, host, profile_points
 from trt_backend.engines.builder import (
     BuildOptions,
@@ -66,7 +70,7 @@ from trt_backend.tensorrt.flavor import Flavor, load_flavor
 
 log = logging.getLogger(__name__)
 
-ORDER = ("int8", "bf16", "fp16")  # lowest first
+ORDER = AUTO_PRECISIONS  # lowest first
 MAX_PINNED_SHARE = 0.5  # pins beyond this share of a segment's nodes: the segment moves up a precision
 IMPROVES = 0.95  # a round improves when the worst error drops below this share of the best so far...
 MAX_STALLS = 2  # ...and after this many rounds that did not, pinning gives way to the next precision

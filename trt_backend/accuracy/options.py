@@ -16,6 +16,7 @@ from trt_backend.accuracy.tasks import TaskCheck
 ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
 LOCALIZE_CHOICES = ("off", "mismatch", "always")
 DEFAULT_TOLERANCE = 1e-3  # the seeds' "1e-3 absolute and relative"
+AUTO_PRECISIONS = ("int8", "bf16", "fp16")  # what --precision auto may choose, lowest first
 
 
 def tolerance_value(value: Any, what: str) -> float:

@@ -24,11 +24,11 @@ import onnx
 from partitioner import PartitionOptions, Plan, TrtBackendError
 from partitioner.errors import OptionsError
 from partitioner.weights import check_location, file_sha256
-from trt_backend._files import sha256_bytes
 from trt_backend.artifacts.saved import saved_segment_profiles
 from trt_backend.artifacts.seal import check_seal
 from trt_backend.compiler import Compiled, compile
 from trt_backend.engines.builder import BuildOptions
+from trt_backend.engines.memory import EngineFile
 from trt_backend.engines.precision_plan import PrecisionPlan
 from trt_backend.engines.report import BuiltSegment
 from trt_backend.engines.targets import (
@@ -52,11 +52,12 @@ FORMAT = 2  # 2: segment models are the built forms, per segment precision, the 
 @dataclass
 class BuiltFolder:
     """What a build folder holds, checked: the plan (with its model), the manifest (whose plan
-    carries the derived profiles) and the engines by segment id (None: build them anew)."""
+    carries the derived profiles) and the engines by segment id (None: build them anew): their
+    bytes where they execute here, else their files (never read)."""
 
     plan: Plan
     manifest: dict[str, Any]
-    engines: dict[int, bytes] | None
+    engines: dict[int, bytes | EngineFile] | None
 
 
 def is_build_folder(source: object) -> TypeGuard[str | os.PathLike[str]]:
@@ -73,7 +74,7 @@ def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool
     or with ``rebuild`` leaves the engines out (to be built anew)."""
     folder = os.fspath(folder)
     manifest = read_manifest(folder, sign_key)
-    engines: dict[int, bytes] | None = {}
+    engines: dict[int, bytes | EngineFile] | None = {}
     if executes:
         opts = options if options is not None else SessionOptions()
         problem = runtime_mismatch(manifest, allow_host_code=opts.allow_host_code, lean_runtime=opts.lean_runtime)
@@ -85,8 +86,9 @@ def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool
     if engines is not None:
         for seg in manifest["segments"]:
             if seg.get("engine"):
-                with open(os.path.join(folder, os.path.basename(seg["engine"])), "rb") as f:
-                    engines[int(seg["id"])] = f.read()
+                engine = EngineFile(os.path.join(folder, os.path.basename(seg["engine"])), seg["engine_sha256"],
+                                    int(seg["engine_bytes"]))
+                engines[int(seg["id"])] = engine.read() if executes else engine
     plan = Plan.from_dict(manifest["plan"])
     shapes = [{n: getattr(tp, which) for n, tp in p.items()}  # (types learned again at the profiles' shapes)
               for p in profiles_from_json(manifest["plan"].get("input_profiles", [])) for which in ("min", "opt", "max")]
@@ -122,11 +124,10 @@ def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
     for name, digest in checks:
         file = os.path.join(folder, os.path.basename(name))
         try:
-            with open(file, "rb") as f:
-                data = f.read()
+            found = file_sha256(file)  # (in chunks: an engine may be gigabytes)
         except OSError:
             raise ArtifactError(f"{folder}: {name} listed in {MANIFEST} is missing") from None
-        if sha256_bytes(data) != digest:
+        if found != digest:
             raise ArtifactError(f"{folder}: {name} does not match its SHA-256 in {MANIFEST} (edited or corrupt); "
                                 "rebuild with trt-backend build")
     check_data_files(folder, manifest)

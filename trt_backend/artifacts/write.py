@@ -32,17 +32,19 @@ from trt_backend._files import (
     missing_parent,
     new_folder,
     output_lock,
+    sha256_bytes,
     swap_in_folder,
     write_atomic,
 )
 from trt_backend._version import __version__
 from trt_backend.artifacts.build_cache import BuildCache
-from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE, sha256_bytes
+from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE
 from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.compiler import Compiled, compile
 from trt_backend.engines.builder import check_build_options
+from trt_backend.engines.memory import EngineFile
 from trt_backend.engines.report import BuildProgress, BuildReport
 from trt_backend.engines.targets import build_target, current_sm
 from trt_backend.errors import ArtifactError
@@ -99,7 +101,7 @@ def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[M
     loaded = load_for_planning(model, profile_shapes(profiles), opts.partition.qdq_rewrite)
     stage = _Stage(out_dir, loaded)  # the weights go into the folder while the engines build
     try:
-        compiled = compile(loaded, profiles, opts, build=True, progress=progress)
+        compiled = compile(loaded, profiles, opts, build=True, progress=progress, engine_dir=stage.engine_dir())
         manifest = _write_into(stage, compiled, flv, start)
         if build_key is not None:
             manifest["build_cache"] = {"key": build_key, "hit": False}
@@ -162,8 +164,13 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
             if engine is None:
                 raise ArtifactError(f"segment {seg.id} has no engine after the build")
             name = f"segment_{seg.id}.engine"
-            files[name] = engine
-            entry.update(engine=name, engine_sha256=sha256_bytes(engine), engine_bytes=len(engine),
+            if isinstance(engine, EngineFile):  # (streamed into the folder as it was built)
+                stage.take(engine.path, name)
+                digest = engine.sha256
+            else:
+                files[name] = engine
+                digest = sha256_bytes(engine)
+            entry.update(engine=name, engine_sha256=digest, engine_bytes=len(engine),
                          build_seconds=round(float(seconds.get(seg.id, 0.0)), 4), precision=built.precision,
                          pinned=list(built.pinned))
         segments.append(entry)
@@ -176,7 +183,8 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
         "build": {"precision": bopts.precision, "keep_fp32_ops": list(bopts.keep_fp32_ops),
                   "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,
                   "calibration": compiled.calibration, "summary": compiled.precision_summary(),
-                  "partition": repr(compiled.options.partition)},
+                  "partition": repr(compiled.options.partition),
+                  "max_build_memory": bopts.max_build_memory},
         "plan": session_plan.to_dict(), "segments": segments,
         "demoted": [d.__dict__ for d in report.demoted] if report.demoted else [],
         "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,
@@ -188,6 +196,7 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
 
 
 WEIGHTS_FILE = "weights.data"
+_ENGINES = ".engines"  # where engines are streamed while they build
 _ALIGN = 4096  # tensors start on page boundaries: ONNX Runtime can map them instead of copying
 
 
@@ -286,6 +295,7 @@ class _Stage:
         except OSError as e:
             raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
         self.model = model
+        self._taken: dict[str, str] = {}
         self._data: tuple[list[dict[str, Any]], _Weights | None, dict[str, Any] | None] | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._place, name="build-folder-weights", daemon=True)
@@ -323,6 +333,28 @@ class _Stage:
         assert self._data is not None
         return self._data
 
+    def engine_dir(self) -> str:
+        """A folder inside the stage that engines are streamed into as they are built (what is
+        left there when the folder is finished, engines of demoted segments, is removed)."""
+        assert self.tmp is not None
+        path = os.path.join(self.tmp, _ENGINES)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def take(self, path: str, name: str) -> None:
+        """Put the file at ``path`` (in the stage) in as ``name``: moved, or linked where an
+        earlier name took it (two segments with the same engine)."""
+        assert self.tmp is not None
+        target = os.path.join(self.tmp, name)
+        try:
+            if path in self._taken:
+                os.link(self._taken[path], target)
+            else:
+                os.replace(path, target)
+                self._taken[path] = target
+        except OSError as e:
+            raise ArtifactError(f"cannot write {self.out_dir}: {e.strerror or e}") from None
+
     def write(self, files: Mapping[str, bytes]) -> None:
         assert self.tmp is not None
         try:
@@ -336,6 +368,7 @@ class _Stage:
         """The manifest last, then the folder in ``out_dir``'s place."""
         assert self.tmp is not None
         try:
+            shutil.rmtree(os.path.join(self.tmp, _ENGINES), ignore_errors=True)
             write_atomic(os.path.join(self.tmp, MANIFEST), json.dumps(manifest, indent=1) + "\n")
             swap_in_folder(self.tmp, self.out_dir)
         except OSError as e:

@@ -21,6 +21,7 @@ from trt_backend.bench.gpu_phases import PhaseRecorder
 from trt_backend.engines.builder import BuildOptions, ProfilesArg
 from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.fallback import build_engines, plugin_rewrite
+from trt_backend.engines.memory import engine_bytes
 from trt_backend.errors import CudaError, SegmentLoadError, TensorRTUnavailableError
 from trt_backend.gpu.device import cuda_device_count
 from trt_backend.gpu.status import tensorrt_status
@@ -176,7 +177,8 @@ def build_info(plan: Plan, profiles: ProfilesArg, build_options: BuildOptions, c
     if built is None:
         t0 = time.perf_counter()
         first = build_engines(plan, profiles, build_options, cache, flavor=flavor, progress=progress, rewrite=rewrite)
-        report, build_s, engines = first.report, time.perf_counter() - t0, first.engines
+        report, build_s = first.report, time.perf_counter() - t0
+        engines = {k: engine_bytes(e) for k, e in first.engines.items()}
     else:
         report, build_s = built, built.seconds
     info: dict[str, Any] = {

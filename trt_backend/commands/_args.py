@@ -6,21 +6,28 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from partitioner import BoundaryCost, OptionsError, PartitionOptions
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from partitioner.qdq import QDQ_REWRITES
 from plugins import default_registry
 from trt_backend._files import output_problem
-from trt_backend.engines.builder import HARDWARE_LEVELS
-from trt_backend.engines.calibration import CALIBRATION_METHODS
-from trt_backend.engines.precision import PRECISIONS, validate_precision
+from trt_backend._lazy import lazy_module
 from trt_backend.errors import OutputError
-from trt_backend.ort.options import THREAD_POOLS, OrtOptions
-from trt_backend.ort.values import parse_size
-from trt_backend.profiles import Shape
-from trt_backend.session.options import SessionOptions
+
+if TYPE_CHECKING:
+    from trt_backend.ort.options import OrtOptions
+    from trt_backend.profiles import Shape
+
+# What only some commands' flags need (a session's options, precisions, ONNX Runtime's settings)
+# loads when those flags are added or read: ``inspect`` of a model takes none of them.
+_builder = lazy_module("trt_backend.engines.builder")
+_calibration = lazy_module("trt_backend.engines.calibration")
+_precision = lazy_module("trt_backend.engines.precision")
+_ort_options = lazy_module("trt_backend.ort.options")
+_values = lazy_module("trt_backend.ort.values")
+_session_options = lazy_module("trt_backend.session.options")
 
 # Every flag that names something a command writes: its argparse dest -> (flag, what it is: a
 # "file", a "folder" replaced or filled whole, a "tree" (a folder made with its parents), or
@@ -98,7 +105,7 @@ def add_partition_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_cpu_session_arguments(p: argparse.ArgumentParser) -> None:
     """How the ONNX Runtime sessions of the segments share the CPU (run, bench)."""
-    p.add_argument("--thread-pool", choices=THREAD_POOLS, default="session",
+    p.add_argument("--thread-pool", choices=_ort_options.THREAD_POOLS, default="session",
                    help="ONNX Runtime intra-op pools: one per segment session (default, ONNX Runtime's own), or "
                         "one global pool they all share (fewer thread wake-ups between segments on CPU)")
     p.add_argument("--share-arena", action="store_true",
@@ -114,7 +121,8 @@ def add_device_argument(p: argparse.ArgumentParser) -> None:
 
 def ort_options(args: argparse.Namespace, *, intra_op_threads: int = 0) -> OrtOptions:
     """ONNX Runtime settings from :func:`add_cpu_session_arguments`."""
-    return OrtOptions(intra_op_threads=intra_op_threads, thread_pool=args.thread_pool, share_arena=args.share_arena)
+    return _ort_options.OrtOptions(intra_op_threads=intra_op_threads, thread_pool=args.thread_pool,
+                                   share_arena=args.share_arena)
 
 
 def partition_options(args: argparse.Namespace) -> PartitionOptions:
@@ -142,7 +150,7 @@ BUILD_FLAGS: dict[str, tuple[Any, str]] = {
     "workspace_mb": (None, "--workspace-mb"), "builder_optimization_level": (None, "--builder-optimization-level"),
     "max_aux_streams": (None, "--max-aux-streams"), "timing_cache": (None, "--timing-cache"),
     "hardware_compatibility": ("none", "--hardware-compatibility"), "version_compatible": (False, "--version-compatible"),
-    "include_lean_runtime": (False, "--include-lean-runtime"),
+    "include_lean_runtime": (False, "--include-lean-runtime"), "max_build_memory": (None, "--max-build-memory"),
     "min_shapes": ([], "--min-shapes"), "opt_shapes": ([], "--opt-shapes"), "max_shapes": ([], "--max-shapes"),
     "saved_plan": (None, "--saved-plan"),
 }
@@ -162,7 +170,7 @@ def add_builder_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--timing-cache", default=None, metavar="FILE",
                    help="kernel timing cache: read, then saved merged (trtexec --timingCacheFile; full TensorRT "
                         "only: TensorRT-RTX has none)")
-    g.add_argument("--hardware-compatibility", choices=HARDWARE_LEVELS, default="none",
+    g.add_argument("--hardware-compatibility", choices=_builder.HARDWARE_LEVELS, default="none",
                    help="engines that run on other GPUs than the one building them (trtexec --hardwareCompatibilityLevel)")
     g.add_argument("--version-compatible", action="store_true",
                    help="engines later TensorRT versions can run (trtexec --versionCompatible)")
@@ -227,20 +235,23 @@ def session_options(args: argparse.Namespace, **extra: Any) -> Any:
     gets its options from. On a build folder (``args.model``), flags that would change what was
     built are refused (:func:`refuse_build_flags`) and the folder's own plan and build apply."""
     extra.setdefault("max_memory", max_memory(args))
+    if getattr(args, "max_build_memory", None) is not None:  # (refused below on a build folder)
+        extra.setdefault("max_build_memory", _values.parse_size(args.max_build_memory, "--max-build-memory"))
     if getattr(args, "sign_key", None) is not None:
         extra.setdefault("sign_key", args.sign_key)
     if getattr(args, "device", None) is not None:
         extra.setdefault("device_id", args.device)
     if is_folder_arg(args):
         refuse_build_flags(args, args.model)
-        return SessionOptions(**extra)
-    return SessionOptions(partition=partition_options(args), flavor=args.flavor, isolate_parser=args.isolate,
-                          **extra)
+        extra.pop("max_build_memory", None)
+        return _session_options.SessionOptions(**extra)
+    return _session_options.SessionOptions(partition=partition_options(args), flavor=args.flavor,
+                                           isolate_parser=args.isolate, **extra)
 
 
 def max_memory(args: argparse.Namespace) -> int | None:
     """Bytes of ``--max-memory`` (None when not given); a malformed size is an OptionsError."""
-    return parse_size(getattr(args, "max_memory", None), "--max-memory")
+    return _values.parse_size(getattr(args, "max_memory", None), "--max-memory")
 
 
 def add_memory_argument(p: argparse.ArgumentParser) -> None:
@@ -248,6 +259,14 @@ def add_memory_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-memory", default=None, metavar="SIZE",
                    help="refuse any input, calibration or output tensor larger than SIZE (e.g. 8G, 512M; "
                         "tensors larger than the memory available are always refused)")
+
+
+def add_build_memory_argument(p: argparse.ArgumentParser) -> None:
+    """``--max-build-memory SIZE``: the memory TensorRT builds may take (commands that build)."""
+    p.add_argument("--max-build-memory", default=None, metavar="SIZE",
+                   help="memory the engine builds may take (e.g. 4G): TensorRT segments whose weights and workspace "
+                        "would need more are cut into the fewest pieces that fit, at the cheapest boundaries, and "
+                        "fewer builds run at once (default: the memory available when the builds start)")
 
 
 def add_sign_key_argument(p: argparse.ArgumentParser, signs: bool = False) -> None:
@@ -314,19 +333,19 @@ def add_shape_arguments(p: argparse.ArgumentParser, what: str) -> None:
 
 def add_precision_arguments(p: argparse.ArgumentParser, what: str = "TensorRT segments") -> None:
     """``--precision`` and int8's ``--calibration-data``/``--calibration-method``."""
-    p.add_argument("--precision", default="fp32", metavar="|".join(PRECISIONS),
+    p.add_argument("--precision", default="fp32", metavar="|".join(_precision.PRECISIONS),
                    help=f"precision of the {what} (fp16/bf16: an ONNX-level transform; int8: calibrated Q/DQ; "
                         "default fp32)")
     p.add_argument("--calibration-data", metavar="FILE.npz|DIR|random", default=None,
                    help="int8: one array per model input, samples stacked on the batch dim (or a folder of such "
                         "files); 'random' for a smoke test (not a calibration)")
-    p.add_argument("--calibration-method", choices=CALIBRATION_METHODS, default="minmax",
+    p.add_argument("--calibration-method", choices=_calibration.CALIBRATION_METHODS, default="minmax",
                    help="int8: how activation ranges are chosen from the calibration data (default minmax)")
 
 
 def precision_fields(args: argparse.Namespace) -> dict[str, Any]:
     """BuildOptions fields from :func:`add_precision_arguments`."""
-    validate_precision(args.precision)
+    _precision.validate_precision(args.precision)
     fields: dict[str, Any] = {"precision": args.precision}
     if args.calibration_data is not None:
         fields["calibration_data"] = args.calibration_data

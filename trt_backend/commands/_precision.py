@@ -8,11 +8,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trt_backend.accuracy.auto_precision import ORDER, AutoOptions, search_precision
-from trt_backend.accuracy.options import DEFAULT_TOLERANCE
+from trt_backend._lazy import lazy_module
+from trt_backend.accuracy.options import AUTO_PRECISIONS, DEFAULT_TOLERANCE
 from trt_backend.commands._args import precision_fields, split_list
 from trt_backend.engines.precision_plan import PrecisionPlan, read_precision_plan
 from trt_backend.session.options import SessionOptions
+
+_auto = lazy_module("trt_backend.accuracy.auto_precision")  # (the search loads only for --precision auto)
 
 
 def add_auto_arguments(p: argparse.ArgumentParser, tolerances: bool = True) -> None:
@@ -24,7 +26,7 @@ def add_auto_arguments(p: argparse.ArgumentParser, tolerances: bool = True) -> N
                        help=f"--precision auto: relative tolerance (default {DEFAULT_TOLERANCE:g})")
         p.add_argument("--atol-of-range", default=None, metavar="F",
                        help="--precision auto: each output's atol at least F x its largest |value| on the reference")
-    p.add_argument("--allow", type=split_list, default=("fp16", "bf16", "int8"), metavar=",".join(ORDER[::-1]),
+    p.add_argument("--allow", type=split_list, default=("fp16", "bf16", "int8"), metavar=",".join(AUTO_PRECISIONS[::-1]),
                    help="--precision auto: precisions it may choose (int8 needs --calibration-data)")
     p.add_argument("--precision-plan", metavar="PLAN.json|DIR", default=None,
                    help="--precision auto: use this precision plan (its JSON, or a build folder made with auto) "
@@ -42,10 +44,10 @@ def build_fields(args: argparse.Namespace, model: Any, profiles: Sequence[Mappin
         plan = read_precision_plan(args.precision_plan)
         print(f"precision plan from {args.precision_plan} (not searched again):", file=sys.stderr)
     else:
-        auto = AutoOptions(atol=args.atol, rtol=args.rtol, allow=tuple(args.allow), seed=getattr(args, "seed", 0) or 0,
-                           atol_of_range=getattr(args, "atol_of_range", None))
+        auto = _auto.AutoOptions(atol=args.atol, rtol=args.rtol, allow=tuple(args.allow), seed=getattr(args, "seed", 0) or 0,
+                                 atol_of_range=getattr(args, "atol_of_range", None))
         calibration = {k: v for k, v in fields.items() if k.startswith("calibration")}
-        plan = search_precision(model, profiles, options_with(options, calibration), auto, feeds=feeds or None)
+        plan = _auto.search_precision(model, profiles, options_with(options, calibration), auto, feeds=feeds or None)
         print(f"precision search ({plan.seconds:.1f} s, atol {plan.atol:g}, rtol {plan.rtol:g}):", file=sys.stderr)
         for line in plan.rounds:
             print(f"  {line}", file=sys.stderr)

@@ -17,6 +17,7 @@ from trt_backend.bench.loop import BenchOptions, run_bench
 from trt_backend.bench.report import write_plot
 from trt_backend.bench.timing import ProgressEvent, TimingConfig
 from trt_backend.commands._args import (
+    add_build_memory_argument,
     add_cpu_session_arguments,
     add_device_argument,
     add_memory_argument,
@@ -76,6 +77,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     add_device_argument(p)
     add_memory_argument(p)
+    add_build_memory_argument(p)
     add_sign_key_argument(p)
     add_partition_arguments(p)
     p.set_defaults(func=handle)

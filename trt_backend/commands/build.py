@@ -11,6 +11,7 @@ from typing import Any
 from trt_backend._files import write_atomic
 from trt_backend.artifacts.write import build
 from trt_backend.commands._args import (
+    add_build_memory_argument,
     add_builder_arguments,
     add_device_argument,
     add_memory_argument,
@@ -55,6 +56,7 @@ def register(p: argparse.ArgumentParser) -> None:
     add_builder_arguments(p)
     add_device_argument(p)
     add_memory_argument(p)
+    add_build_memory_argument(p)
     add_sign_key_argument(p, signs=True)
     add_partition_arguments(p)
     p.set_defaults(func=handle)

@@ -15,6 +15,7 @@ from trt_backend._files import write_atomic
 from trt_backend.accuracy.compare import compare
 from trt_backend.accuracy.options import DEFAULT_TOLERANCE, ERROR_STATS, CompareOptions
 from trt_backend.commands._args import (
+    add_build_memory_argument,
     add_data_arguments,
     add_device_argument,
     add_memory_argument,
@@ -81,6 +82,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="OUT.json", help="write the report as JSON")
     add_device_argument(p)
     add_memory_argument(p)
+    add_build_memory_argument(p)
     add_sign_key_argument(p)
     add_partition_arguments(p)
     p.set_defaults(func=handle, error_exit=2)

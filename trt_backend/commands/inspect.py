@@ -10,24 +10,18 @@ import shutil
 from typing import Any
 
 from partitioner import OptionsError, Plan
-from partitioner.picture import render_picture
-from partitioner.report import annotate, summary, table
+from partitioner.report import annotate, summary
 from trt_backend._files import (
     new_folder,
     save_model_with_data,
     write_atomic,
     write_picture,
 )
-from trt_backend.artifacts.read import (
-    BuiltFolder,
-    is_build_folder,
-    open_folder,
-    runtime_mismatch,
-)
-from trt_backend.artifacts.seal import sign_key as read_sign_key
+from trt_backend._lazy import lazy_module
 from trt_backend.commands._args import (
     add_partition_arguments,
     add_sign_key_argument,
+    is_folder_arg,
     partition_options,
     refuse_build_flags,
 )
@@ -36,9 +30,11 @@ from trt_backend.engines.precision_plan import (
     SegmentPrecision,
     read_precision_plan,
 )
-from trt_backend.engines.report import demotion_lines
-from trt_backend.gpu.status import tensorrt_status
 from trt_backend.planning import make_plan
+
+# (loaded on the paths that need them: a build folder's reader and report, a picture)
+_folder = lazy_module("trt_backend.commands._inspect_folder")
+_picture = lazy_module("partitioner.picture")
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -113,83 +109,26 @@ def _with_precision(page: str, plan: Plan, precision: PrecisionPlan) -> str:
     return page.replace("</body></html>", "\n".join(rows) + "</body></html>", 1)
 
 
-def _here(manifest: dict[str, object]) -> str:
-    problem = runtime_mismatch(manifest)
-    if problem:
-        return f"{problem} (run and bench emulate its segments; load(..., rebuild=True) rebuilds)"
-    ok, why = tensorrt_status()
-    return "same TensorRT and GPU target: the engines execute here" if ok else \
-        f"same TensorRT and GPU target, but {why}: its TensorRT segments run emulated here"
-
-
-def _builder_line(opts: dict[str, Any]) -> list[str]:
-    """The builder settings a folder was built with beyond the defaults, in one line (or none)."""
-    said = []
-    if opts.get("optimization_level") is not None:
-        said.append(f"optimisation level {opts['optimization_level']}")
-    if opts.get("max_aux_streams") is not None:
-        said.append(f"auxiliary streams {opts['max_aux_streams']}")
-    if opts.get("hardware_compatibility", "none") != "none":
-        said.append(f"hardware compatibility {opts['hardware_compatibility']}")
-    if opts.get("version_compatible"):
-        said.append("version compatible" + ("" if opts.get("exclude_lean_runtime", True) else ", lean runtime included"))
-    return ["builder: " + ", ".join(said)] if said else []
-
-
-def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str:
-    """A build folder as built: header (digest, signature, TensorRT, GPU target, build options),
-    the plan's segment table, each TensorRT segment's profiles and each engine."""
-    m = built.manifest
-    opts = m.get("build_options", {})
-    caps = ",".join(opts.get("compute_capabilities") or ()) or "the builder's default"
-    workspace = f"{opts['workspace_bytes'] >> 20} MiB" if opts.get("workspace_bytes") else "default"
-    lines = [f"build folder {folder} | manifest {m.get('digest')} | "
-             + ("signed (HMAC-SHA256)" if "signature" in m else "unsigned")
-             + f" | trt-backend {m.get('trt_backend')} | from {m.get('model')}",
-             f"engines for {m.get('tensorrt')} | GPU target {m.get('gpu_target')} (compute capabilities: {caps}) | "
-             f"precision {opts.get('precision')} | workspace {workspace} | built in {m.get('build_seconds')} s",
-             *_builder_line(opts),
-             f"this machine: {_here(m)}", ""]
-    lines.append(summary(built.plan).rstrip("\n"))
-    lines += ["", "Profiles of TensorRT segments (min / opt / max)"]
-    rows = []
-    for seg in m["plan"]["segments"]:
-        for k, profile in enumerate(seg.get("profiles") or ()):
-            for name, tp in profile.items():
-                rows.append((seg["id"], k, name, " / ".join("x".join(map(str, tp[w])) or "[]"
-                                                            for w in ("min", "opt", "max")), tp.get("source", "")))
-    lines += table(("segment", "profile", "tensor", "min / opt / max", "source"), rows,
-                   (True, True, False, False, False)) if rows else ["  none: no TensorRT segment"]
-    engines = [(s["id"], s["engine"], s["engine_bytes"], s["build_seconds"], s["engine_sha256"][:16])
-               for s in m["segments"] if s.get("engine")]
-    lines += ["", "Engines"]
-    lines += table(("segment", "file", "bytes", "build s", "sha256"), engines, (True, False, True, True, False)) \
-        if engines else ["  none"]
-    lines += ["  " + line for line in demotion_lines(m.get("demoted") or (), verbose=verbose)]
-    return "\n".join(lines) + "\n"
-
-
 def handle(args: argparse.Namespace) -> int:
     check_picture_name(args)
     precision = read_precision_plan(args.precision_plan) if args.precision_plan else None
-    if is_build_folder(args.model):
+    manifest: dict[str, Any] | None = None
+    if is_folder_arg(args):
         refuse_build_flags(args, os.fspath(args.model), allow=("precision_plan",))
-        built = open_folder(args.model, executes=False, sign_key=read_sign_key(args.sign_key))
-        plan: Plan = built.plan
-        print(folder_report(built, os.fspath(args.model), verbose=bool(args.verbose)))
+        plan, manifest, report = _folder.open_and_report(os.fspath(args.model), args.sign_key, verbose=bool(args.verbose))
+        print(report)
     else:
         plan = make_plan(args.model, partition_options(args), flavor=args.flavor, isolate=args.isolate)
         print(summary(plan))
-    if precision is None and is_build_folder(args.model) and built.manifest.get("precision_plan"):
-        precision = PrecisionPlan.from_dict(built.manifest["precision_plan"])
+    if precision is None and manifest is not None and manifest.get("precision_plan"):
+        precision = PrecisionPlan.from_dict(manifest["precision_plan"])
     if precision is not None:
         print(f"precision plan (atol {precision.atol:g}, rtol {precision.rtol:g}):")
         for seg in plan.tensorrt_segments():
             entry = precision.for_segment(plan.nodes[i].name for i in seg.nodes)
             print(f"  segment {seg.id}: " + (_precision_text(entry) if entry is not None else "fp32 (not in the plan)"))
     if args.json:
-        write_atomic(args.json, json.dumps(built.manifest["plan"], indent=1) if is_build_folder(args.model)
-                     else plan.to_json())
+        write_atomic(args.json, json.dumps(manifest["plan"], indent=1) if manifest is not None else plan.to_json())
         print(f"plan written to {args.json}")
     if args.export_segments:
         files = export_segments(plan, args.export_segments)
@@ -199,7 +138,7 @@ def handle(args: argparse.Namespace) -> int:
         print(f"annotated model written to {args.annotated}")
     if args.picture:
         if precision is not None and not args.picture.lower().endswith(".svg"):
-            write_atomic(args.picture, _with_precision(render_picture(plan, args.picture), plan, precision))
+            write_atomic(args.picture, _with_precision(_picture.render_picture(plan, args.picture), plan, precision))
         else:
             write_picture(plan, args.picture)
         print(f"picture written to {args.picture}")

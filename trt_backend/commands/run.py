@@ -14,6 +14,7 @@ import numpy as np
 from trt_backend._files import write_atomic
 from trt_backend.artifacts.read import is_build_folder
 from trt_backend.commands._args import (
+    add_build_memory_argument,
     add_cpu_session_arguments,
     add_device_argument,
     add_memory_argument,
@@ -91,6 +92,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--saved-plan", metavar="PLAN.json", help="reuse the profiles of a plan JSON written earlier")
     add_device_argument(p)
     add_memory_argument(p)
+    add_build_memory_argument(p)
     add_sign_key_argument(p)
     add_partition_arguments(p)
     p.set_defaults(func=handle)

@@ -6,6 +6,7 @@ import signal
 import threading
 
 from trt_backend.commands._args import (
+    add_build_memory_argument,
     add_device_argument,
     add_memory_argument,
     add_partition_arguments,
@@ -51,6 +52,7 @@ def register(p: argparse.ArgumentParser) -> None:
     add_auto_arguments(p)
     add_device_argument(p)
     add_memory_argument(p)
+    add_build_memory_argument(p)
     add_sign_key_argument(p)
     add_partition_arguments(p)
     p.set_defaults(func=handle)

@@ -30,6 +30,7 @@ from partitioner.weights import (
 )
 from trt_backend._files import sha256_bytes
 from trt_backend.engines.calibration import CALIBRATION_METHODS, data_sha256
+from trt_backend.engines.memory import EngineFile, engine_bytes, stream_engine
 from trt_backend.engines.precision import (
     DEFAULT_KEEP_FP32,
     TRANSFORM_VERSION,
@@ -46,6 +47,7 @@ from trt_backend.engines.quantize import (
 )
 from trt_backend.engines.targets import rtx_targets
 from trt_backend.errors import PrecisionError, SegmentBuildError
+from trt_backend.ort.values import parse_size
 from trt_backend.profiles import TensorProfile, tensor_profile
 from trt_backend.tensorrt.flavor import (
     Flavor,
@@ -88,6 +90,9 @@ class BuildOptions:
     # trial builds a build may spend narrowing down a segment TensorRT's builder refuses without
     # naming a node (engines.fallback); 0: such a segment goes to ONNX Runtime whole
     max_narrowing_builds: int = 32
+    # bytes (or "4G") the builds may hold: larger TensorRT segments are cut (see engines.memory);
+    # None: the memory available when the builds start
+    max_build_memory: int | None = None
 
     def __post_init__(self) -> None:
         keep = (self.keep_fp32_ops,) if isinstance(self.keep_fp32_ops, str) else tuple(self.keep_fp32_ops)
@@ -121,6 +126,7 @@ class BuildOptions:
             raise OptionsError(f"max_workers must be a whole number >= 0, got {self.max_workers!r}")
         if not isinstance(self.max_narrowing_builds, int) or self.max_narrowing_builds < 0:
             raise OptionsError(f"max_narrowing_builds must be a whole number >= 0, got {self.max_narrowing_builds!r}")
+        object.__setattr__(self, "max_build_memory", parse_size(self.max_build_memory, "max_build_memory"))
 
     @property
     def host_code(self) -> bool:
@@ -130,12 +136,13 @@ class BuildOptions:
         return self.max_workers or min(4, os.cpu_count() or 1)
 
     def key_fields(self) -> dict[str, Any]:
-        """What changes the engine (cache key part): everything but file paths and parallelism."""
+        """What changes the engine (cache key part): everything but file paths, parallelism and
+        the memory budget (which changes how a model is cut, not a given segment's engine)."""
         # (under the key written before the field was renamed, in its place: engine caches and
         # build manifests keep theirs)
         d = {("optimization_level" if k == "builder_optimization_level" else k): v for k, v in asdict(self).items()}
         for k in ("timing_cache", "max_workers", "calibration_data", "calibration_method", "precision_plan",
-                  "max_narrowing_builds"):
+                  "max_narrowing_builds", "max_build_memory"):
             d.pop(k)
         if self.precision_plan is not None:  # (what the plan decides; its search log is not part of the key)
             d["precision_plan"] = {"segments": self.precision_plan.to_dict()["segments"]}
@@ -219,7 +226,7 @@ def _add_profiles(builder: Any, config: Any, network: Any, ranges: Sequence[Mapp
 
 @dataclass(frozen=True)
 class SegmentEngine:
-    engine: bytes
+    engine: bytes | EngineFile  # (a file where the build streamed it into one: see compile_segment)
     layers: int
     seconds: float
     precision: str  # what was applied ("fp32" when a transform failed and the build fell back)
@@ -231,14 +238,17 @@ def build_segment(segment_model: onnx.ModelProto, profiles: Sequence[ProfileSpec
                   flavor: Flavor | str = "auto", *, weights_dir: str | None = None) -> bytes:
     """One segment's serialized engine; raises :class:`SegmentBuildError` naming blamed nodes.
     ``weights_dir``: the folder the segment's external data locations are relative to."""
-    return compile_segment(segment_model, profiles, options, flavor, weights_dir=weights_dir).engine
+    return engine_bytes(compile_segment(segment_model, profiles, options, flavor, weights_dir=weights_dir).engine)
 
 
 def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[ProfileSpec],
                     options: BuildOptions | None = None, flavor: Flavor | str = "auto",
                     timing: Any = None, quantize: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None, *,
-                    weights_dir: str | None = None, weights: HeldWeights | None = None) -> SegmentEngine:
+                    weights_dir: str | None = None, weights: HeldWeights | None = None,
+                    engine_path: str | None = None) -> SegmentEngine:
     """:func:`build_segment` with layer count, seconds and the precision applied.
+    ``engine_path``: stream the engine into this file as it is built (where the flavor can)
+    and return it as an :class:`~trt_backend.engines.memory.EngineFile`, never in memory.
     ``timing`` is a :class:`trt_backend.engines.cache.TimingCacheFile` or None; ``quantize``
     (int8, required there) inserts the segment's Q/DQ (:class:`~trt_backend.engines.quantize.SegmentQuantizer`).
     The parser gets the segment with a path in ``weights_dir`` and reads external weights from their
@@ -252,7 +262,7 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[ProfileSp
     segment_model, prepared, precision = form.source, form.model, form.precision
     try:
         engine, layers = _compile(prepared, ranges, options, fl, timing, names_from=segment_model,
-                                  weights_dir=weights_dir, weights=weights)
+                                  weights_dir=weights_dir, weights=weights, engine_path=engine_path)
     except SegmentBuildError as e:
         if e.stage == "parse" and prepared is not segment_model:
             _compile(segment_model, ranges, options, fl, None, parse_only=True,  # blame original nodes
@@ -260,7 +270,7 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[ProfileSp
             log.warning("%s: TensorRT rejects its %s form (%s); building it in fp32", segment_model.graph.name,
                         options.precision, e.message)
             engine, layers = _compile(segment_model, ranges, options, fl, timing, weights_dir=weights_dir,
-                                      weights=weights)
+                                      weights=weights, engine_path=engine_path)
             precision = "fp32"
         else:
             raise
@@ -419,8 +429,10 @@ def _refusals(segment_model: onnx.ModelProto, options: BuildOptions, flavor: Fla
 
 def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile]], options: BuildOptions, flavor: Flavor,
              timing: Any, parse_only: bool = False, names_from: onnx.ModelProto | None = None,
-             weights_dir: str | None = None, weights: HeldWeights | None = None) -> tuple[bytes, int]:
-    """Parse and build ``model``; build errors blame nodes of ``names_from`` (default ``model``)."""
+             weights_dir: str | None = None, weights: HeldWeights | None = None,
+             engine_path: str | None = None) -> tuple[bytes | EngineFile, int]:
+    """Parse and build ``model``; build errors blame nodes of ``names_from`` (default ``model``).
+    With ``engine_path`` (and a builder that streams) the engine goes into that file."""
     trt = flavor.module
     logger = shared_logger(flavor)
     with captured_messages() as errors:
@@ -437,12 +449,16 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
         configure(config, options, flavor)
         _add_profiles(builder, config, network, ranges)
         cache = timing.attach(config) if timing is not None else None
+        if engine_path is not None and flavor.has("Builder.build_serialized_network_to_stream"):
+            streamed = stream_engine(trt, builder, network, config, engine_path)
+            if streamed is None:
+                raise _build_error(names_from or model, errors)
+            if cache is not None:
+                timing.merge(config, cache)
+            return streamed, int(network.num_layers)
         serialized = builder.build_serialized_network(network, config)
         if serialized is None:
-            message = "; ".join(errors) or "build_serialized_network returned nothing"
-            source = names_from or model
-            blamed = _blame(source, errors)
-            raise SegmentBuildError("build", blamed, message, [source.graph.node[k].name for k in blamed])
+            raise _build_error(names_from or model, errors)
         for message in errors:  # (captured, and not reported by a failure: say them here)
             log.warning("%s: TensorRT built the engine but reported: %s", model.graph.name, message)
         if cache is not None:
@@ -452,6 +468,12 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
         engine = bytes(serialized)
         del serialized
     return engine, layers
+
+
+def _build_error(source: onnx.ModelProto, errors: Sequence[str]) -> SegmentBuildError:
+    message = "; ".join(errors) or "the TensorRT builder made no engine"
+    blamed = _blame(source, errors)
+    return SegmentBuildError("build", blamed, message, [source.graph.node[k].name for k in blamed])
 
 
 def _parse_error(parser: Any, model: onnx.ModelProto) -> SegmentBuildError:

@@ -5,10 +5,11 @@ ends with a plan whose TensorRT segments all have engines."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, Union
 
 import onnx
 
@@ -16,6 +17,7 @@ from partitioner import DEFAULT_MIN_SEGMENT_SIZE, Plan, Segment, Verdict, build_
 from partitioner.cost import BoundaryCost
 from partitioner.errors import OptionsError
 from partitioner.extract import extract
+from partitioner.split import weight_bytes
 from plugins import default_registry, register_with, rewrite_for_engine
 from trt_backend import _progress
 from trt_backend.engines.builder import (
@@ -32,6 +34,7 @@ from trt_backend.engines.builder import (
     segment_ranges,
 )
 from trt_backend.engines.cache import EngineCache, TimingCacheFile, cache_key
+from trt_backend.engines.memory import EngineFile, build_room, engine_bytes
 from trt_backend.engines.quantize import SegmentQuantizer
 from trt_backend.engines.report import (
     BuildEvent,
@@ -48,7 +51,7 @@ from trt_backend.tensorrt.flavor import Flavor, load_flavor
 
 log = logging.getLogger(__name__)
 
-Memo = dict[str, tuple[bytes, dict[str, Any]]]
+Memo = dict[str, tuple[Union[bytes, EngineFile], dict[str, Any]]]
 Forms = dict[str, onnx.ModelProto]  # segment key -> the form its engine was built from (fresh builds)
 SegmentRewrite = Callable[[onnx.ModelProto], onnx.ModelProto]
 T = TypeVar("T")
@@ -77,13 +80,17 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
                         progress: BuildProgress | None = None, rewrite: SegmentRewrite | None = None,
                         min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE, max_rounds: int = 3,
                         boundary_cost: BoundaryCost | None = BoundaryCost(),
-                        quantizer: SegmentRewrite | None = None) -> BuildResult:
+                        quantizer: SegmentRewrite | None = None, max_segment_weights: int | None = None,
+                        engine_dir: str | None = None) -> BuildResult:
     """Build, demote what TensorRT refuses, re-plan, repeat. For ``max_rounds`` rounds only the
     nodes TensorRT blamed are demoted; a builder failure that blames no node (an internal
     assertion) is narrowed by bisection (:class:`_Narrowing`, at most
     ``options.max_narrowing_builds`` trial builds in all) to the first node in topological order whose prefix fails, and only
     that node is demoted; past the budget such a segment is demoted whole. After ``max_rounds``
-    every failing segment is demoted whole. Each round demotes at least one node, so it ends."""
+    every failing segment is demoted whole. Each round demotes at least one node, so it ends.
+    ``max_segment_weights``: re-plans cut TensorRT segments past that many bytes of weights, as
+    the plan given was (see :func:`partitioner.build_plan`). ``engine_dir``: without a cache,
+    engines are streamed into files there (:class:`~trt_backend.engines.memory.EngineFile`)."""
     if plan.model is None:
         raise OptionsError("this plan was read from JSON without its model; plan the model again")
     options = options or BuildOptions()
@@ -100,7 +107,7 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
     while True:
         rounds += 1
         result = _build_round(plan, profiles if rounds == 1 else pool, options, cache, fl, progress, memo, rewrite,
-                              quantize)
+                              quantize, engine_dir)
         if not result.report.failures:
             break
         verdicts = [Verdict(n.verdict, n.reason) for n in plan.nodes]
@@ -128,7 +135,7 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
                            "again", rounds, len(result.report.failures))
         narrowed_rounds += narrowed  # (a round that narrowed does not use up a round: the build budget bounds it)
         plan = build_plan(plan.model, verdicts, plan.tensorrt, min_segment_size, target=plan.target,
-                          cost=boundary_cost)
+                          cost=boundary_cost, max_segment_weights=max_segment_weights)
     report = result.report
     report.demoted, report.rounds, report.seconds = demoted, rounds, time.perf_counter() - start
     return BuildResult(plan, result.engines, report, result.models)
@@ -253,11 +260,11 @@ def _profile_pool(plan: Plan, profiles: ProfilesArg) -> Callable[[Plan], Segment
 
 def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: EngineCache | None, flavor: Flavor,
                  progress: BuildProgress | None, memo: Memo, rewrite: SegmentRewrite | None = None,
-                 quantize: SegmentRewrite | None = None) -> BuildResult:
+                 quantize: SegmentRewrite | None = None, engine_dir: str | None = None) -> BuildResult:
     start = time.perf_counter()
     segments = plan.tensorrt_segments()
     report = BuildReport(flavor.target)
-    engines: dict[int, bytes] = {}
+    engines: dict[int, bytes | EngineFile] = {}
     forms: Forms = {}
     timing = _timing_cache(options, flavor)
     target = build_target(flavor, options)
@@ -276,14 +283,15 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
         key = cache_key(key_material(model, ranges, options, flavor, target, weights_dir=weights_dir,
                                      with_weights=cache is not None, weights=held))  # (no cache: this build's memo)
         jobs.append((seg, model, ranges, key))
-    workers = max(1, min(options.workers(), len(jobs)))
+    workers = max(1, min(_workers(plan, segments, options), len(jobs)))
     if jobs:
         _progress.progress("building %d engine(s) with %s (%d at a time)", len(jobs), flavor.target, workers)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures: dict[Future[tuple[bytes, dict[str, Any], bool]], tuple[Segment, str]] = {}
+        futures: dict[Future[tuple[bytes | EngineFile, dict[str, Any], bool]], tuple[Segment, str]] = {}
         for seg, model, ranges, key in jobs:
+            path = os.path.join(engine_dir, f"{key}.engine") if engine_dir is not None and cache is None else None
             fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing, weights_dir, quantize,
-                              held, forms)
+                              held, forms, path)
             futures[fut] = (seg, key)
         pending = set(futures)
         try:
@@ -301,8 +309,21 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
     return BuildResult(plan, engines, report, built)
 
 
+def _workers(plan: Plan, segments: Sequence[Segment], options: BuildOptions) -> int:
+    """Builds at once: the option's, fewer where the memory left (the budget, else what is
+    available) holds fewer builds of the largest segment (see :mod:`trt_backend.engines.memory`)."""
+    workers = options.workers()
+    if workers == 1 or len(segments) < 2 or plan.model is None:
+        return workers
+    room = build_room(options.max_build_memory, options.workspace_bytes)
+    if room is None:
+        return workers
+    largest = max(weight_bytes(plan.model.index, s.members) for s in segments)
+    return room.concurrent(largest, workers)
+
+
 def _drain(futures: dict[Future[Any], tuple[Segment, str]], pending: set[Future[Any]], plan: Plan,
-           report: BuildReport, engines: dict[int, bytes], progress: BuildProgress | None) -> None:
+           report: BuildReport, engines: dict[int, bytes | EngineFile], progress: BuildProgress | None) -> None:
     """Collect finished builds as they come (``pending`` shrinks in place), reporting progress."""
     finished = 0
     while pending:
@@ -323,16 +344,17 @@ def _drain(futures: dict[Future[Any], tuple[Segment, str]], pending: set[Future[
 def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavor, cache: EngineCache | None,
          memo: Memo, timing: TimingCacheFile | None, weights_dir: str | None = None,
          quantize: SegmentRewrite | None = None, held: HeldWeights | None = None,
-         forms: Forms | None = None) -> tuple[bytes, dict[str, Any], bool]:
-    """(engine, metadata, came from a cache) for one segment; SegmentBuildError propagates."""
+         forms: Forms | None = None, engine_path: str | None = None) -> tuple[bytes | EngineFile, dict[str, Any], bool]:
+    """(engine, metadata, came from a cache) for one segment; SegmentBuildError propagates.
+    ``engine_path`` (builds without a cache): stream the engine into that file."""
     if key in memo:  # built in an earlier round of the fallback loop
         return memo[key][0], {**memo[key][1], "seconds": 0.0}, True
     t0 = time.perf_counter()
 
-    def build() -> tuple[bytes, dict[str, Any]]:
+    def build() -> tuple[bytes | EngineFile, dict[str, Any]]:
         with build_slot(flavor):
             built: SegmentEngine = compile_segment(model, ranges, options, flavor, timing, quantize,
-                                                   weights_dir=weights_dir, weights=held)
+                                                   weights_dir=weights_dir, weights=held, engine_path=engine_path)
         if forms is not None and built.model is not None:
             forms[key] = built.model
         return built.engine, {"layers": built.layers, "build_seconds": built.seconds, "precision": built.precision,
@@ -342,7 +364,11 @@ def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavo
         engine, meta = build()
         hit = False
     else:
-        entry, hit = cache.get_or_build(key, build, expect={"flavor": flavor.name, "version": flavor.version},
+        def build_bytes() -> tuple[bytes, dict[str, Any]]:
+            engine, meta = build()
+            return engine_bytes(engine), meta
+
+        entry, hit = cache.get_or_build(key, build_bytes, expect={"flavor": flavor.name, "version": flavor.version},
                                         host_code=options.host_code)
         engine, meta = entry.engine, dict(entry.manifest)
     meta = {**meta, "seconds": time.perf_counter() - t0 if hit else meta.get("build_seconds", 0.0)}
@@ -350,8 +376,8 @@ def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavo
     return engine, meta, hit
 
 
-def _collect(fut: Future[tuple[bytes, dict[str, Any], bool]], seg: Segment, key: str, plan: Plan,
-             report: BuildReport, engines: dict[int, bytes]) -> None:
+def _collect(fut: Future[tuple[bytes | EngineFile, dict[str, Any], bool]], seg: Segment, key: str, plan: Plan,
+             report: BuildReport, engines: dict[int, bytes | EngineFile]) -> None:
     try:
         engine, meta, hit = fut.result()
     except SegmentBuildError as e:

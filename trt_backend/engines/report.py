@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from partitioner import Plan, Segment
+from trt_backend.engines.memory import EngineFile
 from trt_backend.profiles.profile import Profile
 
 
@@ -133,7 +134,7 @@ class BuiltSegment:
     pinned: tuple[str, ...]
     profiles: list[Profile]
     shape_tensors: frozenset[str]
-    engine: bytes | None = None
+    engine: bytes | EngineFile | None = None  # (a file for builds streamed into a folder)
 
 
 @dataclass
@@ -172,7 +173,7 @@ class BuildResult:
     """The plan the engines belong to, engines by segment id, and the report."""
 
     plan: Plan
-    engines: dict[int, bytes]
+    engines: dict[int, bytes | EngineFile]
     report: BuildReport
     # segment id -> the form its engine was built from, for engines built in this call (a cached
     # engine's form is made again: see :func:`trt_backend.engines.builder.built_form`)

@@ -19,6 +19,7 @@ from trt_backend.artifacts.read import is_build_folder, open_folder
 from trt_backend.artifacts.saved import saved_segment_profiles
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.artifacts.write import build
+from trt_backend.engines.memory import engine_bytes
 from trt_backend.errors import ArtifactError, ExportError
 from trt_backend.profiles import Profile, profiles_from_json
 from trt_backend.session.options import SessionOptions
@@ -106,7 +107,7 @@ def from_build_folders(folders: Sequence[str], *, name: str | None = None, exter
             raise ExportError(f"{folder}: a second build for {what} ({manifest.get('gpu_target')}); give one folder per "
                               "GPU target")
         targets.append(key)
-        engines: dict[int, bytes] = built.engines or {}
+        engines: dict[int, bytes] = {k: engine_bytes(e) for k, e in (built.engines or {}).items()}
         if first is None:
             models: dict[int, onnx.ModelProto] = {}
             external = False

@@ -6,7 +6,8 @@ profiles derived for every TensorRT segment input (graph bounds, symbolic shapes
   TensorProfile), JSON form; a leaf that knows no model or runtime.
 - :mod:`~trt_backend.profiles.node_arg`: model inputs and outputs as onnxruntime describes them.
 - :mod:`~trt_backend.profiles.given`: the user's profiles, checked and completed.
-- :mod:`~trt_backend.profiles.bounds` and :mod:`~trt_backend.profiles.derive`: segment profiles."""
+- :mod:`~trt_backend.profiles.bounds` (its rules per op in :mod:`~trt_backend.profiles.bound_rules`)
+  and :mod:`~trt_backend.profiles.derive`: segment profiles."""
 from __future__ import annotations
 
 from trt_backend.profiles.derive import derive_profiles, shape_tensor_inputs

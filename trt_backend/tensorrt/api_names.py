@@ -22,11 +22,11 @@ COMMON: SurfaceMap = {
          "HardwareCompatibilityLevel", "NetworkDefinitionCreationFlag", "TensorIOMode", "DataType",
          "IOutputAllocator", "IProgressMonitor", "ICudaEngine", "IExecutionContext", "IBuilderConfig",
          "INetworkDefinition", "ITensor", "IOptimizationProfile", "ITimingCache", "IHostMemory", "ParserError",
-         "TensorLocation", "TensorFormat", "get_nv_onnx_parser_version", "nptype", "__version__",
+         "TensorLocation", "TensorFormat", "IStreamWriter", "get_nv_onnx_parser_version", "nptype", "__version__",
          "ExecutionContextAllocationStrategy", "IRuntimeConfig"),
     # builder path
     "Builder": ("create_network", "create_builder_config", "create_optimization_profile",
-                "build_serialized_network"),
+                "build_serialized_network", "build_serialized_network_to_stream"),
     "OnnxParser": ("parse", "num_errors", "get_error", "supports_model_v2", "num_subgraphs", "get_subgraph_nodes",
                    "is_subgraph_supported", "load_model_proto", "load_initializer", "parse_model_proto"),
     "ParserError": ("node", "code", "desc", "func"),
@@ -83,6 +83,7 @@ CALLBACKS: SurfaceMap = {
     "ILogger": ("log",),
     "IOutputAllocator": ("reallocate_output", "reallocate_output_async", "notify_shape"),
     "IProgressMonitor": ("phase_start", "step_complete", "phase_finish"),
+    "IStreamWriter": ("write",),
 }
 
 

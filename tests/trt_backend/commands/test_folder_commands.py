@@ -89,7 +89,7 @@ def test_bench_on_a_build_folder_refuses_profiles_and_outside_shapes(built, caps
 
 @pytest.mark.parametrize("command", ["bench", "run", "compare"])
 @pytest.mark.parametrize("flag", [["--precision", "fp16"], ["--calibration-data", "random"],
-                                  ["--exclude-ops", "Conv"], ["--flavor", "tensorrt"],
+                                  ["--exclude-ops", "Conv"], ["--flavor", "tensorrt"], ["--max-build-memory", "1G"],
                                   ["--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:2x3x32x32",
                                    "--max-shapes", "image:4x3x32x32"]])
 def test_a_build_folder_refuses_what_would_change_the_build(built, command, flag, capsys,

@@ -1,0 +1,101 @@
+"""Builds within a memory budget: real TensorRT-RTX builds of a model whose one TensorRT segment
+holds more weights than a budget lets one build hold; the segment is cut, every piece within the
+limit, the engines streamed into the folder, and the folder computes what the model does."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from partitioner.split import weight_bytes
+from tests.helpers import const, model, vi
+from tests.trt_backend.session.test_graphs import ort_reference
+from trt_backend.artifacts.write import build
+from trt_backend.cli import main
+from trt_backend.engines.builder import BuildOptions
+from trt_backend.engines.memory import BUILD_OVERHEAD, BUILD_WEIGHT_FACTOR, build_room, process_memory
+from trt_backend.errors import OptionsError
+from trt_backend.planning import load_normalized
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
+
+pytestmark = pytest.mark.usefixtures("flavor")
+MIB = 1 << 20
+WIDTH = 1024  # a [1024, 1024] fp32 weight: 4 MiB
+BLOCKS = 6
+PROFILE = [{"x": ((1, WIDTH), (2, WIDTH), (4, WIDTH))}]
+
+
+def mlp_model():
+    rng = np.random.default_rng(0)
+    nodes, inits, prev = [], [], "x"
+    for k in range(BLOCKS):
+        inits.append(const(f"w{k}", (rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32)))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{k}"], [f"m{k}"], name=f"matmul_{k}"))
+        nodes.append(helper.make_node("Tanh", [f"m{k}"], [f"t{k}"], name=f"tanh_{k}"))
+        prev = f"t{k}"
+    nodes[-1].output[0] = "y"
+    return model(nodes, [vi("x", ["N", WIDTH])], [vi("y", ["N", WIDTH])], inits)
+
+
+def trt_weights(folder: str) -> list[int]:
+    """Weight bytes of each TensorRT segment of a build folder (from its plan and the model)."""
+    manifest = json.load(open(os.path.join(folder, "manifest.json")))
+    loaded = load_normalized(os.path.join(folder, manifest["model_file"]))
+    return [weight_bytes(loaded.index, s["nodes"]) for s in manifest["plan"]["segments"] if s["backend"] == "tensorrt"]
+
+
+def test_a_segment_past_the_budget_is_cut_and_builds_the_same_model(tmp_path) -> None:
+    m = mlp_model()
+    whole = str(tmp_path / "whole")
+    build(m, whole, PROFILE, SessionOptions(flavor="tensorrt_rtx"))
+    assert trt_weights(whole) == [BLOCKS * 4 * MIB]  # the budget by default (what is free) holds it whole
+
+    before = process_memory()
+    budget = before + BUILD_OVERHEAD + int(BUILD_WEIGHT_FACTOR * 10 * MIB)  # room for about two of the six weights
+    cut = str(tmp_path / "cut")
+    manifest = build(m, cut, PROFILE, SessionOptions(flavor="tensorrt_rtx", max_build_memory=budget))
+    pieces = trt_weights(cut)
+    assert len(pieces) >= 3 and sum(pieces) == BLOCKS * 4 * MIB  # cut, and no weight read twice here
+    assert max(pieces) <= (budget - before - BUILD_OVERHEAD) / BUILD_WEIGHT_FACTOR  # each within what the budget left
+    assert manifest["build"]["max_build_memory"] == budget
+    engines = [s for s in manifest["segments"] if s["engine"]]
+    assert len(engines) == len(pieces)
+    for s in engines:  # streamed into the folder as built: the hash is of the file's bytes
+        path = os.path.join(cut, s["engine"])
+        assert os.path.getsize(path) == s["engine_bytes"] > 0
+    assert not os.path.exists(os.path.join(cut, ".engines"))
+
+    x = np.random.default_rng(1).standard_normal((3, WIDTH)).astype(np.float32)
+    expected = ort_reference(m, {"x": x})[0]
+    for folder in (whole, cut):
+        got = Session.load(folder, SessionOptions(emulate=True)).run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_budget_sizes_are_read_once_and_refused_clearly(tmp_path, capsys) -> None:
+    assert BuildOptions(max_build_memory="1.5G").max_build_memory == 3 * (1 << 29)
+    with pytest.raises(OptionsError, match="max_build_memory must be more than 0"):
+        BuildOptions(max_build_memory=0)
+    room = build_room(2 << 30, 64 * MIB)
+    assert room is not None and room.room <= (2 << 30) - process_memory() + MIB
+    assert room.max_segment_weights == int((room.room - 64 * MIB - BUILD_OVERHEAD) / BUILD_WEIGHT_FACTOR)
+
+    with pytest.raises(OptionsError, match="leaves no room for a build: this process already holds"):
+        build_room(process_memory() // 2, None)
+
+    out = str(tmp_path / "b")
+    m = tmp_path / "m.onnx"
+    m.write_bytes(mlp_model().SerializeToString())
+    assert main(["build", str(m), "-o", out, "--shapes", f"x:2x{WIDTH}", "--max-build-memory", "lots"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["trt-backend: error: --max-build-memory: cannot read size 'lots'; write bytes or a size such as "
+                   "8G, 512M, 1.5GiB"]
+    assert not os.path.exists(out)
+    assert main(["build", str(m), "-o", out, "--shapes", f"x:2x{WIDTH}", "--max-build-memory", "64M"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("trt-backend: error: max_build_memory 0.06 GiB leaves no room")
+    assert not os.path.exists(out)

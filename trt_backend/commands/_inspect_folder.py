@@ -1,0 +1,74 @@
+"""``trt-backend inspect`` of a build folder: the folder read and checked, and its report (the
+plan, profiles and engines as built). Loaded only when inspect is given a folder."""
+from __future__ import annotations
+
+from typing import Any
+
+from partitioner import Plan
+from partitioner.report import summary, table
+from trt_backend.artifacts.read import BuiltFolder, open_folder, runtime_mismatch
+from trt_backend.artifacts.seal import sign_key as read_sign_key
+from trt_backend.engines.report import demotion_lines
+from trt_backend.gpu.status import tensorrt_status
+
+
+def open_and_report(folder: str, sign_key: str | None, verbose: bool = False) -> tuple[Plan, dict[str, Any], str]:
+    """(the folder's plan, its manifest, its report), its manifest and files checked."""
+    built = open_folder(folder, executes=False, sign_key=read_sign_key(sign_key))
+    return built.plan, built.manifest, folder_report(built, folder, verbose)
+
+
+def _here(manifest: dict[str, object]) -> str:
+    problem = runtime_mismatch(manifest)
+    if problem:
+        return f"{problem} (run and bench emulate its segments; load(..., rebuild=True) rebuilds)"
+    ok, why = tensorrt_status()
+    return "same TensorRT and GPU target: the engines execute here" if ok else \
+        f"same TensorRT and GPU target, but {why}: its TensorRT segments run emulated here"
+
+
+def _builder_line(opts: dict[str, Any]) -> list[str]:
+    """The builder settings a folder was built with beyond the defaults, in one line (or none)."""
+    said = []
+    if opts.get("optimization_level") is not None:
+        said.append(f"optimisation level {opts['optimization_level']}")
+    if opts.get("max_aux_streams") is not None:
+        said.append(f"auxiliary streams {opts['max_aux_streams']}")
+    if opts.get("hardware_compatibility", "none") != "none":
+        said.append(f"hardware compatibility {opts['hardware_compatibility']}")
+    if opts.get("version_compatible"):
+        said.append("version compatible" + ("" if opts.get("exclude_lean_runtime", True) else ", lean runtime included"))
+    return ["builder: " + ", ".join(said)] if said else []
+
+
+def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str:
+    """A build folder as built: header (digest, signature, TensorRT, GPU target, build options),
+    the plan's segment table, each TensorRT segment's profiles and each engine."""
+    m = built.manifest
+    opts = m.get("build_options", {})
+    caps = ",".join(opts.get("compute_capabilities") or ()) or "the builder's default"
+    workspace = f"{opts['workspace_bytes'] >> 20} MiB" if opts.get("workspace_bytes") else "default"
+    lines = [f"build folder {folder} | manifest {m.get('digest')} | "
+             + ("signed (HMAC-SHA256)" if "signature" in m else "unsigned")
+             + f" | trt-backend {m.get('trt_backend')} | from {m.get('model')}",
+             f"engines for {m.get('tensorrt')} | GPU target {m.get('gpu_target')} (compute capabilities: {caps}) | "
+             f"precision {opts.get('precision')} | workspace {workspace} | built in {m.get('build_seconds')} s",
+             *_builder_line(opts),
+             f"this machine: {_here(m)}", ""]
+    lines.append(summary(built.plan).rstrip("\n"))
+    lines += ["", "Profiles of TensorRT segments (min / opt / max)"]
+    rows = []
+    for seg in m["plan"]["segments"]:
+        for k, profile in enumerate(seg.get("profiles") or ()):
+            for name, tp in profile.items():
+                rows.append((seg["id"], k, name, " / ".join("x".join(map(str, tp[w])) or "[]"
+                                                            for w in ("min", "opt", "max")), tp.get("source", "")))
+    lines += table(("segment", "profile", "tensor", "min / opt / max", "source"), rows,
+                   (True, True, False, False, False)) if rows else ["  none: no TensorRT segment"]
+    engines = [(s["id"], s["engine"], s["engine_bytes"], s["build_seconds"], s["engine_sha256"][:16])
+               for s in m["segments"] if s.get("engine")]
+    lines += ["", "Engines"]
+    lines += table(("segment", "file", "bytes", "build s", "sha256"), engines, (True, False, True, True, False)) \
+        if engines else ["  none"]
+    lines += ["  " + line for line in demotion_lines(m.get("demoted") or (), verbose=verbose)]
+    return "\n".join(lines) + "\n"
