@@ -12,7 +12,7 @@ import of polygraphy + onnx + tensorrt_rtx) are timed too. A report: it exits 0 
 target fails. Polygraphy's partitioning needs ``onnx_graphsurgeon``; without it every
 partitioned model shows as failed (pass ``--polygraphy-pythonpath DIR`` to point at one).
 
-With ``--cli`` (issue 13) both sides are timed as users see them, start-up included:
+With ``--cli`` both sides are timed as users see them, start-up included:
 ``python -m trt_backend inspect MODEL`` against Polygraphy's ``inspect capability
 --with-partitioning MODEL``, in turn, as processes, best of ``--repeat``, on ResNet-50 (as
 exported by ``build_time.py --cli``) and the zoo's BERT, the light models and the 6k chain (with and without value_info). Targets: no slower

@@ -1,5 +1,5 @@
 """The result of an accuracy comparison: per output errors and verdicts, and, when asked, the
-segment a divergence starts in. Its JSON holds the keys the issue fixed (``passed``, ``atol``,
+segment a divergence starts in. Its JSON holds the keys scripts read (``passed``, ``atol``,
 ``rtol``, ``outputs[].{name, max_abs_error, max_rel_error, passed}``, ``localization.{segment,
 backend, nodes, own_error}``) and adds more beside them; a number that is not finite (an
 error that could not be measured, e.g. shapes that differ) is written as null."""

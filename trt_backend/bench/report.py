@@ -1,4 +1,4 @@
-"""Results of ``trt-backend bench``: plain data, the JSON document (the issue's schema, extended
+"""Results of ``trt-backend bench``: plain data, the JSON document (a stable schema, extended
 only by added keys), a terminal table and a PNG of the latency distribution per runner."""
 from __future__ import annotations
 
