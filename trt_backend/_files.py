@@ -12,7 +12,9 @@ import secrets
 import shutil
 import stat
 import sys
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import onnx
 
@@ -273,3 +275,29 @@ def write_picture(plan: Plan, path: str | os.PathLike[str]) -> None:
     """Write the plan's picture as SVG (``.svg``) or HTML (``.html``/``.htm``), atomically."""
     write_atomic(path, _picture.render_picture(plan, path))
     log.info("wrote partition picture %s", os.fspath(path))
+
+
+_thread_locks: dict[str, threading.Lock] = {}
+_thread_locks_guard = threading.Lock()
+
+
+@contextmanager
+def file_lock(lock_path: str) -> Iterator[None]:
+    """Exclusive across the threads of this process and, with POSIX ``flock`` on ``lock_path``
+    (created if missing), across processes; elsewhere across threads only. OSError when the lock
+    file cannot be created."""
+    with _thread_locks_guard:
+        lock = _thread_locks.setdefault(os.path.abspath(lock_path), threading.Lock())
+    with lock:
+        try:
+            import fcntl
+        except ImportError:  # (not POSIX: this process only)
+            yield
+            return
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from trt_backend._files import sha256_bytes, write_atomic
+from trt_backend._files import file_lock, sha256_bytes, write_atomic
 from trt_backend.errors import EngineCacheError
 
 log = logging.getLogger(__name__)
@@ -177,23 +177,13 @@ class EngineCache:
     def lock(self, key: str) -> Iterator[None]:
         """An exclusive per-key lock across threads and processes (POSIX ``flock``; elsewhere a
         per-process lock only, where content-named engine files keep entries valid anyway)."""
-        with _process_lock(key):
-            path = os.path.join(self.root, f".{key}.lock")
-            try:
-                import fcntl
-            except ImportError:  # Windows: no flock
-                yield
-                return
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as e:
-                raise EngineCacheError(f"cannot create lock file in '{self.root}': {e.strerror or e}") from e
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+        path = os.path.join(self.root, f".{key}.lock")
+        try:
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o644))
+        except OSError as e:
+            raise EngineCacheError(f"cannot create lock file in '{self.root}': {e.strerror or e}") from e
+        with file_lock(path):
+            yield
 
     def keys(self) -> list[str]:
         return sorted(k for k in os.listdir(self.root) if os.path.exists(os.path.join(self.root, k, MANIFEST)))
@@ -217,16 +207,6 @@ def _read_bytes(path: str) -> bytes | None:
         return None
 
 
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
-
-
-@contextmanager
-def _process_lock(key: str) -> Iterator[None]:
-    with _locks_guard:
-        lock = _locks.setdefault(key, threading.Lock())
-    with lock:
-        yield
 
 
 class TimingCacheFile:

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from trt_backend._files import sha256_bytes, write_atomic
+from trt_backend._files import file_lock, sha256_bytes, write_atomic
 from trt_backend.errors import SegmentRunError
 from trt_backend.gpu.device import Stream
 from trt_backend.gpu.memory import BufferPool, Lease
@@ -150,7 +150,7 @@ class RuntimeCacheFile:
         self.cache = self.config.create_runtime_cache()
         self.path = os.path.join(folder, sha256_bytes(engine_bytes)[:32] + ".rtcache") if folder else None
         if self.path and os.path.exists(self.path):
-            with _file_lock(self.path):
+            with file_lock(self.path + ".lock"):
                 with open(self.path, "rb") as f:
                     blob = f.read()
             if not self.cache.deserialize(blob):
@@ -164,32 +164,9 @@ class RuntimeCacheFile:
         data = bytes(self.cache.serialize())
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            with _file_lock(self.path):
+            with file_lock(self.path + ".lock"):
                 write_atomic(self.path, data, durable=False)
         except OSError as e:  # a cache that cannot be written costs time, never a run
             log.warning("could not save the runtime cache %s: %s", self.path, e)
 
 
-_thread_locks: dict[str, threading.Lock] = {}
-_thread_locks_guard = threading.Lock()
-
-
-@contextmanager
-def _file_lock(path: str) -> Iterator[None]:
-    """Exclusive across threads and (with POSIX ``flock``) processes, on ``path``.lock."""
-    with _thread_locks_guard:
-        lock = _thread_locks.setdefault(path, threading.Lock())
-    with lock:
-        try:
-            import fcntl
-        except ImportError:  # Windows: this process only
-            yield
-            return
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
