@@ -9,7 +9,7 @@ TensorRT-RTX ahead-of-time builds.
 2. ``warm/cold``: ``build_engines`` wall time with a populated engine cache (every segment a hit:
    extraction, hashing, load, verification) over the same call on an empty cache. Target <= 0.05.
 
-3. ``--cli``: what a user sees (issue 13). ``trt-backend build MODEL -o DIR`` as a process, start-up
+3. ``--cli``: what a user sees. ``trt-backend build MODEL -o DIR`` as a process, start-up
    included, against a process that parses and builds the whole model file directly with the
    same TensorRT (``parse_from_file`` + ``build_serialized_network``; target <= 1.3x); and the
    same ``build`` with ``--cache-dir`` once more on a warm cache against that cold build
