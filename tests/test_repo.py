@@ -51,3 +51,19 @@ def test_ci_fails_on_a_skip_it_does_not_allow(tmp_path) -> None:
     assert allowed.returncode == 0, allowed.stdout[-1500:]
     env.pop("CI")
     assert run().returncode == 0  # outside CI a skip is a skip
+
+
+def test_the_readme_is_a_front_page_whose_links_resolve() -> None:
+    """The README stays a front page; it and the docs link only to files that exist."""
+    readme = read("README.md")
+    assert len(readme.splitlines()) <= 200
+    pages = ["README.md", "CONTRIBUTING.md"] + [os.path.join("docs", name) for name in sorted(os.listdir(os.path.join(ROOT, "docs")))]
+    checked = 0
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", read(page)):
+            if "://" in target:
+                continue
+            path = os.path.normpath(os.path.join(ROOT, os.path.dirname(page), target))
+            assert os.path.exists(path), f"{page} links to {target}, which does not exist"
+            checked += 1
+    assert checked >= 10
