@@ -363,9 +363,10 @@ def add_data_arguments(p: argparse.ArgumentParser, saves: bool = False) -> None:
                    help="real inputs: an .npz of arrays by input name (one sample; or <k>/<name> for several), or a "
                         "folder of such files (samples of different shapes in separate files)")
     p.add_argument("--val-range", action="append", default=[], metavar="[NAME:]LO,HI",
-                   help="random float inputs drawn from [LO, HI] (default 0,1); repeat with NAME: per input")
+                   help="random float inputs drawn uniformly from [LO, HI) (default 0,1); repeat with NAME: per input")
     p.add_argument("--int-range", action="append", default=[], metavar="[NAME:]LO,HI",
-                   help="random integer inputs drawn from [LO, HI] (default 0,1); repeat with NAME: per input")
+                   help="random integer inputs drawn uniformly from LO..HI, both included (default 0,2); repeat with "
+                        "NAME: per input")
     if saves:
         p.add_argument("--save-outputs", metavar="RUN.npz",
                        help="write the inputs and trt-backend's outputs here (compare them elsewhere with --load-outputs)")

@@ -25,7 +25,7 @@ from partitioner.model import DECLARED, forget_types, learn_types, unknown_tenso
 from trt_backend.errors import TrtBackendError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import tapped_session
-from trt_backend.ort.values import random_array
+from trt_backend.ort.random_data import random_array
 
 log = logging.getLogger(__name__)
 
