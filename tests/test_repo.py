@@ -51,3 +51,16 @@ def test_ci_fails_on_a_skip_it_does_not_allow(tmp_path) -> None:
     assert allowed.returncode == 0, allowed.stdout[-1500:]
     env.pop("CI")
     assert run().returncode == 0  # outside CI a skip is a skip
+
+
+def test_the_version_is_written_once() -> None:
+    """setup.py reads the version from trt_backend/_version.py instead of holding its own."""
+    import subprocess
+    import sys
+
+    from trt_backend._version import __version__
+
+    assert "version=_version()" in read("setup.py") and not re.search(r'version="\d', read("setup.py"))
+    got = subprocess.run([sys.executable, os.path.join(ROOT, "setup.py"), "--version"], cwd=str(ROOT),
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert got[-1] == __version__

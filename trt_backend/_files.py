@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import errno
 import hashlib
+import json
 import logging
 import os
 import secrets
@@ -13,8 +14,9 @@ import shutil
 import stat
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import onnx
 
@@ -269,6 +271,17 @@ def _remove_quietly(path: str) -> None:
 def sha256_bytes(data: bytes) -> str:
     """Hex SHA-256 of ``data`` (file hashes of build folders and engine caches)."""
     return hashlib.sha256(data).hexdigest()
+
+
+def canonical_json(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
+    """``value`` as canonical JSON: sorted keys, no spaces, ASCII only. ``default`` turns values
+    JSON has no form for into ones it has (None: such values are a TypeError)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=default).encode("ascii")
+
+
+def json_sha256(value: Any, default: Callable[[Any], Any] | None = None) -> str:
+    """Hex SHA-256 of ``value``'s :func:`canonical_json`: the one hash of keys and manifests."""
+    return sha256_bytes(canonical_json(value, default))
 
 
 def write_picture(plan: Plan, path: str | os.PathLike[str]) -> None:
