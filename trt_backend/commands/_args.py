@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from partitioner import BoundaryCost, OptionsError, PartitionOptions
+from partitioner.options_check import number_option
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from partitioner.qdq import QDQ_REWRITES
 from plugins import default_registry
@@ -186,17 +187,12 @@ def builder_fields(args: argparse.Namespace) -> dict[str, Any]:
     OptionsError naming the flag."""
     fields: dict[str, Any] = {}
     if args.workspace_mb is not None:
-        if args.workspace_mb < 0:
-            raise OptionsError(f"--workspace-mb must be 0 or more, got {args.workspace_mb}")
-        fields["workspace_bytes"] = args.workspace_mb << 20
+        fields["workspace_bytes"] = number_option(args.workspace_mb, "--workspace-mb", whole=True, low=0) << 20
     if args.builder_optimization_level is not None:
-        if args.builder_optimization_level not in range(6):
-            raise OptionsError(f"--builder-optimization-level must be 0..5, got {args.builder_optimization_level}")
-        fields["builder_optimization_level"] = args.builder_optimization_level
+        fields["builder_optimization_level"] = number_option(args.builder_optimization_level,
+                                                             "--builder-optimization-level", whole=True, low=0, high=5)
     if args.max_aux_streams is not None:
-        if args.max_aux_streams < 0:
-            raise OptionsError(f"--max-aux-streams must be 0 or more, got {args.max_aux_streams}")
-        fields["max_aux_streams"] = args.max_aux_streams
+        fields["max_aux_streams"] = number_option(args.max_aux_streams, "--max-aux-streams", whole=True, low=0)
     if args.timing_cache:
         fields["timing_cache"] = args.timing_cache
     if args.hardware_compatibility != "none":
