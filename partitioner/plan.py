@@ -111,9 +111,9 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"model": self.model_name, "tensorrt": self.tensorrt, "target": self.target}
-        if self.learned:  # (absent where shape inference knew every type: such plans are unchanged)
+        if self.learned:  # Absent where shape inference knew every type: such plans are unchanged.
             d["learned_types"] = dict(self.learned)
-        if self.rewritten:  # (absent where nothing was rewritten: such plans are unchanged)
+        if self.rewritten:  # Absent where nothing was rewritten: such plans are unchanged.
             d["rewritten"] = dict(self.rewritten)
         d["segments"] = [s.to_dict() for s in self.segments]
         d["nodes"] = [n.to_dict() for n in self.nodes]

@@ -1,6 +1,7 @@
-"""Polygraphy glue for accuracy comparisons: a ``BaseRunner`` over our stitched Session, a data
-loader that follows the Session's profiles, NaN/inf handled before Polygraphy's simple compare
-function, and its results read back as :class:`TensorError`.
+"""Polygraphy glue for accuracy comparisons: a ``BaseRunner`` over our stitched Session, seeded
+random feeds at the shapes the Session's profiles give (drawn by
+:mod:`trt_backend.ort.random_data`, as every other command draws them), NaN/inf handled before
+Polygraphy's simple compare function, and its results read back as :class:`TensorError`.
 
 Polygraphy is imported inside functions only (``import trt_backend.accuracy.polygraphy_glue`` needs
 neither Polygraphy nor ONNX Runtime). Tested with Polygraphy 0.53.6; the code keeps to API that

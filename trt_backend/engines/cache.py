@@ -128,7 +128,7 @@ class EngineCache:
                     "bytes": len(engine), "host_code": bool(host_code), "created": time.time()}
         try:
             os.makedirs(directory, exist_ok=True)
-            write_atomic(os.path.join(directory, name), engine, durable=False)  # (read back against its sha256)
+            write_atomic(os.path.join(directory, name), engine, durable=False)  # Read back against its sha256.
             write_atomic(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True).encode())
         except OSError as e:
             log.warning("could not write engine cache entry %s (%s); continuing without caching it", key,

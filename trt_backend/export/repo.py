@@ -372,8 +372,8 @@ def _onnx_file(where: str, filename: str, proto: onnx.ModelProto, external: bool
         onnx.save_model(copy, target, save_as_external_data=True, all_tensors_to_one_file=True, location=location,
                         size_threshold=1024)
         data = os.path.join(os.path.dirname(target), location)
-        if os.path.exists(data):  # (none when every weight is small)
-            follow_umask(data)  # (ONNX writes its data files 0600)
+        if os.path.exists(data):  # There is no data file when every weight is small.
+            follow_umask(data)  # ONNX writes its data files 0600.
 
     if as_folder:
         return RepoFile(f"{where}/{filename}", write=write, folder=True,

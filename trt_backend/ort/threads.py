@@ -97,8 +97,8 @@ def inference_session(data: bytes | str, sess_options: Any = None, providers: An
         if not so.use_per_session_threads or _GLOBAL_REFUSAL not in str(e):
             raise
     # Somebody switched the process to global pools behind our back: follow, and remember.
-    # (ONNX Runtime has printed its provider-fallback banner for the refused attempt by now:
-    # once per process, as the switch is remembered.)
+    # ONNX Runtime has printed its provider-fallback banner for the refused attempt by now,
+    # once per process, as the switch is remembered.
     with _lock:
         if _global_sizes is None:
             _global_sizes = _UNKNOWN

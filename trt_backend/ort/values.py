@@ -23,7 +23,7 @@ def to_ort_value(value: Any) -> Any:
         return value
     arr = np.asarray(value)
     if not arr.flags.c_contiguous:
-        arr = arr.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
+        arr = arr.copy(order="C")  # Not np.ascontiguousarray: it would turn a 0-d array into a 1-d one.
     if arr.dtype.type.__module__ != "numpy":  # ml_dtypes (bfloat16, float8, int4...): ORT takes the raw bits
         elem = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
         bits = _SUB_BYTE_BITS.get(elem)

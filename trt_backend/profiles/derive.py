@@ -132,9 +132,9 @@ def derive_profiles(model: Model, plan: Plan, inputs: Sequence[NodeArg], input_p
                     entry[name] = prof[name]
                 elif name in over:
                     entry[name] = over[name]
-                # (small integer tensors are calibrated, not derived symbolically: TensorRT may read
+                # Small integer tensors are calibrated, not derived symbolically: TensorRT may read
                 # one as a shape tensor, whose values its profile must then hold, where
-                # shape_tensor_inputs' rules did not see it; whatever runs then also builds)
+                # shape_tensor_inputs' rules did not see it; whatever runs then also builds.
                 elif name not in shape_tensors[seg.id] and not _small_int(model.index.types.get(name)) \
                         and (sym := symbolic_profile(model.index.types.get(name), binds)):
                     entry[name] = sym

@@ -253,6 +253,6 @@ def _check_npz_sizes(data: Any, path: str) -> None:
         with data.zip.open(name + ".npy" if name + ".npy" in members else name) as f:
             reader = readers.get(np.lib.format.read_magic(f))
             if reader is None:
-                continue  # (a newer format: numpy checks it itself when loading)
+                continue  # A newer format: numpy checks it itself when loading.
             shape, _, dtype = reader(f)
         check_allocation(shape, dtype, f"input '{name}' in {path}")

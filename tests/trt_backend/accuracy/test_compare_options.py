@@ -1,5 +1,5 @@
 """Comparison options without running anything: tolerance parsing and validation, NaN/inf masking,
-the shape points a profile gives, and the report's JSON (issue 7's keys, no NaN in it)."""
+the shape points a profile gives, and the report's JSON (its keys, no NaN in it)."""
 from __future__ import annotations
 
 import json
