@@ -89,5 +89,8 @@ def test_one_canonical_json_hash_for_engine_keys_build_keys_and_manifest_digests
     assert manifest_digest(value) == "sha256:" + hashlib.sha256(text).hexdigest()
     assert cache_key(value) == hashlib.sha256(
         b'{"a":{"y":"\\u00e9","z":true},"b":[1,2.5,null],"cache_format":%d}' % CACHE_FORMAT).hexdigest()
-    assert json_sha256({"f": print}, default=repr) == hashlib.sha256(
-        b'{"f":"<built-in function print>"}').hexdigest()
+    class Opaque:
+        def __repr__(self) -> str:
+            return "opaque"
+
+    assert json_sha256({"f": Opaque()}, default=repr) == hashlib.sha256(b'{"f":"opaque"}').hexdigest()
