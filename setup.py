@@ -1,8 +1,22 @@
+import os
+import re
+
 from setuptools import find_packages, setup
+
+
+def _version() -> str:
+    """The version trt_backend/_version.py holds: the one place it is written."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "trt_backend", "_version.py"),
+              encoding="utf-8") as f:
+        match = re.search(r'^__version__ = "([^"]+)"$', f.read(), re.M)
+    if match is None:
+        raise RuntimeError("trt_backend/_version.py holds no __version__ line")
+    return match.group(1)
+
 
 setup(
     name="trt-backend",
-    version="0.1.0",
+    version=_version(),
     description="TensorRT engine builder with ONNX Runtime fallback partitioning",
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from partitioner.errors import OptionsError
+from partitioner.options_check import number_option
 from partitioner.graph import GraphIndex
 
 _ITEM_BYTES: dict[int, int] = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.BFLOAT16: 2,
@@ -53,17 +53,12 @@ class BoundaryCost:
     unknown_dim: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("launch_us", "handover_gbps", "device_tflops", "device_gbps", "speedup"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0 \
-                    or (v == 0 and name != "launch_us"):
-                raise OptionsError(f"boundary cost {name} must be a positive number, got {v!r}")
-        if self.speedup < 1:
-            raise OptionsError(f"boundary cost speedup must be >= 1 (TensorRT at least as fast), got {self.speedup!r}")
+        number_option(self.launch_us, "boundary cost launch_us", low=0)
+        for name in ("handover_gbps", "device_tflops", "device_gbps"):
+            number_option(getattr(self, name), f"boundary cost {name}", above=0)
+        number_option(self.speedup, "boundary cost speedup (TensorRT at least as fast)", low=1)
         for name in ("symbolic_dim", "unknown_dim"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise OptionsError(f"boundary cost {name} must be a whole number >= 1, got {v!r}")
+            number_option(getattr(self, name), f"boundary cost {name}", whole=True, low=1)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,7 @@ import onnx
 
 from partitioner.errors import InvalidModelError
 
-CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
-_UNREAD: Any = object()  # (a tensor whose dims were not read yet)
+_UNREAD: Any = object()  # A tensor whose dims were not read yet.
 
 
 def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
@@ -193,10 +192,6 @@ class GraphIndex:
             raise InvalidModelError(f"{where}: the graph has a cycle through nodes {names}"
                                     + (f" and {len(stuck) - 5} more" if len(stuck) > 5 else ""))
         return order
-
-    def predecessors(self, i: int) -> list[int]:
-        """Nodes producing what node ``i`` reads (deduplicated, ascending)."""
-        return sorted({self.producer[name] for name in self.reads[i] if name in self.producer})
 
     def successors(self, i: int) -> list[int]:
         out: set[int] = set()

@@ -21,6 +21,7 @@ from partitioner.cost import BoundaryCost
 from partitioner.errors import OptionsError
 from partitioner.extract import boundary, extract
 from partitioner.model import Model, ModelSource, load_model
+from partitioner.options_check import number_option
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE, partition
 from partitioner.rules import Rules
 
@@ -110,9 +111,9 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"model": self.model_name, "tensorrt": self.tensorrt, "target": self.target}
-        if self.learned:  # (absent where shape inference knew every type: such plans are unchanged)
+        if self.learned:  # Absent where shape inference knew every type: such plans are unchanged.
             d["learned_types"] = dict(self.learned)
-        if self.rewritten:  # (absent where nothing was rewritten: such plans are unchanged)
+        if self.rewritten:  # Absent where nothing was rewritten: such plans are unchanged.
             d["rewritten"] = dict(self.rewritten)
         d["segments"] = [s.to_dict() for s in self.segments]
         d["nodes"] = [n.to_dict() for n in self.nodes]
@@ -157,10 +158,8 @@ class Plan:
 def validate_options(model: Model, options: PartitionOptions) -> None:
     if not isinstance(options, PartitionOptions):
         raise OptionsError(f"partition options must be a PartitionOptions, got {type(options).__name__}")
-    if not isinstance(options.min_segment_size, int) or options.min_segment_size < 1:
-        raise OptionsError(f"min segment size must be a whole number >= 1, got {options.min_segment_size!r}")
-    if options.max_oracle_calls < 1:
-        raise OptionsError(f"max oracle calls must be >= 1, got {options.max_oracle_calls!r}")
+    number_option(options.min_segment_size, "min segment size", whole=True, low=1)
+    number_option(options.max_oracle_calls, "max oracle calls", whole=True, low=1)
     in_model = {n.op_type for n in model.proto.graph.node}
     for op in options.exclude_ops:
         if op not in in_model and not onnx.defs.has(op) and not any(onnx.defs.has(op, d) for d in ("ai.onnx.ml",)):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 import onnx
 
@@ -24,13 +23,6 @@ class Replacement:
 
     nodes: tuple[onnx.NodeProto, ...]
     initializers: tuple[onnx.TensorProto, ...] = ()
-
-
-@runtime_checkable
-class StandInProvider(Protocol):
-    """Optional part of a plugin claim: a native stand-in for a node it claimed (None: none)."""
-
-    def stand_in(self, node: onnx.NodeProto, model: Model) -> Replacement | None: ...
 
 
 @dataclass
@@ -72,7 +64,8 @@ def _unread_constants(model: Model, kept: list[onnx.NodeProto], candidates: set[
 
 def build_standin_model(model: Model, claims: Mapping[int, object]) -> StandInModel:
     """A normalized copy of ``model`` with each claimed node (index -> its plugin claim)
-    replaced by the plugin's stand-in, or cut out when the plugin offers none."""
+    replaced by the plugin's stand-in, or cut out when the plugin offers none. A claim offers
+    one through a ``stand_in(node, model)`` method returning a :class:`Replacement` or None."""
     graph = model.proto.graph
     claimed = set(claims)
     nodes: list[tuple[int, onnx.NodeProto]] = []

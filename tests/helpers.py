@@ -1,8 +1,11 @@
 """Builders for hand-made test graphs and plan invariants; running work from several threads."""
 from __future__ import annotations
 
+import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import onnx
@@ -146,3 +149,37 @@ def in_threads(work: Callable[[int], None], n: int) -> list[BaseException]:
     for t in threads:
         t.join()
     return errors
+
+
+def compile_stages() -> tuple[Callable[..., Any], ...]:
+    """The functions that plan, derive profiles and build engines: what loading a build folder
+    must never run."""
+    from partitioner.plan import build_plan, plan_model
+    from trt_backend.compiler import compile as compile_model
+    from trt_backend.engines.fallback import build_engines, build_with_fallback
+    from trt_backend.planning import make_plan, plan_for
+    from trt_backend.profiles.derive import calibrate, derive_profiles
+
+    return (compile_model, make_plan, plan_for, plan_model, build_plan, derive_profiles, calibrate,
+            build_with_fallback, build_engines)
+
+
+@contextmanager
+def stage_spy(functions: Sequence[Callable[..., Any]]) -> Iterator[list[str]]:
+    """Records each call of ``functions`` however the code reaches them (an imported name, an
+    attribute, a module alias): calls are matched by code object, in this thread and in threads
+    started within the block."""
+    codes = {f.__code__: f"{f.__module__}.{f.__qualname__}" for f in functions}
+    calls: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code in codes:
+            calls.append(codes[frame.f_code])
+
+    sys.setprofile(profile)
+    threading.setprofile(profile)
+    try:
+        yield calls
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]

@@ -67,3 +67,16 @@ def test_the_readme_is_a_front_page_whose_links_resolve() -> None:
             assert os.path.exists(path), f"{page} links to {target}, which does not exist"
             checked += 1
     assert checked >= 10
+
+
+def test_the_version_is_written_once() -> None:
+    """setup.py reads the version from trt_backend/_version.py instead of holding its own."""
+    import subprocess
+    import sys
+
+    from trt_backend._version import __version__
+
+    assert "version=_version()" in read("setup.py") and not re.search(r'version="\d', read("setup.py"))
+    got = subprocess.run([sys.executable, os.path.join(ROOT, "setup.py"), "--version"], cwd=str(ROOT),
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert got[-1] == __version__

@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import errno
 import hashlib
+import json
 import logging
 import os
 import secrets
@@ -13,8 +14,9 @@ import shutil
 import stat
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import onnx
 
@@ -24,7 +26,7 @@ from trt_backend._lazy import lazy_module
 from trt_backend.errors import OutputError
 
 log = logging.getLogger(__name__)
-_picture = lazy_module("partitioner.picture")  # (only the commands that draw load it)
+_picture = lazy_module("partitioner.picture")  # Only the commands that draw load it.
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, durable: bool = True) -> None:
@@ -111,13 +113,6 @@ def output_problem(path: str, *, folder: bool = False, make_parents: bool = Fals
     return None
 
 
-def check_output(path: str, flag: str, *, folder: bool = False) -> None:
-    """:class:`OutputError` naming ``flag`` when :func:`output_problem` finds one."""
-    problem = output_problem(path, folder=folder)
-    if problem:
-        raise OutputError(f"{flag} {path}: {problem}")
-
-
 def new_folder(parent: str, prefix: str) -> str:
     """A new, empty folder with a unique name in ``parent``, made with the mode the user's umask
     gives (``tempfile.mkdtemp`` makes 0700, which would stay with a folder renamed into place)."""
@@ -180,13 +175,13 @@ def output_lock(out_dir: str) -> Iterator[None]:
                 who = f" (process {holder})" if holder else ""
                 raise OutputError(f"{out_dir}: another trt-backend process{who} is writing this folder; wait for it "
                                   "to finish or write elsewhere") from None
-            # (a file system without locks: write as before, unguarded)
+            # A file system without locks: write as before, unguarded.
             log.warning("%s: cannot lock %s (%s); another writer of this folder would go unnoticed", out_dir, lock,
                         e.strerror or e)
             _remove_quietly(lock)
             yield
             return
-        try:  # (the file may have been removed by the holder that just let go: lock the one in place)
+        try:  # The file may have been removed by the holder that just let go: lock the one in place.
             same = os.path.samestat(os.fstat(fd), os.stat(lock))
         except FileNotFoundError:
             same = False
@@ -198,7 +193,7 @@ def output_lock(out_dir: str) -> Iterator[None]:
         os.write(fd, f"{os.getpid()}\n".encode())
         yield
     finally:
-        _remove_quietly(lock)  # (removed while held: a waiting writer then locks a fresh file)
+        _remove_quietly(lock)  # Removed while held: a waiting writer then locks a fresh file.
         os.close(fd)
 
 
@@ -216,7 +211,7 @@ def swap_in_folder(tmp: str, out_dir: str) -> None:
     never none), then removed; elsewhere it is moved aside first. OSError on failure (``tmp`` is
     the caller's to remove)."""
     if os.path.isdir(out_dir) and not os.path.islink(out_dir) and _exchange(tmp, out_dir):
-        shutil.rmtree(tmp, ignore_errors=True)  # (``tmp`` holds the old folder now)
+        shutil.rmtree(tmp, ignore_errors=True)  # ``tmp`` holds the old folder now.
         return
     old = None
     if os.path.exists(out_dir):
@@ -271,6 +266,17 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def canonical_json(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
+    """``value`` as canonical JSON: sorted keys, no spaces, ASCII only. ``default`` turns values
+    JSON has no form for into ones it has (None: such values are a TypeError)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=default).encode("ascii")
+
+
+def json_sha256(value: Any, default: Callable[[Any], Any] | None = None) -> str:
+    """Hex SHA-256 of ``value``'s :func:`canonical_json`: the one hash of keys and manifests."""
+    return sha256_bytes(canonical_json(value, default))
+
+
 def write_picture(plan: Plan, path: str | os.PathLike[str]) -> None:
     """Write the plan's picture as SVG (``.svg``) or HTML (``.html``/``.htm``), atomically."""
     write_atomic(path, _picture.render_picture(plan, path))
@@ -291,7 +297,7 @@ def file_lock(lock_path: str) -> Iterator[None]:
     with lock:
         try:
             import fcntl
-        except ImportError:  # (not POSIX: this process only)
+        except ImportError:  # Not POSIX: this process only.
             yield
             return
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)

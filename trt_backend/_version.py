@@ -1,2 +1,3 @@
-"""The package version (a leaf: build folders and bench reports record it)."""
+"""The package version, the one place it is written: setup.py reads it from here, build folders
+and bench reports record it."""
 __version__ = "0.1.0"

@@ -23,7 +23,6 @@ POLICIES = ("stretch", "not_larger", "not_smaller")
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
 ONNX_DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
                onnx.TensorProto.BFLOAT16: "bfloat16"}
-SCHEMA_VERSIONS = (10, 11, 13, 18, 19)
 MAX_RANK = 8
 PLUGIN_NAMESPACE = "trt_backend"
 PLUGIN_NAME = "TrtBackendResize"  # op type of rewritten nodes and the TensorRT plugin's name

@@ -1,4 +1,4 @@
-"""Fragmentation has a price (issue 12, item 4b): a TensorRT group without a heavy op stays only
+"""Fragmentation has a price: a TensorRT group without a heavy op stays only
 where its estimated saving beats what its boundaries cost; the estimate is from the inferred
 shapes, and the reason names it."""
 from __future__ import annotations

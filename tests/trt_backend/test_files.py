@@ -70,3 +70,27 @@ def test_write_picture_by_suffix(tmp_path, chain_plan: Plan) -> None:
     with pytest.raises(OptionsError, match=r"\.svg, \.html or \.htm"):
         write_picture(chain_plan, tmp_path / "p.png")
     assert sorted(os.listdir(tmp_path)) == ["p.HTM", "p.html", "p.svg"]
+
+
+def test_one_canonical_json_hash_for_engine_keys_build_keys_and_manifest_digests() -> None:
+    """Sorted keys, no spaces, ASCII escapes: the bytes every cache key and manifest digest hash,
+    so keys written before stay valid."""
+    import hashlib
+
+    from trt_backend._files import canonical_json, json_sha256
+    from trt_backend.artifacts.seal import canonical, manifest_digest
+    from trt_backend.engines.cache import CACHE_FORMAT, cache_key
+
+    value = {"b": [1, 2.5, None], "a": {"z": True, "y": "é"}}
+    text = b'{"a":{"y":"\\u00e9","z":true},"b":[1,2.5,null]}'
+    assert canonical_json(value) == text
+    assert json_sha256(value) == hashlib.sha256(text).hexdigest()
+    assert canonical({**value, "digest": "sha256:x", "signature": "y"}) == text
+    assert manifest_digest(value) == "sha256:" + hashlib.sha256(text).hexdigest()
+    assert cache_key(value) == hashlib.sha256(
+        b'{"a":{"y":"\\u00e9","z":true},"b":[1,2.5,null],"cache_format":%d}' % CACHE_FORMAT).hexdigest()
+    class Opaque:
+        def __repr__(self) -> str:
+            return "opaque"
+
+    assert json_sha256({"f": Opaque()}, default=repr) == hashlib.sha256(b'{"f":"opaque"}').hexdigest()

@@ -33,6 +33,7 @@ import onnx
 from partitioner import Model, Plan
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
+from partitioner.options_check import number_option
 from trt_backend._progress import progress
 from trt_backend.accuracy.localize import boundary_names, reference_with_boundaries
 from trt_backend.accuracy.numeric import tolerance_ratio
@@ -102,9 +103,7 @@ class AutoOptions:
             raise OptionsError(f"--allow takes some of {', '.join(ORDER)}, got {', '.join(allow) or 'nothing'}")
         object.__setattr__(self, "allow", allow)
         for name in ("max_rounds", "iterations"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise OptionsError(f"{name} must be a whole number >= 1, got {value!r}")
+            number_option(getattr(self, name), name, whole=True, low=1)
 
 
 @dataclass

@@ -4,13 +4,13 @@ statistic, the inputs it generates, the precision of the TensorRT segments, and 
 Only onnx and numpy here; Polygraphy and ONNX Runtime load when a comparison runs."""
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from partitioner.errors import OptionsError
+from partitioner.options_check import number_option
 from trt_backend.accuracy.tasks import TaskCheck
 
 ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
@@ -21,15 +21,7 @@ AUTO_PRECISIONS = ("int8", "bf16", "fp16")  # what --precision auto may choose, 
 
 def tolerance_value(value: Any, what: str) -> float:
     """A finite, non-negative float from a number or text; OptionsError otherwise."""
-    if isinstance(value, bool):
-        raise OptionsError(f"{what} must be a number, got {value!r}")
-    try:
-        number = float(value.strip() if isinstance(value, str) else value)
-    except (TypeError, ValueError):
-        raise OptionsError(f"{what} must be a number, got {value!r}") from None
-    if not math.isfinite(number) or number < 0:
-        raise OptionsError(f"{what} must be a finite number >= 0, got {value!r}")
-    return number
+    return number_option(value, what, low=0.0, text=True)
 
 
 def parse_tolerance(text: str) -> tuple[str, float, float]:
@@ -44,17 +36,7 @@ def parse_tolerance(text: str) -> tuple[str, float, float]:
 
 
 def _int_value(value: Any, what: str, lowest: int) -> int:
-    if isinstance(value, bool):
-        raise OptionsError(f"{what} must be a whole number, got {value!r}")
-    try:
-        number = int(value.strip() if isinstance(value, str) else value)
-    except (TypeError, ValueError):
-        raise OptionsError(f"{what} must be a whole number, got {value!r}") from None
-    if number != value and not isinstance(value, str):
-        raise OptionsError(f"{what} must be a whole number, got {value!r}")
-    if number < lowest:
-        raise OptionsError(f"{what} must be >= {lowest}, got {number}")
-    return number
+    return number_option(value, what, whole=True, low=lowest, text=True)
 
 
 @dataclass(frozen=True)
@@ -71,7 +53,8 @@ class CompareOptions:
     tolerances that fit them). ``checks``: task checks (:mod:`trt_backend.accuracy.tasks`: top1,
     argmax-sequence, boxes) reported beside the numeric error; the verdict needs them too.
     ``val_range``/``int_range``: the range random float/integer inputs are drawn from, one (lo,
-    hi) for all or per input name (Polygraphy's data loader; default [0, 1) and [0, 1]). ``localize: "off", "mismatch" (look for the diverging segment when
+    hi) for all or per input name (floats in [lo, hi), integers in lo..hi with both ends; default
+    [0, 1) and 0..2, see :mod:`trt_backend.ort.random_data`). ``localize``: "off", "mismatch" (look for the diverging segment when
     the comparison fails) or "always"; True means "mismatch"."""
 
     atol: float = DEFAULT_TOLERANCE
@@ -95,10 +78,8 @@ class CompareOptions:
         object.__setattr__(self, "tolerances", MappingProxyType(self._checked_tolerances(self.tolerances)))
         if self.error_stat not in ERROR_STATS:
             raise OptionsError(f"unknown error statistic {self.error_stat!r}; choose one of {', '.join(ERROR_STATS)}")
-        quantile = tolerance_value(self.error_quantile, "error_quantile")
-        if quantile > 1:
-            raise OptionsError(f"error_quantile must lie in [0, 1], got {self.error_quantile!r}")
-        object.__setattr__(self, "error_quantile", quantile)
+        object.__setattr__(self, "error_quantile", number_option(self.error_quantile, "error_quantile", low=0.0,
+                                                                 high=1.0, text=True))
         object.__setattr__(self, "iterations", _int_value(self.iterations, "iterations", 1))
         object.__setattr__(self, "seed", _int_value(self.seed, "seed", 0))
         if self.shapes is not None:

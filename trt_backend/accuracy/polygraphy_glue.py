@@ -1,6 +1,7 @@
-"""Polygraphy glue for accuracy comparisons: a ``BaseRunner`` over our stitched Session, a data
-loader that follows the Session's profiles, NaN/inf handled before Polygraphy's simple compare
-function, and its results read back as :class:`TensorError`.
+"""Polygraphy glue for accuracy comparisons: a ``BaseRunner`` over our stitched Session, seeded
+random feeds at the shapes the Session's profiles give (drawn by
+:mod:`trt_backend.ort.random_data`, as every other command draws them), NaN/inf handled before
+Polygraphy's simple compare function, and its results read back as :class:`TensorError`.
 
 Polygraphy is imported inside functions only (``import trt_backend.accuracy.polygraphy_glue`` needs
 neither Polygraphy nor ONNX Runtime). Tested with Polygraphy 0.53.6; the code keeps to API that
@@ -28,7 +29,8 @@ from trt_backend.accuracy.options import CompareOptions
 from trt_backend.accuracy.report import TensorError
 from trt_backend.errors import ComparisonError, FeedError, ReferenceRunError
 from trt_backend.ort.sessions import first_line, ort_errors
-from trt_backend.ort.values import check_allocation, to_numpy
+from trt_backend.ort.random_data import random_feed
+from trt_backend.ort.values import to_numpy
 from trt_backend.profiles import Profile
 from trt_backend.profiles.node_arg import NodeArg, shape_text
 from trt_backend.session.session import Session
@@ -229,11 +231,6 @@ def _describe(value: Any) -> str:
     return f"a sequence of {len(value)}" if isinstance(value, (list, tuple)) else type(value).__name__
 
 
-def reference_runner(ort_session: Any) -> Any:
-    """Polygraphy's ``OnnxrtRunner`` over an ONNX Runtime session of the whole model."""
-    return _runner_classes()[1](_ReferenceSession(ort_session), name=REFERENCE)
-
-
 def host(value: Any) -> Any:
     """A value as numpy: device arrays (GPU path) copied to the host, OrtValues read."""
     return value.to_host() if hasattr(value, "to_host") else to_numpy(value)
@@ -262,15 +259,14 @@ def profile_points(profiles: Sequence[Profile], shapes: Mapping[str, Sequence[in
 
 def generate_feeds(inputs: Sequence[NodeArg], points: Sequence[tuple[Mapping[str, Sequence[int]], Mapping[str, Any]]],
                    seed: int, iterations: int, val_range: Any = None, int_range: Any = None) -> list[dict[str, Any]]:
-    """``iterations`` feeds per point from Polygraphy's ``DataLoader`` (floats in [0, 1), integers
-    in [0, 1], or ``val_range``/``int_range``: one (lo, hi) or per input name); shape-tensor inputs
-    get their profile values. Seeds differ per point."""
-    from polygraphy.common import TensorMetadata
-    from polygraphy.comparator import DataLoader
-
+    """``iterations`` feeds per point from :func:`trt_backend.ort.random_data.random_feed` (its
+    module doc gives the default ranges; ``val_range``/``int_range``: one (lo, hi) or one per
+    input name for float/integer inputs), feed ``j`` of the series seeded with ``seed + j``;
+    shape-tensor inputs get their profile values."""
+    ranges = _value_ranges(inputs, val_range, int_range)
     feeds: list[dict[str, Any]] = []
     for k, (dims, values) in enumerate(points):
-        meta = TensorMetadata()
+        tensors = []
         for arg in inputs:
             if arg.kind != "tensor" or arg.dtype is None:
                 raise FeedError(f"input '{arg.name}' is {arg.type}; random data is only made for tensors, "
@@ -281,28 +277,20 @@ def generate_feeds(inputs: Sequence[NodeArg], points: Sequence[tuple[Mapping[str
             if shape is None:
                 raise FeedError(f"input '{arg.name}' has dynamic shape {shape_text(arg.shape)} and no profile gives "
                                 f"its shape; pass --shapes {arg.name}:... (or a profile)")
-            # Polygraphy samples floats as float64 before casting: that array is the one to fit
-            check_allocation(shape, np.dtype(np.float64) if arg.dtype.kind in "fc" else arg.dtype,
-                             f"input '{arg.name}'")
-            meta.add(arg.name, dtype=arg.dtype, shape=list(shape))
-        # Metadata set as the runner's, not as the user's: no shape-tensor guessing by Polygraphy.
-        loader = DataLoader(seed=seed + k * iterations, iterations=iterations,
-                            val_range=_value_ranges(inputs, val_range, int_range))
-        loader.input_metadata = meta
-        with polygraphy_logging():
-            for feed in loader:
-                feed = dict(feed)
-                for name, value in values.items():
-                    if name in feed:
-                        feed[name] = np.asarray(value, dtype=feed[name].dtype).reshape(feed[name].shape)
-                feeds.append(feed)
+            tensors.append((arg.name, arg.dtype, tuple(shape)))
+        for i in range(iterations):
+            feed: dict[str, Any] = random_feed(tensors, seed + k * iterations + i, ranges)
+            for name, value in values.items():
+                if name in feed:
+                    feed[name] = np.asarray(value, dtype=feed[name].dtype).reshape(feed[name].shape)
+            feeds.append(feed)
     return feeds
 
 
 # ------------------------------------------------------------------ comparing
 
 def _value_ranges(inputs: Sequence[NodeArg], val_range: Any, int_range: Any) -> dict[str, tuple[Any, Any]] | None:
-    """Polygraphy's per-input ``val_range``: integer inputs from ``int_range``, the rest from
+    """The value range per input name: integer inputs from ``int_range``, the rest from
     ``val_range`` (each one pair, or a pair per input name)."""
     if val_range is None and int_range is None:
         return None

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from partitioner.options_check import number_option
 from trt_backend.errors import OptionsError
 
 KINDS = ("top1", "argmax-sequence", "boxes")
@@ -204,10 +205,4 @@ def _iou(p: np.ndarray, q: np.ndarray) -> float:
 
 
 def _fraction(text: str, spec: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise OptionsError(f"task check {spec!r}: {text!r} is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise OptionsError(f"task check {spec!r}: {value:g} must lie in [0, 1]")
-    return value
+    return number_option(text, f"task check {spec!r}: the fraction", low=0.0, high=1.0, text=True)

@@ -24,7 +24,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from partitioner.weights import data_files
-from trt_backend._files import new_folder, swap_in_folder, write_atomic
+from trt_backend._files import json_sha256, new_folder, swap_in_folder, write_atomic
 from trt_backend._version import __version__
 from trt_backend.artifacts.read import MANIFEST
 from trt_backend.artifacts.seal import check_seal, seal
@@ -126,8 +126,7 @@ def build_key(model_path: str, inputs: Mapping[str, Any], known: dict[str, Any] 
     :func:`model_digest`."""
     material = {"build_cache_format": BUILD_CACHE_FORMAT, "trt_backend": __version__, "source": source_digest(),
                 "model": model_digest(model_path, known), "inputs": _jsonable(inputs)}
-    text = json.dumps(material, sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return json_sha256(material, default=repr)
 
 
 class BuildCache:

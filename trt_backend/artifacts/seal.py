@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
+from trt_backend._files import canonical_json, sha256_bytes
 from trt_backend.errors import ArtifactError, OptionsError, SignatureError
 
 DIGEST = "digest"  # manifest key: "sha256:<hex>" of the canonical content
@@ -25,13 +25,12 @@ _SEAL_KEYS = (DIGEST, SIGNATURE)
 
 def canonical(manifest: Mapping[str, Any]) -> bytes:
     """The manifest's content without its seal, as sorted compact JSON (what digest and signature cover)."""
-    content = {k: v for k, v in manifest.items() if k not in _SEAL_KEYS}
-    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    return canonical_json({k: v for k, v in manifest.items() if k not in _SEAL_KEYS})
 
 
 def manifest_digest(manifest: Mapping[str, Any]) -> str:
     """``sha256:<hex>`` of the manifest's canonical content."""
-    return "sha256:" + hashlib.sha256(canonical(manifest)).hexdigest()
+    return "sha256:" + sha256_bytes(canonical(manifest))
 
 
 def signature(manifest: Mapping[str, Any], key: bytes) -> str:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 
 from partitioner.errors import OptionsError
+from partitioner.options_check import number_option
 
 PERCENTILES = (90, 95, 99)
 STAT_KEYS = ("min", "max", "mean", "median", "p90", "p95", "p99")
@@ -29,8 +30,7 @@ def nearest_rank(sorted_samples: Sequence[float], p: float) -> float:
     """The p-th percentile (0 <= p <= 100) of ascending ``sorted_samples`` by nearest rank."""
     if not sorted_samples:
         raise OptionsError("no samples to take a percentile of")
-    if not 0 <= p <= 100:
-        raise OptionsError(f"percentile must be in [0, 100], got {p}")
+    number_option(p, "percentile", low=0, high=100)
     n = len(sorted_samples)
     rank = math.ceil(Fraction(str(p)) * n / 100)  # Fraction(str(.)) keeps 99.9 exact
     return float(sorted_samples[max(rank, 1) - 1])

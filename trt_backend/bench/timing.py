@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from partitioner.options_check import number_option
 from trt_backend.errors import BenchOptionsError
 
 _UNSET = object()
@@ -36,15 +37,12 @@ class TimingConfig:
     def __post_init__(self) -> None:
         for name, flag in (("warmup_s", "--warmup-ms"), ("duration_s", "--duration-s")):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                shown = value * 1000 if name == "warmup_s" and isinstance(value, (int, float)) else value
-                raise BenchOptionsError(f"{flag} must be a positive number, got {shown!r}")
+            if name == "warmup_s" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = value * 1000  # checked as the flag gives it, in milliseconds
+            number_option(value, flag, above=0, error=BenchOptionsError)
         for name, flag in (("min_iterations", "--iterations"), ("rounds", "--rounds")):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise BenchOptionsError(f"{flag} must be a whole number >= 1, got {value!r}")
-        if self.pause_s < 0:
-            raise BenchOptionsError(f"pause must be >= 0 s, got {self.pause_s!r}")
+            number_option(getattr(self, name), flag, whole=True, low=1, error=BenchOptionsError)
+        number_option(self.pause_s, "pause_s", low=0, error=BenchOptionsError)
 
     def block(self, round_index: int) -> tuple[float, float, int]:
         """(warm-up s, duration s, minimum iterations) of one runner's block in a round: the

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from partitioner import BoundaryCost, OptionsError, PartitionOptions
+from partitioner.options_check import number_option
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from partitioner.qdq import QDQ_REWRITES
 from plugins import default_registry
@@ -186,17 +187,12 @@ def builder_fields(args: argparse.Namespace) -> dict[str, Any]:
     OptionsError naming the flag."""
     fields: dict[str, Any] = {}
     if args.workspace_mb is not None:
-        if args.workspace_mb < 0:
-            raise OptionsError(f"--workspace-mb must be 0 or more, got {args.workspace_mb}")
-        fields["workspace_bytes"] = args.workspace_mb << 20
+        fields["workspace_bytes"] = number_option(args.workspace_mb, "--workspace-mb", whole=True, low=0) << 20
     if args.builder_optimization_level is not None:
-        if args.builder_optimization_level not in range(6):
-            raise OptionsError(f"--builder-optimization-level must be 0..5, got {args.builder_optimization_level}")
-        fields["builder_optimization_level"] = args.builder_optimization_level
+        fields["builder_optimization_level"] = number_option(args.builder_optimization_level,
+                                                             "--builder-optimization-level", whole=True, low=0, high=5)
     if args.max_aux_streams is not None:
-        if args.max_aux_streams < 0:
-            raise OptionsError(f"--max-aux-streams must be 0 or more, got {args.max_aux_streams}")
-        fields["max_aux_streams"] = args.max_aux_streams
+        fields["max_aux_streams"] = number_option(args.max_aux_streams, "--max-aux-streams", whole=True, low=0)
     if args.timing_cache:
         fields["timing_cache"] = args.timing_cache
     if args.hardware_compatibility != "none":
@@ -363,9 +359,10 @@ def add_data_arguments(p: argparse.ArgumentParser, saves: bool = False) -> None:
                    help="real inputs: an .npz of arrays by input name (one sample; or <k>/<name> for several), or a "
                         "folder of such files (samples of different shapes in separate files)")
     p.add_argument("--val-range", action="append", default=[], metavar="[NAME:]LO,HI",
-                   help="random float inputs drawn from [LO, HI] (default 0,1); repeat with NAME: per input")
+                   help="random float inputs drawn uniformly from [LO, HI) (default 0,1); repeat with NAME: per input")
     p.add_argument("--int-range", action="append", default=[], metavar="[NAME:]LO,HI",
-                   help="random integer inputs drawn from [LO, HI] (default 0,1); repeat with NAME: per input")
+                   help="random integer inputs drawn uniformly from LO..HI, both included (default 0,2); repeat with "
+                        "NAME: per input")
     if saves:
         p.add_argument("--save-outputs", metavar="RUN.npz",
                        help="write the inputs and trt-backend's outputs here (compare them elsewhere with --load-outputs)")

@@ -4,12 +4,12 @@ a per-segment breakdown, build times apart from inference, JSON and a plot."""
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
 from typing import IO, Any
 
+from partitioner.options_check import number_option
 from trt_backend._files import write_atomic
 from trt_backend.artifacts.read import is_build_folder
 from trt_backend.bench.candidates import BASELINES
@@ -84,14 +84,7 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def _number(text: str, flag: str, kind: type = float) -> Any:
-    try:
-        value = kind(text)
-    except (TypeError, ValueError):
-        what = "a whole number" if kind is int else "a number"
-        raise BenchOptionsError(f"{flag} must be {what}, got {text!r}") from None
-    if isinstance(value, float) and not math.isfinite(value):
-        raise BenchOptionsError(f"{flag} must be a finite number, got {text!r}")
-    return value
+    return number_option(text, flag, whole=kind is int, text=True, error=BenchOptionsError)
 
 
 def _baselines(text: str) -> tuple[str, ...]:
@@ -120,9 +113,7 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
                           duration_s=_number(args.duration_s, "--duration-s"),
                           min_iterations=_number(args.iterations, "--iterations", int),
                           rounds=_number(args.rounds, "--rounds", int))
-    threads = _number(args.threads, "--threads", int)
-    if threads < 0:
-        raise BenchOptionsError(f"--threads must be >= 0, got {threads}")
+    threads = number_option(args.threads, "--threads", whole=True, low=0, text=True, error=BenchOptionsError)
     if is_folder_arg(args):  # (first: a flag that would change what was built is the error to report)
         refuse_build_flags(args, args.model)
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)

@@ -15,6 +15,7 @@ from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import OptionsError
 from trt_backend.ort.threads import inference_session
 from trt_backend.planning import make_plan
+from trt_backend.session.feeds import random_feeds
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
@@ -54,10 +55,10 @@ def handle(args: argparse.Namespace) -> int:
     sess = Session.load(build_dir, SessionOptions(emulate="auto", flavor=args.flavor))
     for line in sess.summary():
         print("   " + line)
-    x = np.random.default_rng(0).standard_normal((4, 3, 32, 32)).astype(np.float32)
-    probs, scores, classes = sess.run(None, {"image": x})
+    feeds = random_feeds(sess.get_inputs(), {"image": (4, 3, 32, 32)}, seed=0)  # as `run` feeds it
+    probs, scores, classes = sess.run(None, feeds)
 
-    ref = inference_session(DEMO_PATH).run(None, {"image": x})
+    ref = inference_session(DEMO_PATH).run(None, feeds)
     diff = float(np.max(np.abs(probs - ref[0])))
     same = bool(np.array_equal(classes, ref[2]))
     print(f"   top classes per image: {classes.tolist()}")

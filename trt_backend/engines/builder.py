@@ -20,6 +20,7 @@ import onnx
 
 from partitioner.errors import ModelTooLargeError, OptionsError
 from partitioner.model import serialize, structure_copy
+from partitioner.options_check import number_option
 from partitioner.qdq import EMULATED_DOC
 from partitioner.weights import (
     is_external,
@@ -114,18 +115,15 @@ class BuildOptions:
             require_calibration("int8", None)
         object.__setattr__(self, "compute_capabilities", tuple(_cc_name(c) for c in self.compute_capabilities))
         for name in ("workspace_bytes", "max_aux_streams"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 0):
-                raise OptionsError(f"{name} must be a whole number >= 0, got {value!r}")
-        if self.builder_optimization_level is not None and self.builder_optimization_level not in range(6):
-            raise OptionsError(f"builder optimisation level must be 0..5, got {self.builder_optimization_level!r}")
+            if getattr(self, name) is not None:
+                number_option(getattr(self, name), name, whole=True, low=0)
+        if self.builder_optimization_level is not None:
+            number_option(self.builder_optimization_level, "builder optimisation level", whole=True, low=0, high=5)
         if self.hardware_compatibility not in HARDWARE_LEVELS:
             raise OptionsError(f"hardware compatibility must be one of {', '.join(HARDWARE_LEVELS)}, "
                                f"got {self.hardware_compatibility!r}")
-        if not isinstance(self.max_workers, int) or self.max_workers < 0:
-            raise OptionsError(f"max_workers must be a whole number >= 0, got {self.max_workers!r}")
-        if not isinstance(self.max_narrowing_builds, int) or self.max_narrowing_builds < 0:
-            raise OptionsError(f"max_narrowing_builds must be a whole number >= 0, got {self.max_narrowing_builds!r}")
+        number_option(self.max_workers, "max_workers", whole=True, low=0)
+        number_option(self.max_narrowing_builds, "max_narrowing_builds", whole=True, low=0)
         object.__setattr__(self, "max_build_memory", parse_size(self.max_build_memory, "max_build_memory"))
 
     @property

@@ -8,7 +8,6 @@ file (``flock`` where available) makes a second process wait for the first one's
 it instead of building again."""
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -21,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from trt_backend._files import file_lock, sha256_bytes, write_atomic
+from trt_backend._files import file_lock, json_sha256, sha256_bytes, write_atomic
 from trt_backend.errors import EngineCacheError
 
 log = logging.getLogger(__name__)
@@ -32,8 +31,7 @@ MANIFEST = "manifest.json"
 
 def cache_key(material: Mapping[str, Any]) -> str:
     """SHA-256 of ``material`` as canonical JSON (sorted keys); values must be JSON-able."""
-    text = json.dumps({"cache_format": CACHE_FORMAT, **material}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return json_sha256({"cache_format": CACHE_FORMAT, **material})
 
 
 @dataclass(frozen=True)
@@ -130,7 +128,7 @@ class EngineCache:
                     "bytes": len(engine), "host_code": bool(host_code), "created": time.time()}
         try:
             os.makedirs(directory, exist_ok=True)
-            write_atomic(os.path.join(directory, name), engine, durable=False)  # (read back against its sha256)
+            write_atomic(os.path.join(directory, name), engine, durable=False)  # Read back against its sha256.
             write_atomic(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True).encode())
         except OSError as e:
             log.warning("could not write engine cache entry %s (%s); continuing without caching it", key,

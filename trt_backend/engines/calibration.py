@@ -33,6 +33,7 @@ import numpy as np
 import onnx
 
 from trt_backend.errors import CalibrationDataError
+from trt_backend.ort.random_data import random_feed
 
 log = logging.getLogger(__name__)
 
@@ -336,19 +337,9 @@ def _dims(dims: Sequence[int | None]) -> str:
 
 def _random_batches(inputs: Sequence[InputSpec], sizes: Mapping[str, int], seed: int,
                     opt: Mapping[str, tuple[Shape, Shape, Shape]]) -> tuple[dict[str, np.ndarray], ...]:
-    """Seeded random feeds at the ``opt`` shapes (else every dynamic dim but the batch 1)."""
-    rng = np.random.default_rng(seed)
-    batches = []
-    for _ in range(RANDOM_SAMPLES):
-        feed = {}
-        for spec in inputs:
-            shape = list(opt[spec.name][1]) if spec.name in opt else [
-                _batch(spec, sizes) if k == 0 else (d if d is not None else 1) for k, d in enumerate(spec.dims)]
-            if spec.dtype.kind == "f":
-                feed[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
-            elif spec.dtype.kind == "b":
-                feed[spec.name] = np.ones(shape, spec.dtype)
-            else:
-                feed[spec.name] = np.zeros(shape, spec.dtype)
-        batches.append(feed)
-    return tuple(batches)
+    """Seeded random feeds at the ``opt`` shapes (else every dynamic dim but the batch 1), drawn
+    by :func:`trt_backend.ort.random_data.random_feed`: batch ``k`` with ``seed + k``."""
+    tensors = [(spec.name, spec.dtype, tuple(opt[spec.name][1]) if spec.name in opt else tuple(
+                _batch(spec, sizes) if k == 0 else (d if d is not None else 1) for k, d in enumerate(spec.dims)))
+               for spec in inputs]
+    return tuple(random_feed(tensors, seed + k, what="calibration input") for k in range(RANDOM_SAMPLES))

@@ -16,6 +16,7 @@ import onnx
 
 from partitioner import Segment
 from partitioner.errors import OptionsError
+from partitioner.options_check import number_option
 from trt_backend._files import follow_umask
 from trt_backend.errors import ExportError
 from trt_backend.export.batching import check_batching
@@ -60,11 +61,9 @@ class TritonOptions:
     trt_format: str | None = None
 
     def __post_init__(self) -> None:
-        if self.max_batch_size < 0:
-            raise OptionsError(f"max_batch_size must be >= 0, got {self.max_batch_size}")
+        number_option(self.max_batch_size, "max_batch_size", whole=True, low=0)
         for what in ("trt_instances", "ort_instances"):
-            if getattr(self, what) < 1:
-                raise OptionsError(f"{what} must be >= 1, got {getattr(self, what)}")
+            number_option(getattr(self, what), what, whole=True, low=1)
         if self.ort_kind not in INSTANCE_KINDS:
             raise OptionsError(f"ort_kind must be one of {', '.join(INSTANCE_KINDS)}, got {self.ort_kind!r}")
         if self.trt_format is not None and self.trt_format not in TRT_FORMATS:
@@ -373,8 +372,8 @@ def _onnx_file(where: str, filename: str, proto: onnx.ModelProto, external: bool
         onnx.save_model(copy, target, save_as_external_data=True, all_tensors_to_one_file=True, location=location,
                         size_threshold=1024)
         data = os.path.join(os.path.dirname(target), location)
-        if os.path.exists(data):  # (none when every weight is small)
-            follow_umask(data)  # (ONNX writes its data files 0600)
+        if os.path.exists(data):  # There is no data file when every weight is small.
+            follow_umask(data)  # ONNX writes its data files 0600.
 
     if as_folder:
         return RepoFile(f"{where}/{filename}", write=write, folder=True,

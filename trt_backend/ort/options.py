@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from partitioner.errors import OptionsError
+from partitioner.options_check import number_option
 
 GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 THREAD_POOLS = ("session", "global")
@@ -60,9 +61,7 @@ class OrtOptions:
             raise OptionsError("allow_spinning=False applies to per-session thread pools; ONNX Runtime's global pool "
                                "spins as it was created (use thread_pool='session' to stop spinning)")
         for f in ("intra_op_threads", "inter_op_threads"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise OptionsError(f"{f} must be a whole number >= 0, got {v!r}")
+            number_option(getattr(self, f), f, whole=True, low=0)
         if self.allow_spinning not in (None, True, False):
             raise OptionsError(f"allow_spinning must be None, True or False, got {self.allow_spinning!r}")
 

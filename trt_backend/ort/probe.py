@@ -25,7 +25,7 @@ from partitioner.model import DECLARED, forget_types, learn_types, unknown_tenso
 from trt_backend.errors import TrtBackendError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import tapped_session
-from trt_backend.ort.values import random_array
+from trt_backend.ort.random_data import random_array
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def learn_unknown_types(model: Model, shapes: ProbeShapes = ()) -> list[str]:
                                                                        (how == HOW and key != model.probe_shapes))]
     before = {vi.name: (onnx.TypeProto.FromString(vi.type.SerializeToString()), model.learned[vi.name])
               for vi in model.proto.graph.value_info if vi.name in again}
-    forget_types(model, again)  # (the probe must not run the model with the types it checks)
+    forget_types(model, again)  # The probe must not run the model with the types it checks.
     unknown = list(dict.fromkeys(unknown_tensor_types(model) + again))
     model.probe_shapes = key
     if not unknown:
@@ -132,7 +132,7 @@ def _probe(model: Model, names: Sequence[str], key: Sequence[Sequence[tuple[str,
         by_size: dict[int, set[str]] = {}
         for sym, value in named.items():
             by_size.setdefault(value, set()).add(sym)
-        symbols.append({v: next(iter(syms)) for v, syms in by_size.items() if len(syms) == 1})  # (a size two names share is neither's)
+        symbols.append({v: next(iter(syms)) for v, syms in by_size.items() if len(syms) == 1})  # A size two names share is neither's.
     return runs, symbols
 
 

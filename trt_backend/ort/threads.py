@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from partitioner.errors import OptionsError
+from partitioner.options_check import number_option
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,7 @@ def use_global_thread_pool(intra_op_threads: int = 0, inter_op_threads: int = 0)
     """
     global _global_sizes
     for name, v in (("intra_op_threads", intra_op_threads), ("inter_op_threads", inter_op_threads)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise OptionsError(f"{name} must be a whole number >= 0, got {v!r}")
+        number_option(v, name, whole=True, low=0)
     want = (intra_op_threads, inter_op_threads)
     switched = False
     with _lock:
@@ -97,8 +97,8 @@ def inference_session(data: bytes | str, sess_options: Any = None, providers: An
         if not so.use_per_session_threads or _GLOBAL_REFUSAL not in str(e):
             raise
     # Somebody switched the process to global pools behind our back: follow, and remember.
-    # (ONNX Runtime has printed its provider-fallback banner for the refused attempt by now:
-    # once per process, as the switch is remembered.)
+    # ONNX Runtime has printed its provider-fallback banner for the refused attempt by now,
+    # once per process, as the switch is remembered.
     with _lock:
         if _global_sizes is None:
             _global_sizes = _UNKNOWN

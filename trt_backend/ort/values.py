@@ -23,7 +23,7 @@ def to_ort_value(value: Any) -> Any:
         return value
     arr = np.asarray(value)
     if not arr.flags.c_contiguous:
-        arr = arr.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
+        arr = arr.copy(order="C")  # Not np.ascontiguousarray: it would turn a 0-d array into a 1-d one.
     if arr.dtype.type.__module__ != "numpy":  # ml_dtypes (bfloat16, float8, int4...): ORT takes the raw bits
         elem = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
         bits = _SUB_BYTE_BITS.get(elem)
@@ -179,19 +179,3 @@ def _size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} bytes"
-
-
-def random_array(dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator,
-                 what: str = "a random tensor") -> np.ndarray:
-    """Seeded random data: floats in [0, 1), integers in [0, 3), booleans, short strings.
-    MemoryLimitError (naming ``what``) where the array would not fit in available memory."""
-    check_allocation(shape, dtype, what)
-    if dtype == np.bool_:
-        return rng.integers(0, 2, size=shape).astype(np.bool_)
-    if dtype.kind in "iu":
-        return rng.integers(0, 3, size=shape).astype(dtype)
-    if dtype.kind == "O":
-        return np.array(rng.choice(["a", "b", "c"], size=shape), dtype=object).reshape(shape)
-    if dtype.kind == "c":
-        return (rng.random(shape) + 1j * rng.random(shape)).astype(dtype)
-    return rng.random(shape, dtype=np.float32).astype(dtype)

@@ -15,7 +15,7 @@ from partitioner import Model, Plan, Segment
 from partitioner.errors import TrtBackendError
 from trt_backend._progress import progress
 from trt_backend.errors import CalibrationError
-from trt_backend.ort.values import random_array
+from trt_backend.ort.random_data import random_feed
 from trt_backend.profiles.bounds import Bound, DimBounds
 from trt_backend.profiles.node_arg import NodeArg
 from trt_backend.profiles.profile import (
@@ -132,9 +132,9 @@ def derive_profiles(model: Model, plan: Plan, inputs: Sequence[NodeArg], input_p
                     entry[name] = prof[name]
                 elif name in over:
                     entry[name] = over[name]
-                # (small integer tensors are calibrated, not derived symbolically: TensorRT may read
+                # Small integer tensors are calibrated, not derived symbolically: TensorRT may read
                 # one as a shape tensor, whose values its profile must then hold, where
-                # shape_tensor_inputs' rules did not see it; whatever runs then also builds)
+                # shape_tensor_inputs' rules did not see it; whatever runs then also builds.
                 elif name not in shape_tensors[seg.id] and not _small_int(model.index.types.get(name)) \
                         and (sym := symbolic_profile(model.index.types.get(name), binds)):
                     entry[name] = sym
@@ -189,13 +189,14 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
     for integer tensors of rank <= 1). A sample whose shapes equal a profile's min, opt or max is
     run instead of random data there, and every sample widens the profile it falls in. One more
     run at opt shapes with other data finds dims that depend on the data; for outputs of
-    NonMaxSuppression, NonZero, Compress and Unique their max is the op's bound."""
+    NonMaxSuppression, NonZero, Compress and Unique their max is the op's bound. Random data
+    comes from :mod:`trt_backend.ort.random_data`, the ``k``-th feed drawn with ``seed + k``."""
     log.info("%s: calibrating profiles of %d segment input(s) with ONNX Runtime", model.source, len(names))
     total = 3 * len(input_profiles)
     bounded = _bounded(model, names)
     fetch = list(dict.fromkeys(list(names) + [n for _, _, ins in bounded.values() for n in ins if n]))
     run = make_runner(fetch)
-    rng = np.random.default_rng(seed)
+    drawn = 0  # random feeds drawn so far: the next one is seeded with seed + drawn
     stages = ("min", "opt", "max")
 
     def record(feeds: Mapping[str, Any], what: str) -> dict[str, Any]:
@@ -210,13 +211,14 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
         return {n: tuple(np.shape(v)) for n, v in feeds.items() if isinstance(v, np.ndarray)}
 
     def random_feeds(want: Mapping[str, Shape]) -> dict[str, Any]:
-        feeds = {}
+        nonlocal drawn
         for arg in inputs:
             if arg.kind != "tensor" or arg.dtype is None or arg.name not in want:
                 raise CalibrationError(f"cannot derive profiles for {', '.join(names)}: model input '{arg.name}' "
                                        f"({arg.type}) has no profile to calibrate with; give these tensors profiles")
-            feeds[arg.name] = random_array(arg.dtype, want[arg.name], rng, f"calibration input '{arg.name}'")
-        return feeds
+        tensors = [(arg.name, arg.dtype, want[arg.name]) for arg in inputs]
+        drawn += 1
+        return dict(random_feed(tensors, seed + drawn - 1, what="calibration input"))  # type: ignore[arg-type]
 
     out: list[dict[str, TensorProfile]] = []
     for k, prof in enumerate(input_profiles):

@@ -1,11 +1,11 @@
 """How a Session is served on Ray Serve (:class:`ServeOptions`)."""
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from partitioner.options_check import number_option
 from trt_backend.errors import OptionsError
 from trt_backend.session.options import SessionOptions
 
@@ -49,27 +49,13 @@ class ServeOptions:
     extra_actor_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        def whole(name: str, value: Any, low: int) -> None:
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise OptionsError(f"ServeOptions.{name} must be a whole number >= {low}, got {value!r}")
-
-        def number(name: str, value: Any, low: float) -> None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value < low:
-                raise OptionsError(f"ServeOptions.{name} must be a number >= {low:g}, got {value!r}")
-
-        whole("replicas", self.replicas, 1)
-        whole("max_batch_size", self.max_batch_size, 1)
-        whole("port", self.port, 0)
-        whole("max_ongoing_requests", self.max_ongoing_requests, 1)
-        whole("retries", self.retries, 0)
-        number("batch_wait_ms", self.batch_wait_ms, 0.0)
-        number("num_cpus", self.num_cpus, 0.0)
-        number("health_check_period_s", self.health_check_period_s, 0.1)
+        for name, low in (("replicas", 1), ("max_batch_size", 1), ("max_ongoing_requests", 1), ("retries", 0)):
+            number_option(getattr(self, name), f"ServeOptions.{name}", whole=True, low=low)
+        number_option(self.port, "ServeOptions.port", whole=True, low=0, high=65535)
+        for name, low_f in (("batch_wait_ms", 0.0), ("num_cpus", 0.0), ("health_check_period_s", 0.1)):
+            number_option(getattr(self, name), f"ServeOptions.{name}", low=low_f)
         if self.num_gpus is not None:
-            number("num_gpus", self.num_gpus, 0.0)
-        if self.port > 65535:
-            raise OptionsError(f"ServeOptions.port must be <= 65535, got {self.port}")
+            number_option(self.num_gpus, "ServeOptions.num_gpus", low=0.0)
         if self.batching and self.max_ongoing_requests < self.max_batch_size:
             raise OptionsError(f"ServeOptions.max_ongoing_requests ({self.max_ongoing_requests}) must be >= "
                                f"max_batch_size ({self.max_batch_size}) when batching")

@@ -16,7 +16,8 @@ import numpy as np
 from trt_backend._files import write_atomic
 from trt_backend.errors import FeedError
 from trt_backend.gpu.memory import as_device_array
-from trt_backend.ort.values import check_allocation, random_array
+from trt_backend.ort.random_data import random_feed
+from trt_backend.ort.values import check_allocation
 from trt_backend.profiles.node_arg import NodeArg, shape_text
 from trt_backend.profiles.profile import Profile, describe_profile
 
@@ -145,16 +146,14 @@ def _is_ort_value(value: Any) -> bool:
 
 
 def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]], seed: int = 0) -> dict[str, Any]:
-    """Seeded random tensors: floats in [0, 1), integers in [0, 3), random booleans, short strings.
-    ``shapes`` gives the shape of every input whose shape is not fully fixed."""
-    rng = np.random.default_rng(seed)
-    feeds: dict[str, Any] = {}
+    """Seeded random tensors drawn by :func:`trt_backend.ort.random_data.random_feed` (its module
+    doc gives the ranges). ``shapes`` gives the shape of every input whose shape is not fully fixed."""
     for arg in inputs:
         if arg.kind != "tensor" or arg.dtype is None:
             raise FeedError(f"input '{arg.name}' is {arg.type}; random data is only made for tensors, "
                             "pass this input explicitly")
     missing = [a for a in inputs if a.name not in shapes and (a.rank is None or a.is_dynamic)]
-    if missing:  # (all of them in one message, with a --shapes line to paste)
+    if missing:  # all of them in one message, with a --shapes line to paste
         example = ",".join(f"{a.name}:{'x'.join(str(d) if isinstance(d, int) else '1' for d in a.shape) or '1'}"
                            for a in missing)
         if len(missing) == 1:
@@ -163,10 +162,10 @@ def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]],
         listed = ", ".join(f"'{a.name}' {shape_text(a.shape)}" for a in missing)
         raise FeedError(f"{len(missing)} inputs have dynamic shapes: {listed}; give their shapes (e.g. --shapes "
                         f"{example})")
-    for arg in inputs:
-        shape = tuple(int(d) for d in (shapes[arg.name] if arg.name in shapes else arg.shape))  # type: ignore[arg-type]
-        feeds[arg.name] = random_array(arg.dtype, shape, rng, f"input '{arg.name}'")  # type: ignore[arg-type]
-    return feeds
+    tensors = [(arg.name, arg.dtype, tuple(int(d) for d in (shapes[arg.name] if arg.name in shapes  # type: ignore[arg-type]
+                                                             else arg.shape)))
+               for arg in inputs]
+    return dict(random_feed(tensors, seed))  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ user profiles of model inputs
@@ -254,6 +253,6 @@ def _check_npz_sizes(data: Any, path: str) -> None:
         with data.zip.open(name + ".npy" if name + ".npy" in members else name) as f:
             reader = readers.get(np.lib.format.read_magic(f))
             if reader is None:
-                continue  # (a newer format: numpy checks it itself when loading)
+                continue  # A newer format: numpy checks it itself when loading.
             shape, _, dtype = reader(f)
         check_allocation(shape, dtype, f"input '{name}' in {path}")

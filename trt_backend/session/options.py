@@ -16,6 +16,7 @@ from typing import Any
 from partitioner import PartitionOptions
 from partitioner.capability import CapabilityOracle
 from partitioner.errors import OptionsError
+from partitioner.options_check import number_option
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.values import parse_size
@@ -107,12 +108,11 @@ class SessionOptions:
             raise OptionsError(f"emulate must be True, False or 'auto', got {emulate!r}")
         if flavor not in FLAVOR_CHOICES:
             raise OptionsError(f"flavor must be one of {', '.join(FLAVOR_CHOICES)}, got {flavor!r}")
-        if not isinstance(calibration_seed, int) or isinstance(calibration_seed, bool):
-            raise OptionsError(f"calibration_seed must be a whole number, got {calibration_seed!r}")
+        number_option(calibration_seed, "calibration_seed", whole=True)
         if sign_key is not None and not isinstance(sign_key, (str, bytes)):
             raise OptionsError(f"sign_key must be text, @FILE or bytes, got {type(sign_key).__name__}")
-        if device_id is not None and (not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < 0):
-            raise OptionsError(f"device_id must be None or a GPU index >= 0, got {device_id!r}")
+        if device_id is not None:
+            number_option(device_id, "device_id (a GPU index, or None)", whole=True, low=0)
         if lean_runtime is not None and not isinstance(lean_runtime, str):
             raise OptionsError(f"lean_runtime must be the path of a lean runtime library, got {lean_runtime!r}")
 

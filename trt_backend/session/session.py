@@ -63,7 +63,7 @@ class Session:
         (:func:`trt_backend.compiler.compile`) with ``profiles`` and ``options``: engines are built
         where TensorRT executes here, otherwise every TensorRT segment is put in the form it would
         be built in and emulated through ONNX Runtime. ``plan``: a plan JSON (dict, text or path)
-        written by an earlier session, whose derived profiles are reused after checking the model
+        written earlier (``Session.plan.to_json()``), whose derived profiles are reused after checking the model
         still plans the same. ``calibration_feeds``: real inputs to derive profiles with where
         random data would not do. ``engines``: built engines by segment id. ``runners``: the
         :class:`~trt_backend.runners.factory.RunnerFactory` that makes the runners."""

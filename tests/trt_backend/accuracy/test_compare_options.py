@@ -1,5 +1,5 @@
 """Comparison options without running anything: tolerance parsing and validation, NaN/inf masking,
-the shape points a profile gives, and the report's JSON (issue 7's keys, no NaN in it)."""
+the shape points a profile gives, and the report's JSON (its keys, no NaN in it)."""
 from __future__ import annotations
 
 import json
@@ -30,10 +30,10 @@ def test_malformed_tolerances_are_options_errors(text: str) -> None:
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"atol": "abc"}, "atol must be a number"), ({"rtol": -1}, "rtol must be a finite number >= 0"),
-    ({"atol": True}, "atol must be a number"), ({"error_stat": "p99"}, "unknown error statistic"),
-    ({"iterations": 0}, "iterations must be >= 1"), ({"iterations": "two"}, "whole number"),
-    ({"iterations": 1.5}, "whole number"), ({"seed": -1}, "seed must be >= 0"),
+    ({"atol": "abc"}, "atol must be a finite number >= 0"), ({"rtol": -1}, "rtol must be a finite number >= 0"),
+    ({"atol": True}, "atol must be a finite number >= 0"), ({"error_stat": "p99"}, "unknown error statistic"),
+    ({"iterations": 0}, "iterations must be a whole number >= 1"), ({"iterations": "two"}, "whole number"),
+    ({"iterations": 1.5}, "whole number"), ({"seed": -1}, "seed must be a whole number >= 0"),
     ({"localize": "sometimes"}, "localize must be"),
     ({"error_quantile": 1.5}, "error_quantile"), ({"tolerances": {"y": (1e-3,)}}, r"must be \(atol, rtol\)"),
     ({"shapes": {"x": "1x3"}}, "sequence of dims"),

@@ -95,7 +95,7 @@ def test_task_checks_count_what_users_see() -> None:
     [none] = run_checks([check], [{"b": boxes, "s": scores_ref * 0}], [{"b": boxes_ref, "s": scores_ref * 0}], ["b", "s"])
     assert not none.passed and "no detection" in none.line() and "NOT COMPARED" in none.line()
     for bad, message in (("top5", "unknown task check"), ("boxes:b", "boxes names its outputs"),
-                         ("top1@2", "must lie in"), ("top1;iou=0.5", "unknown option")):
+                         ("top1@2", r"must be a finite number in \[0, 1\], got .2."), ("top1;iou=0.5", "unknown option")):
         with pytest.raises(OptionsError, match=message):
             TaskCheck.parse(bad)
 

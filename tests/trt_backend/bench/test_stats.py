@@ -78,11 +78,11 @@ def test_throughput_and_spread() -> None:
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"duration_s": 0}, "--duration-s must be a positive number, got 0"),
-    ({"duration_s": -1.5}, "--duration-s must be a positive number"),
-    ({"warmup_s": 0}, "--warmup-ms must be a positive number, got 0"),
-    ({"warmup_s": -0.2}, "--warmup-ms must be a positive number, got -200"),
-    ({"duration_s": float("inf")}, "--duration-s must be a positive number"),
+    ({"duration_s": 0}, "--duration-s must be a finite number > 0, got 0"),
+    ({"duration_s": -1.5}, "--duration-s must be a finite number > 0"),
+    ({"warmup_s": 0}, "--warmup-ms must be a finite number > 0, got 0"),
+    ({"warmup_s": -0.2}, "--warmup-ms must be a finite number > 0, got -200"),
+    ({"duration_s": float("inf")}, "--duration-s must be a finite number > 0"),
     ({"min_iterations": 0}, "--iterations must be a whole number >= 1, got 0"),
     ({"min_iterations": 2.5}, "--iterations must be a whole number"),
     ({"rounds": 0}, "--rounds must be a whole number >= 1"),

@@ -55,8 +55,8 @@ def test_fp16_mismatch_exits_1_localised(model_path, tmp_path, capsys) -> None:
 @pytest.mark.parametrize("extra, message", [
     (["--tolerance", "nope:1e-3,1e-3"], r"--tolerance names unknown output(s) 'nope'; the model's outputs are: y, z"),
     (["--tolerance", "y:1e-3"], "cannot read tolerance 'y:1e-3'"),
-    (["--atol", "abc"], "atol must be a number, got 'abc'"),
-    (["--iterations", "0"], "iterations must be >= 1"),
+    (["--atol", "abc"], "atol must be a finite number >= 0, got 'abc'"),
+    (["--iterations", "0"], "iterations must be a whole number >= 1"),
     (["--error-stat", "p99"], "unknown error statistic 'p99'"),
     (["--precision", "int4"], "unknown precision 'int4'"),
     (["--precision", "int8"], "int8 needs calibration data: give --calibration-data FILE.npz|DIR"),

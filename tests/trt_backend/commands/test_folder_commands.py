@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
+from tests.helpers import compile_stages, stage_spy
 from trt_backend.cli import main
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import MemoryLimitError, OptionsError
@@ -28,18 +30,12 @@ def built(tmp_path_factory) -> str:
 
 
 @pytest.fixture
-def nothing_planned_calibrated_or_built(monkeypatch) -> None:
-    import trt_backend.bench.candidates as candidates_module
-    import trt_backend.planning as planning_module
-    import trt_backend.compiler as compile_module
-
-    def forbidden(*a, **k):
-        raise AssertionError("a build folder must not be planned, calibrated or built again")
-
-    monkeypatch.setattr(planning_module, "plan_model", forbidden)
-    monkeypatch.setattr(compile_module, "derive_profiles", forbidden)
-    monkeypatch.setattr(compile_module, "build_with_fallback", forbidden)
-    monkeypatch.setattr(candidates_module, "build_engines", forbidden)
+def nothing_planned_calibrated_or_built() -> Iterator[None]:
+    """No stage that plans, derives profiles or builds runs within the test (see
+    tests/trt_backend/session/test_build_folder.py for the spy seeing them when they do)."""
+    with stage_spy(compile_stages()) as calls:
+        yield
+    assert calls == [], calls
 
 
 def test_bench_on_a_build_folder_records_that_nothing_was_built(built, tmp_path, capsys,

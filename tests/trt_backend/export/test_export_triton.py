@@ -369,7 +369,7 @@ def test_bad_options_are_one_line_errors(demo_build, tmp_path, capsys) -> None:
     with pytest.raises(OptionsError, match="ort_kind must be one of cpu, gpu"):
         TritonOptions(ort_kind="tpu")
     assert main(["export-triton", demo_build, "-o", str(tmp_path / "r"), "--max-batch-size", "-1"]) == 1
-    assert "max_batch_size must be >= 0" in capsys.readouterr().err
+    assert "max_batch_size must be a whole number >= 0" in capsys.readouterr().err
     assert main(["export-triton", str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "r")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "missing.onnx" in err and "Traceback" not in err

@@ -23,8 +23,11 @@ def test_every_cudart_name_exists_in_cuda_python() -> None:
     assert hasattr(rt.cudaDeviceAttr, "cudaDevAttrComputeCapabilityMajor")
 
 
-def test_device_count_is_an_answer_not_a_crash() -> None:
-    assert dev.cuda_device_count() >= 0
+def test_device_count_is_an_answer_with_its_reason() -> None:
+    """No device comes with the reason why; devices come with none."""
+    count, why = dev.cuda_status()
+    assert dev.cuda_device_count() == count
+    assert type(count) is int and count >= 0 and (count == 0) == bool(why), (count, why)
 
 
 def test_size_classes() -> None:

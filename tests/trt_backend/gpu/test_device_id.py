@@ -33,7 +33,7 @@ PROFILE = [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}]
 
 @pytest.mark.parametrize("bad", [-1, "1", True, 1.0])
 def test_device_id_must_be_a_gpu_index(bad) -> None:
-    with pytest.raises(OptionsError, match=r"device_id must be None or a GPU index >= 0, got"):
+    with pytest.raises(OptionsError, match=r"device_id \(a GPU index, or None\) must be a whole number >= 0, got"):
         SessionOptions(device_id=bad)
 
 

@@ -1,4 +1,4 @@
-"""Bounds, not observations, for data-dependent dims (issue 12, item 2b): a segment input whose
+"""Bounds, not observations, for data-dependent dims: a segment input whose
 dim counts what NonZero found gets the graph's bound as its max (NonZero finds at most what its
 input holds), so a next input where more survive than calibration saw is still taken."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Transformers with a KV cache (issue 12, item 5): a decoder whose past_key/past_value inputs have
+"""Transformers with a KV cache: a decoder whose past_key/past_value inputs have
 two symbolic dims (batch and past length; past length 0 on the first step) plans, builds with one
 profile covering prefill and decode, and runs both steps emulated equal to ONNX Runtime."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Properties found by hand while hardening (issue 16), kept as tests: a multi-segment session run
+"""Properties found by hand, kept as tests: a multi-segment session run
 from 8 threads at mixed batch sizes equals whole-model ONNX Runtime; three processes building into
 one engine cache all succeed with loadable folders; a build killed with SIGKILL at its riskiest
 points leaves no half-written folder or cache entry; ``build -o`` into a place it cannot write is

@@ -1,4 +1,4 @@
-"""Whatever runs also builds (issue 12, item 3): a segment input TensorRT reads as a shape tensor
+"""Whatever runs also builds: a segment input TensorRT reads as a shape tensor
 gets min/opt/max values from calibration even where the session's rules do not see it used as a
 shape (here a shape computed on ONNX Runtime, reshaped, then given to Expand), so the build never
 asks the user for values of a tensor they cannot name."""

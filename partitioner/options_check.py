@@ -1,0 +1,60 @@
+"""The one check of numeric options: every count, size, duration, level and tolerance that a
+user gives goes through :func:`number_option`, which names the option, what it takes and what
+it got."""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, overload
+
+from partitioner.errors import OptionsError
+
+
+@overload
+def number_option(value: Any, name: str, *, whole: bool = ..., low: int | None = ..., high: int | None = ...,
+                  above: None = ..., text: bool = ..., error: type[OptionsError] = ...) -> int: ...
+
+
+@overload
+def number_option(value: Any, name: str, *, whole: bool = ..., low: float | None = ..., high: float | None = ...,
+                  above: float | None = ..., text: bool = ..., error: type[OptionsError] = ...) -> float: ...
+
+
+def number_option(value: Any, name: str, *, whole: bool = False, low: float | None = None,
+                  high: float | None = None, above: float | None = None, text: bool = False,
+                  error: type[OptionsError] = OptionsError) -> Any:
+    """``value`` checked and returned as an int (``whole``) or a finite float within ``low`` <=
+    value <= ``high`` and value > ``above`` (None: no bound); ``text``: strings such as "1e-3"
+    are read as numbers too. Anything else is one ``error`` (an :class:`OptionsError`) saying
+    "<name> must be <what it takes>, got <value>". Booleans are never numbers here."""
+    expected = _expected(whole, low, high, above)
+    number: float | int | None = None
+    given = value.strip() if text and isinstance(value, str) else value
+    if isinstance(given, str) and text:
+        try:
+            number = int(given) if whole else float(given)
+        except ValueError:
+            number = None
+    elif isinstance(given, bool):
+        number = None
+    elif whole and isinstance(given, numbers.Integral):
+        number = int(given)
+    elif not whole and isinstance(given, numbers.Real):
+        number = float(given)
+    if number is None or (not whole and not math.isfinite(number)) \
+            or (low is not None and number < low) or (high is not None and number > high) \
+            or (above is not None and number <= above):
+        raise error(f"{name} must be {expected}, got {value!r}")
+    return number
+
+
+def _expected(whole: bool, low: float | None, high: float | None, above: float | None) -> str:
+    noun = "a whole number" if whole else "a finite number"
+    if low is not None and high is not None:
+        return f"{noun} in {low}..{high}" if whole else f"{noun} in [{low:g}, {high:g}]"
+    bounds = [f"> {above:g}"] if above is not None else []
+    if low is not None:
+        bounds.append(f">= {low:g}")
+    if high is not None:
+        bounds.append(f"<= {high:g}")
+    return " ".join([noun, " and ".join(bounds)]).strip()

@@ -1,0 +1,147 @@
+"""The one random-input generator: its ranges per dtype are the documented ones, and every door
+that makes random data (run, bench, compare, --calibration-data random, profile derivation)
+feeds the same seed the same data."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from partitioner import load_model
+from trt_backend.accuracy.compare import compare
+from trt_backend.accuracy.options import CompareOptions
+from trt_backend.bench.loop import BenchOptions, run_bench
+from trt_backend.bench.timing import TimingConfig
+from trt_backend.cli import main
+from trt_backend.engines.calibration import RANDOM, InputSpec, load_calibration
+from trt_backend.errors import MemoryLimitError, OptionsError
+from trt_backend.ort.random_data import FLOAT_RANGE, INT_RANGE, STRINGS, random_array, random_feed
+from trt_backend.ort.values import memory_limit
+from trt_backend.profiles.derive import calibrate
+from trt_backend.profiles.profile import TensorProfile
+from trt_backend.session.feeds import read_run
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
+
+SEED = 7
+TENSORS = [("x", np.dtype(np.float32), (2, 3)), ("i", np.dtype(np.int64), (4,)), ("b", np.dtype(np.bool_), (5,))]
+
+
+def _identity_model() -> onnx.ModelProto:
+    """Each input copied to an output: what a run returns is what it was fed."""
+    types = {"x": (T.FLOAT, [2, 3]), "i": (T.INT64, [4]), "b": (T.BOOL, [5])}
+    nodes = [h.make_node("Identity", [n], [f"{n}_out"], name=f"copy_{n}") for n in types]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, t, s) for n, (t, s) in types.items()],
+                     [h.make_tensor_value_info(f"{n}_out", t, s) for n, (t, s) in types.items()])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+def _same(got: dict[str, Any], want: dict[str, np.ndarray]) -> None:
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        assert got[name].dtype == value.dtype, name
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+def test_default_ranges_are_the_documented_ones() -> None:
+    rng = np.random.default_rng(0)
+    f = random_array(np.dtype(np.float32), (100_000,), rng)
+    assert f.dtype == np.float32 and FLOAT_RANGE == (0.0, 1.0)
+    assert 0.0 <= f.min() < 0.01 and 0.99 < f.max() < 1.0
+    i = random_array(np.dtype(np.int32), (10_000,), rng)
+    assert INT_RANGE == (0, 2) and sorted(np.unique(i).tolist()) == [0, 1, 2]  # both ends drawn
+    b = random_array(np.dtype(np.bool_), (10_000,), rng)
+    assert b.dtype == np.bool_ and 0.45 < b.mean() < 0.55
+    s = random_array(np.dtype(object), (1_000,), rng)
+    assert set(s.tolist()) == set(STRINGS) == {"a", "b", "c"}
+    c = random_array(np.dtype(np.complex64), (10_000,), rng)
+    assert 0 <= c.real.min() and c.real.max() < 1 and 0 <= c.imag.min() and c.imag.max() < 1
+
+
+def test_given_ranges_bound_floats_half_open_and_integers_inclusive() -> None:
+    rng = np.random.default_rng(1)
+    f = random_array(np.dtype(np.float64), (100_000,), rng, value_range=(-3.0, -1.0))
+    assert -3.0 <= f.min() < -2.99 and -1.01 < f.max() < -1.0
+    i = random_array(np.dtype(np.uint8), (10_000,), rng, value_range=(250, 255))
+    assert i.dtype == np.uint8 and sorted(np.unique(i).tolist()) == [250, 251, 252, 253, 254, 255]
+
+
+def test_bad_ranges_and_sizes_are_clear_errors() -> None:
+    rng = np.random.default_rng(0)
+    with pytest.raises(OptionsError, match=r"input 'i': value range 0..300 does not fit uint8 \(0..255\)"):
+        random_array(np.dtype(np.uint8), (2,), rng, "input 'i'", (0, 300))
+    with pytest.raises(OptionsError, match=r"a value range needs finite low <= high, got \(1.0, 0.0\)"):
+        random_array(np.dtype(np.float32), (2,), rng, value_range=(1.0, 0.0))
+    with pytest.raises(OptionsError, match=r"a value range is \(low, high\), got 'ab'"):
+        random_array(np.dtype(np.float32), (2,), rng, value_range="ab")  # type: ignore[arg-type]
+    with memory_limit(1000), pytest.raises(MemoryLimitError, match=r"input 'x': shape \(1000,\) of float32"):
+        random_feed([("x", np.dtype(np.float32), (1000,))], 0)
+
+
+def test_a_feed_is_its_seed() -> None:
+    _same(random_feed(TENSORS, SEED), random_feed(TENSORS, SEED))
+    other = random_feed(TENSORS, SEED + 1)
+    assert not np.array_equal(other["x"], random_feed(TENSORS, SEED)["x"])
+
+
+def test_run_bench_compare_calibration_and_derivation_feed_the_same_data(tmp_path, monkeypatch) -> None:
+    want = random_feed(TENSORS, SEED)
+    path = str(tmp_path / "m.onnx")
+    onnx.save(_identity_model(), path)
+
+    # run: the identity model's outputs are its random inputs
+    out = tmp_path / "out.npz"
+    assert main(["run", path, "--emulate", "--seed", str(SEED), "--outputs", str(out)]) == 0
+    with np.load(out) as saved:
+        _same({n.removesuffix("_out"): saved[n] for n in saved.files}, want)
+
+    # bench: what its session is run with, seen by a spy on Session.run
+    fed: list[dict[str, Any]] = []
+    real_run = Session.run
+
+    def spy(self: Session, names: Any, feeds: Any, *args: Any, **kwargs: Any) -> Any:
+        fed.append(dict(feeds))
+        return real_run(self, names, feeds, *args, **kwargs)
+
+    monkeypatch.setattr(Session, "run", spy)
+    timing = TimingConfig(warmup_s=0.001, duration_s=0.001, min_iterations=1, rounds=1, pause_s=0.0)
+    run_bench(path, BenchOptions(baselines=(), timing=timing, build=False, seed=SEED), SessionOptions(emulate=True))
+    assert fed
+    for feeds in fed:
+        _same(feeds, want)
+    monkeypatch.undo()
+
+    # compare: the inputs it saves; its second iteration is seed + 1
+    saved_run = str(tmp_path / "run.npz")
+    compare(path, CompareOptions(seed=SEED, iterations=2), save_outputs=saved_run,
+            session_options=SessionOptions(emulate=True))
+    feeds, _ = read_run(saved_run)
+    _same(feeds[0], want)
+    _same(feeds[1], random_feed(TENSORS, SEED + 1))
+
+    # --calibration-data random: batch k is seed + k
+    specs = [InputSpec.of(vi) for vi in _identity_model().graph.input]
+    data = load_calibration(RANDOM, specs, seed=SEED)
+    batches = list(data.batches)
+    _same(batches[0], want)
+    _same(batches[1], random_feed(TENSORS, SEED + 1))
+
+    # profile derivation: its first random run (at the profile's min shapes) is seed, then seed + 1
+    runs: list[dict[str, Any]] = []
+
+    def make_runner(fetch: Any) -> Any:
+        def run(names: Any, feeds: Any) -> list[Any]:
+            runs.append(dict(feeds))
+            return [feeds[n] for n in names]
+        return run
+
+    model = load_model(path)
+    profile = {n: TensorProfile(s, s, s) for n, _, s in TENSORS}
+    inputs = Session(path, None, SessionOptions(emulate=True)).get_inputs()
+    calibrate(model, ["x"], inputs, [profile], make_runner, seed=SEED)
+    _same(runs[0], want)
+    _same(runs[1], random_feed(TENSORS, SEED + 1))

@@ -1,0 +1,74 @@
+"""The one generator of seeded random inputs: run, bench, compare, ``--calibration-data random``
+and profile derivation all draw their data here, so the same seed feeds a model the same data
+whichever command runs it.
+
+What is drawn, per dtype (``value_range`` overrides the default range):
+
+- floating point: uniform in ``[lo, hi)``, default ``FLOAT_RANGE`` ``[0, 1)``; complex numbers
+  draw their real and imaginary parts so;
+- integers: uniform over ``lo..hi`` with both ends included, default ``INT_RANGE`` ``0..2``
+  (small enough to be a valid index or axis in most graphs);
+- booleans: False and True with equal odds;
+- strings: one of ``STRINGS`` ("a", "b", "c") with equal odds.
+
+A feed is drawn from a fresh generator seeded with ``seed``, tensor after tensor in the order
+given; the ``k``-th feed of a series (compare's iterations, calibration batches, derivation runs)
+is drawn with ``seed + k``."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from trt_backend.errors import OptionsError
+from trt_backend.ort.values import check_allocation
+
+FLOAT_RANGE: tuple[float, float] = (0.0, 1.0)
+INT_RANGE: tuple[int, int] = (0, 2)
+STRINGS: tuple[str, ...] = ("a", "b", "c")
+
+
+def random_array(dtype: np.dtype, shape: Sequence[int], rng: np.random.Generator,
+                 what: str = "a random tensor", value_range: tuple[Any, Any] | None = None) -> np.ndarray:
+    """Random data of ``dtype`` and ``shape`` from ``rng``, drawn as the module doc says.
+    MemoryLimitError (naming ``what``) where the array would not fit in the memory limits."""
+    dtype = np.dtype(dtype)
+    shape = tuple(int(d) for d in shape)
+    check_allocation(shape, dtype, what)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if dtype.kind in "iu":
+        lo, hi = _checked_range(value_range or INT_RANGE, what, int)
+        info = np.iinfo(dtype)
+        if lo < info.min or hi > info.max:
+            raise OptionsError(f"{what}: value range {lo}..{hi} does not fit {dtype} ({info.min}..{info.max})")
+        return rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype)
+    if dtype.kind in "OSU":
+        return np.array(rng.choice(list(STRINGS), size=shape), dtype=object).reshape(shape)
+    lo, hi = _checked_range(value_range or FLOAT_RANGE, what, float)
+    if dtype.kind == "c":
+        return (rng.uniform(lo, hi, shape) + 1j * rng.uniform(lo, hi, shape)).astype(dtype)
+    return (lo + (hi - lo) * rng.random(shape, dtype=np.float32)).astype(dtype)
+
+
+def random_feed(tensors: Sequence[tuple[str, np.dtype, Sequence[int]]], seed: int,
+                value_ranges: Mapping[str, tuple[Any, Any]] | None = None,
+                what: str = "input") -> dict[str, np.ndarray]:
+    """One feed: ``(name, dtype, shape)`` per tensor, drawn in this order from a generator seeded
+    with ``seed``; ``value_ranges`` gives the range of some tensors by name."""
+    rng = np.random.default_rng(seed)
+    ranges = value_ranges or {}
+    return {name: random_array(dtype, shape, rng, f"{what} '{name}'", ranges.get(name))
+            for name, dtype, shape in tensors}
+
+
+def _checked_range(pair: Any, what: str, kind: type) -> tuple[Any, Any]:
+    try:
+        lo, hi = pair
+        lo, hi = kind(lo), kind(hi)
+    except (TypeError, ValueError):
+        raise OptionsError(f"{what}: a value range is (low, high), got {pair!r}") from None
+    if not (np.isfinite(lo) and np.isfinite(hi)) or lo > hi:
+        raise OptionsError(f"{what}: a value range needs finite low <= high, got {pair!r}")
+    return lo, hi
