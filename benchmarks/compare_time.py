@@ -22,7 +22,7 @@ import onnx
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.trt_backend.session.test_graphs import conv_chain  # noqa: E402
+from tests.support.graphs import conv_chain  # noqa: E402
 from trt_backend.accuracy.compare import compare  # noqa: E402
 from trt_backend.session.options import SessionOptions  # noqa: E402
 

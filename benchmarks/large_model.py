@@ -44,7 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from benchmarks.large_models import write_mlp  # noqa: E402
+from tests.support.external_mlp import write_mlp  # noqa: E402
 from trt_backend.ort.values import parse_size  # noqa: E402
 
 GIB = 2**30

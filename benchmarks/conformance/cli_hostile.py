@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(ROOT, "trt_backend", "data", "demo.onnx")
 FAST_BENCH = ["--warmup-ms", "10", "--duration-s", "0.05", "--iterations", "2", "--rounds", "1", "--no-progress"]
 UNWRITABLE = "/sys"  # (sysfs takes no new files, even from root)

@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPORTER = os.path.join(ROOT, "benchmarks", "zoo_export.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXPORTER = os.path.join(ROOT, "benchmarks", "conformance", "zoo_export.py")
 EXPORT_PACKAGES = ("torch==2.14.1", "torchvision==0.29.1", "transformers", "skl2onnx", "scikit-learn", "onnx",
                    "onnxruntime", "onnxscript")
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "trt-backend-zoo")

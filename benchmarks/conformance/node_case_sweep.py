@@ -28,7 +28,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 TOP_EXCEPTIONS = 15
 TOP_FAILURES = 40

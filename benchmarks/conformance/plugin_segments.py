@@ -15,9 +15,9 @@ import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks.plugin_models import MODELS  # noqa: E402
+from tests.support.resize_models import MODELS  # noqa: E402
 from partitioner import PartitionOptions, Plan, plan_model
 from plugins import default_registry  # noqa: E402
 from trt_backend.data.demo import DEMO_PATH

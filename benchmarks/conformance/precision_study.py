@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
 from trt_backend.accuracy.numeric import tolerance_ratio  # noqa: E402

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "trt-backend", "trained-zoo")
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"

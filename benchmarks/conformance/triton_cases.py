@@ -12,12 +12,12 @@ import sys
 
 import onnx
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tests.trt_backend.export.test_export_triton import nonzero_detection_model  # noqa: E402
-from tests.trt_backend.session.test_graphs import (  # noqa: E402
+from tests.support.graphs import (  # noqa: E402
     conv_chain,
     detection_model,
+    nonzero_detection_model,
     transformer_model,
 )
 from trt_backend.cli import main as cli  # noqa: E402

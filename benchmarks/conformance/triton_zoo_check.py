@@ -16,14 +16,14 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks.model_zoo import input_specs, make_inputs, shapes_arg  # noqa: E402
-from tests.trt_backend.export.triton_checker import RepoInvalid, run_ensemble  # noqa: E402
+from benchmarks.conformance.model_zoo import input_specs, make_inputs, shapes_arg  # noqa: E402
+from tests.support.triton_checker import RepoInvalid, run_ensemble  # noqa: E402
 from trt_backend.ort.sessions import ort_errors  # noqa: E402
 
 ZOO = os.path.expanduser("~/.cache/trt-backend-zoo/models")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ATOL = 1e-4
 
 

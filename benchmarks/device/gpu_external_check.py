@@ -14,9 +14,9 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks.large_models import write_mlp  # noqa: E402
+from tests.support.external_mlp import write_mlp  # noqa: E402
 
 
 def main() -> int:

@@ -313,7 +313,7 @@ def test_a_name_that_is_not_utf8_is_one_clear_error() -> None:
     """ONNX's checker cannot format its message about such a model (UnicodeDecodeError, found by
     ``benchmarks/fuzz.py --seed 5``, mutant 162: bit flips in a model with subgraphs):
     InvalidModelError instead of a traceback."""
-    from benchmarks.fuzz_mutants import make_mutant, seed_models
+    from tests.support.mutants import make_mutant, seed_models
 
     mutant = make_mutant(seed_models(), 162, 5)
     with pytest.raises(InvalidModelError, match=r"<bytes>: invalid ONNX model: a name or string in it is not "

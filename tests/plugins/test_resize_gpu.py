@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def device():
-    from benchmarks.resize_gpu_check import Device
+    from tests.support.resize_gpu import Device
 
     try:
         return Device()
@@ -23,7 +23,7 @@ def device():
 
 
 def test_generic_and_aot_kernels_equal_the_host_build(device) -> None:
-    from benchmarks.resize_gpu_check import aot, generic
+    from tests.support.resize_gpu import aot, generic
 
     for k, case in enumerate(random_cases(40, seed=9)):
         params, x = case.params(), case.input()

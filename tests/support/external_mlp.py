@@ -1,7 +1,7 @@
 """An MLP whose weights live in external data, written in chunks (never held twice).
 
 ``blocks`` MatMul+Add+Gelu blocks on a ``[N, hidden]`` float tensor (``N`` symbolic), with a
-block TensorRT's parser refuses in the middle (``Det``, see :mod:`benchmarks.models`), so a plan
+block TensorRT's parser refuses in the middle (``Det``, see :mod:`tests.support.chains`), so a plan
 has at least three segments::
 
     h -Reshape-> [N, hidden/64, 8, 8] -Det-> [N, hidden/64] -Tanh-> -Unsqueeze-> -Expand->

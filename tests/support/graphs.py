@@ -1,7 +1,8 @@
-"""Stitched sessions on hand-made multi-segment graphs: outputs equal whole-model ONNX Runtime at
-several shapes inside each profile, and derived profiles cover the shapes seen at run time.
-
-The graph builders here are shared with the other session tests and the benchmarks."""
+"""Small hand-made ONNX graphs that split into several segments (a conv chain, a detector with
+NMS/TopK/Loop post-processing, a transformer block, an ONNX-ML pipeline, every dtype across a
+boundary, sequences and optionals), and the checks the tests apply to them: whole-model ONNX
+Runtime outputs as the reference, and derived profiles covering the shapes seen at run time.
+Shared by the tests and the benchmarks."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -10,7 +11,6 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
-import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
@@ -18,11 +18,7 @@ from onnx import numpy_helper as nh
 from tests.helpers import crop_resize
 from trt_backend.ort.threads import inference_session
 from trt_backend.profiles import covering_profile
-from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
-
-pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
-
 
 def _w(name: str, shape: Sequence[int], rng: np.random.Generator, scale: float = 0.1) -> onnx.TensorProto:
     return nh.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
@@ -126,6 +122,31 @@ def transformer_model(dim: int = 32, heads: int = 4) -> onnx.ModelProto:
               h.make_node("MatMul", ["f2", "w2"], ["f3"]), h.make_node("Add", ["r1", "f3"], ["y"])]
     return _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["B", "S", dim])],
                   [h.make_tensor_value_info("y", T.FLOAT, ["B", "S", dim])], inits)
+
+
+def nonzero_detection_model(feat: int = 8) -> onnx.ModelProto:
+    """Scores -> NonZero of those above a threshold -> GatherND of the kept boxes (a count that
+    depends on the data) -> box arithmetic; TopK of the scores per image. feats: [N, A, feat]."""
+    rng = np.random.default_rng(3)
+    inits = [nh.from_array((rng.standard_normal((feat, 4)) * 0.5).astype(np.float32), "wb"),
+             nh.from_array((rng.standard_normal((feat, 1)) * 0.5).astype(np.float32), "wc"),
+             nh.from_array(np.array([0.5], np.float32), "thr"), nh.from_array(np.array([2], np.int64), "k"),
+             nh.from_array(np.array([2], np.int64), "axis2"), nh.from_array(np.array(2.0, np.float32), "two")]
+    nodes = [h.make_node("MatMul", ["feats", "wb"], ["braw"]), h.make_node("Sigmoid", ["braw"], ["boxes"]),
+             h.make_node("MatMul", ["feats", "wc"], ["craw"]), h.make_node("Sigmoid", ["craw"], ["cs"]),
+             h.make_node("Squeeze", ["cs", "axis2"], ["scores"]),
+             h.make_node("Greater", ["scores", "thr"], ["keep"]), h.make_node("NonZero", ["keep"], ["nz"]),
+             h.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+             h.make_node("GatherND", ["boxes", "idx"], ["kept"]), h.make_node("Mul", ["kept", "two"], ["kept2"]),
+             h.make_node("Sigmoid", ["kept2"], ["kept_boxes"]),
+             h.make_node("TopK", ["scores", "k"], ["top_scores", "top_idx"], axis=1)]
+    g = h.make_graph(nodes, "det", [h.make_tensor_value_info("feats", T.FLOAT, ["N", "A", feat])],
+                     [h.make_tensor_value_info("kept_boxes", T.FLOAT, None),
+                      h.make_tensor_value_info("top_scores", T.FLOAT, None),
+                      h.make_tensor_value_info("top_idx", T.INT64, None)], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+    m.ir_version = 9
+    return m
 
 
 def ml_pipeline_model(features: int = 4, classes: int = 3) -> onnx.ModelProto:
@@ -244,158 +265,3 @@ def assert_profiles_cover(sess: Session, feeds: Mapping[str, Any]) -> None:
 def check(sess: Session, model: onnx.ModelProto, feeds: Mapping[str, Any]) -> None:
     assert_same(sess.run(None, feeds), ort_reference(model, feeds))
     assert_profiles_cover(sess, feeds)
-
-
-# ------------------------------------------------------------------ tests
-
-
-def test_conv_chain_five_segments_several_batch_sizes() -> None:
-    m = conv_chain(blocks=3)
-    sess = Session(m, profiles=[{"x": ((1, 8, 16, 16), (2, 8, 16, 16), (4, 8, 16, 16))}],
-                   options=SessionOptions(emulate=True))
-    assert [s.backend for s in sess.plan.segments] == ["tensorrt", "onnxruntime"] * 2 + ["tensorrt"]
-    assert sess.segment_executors == ["emulated", "onnxruntime"] * 2 + ["emulated"]
-    rng = np.random.default_rng(0)
-    for n in (1, 3, 4):
-        check(sess, m, {"x": rng.standard_normal((n, 8, 16, 16)).astype(np.float32)})
-    (z0,) = sess.segment_profiles[2][0].values()  # Resize output: ONNX cannot infer N * scale
-    assert z0.source == "calibrated" and (z0.min, z0.opt, z0.max) == ((1, 8, 16, 16), (2, 8, 16, 16), (4, 8, 16, 16))
-
-
-def test_detection_post_processing_with_nms_topk_loop() -> None:
-    m = detection_model()
-    opts = SessionOptions(emulate=True, exclude_ops=("NonMaxSuppression", "Loop"), min_segment_size=1)
-    sess = Session(m, profiles=[{"feats": ((1, 4, 8), (2, 16, 8), (2, 32, 8))}], options=opts)
-    assert [s.backend for s in sess.plan.segments] == ["tensorrt", "onnxruntime", "tensorrt", "onnxruntime"]
-    selected = sess.segment_profiles[2][0]["selected"]
-    assert selected.source == "calibrated" and selected.data_dependent == (0,)
-    assert (selected.min, selected.max) == ((0, 3), (30, 3))  # NMS bound: 2 batches x 3 classes x 5 boxes
-    rng = np.random.default_rng(5)
-    for shape in ((1, 4, 8), (2, 16, 8), (2, 32, 8), (1, 20, 8)):
-        check(sess, m, {"feats": rng.standard_normal(shape).astype(np.float32)})
-
-
-def test_detection_whole_model_on_tensorrt_single_segment() -> None:
-    m = detection_model()
-    sess = Session(m, profiles=[{"feats": ((1, 4, 8), (2, 16, 8), (2, 32, 8))}], options=SessionOptions(emulate=True))
-    assert len(sess.plan.segments) == 1 and sess.segment_executors == ["emulated"]
-    check(sess, m, {"feats": np.random.default_rng(6).standard_normal((2, 10, 8)).astype(np.float32)})
-
-
-def test_transformer_block_dynamic_sequence_length() -> None:
-    m = transformer_model()
-    opts = SessionOptions(emulate=True, exclude_ops=("Softmax", "LayerNormalization"), min_segment_size=1)
-    sess = Session(m, profiles=[{"x": ((1, 1, 32), (2, 8, 32), (2, 16, 32))}], options=opts)
-    assert len(sess.plan.segments) >= 5
-    by_source = {tp.source for seg in sess.plan.tensorrt_segments() for p in sess.segment_profiles[seg.id]
-                 for tp in p.values()}
-    assert "symbolic" in by_source
-    shape_inputs = {n: tp for seg in sess.plan.tensorrt_segments() for p in sess.segment_profiles[seg.id]
-                    for n, tp in p.items() if tp.values is not None}
-    for tp in shape_inputs.values():  # shape tensors carry value ranges: B in 1..2, S in 1..16
-        assert tp.values[0][:2] == (1, 1) and tp.values[2][:2] == (2, 16)
-    rng = np.random.default_rng(7)
-    for b, s in ((1, 1), (2, 7), (1, 16), (2, 16)):
-        check(sess, m, {"x": rng.standard_normal((b, s, 32)).astype(np.float32)})
-
-
-def test_transformer_several_profiles() -> None:
-    m = transformer_model()
-    opts = SessionOptions(emulate=True, exclude_ops=("Softmax",), min_segment_size=1)
-    profiles = [{"x": ((1, 1, 32), (1, 4, 32), (1, 8, 32))}, {"x": ((2, 8, 32), (2, 32, 32), (2, 64, 32))}]
-    sess = Session(m, profiles=profiles, options=opts)
-    assert all(len(sess.segment_profiles[s.id]) == 2 for s in sess.plan.tensorrt_segments())
-    rng = np.random.default_rng(8)
-    for b, s in ((1, 3), (2, 40), (2, 64)):
-        check(sess, m, {"x": rng.standard_normal((b, s, 32)).astype(np.float32)})
-
-
-def test_onnx_ml_pipeline_by_hand() -> None:
-    m = ml_pipeline_model()
-    # the hand-made pipeline's TensorRT part is a few element-wise ops (no price of boundaries here)
-    sess = Session(m, profiles=[{"X": ((1, 4), (8, 4), (64, 4))}], options=SessionOptions(emulate=True, boundary_cost=None))
-    backends = [s.backend for s in sess.plan.segments]
-    assert "onnxruntime" in backends and "tensorrt" in backends
-    assert sess.get_outputs()[1].type == "seq(map(int64,tensor(float)))"
-    rng = np.random.default_rng(9)
-    for n in (1, 5, 64):
-        check(sess, m, {"X": rng.standard_normal((n, 4)).astype(np.float32)})
-
-
-def test_skl2onnx_pipeline() -> None:
-    pytest.importorskip("sklearn")
-    skl2onnx = pytest.importorskip("skl2onnx")
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    rng = np.random.default_rng(10)
-    X = rng.standard_normal((60, 5)).astype(np.float32)
-    y = (X[:, 0] + X[:, 1] > 0).astype(np.int64) + (X[:, 2] > 1)
-    pipe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=200)).fit(X, y)
-    from skl2onnx.common.data_types import FloatTensorType
-
-    m = skl2onnx.convert_sklearn(pipe, initial_types=[("X", FloatTensorType([None, 5]))], target_opset=17)
-    sess = Session(m, profiles=[{"X": ((1, 5), (8, 5), (32, 5))}], options=SessionOptions(emulate=True))
-    for n in (1, 7, 32):
-        feeds = {"X": rng.standard_normal((n, 5)).astype(np.float32)}
-        assert_same(sess.run(None, feeds), ort_reference(m, feeds))
-
-
-def test_every_dtype_crosses_segment_boundaries() -> None:
-    m = dtype_model()
-    names = tuple(f"pass_{T.DataType.Name(t).lower()}" for t in DTYPES)
-    sess = Session(m, profiles=[{"x": ((1, 4), (2, 4), (3, 4))}],
-                   options=SessionOptions(emulate=True, exclude_nodes=names, min_segment_size=1))
-    crossing = {n for s in sess.plan.segments[1:] for n in s.inputs}
-    for t in DTYPES:
-        assert f"{T.DataType.Name(t).lower()}_a" in crossing or f"{T.DataType.Name(t).lower()}_b" in crossing
-    x = np.random.default_rng(11).standard_normal((3, 4)).astype(np.float32)
-    check(sess, m, {"x": x})
-
-
-def test_bfloat16_crosses_a_boundary_and_comes_back_as_ml_dtypes() -> None:
-    nodes = [h.make_node("Relu", ["x"], ["r"]), h.make_node("Cast", ["r"], ["y"], to=T.BFLOAT16),
-             h.make_node("Identity", ["y"], ["z"], name="keep")]
-    m = _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
-               [h.make_tensor_value_info("y", T.BFLOAT16, [2, 3]), h.make_tensor_value_info("z", T.BFLOAT16, [2, 3])])
-    sess = Session(m, options=SessionOptions(emulate=True, exclude_nodes=("keep",), min_segment_size=1))
-    assert [s.backend for s in sess.plan.segments] == ["tensorrt", "onnxruntime"]
-    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
-    y, z = sess.run(None, {"x": x})
-    assert y.dtype.name == "bfloat16" and z.dtype.name == "bfloat16"
-    np.testing.assert_array_equal(y.astype(np.float32), np.maximum(x, 0))
-    np.testing.assert_array_equal(z.astype(np.float32), np.maximum(x, 0))
-
-
-def test_sequences_and_optionals_pass_between_onnxruntime_segments() -> None:
-    m = sequence_model()
-    sess = Session(m, profiles=[{"x": ((1, 3), (2, 3), (4, 3))}], options=SessionOptions(emulate=True, boundary_cost=None))
-    backends = [s.backend for s in sess.plan.segments]
-    assert backends == ["onnxruntime", "tensorrt", "onnxruntime"]
-    assert {"seq", "opt"} <= set(sess.plan.segments[2].inputs)
-    assert sess.get_outputs()[2].type == "seq(tensor(float))"
-    for n in (1, 4):
-        x = np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32)
-        check(sess, m, {"x": x})
-
-
-def test_calibration_runs_the_whole_model_once_per_point(monkeypatch) -> None:
-    """Profiles of every calibrated tensor come from one whole-model run per calibration point
-    (min, opt, max, and the data-dependence probe), however many tensors are recorded."""
-    import trt_backend.compiler as compile_module
-
-    calls: list[int] = []
-    real = compile_module.tapped_session
-
-    def counting(model, names, options, what):
-        run = real(model, names, options, what)
-        calls.append(len(names))
-        return lambda feeds, wanted: calls.append(-1) or run(feeds, wanted)
-
-    monkeypatch.setattr(compile_module, "tapped_session", counting)
-    opts = SessionOptions(emulate=True, exclude_ops=("NonMaxSuppression", "Loop"), min_segment_size=1)
-    Session(detection_model(), profiles=[{"feats": ((1, 4, 8), (2, 16, 8), (2, 32, 8))}], options=opts)
-    sessions, runs = [c for c in calls if c >= 0], calls.count(-1)
-    assert len(sessions) == 1 and sessions[0] >= 4  # one tapped session, several tensors recorded
-    assert runs == 4

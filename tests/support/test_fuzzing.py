@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-import benchmarks.fuzz as fz
-from benchmarks.fuzz_mutants import MUTATIONS, make_mutant, seed_models
+import tests.support.fuzzing as fz
+from tests.support.mutants import MUTATIONS, make_mutant, seed_models
 
 SEED = 16
 MUTANTS = range(96)

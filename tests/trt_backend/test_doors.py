@@ -17,7 +17,7 @@ from onnx import numpy_helper
 
 import trt_backend
 from tests.trt_backend.engines.test_int8 import cnn
-from tests.trt_backend.session.test_graphs import transformer_model
+from tests.support.graphs import transformer_model
 from trt_backend.accuracy.auto_precision import AutoOptions
 from trt_backend.cli import main
 from trt_backend.engines.builder import BuildOptions

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from benchmarks.backend_node_cases import PASSED, load_cases, run_ort, run_ours
+from tests.support.onnx_backend_cases import PASSED, load_cases, run_ort, run_ours
 from trt_backend import onnx_backend as backend
 from trt_backend.errors import FeedError, OptionsError, TensorRTUnavailableError
 

@@ -13,7 +13,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from benchmarks.large_models import write_mlp
+from tests.support.external_mlp import write_mlp
 from trt_backend.cli import main
 from trt_backend.engines.builder import (
     BuildOptions,
