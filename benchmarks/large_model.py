@@ -2,7 +2,7 @@
 an RTX ahead-of-time build, each in a fresh child process: wall time and peak RSS per step.
 
 The model (generated once into ``--cache``, default ``~/.cache/trt-backend-large``, weights
-written a chunk at a time, never held whole) is :func:`large_models.write_mlp`: MatMul+Add+Gelu
+written a chunk at a time, never held whole) is :func:`tests.support.external_mlp.write_mlp`: MatMul+Add+Gelu
 blocks of ``[N, hidden] x [hidden, hidden]`` with a Det block TensorRT refuses in the middle
 (three segments), ``N`` dynamic. Default: hidden 4096, 48 blocks, 3.0 GiB of fp32 weights.
 

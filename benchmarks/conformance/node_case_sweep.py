@@ -7,7 +7,7 @@ in ONNX Runtime (CPU). Also records whether ONNX Runtime loads the original mode
 Target: every case whose original model ONNX Runtime loads has all its segments pass the
 checker and load in ONNX Runtime. A report: it exits 0 even when the target fails.
 
-    python benchmarks/node_case_sweep.py [--limit N] [--pattern SUBSTR] [--json OUT] [--isolate]
+    python benchmarks/conformance/node_case_sweep.py [--limit N] [--pattern SUBSTR] [--json OUT] [--isolate]
                                          [--min-segment-size K]
 
 A native crash (parser or ONNX Runtime) kills the process; ``--isolate`` runs the cases in

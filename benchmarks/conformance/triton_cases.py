@@ -3,7 +3,7 @@ real tritonserver: the demo (with and without batching), a dynamic-length transf
 NonZero detection graph, an NMS + Loop detection graph (scalars across boundaries), a conv chain with external weights, and the demo as full-TensorRT plans
 (stand-in engine bytes: full TensorRT does not install here). Prints the check commands.
 
-    python benchmarks/triton_cases.py /tmp/triton_cases     # project venv, repository root
+    python benchmarks/conformance/triton_cases.py /tmp/triton_cases     # project venv, repository root
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def main() -> int:
     checks.append((p("plan_repo"), DEMO_PATH, "image:2x3x32x32"))
     print("\ncheck each in PyTriton's venv:")
     for repo, model, shape in checks:
-        print(f"  python benchmarks/triton_serve_check.py {repo} {model} --shape {shape}")
+        print(f"  python benchmarks/conformance/triton_serve_check.py {repo} {model} --shape {shape}")
     return 0
 
 

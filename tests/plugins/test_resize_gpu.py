@@ -1,6 +1,6 @@
 """The Resize kernel on a CUDA device, launched as the plugin's JIT path and TensorRT's AOT path
 launch it, equals the host build bit for bit (which matches ONNX Runtime). Skipped without a
-usable CUDA device; ``benchmarks/resize_gpu_check.py`` runs the larger version."""
+usable CUDA device; ``benchmarks/device/resize_gpu_check.py`` runs the larger version."""
 from __future__ import annotations
 
 import numpy as np

@@ -74,7 +74,7 @@ def write_mlp(path: str, hidden: int = 256, blocks: int = 8, *, seed: int = 0,
     os.replace(tmp, os.path.join(folder, location))
     graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", hidden])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", hidden])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="large_models")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="external_mlp")
     model.ir_version = 9
     tmp_model = path + ".part"
     with open(tmp_model, "wb") as f:

@@ -1,6 +1,6 @@
 """``trt_backend.onnx_backend`` as an ``onnx.backend``: prepare/run_model/run_node/supports_device, the
 ONNX backend node cases against ONNX Runtime alone (a subset: the full run is
-benchmarks/backend_node_cases.py), and onnx's own backend test runner on its stored models."""
+benchmarks/conformance/backend_node_cases.py), and onnx's own backend test runner on its stored models."""
 from __future__ import annotations
 
 import os

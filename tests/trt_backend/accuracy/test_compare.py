@@ -215,7 +215,7 @@ def test_bad_input() -> None:
 
 def test_inputs_too_large_for_memory_are_one_error_naming_the_input() -> None:
     """Polygraphy samples float inputs as float64: 2^50 elements would be 8 PiB, refused before
-    anything is allocated (found by benchmarks/fuzz.py: a numpy allocation traceback before)."""
+    anything is allocated (found by benchmarks/conformance/fuzz.py: a numpy allocation traceback before)."""
     from trt_backend.errors import MemoryLimitError
 
     shape = [2**20, 2**20, 2**10]
@@ -228,7 +228,7 @@ def test_inputs_too_large_for_memory_are_one_error_naming_the_input() -> None:
 
 def test_an_input_of_unknown_rank_is_compared_at_the_given_shape() -> None:
     """Polygraphy's shape check needs a rank; a model input of unknown rank was a TypeError
-    traceback inside it (found by benchmarks/fuzz.py), now the feeds' rank is used."""
+    traceback inside it (found by benchmarks/conformance/fuzz.py), now the feeds' rank is used."""
     nodes = [h.make_node("Relu", ["x"], ["a"]), h.make_node("Sigmoid", ["a"], ["b"]), h.make_node("Neg", ["b"], ["y"])]
     m = h.make_model(h.make_graph(nodes, "unranked", [h.make_tensor_value_info("x", T.FLOAT, None)],
                                   [h.make_tensor_value_info("y", T.FLOAT, None)]), opset_imports=[h.make_opsetid("", 18)])
