@@ -1,6 +1,6 @@
 """Seeded mutation fuzzer: malformed models through every subcommand and the Python API.
 
-    python benchmarks/conformance/fuzz.py --mutants 1000 --seed 16 --timeout 60 --commands inspect,run,build,compare,bench,api
+    python benchmarks/conformance/fuzz.py --mutants 1000 --seed 16 --timeout 60     # all six commands
     python benchmarks/conformance/fuzz.py --seed 16 --only 417 --save /tmp/m417     # one mutant again, its files kept
 
 Each mutant (``tests/support/mutants.py``: byte-level and protobuf-valid semantic edits of five

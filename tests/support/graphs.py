@@ -20,6 +20,7 @@ from trt_backend.ort.threads import inference_session
 from trt_backend.profiles import covering_profile
 from trt_backend.session.session import Session
 
+
 def _w(name: str, shape: Sequence[int], rng: np.random.Generator, scale: float = 0.1) -> onnx.TensorProto:
     return nh.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
 

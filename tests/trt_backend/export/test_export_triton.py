@@ -14,7 +14,6 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from tests.support.triton_checker import check_repo, load_repo, run_ensemble
 from tests.support.graphs import (
     assert_same,
     conv_chain,
@@ -23,6 +22,7 @@ from tests.support.graphs import (
     ort_reference,
     transformer_model,
 )
+from tests.support.triton_checker import check_repo, load_repo, run_ensemble
 from trt_backend.cli import main
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import ExportError, OptionsError

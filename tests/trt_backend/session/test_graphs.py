@@ -8,7 +8,16 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from tests.support.graphs import (
-    DTYPES, _model, assert_same, check, conv_chain, detection_model, dtype_model, ml_pipeline_model, ort_reference, sequence_model,
+    DTYPES,
+    _model,
+    assert_same,
+    check,
+    conv_chain,
+    detection_model,
+    dtype_model,
+    ml_pipeline_model,
+    ort_reference,
+    sequence_model,
     transformer_model,
 )
 from trt_backend.session.options import SessionOptions
