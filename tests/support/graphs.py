@@ -15,7 +15,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from tests.helpers import crop_resize
+from tests.helpers import const, crop_resize, model, vi
 from trt_backend.ort.threads import inference_session
 from trt_backend.profiles import covering_profile
 from trt_backend.session.session import Session
@@ -266,3 +266,76 @@ def assert_profiles_cover(sess: Session, feeds: Mapping[str, Any]) -> None:
 def check(sess: Session, model: onnx.ModelProto, feeds: Mapping[str, Any]) -> None:
     assert_same(sess.run(None, feeds), ort_reference(model, feeds))
     assert_profiles_cover(sess, feeds)
+
+
+# ------------------------------------------------------------------ small CNNs around a crop-and-resize Resize
+
+CONV_RESIZE_PROFILE = [{"x": ((1, 3, 16, 16), (2, 3, 16, 16), (4, 3, 16, 16)),
+                        "r": ((1, 4, 16, 16), (2, 4, 16, 16), (4, 4, 16, 16))}]
+
+
+def conv_resize_conv(batch: str | int = "N") -> onnx.ModelProto:
+    """Conv -> Resize(tf_crop_and_resize, rejected by TensorRT) -> Conv -> Relu."""
+    rng = np.random.default_rng(0)
+    resize, inits = crop_resize("c", "r")
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv1"), resize,
+             h.make_node("Conv", ["r", "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+             h.make_node("Relu", ["c2"], ["y"], name="relu")]
+    inits += [const("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+              const("w2", rng.standard_normal((4, 4, 3, 3)).astype(np.float32))]
+    return model(nodes, [vi("x", [batch, 3, 16, 16])], [vi("y", [batch, 4, 16, 16])], inits)
+
+
+def cnn() -> onnx.ModelProto:
+    """[Conv -> Relu] x2 -> crop-and-resize Resize (ONNX Runtime) -> Conv -> Relu -> GAP -> Flatten -> Gemm."""
+    rng = np.random.default_rng(0)
+    inits, nodes, prev, cin = [], [], "x", 3
+    for i, cout in enumerate((8, 16, 16)):
+        inits += [nh.from_array((rng.standard_normal((cout, cin, 3, 3)) * 0.3).astype(np.float32), f"w{i}"),
+                  nh.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), f"b{i}")]
+        if i == 2:
+            resize, consts = crop_resize(prev, "rs", "resize")
+            nodes.append(resize)
+            inits += consts
+            prev = "rs"
+        nodes += [h.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1], name=f"conv{i}"),
+                  h.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}")]
+        prev, cin = f"r{i}", cout
+    inits += [nh.from_array((rng.standard_normal((16, 10)) * 0.3).astype(np.float32), "fw"),
+              nh.from_array((rng.standard_normal(10) * 0.1).astype(np.float32), "fb")]
+    nodes += [h.make_node("GlobalAveragePool", [prev], ["g"], name="gap"), h.make_node("Flatten", ["g"], ["f"], name="flat"),
+              h.make_node("Gemm", ["f", "fw", "fb"], ["y"], name="fc")]
+    m = h.make_model(h.make_graph(nodes, "cnn", [vi("x", ["N", 3, 16, 16])], [vi("y", ["N", 10])], inits),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def three_segments(batch: int | str = "N") -> onnx.ModelProto:
+    """Conv+Relu+Sigmoid (TensorRT) -> crop-and-resize Resize (ONNX Runtime: TensorRT rejects it)
+    -> Conv+Relu (TensorRT); outputs y (from the last segment) and z (from the first)."""
+    rng = np.random.default_rng(0)
+    w1 = nh.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w1")
+    w2 = nh.from_array(rng.standard_normal((4, 8, 3, 3)).astype(np.float32), "w2")
+    resize, consts = crop_resize("r1", "rs")
+    nodes = [h.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             h.make_node("Sigmoid", ["r1"], ["z"], name="sigmoid"),
+             resize,
+             h.make_node("Conv", ["rs", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c2"], ["y"], name="relu2")]
+    graph = h.make_graph(nodes, "three", [h.make_tensor_value_info("x", T.FLOAT, [batch, 3, 8, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, None), h.make_tensor_value_info("z", T.FLOAT, None)],
+                         [w1, w2, *consts])
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 18)])
+    m.ir_version = 9
+    return m
+
+
+def custom_op_model() -> onnx.ModelProto:
+    nodes = [h.make_node("Relu", ["x"], ["a"]), h.make_node("Frobnicate", ["a"], ["y"], domain="example.custom")]
+    m = h.make_model(h.make_graph(nodes, "custom", [h.make_tensor_value_info("x", T.FLOAT, [2])],
+                                  [h.make_tensor_value_info("y", T.FLOAT, [2])]),
+                     opset_imports=[h.make_opsetid("", 18), h.make_opsetid("example.custom", 1)])
+    m.ir_version = 9
+    return m
