@@ -82,11 +82,12 @@ def _is_test_module(name: str) -> bool:
 
 
 def test_tests_and_benchmarks_do_not_import_each_other() -> None:
-    """No test imports ``benchmarks``; no benchmark imports a test module (``tests/**/test_*.py``).
-    Benchmarks may import ``tests.support`` (model builders and checkers shared with the tests)."""
+    """No test imports ``benchmarks``; no benchmark imports a test module (``tests/**/test_*.py``),
+    and neither does another test module: what they share lives in ``tests.support``, which
+    benchmarks may import."""
     tests, benches = _python_files("tests"), _python_files("benchmarks")
     wrong = [f"{os.path.relpath(p, ROOT)}: {n}" for p in tests for n in _imports(p)
-             if n == "benchmarks" or n.startswith("benchmarks.")]
+             if n == "benchmarks" or n.startswith("benchmarks.") or _is_test_module(n)]
     wrong += [f"{os.path.relpath(p, ROOT)}: {n}" for p in benches for n in _imports(p) if _is_test_module(n)]
     assert not wrong, "\n".join(wrong)
     # the walk sees what it should: benchmarks do use tests.support, and the rule's own check bites
