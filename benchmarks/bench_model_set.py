@@ -23,7 +23,7 @@ import onnx
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.trt_backend.session.test_graphs import detection_model, transformer_model  # noqa: E402
+from tests.support.graphs import detection_model, transformer_model  # noqa: E402
 from trt_backend.bench.candidates import BASELINES  # noqa: E402
 from trt_backend.bench.loop import BenchOptions, run_bench  # noqa: E402
 from trt_backend.bench.report import BenchResult  # noqa: E402

@@ -22,7 +22,7 @@ import onnx
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.trt_backend.session.test_graphs import conv_chain  # noqa: E402
+from tests.support.graphs import conv_chain  # noqa: E402
 from trt_backend.accuracy.compare import compare  # noqa: E402
 from trt_backend.session.options import SessionOptions  # noqa: E402
 
@@ -56,8 +56,9 @@ def measure(name: str, make: Callable[[], Any], extra: dict[str, Any], profiles:
     model = make()
     plain_s, plain = timed(lambda: compare(model, profiles=profiles, session_options=so))
     loc_s, loc = timed(lambda: compare(model, profiles=profiles, session_options=so, localize="always"))
-    fp16_s, fp16 = timed(lambda: compare(model, profiles=profiles, session_options=so, precision="fp16",
-                                         atol=1e-5, rtol=1e-5, localize=True))
+    so16 = SessionOptions(emulate=True, precision="fp16", **extra)  # compare checks the session's precision
+    fp16_s, fp16 = timed(lambda: compare(model, profiles=profiles, session_options=so16, atol=1e-5, rtol=1e-5,
+                                         localize=True))
     culprit = fp16.localization.segment if fp16.localization else None
     return {"case": name, "segments": len(plain.executors), "passed": plain.passed,
             "max_abs_error": max(o.error.max_abs_error for o in plain.outputs), "compare_s": plain_s,

@@ -21,7 +21,7 @@ import onnx
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.models import DEEP_CHAIN_EXCLUDE, deep_chain, long_chain  # noqa: E402
+from tests.support.chains import DEEP_CHAIN_EXCLUDE, deep_chain, long_chain  # noqa: E402
 
 _WRAP = """
 import resource, subprocess, sys, time, json

@@ -2,7 +2,7 @@
 an RTX ahead-of-time build, each in a fresh child process: wall time and peak RSS per step.
 
 The model (generated once into ``--cache``, default ``~/.cache/trt-backend-large``, weights
-written a chunk at a time, never held whole) is :func:`large_models.write_mlp`: MatMul+Add+Gelu
+written a chunk at a time, never held whole) is :func:`tests.support.external_mlp.write_mlp`: MatMul+Add+Gelu
 blocks of ``[N, hidden] x [hidden, hidden]`` with a Det block TensorRT refuses in the middle
 (three segments), ``N`` dynamic. Default: hidden 4096, 48 blocks, 3.0 GiB of fp32 weights.
 
@@ -44,7 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from benchmarks.large_models import write_mlp  # noqa: E402
+from tests.support.external_mlp import write_mlp  # noqa: E402
 from trt_backend.ort.values import parse_size  # noqa: E402
 
 GIB = 2**30

@@ -42,9 +42,8 @@ from typing import Any
 import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from models import long_chain  # noqa: E402
+from tests.support.chains import long_chain  # noqa: E402
 
 from partitioner import PartitionOptions, plan_model
 

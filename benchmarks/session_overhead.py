@@ -38,7 +38,7 @@ import onnx
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.trt_backend.session.test_graphs import conv_chain, transformer_model  # noqa: E402
+from tests.support.graphs import conv_chain, transformer_model  # noqa: E402
 from trt_backend.session.options import SessionOptions  # noqa: E402
 from trt_backend.session.session import Session  # noqa: E402
 

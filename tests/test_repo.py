@@ -80,3 +80,60 @@ def test_the_version_is_written_once() -> None:
     got = subprocess.run([sys.executable, os.path.join(ROOT, "setup.py"), "--version"], cwd=str(ROOT),
                          capture_output=True, text=True, check=True).stdout.split()
     assert got[-1] == __version__
+
+
+def _imports(path: str) -> list[str]:
+    """Every module an ``import`` or ``from ... import`` statement in ``path`` names, at any depth
+    (imports inside functions count)."""
+    import ast
+
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    return names
+
+
+def _python_files(folder: str) -> list[str]:
+    found = []
+    for dirpath, _, files in os.walk(os.path.join(ROOT, folder)):
+        found += [os.path.join(dirpath, f) for f in files if f.endswith(".py")]
+    return sorted(found)
+
+
+def _is_test_module(name: str) -> bool:
+    parts = name.split(".")
+    return parts[0] == "tests" and any(p.startswith("test_") for p in parts[1:])
+
+
+def test_tests_and_benchmarks_do_not_import_each_other() -> None:
+    """No test imports ``benchmarks``; no benchmark imports a test module (``tests/**/test_*.py``),
+    and neither does another test module: what they share lives in ``tests.support``, which
+    benchmarks may import."""
+    tests, benches = _python_files("tests"), _python_files("benchmarks")
+    wrong = [f"{os.path.relpath(p, ROOT)}: {n}" for p in tests for n in _imports(p)
+             if n == "benchmarks" or n.startswith("benchmarks.") or _is_test_module(n)]
+    wrong += [f"{os.path.relpath(p, ROOT)}: {n}" for p in benches for n in _imports(p) if _is_test_module(n)]
+    assert not wrong, "\n".join(wrong)
+    # the walk sees what it should: benchmarks do use tests.support, and the rule's own check bites
+    assert any(n.startswith("tests.support") for p in benches for n in _imports(p))
+    assert _is_test_module("tests.trt_backend.session.test_graphs") and not _is_test_module("tests.support.graphs")
+
+
+def test_benchmarks_folder_holds_timing_scripts_and_two_subfolders() -> None:
+    """benchmarks/ holds the timing scripts and their README; conformance/ and device/ each hold
+    their own scripts and a README that names every one of them."""
+    top = os.path.join(ROOT, "benchmarks")
+    entries = {e for e in os.listdir(top) if not e.startswith(".") and e != "__pycache__"}
+    assert {e for e in entries if os.path.isdir(os.path.join(top, e))} == {"conformance", "device"}
+    assert {e for e in entries if not os.path.isdir(os.path.join(top, e)) and not e.endswith(".py")} == {"README.md"}
+    for folder in ("benchmarks", "benchmarks/conformance", "benchmarks/device"):
+        readme = read(f"{folder}/README.md")
+        scripts = [e for e in os.listdir(os.path.join(ROOT, folder)) if e.endswith((".py", ".sh"))]
+        assert scripts
+        missing = [s for s in scripts if s not in readme]
+        assert not missing, f"{folder}/README.md does not name {missing}"

@@ -1,6 +1,6 @@
 """Checks of the host-compiled Resize kernel against ONNX Runtime (and the ONNX backend suite).
 
-Shared by ``benchmarks/resize_kernel_check.py`` (hundreds of combinations) and the CI tests (a
+Shared by ``benchmarks/device/resize_kernel_check.py`` (hundreds of combinations) and the CI tests (a
 broad subset). ONNX Runtime is imported on first use."""
 from __future__ import annotations
 

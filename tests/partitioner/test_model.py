@@ -252,7 +252,7 @@ def _if_model(then_output_type: int) -> onnx.ModelProto:
 
 def test_subgraphs_declared_types_are_checked_at_load() -> None:
     """An If branch whose output declares elem_type 99 was a ValueError traceback out of ONNX shape
-    inference (found by benchmarks/fuzz.py); now one error naming the node, branch and tensor."""
+    inference (found by benchmarks/conformance/fuzz.py); now one error naming the node, branch and tensor."""
     with pytest.raises(InvalidModelError, match=r"node 'branch' \(If\) then_branch: graph output 't' declares "
                                                 r"elem_type 99, which is not an ONNX data type"):
         load_model(_if_model(99))
@@ -273,7 +273,7 @@ def test_shape_inference_failing_with_a_value_error_is_not_fatal(caplog) -> None
 
 def test_tensors_of_unknown_data_type_are_one_error_naming_them() -> None:
     """An initializer of data_type 99 reached the Resize plugin's constant read as ``KeyError: 99``
-    (found by benchmarks/fuzz.py); initializers and tensor attributes, in subgraphs too, are
+    (found by benchmarks/conformance/fuzz.py); initializers and tensor attributes, in subgraphs too, are
     checked at load."""
     bad = const("c", np.ones(4, np.float32))
     bad.data_type = 99
@@ -311,9 +311,9 @@ def test_raw_weights_of_another_length_than_their_dims_need_are_refused(dims, nb
 
 def test_a_name_that_is_not_utf8_is_one_clear_error() -> None:
     """ONNX's checker cannot format its message about such a model (UnicodeDecodeError, found by
-    ``benchmarks/fuzz.py --seed 5``, mutant 162: bit flips in a model with subgraphs):
+    ``benchmarks/conformance/fuzz.py --seed 5``, mutant 162: bit flips in a model with subgraphs):
     InvalidModelError instead of a traceback."""
-    from benchmarks.fuzz_mutants import make_mutant, seed_models
+    from tests.support.mutants import make_mutant, seed_models
 
     mutant = make_mutant(seed_models(), 162, 5)
     with pytest.raises(InvalidModelError, match=r"<bytes>: invalid ONNX model: a name or string in it is not "

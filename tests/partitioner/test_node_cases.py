@@ -1,6 +1,6 @@
 """Every ONNX backend node case through the planner with the real parser: each segment is a
 standalone model that passes the full checker and loads in ONNX Runtime whenever the original
-does (benchmarks/node_case_sweep.py prints the same sweep as a report)."""
+does (benchmarks/conformance/node_case_sweep.py prints the same sweep as a report)."""
 from __future__ import annotations
 
 import onnx

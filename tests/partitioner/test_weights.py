@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from benchmarks.large_models import write_mlp
+from tests.support.external_mlp import write_mlp
 from partitioner import (
     ModelLoadError,
     ModelTooLargeError,

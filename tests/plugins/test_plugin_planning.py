@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from benchmarks.plugin_models import crop_cnn, fpn, native_upsample
+from tests.support.resize_models import crop_cnn, fpn, native_upsample
 from partitioner import OptionsError, PartitionOptions, QueryResult, plan_model
 from plugins import default_registry, rewrite_for_engine
 from tests.helpers import assert_plan_valid

@@ -12,7 +12,7 @@ import pytest
 from onnx import helper
 
 import plugins
-from benchmarks.plugin_models import crop_cnn, fpn
+from tests.support.resize_models import crop_cnn, fpn
 from partitioner import Claim, OptionsError, PluginClaim, load_model
 from plugins import Registry, claimed_nodes, default_registry, rewrite_for_engine
 from plugins.resize import record

@@ -1,6 +1,6 @@
 """The Resize kernel on a CUDA device, launched as the plugin's JIT path and TensorRT's AOT path
 launch it, equals the host build bit for bit (which matches ONNX Runtime). Skipped without a
-usable CUDA device; ``benchmarks/resize_gpu_check.py`` runs the larger version."""
+usable CUDA device; ``benchmarks/device/resize_gpu_check.py`` runs the larger version."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def device():
-    from benchmarks.resize_gpu_check import Device
+    from tests.support.resize_gpu import Device
 
     try:
         return Device()
@@ -23,7 +23,7 @@ def device():
 
 
 def test_generic_and_aot_kernels_equal_the_host_build(device) -> None:
-    from benchmarks.resize_gpu_check import aot, generic
+    from tests.support.resize_gpu import aot, generic
 
     for k, case in enumerate(random_cases(40, seed=9)):
         params, x = case.params(), case.input()

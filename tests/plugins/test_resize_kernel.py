@@ -1,6 +1,6 @@
 """The Resize kernel source compiled for the host (g++) against ONNX Runtime's Resize on CPU:
 a broad random subset, every Resize case of the ONNX backend node suite, float16/bfloat16
-conversions, and the AOT-specialised source. ``benchmarks/resize_kernel_check.py`` runs more."""
+conversions, and the AOT-specialised source. ``benchmarks/device/resize_kernel_check.py`` runs more."""
 from __future__ import annotations
 
 import ctypes

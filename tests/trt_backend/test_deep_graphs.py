@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from benchmarks.models import DEEP_CHAIN_EXCLUDE, deep_chain
+from tests.support.chains import DEEP_CHAIN_EXCLUDE, deep_chain
 from partitioner import PartitionOptions, load_model, plan_model
 from tests.helpers import const, model, vi
 from trt_backend.cli import main

@@ -16,8 +16,7 @@ import pytest
 from onnx import numpy_helper
 
 import trt_backend
-from tests.trt_backend.engines.test_int8 import cnn
-from tests.trt_backend.session.test_graphs import transformer_model
+from tests.support.graphs import cnn, transformer_model
 from trt_backend.accuracy.auto_precision import AutoOptions
 from trt_backend.cli import main
 from trt_backend.engines.builder import BuildOptions
@@ -188,7 +187,7 @@ def test_export_triton_of_a_folder_carries_the_built_precision(material, precisi
         assert qdq == (built_precision == "int8"), (seg, built_precision)
         mode = {"int8": "INT8", "fp16": "FP16"}.get(built_precision)
         if mode is not None:
-            assert f'"precision_mode"' in configs[seg] and f'"{mode}"' in configs[seg]
+            assert '"precision_mode"' in configs[seg] and f'"{mode}"' in configs[seg]
 
 
 def test_build_options_are_refused_on_a_folder_in_one_line(material, tmp_path, capsys) -> None:

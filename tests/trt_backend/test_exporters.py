@@ -13,7 +13,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from tests.trt_backend.session.test_graphs import assert_same, ort_reference
+from tests.support.graphs import assert_same, ort_reference
 from trt_backend.artifacts.write import build as build_folder
 from trt_backend.ort.probe import HOW
 from trt_backend.planning import load_normalized

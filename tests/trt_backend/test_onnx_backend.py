@@ -1,6 +1,6 @@
 """``trt_backend.onnx_backend`` as an ``onnx.backend``: prepare/run_model/run_node/supports_device, the
 ONNX backend node cases against ONNX Runtime alone (a subset: the full run is
-benchmarks/backend_node_cases.py), and onnx's own backend test runner on its stored models."""
+benchmarks/conformance/backend_node_cases.py), and onnx's own backend test runner on its stored models."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from benchmarks.backend_node_cases import PASSED, load_cases, run_ort, run_ours
+from tests.support.onnx_backend_cases import PASSED, load_cases, run_ort, run_ours
 from trt_backend import onnx_backend as backend
 from trt_backend.errors import FeedError, OptionsError, TensorRTUnavailableError
 

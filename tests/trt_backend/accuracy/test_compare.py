@@ -9,15 +9,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
-from onnx import numpy_helper as nh
 
 import trt_backend
 from partitioner.errors import ModelLoadError, OptionsError
-from tests.helpers import crop_resize
+from tests.support.graphs import custom_op_model, three_segments
 from trt_backend.accuracy.compare import compare
 from trt_backend.accuracy.options import CompareOptions
 from trt_backend.errors import ReferenceRunError
@@ -30,27 +28,6 @@ pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
 EMULATE = SessionOptions(emulate=True)
 EMULATE_FP16 = SessionOptions(emulate=True, precision="fp16")
 EMULATE_BF16 = SessionOptions(emulate=True, precision="bf16")
-
-
-def three_segments(batch: int | str = "N") -> onnx.ModelProto:
-    """Conv+Relu+Sigmoid (TensorRT) -> crop-and-resize Resize (ONNX Runtime: TensorRT rejects it)
-    -> Conv+Relu (TensorRT); outputs y (from the last segment) and z (from the first)."""
-    rng = np.random.default_rng(0)
-    w1 = nh.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w1")
-    w2 = nh.from_array(rng.standard_normal((4, 8, 3, 3)).astype(np.float32), "w2")
-    resize, consts = crop_resize("r1", "rs")
-    nodes = [h.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
-             h.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             h.make_node("Sigmoid", ["r1"], ["z"], name="sigmoid"),
-             resize,
-             h.make_node("Conv", ["rs", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
-             h.make_node("Relu", ["c2"], ["y"], name="relu2")]
-    graph = h.make_graph(nodes, "three", [h.make_tensor_value_info("x", T.FLOAT, [batch, 3, 8, 8])],
-                         [h.make_tensor_value_info("y", T.FLOAT, None), h.make_tensor_value_info("z", T.FLOAT, None)],
-                         [w1, w2, *consts])
-    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 18)])
-    m.ir_version = 9
-    return m
 
 
 PROFILE = [{"x": ((1, 3, 8, 8), (2, 3, 8, 8), (4, 3, 8, 8))}]
@@ -228,7 +205,7 @@ def test_inputs_too_large_for_memory_are_one_error_naming_the_input() -> None:
 
 def test_an_input_of_unknown_rank_is_compared_at_the_given_shape() -> None:
     """Polygraphy's shape check needs a rank; a model input of unknown rank was a TypeError
-    traceback inside it (found by benchmarks/fuzz.py), now the feeds' rank is used."""
+    traceback inside it (found by benchmarks/conformance/fuzz.py), now the feeds' rank is used."""
     nodes = [h.make_node("Relu", ["x"], ["a"]), h.make_node("Sigmoid", ["a"], ["b"]), h.make_node("Neg", ["b"], ["y"])]
     m = h.make_model(h.make_graph(nodes, "unranked", [h.make_tensor_value_info("x", T.FLOAT, None)],
                                   [h.make_tensor_value_info("y", T.FLOAT, None)]), opset_imports=[h.make_opsetid("", 18)])
@@ -237,15 +214,6 @@ def test_an_input_of_unknown_rank_is_compared_at_the_given_shape() -> None:
     assert report.passed and [o.name for o in report.outputs] == ["y"]
     assert [list(p["x"]) for p in report.points] == [[2, 3, 5]]
     assert report.outputs[0].to_dict()["max_abs_error"] == 0.0
-
-
-def custom_op_model() -> onnx.ModelProto:
-    nodes = [h.make_node("Relu", ["x"], ["a"]), h.make_node("Frobnicate", ["a"], ["y"], domain="example.custom")]
-    m = h.make_model(h.make_graph(nodes, "custom", [h.make_tensor_value_info("x", T.FLOAT, [2])],
-                                  [h.make_tensor_value_info("y", T.FLOAT, [2])]),
-                     opset_imports=[h.make_opsetid("", 18), h.make_opsetid("example.custom", 1)])
-    m.ir_version = 9
-    return m
 
 
 def test_a_model_the_reference_cannot_run() -> None:

@@ -8,8 +8,7 @@ import onnx
 import pytest
 
 import trt_backend
-from tests.trt_backend.engines.test_int8 import cnn
-from tests.trt_backend.session.test_graphs import transformer_model
+from tests.support.graphs import cnn, transformer_model
 from trt_backend.accuracy.auto_precision import AutoOptions
 from trt_backend.accuracy.numeric import tensor_error, tolerance_ratio
 from trt_backend.engines.builder import BuildOptions

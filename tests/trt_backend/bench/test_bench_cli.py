@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.trt_backend.session.test_graphs import conv_chain
+from tests.support.graphs import conv_chain
 from trt_backend.bench.stats import STAT_KEYS
 from trt_backend.bench.timing import ProgressEvent
 from trt_backend.cli import main

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.trt_backend.accuracy.test_compare import custom_op_model, three_segments
+from tests.support.graphs import custom_op_model, three_segments
 from trt_backend.cli import main
 
 pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser

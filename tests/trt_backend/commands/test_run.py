@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.trt_backend.session.test_graphs import ort_reference
+from tests.support.graphs import ort_reference
 from trt_backend.cli import main
 from trt_backend.data.demo import DEMO_PATH, demo_model
 

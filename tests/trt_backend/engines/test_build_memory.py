@@ -12,7 +12,7 @@ from onnx import helper
 
 from partitioner.split import weight_bytes
 from tests.helpers import const, model, vi
-from tests.trt_backend.session.test_graphs import ort_reference
+from tests.support.graphs import ort_reference
 from trt_backend.artifacts.write import build
 from trt_backend.cli import main
 from trt_backend.engines.builder import BuildOptions

@@ -5,15 +5,14 @@ from __future__ import annotations
 import logging
 import os
 
-import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
 from partitioner import PartitionOptions, load_model, plan_model
 from partitioner.errors import OptionsError
-from tests.helpers import assert_plan_valid, const, crop_resize, model, vi
-from trt_backend.engines.targets import build_target
+from tests.helpers import assert_plan_valid, model, vi
+from tests.support.graphs import CONV_RESIZE_PROFILE, conv_resize_conv
 from trt_backend.engines.builder import (
     BuildOptions,
     build_segment,
@@ -21,6 +20,7 @@ from trt_backend.engines.builder import (
 )
 from trt_backend.engines.fallback import build_engines, build_with_fallback
 from trt_backend.engines.report import BuildEvent
+from trt_backend.engines.targets import build_target
 from trt_backend.errors import SegmentBuildError
 from trt_backend.planning import make_plan
 from trt_backend.tensorrt.flavor import network_flags
@@ -29,20 +29,7 @@ pytestmark = pytest.mark.tensorrt
 
 FAST_LIGHT = ["light_bvlc_alexnet", "light_squeezenet", "light_vgg19", "light_zfnet512", "light_inception_v1"]
 SLOW_LIGHT = ["light_densenet121", "light_inception_v2", "light_resnet50", "light_shufflenet"]
-PROFILE = [{"x": ((1, 3, 16, 16), (2, 3, 16, 16), (4, 3, 16, 16)),
-            "r": ((1, 4, 16, 16), (2, 4, 16, 16), (4, 4, 16, 16))}]
-
-
-def conv_resize_conv(batch: str | int = "N") -> onnx.ModelProto:
-    """Conv -> Resize(tf_crop_and_resize, rejected by TensorRT) -> Conv -> Relu."""
-    rng = np.random.default_rng(0)
-    resize, inits = crop_resize("c", "r")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv1"), resize,
-             helper.make_node("Conv", ["r", "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
-             helper.make_node("Relu", ["c2"], ["y"], name="relu")]
-    inits += [const("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
-              const("w2", rng.standard_normal((4, 4, 3, 3)).astype(np.float32))]
-    return model(nodes, [vi("x", [batch, 3, 16, 16])], [vi("y", [batch, 4, 16, 16])], inits)
+PROFILE = CONV_RESIZE_PROFILE
 
 
 def _light(light_dir: str, name: str) -> str:

@@ -14,7 +14,8 @@ from onnx import helper
 
 from partitioner import PartitionOptions
 from tests.helpers import const, model, vi
-from tests.trt_backend.engines.test_builder import PROFILE, conv_resize_conv
+from tests.support.graphs import CONV_RESIZE_PROFILE as PROFILE
+from tests.support.graphs import conv_resize_conv
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.cache import MANIFEST, EngineCache, cache_key, sha256_bytes
 from trt_backend.engines.fallback import build_engines

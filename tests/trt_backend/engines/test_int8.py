@@ -15,43 +15,19 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from partitioner import plan_model
-from tests.helpers import crop_resize, vi
+from tests.helpers import vi
+from tests.support.graphs import cnn
 from trt_backend.accuracy.compare import compare
+from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.calibration import InputSpec, load_calibration
 from trt_backend.engines.quantize import QDQ_OPS, SegmentQuantizer
 from trt_backend.errors import CalibrationDataError
 from trt_backend.planning import load_normalized as load
-from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
 PROFILE = [{"x": ((1, 3, 16, 16), (2, 3, 16, 16), (4, 3, 16, 16))}]
-
-
-def cnn() -> onnx.ModelProto:
-    """[Conv -> Relu] x2 -> crop-and-resize Resize (ONNX Runtime) -> Conv -> Relu -> GAP -> Flatten -> Gemm."""
-    rng = np.random.default_rng(0)
-    inits, nodes, prev, cin = [], [], "x", 3
-    for i, cout in enumerate((8, 16, 16)):
-        inits += [nh.from_array((rng.standard_normal((cout, cin, 3, 3)) * 0.3).astype(np.float32), f"w{i}"),
-                  nh.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), f"b{i}")]
-        if i == 2:
-            resize, consts = crop_resize(prev, "rs", "resize")
-            nodes.append(resize)
-            inits += consts
-            prev = "rs"
-        nodes += [h.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1], name=f"conv{i}"),
-                  h.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}")]
-        prev, cin = f"r{i}", cout
-    inits += [nh.from_array((rng.standard_normal((16, 10)) * 0.3).astype(np.float32), "fw"),
-              nh.from_array((rng.standard_normal(10) * 0.1).astype(np.float32), "fb")]
-    nodes += [h.make_node("GlobalAveragePool", [prev], ["g"], name="gap"), h.make_node("Flatten", ["g"], ["f"], name="flat"),
-              h.make_node("Gemm", ["f", "fw", "fb"], ["y"], name="fc")]
-    m = h.make_model(h.make_graph(nodes, "cnn", [vi("x", ["N", 3, 16, 16])], [vi("y", ["N", 10])], inits),
-                     opset_imports=[h.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from tests.helpers import const
-from tests.trt_backend.export.triton_checker import check_repo, run_ensemble
-from tests.trt_backend.session.test_graphs import assert_same, ort_reference
+from tests.support.triton_checker import check_repo, run_ensemble
+from tests.support.graphs import assert_same, ort_reference
 from trt_backend.cli import main
 from trt_backend.errors import ExportError
 from trt_backend.export.repo import TritonOptions, triton_repo

@@ -14,14 +14,15 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from tests.trt_backend.export.triton_checker import check_repo, load_repo, run_ensemble
-from tests.trt_backend.session.test_graphs import (
+from tests.support.graphs import (
     assert_same,
     conv_chain,
     detection_model,
+    nonzero_detection_model,
     ort_reference,
     transformer_model,
 )
+from tests.support.triton_checker import check_repo, load_repo, run_ensemble
 from trt_backend.cli import main
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import ExportError, OptionsError
@@ -217,31 +218,6 @@ def test_plugin_segments_export_as_plans_only(tmp_path) -> None:
 # ------------------------------------------------------------------ other models
 
 
-def nonzero_detection_model(feat: int = 8) -> onnx.ModelProto:
-    """Scores -> NonZero of those above a threshold -> GatherND of the kept boxes (a count that
-    depends on the data) -> box arithmetic; TopK of the scores per image. feats: [N, A, feat]."""
-    rng = np.random.default_rng(3)
-    inits = [nh.from_array((rng.standard_normal((feat, 4)) * 0.5).astype(np.float32), "wb"),
-             nh.from_array((rng.standard_normal((feat, 1)) * 0.5).astype(np.float32), "wc"),
-             nh.from_array(np.array([0.5], np.float32), "thr"), nh.from_array(np.array([2], np.int64), "k"),
-             nh.from_array(np.array([2], np.int64), "axis2"), nh.from_array(np.array(2.0, np.float32), "two")]
-    nodes = [h.make_node("MatMul", ["feats", "wb"], ["braw"]), h.make_node("Sigmoid", ["braw"], ["boxes"]),
-             h.make_node("MatMul", ["feats", "wc"], ["craw"]), h.make_node("Sigmoid", ["craw"], ["cs"]),
-             h.make_node("Squeeze", ["cs", "axis2"], ["scores"]),
-             h.make_node("Greater", ["scores", "thr"], ["keep"]), h.make_node("NonZero", ["keep"], ["nz"]),
-             h.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
-             h.make_node("GatherND", ["boxes", "idx"], ["kept"]), h.make_node("Mul", ["kept", "two"], ["kept2"]),
-             h.make_node("Sigmoid", ["kept2"], ["kept_boxes"]),
-             h.make_node("TopK", ["scores", "k"], ["top_scores", "top_idx"], axis=1)]
-    g = h.make_graph(nodes, "det", [h.make_tensor_value_info("feats", T.FLOAT, ["N", "A", feat])],
-                     [h.make_tensor_value_info("kept_boxes", T.FLOAT, None),
-                      h.make_tensor_value_info("top_scores", T.FLOAT, None),
-                      h.make_tensor_value_info("top_idx", T.INT64, None)], inits)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
-    m.ir_version = 9
-    return m
-
-
 def test_detection_with_data_dependent_shapes(tmp_path) -> None:
     m = nonzero_detection_model()
     path = str(tmp_path / "det.onnx")
@@ -409,7 +385,7 @@ def test_the_checker_refuses_what_triton_refuses(demo_build, tmp_path, model, ol
 
 
 def test_the_checker_refuses_missing_files_and_weights(demo_build, tmp_path) -> None:
-    from tests.trt_backend.export.triton_checker import RepoInvalid
+    from tests.support.triton_checker import RepoInvalid
 
     repo = str(tmp_path / "repo")
     exported = triton_repo(from_build_folders([demo_build], external_weights=True))

@@ -3,7 +3,7 @@ torch_standin.py): a model planned TensorRT / ONNX Runtime / TensorRT whose last
 reads one tensor straight from the first (device-resident, never copied to the host) and one from
 the ONNX Runtime segment; device feeds, the session's stream and events, ``outputs_on_device``;
 outputs equal ONNX Runtime on the CPU. Needs a GPU, torch and onnx2torch (the device run:
-benchmarks/gpu_device_check.sh)."""
+benchmarks/device/gpu_device_check.sh)."""
 from __future__ import annotations
 
 import threading

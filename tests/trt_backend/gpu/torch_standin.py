@@ -6,7 +6,7 @@ device. Only the engine is replaced.
 
 The device machine has no internet: carry onnx2torch with
 ``pip install --no-deps --target .device-pylib onnx2torch`` and put ``.device-pylib`` on
-PYTHONPATH (benchmarks/gpu_device_check.sh does both)."""
+PYTHONPATH (benchmarks/device/gpu_device_check.sh does both)."""
 from __future__ import annotations
 
 import sys

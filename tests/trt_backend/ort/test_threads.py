@@ -18,7 +18,7 @@ from onnx import helper as h
 
 from partitioner import QueryResult
 from partitioner.errors import OptionsError
-from tests.trt_backend.session.test_graphs import assert_same, conv_chain, ort_reference
+from tests.support.graphs import assert_same, conv_chain, ort_reference
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import ort_session
 from trt_backend.ort.threads import use_global_thread_pool
@@ -120,7 +120,7 @@ from trt_backend.ort.threads import global_thread_pool
 from tests.trt_backend.ort.test_threads import chain_session, config, conv_chain
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
-from tests.trt_backend.session.test_graphs import ort_reference
+from tests.support.graphs import ort_reference
 out = {}
 x0 = np.random.default_rng(0).standard_normal((2, 8, 16, 16)).astype(np.float32)
 if sys.argv[1] == "ours":  # a session made before the switch keeps its own pool and keeps working

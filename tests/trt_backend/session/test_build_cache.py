@@ -13,7 +13,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from benchmarks.large_models import write_mlp
+from tests.support.external_mlp import write_mlp
 from trt_backend.cli import main
 from trt_backend.engines.builder import (
     BuildOptions,
@@ -131,7 +131,7 @@ def test_segments_by_reference_have_the_keys_of_full_copies(tmp_path, flavor) ->
 
 def test_a_corrupt_model_with_external_data_is_the_loaders_one_line_error(tmp_path, capsys) -> None:
     """The build cache reads a model's data file names before loading it: a corrupt file is left
-    to the loader's error (was: a DecodeError traceback, found by benchmarks/fuzz.py)."""
+    to the loader's error (was: a DecodeError traceback, found by benchmarks/conformance/fuzz.py)."""
     src = str(tmp_path / "ext.onnx")
     write_mlp(src, HIDDEN, 2)
     data = bytearray(open(src, "rb").read())

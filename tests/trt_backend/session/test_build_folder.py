@@ -144,7 +144,7 @@ def test_build_errors_are_one_line(tmp_path, capsys) -> None:
 def test_plugin_plans_are_not_built_with_tensorrt_rtx(tmp_path, capsys, flavor) -> None:
     import onnx
 
-    from benchmarks.plugin_models import crop_cnn
+    from tests.support.resize_models import crop_cnn
     from partitioner import OptionsError, PartitionOptions
     from plugins import default_registry
     from trt_backend.engines.fallback import plugin_rewrite

@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from benchmarks.large_models import write_mlp
+from tests.support.external_mlp import write_mlp
 from partitioner.errors import ModelTooLargeError
 from partitioner.weights import is_external, read_in
 from trt_backend.cli import main

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.trt_backend.session.test_graphs import assert_same, ort_reference
+from tests.support.graphs import assert_same, ort_reference
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 

@@ -17,7 +17,7 @@ from onnx import helper as h
 from partitioner import Plan
 from partitioner.errors import OptionsError, TrtBackendError
 from tests.helpers import in_threads, stage_spy
-from tests.trt_backend.session.test_graphs import assert_same, conv_chain, ort_reference
+from tests.support.graphs import assert_same, conv_chain, ort_reference
 from trt_backend.data.demo import DEMO_PATH, demo_model
 from trt_backend.errors import (
     ProfileError,

@@ -9,7 +9,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from tests.trt_backend.session.test_graphs import assert_same, ort_reference
+from tests.support.graphs import assert_same, ort_reference
 from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session

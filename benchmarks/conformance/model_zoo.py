@@ -1,12 +1,12 @@
 """The model zoo: real exported models (torchvision, transformers, skl2onnx, Q/DQ, fp16, control
 flow) through this checkout's ``trt-backend`` CLI, one markdown table row per model.
 
-    python benchmarks/model_zoo.py [--cache DIR] [--only REGEX] [--skip-export] [--out zoo.md]
+    python benchmarks/conformance/model_zoo.py [--cache DIR] [--only REGEX] [--skip-export] [--out zoo.md]
                                    [--timeout 600] [--no-yardstick] [--table-only]
 
 First it makes (once) an export venv in the cache folder (default ~/.cache/trt-backend-zoo/)
 with torch, torchvision, transformers, skl2onnx, scikit-learn, onnx, onnxruntime, onnxscript,
-and exports each model there once (``benchmarks/zoo_export.py``, random weights, no downloads).
+and exports each model there once (``benchmarks/conformance/zoo_export.py``, random weights, no downloads).
 Then, per model, in subprocesses of this Python with a time-out each: ``inspect --json`` (nodes,
 segments, TensorRT share, parser calls, plan time, the most frequent fallback reason), ``build``
 (TensorRT-RTX ahead of time into a temporary folder), ``run --inputs --outputs`` against whole-model
@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPORTER = os.path.join(ROOT, "benchmarks", "zoo_export.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXPORTER = os.path.join(ROOT, "benchmarks", "conformance", "zoo_export.py")
 EXPORT_PACKAGES = ("torch==2.14.1", "torchvision==0.29.1", "transformers", "skl2onnx", "scikit-learn", "onnx",
                    "onnxruntime", "onnxscript")
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "trt-backend-zoo")

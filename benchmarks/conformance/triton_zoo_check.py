@@ -1,10 +1,10 @@
-"""export-triton on the model zoo (``benchmarks/model_zoo.py``'s exported models): each model is
+"""export-triton on the model zoo (``benchmarks/conformance/model_zoo.py``'s exported models): each model is
 built (TensorRT-RTX ahead of time) and exported as a Triton repository, then the test suite's
-independent checker (``tests/trt_backend/export/triton_checker.py``: Triton's schema, its ensemble
+independent checker (``tests/support/triton_checker.py``: Triton's schema, its ensemble
 load rules, step-by-step execution on CPU) runs the ensemble on the zoo's seeded inputs and the
 outputs are compared with whole-model ONNX Runtime. One line per model; a report, exits 0.
 
-    python benchmarks/triton_zoo_check.py [NAME ...]      # default: every model in the zoo cache
+    python benchmarks/conformance/triton_zoo_check.py [NAME ...]      # default: every model in the zoo cache
 """
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks.model_zoo import input_specs, make_inputs, shapes_arg  # noqa: E402
-from tests.trt_backend.export.triton_checker import RepoInvalid, run_ensemble  # noqa: E402
+from benchmarks.conformance.model_zoo import input_specs, make_inputs, shapes_arg  # noqa: E402
+from tests.support.triton_checker import RepoInvalid, run_ensemble  # noqa: E402
 from trt_backend.ort.sessions import ort_errors  # noqa: E402
 
 ZOO = os.path.expanduser("~/.cache/trt-backend-zoo/models")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ATOL = 1e-4
 
 

@@ -3,8 +3,8 @@
 Runs in the zoo's own export venv (torch, torchvision, transformers, skl2onnx, onnxruntime), never
 in the project's; ``model_zoo.py`` calls it once per model in a subprocess:
 
-    ZOO_VENV/bin/python benchmarks/zoo_export.py NAME OUT.onnx
-    ZOO_VENV/bin/python benchmarks/zoo_export.py --list
+    ZOO_VENV/bin/python benchmarks/conformance/zoo_export.py NAME OUT.onnx
+    ZOO_VENV/bin/python benchmarks/conformance/zoo_export.py --list
 
 No weights are downloaded: torchvision models are built with ``weights=None`` (and
 ``weights_backbone=None``), transformers models from small configs, scikit-learn models are

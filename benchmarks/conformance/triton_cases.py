@@ -3,7 +3,7 @@ real tritonserver: the demo (with and without batching), a dynamic-length transf
 NonZero detection graph, an NMS + Loop detection graph (scalars across boundaries), a conv chain with external weights, and the demo as full-TensorRT plans
 (stand-in engine bytes: full TensorRT does not install here). Prints the check commands.
 
-    python benchmarks/triton_cases.py /tmp/triton_cases     # project venv, repository root
+    python benchmarks/conformance/triton_cases.py /tmp/triton_cases     # project venv, repository root
 """
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import sys
 
 import onnx
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tests.trt_backend.export.test_export_triton import nonzero_detection_model  # noqa: E402
-from tests.trt_backend.session.test_graphs import (  # noqa: E402
+from tests.support.graphs import (  # noqa: E402
     conv_chain,
     detection_model,
+    nonzero_detection_model,
     transformer_model,
 )
 from trt_backend.cli import main as cli  # noqa: E402
@@ -65,7 +65,7 @@ def main() -> int:
     checks.append((p("plan_repo"), DEMO_PATH, "image:2x3x32x32"))
     print("\ncheck each in PyTriton's venv:")
     for repo, model, shape in checks:
-        print(f"  python benchmarks/triton_serve_check.py {repo} {model} --shape {shape}")
+        print(f"  python benchmarks/conformance/triton_serve_check.py {repo} {model} --shape {shape}")
     return 0
 
 

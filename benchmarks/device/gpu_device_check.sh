@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# GPU checks of issue 14 part 2 on a machine with a GPU, PyTorch, cuda-python, onnx, onnxruntime and
-# pytest but no internet and no TensorRT: device 0 and the missing-device error, and the Session's
-# whole device path with a PyTorch stand-in for the engines (tests/trt_backend/gpu/torch_standin.py).
+# The gpu-marked tests of tests/trt_backend/gpu on a machine with a GPU, PyTorch, cuda-python, onnx,
+# onnxruntime and pytest but no internet and no TensorRT: device 0 and the missing-device error, and
+# the Session's whole device path with a PyTorch stand-in for the engines
+# (tests/trt_backend/gpu/torch_standin.py).
 #
 # Before, on a machine with internet (the folder is git-ignored; carry it with the tree):
 #   pip install --no-deps --target .device-pylib onnx2torch
 # There:
-#   bash benchmarks/gpu_device_check.sh            (extra arguments go to pytest)
+#   bash benchmarks/device/gpu_device_check.sh           (extra arguments go to pytest)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 if [ ! -d .device-pylib/onnx2torch ]; then
   echo "gpu_device_check: .device-pylib/onnx2torch is missing; run: pip install --no-deps --target .device-pylib onnx2torch" >&2
   exit 2

@@ -1,6 +1,6 @@
 """Segment counts with and without plugins, on models whose Resize nodes TensorRT rejects.
 
-    python benchmarks/plugin_segments.py [--json OUT.json]
+    python benchmarks/conformance/plugin_segments.py [--json OUT.json]
 
 Each model is planned with the installed TensorRT flavor's parser three ways: with plugins for
 target ``tensorrt`` (full TensorRT runs the Resize plugin), for target ``tensorrt_rtx`` (no
@@ -15,11 +15,11 @@ import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks.plugin_models import MODELS  # noqa: E402
 from partitioner import PartitionOptions, Plan, plan_model
 from plugins import default_registry  # noqa: E402
+from tests.support.resize_models import MODELS  # noqa: E402
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.tensorrt.oracle import ParserOracle
 

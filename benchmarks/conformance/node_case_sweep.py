@@ -7,7 +7,7 @@ in ONNX Runtime (CPU). Also records whether ONNX Runtime loads the original mode
 Target: every case whose original model ONNX Runtime loads has all its segments pass the
 checker and load in ONNX Runtime. A report: it exits 0 even when the target fails.
 
-    python benchmarks/node_case_sweep.py [--limit N] [--pattern SUBSTR] [--json OUT] [--isolate]
+    python benchmarks/conformance/node_case_sweep.py [--limit N] [--pattern SUBSTR] [--json OUT] [--isolate]
                                          [--min-segment-size K]
 
 A native crash (parser or ONNX Runtime) kills the process; ``--isolate`` runs the cases in
@@ -28,7 +28,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 TOP_EXCEPTIONS = 15
 TOP_FAILURES = 40

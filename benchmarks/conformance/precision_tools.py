@@ -1,7 +1,7 @@
 """Other tools' answers to "which nodes can run in fp16", run in the interpreter that has them:
 NVIDIA ModelOpt's ONNX AutoCast and onnxconverter-common's ``auto_convert_mixed_precision``.
 
-    TOOLS_PYTHON benchmarks/precision_tools.py TOOL MODEL.onnx FEEDS_DIR OUT.onnx [--atol 1e-3 --rtol 1e-3]
+    TOOLS_PYTHON benchmarks/conformance/precision_tools.py TOOL MODEL.onnx FEEDS_DIR OUT.onnx [--atol 1e-3 --rtol 1e-3]
 
 TOOL is ``autocast`` or ``onnxconverter``. FEEDS_DIR holds the validation feeds as
 ``feed_000.npz``, ... (the same ones ``--precision auto`` searches on). Writes OUT.onnx (fp32
@@ -16,9 +16,9 @@ of its own.
   initializer exceeds ``init_max`` (the fp16 maximum). It never measures the converted model.
 - onnxconverter: ``onnxconverter_common.auto_mixed_precision.auto_convert_mixed_precision`` with
   ``keep_io_types=True`` and, as its check, the elementwise rule at (atol, rtol) that
-  ``trt_backend.accuracy.numeric.tolerance_ratio`` states (written out below, since this runs
-  outside the project's environment). It takes one feed: the validation feeds stacked along the
-  batch axis. It bisects the node list, running the real fp16 model in ONNX Runtime CPU."""
+  ``trt_backend.accuracy.numeric.tolerance_ratio`` states (``tests/support/elementwise.py``,
+  which needs only numpy, since this runs outside the project's environment). It takes one feed:
+  the validation feeds stacked along the batch axis. It bisects the node list, running the real fp16 model in ONNX Runtime CPU."""
 from __future__ import annotations
 
 import contextlib
@@ -33,17 +33,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-def within(ours: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> bool:
-    """Polygraphy's elementwise check: each element within atol, or within rtol of the reference
-    (zeros nudged by machine epsilon); NaN against NaN passes, any other NaN fails."""
-    a, b = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
-    if a.shape != b.shape:
-        return False
-    absdiff = np.abs(a - b)
-    rel = absdiff / np.where(b == 0, 2.220446049250313e-16, np.abs(b))
-    ok = (absdiff <= atol) | (rel <= rtol) | (a == b) | (np.isnan(a) & np.isnan(b))
-    return bool(np.all(ok))
+from tests.support.elementwise import within  # noqa: E402
 
 
 def feeds_of(folder: str) -> list[dict[str, np.ndarray]]:

@@ -1,7 +1,7 @@
 """An MLP whose weights live in external data, written in chunks (never held twice).
 
 ``blocks`` MatMul+Add+Gelu blocks on a ``[N, hidden]`` float tensor (``N`` symbolic), with a
-block TensorRT's parser refuses in the middle (``Det``, see :mod:`benchmarks.models`), so a plan
+block TensorRT's parser refuses in the middle (``Det``, see :mod:`tests.support.chains`), so a plan
 has at least three segments::
 
     h -Reshape-> [N, hidden/64, 8, 8] -Det-> [N, hidden/64] -Tanh-> -Unsqueeze-> -Expand->
@@ -74,7 +74,7 @@ def write_mlp(path: str, hidden: int = 256, blocks: int = 8, *, seed: int = 0,
     os.replace(tmp, os.path.join(folder, location))
     graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", hidden])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", hidden])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="large_models")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="external_mlp")
     model.ir_version = 9
     tmp_model = path + ".part"
     with open(tmp_model, "wb") as f:

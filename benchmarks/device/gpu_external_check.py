@@ -2,7 +2,7 @@
 engines from segments that reference the data file), moved, loaded and run on TensorRT, against
 whole-model ONNX Runtime from the path. Prints PASS/FAIL; exits 0 either way (a report).
 
-    python benchmarks/gpu_external_check.py [--hidden 1024] [--blocks 8]
+    python benchmarks/device/gpu_external_check.py [--hidden 1024] [--blocks 8]
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks.large_models import write_mlp  # noqa: E402
+from tests.support.external_mlp import write_mlp  # noqa: E402
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""``benchmarks/fuzz.py`` in CI: a fixed seeded set of mutants (byte-level and protobuf-valid
+"""``benchmarks/conformance/fuzz.py`` in CI: a fixed seeded set of mutants (byte-level and protobuf-valid
 edits of five seed models) through ``inspect`` and ``run`` ends cleanly every time (success or one
 error line), and the harness itself tells a traceback, a native crash and a hang apart."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-import benchmarks.fuzz as fz
-from benchmarks.fuzz_mutants import MUTATIONS, make_mutant, seed_models
+import tests.support.fuzzing as fz
+from tests.support.mutants import MUTATIONS, make_mutant, seed_models
 
 SEED = 16
 MUTANTS = range(96)

@@ -1,4 +1,5 @@
-"""Seed models and seeded mutations for ``benchmarks/fuzz.py``.
+"""Seed models and seeded mutations for the fuzzer (``tests/support/fuzzing.py``, run by
+``benchmarks/conformance/fuzz.py``).
 
 Seeds are built here (no download): the bundled demo model, a model whose weights are external
 data, one with If and Loop subgraphs, one with ai.onnx.ml ops, and a multi-segment CNN. A mutant
@@ -16,7 +17,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WEIGHTS = "weights.bin"
 
 

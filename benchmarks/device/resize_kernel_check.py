@@ -1,6 +1,6 @@
 """The Resize plugin kernel, compiled for the host with g++, against ONNX Runtime's Resize on CPU.
 
-    python benchmarks/resize_kernel_check.py [--count 600] [--seed 0] [--fp16 200]
+    python benchmarks/device/resize_kernel_check.py [--count 600] [--seed 0] [--fp16 200]
 
 Random attribute/shape combinations over opsets 10-19 (modes, coordinate transformations,
 nearest modes, cubic_coeff_a, exclude_outside, antialias, axes, keep_aspect_ratio_policy,
@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from plugins.resize.check import (  # noqa: E402
     ATOL,

@@ -2,7 +2,7 @@
 emulated on CPU in the precision its engine would be built in, against fp32 ONNX Runtime on the
 whole model.
 
-    python benchmarks/precision_study.py [--cache DIR] [--only REGEX] [--samples 500] [--out study.md]
+    python benchmarks/conformance/precision_study.py [--cache DIR] [--only REGEX] [--samples 500] [--out study.md]
 
 Per model and precision: max abs error and max error relative to the output's largest magnitude,
 per output, on 4 seeded validation feeds; whether every output is within 1e-3 (atol and rtol,
@@ -10,7 +10,7 @@ elementwise); top-1 agreement with fp32 ONNX Runtime on ``--samples`` seeded inp
 [0, 1) images, the classifiers only); the share of the TensorRT segments' nodes that compute in
 reduced precision; for auto, the nodes it pinned to fp32 and the time of its search. int8 and
 auto calibrate on 32 seeded samples of the same distribution (another seed). Models come from
-``benchmarks/zoo_export.py`` (random weights; resnet50 and vit_tiny_head are exported by it for
+``benchmarks/conformance/zoo_export.py`` (random weights; resnet50 and vit_tiny_head are exported by it for
 this study). Targets: auto passes 1e-3 on every model with >= 80% of TensorRT nodes reduced on the
 CNNs; int8 top-1 agreement >= 99% on ResNet-50. Prints PASS/FAIL per target."""
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
 from trt_backend.accuracy.numeric import tolerance_ratio  # noqa: E402
@@ -147,7 +147,7 @@ def errors_of(ours: list[Any], ref: list[Any], names: list[str]) -> tuple[dict[s
 def study(spec: Spec, cache: str, samples: int, tmp: str) -> list[Row]:
     path = os.path.join(cache, "models", spec.name + ".onnx")
     if not os.path.exists(path):
-        return [Row(spec.name, p, note=f"not exported: python benchmarks/zoo_export.py {spec.name} {path}")
+        return [Row(spec.name, p, note=f"not exported: python benchmarks/conformance/zoo_export.py {spec.name} {path}")
                 for p in PRECISIONS]
     proto = onnx.load(path)
     specs = inputs_of(proto)

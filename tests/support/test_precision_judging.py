@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from benchmarks.precision_head_to_head import census, evaluate, output_atols, yolo_detections
-from benchmarks.precision_tools import within
+from tests.support.elementwise import within
+from tests.support.precision_judging import census, evaluate, output_atols, yolo_detections
 from trt_backend.accuracy.numeric import tolerance_ratio
 from trt_backend.engines.precision import apply_precision
 
