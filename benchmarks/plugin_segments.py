@@ -17,9 +17,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.plugin_models import MODELS  # noqa: E402
+from benchmarks.plugin_models import MODELS
 from partitioner import PartitionOptions, Plan, plan_model
-from plugins import default_registry  # noqa: E402
+from plugins import default_registry
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.tensorrt.oracle import ParserOracle
 

@@ -18,11 +18,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from plugins.nvrtc import compile_ptx  # noqa: E402
-from plugins.resize import host  # noqa: E402
-from plugins.resize.aot import BLOCK_SIZE, KERNEL_NAME, aot_source  # noqa: E402
-from plugins.resize.check import random_cases  # noqa: E402
-from plugins.resize.tensorrt import _launch_generic  # noqa: E402
+from plugins.nvrtc import compile_ptx
+from plugins.resize import host
+from plugins.resize.aot import BLOCK_SIZE, KERNEL_NAME, aot_source
+from plugins.resize.check import random_cases
+from plugins.resize.tensorrt import _launch_generic
 
 
 def ok(result: tuple) -> Any:

@@ -56,7 +56,8 @@ def _cuda_devices() -> int:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]  # (not keywords: a folder named gpu/ is one)
+    # by marker, not keyword: a test under a folder named gpu/ has the keyword too
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items or _cuda_devices() > 0:
         return
     skip = pytest.mark.skip(reason="needs a usable CUDA device")

@@ -216,7 +216,8 @@ def test_minus_one_and_zero_dims_are_unknown_dims_with_one_warning(caplog) -> No
 
     assert dims(loaded.proto.graph.input[0].type) == [None, 3, None, None]
     assert dims(loaded.index.types["c"])[1] == 4 and dims(loaded.index.types["c"])[0] != 0
-    assert dims(loaded.proto.graph.output[0].type)[1] == 4 and not loaded.proto.graph.output[0].type.tensor_type.shape.dim[0].dim_value
+    assert dims(loaded.proto.graph.output[0].type)[1] == 4
+    assert not loaded.proto.graph.output[0].type.tensor_type.shape.dim[0].dim_value
     sess = ort.InferenceSession(loaded.proto.SerializeToString(), providers=["CPUExecutionProvider"])
     for shape in ((1, 3, 8, 8), (5, 3, 16, 40)):
         assert sess.run(None, {"x": np.ones(shape, np.float32)})[0].shape == (shape[0], 4)

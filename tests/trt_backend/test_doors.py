@@ -188,7 +188,7 @@ def test_export_triton_of_a_folder_carries_the_built_precision(material, precisi
         assert qdq == (built_precision == "int8"), (seg, built_precision)
         mode = {"int8": "INT8", "fp16": "FP16"}.get(built_precision)
         if mode is not None:
-            assert f'"precision_mode"' in configs[seg] and f'"{mode}"' in configs[seg]
+            assert '"precision_mode"' in configs[seg] and f'"{mode}"' in configs[seg]
 
 
 def test_build_options_are_refused_on_a_folder_in_one_line(material, tmp_path, capsys) -> None:

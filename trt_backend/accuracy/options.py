@@ -71,7 +71,8 @@ class CompareOptions:
     tolerances that fit them). ``checks``: task checks (:mod:`trt_backend.accuracy.tasks`: top1,
     argmax-sequence, boxes) reported beside the numeric error; the verdict needs them too.
     ``val_range``/``int_range``: the range random float/integer inputs are drawn from, one (lo,
-    hi) for all or per input name (Polygraphy's data loader; default [0, 1) and [0, 1]). ``localize: "off", "mismatch" (look for the diverging segment when
+    hi) for all or per input name (Polygraphy's data loader; default [0, 1) and [0, 1]). ``localize: "off", "mismatch"
+    (look for the diverging segment when
     the comparison fails) or "always"; True means "mismatch"."""
 
     atol: float = DEFAULT_TOLERANCE
