@@ -20,6 +20,9 @@ setup(
                  "matplotlib", "tritonclient[grpc]", "tensorrt-cu13-bindings>=11.1"],
         "bench": ["onnx-graphsurgeon", "matplotlib"],
         "serve": ["ray[serve]>=2.60"],
+        # the lint gates .ci/run applies; newer ruff and mypy releases add checks, so each is held to
+        # the release line the code was last checked with
+        "dev": ["ruff~=0.17.6", "mypy~=2.4.1"],
     },
     entry_points={"console_scripts": ["trt-backend=trt_backend.cli:main"]},
 )
