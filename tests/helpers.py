@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 import numpy as np
 import onnx
@@ -153,7 +154,7 @@ def in_threads(work: Callable[[int], None], n: int) -> list[BaseException]:
 OPTIONAL_SKIP = "optional:"
 
 
-def skip_optional(what: str) -> None:
+def skip_optional(what: str) -> NoReturn:
     """Skip a test that needs ``what``, a package only tests/install.sh installs; tests/conftest.py
     counts these skips. Under CI=1 the test fails instead, since CI runs that script."""
     if os.environ.get("CI"):
