@@ -28,11 +28,15 @@ setup(
     install_requires=["onnx>=1.16", "numpy>=1.23"],
     extras_require={
         "cpu": ["onnxruntime>=1.18", "tensorrt-rtx-cu13>=1.7", "polygraphy>=0.53.4,<0.54"],
-        "gpu": ["onnxruntime-gpu>=1.18", "tensorrt>=10.0", "cuda-python>=12.6", "nvidia-cuda-nvrtc>=13.0", "polygraphy>=0.53.4,<0.54"],
-        "test": ["pytest>=7", "onnxscript>=0.1", "cuda-python>=12.6", "nvidia-cuda-nvrtc>=13.0", "scikit-learn", "skl2onnx", "matplotlib",
-                 "tritonclient[grpc]", "tensorrt-cu13-bindings>=11.1"],
+        "gpu": ["onnxruntime-gpu>=1.18", "tensorrt>=10.0", "cuda-python>=12.6", "nvidia-cuda-nvrtc>=13.0",
+                "polygraphy>=0.53.4,<0.54"],
+        "test": ["pytest>=7", "onnxscript>=0.1", "cuda-python>=12.6", "nvidia-cuda-nvrtc>=13.0", "scikit-learn", "skl2onnx",
+                 "matplotlib", "tritonclient[grpc]", "tensorrt-cu13-bindings>=11.1"],
         "bench": ["onnx-graphsurgeon", "matplotlib"],
         "serve": ["ray[serve]>=2.60"],
+        # the lint gates .ci/run applies; newer ruff and mypy releases add checks, so each is held to
+        # the release line the code was last checked with
+        "dev": ["ruff~=0.17.6", "mypy~=2.4.1"],
     },
     entry_points={"console_scripts": ["trt-backend=trt_backend.cli:main"]},
 )

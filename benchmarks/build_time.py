@@ -14,7 +14,8 @@ TensorRT-RTX ahead-of-time builds.
    same TensorRT (``parse_from_file`` + ``build_serialized_network``; target <= 1.3x); and the
    same ``build`` with ``--cache-dir`` once more on a warm cache against that cold build
    (target <= 0.25x; a hit of the build cache, which copies the earlier folder: each warm run's
-   manifest is checked to say so, and warm against the plain build is printed too). Model: ResNet-50 exported from torchvision (random weights, 98 MiB;
+   manifest is checked to say so, and warm against the plain build is printed too). Model: ResNet-50 exported from
+   torchvision (random weights, 98 MiB;
    ``--cli-model``, default the zoo's ``resnet50.onnx``, exported on first use with the zoo venv),
    a one-segment model. The three are run in turn, ``--repeat`` rounds, medians.
 

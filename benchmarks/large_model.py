@@ -50,34 +50,34 @@ from trt_backend.ort.values import parse_size  # noqa: E402
 GIB = 2**30
 BATCH = 4
 
-_RUN = """
+_RUN = f"""
 import sys, numpy as np
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 model, hidden, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-x = np.random.default_rng(7).standard_normal(({batch}, hidden)).astype(np.float32)
-s = Session(model, [{{"x": ((1, hidden), ({batch}, hidden), (8, hidden))}}], SessionOptions(emulate=True))
+x = np.random.default_rng(7).standard_normal(({BATCH}, hidden)).astype(np.float32)
+s = Session(model, [{{"x": ((1, hidden), ({BATCH}, hidden), (8, hidden))}}], SessionOptions(emulate=True))
 np.save(out, s.run(None, {{"x": x}})[0])
 print("executors", s.segment_executors)
-""".format(batch=BATCH)
+"""
 
-_REFERENCE = """
+_REFERENCE = f"""
 import sys, numpy as np, onnxruntime as ort
 model, hidden, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-x = np.random.default_rng(7).standard_normal(({batch}, hidden)).astype(np.float32)
+x = np.random.default_rng(7).standard_normal(({BATCH}, hidden)).astype(np.float32)
 s = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
 np.save(out, s.run(None, {{"x": x}})[0])
-""".format(batch=BATCH)
+"""
 
-_RUN_FOLDER = """
+_RUN_FOLDER = f"""
 import sys, numpy as np
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 folder, hidden, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-x = np.random.default_rng(7).standard_normal(({batch}, hidden)).astype(np.float32)
+x = np.random.default_rng(7).standard_normal(({BATCH}, hidden)).astype(np.float32)
 s = Session.load(folder, SessionOptions(emulate=True))
 np.save(out, s.run(None, {{"x": x}})[0])
-""".format(batch=BATCH)
+"""
 
 _WRAP = """
 import resource, subprocess, sys, time, json

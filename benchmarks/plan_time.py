@@ -15,7 +15,8 @@ partitioned model shows as failed (pass ``--polygraphy-pythonpath DIR`` to point
 With ``--cli`` both sides are timed as users see them, start-up included:
 ``python -m trt_backend inspect MODEL`` against Polygraphy's ``inspect capability
 --with-partitioning MODEL``, in turn, as processes, best of ``--repeat``, on ResNet-50 (as
-exported by ``build_time.py --cli``) and the zoo's BERT, the light models and the 6k chain (with and without value_info). Targets: no slower
+exported by ``build_time.py --cli``) and the zoo's BERT, the light models and the 6k chain (with and without
+value_info). Targets: no slower
 than Polygraphy wherever Polygraphy succeeds; the 6k chain in <= 2 s.
 
     python benchmarks/plan_time.py [--quick] [--no-polygraphy] [--json OUT] [--profile]
@@ -43,7 +44,7 @@ import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.support.chains import long_chain  # noqa: E402
+from tests.support.chains import long_chain
 
 from partitioner import PartitionOptions, plan_model
 

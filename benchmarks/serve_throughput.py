@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import os
 import sys
 import tempfile
@@ -28,17 +29,17 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trt_backend.data.demo import DEMO_PATH  # noqa: E402
-from trt_backend.serve import ServeOptions, build_app  # noqa: E402
-from trt_backend.serve.codec import (  # noqa: E402
+from trt_backend.data.demo import DEMO_PATH
+from trt_backend.serve import ServeOptions, build_app
+from trt_backend.serve.codec import (
     JSON,
     decode_request,
     encode_reply,
     json_request,
     read_reply,
 )
-from trt_backend.artifacts.write import build as build_folder_build  # noqa: E402
-from trt_backend.session.options import SessionOptions  # noqa: E402
+from trt_backend.artifacts.write import build as build_folder_build
+from trt_backend.session.options import SessionOptions
 
 PROFILE = [{"image": ((1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32))}]
 
@@ -134,9 +135,9 @@ def main() -> int:
                                    num_cpus=min(1.0, cpus / replicas), name="bench")
             row: dict[str, tuple[float, float, float]] = {}
             direct = dataclasses.replace(options, http_ingress=False)
-            for runner, app in (("trt-backend", lambda: build_app(folder, options)),
-                                ("trt-backend/1", lambda: build_app(folder, direct)),
-                                ("onnxruntime", lambda: ort_app(options))):
+            for runner, app in (("trt-backend", functools.partial(build_app, folder, options)),
+                                ("trt-backend/1", functools.partial(build_app, folder, direct)),
+                                ("onnxruntime", functools.partial(ort_app, options))):
                 serve.run(app(), name="bench", route_prefix="/")
                 rps, p50, p99, answers = measure(url, xs, args.clients)
                 serve.delete("bench")

@@ -22,6 +22,7 @@ every Concat: ReorderInput/ReorderOutput add 0.4-0.6 ms of kernel time to a ~2.6
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import re
@@ -221,7 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import onnxruntime
 
     print(f"onnxruntime {onnxruntime.__version__}, {os.cpu_count()} CPUs, threads {args.threads or 'default'}, "
-          f"{'one global pool' if args.thread_pool == 'global' else 'a pool per session'}, spinning {args.spinning}{', shared arena' if args.share_arena else ''}, oracle {args.oracle}")
+          f"{'one global pool' if args.thread_pool == 'global' else 'a pool per session'}, spinning {args.spinning}"
+          f"{', shared arena' if args.share_arena else ''}, oracle {args.oracle}")
     print(f"{'model':<40} {'segments':>8} {'ORT ms':>9} {'session ms':>11} {'ratio':>7}  target")
     worst = {True: 0.0, False: 0.0}  # 0: no such case ran
     for name, factory, opts, profiles, shapes in CASES:
@@ -237,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = [o.name for o in ref.get_outputs()]
         ours, theirs = sess.run(None, feeds), ref.run(out, feeds)
         assert all(np.allclose(a, b, atol=1e-4) for a, b in zip(ours, theirs)), name
-        t_ref, t_sess = measure([lambda: ref.run(out, feeds), lambda: sess.run(None, feeds)], args.runs)
+        t_ref, t_sess = measure([functools.partial(ref.run, out, feeds), functools.partial(sess.run, None, feeds)], args.runs)
         segments = len(sess.plan.segments)
         ratio = t_sess / t_ref
         many = segments >= 5

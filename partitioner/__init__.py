@@ -35,7 +35,8 @@ from partitioner.plan import (
 from partitioner.rules import Rules
 
 __all__ = [
-    "BoundaryCost", "DEFAULT_MIN_SEGMENT_SIZE", "CapabilityOracle", "Claim", "InvalidModelError", "Model", "ModelLoadError", "ModelTooLargeError",
+    "BoundaryCost", "DEFAULT_MIN_SEGMENT_SIZE", "CapabilityOracle", "Claim", "InvalidModelError", "Model", "ModelLoadError",
+    "ModelTooLargeError",
     "NodeInfo", "OptionsError", "PartitionOptions", "Piece", "Plan", "PluginClaim", "QueryResult", "Rules",
     "Segment", "TrtBackendError", "Verdict", "assess", "boundary", "build_plan", "extract", "load_model",
     "plan_model",

@@ -384,11 +384,81 @@ def check_model(proto: onnx.ModelProto, *, where: str, full: bool = False) -> No
         if full:
             onnx.shape_inference.infer_shapes(weightless_copy(proto), check_type=True, strict_mode=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InvalidModelError(f"{where}: invalid ONNX model: {first}") from None
-    except UnicodeError as e:  # (the checker's own message about the model could not be decoded)
-        raise InvalidModelError(f"{where}: invalid ONNX model: a name or string in it is not valid UTF-8 "
-                                f"({type(e).__name__}: {e})") from None
+        raise InvalidModelError(f"{where}: invalid ONNX model: {onnx_error_text(e, proto)}") from None
+    except UnicodeError as e:  # the checker's own message about the model could not be decoded
+        raise InvalidModelError(f"{where}: invalid ONNX model: {onnx_error_text(e, proto)}") from None
+
+
+def onnx_error_text(error: Exception, proto: onnx.ModelProto) -> str:
+    """One line saying what ONNX's checker or shape inference found wrong in ``proto``. Its own
+    first line where it gave one; where it gave none (some ONNX builds raise an empty
+    ValidationError, others a UnicodeDecodeError, for a name that is not UTF-8) or only its class
+    name, ours: the name or string that is not valid UTF-8 and where it sits, else the first node
+    of the main graph the checker rejects on its own, else what was run and which ONNX said so."""
+    text = str(error).strip()
+    if text and text not in (type(error).__name__, type(error).__qualname__) and not isinstance(error, UnicodeError):
+        return text.splitlines()[0]
+    bad = not_utf8(proto)
+    if bad is not None:
+        path, value = bad
+        return f"a name or string in it is not valid UTF-8: {path} is {value!r}"
+    node = _first_rejected_node(proto)
+    if node is not None:
+        return node
+    what = "shape inference" if isinstance(error, onnx.shape_inference.InferenceError) else "checker"
+    return (f"ONNX's {what} (onnx {onnx.__version__}) rejected it with {type(error).__name__} and no message; "
+            f"no name, string or single node of the main graph is at fault on its own")
+
+
+def not_utf8(proto: onnx.ModelProto) -> tuple[str, bytes | str] | None:
+    """The first string field of ``proto`` (a name, an op type, an attribute's string, ...) that
+    is not valid UTF-8, as (its field path such as ``graph.node[1].attribute[0].name``, its
+    value); None when every one is. Protobuf hands such a field over as bytes."""
+    stack: list[tuple[str, Any]] = [("", proto)]
+    while stack:
+        path, msg = stack.pop()
+        found: list[tuple[str, Any]] = []
+        for fd, value in msg.ListFields():
+            items = list(value) if _repeated(fd) else [value]
+            for i, item in enumerate(items):
+                where = f"{path}.{fd.name}" if path else fd.name
+                where = f"{where}[{i}]" if _repeated(fd) else where
+                if fd.type == fd.TYPE_MESSAGE:
+                    found.append((where, item))
+                elif fd.type == fd.TYPE_STRING and not _is_utf8(item):
+                    return where, item
+        stack.extend(reversed(found))
+    return None
+
+
+def _repeated(fd: Any) -> bool:
+    is_repeated = getattr(fd, "is_repeated", None)
+    return bool(is_repeated) if is_repeated is not None else fd.label == fd.LABEL_REPEATED
+
+
+def _is_utf8(value: bytes | str) -> bool:
+    try:
+        (value.decode("utf-8") if isinstance(value, bytes) else value.encode("utf-8"))
+        return True
+    except UnicodeError:
+        return False
+
+
+def _first_rejected_node(proto: onnx.ModelProto) -> str | None:
+    """The first node of the main graph without subgraphs that ONNX's checker rejects on its own,
+    with the checker's message, as ``node 3 'r' (Relu): ...``; None when none is."""
+    ctx = onnx.checker.C.CheckerContext()
+    ctx.ir_version = proto.ir_version
+    ctx.opset_imports = {o.domain: o.version for o in proto.opset_import}
+    for i, node in enumerate(proto.graph.node):
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            continue  # its subgraph may read the outer graph's values, which a lone node check lacks
+        try:
+            onnx.checker.check_node(node, ctx)
+        except (onnx.checker.ValidationError, UnicodeError) as e:
+            text = str(e).strip().splitlines()[0] if str(e).strip() else "rejected by the checker without a message"
+            return f"node {i} '{node.name}' ({node.op_type}): {text}"
+    return None
 
 
 def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto | None:

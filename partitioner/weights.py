@@ -93,7 +93,7 @@ def tensor_nbytes(tensor: onnx.TensorProto) -> int | None:
     return count * itemsize
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _itemsize(data_type: int) -> int | None:
     if data_type in (0, onnx.TensorProto.STRING):
         return None

@@ -1,11 +1,15 @@
 """Shared fixtures. TensorRT-dependent tests skip only where no TensorRT flavor imports; in CI
-(CI=true) that is an error instead, since CI installs tensorrt-rtx and must run them."""
+(CI=true) that is an error instead, since CI installs tensorrt-rtx and must run them. Tests that
+need a package only tests/install.sh installs skip as optional outside CI, and the run prints
+how many did."""
 from __future__ import annotations
 
 import os
 
 import onnx
 import pytest
+
+from tests.helpers import OPTIONAL_SKIP
 
 
 def _tensorrt_importable() -> bool:
@@ -56,7 +60,8 @@ def _cuda_devices() -> int:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]  # (not keywords: a folder named gpu/ is one)
+    # by marker, not keyword: a test under a folder named gpu/ has the keyword too
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items or _cuda_devices() > 0:
         return
     skip = pytest.mark.skip(reason="needs a usable CUDA device")
@@ -86,6 +91,9 @@ def ci_disallowed_skips(skips: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
+    optional = [nodeid for nodeid, reason in _skips if reason.removeprefix("Skipped: ").startswith(OPTIONAL_SKIP)]
+    if optional:
+        print(f"\noptional tests skipped: {len(optional)} (they need packages tests/install.sh installs)")
     if not os.environ.get("CI") or not _skips:
         return
     counts = {kind: sum(text in r for _, r in _skips) for kind, text in CI_ALLOWED_SKIPS.items()}

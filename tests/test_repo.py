@@ -18,11 +18,16 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert len(commands) >= 2
     demo, tests = commands[0], commands[1]
     assert demo.endswith("trt-backend demo")
-    test_cmd = tests.split("&&")[-1].strip()
-    assert test_cmd == "python -m pytest -q tests"
-    ci_lines = [line.strip() for line in read(".ci/run").splitlines()]
-    assert test_cmd in ci_lines
-    assert 'pip install -q -e ".[cpu,test,serve]"' in read(".ci/run") and 'pip install -e ".[cpu,test,serve]"' in tests
+    venv, activate, install, test_cmd = (step.strip() for step in tests.split("&&"))
+    assert (venv, activate) == ("python3 -m venv .venv", ". .venv/bin/activate")
+    assert (install, test_cmd) == ("sh tests/install.sh", "python -m pytest -q tests")
+    ci_lines = [line.strip() for line in read(".ci/run").splitlines() if not line.lstrip().startswith("#")]
+    # CI: a fresh venv, the same install, the gates, the same test command
+    steps = [ci_lines.index(line) for line in ("python3 -m venv .ci-venv", ". .ci-venv/bin/activate", install,
+                                               "ruff check .", "python -m mypy partitioner plugins trt_backend",
+                                               test_cmd)]
+    assert steps == sorted(steps)
+    assert 'pip install -q -e ".[cpu,test,serve,dev]"' in read("tests/install.sh")
 
 
 def test_ci_fails_on_a_skip_it_does_not_allow(tmp_path) -> None:
@@ -57,7 +62,8 @@ def test_the_readme_is_a_front_page_whose_links_resolve() -> None:
     """The README stays a front page; it and the docs link only to files that exist."""
     readme = read("README.md")
     assert len(readme.splitlines()) <= 200
-    pages = ["README.md", "CONTRIBUTING.md"] + [os.path.join("docs", name) for name in sorted(os.listdir(os.path.join(ROOT, "docs")))]
+    docs = sorted(os.listdir(os.path.join(ROOT, "docs")))
+    pages = ["README.md", "CONTRIBUTING.md"] + [os.path.join("docs", name) for name in docs]
     checked = 0
     for page in pages:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", read(page)):
@@ -137,3 +143,33 @@ def test_benchmarks_folder_holds_timing_scripts_and_two_subfolders() -> None:
         assert scripts
         missing = [s for s in scripts if s not in readme]
         assert not missing, f"{folder}/README.md does not name {missing}"
+
+
+def test_a_test_needing_what_only_the_install_script_installs_is_optional_and_counted(tmp_path) -> None:
+    """Outside CI such a test skips and the run says how many did; under CI=1 it fails."""
+    import subprocess
+    import sys
+
+    (tmp_path / "conftest.py").write_text(
+        "from tests.conftest import pytest_runtest_logreport, pytest_sessionfinish\n"
+        "__all__ = ['pytest_runtest_logreport', 'pytest_sessionfinish']\n")
+    (tmp_path / "test_some.py").write_text(
+        "from tests.helpers import skip_optional\n\n"
+        "def test_runs():\n    assert True\n\n"
+        "def test_needs_stubs():\n    skip_optional('tensorrt-stubs==10.13.*')\n")
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+
+    outside = run()
+    assert outside.returncode == 0, outside.stdout[-1500:]
+    assert "optional tests skipped: 1 (they need packages tests/install.sh installs)" in outside.stdout
+    assert "1 passed, 1 skipped" in outside.stdout
+    env["CI"] = "1"
+    in_ci = run()
+    assert in_ci.returncode == 1, in_ci.stdout[-1500:]
+    assert "CI must install tensorrt-stubs==10.13.* (tests/install.sh)" in in_ci.stdout
+    assert "optional tests skipped" not in in_ci.stdout

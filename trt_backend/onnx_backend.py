@@ -17,6 +17,7 @@ import onnx
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
 from partitioner import Plan
+from partitioner.model import onnx_error_text
 from partitioner.errors import OptionsError
 from trt_backend.errors import (
     CalibrationError,
@@ -189,7 +190,8 @@ def node_model(node: onnx.NodeProto, inputs: Any, outputs_info: Sequence[tuple[A
         try:
             inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
         except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
-            raise FeedError(f"node {node.op_type}: cannot infer its output types ({e}); pass outputs_info") from None
+            raise FeedError(f"node {node.op_type}: cannot infer its output types ({onnx_error_text(e, model)}); "
+                            "pass outputs_info") from None
         known = {vi.name: vi.type for vi in list(inferred.graph.value_info) + list(inferred.graph.output)
                  if vi.type.WhichOneof("value")}
         for vi in model.graph.output:

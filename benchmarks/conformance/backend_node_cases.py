@@ -21,7 +21,7 @@ import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tests.support.onnx_backend_cases import ERRORED, MISMATCHED, PASSED, load_cases, run_ort, run_ours  # noqa: E402
+from tests.support.onnx_backend_cases import ERRORED, MISMATCHED, PASSED, load_cases, run_ort, run_ours
 
 
 @dataclass

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tests.support.fuzzing import COMMANDS, fuzz, problems, table  # noqa: E402
+from tests.support.fuzzing import COMMANDS, fuzz, problems, table
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -445,8 +445,8 @@ def evaluate_precisions(name: str, path: str, timeout: float, build: bool) -> Pr
             if "Traceback" in res.err:
                 row.errors[f"compare {precision} traceback"] = res.error_line()
             if os.path.exists(report) and res.rc in (0, 1):
-                row.compare[precision] = _compare_error(report) + (" (zoo inputs)" if precision == "int8" and "random" not in flags
-                                                                    else "")
+                zoo_inputs = " (zoo inputs)" if precision == "int8" and "random" not in flags else ""
+                row.compare[precision] = _compare_error(report) + zoo_inputs
             else:
                 row.compare[precision] = "error"
                 row.errors[f"compare {precision}"] = res.error_line()

@@ -18,8 +18,8 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from partitioner import PartitionOptions, Plan, plan_model
-from plugins import default_registry  # noqa: E402
-from tests.support.resize_models import MODELS  # noqa: E402
+from plugins import default_registry
+from tests.support.resize_models import MODELS
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.tensorrt.oracle import ParserOracle
 

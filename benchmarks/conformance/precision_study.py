@@ -178,7 +178,7 @@ def study(spec: Spec, cache: str, samples: int, tmp: str) -> list[Row]:
             else:
                 build = BuildOptions(precision=precision, calibration_data=cal if precision == "int8" else None)
             sess = Session(path, profiles, SessionOptions(emulate=True, build=build))
-        except Exception as e:  # a row per failure: the study reports, it does not stop
+        except Exception as e:  # noqa: BLE001 - a row per failure: the study reports, it does not stop
             row.note = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
             continue
         with sess:

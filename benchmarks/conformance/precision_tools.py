@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tests.support.elementwise import within  # noqa: E402
+from tests.support.elementwise import within
 
 
 def feeds_of(folder: str) -> list[dict[str, np.ndarray]]:

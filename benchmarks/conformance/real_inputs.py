@@ -81,7 +81,7 @@ def text_lines(n: int, seed: int, words: tuple[int, int] = (2, 5)) -> list[tuple
 
     rng = np.random.default_rng(seed)
     out = []
-    for k in range(n):
+    for _ in range(n):
         text = " ".join(WORDS[int(i)] for i in rng.integers(0, len(WORDS), int(rng.integers(*words))))
         font = _font(int(rng.integers(26, 40)), int(rng.integers(0, len(FONTS))))
         left, top, right, bottom = font.getbbox(text)

@@ -1,6 +1,7 @@
 """Write the export-triton test cases into a folder, for ``triton_serve_check.py`` to load in a
 real tritonserver: the demo (with and without batching), a dynamic-length transformer block, a
-NonZero detection graph, an NMS + Loop detection graph (scalars across boundaries), a conv chain with external weights, and the demo as full-TensorRT plans
+NonZero detection graph, an NMS + Loop detection graph (scalars across boundaries), a conv chain with external
+weights, and the demo as full-TensorRT plans
 (stand-in engine bytes: full TensorRT does not install here). Prints the check commands.
 
     python benchmarks/conformance/triton_cases.py /tmp/triton_cases     # project venv, repository root
@@ -14,17 +15,17 @@ import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tests.support.graphs import (  # noqa: E402
+from tests.support.graphs import (
     conv_chain,
     detection_model,
     nonzero_detection_model,
     transformer_model,
 )
-from trt_backend.cli import main as cli  # noqa: E402
-from trt_backend.data.demo import DEMO_PATH  # noqa: E402
-from trt_backend.export.repo import TritonOptions, triton_repo  # noqa: E402
-from trt_backend.export.source import from_build_folders  # noqa: E402
-from trt_backend.export.write import write_repo  # noqa: E402
+from trt_backend.cli import main as cli
+from trt_backend.data.demo import DEMO_PATH
+from trt_backend.export.repo import TritonOptions, triton_repo
+from trt_backend.export.source import from_build_folders
+from trt_backend.export.write import write_repo
 
 
 def main() -> int:

@@ -18,9 +18,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks.conformance.model_zoo import input_specs, make_inputs, shapes_arg  # noqa: E402
-from tests.support.triton_checker import RepoInvalid, run_ensemble  # noqa: E402
-from trt_backend.ort.sessions import ort_errors  # noqa: E402
+from benchmarks.conformance.model_zoo import input_specs, make_inputs, shapes_arg
+from tests.support.triton_checker import RepoInvalid, run_ensemble
+from trt_backend.ort.sessions import ort_errors
 
 ZOO = os.path.expanduser("~/.cache/trt-backend-zoo/models")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -16,7 +16,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tests.support.external_mlp import write_mlp  # noqa: E402
+from tests.support.external_mlp import write_mlp
 
 
 def main() -> int:

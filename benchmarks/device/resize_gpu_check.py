@@ -17,9 +17,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from plugins.resize import host  # noqa: E402
-from plugins.resize.check import random_cases  # noqa: E402
-from tests.support.resize_gpu import Device, aot, generic  # noqa: E402
+from plugins.resize import host
+from plugins.resize.check import random_cases
+from tests.support.resize_gpu import Device, aot, generic
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from plugins.resize.check import (  # noqa: E402
+from plugins.resize.check import (
     ATOL,
     Tally,
     backend_resize_cases,

@@ -109,7 +109,7 @@ def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nda
     data = model.SerializeToString()
     try:
         sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
-    except Exception as e:  # noqa: BLE001 - only the global-pool refusal is retried
+    except Exception as e:  # only the global-pool refusal is retried
         if "global thread pool" not in str(e):
             raise
         opts.use_per_session_threads = False

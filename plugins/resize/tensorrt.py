@@ -14,7 +14,7 @@ import ctypes
 import importlib
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, List, Tuple, Union
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -110,15 +110,15 @@ def register(trt: ModuleType) -> None:
         return out
 
     @trtp.autotune(PLUGIN_ID)
-    def resize_autotune(inp0: trtp.TensorDesc, outputs: Tuple[trtp.TensorDesc]) -> List[trtp.AutoTuneCombination]:
+    def resize_autotune(inp0: trtp.TensorDesc, outputs: tuple[trtp.TensorDesc]) -> list[trtp.AutoTuneCombination]:
         return [trtp.AutoTuneCombination("FP32|FP16|BF16, FP32|FP16|BF16", "LINEAR")]
 
     if hasattr(trtp, "aot_impl"):  # TensorRT >= 10.9
         @trtp.aot_impl(PLUGIN_ID)
         def resize_aot(inp0: trtp.TensorDesc, mode: I32, coordinate_transformation_mode: I32, nearest_mode: I32,
                        cubic_coeff_a: F32, exclude_outside: I32, antialias: I32, extrapolation_value: F32,
-                       scales: F32, sizes: I32, roi: F32, outputs: Tuple[trtp.TensorDesc], tactic: int
-                       ) -> Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymIntExprs]:
+                       scales: F32, sizes: I32, roi: F32, outputs: tuple[trtp.TensorDesc], tactic: int
+                       ) -> tuple[str | bytes, str | bytes, trtp.KernelLaunchParams, trtp.SymIntExprs]:
             from ..nvrtc import check_ptx_for_driver, compile_ptx
 
             p = _params(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside,
@@ -137,7 +137,7 @@ def register(trt: ModuleType) -> None:
     @trtp.impl(PLUGIN_ID)
     def resize_impl(inp0: trtp.Tensor, mode: I32, coordinate_transformation_mode: I32, nearest_mode: I32,
                     cubic_coeff_a: F32, exclude_outside: I32, antialias: I32, extrapolation_value: F32,
-                    scales: F32, sizes: I32, roi: F32, outputs: Tuple[trtp.Tensor], stream: int) -> None:
+                    scales: F32, sizes: I32, roi: F32, outputs: tuple[trtp.Tensor], stream: int) -> None:
         p = _params(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside, antialias,
                     extrapolation_value, scales, sizes, roi)
         _launch_generic(p, _dtype_name(trt, inp0.dtype), tuple(inp0.shape), inp0.data_ptr, outputs[0].data_ptr,

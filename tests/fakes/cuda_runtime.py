@@ -121,14 +121,14 @@ class _Allocation:
 class FakeCudaRuntime:
     """``cuda.bindings.runtime`` for ``gpus`` fake GPUs (see the module docstring for the rules)."""
 
-    cudaError_t = _enum(**ERRORS)  # noqa: N815 - cuda-python's names
-    cudaMemcpyKind = _enum(cudaMemcpyHostToHost=0, cudaMemcpyHostToDevice=1, cudaMemcpyDeviceToHost=2,  # noqa: N815
+    cudaError_t = _enum(**ERRORS)  # cuda-python's names
+    cudaMemcpyKind = _enum(cudaMemcpyHostToHost=0, cudaMemcpyHostToDevice=1, cudaMemcpyDeviceToHost=2,
                            cudaMemcpyDeviceToDevice=3, cudaMemcpyDefault=4)
-    cudaMemoryType = _enum(cudaMemoryTypeUnregistered=0, cudaMemoryTypeHost=1, cudaMemoryTypeDevice=2,  # noqa: N815
+    cudaMemoryType = _enum(cudaMemoryTypeUnregistered=0, cudaMemoryTypeHost=1, cudaMemoryTypeDevice=2,
                            cudaMemoryTypeManaged=3)
-    cudaDeviceAttr = _enum(cudaDevAttrComputeCapabilityMajor=75, cudaDevAttrComputeCapabilityMinor=76)  # noqa: N815
-    cudaStreamNonBlocking = 1  # noqa: N815
-    cudaEventDisableTiming = 2  # noqa: N815
+    cudaDeviceAttr = _enum(cudaDevAttrComputeCapabilityMajor=75, cudaDevAttrComputeCapabilityMinor=76)
+    cudaStreamNonBlocking = 1
+    cudaEventDisableTiming = 2
 
     def __init__(self, gpus: int | list[FakeGpu] = 1, *, driver: int = 13000, runtime: int = 13000) -> None:
         self.gpus = [FakeGpu() for _ in range(gpus)] if isinstance(gpus, int) else list(gpus)
@@ -158,31 +158,31 @@ class FakeCudaRuntime:
     def _err(self, name: str) -> tuple[Any, ...]:
         return (getattr(self.cudaError_t, name),)
 
-    def cudaGetErrorName(self, err: Any) -> tuple[Any, bytes]:  # noqa: N802
+    def cudaGetErrorName(self, err: Any) -> tuple[Any, bytes]:
         names = {v: k for k, v in ERRORS.items()}
         return self.cudaError_t.cudaSuccess, names.get(int(err), "cudaErrorUnknown").encode()
 
-    def cudaGetDeviceCount(self) -> tuple[Any, ...]:  # noqa: N802
+    def cudaGetDeviceCount(self) -> tuple[Any, ...]:
         if self.driver < self.runtime:
             return self.cudaError_t.cudaErrorInsufficientDriver, None
         return self._ok(len(self.gpus)) if self.gpus else (self.cudaError_t.cudaErrorNoDevice, 0)
 
-    def cudaDriverGetVersion(self) -> tuple[Any, ...]:  # noqa: N802
+    def cudaDriverGetVersion(self) -> tuple[Any, ...]:
         return self._ok(self.driver)
 
-    def cudaRuntimeGetVersion(self) -> tuple[Any, ...]:  # noqa: N802
+    def cudaRuntimeGetVersion(self) -> tuple[Any, ...]:
         return self._ok(self.runtime)
 
-    def cudaSetDevice(self, device: int) -> tuple[Any, ...]:  # noqa: N802
+    def cudaSetDevice(self, device: int) -> tuple[Any, ...]:
         if not 0 <= int(device) < len(self.gpus):
             return self._err("cudaErrorInvalidDevice")
         self._local.device = int(device)
         return self._ok()
 
-    def cudaGetDevice(self) -> tuple[Any, ...]:  # noqa: N802
+    def cudaGetDevice(self) -> tuple[Any, ...]:
         return self._ok(self.current)
 
-    def cudaDeviceGetAttribute(self, attr: Any, device: int) -> tuple[Any, ...]:  # noqa: N802
+    def cudaDeviceGetAttribute(self, attr: Any, device: int) -> tuple[Any, ...]:
         if not 0 <= int(device) < len(self.gpus):
             return self._err("cudaErrorInvalidDevice")
         sm = self.gpus[int(device)].sm
@@ -192,7 +192,7 @@ class FakeCudaRuntime:
         with self._lock:
             return sum(a.size for a in self.allocations.values() if a.device == device)
 
-    def cudaMemGetInfo(self) -> tuple[Any, ...]:  # noqa: N802
+    def cudaMemGetInfo(self) -> tuple[Any, ...]:
         used = self._used(self.current)
         total = self.gpus[self.current].memory
         return self._ok(total - used, total)
@@ -223,13 +223,13 @@ class FakeCudaRuntime:
             self.streams[h] = _Stream(h, self.current if device is None else device, user=True)
         return h
 
-    def cudaStreamCreateWithFlags(self, flags: int) -> tuple[Any, ...]:  # noqa: N802
+    def cudaStreamCreateWithFlags(self, flags: int) -> tuple[Any, ...]:
         h = self._handle()
         with self._lock:
             self.streams[h] = _Stream(h, self.current)
         return self._ok(h)
 
-    def cudaStreamDestroy(self, handle: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaStreamDestroy(self, handle: Any) -> tuple[Any, ...]:
         s = self._stream(handle, "cudaStreamDestroy")
         if s.user:
             raise ContractViolation(f"cudaStreamDestroy: stream {s.key:#x} belongs to the user (it came with their "
@@ -257,15 +257,15 @@ class FakeCudaRuntime:
         for _, address, data in done:
             ctypes.memmove(address, data, len(data))
 
-    def cudaStreamSynchronize(self, handle: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaStreamSynchronize(self, handle: Any) -> tuple[Any, ...]:
         s = self._stream(handle, "cudaStreamSynchronize")
         self._observe(s.clock)
         return self._ok()
 
-    def cudaEventCreate(self) -> tuple[Any, ...]:  # noqa: N802
+    def cudaEventCreate(self) -> tuple[Any, ...]:
         return self.cudaEventCreateWithFlags(0)
 
-    def cudaEventCreateWithFlags(self, flags: int) -> tuple[Any, ...]:  # noqa: N802
+    def cudaEventCreateWithFlags(self, flags: int) -> tuple[Any, ...]:
         h = self._handle()
         with self._lock:
             self.events[h] = _Event(self.current)
@@ -277,7 +277,7 @@ class FakeCudaRuntime:
             raise ContractViolation(f"{what}: event {int(handle):#x} does not exist")
         return e
 
-    def cudaEventRecord(self, event: Any, stream: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaEventRecord(self, event: Any, stream: Any) -> tuple[Any, ...]:
         e, s = self._event(event, "cudaEventRecord"), self._stream(stream, "cudaEventRecord")
         if e.device != s.device:
             return self._err("cudaErrorInvalidResourceHandle")  # (event and stream of different devices)
@@ -285,23 +285,23 @@ class FakeCudaRuntime:
         e.clock = clock
         return self._ok()
 
-    def cudaStreamWaitEvent(self, stream: Any, event: Any, flags: int = 0) -> tuple[Any, ...]:  # noqa: N802
+    def cudaStreamWaitEvent(self, stream: Any, event: Any, flags: int = 0) -> tuple[Any, ...]:
         s, e = self._stream(stream, "cudaStreamWaitEvent"), self._event(event, "cudaStreamWaitEvent")
         with self._lock:
             if e.clock is not None:
                 s.clock = _join(s.clock, e.clock)
         return self._ok()
 
-    def cudaEventSynchronize(self, event: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaEventSynchronize(self, event: Any) -> tuple[Any, ...]:
         e = self._event(event, "cudaEventSynchronize")
         if e.clock is not None:
             self._observe(e.clock)
         return self._ok()
 
-    def cudaEventElapsedTime(self, start: Any, end: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaEventElapsedTime(self, start: Any, end: Any) -> tuple[Any, ...]:
         return self._ok(0.01)
 
-    def cudaEventDestroy(self, event: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaEventDestroy(self, event: Any) -> tuple[Any, ...]:
         self._event(event, "cudaEventDestroy").alive = False
         return self._ok()
 
@@ -314,7 +314,7 @@ class FakeCudaRuntime:
 
     # ------------------------------------------------------------------ memory
 
-    def cudaMalloc(self, size: int) -> tuple[Any, ...]:  # noqa: N802
+    def cudaMalloc(self, size: int) -> tuple[Any, ...]:
         size = int(size)
         if size <= 0:
             return self._err("cudaErrorInvalidValue")
@@ -330,7 +330,7 @@ class FakeCudaRuntime:
             self.peak_outstanding = max(self.peak_outstanding, len(self.allocations))
         return self._ok(ptr)
 
-    def cudaFree(self, ptr: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaFree(self, ptr: Any) -> tuple[Any, ...]:
         ptr = int(ptr)
         a = self.allocations.get(ptr)
         if a is None:
@@ -381,7 +381,7 @@ class FakeCudaRuntime:
         stamp, clock = self._enqueue(s)
         self._access(a, stamp, clock, write, what)
 
-    def cudaMemcpyAsync(self, dst: Any, src: Any, nbytes: int, kind: Any, stream: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaMemcpyAsync(self, dst: Any, src: Any, nbytes: int, kind: Any, stream: Any) -> tuple[Any, ...]:
         dst, src, nbytes, kind = int(dst), int(src), int(nbytes), int(kind)
         s = self._stream(stream, "cudaMemcpyAsync")
         if nbytes == 0:
@@ -404,12 +404,12 @@ class FakeCudaRuntime:
             ctypes.memmove(dst, data, nbytes)
         return self._ok()
 
-    def cudaMemsetAsync(self, ptr: Any, value: int, nbytes: int, stream: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaMemsetAsync(self, ptr: Any, value: int, nbytes: int, stream: Any) -> tuple[Any, ...]:
         self.device_access(int(ptr), int(nbytes), stream, True, "cudaMemsetAsync")
         ctypes.memset(int(ptr), int(value), int(nbytes))
         return self._ok()
 
-    def cudaPointerGetAttributes(self, ptr: Any) -> tuple[Any, ...]:  # noqa: N802
+    def cudaPointerGetAttributes(self, ptr: Any) -> tuple[Any, ...]:
         a = self.find(int(ptr))
         if a is None:
             return self._ok(SimpleNamespace(type=self.cudaMemoryType.cudaMemoryTypeUnregistered, device=-2))

@@ -216,7 +216,8 @@ def test_minus_one_and_zero_dims_are_unknown_dims_with_one_warning(caplog) -> No
 
     assert dims(loaded.proto.graph.input[0].type) == [None, 3, None, None]
     assert dims(loaded.index.types["c"])[1] == 4 and dims(loaded.index.types["c"])[0] != 0
-    assert dims(loaded.proto.graph.output[0].type)[1] == 4 and not loaded.proto.graph.output[0].type.tensor_type.shape.dim[0].dim_value
+    assert dims(loaded.proto.graph.output[0].type)[1] == 4
+    assert not loaded.proto.graph.output[0].type.tensor_type.shape.dim[0].dim_value
     sess = ort.InferenceSession(loaded.proto.SerializeToString(), providers=["CPUExecutionProvider"])
     for shape in ((1, 3, 8, 8), (5, 3, 16, 40)):
         assert sess.run(None, {"x": np.ones(shape, np.float32)})[0].shape == (shape[0], 4)
@@ -309,13 +310,52 @@ def test_raw_weights_of_another_length_than_their_dims_need_are_refused(dims, nb
 
 
 
+NOT_UTF8 = (r"<bytes>: invalid ONNX model: a name or string in it is not valid UTF-8: "
+            r"graph.node\[1\].attribute\[0\].name is b'kEepD\\xe9ms'$")
+
+
 def test_a_name_that_is_not_utf8_is_one_clear_error() -> None:
-    """ONNX's checker cannot format its message about such a model (UnicodeDecodeError, found by
-    ``benchmarks/conformance/fuzz.py --seed 5``, mutant 162: bit flips in a model with subgraphs):
-    InvalidModelError instead of a traceback."""
+    """ONNX's checker cannot format its message about such a model (found by
+    ``benchmarks/conformance/fuzz.py --seed 5``, mutant 162: bit flips in a model with subgraphs): one
+    InvalidModelError naming the field, instead of a traceback."""
     from tests.support.mutants import make_mutant, seed_models
 
     mutant = make_mutant(seed_models(), 162, 5)
-    with pytest.raises(InvalidModelError, match=r"<bytes>: invalid ONNX model: a name or string in it is not "
-                                                r"valid UTF-8 \(UnicodeDecodeError"):
+    with pytest.raises(InvalidModelError, match=NOT_UTF8):
         load_model(mutant.files["model.onnx"])
+
+
+def _empty_checker_error(*args, **kwargs):
+    raise onnx.checker.ValidationError("")
+
+
+def test_the_checker_saying_nothing_about_a_name_not_utf8_is_our_message(monkeypatch) -> None:
+    """Some ONNX builds raise a ValidationError with an empty message where others raise a
+    UnicodeDecodeError for the same model: either way the error names the field."""
+    from tests.support.mutants import make_mutant, seed_models
+
+    monkeypatch.setattr(onnx.checker, "check_model", _empty_checker_error)
+    mutant = make_mutant(seed_models(), 162, 5)
+    with pytest.raises(InvalidModelError, match=NOT_UTF8):
+        load_model(mutant.files["model.onnx"])
+
+
+def test_the_checker_saying_nothing_about_a_bad_node_names_the_node(monkeypatch) -> None:
+    monkeypatch.setattr(onnx.checker, "check_model", _empty_checker_error)
+    bad = model([helper.make_node("Relu", ["x", "x"], ["y"], name="r")], [vi("x", [2])], [vi("y", [2])])
+    # the checker's own words about the node are ONNX's, and may change between releases
+    with pytest.raises(InvalidModelError, match=r"^<bytes>: invalid ONNX model: node 0 'r' \(Relu\): \S"):
+        load_model(bad.SerializeToString())
+
+
+def test_shape_inference_saying_nothing_says_what_ran_and_which_onnx(monkeypatch) -> None:
+    def empty(*args, **kwargs):
+        raise onnx.shape_inference.InferenceError("InferenceError")
+
+    good = model([helper.make_node("Relu", ["x"], ["y"], name="r")], [vi("x", [2])], [vi("y", [2])])
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", empty)
+    with pytest.raises(InvalidModelError) as raised:
+        check_model(good, where="m.onnx", full=True)
+    assert str(raised.value) == (f"m.onnx: invalid ONNX model: ONNX's shape inference (onnx {onnx.__version__}) "
+                                 "rejected it with InferenceError and no message; no name, string or single node "
+                                 "of the main graph is at fault on its own")

@@ -160,7 +160,8 @@ def test_annotation_and_picture_show_copied_constants(oracle) -> None:
     assert [m.get("trt_backend.copied_into") for m in metas[:4]] == ["2", "2", "2", None]
     assert [m["trt_backend.segment"] for m in metas[:3]] == ["0", "0", "0"]
     assert not any("trt_backend.copied_into" in m for m in metas[3:])
-    again = annotate(plan_model(annotated, oracle, PartitionOptions(exclude_ops=("Sin",), boundary_cost=None)))  # replaced, not doubled
+    # annotating again replaces the marks, it does not double them
+    again = annotate(plan_model(annotated, oracle, PartitionOptions(exclude_ops=("Sin",), boundary_cost=None)))
     assert [p.key for p in again.graph.node[0].metadata_props].count("trt_backend.copied_into") == 1
     svg = render_svg(plan)
     assert "constant-only nodes copied in (3): k, fill, cast" in svg

@@ -15,9 +15,10 @@ from plugins.resize.spec import ResizeParams, SpecError, make_params, read_attri
 from tests.helpers import const, model, vi
 
 
-def resize_model(attrs: dict[str, Any], inputs: dict[str, np.ndarray | str | None], shape: list[Any] = ["N", 3, 8, 8],
+def resize_model(attrs: dict[str, Any], inputs: dict[str, np.ndarray | str | None], shape: list[Any] | None = None,
                  opset: int = 19, dtype: int = TensorProto.FLOAT, out_shape: list[Any] | None = None):
     """x -> Resize -> y, roi/scales/sizes as initializers (arrays), graph inputs (strings) or absent."""
+    shape = ["N", 3, 8, 8] if shape is None else shape
     names, inits, graph_inputs = ["x"], [], [vi("x", shape, dtype)]
     for role in ("roi", "scales", "sizes") if opset > 10 else ("scales",):
         value = inputs.get(role)

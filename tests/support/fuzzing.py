@@ -178,7 +178,8 @@ class Runner:
     def _spawn(self, command: str, model: str, shapes: str | None, scratch: str) -> int:
         with open(os.path.join(scratch, "stdout"), "wb") as out, open(os.path.join(scratch, "stderr"), "wb") as err:
             if command == "api":
-                code = f"import sys; sys.path.insert(0, {ROOT!r}); from tests.support.fuzzing import _api; sys.exit(_api({model!r}, {shapes!r}))"
+                code = (f"import sys; sys.path.insert(0, {ROOT!r}); from tests.support.fuzzing import _api; "
+                        f"sys.exit(_api({model!r}, {shapes!r}))")
                 cmd = [sys.executable, "-c", code]
             else:
                 cmd = [sys.executable, "-m", "trt_backend", *argv_for(command, model, shapes, scratch)]
@@ -227,7 +228,7 @@ def _preload() -> None:
     for name in ("inspect", "run", "build", "compare", "bench"):
         trt_backend.cli.build_parser(name)
     load_flavor("auto")
-    import trt_backend.session.session  # noqa: F401
+    import trt_backend.session.session
 
 
 def fuzz(ids: Iterable[int], seed: int, commands: Sequence[str], *, timeout: float = 60.0, jobs: int = 2,

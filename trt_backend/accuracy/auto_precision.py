@@ -2,7 +2,8 @@
 that keeps every model output within (atol, rtol) of fp32 ONNX Runtime on validation inputs.
 
 Every TensorRT segment starts at the lowest allowed precision (int8 < bf16 < fp16; int8 only with
-calibration data; int8 is int8 with fp16 for everything not quantized). Each round runs the emulated session (each segment in the precision its engine
+calibration data; int8 is int8 with fp16 for everything not quantized). Each round runs the emulated session (each
+segment in the precision its engine
 would be built in: :mod:`trt_backend.engines.emulation`) on the validation inputs; while an output
 exceeds the tolerance, the first diverging segment is found with compare's localisation
 (:mod:`trt_backend.accuracy.localize`), and inside it the nodes where the divergence starts:

@@ -227,7 +227,8 @@ class ComparisonReport:
         if self.outputs and not compared:
             verdict = "NOTHING COMPARED (every output was empty on every input: give inputs that produce some)"
         elif self.passed:
-            verdict = "PASSED" if compared == len(self.outputs) else f"PASSED ({compared} of {len(self.outputs)} output(s) compared)"
+            verdict = ("PASSED" if compared == len(self.outputs)
+                       else f"PASSED ({compared} of {len(self.outputs)} output(s) compared)")
         else:
             failed_tasks = sum(not t.passed for t in self.tasks)
             verdict = f"FAILED ({len(self.failed_outputs)} of {len(self.outputs)} output(s)" + (

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from trt_backend._lazy import facade
 
-__getattr__, __dir__, __all__ = facade(__name__, {"build": "trt_backend.artifacts.write", "open_build": "trt_backend.artifacts.read",
+__getattr__, __dir__, __all__ = facade(__name__, {"build": "trt_backend.artifacts.write",
+         "open_build": "trt_backend.artifacts.read",
          "OpenedBuild": "trt_backend.artifacts.read", "is_build_folder": "trt_backend.artifacts.read",
          "SessionPlan": "trt_backend.artifacts.saved"})

@@ -304,7 +304,7 @@ class _Stage:
     def _place(self) -> None:
         try:
             self._data = self._placed(self.model)
-        except BaseException as e:  # (re-raised in the caller's thread by data())
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread by data()
             self._error = e
 
     def _placed(self, model: Model) -> tuple[list[dict[str, Any]], _Weights | None, dict[str, Any] | None]:

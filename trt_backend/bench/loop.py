@@ -236,7 +236,7 @@ def measure(candidates: Sequence[Candidate], timing: TimingConfig,
 
             def emit(phase: str, elapsed: float, n: int, name: str = c.name) -> None:
                 if progress is not None:
-                    progress(ProgressEvent(name, phase, r, timing.rounds, elapsed, n, block_s, block_n))
+                    progress(ProgressEvent(name, phase, r, timing.rounds, elapsed, n, block_s, block_n))  # noqa: B023 - called in this round only
 
             emit("warmup", 0.0, 0)
             m.warmup_iterations += warm_up(call, warm_s)

@@ -51,7 +51,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inputs", metavar="FILE.npz|DIR",
                    help="--precision auto: real inputs the search validates on (default: the calibration data's "
                         "first batches, else seeded random data)")
-    p.add_argument("--cache-dir", metavar="DIR", help="engine and build cache: the same model file built with the same options is a copy of the "
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="engine and build cache: the same model file built with the same options is a copy of the "
                         "earlier folder (DIR/builds); otherwise unchanged segments are not rebuilt")
     add_builder_arguments(p)
     add_device_argument(p)

@@ -9,10 +9,10 @@ import numpy as np
 
 from partitioner import PartitionOptions
 from partitioner.report import summary
-from trt_backend._files import write_atomic, write_picture
+from trt_backend._files import output_problem, write_atomic, write_picture
 from trt_backend.artifacts.write import build
 from trt_backend.data.demo import DEMO_PATH
-from trt_backend.errors import OptionsError
+from trt_backend.errors import OutputError
 from trt_backend.ort.threads import inference_session
 from trt_backend.planning import make_plan
 from trt_backend.session.feeds import random_feeds
@@ -27,24 +27,37 @@ def register(p: argparse.ArgumentParser) -> None:
     p.description = ("Plan the bundled demo model (a classifier whose Resize mode TensorRT "
                    "rejects), build its TensorRT engines, load the build into a session, run it "
                    "and compare with ONNX Runtime.")
-    p.add_argument("--out", default="trt-backend-demo", metavar="DIR", help="where to write (default ./trt-backend-demo)")
+    p.add_argument("--out", metavar="DIR",
+                   help="where to write (default: trt-backend/demo in the user's cache folder, $XDG_CACHE_HOME or "
+                        "~/.cache)")
     p.add_argument("--flavor", choices=("auto", "tensorrt", "tensorrt_rtx"), default="auto")
     p.set_defaults(func=handle)
 
 
+def default_out() -> str:
+    """Where the demo writes without --out: trt-backend/demo in the user's cache folder
+    ($XDG_CACHE_HOME, else ~/.cache), never the current folder."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "trt-backend", "demo")
+
+
 def handle(args: argparse.Namespace) -> int:
+    out = args.out if args.out is not None else default_out()
+    where = f"--out {out}" if args.out is not None else f"the demo's folder {out} (--out DIR chooses another)"
+    problem = output_problem(out, folder=True, make_parents=True)  # --out itself was checked by the CLI
+    if problem:
+        raise OutputError(f"cannot write {where}: {problem}")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot write {where}: {e.strerror or e}") from None
+    print(f"writing to {out}")
     print(f"1. plan the demo model ({DEMO_PATH})")
     plan = make_plan(DEMO_PATH, PartitionOptions(), flavor=args.flavor)
     print(summary(plan))
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise OptionsError(f"--out {args.out}: exists and is not a folder")
-    try:
-        os.makedirs(args.out, exist_ok=True)
-    except OSError as e:
-        raise OptionsError(f"--out {args.out}: cannot make the folder ({e.strerror or e})") from None
-    write_atomic(os.path.join(args.out, "plan.json"), plan.to_json())
-    write_picture(plan, os.path.join(args.out, "partition.html"))
-    build_dir = os.path.join(args.out, "build")
+    write_atomic(os.path.join(out, "plan.json"), plan.to_json())
+    write_picture(plan, os.path.join(out, "partition.html"))
+    build_dir = os.path.join(out, "build")
     print(f"\n2. build engines for its TensorRT segments into {build_dir} (batch 1..8)")
     manifest = build(DEMO_PATH, build_dir, PROFILE, SessionOptions(flavor=args.flavor))
     for seg in manifest["segments"]:
@@ -67,5 +80,5 @@ def handle(args: argparse.Namespace) -> int:
     if emulated:
         print(f"   ({emulated} TensorRT segment(s) ran emulated through ONNX Runtime: no usable GPU and TensorRT "
               "runtime here; the engines above are what a GPU machine runs)")
-    print(f"\nwrote {args.out}/plan.json, {args.out}/partition.html and {build_dir}/")
+    print(f"\nwrote {os.path.join(out, 'plan.json')}, {os.path.join(out, 'partition.html')} and {build_dir}{os.sep}")
     return 0 if diff < 1e-4 and same else 1

@@ -14,7 +14,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Union
+from typing import Any
 
 import onnx
 
@@ -166,7 +166,7 @@ def _cc_name(value: str) -> str:
 
 ProfileSpec = Mapping[str, Any]  # tensor name -> TensorProfile | (min, opt, max) | {"min", "opt", "max"[, "values"]}
 SegmentProfiles = Mapping[int, Sequence[ProfileSpec]]  # segment id -> profiles
-ProfilesArg = Union[Sequence[ProfileSpec], SegmentProfiles, Callable[[Any], SegmentProfiles]]
+ProfilesArg = Sequence[ProfileSpec] | SegmentProfiles | Callable[[Any], SegmentProfiles]
 
 
 def segment_ranges(model: onnx.ModelProto, profiles: Sequence[ProfileSpec]) -> list[dict[str, TensorProfile]]:

@@ -156,7 +156,7 @@ def load_calibration(source: str, inputs: Sequence[InputSpec], batch_sizes: Mapp
         return CalibrationData(RANDOM, data_sha256(RANDOM), made, random=True, samples=len(made))
     files = calibration_files(source)
     count, samples, shapes = 0, 0, set()
-    for path, batch in _stream(files, inputs, sizes, ranges):
+    for _path, batch in _stream(files, inputs, sizes, ranges):
         count += 1
         samples += _samples(batch, inputs)
         shapes.add(tuple(sorted((n, a.shape) for n, a in batch.items())))

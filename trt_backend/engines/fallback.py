@@ -9,7 +9,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from typing import Any, Generic, TypeVar, Union
+from typing import Any, Generic, TypeVar
 
 import onnx
 
@@ -51,7 +51,7 @@ from trt_backend.tensorrt.flavor import Flavor, load_flavor
 
 log = logging.getLogger(__name__)
 
-Memo = dict[str, tuple[Union[bytes, EngineFile], dict[str, Any]]]
+Memo = dict[str, tuple[bytes | EngineFile, dict[str, Any]]]
 Forms = dict[str, onnx.ModelProto]  # segment key -> the form its engine was built from (fresh builds)
 SegmentRewrite = Callable[[onnx.ModelProto], onnx.ModelProto]
 T = TypeVar("T")

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from partitioner.errors import InvalidModelError, OptionsError
 from partitioner.graph import fresh_name
-from partitioner.model import check_model, fitting_ir_version, weightless_copy
+from partitioner.model import check_model, fitting_ir_version, onnx_error_text, weightless_copy
 from trt_backend.errors import PrecisionError
 from trt_backend.ort.sessions import max_ir_version
 from trt_backend.ort.threads import inference_session
@@ -107,8 +107,11 @@ class PrecisionPass:
             check_model(after, where=f"the {self.precision} form of {after.graph.name}")
             if _strictly_typed(before):  # a model that fails strict inference already proves nothing
                 onnx.shape_inference.infer_shapes(weightless_copy(after), check_type=True, strict_mode=True)
-        except (InvalidModelError, onnx.shape_inference.InferenceError) as e:
+        except InvalidModelError as e:
             raise PrecisionError(f"{self.precision} transform produced an invalid model: {e}") from e
+        except onnx.shape_inference.InferenceError as e:
+            raise PrecisionError(f"{self.precision} transform produced an invalid model: "
+                                 f"{onnx_error_text(e, after)}") from e
 
     def call(self, model: onnx.ModelProto) -> PrecisionResult:
         if self.precision not in LOW_TYPES:

@@ -56,7 +56,7 @@ def check_batching(source: ExportSource, max_batch: int) -> None:
                           f"batch range; Triton batches them all alike{_DEFAULT}")
     names = set(symbols.values())
     profiled: dict[str, list[TensorProfile]] = {}
-    for seg_id, profiles in source.segment_profiles.items():
+    for profiles in source.segment_profiles.values():
         for p in profiles:
             for name, tp in p.items():
                 profiled.setdefault(name, []).append(tp)

@@ -132,7 +132,8 @@ def _probe(model: Model, names: Sequence[str], key: Sequence[Sequence[tuple[str,
         by_size: dict[int, set[str]] = {}
         for sym, value in named.items():
             by_size.setdefault(value, set()).add(sym)
-        symbols.append({v: next(iter(syms)) for v, syms in by_size.items() if len(syms) == 1})  # A size two names share is neither's.
+        # a size that two names share is neither name's
+        symbols.append({v: next(iter(syms)) for v, syms in by_size.items() if len(syms) == 1})
     return runs, symbols
 
 

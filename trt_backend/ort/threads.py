@@ -61,7 +61,7 @@ def use_global_thread_pool(intra_op_threads: int = 0, inter_op_threads: int = 0)
             try:
                 state.set_global_thread_pool_sizes(intra_op_threads, inter_op_threads)
                 _global_sizes, switched = want, True
-            except Exception as e:  # noqa: BLE001 - ORT's Fail: "Global thread pools have already been created"
+            except Exception as e:  # ORT's Fail: "Global thread pools have already been created"
                 if "already been created" not in str(e):
                     raise
                 _global_sizes = _UNKNOWN  # created outside trt_backend, sizes not known to us
@@ -93,7 +93,7 @@ def inference_session(data: bytes | str, sess_options: Any = None, providers: An
         _share_global(so)
     try:
         return ort.InferenceSession(data, sess_options=so, providers=list(providers), **extra)
-    except Exception as e:  # noqa: BLE001 - only ONNX Runtime's global-pool refusal is handled here
+    except Exception as e:  # only ONNX Runtime's global-pool refusal is handled here
         if not so.use_per_session_threads or _GLOBAL_REFUSAL not in str(e):
             raise
     # Somebody switched the process to global pools behind our back: follow, and remember.

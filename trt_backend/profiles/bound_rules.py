@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,7 +26,7 @@ ELEMENTWISE = frozenset({
 DATA_DEPENDENT = frozenset({"NonZero", "NonMaxSuppression", "Compress", "Unique"})
 
 Bound = tuple[int | None, bool]  # (upper bound or None, whether a data-dependent op lies on the way)
-ValueBounds = Union[list[Bound], None]  # per element of a shape-like tensor; None: not computed from shapes
+ValueBounds = list[Bound] | None  # per element of a shape-like tensor; None: not computed from shapes
 UNKNOWN: Bound = (None, False)
 
 # What a rule may ask for: ("dim", tensor, axis) -> Bound, or ("value", tensor, 0) -> ValueBounds.
@@ -82,8 +82,8 @@ class Site:
         return self.ins[k] if k < len(self.ins) else ""
 
 
-DimRule = Callable[[Site], Union[Bound, Need]]
-ValueRule = Callable[[Site], Union[ValueBounds, Need]]
+DimRule = Callable[[Site], Bound | Need]
+ValueRule = Callable[[Site], ValueBounds | Need]
 
 
 def follow(tensor: str, axis: int) -> Bound | Need:

@@ -116,7 +116,7 @@ class SegmentRunner(ABC):
     def run_impl(self, inputs: Sequence[Any], ort_run_options: Any = None) -> list[Any]:
         """Run on validated inputs (in ``input_names`` order); outputs in ``output_names`` order."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: runners without resources keep this one
         """Release runtime resources."""
 
 

@@ -153,7 +153,8 @@ class TensorRTRunner(SegmentRunner):
         with captured_messages() as errors:
             if self._runtime_cache is not None:
                 config = self._runtime_cache.config
-                if hasattr(trt, "ExecutionContextAllocationStrategy") and hasattr(config, "set_execution_context_allocation_strategy"):
+                if (hasattr(trt, "ExecutionContextAllocationStrategy")
+                        and hasattr(config, "set_execution_context_allocation_strategy")):
                     config.set_execution_context_allocation_strategy(trt.ExecutionContextAllocationStrategy.ON_PROFILE_CHANGE)
                 ctx = engine.create_execution_context(config)
             elif hasattr(trt, "ExecutionContextAllocationStrategy"):

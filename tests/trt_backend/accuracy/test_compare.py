@@ -199,7 +199,8 @@ def test_inputs_too_large_for_memory_are_one_error_naming_the_input() -> None:
     m = h.make_model(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "huge", [h.make_tensor_value_info("x", T.FLOAT, shape)],
                                   [h.make_tensor_value_info("y", T.FLOAT, shape)]), opset_imports=[h.make_opsetid("", 18)])
     m.ir_version = 9
-    with pytest.raises(MemoryLimitError, match=r"input 'x': shape \(1048576, 1048576, 1024\) of float32 needs 4096.0 TiB, this machine has"):
+    with pytest.raises(MemoryLimitError, match=r"input 'x': shape \(1048576, 1048576, 1024\) of float32 needs 4096.0 TiB, "
+                                                 r"this machine has"):
         compare(m, session_options=EMULATE)
 
 

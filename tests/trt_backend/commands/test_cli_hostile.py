@@ -37,7 +37,7 @@ def _cli(*args: str, cwd: str = ROOT, stdout: int | None = subprocess.PIPE, umas
     env = {**os.environ, "PYTHONPATH": ROOT}
     return subprocess.run([sys.executable, "-m", "trt_backend", *args], stdout=stdout, stderr=subprocess.PIPE,
                           text=True, env=env, cwd=cwd, timeout=timeout,
-                          preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)  # noqa: PLW1509
+                          preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
 
 
 def _one_error_line(err: str, starts: str) -> None:

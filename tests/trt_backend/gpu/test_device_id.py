@@ -2,14 +2,14 @@
 
 On CPU: the options, the errors on this machine (no GPU) for real, and the whole Session GPU path
 with the real TensorRT runners against the contract-strict CUDA and TensorRT fakes with two GPUs
-(tests/fakes/), which refuse an engine run with the wrong GPU current or on another GPU's memory. On a GPU (``gpu`` marker): device 0 for real, and the error for a
+(tests/fakes/), which refuse an engine run with the wrong GPU current or on another GPU's memory. On a GPU (``gpu``
+marker): device 0 for real, and the error for a
 device one past the last."""
 from __future__ import annotations
 
 import subprocess
 import sys
 import threading
-from types import SimpleNamespace
 
 import numpy as np
 import onnxruntime as ort

@@ -27,7 +27,9 @@ def kv_decoder(d: int = D, heads: int = HEADS, seed: int = 0) -> onnx.ModelProto
     in (batch, heads, past, head_dim), present_* out; past length 0 on the first step."""
     hd = d // heads
     rng = np.random.default_rng(seed)
-    w = lambda n: nh.from_array((rng.standard_normal((d, d)) * 0.3).astype(np.float32), n)
+    def w(n: str) -> onnx.TensorProto:
+        return nh.from_array((rng.standard_normal((d, d)) * 0.3).astype(np.float32), n)
+
     inits = [w("wq"), w("wk"), w("wv"), w("wo"), nh.from_array(np.array([0, 0, heads, hd], np.int64), "split_shape"),
              nh.from_array(np.array([0, 0, d], np.int64), "merge_shape"),
              nh.from_array(np.array(1 / np.sqrt(hd), np.float32), "inv_sqrt")]
