@@ -80,12 +80,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{'fp16 err':>9}  fp16 first diverging")
     for r in rows:
         first = r["fp16_first_diverging"]
-        where = "none" if first is None else f"segment {first['segment']} ({first['backend']}, own {first['own_error']:.3g})"
+        where = ("none" if first is None
+                 else f"segment {first['segment']} ({first['backend']}, own {first['own_error']:.3g})")
         print(f"{r['case']:<30} {r['segments']:>4} {r['max_abs_error']:>9.2g} {r['compare_s']:>9.3f} "
               f"{r['localize_s']:>11.3f} {r['localize_ratio']:>5.2f} {r['fp16_max_abs_error']:>9.2g}  {where}")
     for r in rows:
         verdict = "PASS" if r["localize_ratio"] <= 3.0 else "FAIL"
-        print(f"{verdict} {r['case']}: localisation costs {r['localize_ratio']:.2f}x the plain comparison (target <= 3)")
+        print(f"{verdict} {r['case']}: localisation costs {r['localize_ratio']:.2f}x the plain comparison "
+              "(target <= 3)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=2)

@@ -157,8 +157,9 @@ def main() -> int:
                 rows.append((label, r))
                 built_peaks[budget] = r["peak_kib"] * 1024
                 manifest = json.load(open(os.path.join(out, "manifest.json")))
-                print(f"{label}: " + ", ".join(f"segment {s['id']} {s.get('precision')} {s['engine_bytes'] / GIB:.2f} GiB"
-                                               for s in manifest["segments"] if s["engine"]))
+                print(f"{label}: " + ", ".join(
+                    f"segment {s['id']} {s.get('precision')} {s['engine_bytes'] / GIB:.2f} GiB"
+                    for s in manifest["segments"] if s["engine"]))
                 trt_segments = sum(1 for s in manifest["segments"] if s["engine"])
                 built_peaks[budget + ":segments"] = trt_segments
                 folder_out = os.path.join(tmp, "folder.npy")
@@ -205,9 +206,11 @@ import sys
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
-model, out, h, workers, precision, budget = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+model, out, h, workers, precision, budget = (sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
+                                             sys.argv[6])
 build = BuildOptions(max_workers=workers, precision=precision, max_build_memory=budget or None)
-m = build_folder_build(model, out, [{"x": ((1, h), (4, h), (8, h))}], SessionOptions(build=build, flavor="tensorrt_rtx"))
+m = build_folder_build(model, out, [{"x": ((1, h), (4, h), (8, h))}],
+                       SessionOptions(build=build, flavor="tensorrt_rtx"))
 print("engines", [s["engine_bytes"] for s in m["segments"]], "build_seconds", m["build_seconds"])
 """
 

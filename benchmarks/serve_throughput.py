@@ -8,8 +8,8 @@ in one run on one local Ray cluster. Requests: 1..4 rows each, sent over HTTP by
 Prints requests/s, p50 and p99 latency per configuration and the ratio of ours to the baseline
 with the same replicas and batching; ours twice: "trt-backend" with its HTTP ingress (a second
 hop that resends requests of a replica that died) and "trt-backend/1" with HTTP straight to the
-session replicas (``http_ingress=False``, one hop like the baseline); every answer is checked against whole-model ONNX Runtime
-(PASS/FAIL). Without a GPU our TensorRT segments run emulated (through ONNX Runtime), so this
+session replicas (``http_ingress=False``, one hop like the baseline); every answer is checked against whole-model
+ONNX Runtime (PASS/FAIL). Without a GPU our TensorRT segments run emulated (through ONNX Runtime), so this
 measures the serving machinery, not TensorRT."""
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ def ort_app(options: ServeOptions) -> Any:
     env = {"PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
     inputs = [node_arg(i.name, i.type) for i in onnx.load(DEMO_PATH).graph.input]
 
-    @serve.deployment(name="OrtWholeModel", num_replicas=options.replicas, max_ongoing_requests=options.max_ongoing_requests,
+    @serve.deployment(name="OrtWholeModel", num_replicas=options.replicas,
+                      max_ongoing_requests=options.max_ongoing_requests,
                       ray_actor_options={"num_cpus": options.num_cpus, "runtime_env": {"env_vars": env}})
     class OrtReplica:
         def __init__(self) -> None:
@@ -145,14 +146,15 @@ def main() -> int:
                     ok &= bool(np.allclose(got["probs"], w[0], rtol=1e-5, atol=1e-6)
                                and np.array_equal(got["top_classes"], w[2]))
                 row[runner] = (rps, p50, p99)
-                print(f"{replicas:>8} {'on' if batching else 'off':>8} {runner:<14} {rps:>8.1f} {p50:>8.1f} {p99:>8.1f}",
-                      flush=True)
+                print(f"{replicas:>8} {'on' if batching else 'off':>8} {runner:<14} {rps:>8.1f} {p50:>8.1f} "
+                      f"{p99:>8.1f}", flush=True)
             base = row["onnxruntime"]
             for runner in ("trt-backend", "trt-backend/1"):
                 ours = row[runner]
                 print(f"{'':>8} {'':>8} {runner + ' / ORT':<14} {ours[0] / base[0]:>7.2f}x {ours[1] / base[1]:>7.2f}x "
                       f"{ours[2] / base[2]:>7.2f}x")
-    print(("PASS" if ok else "FAIL") + f": every answer ({args.requests} x 12 configurations) equals whole-model ONNX Runtime")
+    print(("PASS" if ok else "FAIL")
+          + f": every answer ({args.requests} x 12 configurations) equals whole-model ONNX Runtime")
     serve.shutdown()
     ray.shutdown()
     return 0  # a report: PASS/FAIL lines, exit 0 either way (benchmarks/README.md)

@@ -51,7 +51,8 @@ def light(name: str) -> Callable[[], onnx.ModelProto]:
 
 
 # name, model factory, session options, profiles, input shapes
-CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, Any], list[dict[str, Any]] | None, dict[str, tuple]]] = [
+CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, Any], list[dict[str, Any]] | None,
+                  dict[str, tuple]]] = [
     ("resnet50", light("resnet50"), {}, None, {}),
     ("inception_v1", light("inception_v1"), {}, None, {}),
     ("densenet121", light("densenet121"), {}, None, {}),
@@ -136,7 +137,8 @@ def kernel_ms(model: onnx.ModelProto, feeds: dict[str, Any], outputs: Sequence[s
             result = sess.run(list(outputs), feeds)
         with open(sess.end_profiling()) as f:
             events = json.load(f)
-    model_runs = sorted((e["ts"], e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
+    model_runs = sorted((e["ts"],
+                         e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
     first = model_runs[warmup][0]  # the warm-up runs are left out
     run_ms = statistics.median(d for _, d in model_runs[warmup:]) / 1e3
     by_op: dict[str, float] = {}
@@ -176,7 +178,8 @@ def explain(sess: Session, model: onnx.ModelProto, feeds: dict[str, Any], thread
     k_whole, k_segs = sum(whole.values()), sum(segs.values())
     diff = sorted(((segs.get(op, 0.0) - whole.get(op, 0.0), op) for op in set(whole) | set(segs)), reverse=True)
     top = ", ".join(f"{op} {d:+.2f}" for d, op in diff[:3] if d > 0.005)
-    return (f"    kernels: whole {k_whole:.2f} ms, segments {k_segs:.2f} ms ({k_segs - k_whole:+.2f}: {top or 'none'}); "
+    return (f"    kernels: whole {k_whole:.2f} ms, segments {k_segs:.2f} ms "
+            f"({k_segs - k_whole:+.2f}: {top or 'none'}); "
             f"ONNX Runtime runs (same profiles): whole {run_whole:.2f} ms, segments {run_segs:.2f} ms\n"
             f"    segments run alone, summed: {alone * 1e3:.2f} ms (whole-model ratio {alone / t_ref:.3f}); "
             f"session / that sum {t_sess / alone:.3f} (routing, checks and hand-offs between sessions)")
@@ -207,8 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "the segments and the whole-model baseline alike, or both (default): a table as asked, then "
                          "one with the global pool and a shared arena, in a child process (the switch is process-wide)")
     ap.add_argument("--explain", action="store_true",
-                    help="for cases of five or more segments, split the extra time with ONNX Runtime's profiler: kernel "
-                         "time the segment models add (by op type) and time outside kernels")
+                    help="for cases of five or more segments, split the extra time with ONNX Runtime's profiler: "
+                         "kernel time the segment models add (by op type) and time outside kernels")
     args = ap.parse_args(argv)
     if args.thread_pool == "both":
         code = main(_argv(args, "session"))
@@ -239,7 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = [o.name for o in ref.get_outputs()]
         ours, theirs = sess.run(None, feeds), ref.run(out, feeds)
         assert all(np.allclose(a, b, atol=1e-4) for a, b in zip(ours, theirs)), name
-        t_ref, t_sess = measure([functools.partial(ref.run, out, feeds), functools.partial(sess.run, None, feeds)], args.runs)
+        t_ref, t_sess = measure([functools.partial(ref.run, out, feeds), functools.partial(sess.run, None, feeds)],
+                                args.runs)
         segments = len(sess.plan.segments)
         ratio = t_sess / t_ref
         many = segments >= 5

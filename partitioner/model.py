@@ -171,12 +171,14 @@ def _check_declared_types(graph: onnx.GraphProto, name: str, scope: str = "") ->
                 for n in graph.node for a in n.attribute if a.HasField("t")]
     for what, t in tensors:
         if t.data_type not in _KNOWN_ELEM_TYPES:
-            raise InvalidModelError(f"{name}: {scope}{what} has data_type {t.data_type}, which is not an ONNX data type")
+            raise InvalidModelError(f"{name}: {scope}{what} has data_type {t.data_type}, "
+                                    "which is not an ONNX data type")
     for node in graph.node:
         for attr in node.attribute:
             for k, sub in enumerate([attr.g] if attr.HasField("g") else list(attr.graphs)):
                 label = attr.name if attr.HasField("g") else f"{attr.name}[{k}]"
-                _check_declared_types(sub, name, f"{scope}node '{node.name or node.op_type}' ({node.op_type}) {label}: ")
+                _check_declared_types(sub, name,
+                                      f"{scope}node '{node.name or node.op_type}' ({node.op_type}) {label}: ")
     for kind, values in (("input", graph.input), ("output", graph.output), ("value_info", graph.value_info)):
         what = scope + (f"graph {kind}" if kind != "value_info" else "value_info of")
         for vi in values:
@@ -192,7 +194,8 @@ def _check_declared_types(graph: onnx.GraphProto, name: str, scope: str = "") ->
                 if d.WhichOneof("value") == "dim_value":
                     product *= max(d.dim_value, 0)
             if product > _INT64_MAX:
-                dims = [x.dim_value if x.WhichOneof("value") == "dim_value" else x.dim_param or "?" for x in tt.shape.dim]
+                dims = [x.dim_value if x.WhichOneof("value") == "dim_value" else x.dim_param or "?"
+                        for x in tt.shape.dim]
                 raise InvalidModelError(f"{name}: {what} '{vi.name}' declares shape {dims}, whose element count "
                                         "passes int64 (2^63 - 1)")
 
@@ -292,7 +295,8 @@ def serialize(proto: onnx.ModelProto, what: str, *, deterministic: bool = False)
         return bytes(proto.SerializeToString(deterministic=deterministic))
     except ValueError as e:
         raise ModelTooLargeError(f"{what} is larger than the 2 GiB a serialized ONNX model can hold ({e}); "
-                                 "keep the weights in external data (save the model with save_as_external_data=True)") from None
+                                 "keep the weights in external data "
+                                 "(save the model with save_as_external_data=True)") from None
 
 
 def weightless_copy(proto: onnx.ModelProto) -> onnx.ModelProto:

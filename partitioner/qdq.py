@@ -229,7 +229,8 @@ class _Rewrite:
             self.requantized[i] = self.folds.pop(i)
             self.rewritten[node.name] = f"constant DequantizeLinear ({why}) {_INT8_Q} weights (zero point 0)"
             return
-        self.rewritten[node.name] = f"constant DequantizeLinear ({why}) folded into float32 initializer '{node.output[0]}'"
+        self.rewritten[node.name] = (f"constant DequantizeLinear ({why}) folded into float32 initializer "
+                                     f"'{node.output[0]}'")
 
     def _plan_pair(self, i: int, node: onnx.NodeProto) -> None:
         if self.opset < ROUND_OPSET or not node.output[0] or node.output[0] in self.outputs:

@@ -95,7 +95,8 @@ def run_all(model: str, shapes: list[str], only: str | None) -> list[tuple[str, 
                     continue
                 before = sorted(os.listdir(tmp))
                 rc, out, err, took = cli([path if a == "PATH" else a for a in argv], tmp)
-                problem = one_error(rc, 2 if argv[0] == "compare" else 1, out, err, f"cannot write {flag} {path}: {why}")
+                problem = one_error(rc, 2 if argv[0] == "compare" else 1, out, err,
+                                    f"cannot write {flag} {path}: {why}")
                 if problem is None and sorted(os.listdir(tmp)) != before:
                     problem = f"files left behind: {sorted(set(os.listdir(tmp)) - set(before))}"
                 record(label, problem, took)

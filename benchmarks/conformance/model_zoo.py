@@ -19,8 +19,8 @@ kept rows without running anything. ``--precision-columns`` runs instead, per mo
 (emulated, 1e-3) and ``build`` (TensorRT-RTX ahead of time) in fp16, bf16 and int8 (int8 with
 ``--calibration-data random``: a smoke test of the path, not a calibration; where random data
 cannot be shaped for the model, the zoo's own seeded run inputs, marked "zoo inputs"), kept in
-CACHE/results/NAME.precision.json and printed as a second table. Run it with the project's Python (the one with onnxruntime
-and tensorrt_rtx): the CLI runs as ``sys.executable -m trt_backend`` from this checkout."""
+CACHE/results/NAME.precision.json and printed as a second table. Run it with the project's Python (the one with
+onnxruntime and tensorrt_rtx): the CLI runs as ``sys.executable -m trt_backend`` from this checkout."""
 from __future__ import annotations
 
 import argparse

@@ -1,7 +1,8 @@
 """Head-to-head: ``--precision auto`` (fp16 only) against NVIDIA ModelOpt's ONNX AutoCast and
 onnxconverter-common's ``auto_convert_mixed_precision``, on trained models with real inputs.
 
-    python benchmarks/conformance/precision_head_to_head.py [--only REGEX] [--tools-python VENV/bin/python] [--out FILE.md]
+    python benchmarks/conformance/precision_head_to_head.py [--only REGEX] [--tools-python VENV/bin/python] \
+        [--out FILE.md]
 
 Every tool gets the same model file and the same validation feeds (real inputs, 4 per model,
 ``--search-samples``); every answer is then judged the same way on held-out real inputs of the
@@ -52,7 +53,8 @@ from tests.support.precision_judging import Feed, Outputs, census, evaluate, out
 
 HOME = os.path.expanduser("~")
 DEFAULT_ZOO = os.path.join(HOME, ".cache", "trt-backend", "zoo")
-DEFAULT_WHEELS = (os.path.join(HOME, ".cache", "trt-backend", "wheels"), os.path.join(HOME, ".cache", "trt-backend-h2h"))
+DEFAULT_WHEELS = (os.path.join(HOME, ".cache", "trt-backend", "wheels"),
+                  os.path.join(HOME, ".cache", "trt-backend-h2h"))
 TOOLS = ("fp16 (all)", "auto", "autocast", "onnxconverter")
 
 
@@ -194,7 +196,8 @@ def auto_row(row: Row, path: str, search: list[Feed], atol: float, rtol: float, 
                             AutoOptions(atol=atol, rtol=rtol, allow=("fp16",), atol_of_range=of_range), feeds=search)
     row.seconds = time.perf_counter() - t0
     row.log = list(plan.rounds)
-    sess = Session(path, profiles, SessionOptions(emulate=True, build=BuildOptions(precision="auto", precision_plan=plan)))
+    sess = Session(path, profiles,
+                   SessionOptions(emulate=True, build=BuildOptions(precision="auto", precision_plan=plan)))
     low = total = 0
     for seg in sess.plan.segments:
         proto = sess.plan.extract(seg.id)
@@ -213,7 +216,8 @@ def auto_row(row: Row, path: str, search: list[Feed], atol: float, rtol: float, 
 def tool_row(row: Row, tool: str, path: str, feeds_dir: str, tmp: str, args: argparse.Namespace
              ) -> Callable[[Feed], Outputs] | None:
     out = os.path.join(tmp, f"{os.path.basename(path)[:-5]}.{tool}.onnx")
-    cmd = [args.tools_python, os.path.join(ROOT, "benchmarks", "conformance", "precision_tools.py"), tool, path, feeds_dir, out,
+    cmd = [args.tools_python, os.path.join(ROOT, "benchmarks", "conformance", "precision_tools.py"), tool, path,
+           feeds_dir, out,
            "--atol", str(args.atol), "--rtol", str(args.rtol)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.tool_timeout, cwd=tmp, check=False)
@@ -325,12 +329,14 @@ def verdicts(rows: Sequence[Row]) -> list[str]:
         out.append(f"{'PASS' if holds else 'FAIL'} auto holds its tolerance on the validation feeds: {model} "
                    f"({auto.validation:.3g})")
         if cast is None or cast.validation is None:
-            out.append(f"---- auto against autocast: {model}: autocast gave no model ({cast.note if cast else 'not run'})")
+            out.append(f"---- auto against autocast: {model}: autocast gave no model "
+                       f"({cast.note if cast else 'not run'})")
             continue
         more = share >= _share(cast.fp16_nodes) - 1e-9
         better = (auto.agreement or 0.0) >= (cast.agreement or 0.0) - 1e-9
-        out.append(f"{'PASS' if more and better else 'FAIL'} auto reduces >= autocast at >= its task agreement: {model} "
-                   f"({auto.fp16_nodes} vs {cast.fp16_nodes}; {_pct(auto.agreement)} vs {_pct(cast.agreement)})")
+        out.append(f"{'PASS' if more and better else 'FAIL'} auto reduces >= autocast at >= its task agreement: "
+                   f"{model} ({auto.fp16_nodes} vs {cast.fp16_nodes}; "
+                   f"{_pct(auto.agreement)} vs {_pct(cast.agreement)})")
     return out
 
 

@@ -118,7 +118,8 @@ def batches(full: dict[str, np.ndarray], size: int, unbatch: bool) -> list[dict[
 def profiles_for(specs: list[tuple[str, list[Any], Any]], batch: int) -> list[dict[str, Any]]:
     prof = {}
     for name, dims, _ in specs:
-        opt = [batch if (k == 0 and isinstance(d, str)) else 16 if isinstance(d, str) else d for k, d in enumerate(dims)]
+        opt = [batch if (k == 0 and isinstance(d, str)) else 16 if isinstance(d, str) else d for k,
+               d in enumerate(dims)]
         top = [TOP1_BATCH if (k == 0 and isinstance(d, str)) else o for k, (d, o) in enumerate(zip(dims, opt))]
         low = [1 if (k == 0 and isinstance(d, str)) else o for k, (d, o) in enumerate(zip(dims, opt))]
         prof[name] = (tuple(low), tuple(opt), tuple(top))
@@ -156,7 +157,8 @@ def study(spec: Spec, cache: str, samples: int, tmp: str) -> list[Row]:
     cal = os.path.join(tmp, spec.name + "_cal.npz")
     np.savez(cal, **sample(specs, 32, rng_cal, stacked=not unbatch))
     profiles = None if unbatch else profiles_for(specs, spec.batch)
-    validation = batches(sample(specs, 4 * max(spec.batch, 1), rng_val, stacked=not unbatch), max(spec.batch, 1), unbatch)
+    validation = batches(sample(specs, 4 * max(spec.batch, 1), rng_val, stacked=not unbatch), max(spec.batch, 1),
+                         unbatch)
     reference = inference_session(proto.SerializeToString())
     names = [o.name for o in proto.graph.output]
     refs = [reference.run(None, f) for f in validation]
@@ -172,7 +174,8 @@ def study(spec: Spec, cache: str, samples: int, tmp: str) -> list[Row]:
         t0 = time.perf_counter()
         try:
             if precision == "auto":
-                plan = search_precision(path, profiles, SessionOptions(calibration_data=cal), AutoOptions(atol=TOL, rtol=TOL))
+                plan = search_precision(path, profiles, SessionOptions(calibration_data=cal),
+                                        AutoOptions(atol=TOL, rtol=TOL))
                 row.search_s = plan.seconds
                 build = BuildOptions(precision="auto", calibration_data=cal, precision_plan=plan)
             else:
@@ -193,7 +196,8 @@ def study(spec: Spec, cache: str, samples: int, tmp: str) -> list[Row]:
                     errs[k] = (max(errs.get(k, (0.0, 0.0))[0], a), max(errs.get(k, (0.0, 0.0))[1], r))
             row.errors, row.passed, row.note = errs, ok, "; ".join(dict.fromkeys(notes))
             if top_feeds is not None and top_refs is not None:
-                same = sum(int(np.sum(np.argmax(sess.run(None, f)[0], axis=-1) == r)) for f, r in zip(top_feeds, top_refs))
+                same = sum(int(np.sum(np.argmax(sess.run(None, f)[0], axis=-1) == r)) for f,
+                           r in zip(top_feeds, top_refs))
                 row.top1 = same / samples
             trt = [s for s in sess.plan.segments if s.backend == "tensorrt"]
             total = sum(len(s.nodes) for s in trt)
@@ -267,7 +271,8 @@ def table(rows: list[Row]) -> str:
         abs_ = ", ".join(f"{k[:18]} {fmt(v[0])}" for k, v in outs) or "-"
         rel = ", ".join(fmt(v[1]) for _, v in outs) or "-"
         top = f"{100 * r.top1:.1f}%" if r.top1 is not None else "-"
-        lines.append(f"| {r.model} | {r.precision} | {abs_} | {rel} | {'yes' if r.passed else 'no' if r.errors else '-'} "
+        lines.append(f"| {r.model} | {r.precision} | {abs_} | {rel} | "
+                     f"{'yes' if r.passed else 'no' if r.errors else '-'} "
                      f"| {top} | {r.reduced or '-'} | {r.pinned or '-'} | "
                      f"{f'{r.search_s:.1f}' if r.search_s is not None else '-'} | {r.note or ''} |")
     return "\n".join(lines)

@@ -18,7 +18,8 @@ of its own.
   ``keep_io_types=True`` and, as its check, the elementwise rule at (atol, rtol) that
   ``trt_backend.accuracy.numeric.tolerance_ratio`` states (``tests/support/elementwise.py``,
   which needs only numpy, since this runs outside the project's environment). It takes one feed:
-  the validation feeds stacked along the batch axis. It bisects the node list, running the real fp16 model in ONNX Runtime CPU."""
+  the validation feeds stacked along the batch axis. It bisects the node list, running the real fp16 model in ONNX
+  Runtime CPU."""
 from __future__ import annotations
 
 import contextlib

@@ -14,7 +14,8 @@ onnxruntime/tensorrt backend fields of the composing configs (accelerators, plan
 It uses no trt_backend code (the repository is all it reads). Run it with PyTriton's venv:
 
     /usr/bin/python3.11 -m venv /tmp/pyt && /tmp/pyt/bin/pip install nvidia-pytriton==0.7.0 onnxruntime onnx
-    /tmp/pyt/bin/python benchmarks/conformance/triton_serve_check.py REPO MODEL.onnx --shape image:2x3x32x32 [--shape ...]
+    /tmp/pyt/bin/python benchmarks/conformance/triton_serve_check.py REPO MODEL.onnx --shape image:2x3x32x32 \
+        [--shape ...]
 
 Prints PASS/FAIL lines and exits 0 either way (a report, not a test)."""
 from __future__ import annotations

@@ -220,7 +220,8 @@ exporter("bert")(_text_encoder(_bert, ["input_ids", "attention_mask", "token_typ
                                ["last_hidden_state", "pooler_output"]))
 exporter("distilbert")(_text_encoder(_distilbert, ["input_ids", "attention_mask"], ["last_hidden_state"]))
 exporter("t5_encoder")(_text_encoder(_t5_encoder, ["input_ids", "attention_mask"], ["last_hidden_state"]))
-exporter("clip_text")(_text_encoder(_clip_text, ["input_ids", "attention_mask"], ["last_hidden_state", "pooler_output"]))
+exporter("clip_text")(_text_encoder(_clip_text, ["input_ids", "attention_mask"],
+                                    ["last_hidden_state", "pooler_output"]))
 
 
 @exporter("clip_vision")

@@ -45,7 +45,8 @@ def _scalar(value: Any) -> Any:
 def plugin_params(attrs: Mapping[str, Any]) -> ResizeParams:
     """The node's parameters from the plugin's attributes, as ``tensorrt.plugin`` hands them over."""
     return ResizeParams.from_attributes({
-        "mode": _scalar(attrs["mode"]), "coordinate_transformation_mode": _scalar(attrs["coordinate_transformation_mode"]),
+        "mode": _scalar(attrs["mode"]),
+        "coordinate_transformation_mode": _scalar(attrs["coordinate_transformation_mode"]),
         "nearest_mode": _scalar(attrs["nearest_mode"]), "cubic_coeff_a": _scalar(attrs["cubic_coeff_a"]),
         "exclude_outside": _scalar(attrs["exclude_outside"]), "antialias": _scalar(attrs["antialias"]),
         "extrapolation_value": _scalar(attrs["extrapolation_value"]), "scales": np.asarray(attrs["scales"]).tolist(),

@@ -69,7 +69,8 @@ class _Session:
         return ([CUDA] if self.cuda_options is not None else []) + ["CPUExecutionProvider"]
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
-        return {**({CUDA: dict(self.cuda_options)} if self.cuda_options is not None else {}), "CPUExecutionProvider": {}}
+        return {**({CUDA: dict(self.cuda_options)} if self.cuda_options is not None else {}),
+                "CPUExecutionProvider": {}}
 
     def disable_fallback(self) -> None:
         self.fallback = False
@@ -97,7 +98,8 @@ class _Session:
         for name, (where, value) in binding.inputs.items():
             if where == "cpu":
                 if not types[name].startswith("tensor("):
-                    raise RuntimeError(f"Unexpected input data type for '{name}': a tensor, the model wants {types[name]}")
+                    raise RuntimeError(f"Unexpected input data type for '{name}': a tensor, "
+                                       f"the model wants {types[name]}")
                 feeds[name] = value
                 continue
             ptr, shape, dtype = value

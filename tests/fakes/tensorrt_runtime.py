@@ -174,7 +174,9 @@ class _Runtime:
             return f"engine built for SM {header['sms']} cannot run on SM {sm[0]}.{sm[1]}"
         here, built = trt.__version__, header["version"]
         if self.lean_version is not None:
-            return None if self.lean_version == built else f"lean runtime {self.lean_version} cannot load a {built} plan"
+            if self.lean_version == built:
+                return None
+            return f"lean runtime {self.lean_version} cannot load a {built} plan"
         if built == here:
             return None
         if not header["version_compatible"]:

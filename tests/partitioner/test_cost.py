@@ -49,8 +49,10 @@ def test_a_few_cheap_nodes_between_fallbacks_go_to_onnxruntime_with_the_estimate
     assert reason.startswith("demoted: its TensorRT group does not pay for its boundaries: estimated to save 25.")
     assert "against 103.89 us for 2 hand-over(s) of 8.39 MB" in reason
     # without the price (or with min_segment_size 1) the group stays
-    assert backends(plan_model(sandwich(3), None, options(boundary_cost=None))) == ["onnxruntime", "tensorrt", "onnxruntime"]
-    assert backends(plan_model(sandwich(3), None, options(min_segment_size=1))) == ["onnxruntime", "tensorrt", "onnxruntime"]
+    assert backends(plan_model(sandwich(3), None, options(boundary_cost=None))) == ["onnxruntime", "tensorrt",
+                                                                                    "onnxruntime"]
+    assert backends(plan_model(sandwich(3), None, options(min_segment_size=1))) == ["onnxruntime", "tensorrt",
+                                                                                    "onnxruntime"]
 
 
 def test_enough_work_pays_for_the_same_boundaries() -> None:
@@ -62,8 +64,10 @@ def test_enough_work_pays_for_the_same_boundaries() -> None:
     # one FLOP per element at 20 TFLOP/s, 8 bytes moved per element at 1 TB/s
     assert est.saved_us == pytest.approx(40 * 2**20 / 20e6 + 40 * 2 * 4 * 2**20 / 1e6, rel=1e-9)
     # a dearer launch or a slower hand-over moves the line; overridable constants
-    assert backends(plan_model(sandwich(40), None, options(boundary_cost=BoundaryCost(launch_us=200.0)))) == ["onnxruntime"]
-    assert backends(plan_model(sandwich(40), None, options(boundary_cost=BoundaryCost(handover_gbps=10.0)))) == ["onnxruntime"]
+    assert backends(plan_model(sandwich(40), None,
+                               options(boundary_cost=BoundaryCost(launch_us=200.0)))) == ["onnxruntime"]
+    assert backends(plan_model(sandwich(40), None,
+                               options(boundary_cost=BoundaryCost(handover_gbps=10.0)))) == ["onnxruntime"]
 
 
 def test_a_heavy_op_group_is_kept_whatever_its_boundaries() -> None:
@@ -93,7 +97,8 @@ def test_inspect_prints_what_crosses_per_run() -> None:
     plan = plan_model(sandwich(3), None, options(boundary_cost=None))
     crossing = boundary_crossing(plan)
     assert (crossing.tensors, crossing.bytes, crossing.unknown) == (2, 2 * 4 * 2**20, 0)
-    assert "Boundaries: 2 tensors handed between segments per run, 8.39 MB (symbolic dims counted as 8)" in summary(plan)
+    assert ("Boundaries: 2 tensors handed between segments per run, 8.39 MB (symbolic dims counted as 8)"
+            in summary(plan))
     whole = plan_model(sandwich(3), None, options())
     assert boundary_crossing(whole).tensors == 0
 

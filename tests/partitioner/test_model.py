@@ -160,7 +160,8 @@ def test_models_past_two_gib_are_a_clear_error_not_a_crash() -> None:
     from partitioner import ModelTooLargeError
     from partitioner.model import serialize
 
-    with pytest.raises(ModelTooLargeError, match=r"segment 3 is larger than the 2 GiB .* keep the weights in external data"):
+    with pytest.raises(ModelTooLargeError,
+                       match=r"segment 3 is larger than the 2 GiB .* keep the weights in external data"):
         serialize(_HugeModel(), "segment 3")  # type: ignore[arg-type]
     assert serialize(relu_model(), "small") == relu_model().SerializeToString()
 
@@ -168,10 +169,12 @@ def test_models_past_two_gib_are_a_clear_error_not_a_crash() -> None:
 @pytest.mark.parametrize("edit, message", [
     (lambda m: m.graph.input[0].type.tensor_type.__setattr__("elem_type", 99),
      "graph input 'x' declares elem_type 99, which is not an ONNX data type"),
-    (lambda m: m.graph.output[0].type.tensor_type.__setattr__("elem_type", 77), "graph output 'y' declares elem_type 77"),
+    (lambda m: m.graph.output[0].type.tensor_type.__setattr__("elem_type", 77),
+     "graph output 'y' declares elem_type 77"),
     (lambda m: m.graph.input[0].type.tensor_type.__setattr__("elem_type", 0),
      r"graph input 'x' declares no data type \(elem_type 0, UNDEFINED\)"),
-    (lambda m: m.graph.output[0].type.tensor_type.__setattr__("elem_type", 0), "graph output 'y' declares no data type"),
+    (lambda m: m.graph.output[0].type.tensor_type.__setattr__("elem_type", 0),
+     "graph output 'y' declares no data type"),
     (lambda m: m.graph.value_info.append(vi("y", [4], 99)), "value_info of 'y' declares elem_type 99"),
     (lambda m: m.graph.input[0].type.tensor_type.shape.CopyFrom(vi("x", [2**40, "n", 2**40]).type.tensor_type.shape),
      r"graph input 'x' declares shape \[1099511627776, 'n', 1099511627776\], whose element count passes int64"),
@@ -283,7 +286,8 @@ def test_tensors_of_unknown_data_type_are_one_error_naming_them() -> None:
         load_model(m)
     value = helper.make_tensor("v", TensorProto.FLOAT, [4], [1.0] * 4)
     value.data_type = 77
-    then = helper.make_graph([helper.make_node("Constant", [], ["t"], name="k", value=value)], "then", [], [vi("t", [4])])
+    then = helper.make_graph([helper.make_node("Constant", [], ["t"], name="k", value=value)], "then", [],
+                             [vi("t", [4])])
     other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", [4])])
     m = model([helper.make_node("If", ["b"], ["y"], name="branch", then_branch=then, else_branch=other)],
               [vi("b", [], TensorProto.BOOL), vi("x", [4])], [vi("y", [4])])

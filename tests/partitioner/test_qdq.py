@@ -198,14 +198,16 @@ def test_int8_rewrite_requantizes_pairs_and_weights_symmetrically() -> None:
     graph = loaded.proto.graph
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
     by_name = {n.name: n for n in graph.node}
-    assert [n.op_type for n in graph.node] == ["Clip", "QuantizeLinear", "DequantizeLinear", "DequantizeLinear", "MatMul"]
+    assert [n.op_type for n in graph.node] == ["Clip", "QuantizeLinear", "DequantizeLinear", "DequantizeLinear",
+                                               "MatMul"]
     for name in ("p_Q", "p_DQ", "w_DQ"):
         zp = inits[by_name[name].input[2]]
         assert zp.dtype == np.int8 and not zp.any()
     assert inits[by_name["p_Q"].input[1]] == pytest.approx(11.35 / 127)
     x = np.linspace(-3, 14, 18, dtype=np.float32).reshape(6, 3)
     want, got = run_ort(m, {"x": x})[0], run_ort(loaded.proto, {"x": x})[0]
-    original_w = (w.astype(np.float32) - np.array([100, 90, 80, 70])[:, None]) * np.array([0.01, 0.02, 0.03, 0.04])[:, None]
+    original_w = ((w.astype(np.float32) - np.array([100, 90, 80, 70])[:, None])
+                  * np.array([0.01, 0.02, 0.03, 0.04])[:, None])
     new_w = inits[by_name["w_DQ"].input[0]].astype(np.float32) * inits[by_name["w_DQ"].input[1]][:, None]
     assert np.abs(new_w - original_w).max() <= 0.5 * inits[by_name["w_DQ"].input[1]].max() + 1e-7
     assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()

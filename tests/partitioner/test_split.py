@@ -93,7 +93,8 @@ def test_constant_only_nodes_go_with_their_consumer() -> None:
              helper.make_node("Add", ["a", "shift"], ["b"], name="add"),
              helper.make_node("MatMul", ["b", "w1"], ["y"], name="mm1")]
     m = load_model(model(nodes, [vi("x", ["N", 512])], [vi("y", ["N", 512])],
-                         [const("w0", np.zeros((512, 512), np.float32)), const("w1", np.zeros((512, 512), np.float32))]))
+                         [const("w0", np.zeros((512, 512), np.float32)),
+                          const("w1", np.zeros((512, 512), np.float32))]))
     plan = plan_model(m, None, PartitionOptions(min_segment_size=1, boundary_cost=None))
     cut = build_plan(m, [_verdict(n) for n in plan.nodes], None, 1, cost=None, max_segment_weights=MIB)
     segs = trt_segments(cut)

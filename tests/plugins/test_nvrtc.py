@@ -52,7 +52,8 @@ def test_ptx_newer_than_the_driver_is_named_with_both_versions() -> None:
     major, minor = nvrtc.version()
     isa = nvrtc.ptx_isa(ptx)
     assert isa is not None and isa >= (8, 0)
-    with pytest.raises(nvrtc.PtxTooNewError, match=rf"NVRTC wrote PTX ISA {isa[0]}\.{isa[1]}, which needs .*; this driver "
+    with pytest.raises(nvrtc.PtxTooNewError,
+                       match=rf"NVRTC wrote PTX ISA {isa[0]}\.{isa[1]}, which needs .*; this driver "
                                                    r"supports CUDA 12\.4 \(PTX ISA up to 8\.4\): update the driver, or "
                                                    r"install the NVRTC of CUDA 12\.4 or older \(pip install "
                                                    r"'nvidia-cuda-nvrtc-cu12<=12\.4\.99'\)"):

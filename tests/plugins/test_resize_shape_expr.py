@@ -102,7 +102,8 @@ def dynamic_resize(rank: int, scales: list[float], mode: str) -> onnx.ModelProto
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [f"d{k}" for k in range(rank)])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode)
-    graph = helper.make_graph([node], "dyn", [x], [y], [numpy_helper.from_array(np.array(scales, np.float32), "scales")])
+    graph = helper.make_graph([node], "dyn", [x], [y],
+                              [numpy_helper.from_array(np.array(scales, np.float32), "scales")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
     model.ir_version = 8
     return model

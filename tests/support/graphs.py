@@ -30,7 +30,8 @@ def _c(name: str, value: Any, dtype: Any = np.int64) -> onnx.TensorProto:
 
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
-           inits: Sequence[onnx.TensorProto] = (), opset: int = 18, ml: bool = False, name: str = "g") -> onnx.ModelProto:
+           inits: Sequence[onnx.TensorProto] = (), opset: int = 18, ml: bool = False,
+           name: str = "g") -> onnx.ModelProto:
     opsets = [h.make_opsetid("", opset)] + ([h.make_opsetid("ai.onnx.ml", 3)] if ml else [])
     m = h.make_model(h.make_graph(nodes, name, inputs, outputs, list(inits)), opset_imports=opsets)
     m.ir_version = 9
@@ -163,7 +164,8 @@ def ml_pipeline_model(features: int = 4, classes: int = 3) -> onnx.ModelProto:
                          coefficients=rng.standard_normal(features * classes).tolist(),
                          intercepts=rng.standard_normal(classes).tolist(), classlabels_ints=list(range(classes)),
                          post_transform="SOFTMAX"),
-             h.make_node("ZipMap", ["probs"], ["prob_maps"], domain="ai.onnx.ml", classlabels_int64s=list(range(classes))),
+             h.make_node("ZipMap", ["probs"], ["prob_maps"], domain="ai.onnx.ml",
+                         classlabels_int64s=list(range(classes))),
              h.make_node("Log", ["probs"], ["lp"]), h.make_node("Neg", ["lp"], ["nlp"]),
              h.make_node("ReduceSum", ["nlp"], ["score"], keepdims=0)]
     seq_map = h.make_sequence_type_proto(h.make_map_type_proto(T.INT64, h.make_tensor_type_proto(T.FLOAT, [])))
@@ -190,7 +192,8 @@ def dtype_model() -> onnx.ModelProto:
         acc = f"acc_{name}"
     nodes.insert(1, h.make_node("Mul", ["xr", "four"], ["xr4"]))
     nodes.append(h.make_node("Identity", [acc], ["y"]))
-    return _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["N", 4])], [h.make_tensor_value_info("y", T.FLOAT, None)],
+    return _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["N", 4])],
+                  [h.make_tensor_value_info("y", T.FLOAT, None)],
                   [_c("half", 0.5, np.float32), _c("four", 4.0, np.float32)])
 
 
@@ -303,7 +306,8 @@ def cnn() -> onnx.ModelProto:
         prev, cin = f"r{i}", cout
     inits += [nh.from_array((rng.standard_normal((16, 10)) * 0.3).astype(np.float32), "fw"),
               nh.from_array((rng.standard_normal(10) * 0.1).astype(np.float32), "fb")]
-    nodes += [h.make_node("GlobalAveragePool", [prev], ["g"], name="gap"), h.make_node("Flatten", ["g"], ["f"], name="flat"),
+    nodes += [h.make_node("GlobalAveragePool", [prev], ["g"], name="gap"),
+              h.make_node("Flatten", ["g"], ["f"], name="flat"),
               h.make_node("Gemm", ["f", "fw", "fb"], ["y"], name="fc")]
     m = h.make_model(h.make_graph(nodes, "cnn", [vi("x", ["N", 3, 16, 16])], [vi("y", ["N", 10])], inits),
                      opset_imports=[h.make_opsetid("", 17)])

@@ -123,9 +123,11 @@ def subgraphs() -> onnx.ModelProto:
                         [h.make_tensor_value_info("tb", T.FLOAT, [2, 3])])
     other = h.make_graph([h.make_node("Sub", ["t0", "two"], ["eb"])], "else", [],
                          [h.make_tensor_value_info("eb", T.FLOAT, [2, 3])])
-    body = h.make_graph([h.make_node("Add", ["acc", "t0"], ["acc_out"]), h.make_node("Identity", ["cond"], ["cond_out"])],
-                        "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond", T.BOOL, []),
-                                 h.make_tensor_value_info("acc", T.FLOAT, [2, 3])],
+    body = h.make_graph([h.make_node("Add", ["acc", "t0"], ["acc_out"]),
+                         h.make_node("Identity", ["cond"], ["cond_out"])],
+                        "body",
+                        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond", T.BOOL, []),
+                         h.make_tensor_value_info("acc", T.FLOAT, [2, 3])],
                         [h.make_tensor_value_info("cond_out", T.BOOL, []),
                          h.make_tensor_value_info("acc_out", T.FLOAT, [2, 3])])
     inits = [nh.from_array(np.array(2.0, np.float32), "two"), nh.from_array(np.array(0.5, np.float32), "half"),

@@ -47,7 +47,8 @@ def test_node_cases_pass_wherever_onnxruntime_alone_passes(node_cases) -> None:
 def test_prepare_and_run_with_list_dict_and_single_array() -> None:
     node = h.make_node("Relu", ["x"], ["y"])
     m = h.make_model(h.make_graph([node], "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
-                                  [h.make_tensor_value_info("y", T.FLOAT, [2, 3])]), opset_imports=[h.make_opsetid("", 17)])
+                                  [h.make_tensor_value_info("y", T.FLOAT, [2, 3])]),
+                     opset_imports=[h.make_opsetid("", 17)])
     x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
     rep = backend.prepare(m, "CPU")
     for inputs in ([x], {"x": x}, x):
@@ -60,9 +61,11 @@ def test_prepare_and_run_with_list_dict_and_single_array() -> None:
 
 
 def test_dynamic_model_without_profiles_gets_one_per_input_shapes() -> None:
-    nodes = [h.make_node("Relu", ["x"], ["a"]), h.make_node("Mul", ["a", "a"], ["b"]), h.make_node("Add", ["b", "x"], ["y"])]
+    nodes = [h.make_node("Relu", ["x"], ["a"]), h.make_node("Mul", ["a", "a"], ["b"]),
+             h.make_node("Add", ["b", "x"], ["y"])]
     m = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["N", 4])],
-                                  [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])]), opset_imports=[h.make_opsetid("", 17)])
+                                  [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])]),
+                     opset_imports=[h.make_opsetid("", 17)])
     rep = backend.prepare(m, "CPU")
     assert rep.session is None  # no profile: made per shape at run time
     for n in (1, 3, 1):
@@ -94,8 +97,10 @@ def test_devices() -> None:
     assert backend.supports_device("CPU")
     assert not backend.supports_device("CUDA")  # no GPU runtime here (and no TensorRT runner yet)
     assert not backend.supports_device("TPU")
-    m = h.make_model(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
-                                  [h.make_tensor_value_info("y", T.FLOAT, [2])]), opset_imports=[h.make_opsetid("", 17)])
+    m = h.make_model(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g",
+                                  [h.make_tensor_value_info("x", T.FLOAT, [2])],
+                                  [h.make_tensor_value_info("y", T.FLOAT, [2])]),
+                     opset_imports=[h.make_opsetid("", 17)])
     with pytest.raises(TensorRTUnavailableError, match=r"^cannot execute TensorRT segments: .+; use emulate=True "
                                                        r"\(or 'auto'\) to run them through ONNX Runtime$"):
         backend.prepare(m, "CUDA", min_segment_size=1)

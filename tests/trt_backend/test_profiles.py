@@ -51,9 +51,10 @@ def test_bad_user_profiles(profiles, message) -> None:
 def test_static_inputs_fill_in_and_dynamic_ones_must_be_given() -> None:
     (full,) = complete_profiles([{"x": TensorProfile((1, 3, 8), (1, 3, 8), (2, 3, 8))}], [X, K], required=True)
     assert full["k"] == TensorProfile((2,), (2,), (2,), "static")
-    with pytest.raises(MissingProfileError, match=r"input 'x' has dynamic shape \['N', 3, 8\] and no profile gives one; "
-                                                  r"pass profiles=\[\{'x': \(min_shape, opt_shape, max_shape\)\}\], e.g. "
-                                                  r"\{'x': \(\(1, 3, 8\), \(1, 3, 8\), \(1, 3, 8\)\)\} \(CLI: --shapes x:1x3x8"):
+    with pytest.raises(MissingProfileError,
+                       match=r"input 'x' has dynamic shape \['N', 3, 8\] and no profile gives one; "
+                             r"pass profiles=\[\{'x': \(min_shape, opt_shape, max_shape\)\}\], e.g. "
+                             r"\{'x': \(\(1, 3, 8\), \(1, 3, 8\), \(1, 3, 8\)\)\} \(CLI: --shapes x:1x3x8"):
         complete_profiles([], [X, K], required=True)
     assert complete_profiles([], [X], required=False) == []
 
@@ -102,7 +103,8 @@ def test_calibration_with_real_feeds_where_random_data_fails() -> None:
     opts = SessionOptions(emulate=True, exclude_nodes=("reshape",), min_segment_size=1)
     profiles = [{"x": ((1, 6), (2, 6), (4, 6))}]
     with pytest.raises(CalibrationError, match=r"cannot derive profiles for r: the calibration run at profile 0 "
-                                               r"(min|opt|max) shapes failed .*give these tensors profiles, or real inputs"):
+                                               r"(min|opt|max) shapes failed .*give these tensors profiles, "
+                                               r"or real inputs"):
         Session(_reshape_model(), profiles, opts)
     samples = [{"x": np.ones((n, 6), np.float32), "target": np.array([n, 2, 3], np.int64)} for n in (1, 2, 4)]
     sess = Session(_reshape_model(), profiles, opts, calibration_feeds=samples)
@@ -117,7 +119,8 @@ def test_segment_input_outside_its_derived_profile_is_a_clear_error_and_an_overr
     samples = [{"x": np.ones((n, 6), np.float32), "target": np.array([n, 2, 3], np.int64)} for n in (1, 2, 4)]
     sess = Session(_reshape_model(), [{"x": ((1, 6), (2, 6), (4, 6))}], opts, calibration_feeds=samples)
     feeds = {"x": np.ones((4, 6), np.float32), "target": np.array([4, 3, 2], np.int64)}
-    with pytest.raises(ProfileError, match=r"segment 1 \(tensorrt, executor emulated\): input 'r' has shape \(4, 3, 2\), "
+    with pytest.raises(ProfileError,
+                       match=r"segment 1 \(tensorrt, executor emulated\): input 'r' has shape \(4, 3, 2\), "
                                            r"outside its profiles \(profile 0: min \(1, 2, 3\) opt \(2, 2, 3\) max "
                                            r"\(4, 2, 3\)\)\. .*give 'r' a profile"):
         sess.run(None, feeds)
@@ -141,7 +144,8 @@ def test_nonzero_output_gets_its_bound_and_shape_tensors_their_values() -> None:
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
     sess = Session(m, [{"x": ((1, 5), (2, 5), (3, 5))}],
                    SessionOptions(emulate=True, exclude_nodes=("nonzero", "shape"), min_segment_size=1))
-    seen = {n: tp for seg in sess.plan.tensorrt_segments() for p in sess.segment_profiles[seg.id] for n, tp in p.items()}
+    seen = {n: tp for seg in sess.plan.tensorrt_segments() for p in sess.segment_profiles[seg.id] for n,
+            tp in p.items()}
     assert (seen["nz"].min, seen["nz"].max, seen["nz"].data_dependent) == ((2, 0), (2, 15), (1,))  # 3 x 5 elements
     assert seen["xs"].values == ((1, 5), (2, 5), (3, 5))
     rng = np.random.default_rng(0)

@@ -230,7 +230,8 @@ def test_int8_rewrite_keeps_int8_measured_against_the_original(quantized, flavor
         ours, ref = sess.run(None, {"x": x})[0], run_ort(quantized["default"], x, "disable")
         assert np.abs(ours - ref).max() <= INT8_STEPS * step
         assert (ours.argmax(1) == ref.argmax(1)).all()
-    manifest = build_folder_build(quantized["default"], str(tmp_path / "b"), PROFILE, SessionOptions(qdq_rewrite="int8"))
+    manifest = build_folder_build(quantized["default"], str(tmp_path / "b"), PROFILE,
+                                  SessionOptions(qdq_rewrite="int8"))
     assert [s["engine_bytes"] > 10_000 for s in manifest["segments"]] == [True] and not manifest["demoted"]
 
 

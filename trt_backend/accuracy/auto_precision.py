@@ -302,7 +302,8 @@ class _Search:
                 own[i] = max((self.ratio(v, ref.get(n)) for n, v in zip(r.output_names, alone)), default=0.0)
         return max(own, key=lambda i: own[i])
 
-    def divergence_points(self, i: int, state: _SegmentState, feed: int) -> list[tuple[bool, float, onnx.NodeProto, str]]:
+    def divergence_points(self, i: int, state: _SegmentState,
+                          feed: int) -> list[tuple[bool, float, onnx.NodeProto, str]]:
         """(divergence starts here, error / tolerance, node, tensor) of the segment's pinnable nodes
         whose outputs exceed the tolerance, on the reference's segment inputs: those whose inputs
         are within it first, then by how much they add to their inputs' error."""
@@ -475,7 +476,8 @@ class _Search:
         worst, first_bad = self.output_errors()
         if first_bad < 0:
             self.note(f"descent: segment {self.sess.runners[i].segment.id} {self._name(states[i])} -> "
-                      f"{self.allowed[level]}: every output within tolerance (worst {max(worst.values(), default=0.0):.3g} x)")
+                      f"{self.allowed[level]}: every output within tolerance (worst "
+                      f"{max(worst.values(), default=0.0):.3g} x)")
             states[i] = trial[i]
         return first_bad < 0
 

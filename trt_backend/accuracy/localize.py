@@ -39,7 +39,8 @@ def boundary_names(runners: Sequence[SegmentRunner]) -> list[str]:
     return list(names)
 
 
-def reference_with_boundaries(model: Model, names: Sequence[str], options: OrtOptions) -> Callable[[Mapping[str, Any]], Values]:
+def reference_with_boundaries(model: Model, names: Sequence[str], options: OrtOptions) -> Callable[[Mapping[str, Any]],
+                                                                                                   Values]:
     """ONNX Runtime on the whole (normalized) model with ``names`` added to its outputs; returns
     a function from feeds to the value of every output and every feed by name."""
     try:
@@ -100,7 +101,8 @@ def segment_reports(session: Session, feeds: Mapping[str, Any], options: Compare
         tensors = tuple({"name": n, "stitched_error": stitched[n].max_abs_error, "stitched_passed": stitched[n].passed,
                          "own_error": own[n].max_abs_error if n in own else None,
                          "own_passed": own[n].passed if n in own else None} for n in stitched)
-        reports.append(SegmentComparison(seg.id, seg.backend, r.executor, precisions.get(seg.id, "fp32"), tuple(seg.nodes),
+        reports.append(SegmentComparison(seg.id, seg.backend, r.executor, precisions.get(seg.id, "fp32"),
+                                         tuple(seg.nodes),
                                      tuple(r.output_names), s_err, s_ok, o_err, o_ok, tensors))
         log.info("segment %d (%s): stitched error %.3g, own error %.3g", seg.id, seg.backend, s_err, o_err)
     return reports

@@ -54,8 +54,8 @@ class CompareOptions:
     argmax-sequence, boxes) reported beside the numeric error; the verdict needs them too.
     ``val_range``/``int_range``: the range random float/integer inputs are drawn from, one (lo,
     hi) for all or per input name (floats in [lo, hi), integers in lo..hi with both ends; default
-    [0, 1) and 0..2, see :mod:`trt_backend.ort.random_data`). ``localize``: "off", "mismatch" (look for the diverging segment when
-    the comparison fails) or "always"; True means "mismatch"."""
+    [0, 1) and 0..2, see :mod:`trt_backend.ort.random_data`). ``localize``: "off", "mismatch" (look for the diverging
+    segment when the comparison fails) or "always"; True means "mismatch"."""
 
     atol: float = DEFAULT_TOLERANCE
     rtol: float = DEFAULT_TOLERANCE
@@ -108,7 +108,8 @@ class CompareOptions:
                 raise OptionsError(f"tolerances are keyed by output name, got {name!r}")
             if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
                 raise OptionsError(f"tolerance of '{name}' must be (atol, rtol), got {pair!r}")
-            checked[name] = (tolerance_value(pair[0], f"atol of '{name}'"), tolerance_value(pair[1], f"rtol of '{name}'"))
+            checked[name] = (tolerance_value(pair[0], f"atol of '{name}'"),
+                             tolerance_value(pair[1], f"rtol of '{name}'"))
         return checked
 
     @staticmethod

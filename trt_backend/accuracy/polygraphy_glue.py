@@ -168,7 +168,8 @@ class SavedReference:
     reference one set per run, in order, with the ONNX Runtime session interface the comparison
     reads (``get_inputs``, ``get_outputs``, ``run``)."""
 
-    def __init__(self, inputs: Sequence[NodeArg], outputs: Sequence[NodeArg], runs: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(self, inputs: Sequence[NodeArg], outputs: Sequence[NodeArg],
+                 runs: Sequence[Mapping[str, Any]]) -> None:
         self._inputs = [_InputArg(a.name, a.type, list(a.shape)) for a in inputs]
         self._outputs = [_InputArg(a.name, a.type, list(a.shape)) for a in outputs]
         self._runs = list(runs)
@@ -213,7 +214,8 @@ def side_errors(name: str, ours: Any, ref: Any, options: CompareOptions) -> Tens
     for a, b in zip(ours, ref):
         if isinstance(a, dict) and isinstance(b, dict):
             if a.keys() != b.keys():
-                return TensorError(_INF, _INF, _INF, _INF, _INF, _INF, False, note="map keys differ from the reference's")
+                return TensorError(_INF, _INF, _INF, _INF, _INF, _INF, False,
+                                   note="map keys differ from the reference's")
             pairs += [(np.asarray(a[k]), np.asarray(b[k])) for k in b]
         else:
             pairs.append((np.asarray(host(a)), np.asarray(host(b))))
@@ -417,7 +419,8 @@ def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[s
         accuracy = Comparator.compare_accuracy(results, compare_func=compare_func(options))
     per_iteration = accuracy[0][(OURS, REFERENCE)]
     errors = [{n: side_errors(n, ours_side[i][n], ref_side[i].get(n), options) if n in ours_side[i] else
-               polygraphy_tensor_error(match.get(n, False), options, *counts[i].get(n, (0, 0)), shapes[i].get(n, (None, None)))
+               polygraphy_tensor_error(match.get(n, False), options, *counts[i].get(n, (0, 0)),
+                                       shapes[i].get(n, (None, None)))
                for n in output_names} for i, match in enumerate(per_iteration)]
     timing = {name: 1000.0 * float(np.mean([r.runtime or 0.0 for r in iters])) for name, iters in results}
     return ComparisonRun(errors, timing, seen, ours_values, ref_values, options)

@@ -203,7 +203,8 @@ class ComparisonReport:
         if self.segments is not None:
             out.append("segments (stitched error = own + inherited; own = run alone on reference inputs):")
             for s in self.segments:
-                out.append(f"  segment {s.id:>3} {s.backend:<11} {s.executor:<11} {s.precision:<5} {len(s.nodes):>5} node(s)"
+                out.append(f"  segment {s.id:>3} {s.backend:<11} {s.executor:<11} {s.precision:<5} "
+                           f"{len(s.nodes):>5} node(s)"
                            f"  stitched {s.stitched_error:.3g} {'ok' if s.stitched_passed else 'DIVERGES'}"
                            f"  own {s.own_error:.3g} {'ok' if s.own_passed else 'EXCEEDS'}")
         loc = self.localization

@@ -209,7 +209,8 @@ def whole_model_blocker(plan: Plan) -> str | None:
             f"e.g. {n.op_type} '{n.name}' ({n.verdict}: {n.reason or 'no reason given'})")
 
 
-def trt_whole(sess: Session, capability_plan: Plan, feeds: Mapping[str, Any], build_options: BuildOptions, cache_dir: str | None,
+def trt_whole(sess: Session, capability_plan: Plan, feeds: Mapping[str, Any], build_options: BuildOptions,
+              cache_dir: str | None,
               ours_build: dict[str, Any] | None, flavor_choice: str, build: bool = True,
               progress: Callable[[Any], None] | None = None, device_id: int | None = None) -> Candidate:
     """One TensorRT engine for the whole model: built (timed) where a TensorRT flavor imports and

@@ -202,7 +202,8 @@ def _build_ours(sess: Session, options: BenchOptions, cache_dir: str | None, so:
 
 
 def _baseline(name: str, sess: Session, feeds: Mapping[str, Any], names: list[str], options: BenchOptions,
-              cache_dir: str | None, ours_build: dict[str, Any] | None, so: SessionOptions, progress: Any = None) -> Candidate:
+              cache_dir: str | None, ours_build: dict[str, Any] | None, so: SessionOptions,
+              progress: Any = None) -> Candidate:
     if name == "trt-whole" and sess.folder_manifest is not None:
         return Candidate(name, reason="a build folder is measured as built: no whole-model engine is built "
                                       "(bench the model file for this baseline)")
@@ -236,7 +237,8 @@ def measure(candidates: Sequence[Candidate], timing: TimingConfig,
 
             def emit(phase: str, elapsed: float, n: int, name: str = c.name) -> None:
                 if progress is not None:
-                    progress(ProgressEvent(name, phase, r, timing.rounds, elapsed, n, block_s, block_n))  # noqa: B023 - called in this round only
+                    # B023: r and block_s are this round's; emit is called in this round only
+                    progress(ProgressEvent(name, phase, r, timing.rounds, elapsed, n, block_s, block_n))  # noqa: B023
 
             emit("warmup", 0.0, 0)
             m.warmup_iterations += warm_up(call, warm_s)

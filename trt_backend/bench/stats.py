@@ -5,8 +5,8 @@ the sample of rank ``ceil(p * n / 100)`` (1-based; rank 1 when that is 0), so p1
 maximum and every percentile is a measured value, never an interpolation. trtexec's
 ``findPercentile`` means the same rank, ``n - floor((1 - p/100) * n)``, but computes it in
 float32, which rounds down at some exact boundaries (p99 of 100 samples comes out as the 100th
-value there, the 99th here); here the rank is computed in exact rational arithmetic. The median is the middle sample, or the mean
-of the two middle samples for an even count (trtexec's ``findMedian``), so it may differ from
+value there, the 99th here); here the rank is computed in exact rational arithmetic. The median is the middle sample,
+or the mean of the two middle samples for an even count (trtexec's ``findMedian``), so it may differ from
 p50. Throughput is completed queries divided by the wall time of the timed loop, which counts
 the loop's own overhead as trtexec's does."""
 from __future__ import annotations

@@ -132,7 +132,8 @@ def partition_options(args: argparse.Namespace) -> PartitionOptions:
         registry.select(args.plugin_ops)  # an unknown op type fails here, with the ones covered
     return PartitionOptions(exclude_ops=tuple(args.exclude_ops), exclude_nodes=tuple(args.exclude_nodes),
                             min_segment_size=args.min_segment_size,
-                            boundary_cost=None if args.no_boundary_cost else BoundaryCost(launch_us=args.launch_cost_us),
+                            boundary_cost=(None if args.no_boundary_cost
+                                           else BoundaryCost(launch_us=args.launch_cost_us)),
                             plugins=registry.claims() if registry is not None else (),
                             plugin_ops=tuple(args.plugin_ops), target=args.target, qdq_rewrite=args.qdq_rewrite)
 
@@ -150,7 +151,8 @@ BUILD_FLAGS: dict[str, tuple[Any, str]] = {
     "allow": (("fp16", "bf16", "int8"), "--allow"), "compute_capabilities": (None, "--compute-capabilities"),
     "workspace_mb": (None, "--workspace-mb"), "builder_optimization_level": (None, "--builder-optimization-level"),
     "max_aux_streams": (None, "--max-aux-streams"), "timing_cache": (None, "--timing-cache"),
-    "hardware_compatibility": ("none", "--hardware-compatibility"), "version_compatible": (False, "--version-compatible"),
+    "hardware_compatibility": ("none", "--hardware-compatibility"),
+                                           "version_compatible": (False, "--version-compatible"),
     "include_lean_runtime": (False, "--include-lean-runtime"), "max_build_memory": (None, "--max-build-memory"),
     "min_shapes": ([], "--min-shapes"), "opt_shapes": ([], "--opt-shapes"), "max_shapes": ([], "--max-shapes"),
     "saved_plan": (None, "--saved-plan"),
@@ -172,7 +174,8 @@ def add_builder_arguments(p: argparse.ArgumentParser) -> None:
                    help="kernel timing cache: read, then saved merged (trtexec --timingCacheFile; full TensorRT "
                         "only: TensorRT-RTX has none)")
     g.add_argument("--hardware-compatibility", choices=_builder.HARDWARE_LEVELS, default="none",
-                   help="engines that run on other GPUs than the one building them (trtexec --hardwareCompatibilityLevel)")
+                   help="engines that run on other GPUs than the one building them (trtexec "
+                        "--hardwareCompatibilityLevel)")
     g.add_argument("--version-compatible", action="store_true",
                    help="engines later TensorRT versions can run (trtexec --versionCompatible)")
     g.add_argument("--include-lean-runtime", action="store_true",
@@ -365,9 +368,11 @@ def add_data_arguments(p: argparse.ArgumentParser, saves: bool = False) -> None:
                         "NAME: per input")
     if saves:
         p.add_argument("--save-outputs", metavar="RUN.npz",
-                       help="write the inputs and trt-backend's outputs here (compare them elsewhere with --load-outputs)")
+                       help="write the inputs and trt-backend's outputs here (compare them elsewhere with "
+                            "--load-outputs)")
         p.add_argument("--load-outputs", metavar="RUN.npz",
-                       help="compare against the outputs saved in RUN.npz (on its inputs) instead of running ONNX Runtime")
+                       help="compare against the outputs saved in RUN.npz (on its inputs) "
+                            "instead of running ONNX Runtime")
 
 
 def value_ranges(texts: Sequence[str], kind: type, flag: str) -> Any:

@@ -21,12 +21,14 @@ def add_auto_arguments(p: argparse.ArgumentParser, tolerances: bool = True) -> N
     """``--allow``, ``--precision-plan`` (and ``--atol``/``--rtol`` where the command has none)."""
     if tolerances:
         p.add_argument("--atol", default=str(DEFAULT_TOLERANCE), metavar="A",
-                       help=f"--precision auto: absolute tolerance every output must keep (default {DEFAULT_TOLERANCE:g})")
+                       help="--precision auto: absolute tolerance every output must keep (default "
+                            f"{DEFAULT_TOLERANCE:g})")
         p.add_argument("--rtol", default=str(DEFAULT_TOLERANCE), metavar="R",
                        help=f"--precision auto: relative tolerance (default {DEFAULT_TOLERANCE:g})")
         p.add_argument("--atol-of-range", default=None, metavar="F",
                        help="--precision auto: each output's atol at least F x its largest |value| on the reference")
-    p.add_argument("--allow", type=split_list, default=("fp16", "bf16", "int8"), metavar=",".join(AUTO_PRECISIONS[::-1]),
+    p.add_argument("--allow", type=split_list, default=("fp16", "bf16", "int8"),
+                   metavar=",".join(AUTO_PRECISIONS[::-1]),
                    help="--precision auto: precisions it may choose (int8 needs --calibration-data)")
     p.add_argument("--precision-plan", metavar="PLAN.json|DIR", default=None,
                    help="--precision auto: use this precision plan (its JSON, or a build folder made with auto) "
@@ -44,7 +46,8 @@ def build_fields(args: argparse.Namespace, model: Any, profiles: Sequence[Mappin
         plan = read_precision_plan(args.precision_plan)
         print(f"precision plan from {args.precision_plan} (not searched again):", file=sys.stderr)
     else:
-        auto = _auto.AutoOptions(atol=args.atol, rtol=args.rtol, allow=tuple(args.allow), seed=getattr(args, "seed", 0) or 0,
+        auto = _auto.AutoOptions(atol=args.atol, rtol=args.rtol, allow=tuple(args.allow),
+                                 seed=getattr(args, "seed", 0) or 0,
                                  atol_of_range=getattr(args, "atol_of_range", None))
         calibration = {k: v for k, v in fields.items() if k.startswith("calibration")}
         plan = _auto.search_precision(model, profiles, options_with(options, calibration), auto, feeds=feeds or None)

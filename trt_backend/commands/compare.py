@@ -135,7 +135,8 @@ def _handle(args: argparse.Namespace) -> int:
     executors = report.executors
     print(f"model {args.model} | {len(executors)} segment(s): "
           + ", ".join(f"{e} x{executors.count(e)}" for e in dict.fromkeys(executors))
-          + f" | reference: {'outputs saved in ' + args.load_outputs if args.load_outputs else 'ONNX Runtime, whole model'}"
+          + " | reference: "
+            f"{'outputs saved in ' + args.load_outputs if args.load_outputs else 'ONNX Runtime, whole model'}"
           + f" | inputs{' from ' + (args.inputs or args.load_outputs) if feeds is not None else ''}: "
           + "; ".join(", ".join(f"{n}:{'x'.join(map(str, s)) or '[]'}" for n, s in p.items()) for p in report.points))
     for line in report.lines():

@@ -62,8 +62,8 @@ def handle(args: argparse.Namespace) -> int:
     manifest = build(DEMO_PATH, build_dir, PROFILE, SessionOptions(flavor=args.flavor))
     for seg in manifest["segments"]:
         if seg["engine"]:
-            print(f"   segment {seg['id']}: {seg['engine']} {seg['engine_bytes']} bytes in {seg['build_seconds']:.2f} s "
-                  f"({manifest['tensorrt']}, target {manifest['gpu_target']})")
+            print(f"   segment {seg['id']}: {seg['engine']} {seg['engine_bytes']} bytes in "
+                  f"{seg['build_seconds']:.2f} s ({manifest['tensorrt']}, target {manifest['gpu_target']})")
     print("\n3. load the build and run a batch of 4")
     sess = Session.load(build_dir, SessionOptions(emulate="auto", flavor=args.flavor))
     for line in sess.summary():

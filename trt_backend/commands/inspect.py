@@ -115,7 +115,8 @@ def handle(args: argparse.Namespace) -> int:
     manifest: dict[str, Any] | None = None
     if is_folder_arg(args):
         refuse_build_flags(args, os.fspath(args.model), allow=("precision_plan",))
-        plan, manifest, report = _folder.open_and_report(os.fspath(args.model), args.sign_key, verbose=bool(args.verbose))
+        plan, manifest, report = _folder.open_and_report(os.fspath(args.model), args.sign_key,
+                                                         verbose=bool(args.verbose))
         print(report)
     else:
         plan = make_plan(args.model, partition_options(args), flavor=args.flavor, isolate=args.isolate)

@@ -425,7 +425,8 @@ def _refusals(segment_model: onnx.ModelProto, options: BuildOptions, flavor: Fla
     return tuple(refused), None
 
 
-def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile]], options: BuildOptions, flavor: Flavor,
+def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile]], options: BuildOptions,
+             flavor: Flavor,
              timing: Any, parse_only: bool = False, names_from: onnx.ModelProto | None = None,
              weights_dir: str | None = None, weights: HeldWeights | None = None,
              engine_path: str | None = None) -> tuple[bytes | EngineFile, int]:

@@ -89,7 +89,8 @@ def rounded_in_fp32(model: onnx.ModelProto, low: int) -> onnx.ModelProto:
                 raw = fresh_name(f"{name}_fp32", names)
                 node.output[k] = raw
                 after.append(helper.make_node("Cast", [raw], [rounded], to=low, name=fresh_name(f"{raw}_round", names)))
-            after.append(helper.make_node("Cast", [rounded], [name], to=F32, name=fresh_name(f"{rounded}_widen", names)))
+            after.append(helper.make_node("Cast", [rounded], [name], to=F32,
+                                          name=fresh_name(f"{rounded}_widen", names)))
         nodes.append(node)
         nodes.extend(after)
     nodes = _boundary_keeps_low(g, nodes, low, names)

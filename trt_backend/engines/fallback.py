@@ -85,8 +85,8 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
     """Build, demote what TensorRT refuses, re-plan, repeat. For ``max_rounds`` rounds only the
     nodes TensorRT blamed are demoted; a builder failure that blames no node (an internal
     assertion) is narrowed by bisection (:class:`_Narrowing`, at most
-    ``options.max_narrowing_builds`` trial builds in all) to the first node in topological order whose prefix fails, and only
-    that node is demoted; past the budget such a segment is demoted whole. After ``max_rounds``
+    ``options.max_narrowing_builds`` trial builds in all) to the first node in topological order whose prefix fails, and
+    only that node is demoted; past the budget such a segment is demoted whole. After ``max_rounds``
     every failing segment is demoted whole. Each round demotes at least one node, so it ends.
     ``max_segment_weights``: re-plans cut TensorRT segments past that many bytes of weights, as
     the plan given was (see :func:`partitioner.build_plan`). ``engine_dir``: without a cache,

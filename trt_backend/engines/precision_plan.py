@@ -66,7 +66,8 @@ class PrecisionPlan:
     def to_dict(self) -> dict[str, Any]:
         return {"format": PLAN_FORMAT, "atol": self.atol, "rtol": self.rtol, "allowed": list(self.allowed),
                 "seconds": round(self.seconds, 3), "worst": dict(self.worst), "rounds": list(self.rounds),
-                "segments": [{"segment": s.segment, "precision": s.precision, "reduced": s.reduced, "nodes": list(s.nodes),
+                "segments": [{"segment": s.segment, "precision": s.precision, "reduced": s.reduced,
+                              "nodes": list(s.nodes),
                               "pinned": [p.__dict__ for p in s.pinned]} for s in self.segments]}
 
     @classmethod

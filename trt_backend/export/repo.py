@@ -171,7 +171,8 @@ def triton_repo(source: ExportSource, options: TritonOptions | None = None) -> T
     notes: list[str] = []
     learned = learn_ranks(source)
     if learned:
-        notes.append(f"the rank of {', '.join(learned)} (unknown from the model's types) was learned by running the model")
+        notes.append(f"the rank of {', '.join(learned)} (unknown from the model's types) "
+                     "was learned by running the model")
     if batch:
         check_batching(source, batch)
     models = [_segment_model(source, seg, f"{name}_{seg.id}_{'trt' if seg.backend == 'tensorrt' else 'ort'}",
@@ -180,8 +181,8 @@ def triton_repo(source: ExportSource, options: TritonOptions | None = None) -> T
     onnx_trt = [m.segment for m in models if m.segment_backend == "tensorrt" and m.form == ONNX and not m.note]
     if onnx_trt:
         why = ("asked for with --trt-format onnx" if opts.trt_format == ONNX else _no_plan_reason(source))
-        notes.append(f"TensorRT segment(s) {', '.join(map(str, onnx_trt))} exported as ONNX Runtime models with Triton's "
-                     f"TensorRT execution accelerator: {why}")
+        notes.append(f"TensorRT segment(s) {', '.join(map(str, onnx_trt))} exported as ONNX Runtime models with "
+                     f"Triton's TensorRT execution accelerator: {why}")
     unmatched = sorted({source.segment_precisions.get(k, source.precision) for k in onnx_trt} & {"bf16", "tf32"})
     if unmatched:
         notes.append(f"the build's precision {', '.join(unmatched)} has no counterpart in the TensorRT accelerator's "
@@ -244,14 +245,16 @@ def _io(proto: onnx.ModelProto, seg: Segment, seg_inputs: list[str], names: dict
     outs = {vi.name: vi for vi in proto.graph.output}
     missing = [n for n in seg_inputs if names[n] not in ins] + [n for n in seg.outputs if names[n] not in outs]
     if missing:
-        raise ExportError(f"segment {seg.id}'s model lacks tensor(s) {', '.join(missing)} of the plan; rebuild the folder")
+        raise ExportError(f"segment {seg.id}'s model lacks tensor(s) {', '.join(missing)} "
+                          "of the plan; rebuild the folder")
     inputs = [tensor_config(ins[names[n]], batched=batched, what=f"segment {seg.id} input",
                             is_shape_tensor=n in shape_tensors) for n in seg_inputs]
     outputs = [tensor_config(outs[names[n]], batched=batched, what=f"segment {seg.id} output") for n in seg.outputs]
     return inputs, outputs
 
 
-def _segment_model(source: ExportSource, seg: Segment, name: str, opts: TritonOptions, *, first: bool) -> ComposingModel:
+def _segment_model(source: ExportSource, seg: Segment, name: str, opts: TritonOptions, *,
+                   first: bool) -> ComposingModel:
     form = _form(source, seg, opts)
     batch = opts.max_batch_size
     proto = source.segment_models[seg.id]
@@ -381,7 +384,8 @@ def _onnx_file(where: str, filename: str, proto: onnx.ModelProto, external: bool
     return RepoFile(f"{where}/{filename}", write=write, note=f"+ {filename}.data (external weights)")
 
 
-def _ensemble(source: ExportSource, name: str, models: list[ComposingModel], batch: int, notes: list[str]) -> ModelConfig:
+def _ensemble(source: ExportSource, name: str, models: list[ComposingModel], batch: int,
+              notes: list[str]) -> ModelConfig:
     graph = source.plan.model.proto.graph if source.plan.model is not None else None
     if graph is None:
         raise ExportError("the build's plan has no model")

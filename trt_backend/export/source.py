@@ -104,8 +104,8 @@ def from_build_folders(folders: Sequence[str], *, name: str | None = None, exter
         key = target_key(manifest.get("gpu_target"))
         if key in targets:
             what = f"GPU {key}" if key else "the default GPU target"
-            raise ExportError(f"{folder}: a second build for {what} ({manifest.get('gpu_target')}); give one folder per "
-                              "GPU target")
+            raise ExportError(f"{folder}: a second build for {what} ({manifest.get('gpu_target')}); give one folder "
+                              "per GPU target")
         targets.append(key)
         engines: dict[int, bytes] = {k: engine_bytes(e) for k, e in (built.engines or {}).items()}
         if first is None:
@@ -133,7 +133,8 @@ def from_build_folders(folders: Sequence[str], *, name: str | None = None, exter
     return first
 
 
-def _check_same_plan(first: ExportSource, plan: Plan, manifest: Mapping[str, Any], folder: str, first_folder: str) -> None:
+def _check_same_plan(first: ExportSource, plan: Plan, manifest: Mapping[str, Any], folder: str,
+                     first_folder: str) -> None:
     keys = ("id", "backend", "nodes", "inputs", "outputs")
     a = [{k: s.to_dict().get(k) for k in keys} for s in first.plan.segments]
     b = [{k: s.to_dict().get(k) for k in keys} for s in plan.segments]

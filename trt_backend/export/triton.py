@@ -85,8 +85,8 @@ def tensor_config(vi: onnx.ValueInfoProto, *, batched: bool, what: str, is_shape
                           "model input and output")
     dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1 for d in tt.shape.dim)
     if batched and len(dims) == 1:
-        raise ExportError(f"{what} '{vi.name}' has the batch as its only dim; this exporter does not yet declare such a "
-                          "tensor in a batching model (its dims would be empty); export without --max-batch-size")
+        raise ExportError(f"{what} '{vi.name}' has the batch as its only dim; this exporter does not yet declare such "
+                          "a tensor in a batching model (its dims would be empty); export without --max-batch-size")
     if batched:
         dims = dims[1:]
     if not dims:

@@ -108,7 +108,8 @@ class BufferPool:
     def _order_after_last_use(buf: DeviceBuffer, stream: Stream | None) -> None:
         last = buf.stream
         if stream is None:
-            check(_device.cudart().cudaStreamSynchronize(last if last is not None else 0), "wait for a buffer's last use")
+            check(_device.cudart().cudaStreamSynchronize(last if last is not None else 0),
+                  "wait for a buffer's last use")
         elif last is None or int(last) != int(stream.handle):
             stream.wait_for(last)
 

@@ -62,7 +62,8 @@ def normalize_profiles(user: Sequence[Mapping[str, Any]] | None, inputs: Sequenc
     if isinstance(user, Mapping):
         user = [user]
     if isinstance(user, (str, bytes)) or not isinstance(user, Sequence):
-        raise ProfileError(f"profiles must be a list of dicts (input name -> (min, opt, max)), got {type(user).__name__}")
+        raise ProfileError("profiles must be a list of dicts (input name -> (min, opt, max)), got "
+                           f"{type(user).__name__}")
     by_name = {a.name: a for a in inputs}
     extra_set = set(extra)
     out: list[Profile] = []

@@ -117,8 +117,8 @@ class TensorRTRunner(SegmentRunner):
         for n in names:
             dtype = engine_dtype(trt, self.engine.get_tensor_dtype(n))
             if dtype is None:
-                raise SegmentLoadError(f"{self.label}: engine tensor '{n}' is {self.engine.get_tensor_dtype(n)}, a type "
-                                       "trt-backend cannot exchange (no numpy or ml_dtypes equivalent)")
+                raise SegmentLoadError(f"{self.label}: engine tensor '{n}' is {self.engine.get_tensor_dtype(n)}, a "
+                                       "type trt-backend cannot exchange (no numpy or ml_dtypes equivalent)")
             self.dtypes[n] = dtype
         self.host_io = {n for n in names if self.engine.get_tensor_location(n) == trt.TensorLocation.HOST}
         if flavor.has("IRuntimeConfig.create_runtime_cache"):
@@ -155,7 +155,8 @@ class TensorRTRunner(SegmentRunner):
                 config = self._runtime_cache.config
                 if (hasattr(trt, "ExecutionContextAllocationStrategy")
                         and hasattr(config, "set_execution_context_allocation_strategy")):
-                    config.set_execution_context_allocation_strategy(trt.ExecutionContextAllocationStrategy.ON_PROFILE_CHANGE)
+                    config.set_execution_context_allocation_strategy(
+                        trt.ExecutionContextAllocationStrategy.ON_PROFILE_CHANGE)
                 ctx = engine.create_execution_context(config)
             elif hasattr(trt, "ExecutionContextAllocationStrategy"):
                 ctx = engine.create_execution_context(trt.ExecutionContextAllocationStrategy.ON_PROFILE_CHANGE)
@@ -234,7 +235,8 @@ class TensorRTRunner(SegmentRunner):
             ptr, shape = lease.ptr, arr.shape
         else:
             if view.dtype != dtype:
-                raise SegmentRunError(f"{self.label}: input '{name}' is {view.dtype} on the device, the engine wants {dtype}")
+                raise SegmentRunError(f"{self.label}: input '{name}' is {view.dtype} on the device, "
+                                      f"the engine wants {dtype}")
             if view.device_id is not None and view.device_id != self.device_id:
                 raise SegmentRunError(f"{self.label}: input '{name}' is on GPU {view.device_id}, the engine on GPU "
                                       f"{self.device_id}")

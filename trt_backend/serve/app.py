@@ -163,7 +163,8 @@ def build_app(source: str | os.PathLike[str], options: ServeOptions | None = Non
                     "executors": self.session.segment_executors, "device_id": self.session.device_id,
                     "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
-    @serve.deployment(name=HTTP_DEPLOYMENT, num_replicas=1, ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": env}},
+    @serve.deployment(name=HTTP_DEPLOYMENT, num_replicas=1,
+                      ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": env}},
                       max_ongoing_requests=max(opts.max_ongoing_requests * opts.replicas, 100))
     class HTTPIngress:
         def __init__(self, sessions: Any) -> None:
@@ -210,7 +211,8 @@ class ServeClient:
                 return getattr(self.handle, method).remote(*args).result()
             except retriable as e:
                 if attempt == self.retries:
-                    raise ServeError(f"no replica answered after {self.retries + 1} tries: {type(e).__name__}") from None
+                    raise ServeError(f"no replica answered after {self.retries + 1} tries: "
+                                     f"{type(e).__name__}") from None
                 self.resent += 1
                 time.sleep(_backoff(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -290,7 +292,8 @@ def start(source: str | os.PathLike[str], options: ServeOptions | None = None, *
     try:
         serve.run(build_app(src, opts), name=opts.name, route_prefix=opts.route_prefix)
     except RuntimeError as e:
-        raise ServeError(f"the deployment of {src} did not start: {str(e).splitlines()[0] if str(e) else e!r}") from None
+        first_line = str(e).splitlines()[0] if str(e) else repr(e)
+        raise ServeError(f"the deployment of {src} did not start: {first_line}") from None
     return ServeClient(opts.name, opts.retries)
 
 

@@ -164,4 +164,5 @@ class BatchRunner:
             return RequestError("a part of this request was not run")  # (not reached: failures are recorded)
         if len(parts) == 1:
             return dict(zip(self.output_names, parts[0]))  # type: ignore[arg-type]
-        return {n: np.concatenate([p[i] for p in parts]) for i, n in enumerate(self.output_names)}  # type: ignore[index]
+        return {n: np.concatenate([p[i] for p in parts])  # type: ignore[index]
+                for i, n in enumerate(self.output_names)}

@@ -8,5 +8,6 @@ from __future__ import annotations
 
 from trt_backend._lazy import facade
 
-__getattr__, __dir__, __all__ = facade(__name__, {"Session": "trt_backend.session.session", "load": "trt_backend.session.session",
+__getattr__, __dir__, __all__ = facade(__name__,
+                                       {"Session": "trt_backend.session.session", "load": "trt_backend.session.session",
          "SessionOptions": "trt_backend.session.options", "RunOptions": "trt_backend.session.options"})

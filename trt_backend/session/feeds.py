@@ -162,8 +162,9 @@ def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]],
         listed = ", ".join(f"'{a.name}' {shape_text(a.shape)}" for a in missing)
         raise FeedError(f"{len(missing)} inputs have dynamic shapes: {listed}; give their shapes (e.g. --shapes "
                         f"{example})")
-    tensors = [(arg.name, arg.dtype, tuple(int(d) for d in (shapes[arg.name] if arg.name in shapes  # type: ignore[arg-type]
-                                                             else arg.shape)))
+    tensors = [(arg.name, arg.dtype,
+                tuple(int(d) for d in (shapes[arg.name] if arg.name in shapes  # type: ignore[arg-type]
+                                       else arg.shape)))
                for arg in inputs]
     return dict(random_feed(tensors, seed))  # type: ignore[arg-type]
 

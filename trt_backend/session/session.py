@@ -54,8 +54,10 @@ _DEFAULT_RUNNERS = RunnerFactory()
 class Session:
     """Runs a whole model, TensorRT and ONNX Runtime segments stitched; onnxruntime-like API."""
 
-    def __init__(self, model: ModelSource | Model | Plan | Compiled, profiles: Sequence[Mapping[str, Any]] | None = None,
-                 options: SessionOptions | None = None, *, plan: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+    def __init__(self, model: ModelSource | Model | Plan | Compiled,
+                 profiles: Sequence[Mapping[str, Any]] | None = None,
+                 options: SessionOptions | None = None, *,
+                 plan: Mapping[str, Any] | str | os.PathLike[str] | None = None,
                  calibration_feeds: Sequence[Mapping[str, Any]] = (), engines: Mapping[int, bytes] | None = None,
                  runners: RunnerFactory | None = None, progress: BuildProgress | None = None) -> None:
         """``model``: a model (path, ModelProto, Model or Plan), a ``trt-backend build`` folder

@@ -37,7 +37,8 @@ def cancelling() -> onnx.ModelProto:
              nh.from_array((rng.standard_normal((8, 8)) * 0.5).astype(np.float32), "w2"),
              nh.from_array(np.array(1000.0, np.float32), "big")]
     nodes = [h.make_node("MatMul", ["x", "w1"], ["m1"], name="mm1"), h.make_node("Relu", ["m1"], ["r1"], name="relu"),
-             h.make_node("Add", ["r1", "big"], ["a"], name="shift"), h.make_node("Sub", ["a", "big"], ["s"], name="unshift"),
+             h.make_node("Add", ["r1", "big"], ["a"], name="shift"),
+             h.make_node("Sub", ["a", "big"], ["s"], name="unshift"),
              h.make_node("MatMul", ["s", "w2"], ["m2"], name="mm2"), h.make_node("Tanh", ["m2"], ["y"], name="tanh")]
     m = h.make_model(h.make_graph(nodes, "cancel", [h.make_tensor_value_info("x", T.FLOAT, ["N", 8])],
                                   [h.make_tensor_value_info("y", T.FLOAT, ["N", 8])], inits),
@@ -101,7 +102,8 @@ def test_cli_build_auto_searches_and_records(model_path, tmp_path, capsys) -> No
 
 
 def random_output() -> onnx.ModelProto:
-    nodes = [h.make_node("Relu", ["x"], ["r"], name="relu"), h.make_node("RandomUniformLike", ["r"], ["n"], name="noise"),
+    nodes = [h.make_node("Relu", ["x"], ["r"], name="relu"),
+             h.make_node("RandomUniformLike", ["r"], ["n"], name="noise"),
              h.make_node("Add", ["r", "n"], ["y"], name="add")]
     m = h.make_model(h.make_graph(nodes, "noisy", [h.make_tensor_value_info("x", T.FLOAT, ["N", 8])],
                                   [h.make_tensor_value_info("y", T.FLOAT, ["N", 8])]),
@@ -131,7 +133,8 @@ def test_bad_auto_options() -> None:
 
 def test_inspect_and_run_show_the_plan(model_path, plan, flavor, tmp_path, capsys) -> None:
     out = str(tmp_path / "built")
-    build_folder_build(model_path, out, PROFILE, SessionOptions(build=BuildOptions(precision="auto", precision_plan=plan)))
+    build_folder_build(model_path, out, PROFILE,
+                       SessionOptions(build=BuildOptions(precision="auto", precision_plan=plan)))
     page = str(tmp_path / "picture.html")
     assert main(["inspect", model_path, "--precision-plan", out, "--picture", page]) == 0
     text = capsys.readouterr().out

@@ -196,10 +196,13 @@ def test_inputs_too_large_for_memory_are_one_error_naming_the_input() -> None:
     from trt_backend.errors import MemoryLimitError
 
     shape = [2**20, 2**20, 2**10]
-    m = h.make_model(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "huge", [h.make_tensor_value_info("x", T.FLOAT, shape)],
-                                  [h.make_tensor_value_info("y", T.FLOAT, shape)]), opset_imports=[h.make_opsetid("", 18)])
+    m = h.make_model(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "huge",
+                                  [h.make_tensor_value_info("x", T.FLOAT, shape)],
+                                  [h.make_tensor_value_info("y", T.FLOAT, shape)]),
+                     opset_imports=[h.make_opsetid("", 18)])
     m.ir_version = 9
-    with pytest.raises(MemoryLimitError, match=r"input 'x': shape \(1048576, 1048576, 1024\) of float32 needs 4096.0 TiB, "
+    with pytest.raises(MemoryLimitError,
+                       match=r"input 'x': shape \(1048576, 1048576, 1024\) of float32 needs 4096.0 TiB, "
                                                  r"this machine has"):
         compare(m, session_options=EMULATE)
 
@@ -209,7 +212,8 @@ def test_an_input_of_unknown_rank_is_compared_at_the_given_shape() -> None:
     traceback inside it (found by benchmarks/conformance/fuzz.py), now the feeds' rank is used."""
     nodes = [h.make_node("Relu", ["x"], ["a"]), h.make_node("Sigmoid", ["a"], ["b"]), h.make_node("Neg", ["b"], ["y"])]
     m = h.make_model(h.make_graph(nodes, "unranked", [h.make_tensor_value_info("x", T.FLOAT, None)],
-                                  [h.make_tensor_value_info("y", T.FLOAT, None)]), opset_imports=[h.make_opsetid("", 18)])
+                                  [h.make_tensor_value_info("y", T.FLOAT, None)]),
+                     opset_imports=[h.make_opsetid("", 18)])
     m.ir_version = 9
     report = compare(m, CompareOptions(shapes={"x": (2, 3, 5)}), session_options=EMULATE)
     assert report.passed and [o.name for o in report.outputs] == ["y"]

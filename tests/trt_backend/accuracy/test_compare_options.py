@@ -95,7 +95,8 @@ def test_profile_points() -> None:
 def test_report_json_has_the_issue_keys_and_no_nan() -> None:
     good = TensorError(1e-4, 2e-4, 1e-5, 1e-5, 1e-4, 2e-4, True)
     bad = TensorError(math.inf, math.inf, math.inf, math.inf, math.inf, math.inf, False, note="shape (2,) vs (3,)")
-    report = ComparisonReport(False, 1e-3, 1e-3, [OutputReport("a", good, 1e-3, 1e-3), OutputReport("b", bad, 1e-3, 1e-3, 1)],
+    report = ComparisonReport(False, 1e-3, 1e-3,
+                              [OutputReport("a", good, 1e-3, 1e-3), OutputReport("b", bad, 1e-3, 1e-3, 1)],
                               iterations=1)
     data = json.loads(report.to_json())
     assert {"passed", "atol", "rtol", "outputs", "localization"} <= set(data)

@@ -60,7 +60,8 @@ def empty_finder() -> onnx.ModelProto:
              h.make_node("Mul", ["where_f", "two"], ["found"])]
     graph = h.make_graph(nodes, "finder", [h.make_tensor_value_info("x", T.FLOAT, [4, 6])],
                          [h.make_tensor_value_info("found", T.FLOAT, None)],
-                         [nh.from_array(np.array(10.0, np.float32), "ten"), nh.from_array(np.array(2.0, np.float32), "two")])
+                         [nh.from_array(np.array(10.0, np.float32), "ten"),
+                          nh.from_array(np.array(2.0, np.float32), "two")])
     m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     m.ir_version = 8
     return m
@@ -92,10 +93,12 @@ def test_task_checks_count_what_users_see() -> None:
     check = TaskCheck.parse("boxes:b,s@0.5;score=0.3;iou=0.5")
     [det] = run_checks([check], [{"b": boxes, "s": scores_ref}], [{"b": boxes_ref, "s": scores_ref}], ["b", "s"])
     assert (det.agreed, det.total, det.passed) == (1, 2, True)
-    [none] = run_checks([check], [{"b": boxes, "s": scores_ref * 0}], [{"b": boxes_ref, "s": scores_ref * 0}], ["b", "s"])
+    [none] = run_checks([check], [{"b": boxes, "s": scores_ref * 0}], [{"b": boxes_ref, "s": scores_ref * 0}],
+                        ["b", "s"])
     assert not none.passed and "no detection" in none.line() and "NOT COMPARED" in none.line()
     for bad, message in (("top5", "unknown task check"), ("boxes:b", "boxes names its outputs"),
-                         ("top1@2", r"must be a finite number in \[0, 1\], got .2."), ("top1;iou=0.5", "unknown option")):
+                         ("top1@2", r"must be a finite number in \[0, 1\], got .2."),
+                         ("top1;iou=0.5", "unknown option")):
         with pytest.raises(OptionsError, match=message):
             TaskCheck.parse(bad)
 

@@ -18,7 +18,8 @@ def test_every_command_registers_arguments_and_a_handler() -> None:
             "export-triton": ["export-triton", DEMO_PATH, "-o", "out"]}
     for name in cli.COMMANDS:
         args = parser.parse_args(argv.get(name, [name, DEMO_PATH]))
-        assert args.func.__name__ == "handle" and args.func.__module__ == f"trt_backend.commands.{name.replace('-', '_')}"
+        assert args.func.__name__ == "handle"
+        assert args.func.__module__ == f"trt_backend.commands.{name.replace('-', '_')}"
 
 
 CHILD = textwrap.dedent("""

@@ -203,8 +203,8 @@ def test_two_builds_at_once_into_one_folder_never_lose_a_reported_success(tmp_pa
     procs = [subprocess.Popen([sys.executable, "-m", "trt_backend", "build", light, "-o", out], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) for _ in range(2)]
     results = [(p.wait(600), p.stdout.read(), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
-    digests = [re.search(r"\(digest (sha256:[0-9a-f]+)\.\.\.", o).group(1) for rc, o, _ in results  # type: ignore[union-attr]
-               if rc == 0]
+    digests = [re.search(r"\(digest (sha256:[0-9a-f]+)\.\.\.", o).group(1)  # type: ignore[union-attr]
+               for rc, o, _ in results if rc == 0]
     refused = [e for rc, _, e in results if rc != 0]
     assert digests, results
     for err in refused:

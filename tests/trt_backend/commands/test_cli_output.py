@@ -64,7 +64,8 @@ def _cli(*args: str, stderr_tty: bool = False, timeout: int = 600) -> subprocess
 def test_verbosity_flags_go_before_or_after_the_subcommand(capsys) -> None:
     parser = build_parser("inspect")
     for argv, verbose, quiet in ((["inspect", DEMO_PATH], 0, False), (["-v", "inspect", DEMO_PATH], 1, False),
-                                 (["inspect", DEMO_PATH, "-v"], 1, False), (["-v", "inspect", DEMO_PATH, "-vv"], 3, False),
+                                 (["inspect", DEMO_PATH, "-v"], 1, False),
+                                 (["-v", "inspect", DEMO_PATH, "-vv"], 3, False),
                                  (["inspect", DEMO_PATH, "--quiet"], 0, True), (["-q", "inspect", DEMO_PATH], 0, True)):
         args = parser.parse_args(argv)
         assert (args.verbose + args.verbose_after, args.quiet or args.quiet_after) == (verbose, quiet), argv
@@ -103,8 +104,8 @@ def test_a_refused_segment_is_one_line_with_its_reason_once(demoted_build) -> No
     lines = proc.stdout.splitlines()
     demoted = [ln for ln in lines if ln.startswith(("  demoted", "  (")) and "demoted" in ln]
     assert len(demoted) == 2, proc.stdout
-    assert re.match(r"^  demoted 105 nodes of segment 0 \(round 1: ConstantOfShape x39, Conv x26, Relu x26, .*\) to ONNX "
-                    r"Runtime: TensorRT build failed: .*workspace", demoted[0])
+    assert re.match(r"^  demoted 105 nodes of segment 0 \(round 1: ConstantOfShape x39, Conv x26, Relu x26, .*\) "
+                    r"to ONNX Runtime: TensorRT build failed: .*workspace", demoted[0])
     assert demoted[0].count("maxScratchSize") == 1
     assert demoted[1] == "  (105 demoted node(s) in all; -v lists them)"
     assert proc.stderr.count("maxScratchSize") == 1  # (the one warning of the failed build, not TensorRT's log again)
@@ -194,7 +195,8 @@ def test_run_summarizes_boundary_tensors(tmp_path, capsys) -> None:
 # ------------------------------------------------------------------ every missing profile at once
 
 def three_inputs() -> onnx.ModelProto:
-    nodes = [h.make_node("MatMul", ["ids", "w"], ["e"], name="mm"), h.make_node("Add", ["e", "mask"], ["s"], name="add"),
+    nodes = [h.make_node("MatMul", ["ids", "w"], ["e"], name="mm"),
+             h.make_node("Add", ["e", "mask"], ["s"], name="add"),
              h.make_node("Mul", ["s", "pos"], ["y"], name="mul")]
     w = h.make_tensor("w", T.FLOAT, [8, 8], np.ones(64, np.float32).tolist())
     return model(nodes, [vi("ids", ["batch", "seq", 8]), vi("mask", ["batch", "seq", 8]), vi("pos", ["batch", 1, 8])],
@@ -206,15 +208,17 @@ def test_every_missing_profile_is_named_at_once_with_a_shapes_line_to_paste(tmp_
     onnx.save(three_inputs(), path)
     assert main(["run", path, "--emulate"]) == 1
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and err.startswith("trt-backend: error: 3 inputs have dynamic shapes and no profile gives one: "
-                                              "'ids' ['batch', 'seq', 8], 'mask' ['batch', 'seq', 8], 'pos' ['batch', 1, 8]")
+    assert "\n" not in err and err.startswith("trt-backend: error: 3 inputs have dynamic shapes and no profile "
+                                              "gives one: 'ids' ['batch', 'seq', 8], 'mask' ['batch', 'seq', 8], "
+                                              "'pos' ['batch', 1, 8]")
     shapes = re.search(r"--shapes (\S+)", err).group(1)  # type: ignore[union-attr]
     assert shapes == "ids:1x1x8,mask:1x1x8,pos:1x1x8"
     assert main(["run", path, "--emulate", "--shapes", shapes]) == 0  # (the line as given works)
     capsys.readouterr()
     assert main(["run", path, "--emulate", "--exclude-ops", "MatMul,Add,Mul"]) == 1  # (no TensorRT: random inputs)
     err = capsys.readouterr().err.strip()
-    assert "3 inputs have dynamic shapes: 'ids' [batch, seq, 8]" in err and "--shapes ids:1x1x8,mask:1x1x8,pos:1x1x8" in err
+    assert "3 inputs have dynamic shapes: 'ids' [batch, seq, 8]" in err
+    assert "--shapes ids:1x1x8,mask:1x1x8,pos:1x1x8" in err
 
 
 # ------------------------------------------------------------------ progress

@@ -48,5 +48,6 @@ def test_a_default_folder_that_cannot_be_made_is_one_line(monkeypatch, tmp_path,
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
     assert main(["demo"]) == 1
     err = capsys.readouterr().err.strip()
-    want = f"trt-backend: error: cannot write the demo's folder {blocker}/trt-backend/demo (--out DIR chooses another): "
+    want = (f"trt-backend: error: cannot write the demo's folder {blocker}/trt-backend/demo "
+            "(--out DIR chooses another): ")
     assert err.startswith(want) and len(err.splitlines()) == 1, err

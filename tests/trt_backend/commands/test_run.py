@@ -32,7 +32,8 @@ def test_run_on_one_global_pool_and_shared_arena_gives_the_same_outputs(tmp_path
     x = np.random.default_rng(5).standard_normal((2, 3, 32, 32)).astype(np.float32)
     np.savez(tmp_path / "in.npz", image=x)
     proc = subprocess.run([sys.executable, "-m", "trt_backend", "run", DEMO_PATH, "--shapes", "image:2x3x32x32",
-                           "--emulate", "--thread-pool", "global", "--share-arena", "--inputs", str(tmp_path / "in.npz"),
+                           "--emulate", "--thread-pool", "global", "--share-arena", "--inputs",
+                           str(tmp_path / "in.npz"),
                            "--outputs", str(tmp_path / "out.npz")], capture_output=True, text=True, timeout=300,
                           check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -87,7 +88,8 @@ def test_user_errors_are_one_line_and_exit_1(capsys, args, message) -> None:
 
 def test_wrong_inputs_file_and_changed_plan(tmp_path, capsys) -> None:
     np.savez(tmp_path / "in.npz", img=np.zeros((1, 3, 32, 32), np.float32))
-    assert main(["run", DEMO_PATH, "--shapes", "image:1x3x32x32", "--inputs", str(tmp_path / "in.npz"), "--emulate"]) == 1
+    assert main(["run", DEMO_PATH, "--shapes", "image:1x3x32x32", "--inputs", str(tmp_path / "in.npz"),
+                 "--emulate"]) == 1
     assert "unknown input 'img'" in capsys.readouterr().err
     assert main(["run", DEMO_PATH, "--shapes", "image:1x3x32x32", "--plan-json", str(tmp_path / "p.json"),
                  "--emulate"]) == 0
@@ -115,4 +117,5 @@ def test_demo_out_that_is_a_file_is_one_line(tmp_path, capsys) -> None:
     existing = tmp_path / "a_file"
     existing.write_text("x")
     assert main(["demo", "--out", str(existing)]) == 1
-    assert capsys.readouterr().err.strip() == f"trt-backend: error: cannot write --out {existing}: exists and is not a folder"
+    assert (capsys.readouterr().err.strip()
+            == f"trt-backend: error: cannot write --out {existing}: exists and is not a folder")

@@ -63,7 +63,8 @@ def test_qdq_lands_in_tensorrt_segments(files, oracle) -> None:
         assert quantized.opset_import[0].version >= 19
         scales = [t for t in quantized.graph.initializer if t.name.endswith("_scale")]
         assert scales and all(t.data_type == onnx.TensorProto.FLOAT16 for t in scales)
-        types = {v.name: v.type.tensor_type.elem_type for v in onnx.shape_inference.infer_shapes(quantized).graph.value_info}
+        inferred = onnx.shape_inference.infer_shapes(quantized)
+        types = {v.name: v.type.tensor_type.elem_type for v in inferred.graph.value_info}
         made = [o for n in quantized.graph.node if n.op_type in ("Conv", "Relu", "Gemm", "DequantizeLinear")
                 for o in n.output]
         assert made and {types[o] for o in made if o in types} == {onnx.TensorProto.FLOAT16}
@@ -83,7 +84,8 @@ def test_rtx_builds_the_int8_segments(files, flavor, tmp_path, caplog) -> None:
     out = str(tmp_path / "build")
     with caplog.at_level(logging.DEBUG, logger="trt_backend.tensorrt"):
         manifest = build_folder_build(files["model"], out, PROFILE,
-                                      SessionOptions(build=BuildOptions(precision="int8", calibration_data=files["data"])))
+                                      SessionOptions(build=BuildOptions(precision="int8",
+                                                                        calibration_data=files["data"])))
     trt = [s for s in manifest["segments"] if s["backend"] == "tensorrt"]
     assert len(trt) == 2 and all(s["engine_bytes"] > 1000 and s["precision"] == "int8" for s in trt)
     assert not manifest["demoted"] and manifest["build_options"]["calibration"]["method"] == "minmax"
@@ -142,7 +144,8 @@ SPEC = [InputSpec("x", np.dtype(np.float32), (None, 3, 16, 16))]
 @pytest.mark.parametrize("arrays, message", [
     ({"image": np.zeros((4, 3, 16, 16), np.float32)}, "'image' name no model input; the model's inputs are: x"),
     ({"x": np.zeros((4, 3, 16, 16), np.float64)}, "input 'x' is float64, the model takes float32"),
-    ({"x": np.zeros((4, 3, 8, 8), np.float32)}, r"input 'x': a sample has shape \(3, 8, 8\), the model takes \[\?, 3, 16, 16\]"),
+    ({"x": np.zeros((4, 3, 8, 8), np.float32)},
+     r"input 'x': a sample has shape \(3, 8, 8\), the model takes \[\?, 3, 16, 16\]"),
     ({"x": np.zeros((4, 16, 16), np.float32)}, r"input 'x' has shape \(4, 16, 16\); the model takes"),
     ({"x": np.zeros((0, 3, 16, 16), np.float32)}, "input 'x' holds no samples"),
     ({"x": np.full((2, 3, 16, 16), np.nan, np.float32)}, "input 'x' holds 1536 NaN/inf value"),
@@ -234,7 +237,8 @@ def test_a_model_that_cannot_run_on_its_calibration_data_is_named(tmp_path, caps
     onnx.save(m, path)
     np.savez(data, x=np.ones((4, 6), np.float32))
     profiles = [{"x": ((1, 6), (2, 8), (4, 8))}]
-    with pytest.raises(CalibrationDataError, match=r"does not run on calibration data '.*six.npz', batch 0 \(x \(2, 6\)\)"
+    with pytest.raises(CalibrationDataError,
+                       match=r"does not run on calibration data '.*six.npz', batch 0 \(x \(2, 6\)\)"
                                                    r": .*Reshape"):
         Session(path, profiles, int8_options(data))  # (emulation quantizes)
     assert Session(path, profiles, int8_options("random")).quantizer().data.batches[0]["x"].shape == (2, 8)

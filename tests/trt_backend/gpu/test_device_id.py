@@ -92,7 +92,8 @@ def test_a_driver_older_than_cuda_python_is_named_not_taken_for_no_gpu(two_gpus)
     two_gpus.cuda.driver = 12040
     count, why = dev.cuda_status()
     assert count == 0 and why == ("the CUDA driver supports CUDA 12.4, older than cuda-python's runtime (CUDA 13.0): "
-                                  "update the driver, or install a cuda-python of CUDA 12 (pip install 'cuda-python<13')")
+                                  "update the driver, or install a cuda-python of CUDA 12 (pip install "
+                                  "'cuda-python<13')")
     tensorrt_status.cache_clear()
     try:
         ok, reason = tensorrt_status(0)

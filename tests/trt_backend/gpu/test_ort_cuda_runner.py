@@ -33,7 +33,8 @@ def non_tensor_model() -> onnx.ModelProto:
              helper.make_node("Optional", ["x"], ["o"])]
     graph = helper.make_graph(nodes, "ml", [seq("q", TensorProto.FLOAT, None),
                                             helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                              [seq("s", TensorProto.FLOAT, None), helper.make_tensor_value_info("t", TensorProto.STRING, [2]),
+                              [seq("s", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("t", TensorProto.STRING, [2]),
                                helper.make_value_info("o", helper.make_optional_type_proto(
                                    helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])

@@ -121,7 +121,8 @@ def test_session_device_path_for_real_with_a_torch_standin(standin_session) -> N
 
     # another thread runs the same session on the same GPU
     results: list = []
-    t = threading.Thread(target=lambda: results.append(sess.run(None, {"image": x}, RunOptions(outputs_on_device=False))))
+    t = threading.Thread(target=lambda: results.append(sess.run(None, {"image": x},
+                                                                RunOptions(outputs_on_device=False))))
     t.start()
     t.join()
     check(results[0], want)

@@ -25,8 +25,10 @@ from trt_backend.profiles import TensorProfile
 pytestmark = pytest.mark.usefixtures("flavor")
 
 SEGMENT = Segment(0, "tensorrt", (0, 1, 2), ("x", "k"), ("y", "top"))
-PROFILES = [{"x": TensorProfile((1, 4), (2, 4), (2, 4)), "k": TensorProfile((1,), (1,), (1,), values=((1,), (2,), (8,)))},
-            {"x": TensorProfile((3, 4), (4, 4), (8, 4)), "k": TensorProfile((1,), (1,), (1,), values=((1,), (2,), (32,)))}]
+PROFILES = [{"x": TensorProfile((1, 4), (2, 4), (2, 4)),
+             "k": TensorProfile((1,), (1,), (1,), values=((1,), (2,), (8,)))},
+            {"x": TensorProfile((3, 4), (4, 4), (8, 4)),
+             "k": TensorProfile((1,), (1,), (1,), values=((1,), (2,), (32,)))}]
 
 
 def model() -> onnx.ModelProto:
@@ -35,7 +37,8 @@ def model() -> onnx.ModelProto:
     nodes = [helper.make_node("Mul", ["x", "two"], ["x2"]), helper.make_node("Add", ["x2", "one"], ["y"]),
              helper.make_node("Reshape", ["x", "flat"], ["xf"]),
              helper.make_node("TopK", ["xf", "k"], ["top", "idx"], largest=0)]
-    inits = [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]), helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
+    inits = [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]),
+             helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
              helper.make_tensor("flat", TensorProto.INT64, [1], [-1])]
     graph = helper.make_graph(nodes, "seg", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4]),
                                              helper.make_tensor_value_info("k", TensorProto.INT64, [1])],

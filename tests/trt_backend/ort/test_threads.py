@@ -209,4 +209,5 @@ def test_thread_pool_option_checked() -> None:
         SessionOptions(thread_pool="global", allow_spinning=False)
     with pytest.raises(OptionsError, match="intra_op_threads must be a whole number >= 0, got -1"):
         use_global_thread_pool(-1)  # refused before anything is switched
-    assert chain_session().runners[0]._session.get_session_options().use_per_session_threads  # type: ignore[attr-defined]
+    runner = chain_session().runners[0]
+    assert runner._session.get_session_options().use_per_session_threads  # type: ignore[attr-defined]

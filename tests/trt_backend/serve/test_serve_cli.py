@@ -8,8 +8,10 @@ from trt_backend.cli import main
 
 @pytest.mark.parametrize("argv, message", [
     (["serve", "/no/such/build"], "trt-backend: error: /no/such/build: no such build folder or model file"),
-    (["serve", ".", "--port", "70000"], "trt-backend: error: ServeOptions.port must be a whole number in 0..65535, got 70000"),
-    (["serve", ".", "--batch-wait-ms", "-1"], "trt-backend: error: ServeOptions.batch_wait_ms must be a finite number >= 0"),
+    (["serve", ".", "--port", "70000"],
+     "trt-backend: error: ServeOptions.port must be a whole number in 0..65535, got 70000"),
+    (["serve", ".", "--batch-wait-ms", "-1"],
+     "trt-backend: error: ServeOptions.batch_wait_ms must be a finite number >= 0"),
 ])
 def test_bad_serve_arguments_are_one_line(argv, message, capsys) -> None:
     assert main(argv) == 1

@@ -66,7 +66,8 @@ def test_bad_feeds_fail_before_anything_runs(sess, runs, feeds, message) -> None
 
 
 @pytest.mark.parametrize("names, message", [
-    (["probs", "logits"], r"unknown output name\(s\) 'logits'; the model's outputs are: probs, top_scores, top_classes"),
+    (["probs", "logits"],
+     r"unknown output name\(s\) 'logits'; the model's outputs are: probs, top_scores, top_classes"),
     ("probs", r"output names must be a list of names or None, got str"),
 ])
 def test_bad_output_names_fail_before_anything_runs(sess, runs, names, message) -> None:
@@ -82,7 +83,8 @@ def test_shapes_in_any_profile_run(sess, runs) -> None:
 
 
 def test_several_inputs_name_which_misses_each_profile() -> None:
-    args = [node_arg("a", h.make_tensor_type_proto(T.FLOAT, ["n"])), node_arg("b", h.make_tensor_type_proto(T.FLOAT, ["m"]))]
+    args = [node_arg("a", h.make_tensor_type_proto(T.FLOAT, ["n"])),
+            node_arg("b", h.make_tensor_type_proto(T.FLOAT, ["m"]))]
     profiles = [{"a": TensorProfile((1,), (2,), (4,)), "b": TensorProfile((1,), (2,), (4,))},
                 {"a": TensorProfile((8,), (8,), (9,)), "b": TensorProfile((8,), (8,), (9,))}]
     v = FeedValidator(args, [], profiles)

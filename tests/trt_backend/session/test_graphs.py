@@ -91,7 +91,8 @@ def test_transformer_several_profiles() -> None:
 def test_onnx_ml_pipeline_by_hand() -> None:
     m = ml_pipeline_model()
     # the hand-made pipeline's TensorRT part is a few element-wise ops (no price of boundaries here)
-    sess = Session(m, profiles=[{"X": ((1, 4), (8, 4), (64, 4))}], options=SessionOptions(emulate=True, boundary_cost=None))
+    sess = Session(m, profiles=[{"X": ((1, 4), (8, 4), (64, 4))}],
+                   options=SessionOptions(emulate=True, boundary_cost=None))
     backends = [s.backend for s in sess.plan.segments]
     assert "onnxruntime" in backends and "tensorrt" in backends
     assert sess.get_outputs()[1].type == "seq(map(int64,tensor(float)))"
@@ -148,7 +149,8 @@ def test_bfloat16_crosses_a_boundary_and_comes_back_as_ml_dtypes() -> None:
 
 def test_sequences_and_optionals_pass_between_onnxruntime_segments() -> None:
     m = sequence_model()
-    sess = Session(m, profiles=[{"x": ((1, 3), (2, 3), (4, 3))}], options=SessionOptions(emulate=True, boundary_cost=None))
+    sess = Session(m, profiles=[{"x": ((1, 3), (2, 3), (4, 3))}],
+                   options=SessionOptions(emulate=True, boundary_cost=None))
     backends = [s.backend for s in sess.plan.segments]
     assert backends == ["onnxruntime", "tensorrt", "onnxruntime"]
     assert {"seq", "opt"} <= set(sess.plan.segments[2].inputs)

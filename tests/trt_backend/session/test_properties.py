@@ -182,7 +182,8 @@ def test_build_into_a_place_it_cannot_write_is_one_line(tmp_path, capsys) -> Non
         for place, message in places:
             assert main(["build", DEMO_PATH, "-o", place, "--shapes", "image:2x3x32x32"]) == 1
             err = capsys.readouterr().err.strip()
-            assert err.startswith(f"trt-backend: error: cannot write -o {place}: ") and message in err and "\n" not in err, err
+            assert err.startswith(f"trt-backend: error: cannot write -o {place}: "), err
+            assert message in err and "\n" not in err, err
     finally:
         os.chmod(blocked, 0o700)
     assert os.listdir(blocked) == []

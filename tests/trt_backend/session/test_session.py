@@ -85,7 +85,8 @@ def test_output_subsets_in_the_order_asked_and_only_needed_segments_run() -> Non
 def test_pruned_schedule_skips_segments_not_needed() -> None:
     nodes = [h.make_node("Relu", ["x"], ["a"]), h.make_node("Sin", ["x"], ["b"]), h.make_node("Cos", ["b"], ["c"])]
     m = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
-                                  [h.make_tensor_value_info("a", T.FLOAT, [2]), h.make_tensor_value_info("c", T.FLOAT, [2])]),
+                                  [h.make_tensor_value_info("a", T.FLOAT, [2]),
+                                   h.make_tensor_value_info("c", T.FLOAT, [2])]),
                      opset_imports=[h.make_opsetid("", 17)])
     sess = Session(m, options=SessionOptions(emulate=True, exclude_ops=("Sin",), min_segment_size=1))
     assert len(sess.plan.segments) == 3
@@ -116,7 +117,8 @@ def test_replace_runner_swaps_one_segment_and_refuses_another_segments_runner() 
     assert not np.allclose(changed[0], expected[0])
     sess.replace_runner(0, old)
     assert_same(sess.run(None, {"image": image()}), expected)
-    with pytest.raises(OptionsError, match=r"cannot replace segment 0 \(tensorrt, executor emulated\): another segment"):
+    with pytest.raises(OptionsError,
+                       match=r"cannot replace segment 0 \(tensorrt, executor emulated\): another segment"):
         sess.replace_runner(0, sess.runners[2])
     with pytest.raises(OptionsError, match=r"no segment runner 3: this Session has 3 \(0...2\)"):
         sess.replace_runner(3, old)
@@ -279,7 +281,8 @@ def test_segment_onnxruntime_cannot_load_is_a_user_error() -> None:
 def test_outputs_that_are_inputs_or_constants_and_scalar_inputs() -> None:
     nodes = [h.make_node("Mul", ["x", "s"], ["y"]), h.make_node("Relu", ["y"], ["r"]), h.make_node("Neg", ["r"], ["z"])]
     const = onnx.numpy_helper.from_array(np.array([1, 2, 3], np.int64), "k")
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [3]), h.make_tensor_value_info("s", T.FLOAT, [])],
+    g = h.make_graph(nodes, "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [3]), h.make_tensor_value_info("s", T.FLOAT, [])],
                      [h.make_tensor_value_info("z", T.FLOAT, [3]), h.make_tensor_value_info("x", T.FLOAT, [3]),
                       h.make_tensor_value_info("k", T.INT64, [3])], [const])
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
