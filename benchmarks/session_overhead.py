@@ -137,8 +137,8 @@ def kernel_ms(model: onnx.ModelProto, feeds: dict[str, Any], outputs: Sequence[s
             result = sess.run(list(outputs), feeds)
         with open(sess.end_profiling()) as f:
             events = json.load(f)
-    model_runs = sorted((e["ts"],
-                         e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
+    model_runs = sorted((e["ts"], e["dur"]) for e in events
+                        if e.get("cat") == "Session" and e.get("name") == "model_run")
     first = model_runs[warmup][0]  # the warm-up runs are left out
     run_ms = statistics.median(d for _, d in model_runs[warmup:]) / 1e3
     by_op: dict[str, float] = {}

@@ -176,8 +176,8 @@ def node_model(node: onnx.NodeProto, inputs: Any, outputs_info: Sequence[tuple[A
         raise FeedError(f"node {node.op_type} reads {len(node.input)} input(s), got {len(values)}")
     graph_inputs = [_value_info(n, v) for n, v in zip(node.input, values) if n]
     if outputs_info is not None:
-        graph_outputs = [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dt)),
-                                                            shape)
+        graph_outputs = [onnx.helper.make_tensor_value_info(
+                             n, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dt)), shape)
                          for n, (dt, shape) in zip(node.output, outputs_info)]
     else:
         graph_outputs = [onnx.helper.make_empty_tensor_value_info(n) for n in node.output if n]

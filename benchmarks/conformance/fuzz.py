@@ -51,8 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if r.command == commands[0]:
             kinds[r.mutant.mutation] = kinds.get(r.mutant.mutation, 0) + 1
     print("mutations: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
-    shown = sorted(results,
-                   key=lambda r: (r.mutant.id, COMMANDS.index(r.command))) if args.verbose else problems(results)
+    shown = (sorted(results, key=lambda r: (r.mutant.id, COMMANDS.index(r.command))) if args.verbose
+             else problems(results))
     for r in shown:
         print(f"  mutant {r.mutant.id:>4} {r.command:<8} {r.cls:<9} [{r.mutant.seed}: {r.mutant.mutation}: "
               f"{r.mutant.detail}] {r.first_line[:300]}")

@@ -216,8 +216,8 @@ def auto_row(row: Row, path: str, search: list[Feed], atol: float, rtol: float, 
 def tool_row(row: Row, tool: str, path: str, feeds_dir: str, tmp: str, args: argparse.Namespace
              ) -> Callable[[Feed], Outputs] | None:
     out = os.path.join(tmp, f"{os.path.basename(path)[:-5]}.{tool}.onnx")
-    cmd = [args.tools_python, os.path.join(ROOT, "benchmarks", "conformance", "precision_tools.py"), tool, path,
-           feeds_dir, out,
+    cmd = [args.tools_python, os.path.join(ROOT, "benchmarks", "conformance", "precision_tools.py"),
+           tool, path, feeds_dir, out,
            "--atol", str(args.atol), "--rtol", str(args.rtol)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.tool_timeout, cwd=tmp, check=False)

@@ -118,8 +118,8 @@ def batches(full: dict[str, np.ndarray], size: int, unbatch: bool) -> list[dict[
 def profiles_for(specs: list[tuple[str, list[Any], Any]], batch: int) -> list[dict[str, Any]]:
     prof = {}
     for name, dims, _ in specs:
-        opt = [batch if (k == 0 and isinstance(d, str)) else 16 if isinstance(d, str) else d for k,
-               d in enumerate(dims)]
+        opt = [batch if (k == 0 and isinstance(d, str)) else 16 if isinstance(d, str) else d
+               for k, d in enumerate(dims)]
         top = [TOP1_BATCH if (k == 0 and isinstance(d, str)) else o for k, (d, o) in enumerate(zip(dims, opt))]
         low = [1 if (k == 0 and isinstance(d, str)) else o for k, (d, o) in enumerate(zip(dims, opt))]
         prof[name] = (tuple(low), tuple(opt), tuple(top))
@@ -196,8 +196,8 @@ def study(spec: Spec, cache: str, samples: int, tmp: str) -> list[Row]:
                     errs[k] = (max(errs.get(k, (0.0, 0.0))[0], a), max(errs.get(k, (0.0, 0.0))[1], r))
             row.errors, row.passed, row.note = errs, ok, "; ".join(dict.fromkeys(notes))
             if top_feeds is not None and top_refs is not None:
-                same = sum(int(np.sum(np.argmax(sess.run(None, f)[0], axis=-1) == r)) for f,
-                           r in zip(top_feeds, top_refs))
+                same = sum(int(np.sum(np.argmax(sess.run(None, f)[0], axis=-1) == r))
+                           for f, r in zip(top_feeds, top_refs))
                 row.top1 = same / samples
             trt = [s for s in sess.plan.segments if s.backend == "tensorrt"]
             total = sum(len(s.nodes) for s in trt)

@@ -49,10 +49,10 @@ def test_a_few_cheap_nodes_between_fallbacks_go_to_onnxruntime_with_the_estimate
     assert reason.startswith("demoted: its TensorRT group does not pay for its boundaries: estimated to save 25.")
     assert "against 103.89 us for 2 hand-over(s) of 8.39 MB" in reason
     # without the price (or with min_segment_size 1) the group stays
-    assert backends(plan_model(sandwich(3), None, options(boundary_cost=None))) == ["onnxruntime", "tensorrt",
-                                                                                    "onnxruntime"]
-    assert backends(plan_model(sandwich(3), None, options(min_segment_size=1))) == ["onnxruntime", "tensorrt",
-                                                                                    "onnxruntime"]
+    assert (backends(plan_model(sandwich(3), None, options(boundary_cost=None)))
+            == ["onnxruntime", "tensorrt", "onnxruntime"])
+    assert (backends(plan_model(sandwich(3), None, options(min_segment_size=1)))
+            == ["onnxruntime", "tensorrt", "onnxruntime"])
 
 
 def test_enough_work_pays_for_the_same_boundaries() -> None:

@@ -202,8 +202,8 @@ def random_dag(rng: random.Random, n: int) -> object:
 def test_random_dags_give_valid_maximal_plans(seed: int) -> None:
     rng = random.Random(seed)
     m = load_model(random_dag(rng, rng.randint(5, 60)))
-    verdicts = [Verdict("tensorrt") if rng.random() < 0.7 else Verdict("onnxruntime",
-                                                                       "test") for _ in m.proto.graph.node]
+    verdicts = [Verdict("tensorrt") if rng.random() < 0.7 else Verdict("onnxruntime", "test")
+                for _ in m.proto.graph.node]
     plan = build_plan(m, verdicts, None, min_segment_size=1)
     assert_plan_valid(plan)
     # maximal: segment k (k >= 2) exists only because something in it waited on segment k-1;

@@ -78,8 +78,8 @@ def evaluate(run: Callable[[Feed], Outputs], feeds: Sequence[Feed], refs: Sequen
     return Scores(worst, agreed, units)
 
 
-def output_atols(refs: Sequence[Outputs], names: Sequence[str], atol: float, of_range: float | None) -> dict[str,
-                                                                                                             float]:
+def output_atols(refs: Sequence[Outputs], names: Sequence[str], atol: float,
+                 of_range: float | None) -> dict[str, float]:
     """Each output's atol as the search computes it: the global one, raised to ``of_range`` x
     the output's largest finite magnitude on the validation references."""
     atols = dict.fromkeys(names, atol)

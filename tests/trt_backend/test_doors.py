@@ -117,8 +117,8 @@ def test_every_door_builds_and_runs_the_same(material, precision, tmp_path, caps
     plans = [[(s["id"], s["backend"], s["nodes"]) for s in mf["plan"]["segments"]] for mf in manifests]
     assert plans[0] == plans[1] == [(s.id, s.backend, list(s.nodes)) for s in sess.plan.segments]
     cli_forms, api_forms = _folder_forms(cli_dir), _folder_forms(api_dir)
-    session_forms = {k: (b.precision, _signature(b.model, sess.model.base_dir)) for k,
-                     b in sess.compiled.segments.items()}
+    session_forms = {k: (b.precision, _signature(b.model, sess.model.base_dir))
+                     for k, b in sess.compiled.segments.items()}
     assert cli_forms == api_forms == session_forms
     precisions = {p for p, _ in session_forms.values()}
     if precision in ("fp16", "bf16", "int8"):

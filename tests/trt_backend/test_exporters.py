@@ -142,8 +142,8 @@ def test_no_segment_holds_a_static_dim_a_profile_shape_contradicts() -> None:
     trt = sess.compiled.plan.tensorrt_segments()
     assert len(trt) == 1 and len(trt[0].nodes) == len(m.graph.node)
     segment = sess.compiled.segments[trt[0].id].model
-    declared = {vi.name: _dims(vi.type) for vi in (*segment.graph.input, *segment.graph.output,
-                                                   *segment.graph.value_info)
+    declared = {vi.name: _dims(vi.type)
+                for vi in (*segment.graph.input, *segment.graph.output, *segment.graph.value_info)
                 if vi.type.tensor_type.HasField("shape")}
     names = sorted(n for n in declared if n != "x")
     rng = np.random.default_rng(2)

@@ -144,8 +144,8 @@ def test_nonzero_output_gets_its_bound_and_shape_tensors_their_values() -> None:
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
     sess = Session(m, [{"x": ((1, 5), (2, 5), (3, 5))}],
                    SessionOptions(emulate=True, exclude_nodes=("nonzero", "shape"), min_segment_size=1))
-    seen = {n: tp for seg in sess.plan.tensorrt_segments() for p in sess.segment_profiles[seg.id] for n,
-            tp in p.items()}
+    seen = {n: tp for seg in sess.plan.tensorrt_segments() for p in sess.segment_profiles[seg.id]
+            for n, tp in p.items()}
     assert (seen["nz"].min, seen["nz"].max, seen["nz"].data_dependent) == ((2, 0), (2, 15), (1,))  # 3 x 5 elements
     assert seen["xs"].values == ((1, 5), (2, 5), (3, 5))
     rng = np.random.default_rng(0)

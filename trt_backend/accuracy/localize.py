@@ -39,8 +39,8 @@ def boundary_names(runners: Sequence[SegmentRunner]) -> list[str]:
     return list(names)
 
 
-def reference_with_boundaries(model: Model, names: Sequence[str], options: OrtOptions) -> Callable[[Mapping[str, Any]],
-                                                                                                   Values]:
+def reference_with_boundaries(model: Model, names: Sequence[str],
+                              options: OrtOptions) -> Callable[[Mapping[str, Any]], Values]:
     """ONNX Runtime on the whole (normalized) model with ``names`` added to its outputs; returns
     a function from feeds to the value of every output and every feed by name."""
     try:

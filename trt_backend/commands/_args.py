@@ -152,7 +152,7 @@ BUILD_FLAGS: dict[str, tuple[Any, str]] = {
     "workspace_mb": (None, "--workspace-mb"), "builder_optimization_level": (None, "--builder-optimization-level"),
     "max_aux_streams": (None, "--max-aux-streams"), "timing_cache": (None, "--timing-cache"),
     "hardware_compatibility": ("none", "--hardware-compatibility"),
-                                           "version_compatible": (False, "--version-compatible"),
+    "version_compatible": (False, "--version-compatible"),
     "include_lean_runtime": (False, "--include-lean-runtime"), "max_build_memory": (None, "--max-build-memory"),
     "min_shapes": ([], "--min-shapes"), "opt_shapes": ([], "--opt-shapes"), "max_shapes": ([], "--max-shapes"),
     "saved_plan": (None, "--saved-plan"),

@@ -37,8 +37,8 @@ def _builder_line(opts: dict[str, Any]) -> list[str]:
     if opts.get("hardware_compatibility", "none") != "none":
         said.append(f"hardware compatibility {opts['hardware_compatibility']}")
     if opts.get("version_compatible"):
-        said.append("version compatible" + ("" if opts.get("exclude_lean_runtime",
-                                                           True) else ", lean runtime included"))
+        said.append("version compatible"
+                    + ("" if opts.get("exclude_lean_runtime", True) else ", lean runtime included"))
     return ["builder: " + ", ".join(said)] if said else []
 
 

@@ -106,8 +106,8 @@ class SegmentRunner(ABC):
         # name an input no profile takes, if there is one (else the first that some profile refuses)
         name = next((n for n in shapes if refused_by_all(n)), None) \
             or next(n for n in shapes if any(misfits(n, p) for p in self.profiles))
-        allowed = "; ".join(f"profile {i}: {describe_profile(p[name])}" for i,
-                            p in enumerate(self.profiles) if name in p)
+        allowed = "; ".join(f"profile {i}: {describe_profile(p[name])}"
+                            for i, p in enumerate(self.profiles) if name in p)
         got = f"shape {shapes[name]}" + (f" and values {values[name]}" if name in values else "")
         raise ProfileError(f"{self.label}: input '{name}' has {got}, outside its profiles ({allowed}). Its shape "
                            f"depends on data or on inputs the profiles do not bound; give '{name}' a profile, e.g. "

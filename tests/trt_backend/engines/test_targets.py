@@ -104,8 +104,8 @@ def test_version_compatible_folders_run_on_later_tensorrt_of_the_same_major(ampe
                                  allow_host_code=True) is None
     assert "allow_host_code=True" in read.runtime_mismatch(manifest("hw:ampere_plus", "tensorrt 10.8.0", **embedded))
     lean = {"version_compatible": True, "exclude_lean_runtime": True}
-    assert "SessionOptions(lean_runtime=PATH)" in read.runtime_mismatch(manifest("hw:ampere_plus", "tensorrt 10.8.0",
-                                                                                 **lean))
+    assert "SessionOptions(lean_runtime=PATH)" in read.runtime_mismatch(
+        manifest("hw:ampere_plus", "tensorrt 10.8.0", **lean))
     assert read.runtime_mismatch(manifest("hw:ampere_plus", "tensorrt 10.8.0", **lean), lean_runtime="/x") is None
     assert read.runtime_mismatch(manifest("hw:ampere_plus", "tensorrt 10.13.0", **lean)) is None  # same version
     assert "from 10.14.0 on" in read.runtime_mismatch(manifest("hw:ampere_plus", "tensorrt 10.14.0", **embedded),

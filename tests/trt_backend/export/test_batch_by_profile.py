@@ -97,8 +97,8 @@ def test_an_unnamed_batch_dim_of_an_skl2onnx_model_batches_by_its_profile(tmp_pa
     rng = np.random.default_rng(10)
     X = rng.standard_normal((80, 5)).astype(np.float32)
     y = X[:, 0] * 2 - X[:, 1] + 0.5 * X[:, 2] * X[:, 3]
-    pipe = make_pipeline(StandardScaler(), MLPRegressor(hidden_layer_sizes=(16,), max_iter=200, random_state=0)).fit(X,
-                                                                                                                     y)
+    pipe = make_pipeline(StandardScaler(), MLPRegressor(hidden_layer_sizes=(16,), max_iter=200, random_state=0))
+    pipe.fit(X, y)
     m = skl2onnx.convert_sklearn(pipe, initial_types=[("X", FloatTensorType([None, 5]))], target_opset=17)
     assert not m.graph.input[0].type.tensor_type.shape.dim[0].dim_param  # (the exporter leaves it unnamed)
     path = str(tmp_path / "mlp.onnx")
