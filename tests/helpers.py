@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 F = TensorProto.FLOAT
 
 
-def vi(name: str, shape: Sequence[int | str] | None, dtype: int = F) -> onnx.ValueInfoProto:
+def vi(name: str, shape: Sequence[int | str | None] | None, dtype: int = F) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, dtype, shape)
 
 

@@ -4,6 +4,7 @@ shapes, and the reason names it."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
@@ -21,7 +22,7 @@ from tests.helpers import const, model, vi
 SHAPE = [1, 1024, 1024]  # 4 MiB of float per tensor
 
 
-def sandwich(light_ops: int, shape=SHAPE) -> object:
+def sandwich(light_ops: int, shape=SHAPE) -> onnx.ModelProto:
     """Sin (ONNX Runtime) -> ``light_ops`` Relu/Neg alternating (TensorRT) -> Sin (ONNX Runtime)."""
     nodes = [helper.make_node("Sin", ["x"], ["a"], name="sin_in")]
     prev = "a"
@@ -46,6 +47,7 @@ def test_a_few_cheap_nodes_between_fallbacks_go_to_onnxruntime_with_the_estimate
     plan = plan_model(sandwich(3), None, options())
     assert backends(plan) == ["onnxruntime"]
     reason = plan.nodes[1].reason
+    assert reason is not None
     assert reason.startswith("demoted: its TensorRT group does not pay for its boundaries: estimated to save 25.")
     assert "against 103.89 us for 2 hand-over(s) of 8.39 MB" in reason
     # without the price (or with min_segment_size 1) the group stays
@@ -59,6 +61,7 @@ def test_enough_work_pays_for_the_same_boundaries() -> None:
     # 40 ops: saves 40 x 2 x 4 MiB / 1 TB/s = 336 us > 104 us
     plan = plan_model(sandwich(40), None, options())
     assert backends(plan) == ["onnxruntime", "tensorrt", "onnxruntime"]
+    assert plan.model is not None
     est = group_cost(plan.model.index, plan.segments[1].nodes, [n.segment for n in plan.nodes], BoundaryCost())
     assert est.boundaries == 2 and est.crossing_bytes == 2 * 4 * 2**20 and est.pays
     # one FLOP per element at 20 TFLOP/s, 8 bytes moved per element at 1 TB/s
@@ -96,11 +99,13 @@ def test_flops_from_inferred_shapes() -> None:
 def test_inspect_prints_what_crosses_per_run() -> None:
     plan = plan_model(sandwich(3), None, options(boundary_cost=None))
     crossing = boundary_crossing(plan)
+    assert crossing is not None
     assert (crossing.tensors, crossing.bytes, crossing.unknown) == (2, 2 * 4 * 2**20, 0)
     assert ("Boundaries: 2 tensors handed between segments per run, 8.39 MB (symbolic dims counted as 8)"
             in summary(plan))
     whole = plan_model(sandwich(3), None, options())
-    assert boundary_crossing(whole).tensors == 0
+    crossing = boundary_crossing(whole)
+    assert crossing is not None and crossing.tensors == 0
 
 
 @pytest.mark.parametrize("bad", [{"launch_us": -1.0}, {"handover_gbps": 0}, {"speedup": 0.5},

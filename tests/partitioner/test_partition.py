@@ -6,6 +6,7 @@ import json
 import random
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
@@ -34,7 +35,7 @@ def opts(min_size: int = 1, **kw) -> PartitionOptions:
     return PartitionOptions(exclude_ops=(ORT_OP,), min_segment_size=min_size, **kw)
 
 
-def chain(ops: list[str]) -> object:
+def chain(ops: list[str]) -> onnx.ModelProto:
     nodes, prev = [], "x"
     for k, op in enumerate(ops):
         nodes.append(helper.make_node(op, [prev], [f"t{k}"], name=f"n{k}"))
@@ -185,7 +186,7 @@ def test_plan_json_is_byte_identical_across_runs(tmp_path) -> None:
     assert plan_model(m, None, opts(1)).to_json() == plan_model(m, None, opts(1)).to_json()
 
 
-def random_dag(rng: random.Random, n: int) -> object:
+def random_dag(rng: random.Random, n: int) -> onnx.ModelProto:
     nodes, names = [], ["x"]
     for i in range(n):
         k = rng.randint(1, min(3, len(names)))

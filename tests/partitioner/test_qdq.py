@@ -4,6 +4,8 @@ optimisations off, rounding ties to even included); what it takes, or what canno
 exactly (a scale that is not constant, blocked quantization, a Q read by other nodes), stays."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -27,7 +29,7 @@ def run_ort(m: onnx.ModelProto, feeds: dict[str, np.ndarray], level: str = "disa
 
 def qdq_pair(x: str, out: str, scale: np.ndarray, zp: np.ndarray, name: str, axis: int | None = None,
              opset_axis: bool = True) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
-    kw = {"axis": axis} if axis is not None and opset_axis else {}
+    kw: dict[str, Any] = {"axis": axis} if axis is not None and opset_axis else {}
     nodes = [h.make_node("QuantizeLinear", [x, f"{name}_s", f"{name}_zp"], [f"{name}_q"], name=f"{name}_Q", **kw),
              h.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_zp"], [out], name=f"{name}_DQ", **kw)]
     return nodes, [const(f"{name}_s", scale), const(f"{name}_zp", zp)]

@@ -71,6 +71,19 @@ def svg_groups(svg: str, cls: str) -> list[ET.Element]:
     return [g for g in root.iter(f"{SVG}g") if g.get("class") == cls]
 
 
+def svg_child(el: ET.Element, tag: str) -> ET.Element:
+    """``el``'s first SVG ``tag`` child, which the picture always draws."""
+    child = el.find(f"{SVG}{tag}")
+    assert child is not None, tag
+    return child
+
+
+def svg_attr(el: ET.Element, name: str) -> str:
+    value = el.get(name)
+    assert value is not None, name
+    return value
+
+
 # --- census ---------------------------------------------------------------------------------------------
 
 def test_census_counts_parser_rejections(chain_plan: Plan) -> None:
@@ -150,6 +163,7 @@ def test_annotate_marks_every_node(oracle) -> None:
         assert ("trt_backend.reason" in meta) == (node.op_type == "Resize")
     keys = [p.key for p in annotated.graph.node[1].metadata_props]
     assert keys.count("trt_backend.segment") == 1 and "author" in keys
+    assert plan.model is not None
     assert len(plan.model.proto.graph.node[0].metadata_props) == 0  # the plan's model is untouched
 
 
@@ -174,14 +188,14 @@ def test_svg_boxes_and_edges(chain_plan: Plan) -> None:
     svg = render_svg(chain_plan)
     boxes = svg_groups(svg, "segment")
     assert [b.get("data-segment") for b in boxes] == ["0", "1", "2", "3", "4"]
-    fills = [b.find(f"{SVG}rect").get("fill") for b in boxes]
+    fills = [svg_attr(svg_child(b, "rect"), "fill") for b in boxes]
     assert fills[0] == fills[2] == fills[4] != fills[1] == fills[3]
     edges = [(e.get("data-from"), e.get("data-to")) for e in svg_groups(svg, "edge")]
     assert edges == [("inputs", "0"), ("0", "1"), ("1", "2"), ("2", "3"), ("3", "4"), ("4", "outputs")]
     texts = [t.text for t in boxes[2].iter(f"{SVG}text")]
     assert texts == ["#2  TensorRT  ·  2 nodes", "Conv x1, Relu x1"]
-    assert "nodes (2): relu0, conv1" in boxes[2].find(f"{SVG}title").text
-    assert "fallback x1: TensorRT parser:" in boxes[1].find(f"{SVG}title").text
+    assert "nodes (2): relu0, conv1" in (svg_child(boxes[2], "title").text or "")
+    assert "fallback x1: TensorRT parser:" in (svg_child(boxes[1], "title").text or "")
     assert render_svg(chain_plan) == svg  # deterministic
 
 
@@ -244,9 +258,9 @@ def test_many_segments_stay_in_a_column() -> None:
     root = ET.fromstring(svg)
     boxes = svg_groups(svg, "segment")
     assert len(boxes) == 200 and len(svg_groups(svg, "edge")) == 201
-    ys = [int(b.find(f"{SVG}rect").get("y")) for b in boxes]
-    assert ys == sorted(ys) and len({b.find(f"{SVG}rect").get("x") for b in boxes}) == 1
-    assert int(root.get("width")) < 600
+    ys = [int(svg_attr(svg_child(b, "rect"), "y")) for b in boxes]
+    assert ys == sorted(ys) and len({svg_attr(svg_child(b, "rect"), "x") for b in boxes}) == 1
+    assert int(svg_attr(root, "width")) < 600
 
 
 class CropResizePlugin:
@@ -299,6 +313,7 @@ def test_light_resnet50_with_sums_excluded(light_dir: str) -> None:
     # nothing skips a segment: a plain chain of 33 segments between the model's input and output
     assert [e for e in edges if e.lane >= 0] == []
     seg_of = {i: s.id for s in plan.segments for i in s.nodes}
+    assert plan.model is not None
     for n in plan.model.proto.graph.node:
         if n.op_type == "ConstantOfShape":
             consumers = plan.model.index.consumers[n.output[0]]

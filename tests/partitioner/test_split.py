@@ -3,6 +3,7 @@ boundaries, each within the limit; plans stay valid and run the same nodes."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 from onnx import helper
 
 from partitioner import PartitionOptions, build_plan, load_model, plan_model
@@ -13,7 +14,7 @@ from tests.helpers import assert_plan_valid, const, model, vi
 MIB = 1 << 20
 
 
-def mlp(widths: list[int], name: str = "w") -> object:
+def mlp(widths: list[int], name: str = "w") -> onnx.ModelProto:
     """MatMul+Relu blocks on [N, widths[k]] -> [N, widths[k+1]] (fp32 weights)."""
     nodes, inits, prev = [], [], "x"
     for k in range(len(widths) - 1):

@@ -87,7 +87,7 @@ def test_profile_json_round_trip() -> None:
     assert profiles_from_json(profiles_to_json(profiles)) == profiles
 
 
-def _reshape_model() -> object:
+def _reshape_model() -> onnx.ModelProto:
     """x [N, 6] -> Reshape to the shape fed as input 'target' (excluded: ONNX Runtime) -> a
     TensorRT chain. The chain's input shape is data, so only calibration can find it."""
     nodes = [h.make_node("Reshape", ["x", "target"], ["r"], name="reshape"), h.make_node("Relu", ["r"], ["a"]),
