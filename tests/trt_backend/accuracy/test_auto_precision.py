@@ -72,6 +72,7 @@ def test_fp16_fails_and_auto_pins_the_cancellation(model_path, plan) -> None:
     report = compare(model_path, profiles=PROFILE, session_options=SessionOptions(emulate=True, build=build), seed=7,
                      iterations=3, localize="always")
     # the report names what the session computes: the plan's fp16 (its one TensorRT segment), not "auto"
+    assert report.segments is not None
     assert report.passed and report.precision == "fp16" and report.segments[0].precision == "fp16"
 
 

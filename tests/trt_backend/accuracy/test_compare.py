@@ -64,6 +64,7 @@ def test_three_segment_graph_passes_at_default_tolerance() -> None:
     assert [o.name for o in report.outputs] == ["y", "z"] and (report.atol, report.rtol) == (1e-3, 1e-3)
     assert report.points == [{"x": [2, 3, 8, 8]}] and report.iterations == 2  # opt shapes by default
     assert all(o.error.max_abs_error < 1e-4 for o in report.outputs)
+    assert report.segments is not None  # localize="always": the table
     assert report.localization is None and len(report.segments) == 3  # asked always: table, no culprit
     assert all(s.stitched_passed and s.own_error < 1e-4 for s in report.segments)
 
@@ -83,6 +84,7 @@ def test_noisy_segment_is_localised_exactly(k: int) -> None:
     assert loc is not None and loc.segment.id == k and loc.segment.backend == "tensorrt"
     assert loc.segment.own_error > 1e-3 and not loc.segment.own_passed
     assert "alone on reference inputs it exceeds it too" in loc.reason
+    assert report.segments is not None
     for s in report.segments:
         if s.id != k:
             assert s.own_error < 1e-5, s  # the others are innocent when fed reference inputs
@@ -110,6 +112,7 @@ def test_fp16_errors_per_output_and_localised() -> None:
     assert set(report.failed_outputs) == {"y", "z"}
     assert all(1e-5 < e.max_abs_error < 0.5 for e in errors.values()), errors
     assert errors["y"].required_atol == errors["y"].max_abs_error  # elemwise: the max is what would pass
+    assert report.localization is not None and report.segments is not None
     seg = report.localization.segment
     assert (seg.id, seg.backend, seg.precision) == (0, "tensorrt", "fp16") and seg.own_error > 1e-5
     by_id = {s.id: s for s in report.segments}
@@ -174,6 +177,7 @@ def test_light_models_pass(light_dir: str) -> None:
     cut = SessionOptions(emulate=True, exclude_ops=("Concat",), min_segment_size=1)
     report = compare(os.path.join(light_dir, "light_inception_v1.onnx"), session_options=cut, localize="always")
     assert report.passed and len(report.executors) > 10 and report.localization is None
+    assert report.segments is not None
     assert max(s.own_error for s in report.segments) < 1e-4
 
 
@@ -253,6 +257,7 @@ def test_bf16_is_emulated_and_measured() -> None:
     failing to load the segment."""
     fp16 = compare(three_segments(), profiles=PROFILE, session_options=EMULATE_FP16, localize="always")
     bf16 = compare(three_segments(), profiles=PROFILE, session_options=EMULATE_BF16, localize="always")
+    assert bf16.segments is not None
     assert bf16.precision == "bf16" and [s.precision for s in bf16.segments] == ["bf16", "fp32", "bf16"]
     e16 = {o.name: o.error.max_abs_error for o in fp16.outputs}
     eb = {o.name: o.error.max_abs_error for o in bf16.outputs}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -48,7 +49,8 @@ def test_precision_is_the_sessions_not_the_comparisons() -> None:
     SessionOptions), validated there."""
     for name in ("precision", "keep_fp32_ops"):
         with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
-            CompareOptions(**{name: "fp16" if name == "precision" else ("Softmax",)})
+            kwargs: dict[str, Any] = {name: "fp16" if name == "precision" else ("Softmax",)}
+            CompareOptions(**kwargs)
     with pytest.raises(OptionsError, match="unknown precision 'int4'"):
         SessionOptions(precision="int4")
     so = SessionOptions(precision="fp16", keep_fp32_ops=["Softmax"])
@@ -60,8 +62,10 @@ def test_one_keep_fp32_op_as_text_is_one_op() -> None:
 
 
 def test_option_values_are_normalised() -> None:
-    opts = CompareOptions(atol="1e-2", rtol=0, tolerances={"y": ("0.5", 0)}, iterations="3", localize=True,
-                          shapes={"x": [1, 2]})
+    # values as text (as a config file or the CLI hands them over), not the declared types
+    given: dict[str, Any] = dict(atol="1e-2", rtol=0, tolerances={"y": ("0.5", 0)}, iterations="3", localize=True,
+                                 shapes={"x": [1, 2]})
+    opts = CompareOptions(**given)
     assert (opts.atol, opts.rtol, opts.iterations, opts.localize) == (0.01, 0.0, 3, "mismatch")
     assert opts.tolerance_for("y") == (0.5, 0.0) and opts.tolerance_for("z") == (0.01, 0.0)
     assert opts.shapes == {"x": (1, 2)}

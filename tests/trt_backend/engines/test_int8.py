@@ -104,6 +104,7 @@ def test_emulated_int8_error_is_measured(files) -> None:
     scale = float(np.abs(Session(model, PROFILE, SessionOptions(emulate=True)).run(
         None, {"x": np.random.default_rng(0).random((2, 3, 16, 16), dtype=np.float32)})[0]).max())
     assert 1e-4 < err < 0.1 * scale, (err, scale)  # int8's error, not a wreck
+    assert report.segments is not None
     assert [s.precision for s in report.segments] == ["int8", "fp32", "int8"]
     assert report.segments[1].own_error < 1e-6  # the ONNX Runtime segment stays float
 

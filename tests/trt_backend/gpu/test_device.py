@@ -45,9 +45,11 @@ class FakeDeviceArray:
 
 def test_foreign_device_arrays_are_viewed_without_copy() -> None:
     view = mem.as_device_array(FakeDeviceArray((2, 3), "<f4"))
+    assert view is not None
     assert (view.ptr, view.shape, view.dtype, view.nbytes) == (0xDEAD00, (2, 3), np.float32, 24)
     assert view.__cuda_array_interface__["data"] == (0xDEAD00, False)
-    assert mem.as_device_array(FakeDeviceArray((2, 3), "<f2", strides=(6, 2))).nbytes == 12
+    strided = mem.as_device_array(FakeDeviceArray((2, 3), "<f2", strides=(6, 2)))
+    assert strided is not None and strided.nbytes == 12
     with pytest.raises(dev.CudaError, match=r"not C-contiguous \(strides \(2, 4\)\)"):
         mem.as_device_array(FakeDeviceArray((2, 3), "<f2", strides=(2, 4)))
     assert mem.as_device_array(np.zeros(3)) is None
@@ -92,6 +94,7 @@ def test_cupy_and_torch_arrays_shared_without_copy() -> None:
     cupy = pytest.importorskip("cupy")
     a = cupy.arange(12, dtype=cupy.float32).reshape(3, 4)
     view = mem.as_device_array(a)
+    assert view is not None
     assert view.ptr == a.data.ptr and view.shape == (3, 4)
     back = cupy.asarray(view)  # our interface consumed by CuPy: same memory
     back[0, 0] = 42
@@ -99,6 +102,7 @@ def test_cupy_and_torch_arrays_shared_without_copy() -> None:
     torch = pytest.importorskip("torch")
     t = torch.arange(6, dtype=torch.float16, device="cuda")
     tv = mem.as_device_array(t)
+    assert tv is not None
     assert tv.ptr == t.data_ptr() and tv.dtype == np.float16
     np.testing.assert_array_equal(tv.to_host(), np.arange(6, dtype=np.float16))
 

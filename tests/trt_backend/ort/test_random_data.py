@@ -28,7 +28,8 @@ from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
 SEED = 7
-TENSORS = [("x", np.dtype(np.float32), (2, 3)), ("i", np.dtype(np.int64), (4,)), ("b", np.dtype(np.bool_), (5,))]
+TENSORS: list[tuple[str, np.dtype[Any], tuple[int, ...]]] = [
+    ("x", np.dtype(np.float32), (2, 3)), ("i", np.dtype(np.int64), (4,)), ("b", np.dtype(np.bool_), (5,))]
 
 
 def _identity_model() -> onnx.ModelProto:
@@ -119,9 +120,9 @@ def test_run_bench_compare_calibration_and_derivation_feed_the_same_data(tmp_pat
     saved_run = str(tmp_path / "run.npz")
     compare(path, CompareOptions(seed=SEED, iterations=2), save_outputs=saved_run,
             session_options=SessionOptions(emulate=True))
-    feeds, _ = read_run(saved_run)
-    _same(feeds[0], want)
-    _same(feeds[1], random_feed(TENSORS, SEED + 1))
+    saved, _ = read_run(saved_run)
+    _same(saved[0], want)
+    _same(saved[1], random_feed(TENSORS, SEED + 1))
 
     # --calibration-data random: batch k is seed + k
     specs = [InputSpec.of(vi) for vi in _identity_model().graph.input]
