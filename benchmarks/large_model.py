@@ -184,17 +184,18 @@ def main() -> int:
         default = built_peaks[""] / weights
         checks.append(("default build peak RSS <= 1.6x weights", default <= 1.6, f"{default:.2f}x"))
         limit = parse_size(args.max_build_memory)
+        assert limit is not None, "--max-build-memory is given (the build was run with it)"
         within = built_peaks[args.max_build_memory]
         checks.append((f"build with --max-build-memory {args.max_build_memory}: peak RSS within it", within <= limit,
                        f"{within / GIB:.2f} GiB, {built_peaks[args.max_build_memory + ':segments']} TensorRT segments "
                        f"(default build: {built_peaks[':segments']})"))
     if size is not None:
         total, own = size
-        limit = 1.1 * weights + engines
+        folder_limit = 1.1 * weights + engines
         print(f"\nbuild folder: {total / GIB:.2f} GiB in all ({engines / GIB:.2f} GiB engines; files with another "
               f"hard link: {(total - own) / GIB:.2f} GiB); new on disk {own / GIB:.2f} GiB")
-        checks.append(("build folder <= 1.1x weights + engines", total <= limit,
-                       f"{total / GIB:.2f} GiB vs {limit / GIB:.2f} GiB"))
+        checks.append(("build folder <= 1.1x weights + engines", total <= folder_limit,
+                       f"{total / GIB:.2f} GiB vs {folder_limit / GIB:.2f} GiB"))
     print()
     for what, ok, got in checks:
         print(f"{'PASS' if ok else 'FAIL'}  {what}: {got}")

@@ -163,8 +163,9 @@ def test_package_imports_sit_at_module_top() -> None:
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(fn):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                    [node.module or "."] if isinstance(node, ast.ImportFrom) else []
+                if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                    continue
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or "."]
                 if isinstance(node, ast.ImportFrom) and node.level:
                     names = ["." * node.level + (node.module or "")]
                 nested += [f"{module}:{node.lineno} {n}" for n in names

@@ -221,7 +221,7 @@ def yardstick(model_path: str) -> dict[str, Any]:
     from trt_backend.tensorrt.oracle import ParserOracle
     model = load(model_path)
     oracle = ParserOracle()
-    taken, refused = 0, collections.Counter()
+    taken, refused = 0, collections.Counter[str]()
     start = time.perf_counter()
     n = len(model.proto.graph.node)
     for i, node in enumerate(model.proto.graph.node):
@@ -330,7 +330,8 @@ def evaluate(name: str, path: str, timeout: float, with_yardstick: bool) -> Row:
             row.errors["build"] = res.error_line()
 
         in_npz, out_npz = os.path.join(tmp, "in.npz"), os.path.join(tmp, "out.npz")
-        np.savez(in_npz, **make_inputs(specs))
+        inputs: dict[str, Any] = make_inputs(specs)  # (Any: numpy's stub reads ** as allow_pickle too)
+        np.savez(in_npz, **inputs)
         res = cli("run", path, *shapes, "--emulate", "--inputs", in_npz, "--outputs", out_npz, timeout=timeout)
         if res.rc != 0:
             row.run_err = "FAILED"
@@ -400,7 +401,8 @@ def zoo_calibration(path: str, tmp: str, seeds: int = 4) -> list[str]:
     specs = input_specs(path)
     feeds = [make_inputs(specs, seed) for seed in range(seeds)]
     data = os.path.join(tmp, "zoo_calibration.npz")
-    np.savez(data, **{n: np.concatenate([f[n] for f in feeds]) for n, _, _ in specs})
+    stacked: dict[str, Any] = {n: np.concatenate([f[n] for f in feeds]) for n, _, _ in specs}
+    np.savez(data, **stacked)
     return ["--precision", "int8", "--calibration-data", data]
 
 

@@ -155,7 +155,8 @@ def study(spec: Spec, cache: str, samples: int, tmp: str) -> list[Row]:
     unbatch = unbatched(specs)
     rng_cal, rng_val, rng_top = (np.random.default_rng(s) for s in (1, 2, 3))
     cal = os.path.join(tmp, spec.name + "_cal.npz")
-    np.savez(cal, **sample(specs, 32, rng_cal, stacked=not unbatch))
+    cal_feeds: dict[str, Any] = sample(specs, 32, rng_cal, stacked=not unbatch)  # (Any: numpy's stub, see savez)
+    np.savez(cal, **cal_feeds)
     profiles = None if unbatch else profiles_for(specs, spec.batch)
     validation = batches(sample(specs, 4 * max(spec.batch, 1), rng_val, stacked=not unbatch), max(spec.batch, 1),
                          unbatch)
@@ -189,10 +190,10 @@ def study(spec: Spec, cache: str, samples: int, tmp: str) -> list[Row]:
             ok = True
             notes = []
             for feed, ref in zip(validation, refs):
-                e, good, note = errors_of(sess.run(None, feed), ref, names)
+                feed_errs, good, note = errors_of(sess.run(None, feed), ref, names)
                 ok = ok and good
                 notes += [note] if note else []
-                for k, (a, r) in e.items():
+                for k, (a, r) in feed_errs.items():
                     errs[k] = (max(errs.get(k, (0.0, 0.0))[0], a), max(errs.get(k, (0.0, 0.0))[1], r))
             row.errors, row.passed, row.note = errs, ok, "; ".join(dict.fromkeys(notes))
             if top_feeds is not None and top_refs is not None:

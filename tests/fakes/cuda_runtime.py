@@ -205,7 +205,7 @@ class FakeCudaRuntime:
             return self._next
 
     def _stream(self, handle: Any, what: str) -> _Stream:
-        key = int(handle) if handle is not None else 0
+        key: int | tuple[str, int] = int(handle) if handle is not None else 0
         if key in (0, 1, 2):  # the default streams (legacy, per-thread), one per device
             key = ("default", self.current)
             with self._lock:

@@ -53,7 +53,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -64,11 +64,12 @@ from trt_backend.profiles import tensor_profile
 MAGIC = b"FAKE-TENSORRT-PLAN\n"
 RTX_DEFAULT_SMS = (80, 86, 89, 120)  # TensorRT-RTX builds for these unless told otherwise
 
-_TRT_TYPES = {onnx.TensorProto.FLOAT: "FLOAT", onnx.TensorProto.FLOAT16: "HALF", onnx.TensorProto.BFLOAT16: "BF16",
-              onnx.TensorProto.INT8: "INT8", onnx.TensorProto.INT32: "INT32", onnx.TensorProto.INT64: "INT64",
-              onnx.TensorProto.BOOL: "BOOL", onnx.TensorProto.UINT8: "UINT8",
-              onnx.TensorProto.FLOAT8E4M3FN: "FP8", onnx.TensorProto.INT4: "INT4",
-              onnx.TensorProto.FLOAT4E2M1: "FP4"}
+_TRT_TYPES: dict[int, str] = {
+    onnx.TensorProto.FLOAT: "FLOAT", onnx.TensorProto.FLOAT16: "HALF", onnx.TensorProto.BFLOAT16: "BF16",
+    onnx.TensorProto.INT8: "INT8", onnx.TensorProto.INT32: "INT32", onnx.TensorProto.INT64: "INT64",
+    onnx.TensorProto.BOOL: "BOOL", onnx.TensorProto.UINT8: "UINT8",
+    onnx.TensorProto.FLOAT8E4M3FN: "FP8", onnx.TensorProto.INT4: "INT4",
+    onnx.TensorProto.FLOAT4E2M1: "FP4"}
 _BITS = {"INT4": 4, "FP4": 4, "FP8": 8, "HALF": 16, "BF16": 16, "INT64": 64}
 
 
@@ -135,7 +136,7 @@ class FakeTensorRT:
         self.lock = threading.Lock()
 
     def module(self) -> ModuleType:
-        return self
+        return cast(ModuleType, self)  # the fake stands in for the tensorrt module
 
     def violate(self, logger: Any, message: str) -> bool:
         """Record a documented failure, log it as TensorRT does, and return False."""

@@ -77,7 +77,7 @@ def load(folder: str | None = None) -> types.ModuleType:
     trt = types.ModuleType("tensorrt")
     trt.__dict__.update({k: v for k, v in vars(tensorrt_rtx).items() if not k.startswith("__")})
     trt.__dict__.update({k: v for k, v in STAND_INS.items() if not hasattr(tensorrt_rtx, k)})
-    trt.__version__ = tensorrt_rtx.__version__
+    trt.__dict__["__version__"] = tensorrt_rtx.__version__
     trt.__path__ = []  # a package, so that "tensorrt.plugin" can be imported below it
     sys.modules["tensorrt"] = trt
     spec = importlib.util.spec_from_file_location("tensorrt.plugin", os.path.join(folder, "__init__.py"),

@@ -165,7 +165,7 @@ class FakeEvent:
     clock = [0.0]
 
     def __init__(self) -> None:
-        self.t = None
+        self.t: float | None = None
 
     def record(self, stream) -> None:
         self.t = FakeEvent.clock[0]
@@ -174,6 +174,7 @@ class FakeEvent:
         pass
 
     def elapsed_ms(self, start) -> float:
+        assert self.t is not None, "elapsed_ms of an event never recorded"
         return self.t - start.t
 
 
@@ -229,6 +230,7 @@ def test_gpu_phases_of_several_segments_add_up_per_query() -> None:
         runner.run([1, 2])
         recs.append(rec)
     stats = _gpu_stats(recs)
+    assert stats is not None
     assert stats["h2d"]["mean"] == 4.0 and stats["compute"]["median"] == 14.0 and stats["d2h"]["max"] == 1.0
     assert stats["total"]["min"] == 19.0
     assert _gpu_stats([]) is None

@@ -131,7 +131,8 @@ def test_signed_folders_load_with_their_key_only(folders, tmp_path, monkeypatch)
     monkeypatch.setenv(SIGN_KEY_ENV, KEY)
     with pytest.raises(SignatureError, match="is not signed"):
         Session(folders["unsigned"], options=EMULATED)
-    assert Session(signed, options=EMULATED).folder_manifest["signature"] == manifest["signature"]
+    opened = Session(signed, options=EMULATED).folder_manifest
+    assert opened is not None and opened["signature"] == manifest["signature"]
     monkeypatch.delenv(SIGN_KEY_ENV)
     with pytest.raises(SignatureError, match="signature does not match"):
         Session(signed, options=SessionOptions(emulate=True, sign_key="wrong"))

@@ -52,7 +52,7 @@ def gpu_boundary(fake_gpu) -> GpuBoundary:
         return factory.made[-1]
 
     factory = GpuBoundary(status=lambda device: (True, "declared by the test"), tensorrt_runner=fake_runner,
-                          streams=lambda device=None: None, pool=lambda device=None: None,
+                          streams=lambda device: None, pool=lambda device: None,
                           cuda_provider=lambda: False)
     return factory
 
@@ -66,11 +66,13 @@ def test_gpu_path_builds_an_engine_per_tensorrt_segment(gpu_boundary, tmp_path) 
     assert all(len(r.engine) > 10_000 for r in made)
     assert made[0].kw == {"pool": None, "streams": None, "outputs_on_device": True, "allow_host_code": False,
                           "device_id": 0, "runtime_cache_dir": str(tmp_path / "cache" / "runtime")}
+    assert sess.build_report is not None
     assert sorted(s.segment for s in sess.build_report.segments) == [0, 2]
     x = np.random.default_rng(0).standard_normal((3, 3, 32, 32)).astype(np.float32)
     want = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"]).run(None, {"image": x})
     np.testing.assert_allclose(sess.run(None, {"image": x})[0], want[0], rtol=1e-5, atol=1e-6)
     again = Session(DEMO_PATH, PROFILE, SessionOptions(cache_dir=str(tmp_path / "cache")), runners=gpu_boundary)
+    assert again.build_report is not None
     assert all(s.cached for s in again.build_report.segments)  # second session: engines from the cache
 
 
@@ -78,6 +80,7 @@ def test_gpu_path_demotes_what_tensorrt_cannot_build(gpu_boundary) -> None:
     # a zero workspace makes TensorRT refuse every segment: the session still works, all on ORT
     sess = Session(DEMO_PATH, PROFILE, SessionOptions(build=BuildOptions(workspace_bytes=0)), runners=gpu_boundary)
     assert sess.segment_executors == ["onnxruntime"]
+    assert sess.build_report is not None
     assert {d.node for d in sess.build_report.demoted} >= {0, 1, 2, 3}
     x = np.zeros((2, 3, 32, 32), np.float32)
     want = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"]).run(None, {"image": x})
