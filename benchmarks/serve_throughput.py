@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import dataclasses
 import functools
+import logging
 import os
 import sys
 import tempfile
@@ -83,7 +84,7 @@ def ort_app(options: ServeOptions) -> Any:
             reply = await self._batched(x) if options.batching else (await asyncio.to_thread(self._run, [x]))[0]
             return Response(content=encode_reply(reply, False), media_type=JSON)
 
-    return OrtReplica.bind()
+    return OrtReplica.bind()  # type: ignore[attr-defined]
 
 
 def post(url: str, body: bytes) -> tuple[float, dict[str, np.ndarray]]:
@@ -122,7 +123,7 @@ def main() -> int:
     xs = [rng.standard_normal((1 + k % 4, 3, 32, 32)).astype(np.float32) for k in range(args.requests)]
     reference = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"])
     want = [reference.run(None, {"image": x}) for x in xs]
-    ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": args.port}, proxy_location="HeadOnly")
     url = f"http://127.0.0.1:{args.port}/"
     cpus = int(ray.cluster_resources().get("CPU", 0))

@@ -188,7 +188,7 @@ def main() -> int:
         dtypes = {"FP32": np.float32, "FP16": np.float16, "INT64": np.int64, "INT32": np.int32, "BOOL": np.bool_}
         requests = []
         for _ in range(args.requests):
-            feeds = {}
+            feeds: dict[str, np.ndarray] = {}
             for inp in meta["inputs"]:
                 shape = shapes[inp["name"]]
                 feeds[inp["name"]] = rng.random(shape).astype(dtypes[inp["datatype"]])

@@ -102,7 +102,8 @@ exporter("vit_tiny_head")(_classifier(_tiny_vit_head, size=96))
 
 def _segmentation_out(model: Any) -> Any:
     """A torchvision segmentation model that returns its ``out`` tensor (not a dict)."""
-    torch = _torch()
+    _torch()
+    import torch  # the module by name: the classes below subclass torch.nn.Module
 
     class Wrapped(torch.nn.Module):
         def __init__(self) -> None:
@@ -134,7 +135,8 @@ def _detector(name: str) -> Callable[[str], None]:
     3x320x320 and returns the first image's result tensors (boxes, scores, labels, masks or
     keypoints where the model has them)."""
     def export(out: str) -> None:
-        torch = _torch()
+        _torch()
+        import torch  # the module by name: the classes below subclass torch.nn.Module
         import torchvision
         kwargs: dict[str, Any] = {"weights": None, "weights_backbone": None}
         if name != "ssdlite320_mobilenet_v3_large":
@@ -171,7 +173,8 @@ TEXT_AXES = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "ba
 
 def _text_encoder(make: Callable[[], Any], names: list[str], outputs: list[str]) -> Callable[[str], None]:
     def export(out: str) -> None:
-        torch = _torch()
+        _torch()
+        import torch  # the module by name: the classes below subclass torch.nn.Module
         model = make()
 
         class Wrapped(torch.nn.Module):
@@ -226,7 +229,8 @@ exporter("clip_text")(_text_encoder(_clip_text, ["input_ids", "attention_mask"],
 
 @exporter("clip_vision")
 def _clip_vision(out: str) -> None:
-    torch = _torch()
+    _torch()
+    import torch  # the module by name: the classes below subclass torch.nn.Module
     from transformers import CLIPVisionConfig, CLIPVisionModel
     model = CLIPVisionModel(CLIPVisionConfig(hidden_size=128, intermediate_size=512, num_hidden_layers=2,
                                              num_attention_heads=4, image_size=64, patch_size=16,
@@ -246,7 +250,8 @@ def _clip_vision(out: str) -> None:
 
 @exporter("whisper_encoder")
 def _whisper_encoder(out: str) -> None:
-    torch = _torch()
+    _torch()
+    import torch  # the module by name: the classes below subclass torch.nn.Module
     from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
     config = WhisperConfig(vocab_size=1000, num_mel_bins=80, d_model=128, encoder_layers=2, encoder_attention_heads=4,
@@ -270,7 +275,8 @@ def _whisper_encoder(out: str) -> None:
 def _gpt2_with_past(out: str) -> None:
     """GPT-2 decoding step with a key/value cache: inputs ``input_ids``, ``attention_mask``
     (past + new tokens) and ``past_key_<i>``/``past_value_<i>``; outputs logits and the presents."""
-    torch = _torch()
+    _torch()
+    import torch  # the module by name: the classes below subclass torch.nn.Module
     from transformers import GPT2Config, GPT2LMHeadModel
     layers, heads, dim = 2, 4, 128
     model = GPT2LMHeadModel(GPT2Config(vocab_size=1000, n_positions=128, n_embd=dim, n_layer=layers, n_head=heads,
@@ -423,7 +429,8 @@ def _fp16_resnet18(out: str) -> None:
 @exporter("scripted_loop_if")
 def _scripted_loop_if(out: str) -> None:
     """A scripted module whose loop count and branch depend on the data: Loop and If nodes."""
-    torch = _torch()
+    _torch()
+    import torch  # the module by name: the classes below subclass torch.nn.Module
 
     class Body(torch.nn.Module):
         def __init__(self) -> None:

@@ -31,7 +31,8 @@ class Recording:
     """The real parser oracle, with every queried model kept."""
 
     def __init__(self, inner) -> None:
-        self.inner, self.queries = inner, []
+        self.inner = inner
+        self.queries: list[onnx.ModelProto] = []
 
     @property
     def target(self) -> str:
@@ -50,7 +51,7 @@ def test_target_tensorrt_plans_one_segment_and_rtx_three(oracle, antialias: bool
     assert one.nodes[3].verdict == "plugin:resize" and one.nodes[3].reason is None
     three = plan_model(model, oracle, options("tensorrt_rtx"))
     assert shapes(three) == [("tensorrt", 3), ("onnxruntime", 1), ("tensorrt", 3)] and three.target == "tensorrt_rtx"
-    reason = three.nodes[3].reason
+    reason = three.nodes[3].reason or ""
     assert reason.startswith("TensorRT parser: UNSUPPORTED_NODE") and RTX_REASON in reason
     assert json.loads(one.to_json())["target"] == "tensorrt" and json.loads(three.to_json())["target"] == "tensorrt_rtx"
     for plan in (one, three):
@@ -77,7 +78,7 @@ def test_fpn_resizes_rejected_three_ways_become_one_segment(oracle) -> None:
     without = plan_model(fpn(), oracle, options("tensorrt_rtx"))
     with_plugins = plan_model(fpn(), oracle, options("tensorrt"))
     assert len(without.segments) == 5 and shapes(with_plugins) == [("tensorrt", 18)]
-    reasons = {n.name: n.reason for n in without.nodes if n.op_type == "Resize"}
+    reasons = {n.name: n.reason or "" for n in without.nodes if n.op_type == "Resize"}
     assert "keep_aspect_ratio_policy" in reasons["up2"] and "Antialiasing" in reasons["shrink"]
     assert all(RTX_REASON in r for r in reasons.values())
     assert plan_model(fpn(), oracle, PartitionOptions(target="tensorrt")).segments == without.segments
@@ -162,8 +163,8 @@ def test_bad_resize_falls_back_with_the_predicates_reason(oracle) -> None:
     roi.CopyFrom(onnx.numpy_helper.from_array(np.array([0.1, 0.15, 0.9, 0.8], np.float32), "crop.roi"))
     plan = plan_model(model, oracle, options("tensorrt"))
     assert shapes(plan) == [("tensorrt", 3), ("onnxruntime", 1), ("tensorrt", 3)]
-    assert plan.nodes[3].reason.endswith("plugin resize declined: roi has 4 values; tf_crop_and_resize needs "
-                                         "2 x 4 (starts, ends)")
+    assert (plan.nodes[3].reason or "").endswith("plugin resize declined: roi has 4 values; tf_crop_and_resize "
+                                                 "needs 2 x 4 (starts, ends)")
 
 
 def test_cli_target_and_plugin_options(tmp_path, capsys) -> None:

@@ -126,7 +126,7 @@ def test_predicate_accepts_dynamic_lengths_with_exact_scales() -> None:
 @pytest.mark.parametrize("opset", [10, 11, 13, 18, 19])
 def test_every_opset_resolves_and_gets_a_native_stand_in(opset: int) -> None:
     attrs = {"mode": "linear"} if opset == 10 else {"mode": "cubic", "coordinate_transformation_mode": "align_corners"}
-    inputs = {"scales": np.array([1, 1, 2, 2], F32)}
+    inputs: dict[str, np.ndarray | str | None] = {"scales": np.array([1, 1, 2, 2], F32)}
     if opset == 11:  # Resize-11 requires roi, empty when unused
         inputs["roi"] = np.zeros(0, F32)
     m = resize_model(attrs, inputs, opset=opset)

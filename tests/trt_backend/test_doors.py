@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import numpy as np
 import onnx
@@ -149,7 +150,7 @@ def test_every_door_builds_and_runs_the_same(material, precision, tmp_path, caps
         assert _max_abs(from_folder) > 0  # (reduced precision computed, not fp32 again)
 
     # the CLI compare of the model file and of the folder: the same numbers on the same inputs
-    reports = []
+    reports: list[dict[str, Any]] = []
     for target, extra in ((m["path"], [*_shape_flags(m["profile"]), *_cli_precision(m, precision)]), (cli_dir, [])):
         path = str(tmp_path / f"cmp{len(reports)}.json")
         main(["compare", target, "--emulate", "--atol", "10", "--rtol", "10", "--json", path, *extra])

@@ -54,7 +54,8 @@ def test_prepare_and_run_with_list_dict_and_single_array() -> None:
     for inputs in ([x], {"x": x}, x):
         (y,) = rep.run(inputs)
         np.testing.assert_array_equal(y, np.maximum(x, 0))
-    assert rep.run([x])["y"] is not None  # outputs by name too
+    # outputs by name too (onnx's namedtupledict, typed as a plain tuple)
+    assert rep.run([x])["y"] is not None  # type: ignore[call-overload]
     np.testing.assert_array_equal(backend.run_model(m, [x])[0], np.maximum(x, 0))
     with pytest.raises(FeedError, match="got 2 input"):
         rep.run([x, x])
@@ -112,14 +113,19 @@ SIMPLE = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data",
 
 def _read(path: str, tp: onnx.TypeProto) -> object:
     kind = tp.WhichOneof("value")
-    proto = {"sequence_type": onnx.SequenceProto, "optional_type": onnx.OptionalProto}.get(kind, onnx.TensorProto)()
     with open(path, "rb") as f:
-        proto.ParseFromString(f.read())
+        data = f.read()
     if kind == "sequence_type":
-        return onnx.numpy_helper.to_list(proto)
+        sequence = onnx.SequenceProto()
+        sequence.ParseFromString(data)
+        return onnx.numpy_helper.to_list(sequence)
     if kind == "optional_type":
-        return onnx.numpy_helper.to_optional(proto)
-    return onnx.numpy_helper.to_array(proto)
+        optional = onnx.OptionalProto()
+        optional.ParseFromString(data)
+        return onnx.numpy_helper.to_optional(optional)
+    tensor = onnx.TensorProto()
+    tensor.ParseFromString(data)
+    return onnx.numpy_helper.to_array(tensor)
 
 
 def _stored_case(name: str) -> tuple[onnx.ModelProto, list, list]:

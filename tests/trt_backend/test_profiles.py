@@ -26,7 +26,8 @@ K = node_arg("k", h.make_tensor_type_proto(T.INT64, [2]))
 def test_user_profile_forms() -> None:
     (p,), _ = normalize_profiles([{"x": ((1, 3, 8), (2, 3, 8), (4, 3, 8))}], [X])
     assert p["x"] == TensorProfile((1, 3, 8), (2, 3, 8), (4, 3, 8))
-    (p,), _ = normalize_profiles({"x": {"min": [1, 3, 8], "opt": [1, 3, 8], "max": np.array([5, 3, 8])}}, [X])
+    one = {"x": {"min": [1, 3, 8], "opt": [1, 3, 8], "max": np.array([5, 3, 8])}}  # one profile: no list needed
+    (p,), _ = normalize_profiles(one, [X])  # type: ignore[arg-type]
     assert p["x"].max == (5, 3, 8)
     (p,), _ = normalize_profiles([{"x": (2, 3, 8)}], [X])
     assert p["x"].min == p["x"].opt == p["x"].max == (2, 3, 8)

@@ -115,6 +115,7 @@ def test_default_quantizer_cnn_plans_into_one_tensorrt_segment(quantized, oracle
     assert len(before.segments) == 11 and len(before.tensorrt_segments()) == 5
     assert len(plan.segments) <= 3
     assert [s.backend for s in plan.segments] == ["tensorrt"]  # measured: 11 segments -> 1
+    assert plan.model is not None
     graph = plan.model.proto.graph
     for seg in plan.tensorrt_segments():
         for i in seg.nodes:
@@ -138,6 +139,7 @@ def test_tensorrt_friendly_cnn_plans_as_without_the_rewrite(quantized, oracle) -
     without = plan_model(load_model(quantized["trt"]), oracle)
     assert [s.backend for s in plan.segments] == ["tensorrt"]
     assert plan.to_json() == without.to_json() and "rewritten" not in plan.to_dict()
+    assert plan.model is not None
     assert sum(n.op_type in QDQ for n in plan.model.proto.graph.node) > 20
 
 

@@ -77,7 +77,7 @@ def test_a_segment_past_the_budget_is_cut_and_builds_the_same_model(tmp_path) ->
 
 
 def test_budget_sizes_are_read_once_and_refused_clearly(tmp_path, capsys) -> None:
-    assert BuildOptions(max_build_memory="1.5G").max_build_memory == 3 * (1 << 29)
+    assert BuildOptions(max_build_memory="1.5G").max_build_memory == 3 * (1 << 29)  # type: ignore[arg-type]
     with pytest.raises(OptionsError, match="max_build_memory must be more than 0"):
         BuildOptions(max_build_memory=0)
     room = build_room(2 << 30, 64 * MIB)

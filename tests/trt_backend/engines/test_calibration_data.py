@@ -43,7 +43,8 @@ def detector() -> onnx.ModelProto:
 
 def _varied(folder) -> dict[str, tuple[int, ...]]:
     rng = np.random.default_rng(1)
-    shapes = {"a.npz": (3, 3, 16, 16), "b.npz": (1, 3, 64, 64), "d.npz": (2, 3, 32, 48), "e.npz": (3, 3, 32, 48)}
+    shapes: dict[str, tuple[int, ...]] = {"a.npz": (3, 3, 16, 16), "b.npz": (1, 3, 64, 64), "d.npz": (2, 3, 32, 48),
+                                          "e.npz": (3, 3, 32, 48)}
     for name, shape in shapes.items():
         np.savez(folder / name, x=rng.random(shape, dtype=np.float32))
     return shapes

@@ -216,8 +216,17 @@ def test_runtime_cache_file_is_reused_by_the_next_runner(fake_gpu, tmp_path) -> 
 def test_no_device_to_device_copy_and_no_synchronize_for_device_outputs(fake_gpu, monkeypatch) -> None:
     copies, syncs = [], []
     real_copy, real_sync = fake_gpu.cuda.cudaMemcpyAsync, fake_gpu.cuda.cudaStreamSynchronize
-    monkeypatch.setattr(fake_gpu.cuda, "cudaMemcpyAsync", lambda *a: copies.append(int(a[3])) or real_copy(*a))
-    monkeypatch.setattr(fake_gpu.cuda, "cudaStreamSynchronize", lambda h: syncs.append(h) or real_sync(h))
+
+    def counted_copy(*a):
+        copies.append(int(a[3]))
+        return real_copy(*a)
+
+    def counted_sync(h):
+        syncs.append(h)
+        return real_sync(h)
+
+    monkeypatch.setattr(fake_gpu.cuda, "cudaMemcpyAsync", counted_copy)
+    monkeypatch.setattr(fake_gpu.cuda, "cudaStreamSynchronize", counted_sync)
     r = runner(fake_gpu, outputs_on_device=True)
     on_device = UserArray(fake_gpu, inputs(2, 2)[0])
     fake_gpu.cuda.cudaStreamSynchronize(on_device.stream)  # (ready: nothing to wait for)
@@ -289,11 +298,22 @@ def test_phases_are_marked_in_order_around_copies_and_execution(fake_gpu, monkey
     log: list[str] = []
     copy, execute, sync = fake_gpu.cuda.cudaMemcpyAsync, tensorrt_runtime._Context.execute_async_v3, \
         fake_gpu.cuda.cudaStreamSynchronize
-    monkeypatch.setattr(fake_gpu.cuda, "cudaMemcpyAsync",
-                        lambda *a: log.append({1: "h2d", 2: "d2h", 3: "d2d"}[int(a[3])]) or copy(*a))
-    monkeypatch.setattr(tensorrt_runtime._Context, "execute_async_v3",
-                        lambda self, s: log.append("execute") or execute(self, s))
-    monkeypatch.setattr(fake_gpu.cuda, "cudaStreamSynchronize", lambda h: log.append("synchronize") or sync(h))
+
+    def logged_copy(*a):
+        log.append({1: "h2d", 2: "d2h", 3: "d2d"}[int(a[3])])
+        return copy(*a)
+
+    def logged_execute(self, s):
+        log.append("execute")
+        return execute(self, s)
+
+    def logged_sync(h):
+        log.append("synchronize")
+        return sync(h)
+
+    monkeypatch.setattr(fake_gpu.cuda, "cudaMemcpyAsync", logged_copy)
+    monkeypatch.setattr(tensorrt_runtime._Context, "execute_async_v3", logged_execute)
+    monkeypatch.setattr(fake_gpu.cuda, "cudaStreamSynchronize", logged_sync)
 
     class Mark:
         def __init__(self, k: int) -> None:

@@ -3,6 +3,7 @@ checked against whole-model ONNX Runtime."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -12,7 +13,7 @@ from onnx import helper
 from tests.helpers import model, vi
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import FeedError, OptionsError, ProfileError, RequestError
-from trt_backend.serve.batching import BatchRunner, batch_rows
+from trt_backend.serve.batching import BatchRunner, Reply, batch_rows
 from trt_backend.serve.codec import (
     decode_request,
     encode_reply,
@@ -41,7 +42,8 @@ def image(rows: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((rows, 3, 32, 32)).astype(np.float32)
 
 
-def assert_answer(got: dict, x: np.ndarray, reference: ort.InferenceSession) -> None:
+def assert_answer(got: Reply, x: np.ndarray, reference: ort.InferenceSession) -> None:
+    assert isinstance(got, dict), got
     want = reference.run(None, {"image": x})
     assert list(got) == ["probs", "top_scores", "top_classes"]
     np.testing.assert_allclose(got["probs"], want[0], rtol=1e-5, atol=1e-6)
@@ -71,9 +73,10 @@ def test_mixed_requests_are_packed_split_and_answered(session, reference) -> Non
 def test_one_bad_request_fails_alone(session, reference) -> None:
     runner = BatchRunner(session, 8)
     good = [image(2, 1), image(3, 2)]
-    replies = runner.run([{"image": good[0]}, {"image": image(2, 3).astype(np.float64)},
-                          {"image": np.zeros((1, 3, 16, 16), np.float32)}, {"image": good[1]}, {"picture": good[0]},
-                          "not a mapping"])
+    requests: list[Any] = [{"image": good[0]}, {"image": image(2, 3).astype(np.float64)},
+                           {"image": np.zeros((1, 3, 16, 16), np.float32)}, {"image": good[1]}, {"picture": good[0]},
+                           "not a mapping"]  # (the last is no mapping: Any)
+    replies = runner.run(requests)
     assert_answer(replies[0], good[0], reference)
     assert_answer(replies[3], good[1], reference)
     assert isinstance(replies[1], FeedError) and "expected dtype float32" in str(replies[1])
@@ -94,7 +97,7 @@ def test_http_bodies_both_ways(session) -> None:
     for npz, ctype in ((False, "application/json"), (True, "application/x-npz")):
         back = read_reply(encode_reply(out, npz), ctype)
         assert {k: (v.dtype, v.tolist()) for k, v in back.items()} == {k: (v.dtype, v.tolist()) for k, v in out.items()}
-    for body, ctype, message in [
+    for body, body_type, message in [
         (b"{nope", "application/json", "cannot read the request body as JSON"),
         (b'{"image": [1]}', "application/json", '{"inputs": {"<input name>": <array>, ...}}'),
         (b'{"inputs": {"image": {"data": [1, 2], "dtype": "float99"}}}', None, "unknown dtype 'float99'"),
@@ -104,7 +107,7 @@ def test_http_bodies_both_ways(session) -> None:
     ]:
         with pytest.raises(RequestError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
                            .replace("{", r"\{").replace("}", r"\}").replace(".", r"\.")):
-            decode_request(body, ctype, inputs)
+            decode_request(body, body_type, inputs)
     assert io.BytesIO(npz_request({"image": x})).read(2) == b"PK"
 
 

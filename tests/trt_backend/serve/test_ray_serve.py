@@ -163,6 +163,7 @@ def replica_actors() -> set[str]:
 
 def test_a_killed_replica_is_replaced_and_no_accepted_request_is_lost(served, reference) -> None:
     from ray import serve
+    from ray.serve.schema import ReplicaState
 
     client, url, _ = served
     before = replica_actors()
@@ -194,7 +195,7 @@ def test_a_killed_replica_is_replaced_and_no_accepted_request_is_lost(served, re
     while time.monotonic() < deadline:
         now = replica_actors()
         state = serve.status().applications[APP].deployments[SESSION_DEPLOYMENT].replica_states
-        if len(now) == 2 and len(now - before) == 1 and state.get("RUNNING") == 2:
+        if len(now) == 2 and len(now - before) == 1 and state.get(ReplicaState.RUNNING) == 2:
             break
         time.sleep(0.5)
     now = replica_actors()

@@ -32,8 +32,12 @@ def runs(sess, monkeypatch) -> list[int]:
     """Segment runs made meanwhile (to prove nothing ran)."""
     count: list[int] = []
     for runner in sess.runners:
-        original = runner.run_impl
-        monkeypatch.setattr(runner, "run_impl", lambda inputs, ro=None, _o=original: count.append(1) or _o(inputs, ro))
+
+        def counted(inputs, ro=None, _o=runner.run_impl):
+            count.append(1)
+            return _o(inputs, ro)
+
+        monkeypatch.setattr(runner, "run_impl", counted)
     return count
 
 

@@ -71,6 +71,7 @@ def test_transformer_block_dynamic_sequence_length() -> None:
     shape_inputs = {n: tp for seg in sess.plan.tensorrt_segments() for p in sess.segment_profiles[seg.id]
                     for n, tp in p.items() if tp.values is not None}
     for tp in shape_inputs.values():  # shape tensors carry value ranges: B in 1..2, S in 1..16
+        assert tp.values is not None
         assert tp.values[0][:2] == (1, 1) and tp.values[2][:2] == (2, 16)
     rng = np.random.default_rng(7)
     for b, s in ((1, 1), (2, 7), (1, 16), (2, 16)):

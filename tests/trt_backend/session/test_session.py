@@ -344,6 +344,6 @@ def test_run_options_per_run() -> None:
     with pytest.raises(SegmentRunError, match="segment 0 .*failed"):
         sess.run(None, {"image": x}, RunOptions(ort=stop))
     with pytest.raises(OptionsError, match="run_options must be a trt_backend RunOptions"):
-        sess.run(None, {"image": x}, {"outputs_on_device": True})
+        sess.run(None, {"image": x}, {"outputs_on_device": True})  # type: ignore[arg-type]
     with pytest.raises(OptionsError, match="RunOptions.ort must be an onnxruntime.RunOptions"):
         RunOptions(ort="fast")

@@ -116,8 +116,8 @@ def trt11() -> tuple[str, bytes, str]:
     binary = next(os.path.join(folder, f) for f in os.listdir(folder) if f.startswith("tensorrt") and f.endswith(".so"))
     with open(binary, "rb") as f:
         data = f.read()
-    with open(os.path.join(folder, "__init__.py"), encoding="utf-8") as f:
-        text = f.read()
+    with open(os.path.join(folder, "__init__.py"), encoding="utf-8") as source:
+        text = source.read()
     return dist.version, data, text
 
 
