@@ -2,7 +2,7 @@
 
 No Triton with the onnxruntime and tensorrt backends installs on our machines; PyTriton
 (``nvidia-pytriton``) bundles ``tritonserver`` with the Python backend only, and runs only from a
-venv made with the Debian system Python 3.11 (see DESIGN.md). So this script keeps the ensemble's
+venv made with a system Python 3.11 build whose shared libpython it links against. So this script keeps the ensemble's
 ``config.pbtxt`` byte for byte and stands in for each composing model with a Python-backend model
 of the same name, inputs, outputs, max_batch_size and dynamic batching, which runs the model's own
 ONNX file through ONNX Runtime (an ``onnxruntime`` model's ``1/model.onnx``, file or folder form;

@@ -12,7 +12,7 @@ symbolic expressions), ``TensorDesc`` (named only in its docstrings).
 
 Run it in a process of its own (``python -m tests.fakes.trt_plugin_shim``): registering puts a
 Python plugin creator in TensorRT-RTX's process-wide registry, and TensorRT-RTX's ONNX parser
-aborts the process when it meets a node matching one (DESIGN.md). The result is one JSON line."""
+aborts the process when it meets a node matching one. The result is one JSON line."""
 from __future__ import annotations
 
 import enum

@@ -2,7 +2,7 @@
 op TensorRT's parser rejects every so often.
 
 The rejected op is ``Det`` (tensorrt_rtx 1.7: ``UNSUPPORTED_NODE in checkDet``), the op of the
-6k-node chain measured in DESIGN.md. ``Det`` does not keep the chain's shape, so it sits in a
+6k-node chain that plan_time.py measures. ``Det`` does not keep the chain's shape, so it sits in a
 four-node block that does and keeps the graph a pure chain::
 
     [N, 64] -Reshape-> [N, 8, 8] -Det-> [N] -Unsqueeze-> [N, 1] -Expand-> [N, 64]
