@@ -15,8 +15,7 @@ from partitioner.errors import (
     TrtBackendError,
 )
 from plugins.nvrtc import NvrtcCompileError, NvrtcUnavailableError, PtxTooNewError
-from plugins.resize.host import HostCompilerError
-from plugins.resize.spec import SpecError
+from plugins.errors import HostCompilerError, SpecError
 
 
 class ProfileError(OptionsError):
