@@ -14,8 +14,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from trt_backend._lazy import lazy_module
 from trt_backend._progress import PROGRESS, ClearingStream, ProgressHandler
 from trt_backend.errors import TrtBackendError
+
+_args = lazy_module("trt_backend.commands._args")  # (loaded after a build the index answers: not at all)
+_build_hit = lazy_module("trt_backend.commands._build_hit")
 
 COMMANDS = {  # name -> one-line help, in --help order; module trt_backend.commands.<name with "-" as "_">
     "inspect": "plan a model: which nodes run in TensorRT, which in ONNX Runtime",
@@ -76,9 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     error_exit = int(getattr(args, "error_exit", 1))  # (compare: 2, kept apart from its 1 for "outputs differ")
     handler, streams = _show_progress(args), (sys.stdout, sys.stderr)
     try:
-        from trt_backend.commands._args import check_output_paths
-
-        check_output_paths(args)  # (before any work: a run must not end in "cannot write")
+        _args.check_output_paths(args)  # (before any work: a run must not end in "cannot write")
         rc = int(args.func(args) or 0)
         sys.stdout.flush()  # (a closed stdout shows here, inside the handling below)
         return rc
@@ -98,13 +100,11 @@ def _build_from_index(args_list: list[str]) -> tuple[bool, str | None]:
     """``build --cache-dir`` answered from the build cache's index before the build command and
     what it needs are loaded (:mod:`trt_backend.commands._build_hit`): (answered, the index key
     the usual path records for the next time, or None when this command line has none)."""
-    from trt_backend.commands import _build_hit
-
-    call, index = _build_hit.lookup(args_list)
+    call, index = _build_hit.lookup_index(args_list)
     if call is None or index is None:
         return False, None
     try:
-        manifest = _build_hit.restore(call, index)
+        manifest = _build_hit.restore_indexed(call, index)
     except (TrtBackendError, OSError) as e:  # (the usual path meets the same problem and says it)
         logging.getLogger(__name__).debug("build index: %s", e)
         return False, index

@@ -14,8 +14,8 @@ from partitioner.errors import (
     OptionsError,
     TrtBackendError,
 )
-from plugins.nvrtc import NvrtcCompileError, NvrtcUnavailableError, PtxTooNewError
 from plugins.errors import HostCompilerError, SpecError
+from plugins.nvrtc import NvrtcCompileError, NvrtcUnavailableError, PtxTooNewError
 
 
 class ProfileError(OptionsError):

@@ -21,11 +21,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trt_backend._files import missing_parent, new_folder, swap_in_folder, write_atomic
+from trt_backend._lazy import lazy_module
 from trt_backend._version import __version__
 from trt_backend.artifacts.seal import MANIFEST, check_seal, seal
 from trt_backend.errors import ArtifactError
 
 log = logging.getLogger(__name__)
+_onnx = lazy_module("onnx")  # (a model with external data only: a cache hit of one without loads none)
+_protobuf = lazy_module("google.protobuf.message")
+_weights = lazy_module("partitioner.weights")
 
 BUILD_CACHE_FORMAT = 1
 BUILDS = "builds"
@@ -88,16 +92,11 @@ def _file_digest(path: str, known: dict[str, Any], data: bool | None) -> dict[st
         content = f.read()
     entry = {"status": status, "sha256": hashlib.sha256(content).hexdigest(), "data_files": []}
     if data is None and b"location" in content:  # (no external data without that key: no parse)
-        import onnx  # (only here: a cache hit of a model without external data loads no onnx)
-        from google.protobuf.message import DecodeError
-
-        from partitioner.weights import data_files
-
-        proto = onnx.ModelProto()
+        proto = _onnx.ModelProto()  # (only here: a cache hit of a model without external data loads no onnx)
         try:
             proto.ParseFromString(content)
-            entry["data_files"] = data_files(proto)
-        except (DecodeError, RuntimeError, ValueError) as e:  # (not a model: loading it names the problem)
+            entry["data_files"] = _weights.data_files(proto)
+        except (_protobuf.DecodeError, RuntimeError, ValueError) as e:  # (not a model: loading it names the problem)
             raise OSError(f"not an ONNX model ({e})") from None
     if time.time() - st.st_mtime_ns / 1e9 > _RACY_SECONDS:
         known[key] = entry
@@ -234,7 +233,7 @@ class BuildCache:
             return None
         return manifest
 
-def check_out_dir(out_dir: str) -> None:
+def check_build_folder(out_dir: str) -> None:
     """An ArtifactError unless ``out_dir`` can become a build folder: absent, empty or a build
     folder (one holding a manifest) in a folder that takes new files."""
     if os.path.exists(out_dir):

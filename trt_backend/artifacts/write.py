@@ -36,7 +36,7 @@ from trt_backend._files import (
     write_atomic,
 )
 from trt_backend._version import __version__
-from trt_backend.artifacts.build_cache import BuildCache, check_out_dir
+from trt_backend.artifacts.build_cache import BuildCache, check_build_folder
 from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE
 from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import seal
@@ -81,7 +81,7 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str], profiles:
         raise OptionsError("a build needs TensorRT: flavor 'none' plans everything on ONNX Runtime")
     flv = load_flavor(opts.flavor)
     check_build_options(opts.build, flv)  # (before planning: a setting this TensorRT refuses is said at once)
-    check_out_dir(out_dir)
+    check_build_folder(out_dir)
     with output_lock(out_dir):  # (a second build into the same folder is refused, not lost)
         return _build_locked(model, out_dir, profiles, opts, flv, key, progress)
 

@@ -33,9 +33,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trt_backend._files import output_lock, write_atomic
-from trt_backend.artifacts.build_cache import SOURCE_PACKAGES, BuildCache, check_out_dir, model_digest
+from trt_backend._lazy import lazy_module
+from trt_backend.artifacts.build_cache import (
+    SOURCE_PACKAGES,
+    BuildCache,
+    check_build_folder,
+    model_digest,
+)
+from trt_backend.artifacts.seal import sign_key
 
 log = logging.getLogger(__name__)
+_report = lazy_module("trt_backend.engines.report")  # (a build that demoted nodes only)
 
 INDEX = "index"
 INDEX_FORMAT = 1
@@ -163,7 +171,7 @@ def _index_path(cache: BuildCache, key: str) -> str:
     return os.path.join(cache.root, INDEX, key + ".json")
 
 
-def lookup(argv: Sequence[str]) -> tuple[Call | None, str | None]:
+def lookup_index(argv: Sequence[str]) -> tuple[Call | None, str | None]:
     """(the call, its index key) for a build command line this path can answer; (None, None)
     when it cannot (any problem: the usual path meets it and says it)."""
     call = parse(argv)
@@ -178,7 +186,7 @@ def lookup(argv: Sequence[str]) -> tuple[Call | None, str | None]:
         return None, None
 
 
-def remember(cache_dir: str, index: str, manifest: Mapping[str, Any]) -> None:
+def remember_in_index(cache_dir: str, index: str, manifest: Mapping[str, Any]) -> None:
     """After a build the usual way: index ``index`` names the build cache entry it wrote or
     copied (failing to keep it only costs the next build its shortcut)."""
     key = (manifest.get("build_cache") or {}).get("key")
@@ -192,11 +200,9 @@ def remember(cache_dir: str, index: str, manifest: Mapping[str, Any]) -> None:
         log.debug("build index %s: not kept (%s)", cache.root, e)
 
 
-def restore(call: Call, index: str) -> dict[str, Any] | None:
+def restore_indexed(call: Call, index: str) -> dict[str, Any] | None:
     """The manifest of ``call.output`` restored from the build cache entry ``index`` names, or
     None (no such index or entry: the usual path builds)."""
-    from trt_backend.artifacts.seal import sign_key
-
     cache = BuildCache(call.cache_dir)
     try:
         with open(_index_path(cache, index), encoding="utf-8") as f:
@@ -207,7 +213,7 @@ def restore(call: Call, index: str) -> dict[str, Any] | None:
         return None
     start = time.perf_counter()
     signing = sign_key(None)
-    check_out_dir(call.output)
+    check_build_folder(call.output)
     with output_lock(call.output):
         return cache.restore(key, call.output, {"model": call.model,
                                                 "build_seconds": round(time.perf_counter() - start, 4),
@@ -227,9 +233,7 @@ def print_build(model: str, output: str, manifest: Mapping[str, Any], verbose: b
         precision = f" {s['precision']}" if s.get("precision") else ""
         print(f"  segment {s['id']}: {s['backend']:<11}{precision} {s['model']}  {what}")
     if manifest.get("demoted"):
-        from trt_backend.engines.report import demotion_lines
-
-        for line in demotion_lines(manifest["demoted"], verbose=verbose):
+        for line in _report.demotion_lines(manifest["demoted"], verbose=verbose):
             print("  " + line)
     signed = ", signed with HMAC-SHA256" if "signature" in manifest else ""
     print(f"wrote {output}/manifest.json (digest {manifest['digest'][:19]}...{signed})")

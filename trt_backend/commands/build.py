@@ -24,7 +24,7 @@ from trt_backend.commands._args import (
     max_memory,
     session_options,
 )
-from trt_backend.commands._build_hit import print_build, remember
+from trt_backend.commands._build_hit import print_build, remember_in_index
 from trt_backend.commands._precision import (
     add_auto_arguments,
     build_fields,
@@ -77,7 +77,7 @@ def _handle(args: argparse.Namespace) -> int:
     options = dataclasses.replace(options_with(so, kw), cache_dir=args.cache_dir)
     manifest = build(args.model, args.output, profiles or None, options)
     if args.cache_dir and getattr(args, "build_index", None):  # (the next same command finds it before loading)
-        remember(args.cache_dir, args.build_index, manifest)
+        remember_in_index(args.cache_dir, args.build_index, manifest)
     print_build(args.model, args.output, manifest, bool(args.verbose))
     if args.report:
         write_atomic(args.report, json.dumps(build_report(manifest, args.output), indent=1) + "\n")
