@@ -24,7 +24,8 @@ from trt_backend.session.session import Session
 SHAPES = ["--shapes", "image:1x3x32x32"]
 pytestmark = pytest.mark.usefixtures("flavor")
 
-# a build in a fresh process: what it printed, whether it loaded onnx, numpy or a TensorRT
+# a build in a fresh process: what it printed, whether it loaded onnx, numpy or a TensorRT (the
+# builds whose index entries are compared run in children alike: the environment is in the key)
 CHILD = textwrap.dedent("""
     import json, sys
     from trt_backend.cli import main
@@ -70,8 +71,8 @@ def outputs(folder: str, model: str) -> tuple[np.ndarray, np.ndarray]:
 
 def test_a_repeated_build_is_answered_before_onnx_loads(tmp_path) -> None:
     model, cache = demo_copy(str(tmp_path / "demo.onnx")), str(tmp_path / "cache")
-    first = build(model, str(tmp_path / "a"), cache)
-    assert first["build_cache"]["hit"] is False
+    first, heavy, _ = build_in_child(model, str(tmp_path / "a"), cache)  # (the environment is part of the key)
+    assert first["build_cache"]["hit"] is False and "onnx" in heavy
     assert len(os.listdir(os.path.join(cache, BUILDS, INDEX))) == 1
     hit, heavy, printed = build_in_child(model, str(tmp_path / "b"), cache)
     assert heavy == []
@@ -109,7 +110,7 @@ def test_a_changed_model_or_option_misses(tmp_path) -> None:
 
 def test_a_damaged_index_or_a_removed_entry_goes_the_usual_way(tmp_path) -> None:
     model, cache = demo_copy(str(tmp_path / "demo.onnx")), str(tmp_path / "cache")
-    first = build(model, str(tmp_path / "a"), cache)
+    first, _, _ = build_in_child(model, str(tmp_path / "a"), cache)
     index = os.path.join(cache, BUILDS, INDEX)
     (name,) = os.listdir(index)
     with open(os.path.join(index, name), "w") as f:
