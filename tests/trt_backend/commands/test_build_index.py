@@ -134,7 +134,8 @@ def test_only_arguments_with_plain_values_take_the_index() -> None:
     assert call.argv == ["build", "<model>", "--cache-dir", "c", "--shapes", "x:1x3", "--no-plugins"]
     for extra in (["--report", "r.json"], ["--inputs", "x.npz"], ["--calibration-data", "d"], ["--sign-key", "k"],
                   ["--timing-cache", "t"], ["--precision-plan", "p.json"], ["--device", "0"], ["--min", "x:1"],
-                  ["second.onnx"], ["--shapes"]):
+                  ["second.onnx"], ["--shapes"], ["--precision", "auto"], ["--precision=auto"]):
         assert parse(["build", "m.onnx", "-o", "out", "--cache-dir", "c", *extra]) is None, extra
+    assert parse(["build", "m.onnx", "-o", "out", "--cache-dir", "c", "--precision", "fp16"]) is not None
     assert parse(["build", "m.onnx", "-o", "out"]) is None
     assert parse(["inspect", "m.onnx", "--cache-dir", "c"]) is None
