@@ -13,8 +13,8 @@ target fails. Polygraphy's partitioning needs ``onnx_graphsurgeon``; without it 
 partitioned model shows as failed (pass ``--polygraphy-pythonpath DIR`` to point at one).
 
 With ``--cli`` both sides are timed as users see them, start-up included:
-``python -m trt_backend inspect MODEL`` against Polygraphy's ``inspect capability
---with-partitioning MODEL``, in turn, as processes, median of ``--repeat``, on ResNet-50 (as
+``python -m trt_backend inspect MODEL`` against Polygraphy's own ``polygraphy inspect capability
+--with-partitioning MODEL`` script, in turn, as processes, median of ``--repeat``, on ResNet-50 (as
 exported by ``build_time.py --cli``, else the zoo's), every other model of the zoo
 (``model_zoo.py``: BERT, MobileNet, DeepLab, SSDlite, ViT), the light models and the 6k chain
 (with and without value_info). Targets: no slower than Polygraphy wherever Polygraphy
@@ -329,7 +329,9 @@ def cli_mode(args: argparse.Namespace) -> int:
                         raise SystemExit(f"trt-backend inspect {path} failed: {out[-1000:]}")
                     ours.append(seconds)
                     if poly_error is None:
-                        cmd = [sys.executable, "-c", POLY_DRIVER, "inspect", "capability", "--with-partitioning", path]
+                        # (its own script, as users run it: it imports onnx, numpy and onnx_graphsurgeon
+                        # only when it partitions; the in-process mode's driver imports them up front)
+                        cmd = [polygraphy_exe(), "inspect", "capability", "--with-partitioning", path]
                         seconds, rc, out = run_timed(cmd, env, args.polygraphy_timeout, cwd)
                         if rc == 0:
                             poly.append(seconds)
