@@ -18,8 +18,8 @@ entry's key. Its key is made of what decides the options and the folder without 
 Only arguments known to carry plain values take this path: one naming a file whose content
 matters (calibration data, inputs, a precision plan, a timing cache, a signing key, a report)
 or a device, and ``--precision auto`` (whose search runs before the options exist), send the
-command the usual way. The index is written after a build that went the
-usual way; a hit restores the entry exactly as the usual path would (its manifest sealed again,
+command the usual way. The index is written after a build that went the usual way; a hit
+restores the entry exactly as the usual path would (its manifest sealed again,
 ``build_cache.hit`` true), so the folder, its manifest and the printed lines are the same."""
 from __future__ import annotations
 
