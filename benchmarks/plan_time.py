@@ -13,11 +13,12 @@ target fails. Polygraphy's partitioning needs ``onnx_graphsurgeon``; without it 
 partitioned model shows as failed (pass ``--polygraphy-pythonpath DIR`` to point at one).
 
 With ``--cli`` both sides are timed as users see them, start-up included:
-``python -m trt_backend inspect MODEL`` against Polygraphy's ``inspect capability
---with-partitioning MODEL``, in turn, as processes, best of ``--repeat``, on ResNet-50 (as
-exported by ``build_time.py --cli``) and the zoo's BERT, the light models and the 6k chain (with and without
-value_info). Targets: no slower
-than Polygraphy wherever Polygraphy succeeds; the 6k chain in <= 2 s.
+``python -m trt_backend inspect MODEL`` against Polygraphy's own ``polygraphy inspect capability
+--with-partitioning MODEL`` script, in turn, as processes, median of ``--repeat``, on ResNet-50 (as
+exported by ``build_time.py --cli``, else the zoo's), every other model of the zoo
+(``model_zoo.py``: BERT, MobileNet, DeepLab, SSDlite, ViT), the light models and the 6k chain
+(with and without value_info). Targets: no slower than Polygraphy wherever Polygraphy
+succeeds; the 6k chain in <= 2 s.
 
     python benchmarks/plan_time.py [--quick] [--no-polygraphy] [--json OUT] [--profile]
     python benchmarks/plan_time.py --cli [--repeat 3]
@@ -307,6 +308,8 @@ def cli_mode(args: argparse.Namespace) -> int:
         candidates = [("resnet50", static if os.path.exists(static) else os.path.join(ZOO_MODELS, "resnet50.onnx")),
                       ("bert", os.path.join(ZOO_MODELS, "bert.onnx"))]  # (build_time.py --cli exports the first)
         models = [(n, p) for n, p in candidates if os.path.exists(p)]
+        models += [(os.path.basename(p)[:-5], p) for p in sorted(glob.glob(os.path.join(ZOO_MODELS, "*.onnx")))
+                   if os.path.basename(p) not in ("resnet50.onnx", "bert.onnx")]  # (the rest of the zoo)
         chain = long_chain(CHAIN_SIZES["chain_6k"], unsupported_every=UNSUPPORTED_EVERY)
         for name, proto in (("chain_6k", chain), ("chain_6k+vi", onnx.shape_inference.infer_shapes(chain))):
             onnx.save(proto, os.path.join(tmp, name + ".onnx"))
@@ -325,25 +328,30 @@ def cli_mode(args: argparse.Namespace) -> int:
                         raise SystemExit(f"trt-backend inspect {path} failed: {out[-1000:]}")
                     ours.append(seconds)
                     if poly_error is None:
-                        cmd = [sys.executable, "-c", POLY_DRIVER, "inspect", "capability", "--with-partitioning", path]
+                        # (its own script, as users run it: it imports onnx, numpy and onnx_graphsurgeon
+                        # only when it partitions; the in-process mode's driver imports them up front)
+                        cmd = [polygraphy_exe(), "inspect", "capability", "--with-partitioning", path]
                         seconds, rc, out = run_timed(cmd, env, args.polygraphy_timeout, cwd)
                         if rc == 0:
                             poly.append(seconds)
                         else:
                             poly_error = "timed out" if rc is None else f"exit {rc}: {last_error_line(out)}"
             nodes = len(onnx.load(path, load_external_data=False).graph.node)
-            rows.append((name, nodes, min(ours), min(poly) if poly and poly_error is None else None, poly_error))
+            rows.append((name, nodes, statistics.median(ours), statistics.median(poly) if poly and poly_error is None
+                         else None, poly_error, min(ours), min(poly) if poly else None))
             print(f"  timed {name}", file=sys.stderr, flush=True)
     print(f"inspect as a process (start-up included) vs polygraphy inspect capability --with-partitioning "
-          f"(POLYGRAPHY_USE_TENSORRT_RTX=1), best of {args.repeat}")
-    print(f"{'model':<24}{'nodes':>7}{'ours s':>9}{'polygraphy s':>14}{'ours/poly':>11}")
+          f"(POLYGRAPHY_USE_TENSORRT_RTX=1), median of {args.repeat} (best in brackets)")
+    print(f"{'model':<34}{'nodes':>7}{'ours s':>15}{'polygraphy s':>15}{'ours/poly':>11}")
     slower, notes = [], []
-    for name, nodes, ours_s, poly_s, error in rows:
+    for name, nodes, ours_s, poly_s, error, ours_best, poly_best in rows:
+        ours_text = f"{ours_s:.2f} ({ours_best:.2f})"
         if poly_s is None:
             notes.append(f"{name}: polygraphy failed ({error})")
-            print(f"{name:<24}{nodes:>7}{ours_s:>9.2f}{'failed':>14}{'-':>11}")
+            print(f"{name:<34}{nodes:>7}{ours_text:>15}{'failed':>15}{'-':>11}")
             continue
-        print(f"{name:<24}{nodes:>7}{ours_s:>9.2f}{poly_s:>14.2f}{ours_s / poly_s:>10.2f}x")
+        poly_text = f"{poly_s:.2f} ({poly_best:.2f})"
+        print(f"{name:<34}{nodes:>7}{ours_text:>15}{poly_text:>15}{ours_s / poly_s:>10.2f}x")
         if ours_s > poly_s:
             slower.append(f"{name} {ours_s / poly_s:.2f}x")
     for note in notes:

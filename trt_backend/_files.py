@@ -16,17 +16,19 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import onnx
-
-from partitioner import Plan
-from partitioner.weights import data_files, place_data_files
 from trt_backend._lazy import lazy_module
 from trt_backend.errors import OutputError
 
+if TYPE_CHECKING:
+    import onnx
+
+    from partitioner import Plan
+
 log = logging.getLogger(__name__)
 _picture = lazy_module("partitioner.picture")  # Only the commands that draw load it.
+_weights = lazy_module("partitioner.weights")  # onnx loads with the first model saved.
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, durable: bool = True) -> None:
@@ -70,9 +72,9 @@ def save_model_with_data(proto: onnx.ModelProto, path: str | os.PathLike[str], w
     ``path`` (copies, see :func:`partitioner.weights.place_data_files`; ``weights_dir`` is the folder
     its locations are relative to now). The weights are never read into a protobuf."""
     save_model_atomic(proto, path)
-    locations = data_files(proto)
+    locations = _weights.data_files(proto)
     if locations and weights_dir is not None:
-        place_data_files(locations, weights_dir, os.path.dirname(os.path.abspath(os.fspath(path))))
+        _weights.place_data_files(locations, weights_dir, os.path.dirname(os.path.abspath(os.fspath(path))))
 
 
 def missing_parent(out_dir: str) -> str | None:

@@ -14,9 +14,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from trt_backend._lazy import lazy_module
 from trt_backend._progress import PROGRESS, ClearingStream, ProgressHandler
-from trt_backend.commands._args import check_output_paths
 from trt_backend.errors import TrtBackendError
+
+_args = lazy_module("trt_backend.commands._args")  # (loaded after a build the index answers: not at all)
+_build_hit = lazy_module("trt_backend.commands._build_hit")
 
 COMMANDS = {  # name -> one-line help, in --help order; module trt_backend.commands.<name with "-" as "_">
     "inspect": "plan a model: which nodes run in TensorRT, which in ONNX Runtime",
@@ -60,8 +63,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in args_list if not a.startswith("-")), None)
+    build_index = None
+    if command == "build" and any(a.startswith("--cache-dir") for a in args_list):
+        answered, build_index = _build_from_index(args_list)
+        if answered:
+            return 0
     parser = build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(args_list)
+    if build_index is not None:
+        args.build_index = build_index  # (the build records it in its cache's index)
     args.verbose = args.verbose + getattr(args, "verbose_after", 0)
     args.quiet = (args.quiet or getattr(args, "quiet_after", False)) and not args.verbose
     level = logging.ERROR if args.quiet else logging.WARNING if args.verbose == 0 else \
@@ -70,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     error_exit = int(getattr(args, "error_exit", 1))  # (compare: 2, kept apart from its 1 for "outputs differ")
     handler, streams = _show_progress(args), (sys.stdout, sys.stderr)
     try:
-        check_output_paths(args)  # (before any work: a run must not end in "cannot write")
+        _args.check_output_paths(args)  # (before any work: a run must not end in "cannot write")
         rc = int(args.func(args) or 0)
         sys.stdout.flush()  # (a closed stdout shows here, inside the handling below)
         return rc
@@ -84,6 +94,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         _stop_progress(handler, streams)
+
+
+def _build_from_index(args_list: list[str]) -> tuple[bool, str | None]:
+    """``build --cache-dir`` answered from the build cache's index before the build command and
+    what it needs are loaded (:mod:`trt_backend.commands._build_hit`): (answered, the index key
+    the usual path records for the next time, or None when this command line has none)."""
+    call, index = _build_hit.lookup_index(args_list)
+    if call is None or index is None:
+        return False, None
+    try:
+        manifest = _build_hit.restore_indexed(call, index)
+    except (TrtBackendError, OSError) as e:  # (the usual path meets the same problem and says it)
+        logging.getLogger(__name__).debug("build index: %s", e)
+        return False, index
+    if manifest is None:
+        return False, index
+    verbose = any(a in ("-v", "--verbose", "-vv", "-vvv") for a in args_list)
+    _build_hit.print_build(call.model, call.output, manifest, verbose)
+    sys.stdout.flush()
+    return True, index
 
 
 def _error(message: str, prefix: str = "trt-backend: error: ") -> None:

@@ -14,9 +14,8 @@ from partitioner.errors import (
     OptionsError,
     TrtBackendError,
 )
+from plugins.errors import HostCompilerError, SpecError
 from plugins.nvrtc import NvrtcCompileError, NvrtcUnavailableError, PtxTooNewError
-from plugins.resize.host import HostCompilerError
-from plugins.resize.spec import SpecError
 
 
 class ProfileError(OptionsError):

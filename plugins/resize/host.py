@@ -16,15 +16,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from partitioner.errors import TrtBackendError
+from plugins.errors import HostCompilerError
 
 from .spec import DTYPE_CODES, ResizeParams, kernel_source
 
 MAX_RANK = 8
-
-
-class HostCompilerError(TrtBackendError):
-    """The kernel source could not be compiled for the host."""
 
 
 class RzParams(ctypes.Structure):

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import onnx
 
+from plugins.errors import SpecError
+
 MODES = {"nearest": 0, "linear": 1, "cubic": 2}
 COORDINATE_MODES = {"half_pixel": 0, "asymmetric": 1, "pytorch_half_pixel": 2, "tf_half_pixel_for_nn": 3,
                     "align_corners": 4, "tf_crop_and_resize": 5, "half_pixel_symmetric": 6}
@@ -28,10 +30,6 @@ PLUGIN_NAMESPACE = "trt_backend"
 PLUGIN_NAME = "TrtBackendResize"  # op type of rewritten nodes and the TensorRT plugin's name
 
 Dim = int | str | None  # a known size, a symbolic name, or unknown
-
-
-class SpecError(ValueError):
-    """A Resize node the plugin cannot take; the message is the reason."""
 
 
 @dataclass(frozen=True)

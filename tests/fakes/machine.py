@@ -27,6 +27,7 @@ class FakeMachine:
                  version: str = "1.7.0") -> None:
         self.cuda = FakeCudaRuntime(gpus)
         monkeypatch.setattr(device_layer, "cudart", lambda: self.cuda)
+        monkeypatch.setattr(device_layer, "driver_absent", lambda: False)
         self.trt = FakeTensorRT(self.cuda, rtx=rtx, version=version)
         self.flavor = Flavor("tensorrt_rtx" if rtx else "tensorrt", version, self.trt)  # type: ignore[arg-type]
         self.runners: list[TensorRTRunner] = []

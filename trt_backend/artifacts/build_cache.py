@@ -20,23 +20,22 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import onnx
-from google.protobuf.message import DecodeError
-
-from partitioner.weights import data_files
-from trt_backend._files import json_sha256, new_folder, swap_in_folder, write_atomic
+from trt_backend._files import json_sha256, missing_parent, new_folder, swap_in_folder, write_atomic
+from trt_backend._lazy import lazy_module
 from trt_backend._version import __version__
-from trt_backend.artifacts.read import MANIFEST
-from trt_backend.artifacts.seal import check_seal, seal
+from trt_backend.artifacts.seal import MANIFEST, check_seal, seal
 from trt_backend.errors import ArtifactError
 
 log = logging.getLogger(__name__)
+_onnx = lazy_module("onnx")  # (a model with external data only: a cache hit of one without loads none)
+_protobuf = lazy_module("google.protobuf.message")
+_weights = lazy_module("partitioner.weights")
 
 BUILD_CACHE_FORMAT = 1
 BUILDS = "builds"
 DIGESTS = "digests.json"  # file digests by path and status: unchanged files are not read again
 _MAX_DIGESTS = 1000
-_PACKAGES = ("trt_backend", "partitioner", "plugins")
+SOURCE_PACKAGES = ("trt_backend", "partitioner", "plugins")
 _source_digest: str | None = None
 
 
@@ -48,7 +47,7 @@ def source_digest() -> str:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         root = os.path.dirname(root)
         h = hashlib.sha256()
-        for package in _PACKAGES:
+        for package in SOURCE_PACKAGES:
             top = os.path.join(root, package)
             for folder, dirs, files in os.walk(top):
                 dirs[:] = sorted(d for d in dirs if d != "__pycache__")
@@ -93,11 +92,11 @@ def _file_digest(path: str, known: dict[str, Any], data: bool | None) -> dict[st
         content = f.read()
     entry = {"status": status, "sha256": hashlib.sha256(content).hexdigest(), "data_files": []}
     if data is None and b"location" in content:  # (no external data without that key: no parse)
-        proto = onnx.ModelProto()
+        proto = _onnx.ModelProto()  # (only here: a cache hit of a model without external data loads no onnx)
         try:
             proto.ParseFromString(content)
-            entry["data_files"] = data_files(proto)
-        except (DecodeError, RuntimeError, ValueError) as e:  # (not a model: loading it names the problem)
+            entry["data_files"] = _weights.data_files(proto)
+        except (_protobuf.DecodeError, RuntimeError, ValueError) as e:  # (not a model: loading it names the problem)
             raise OSError(f"not an ONNX model ({e})") from None
     if time.time() - st.st_mtime_ns / 1e9 > _RACY_SECONDS:
         known[key] = entry
@@ -115,7 +114,7 @@ def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     module = getattr(value, "__module__", None) or ""
-    if callable(value) and module.split(".")[0] in _PACKAGES:  # (our own code: its sources are in the key)
+    if callable(value) and module.split(".")[0] in SOURCE_PACKAGES:  # (our own code: its sources are in the key)
         return f"{module}:{getattr(value, '__qualname__', repr(value))}"
     return repr(value)  # (anything else without a stable form, e.g. a user's callable, keys to itself: a miss)
 
@@ -140,7 +139,7 @@ class BuildCache:
 
     def key(self, model_path: str, inputs: Mapping[str, Any]) -> str:
         """:func:`build_key`, with the file digests this cache remembers (``digests.json``)."""
-        known = self._digests()
+        known = self.digests()
         before = dict(known)
         key = build_key(model_path, inputs, known)
         if known != before:  # (a file read anew: its digest is kept)
@@ -151,7 +150,7 @@ class BuildCache:
                 log.debug("build cache %s: digests not kept (%s)", self.root, e)
         return key
 
-    def _digests(self) -> dict[str, Any]:
+    def digests(self) -> dict[str, Any]:
         try:
             with open(os.path.join(self.root, DIGESTS), encoding="utf-8") as f:
                 known = json.load(f)
@@ -232,6 +231,23 @@ class BuildCache:
         if not isinstance(manifest, dict):
             return None
         return manifest
+
+def check_build_folder(out_dir: str) -> None:
+    """An ArtifactError unless ``out_dir`` can become a build folder: absent, empty or a build
+    folder (one holding a manifest) in a folder that takes new files."""
+    if os.path.exists(out_dir):
+        if not os.path.isdir(out_dir):
+            raise ArtifactError(f"{out_dir}: exists and is not a folder")
+        if os.listdir(out_dir) and not os.path.exists(os.path.join(out_dir, MANIFEST)):
+            raise ArtifactError(f"{out_dir}: folder is not empty and holds no {MANIFEST}; refusing to replace it")
+    problem = missing_parent(out_dir)
+    if problem:
+        raise ArtifactError(f"{out_dir}: {problem}")
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    try:  # (os.access says yes to root, also on read-only file systems: try it, before building)
+        os.rmdir(new_folder(parent, ".build-probe-"))
+    except OSError as e:
+        raise ArtifactError(f"{out_dir}: cannot write in folder {parent} ({e.strerror or e})") from None
 
 
 def _newest(known: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from partitioner import PartitionOptions, Plan, TrtBackendError
 from partitioner.errors import OptionsError
 from partitioner.weights import check_location, file_sha256
 from trt_backend.artifacts.saved import saved_segment_profiles
-from trt_backend.artifacts.seal import check_seal
+from trt_backend.artifacts.seal import MANIFEST, check_seal
 from trt_backend.compiler import Compiled, compile
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.memory import EngineFile
@@ -44,7 +44,6 @@ from trt_backend.tensorrt.flavor import load_flavor
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 MODEL_FILE = "model.onnx"
 FORMAT = 2  # 2: segment models are the built forms, per segment precision, the build record
 

@@ -17,6 +17,7 @@ from typing import Any
 from trt_backend._files import canonical_json, sha256_bytes
 from trt_backend.errors import ArtifactError, OptionsError, SignatureError
 
+MANIFEST = "manifest.json"  # a build folder's manifest, the file sealed here
 DIGEST = "digest"  # manifest key: "sha256:<hex>" of the canonical content
 SIGNATURE = "signature"  # manifest key: "hmac-sha256:<hex>" of the canonical content
 SIGN_KEY_ENV = "TRT_BACKEND_SIGN_KEY"

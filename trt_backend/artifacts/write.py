@@ -29,7 +29,6 @@ from partitioner.weights import (
     raw_nbytes,
 )
 from trt_backend._files import (
-    missing_parent,
     new_folder,
     output_lock,
     sha256_bytes,
@@ -37,7 +36,7 @@ from trt_backend._files import (
     write_atomic,
 )
 from trt_backend._version import __version__
-from trt_backend.artifacts.build_cache import BuildCache
+from trt_backend.artifacts.build_cache import BuildCache, check_build_folder
 from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE
 from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import seal
@@ -82,7 +81,7 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str], profiles:
         raise OptionsError("a build needs TensorRT: flavor 'none' plans everything on ONNX Runtime")
     flv = load_flavor(opts.flavor)
     check_build_options(opts.build, flv)  # (before planning: a setting this TensorRT refuses is said at once)
-    _check_out_dir(out_dir)
+    check_build_folder(out_dir)
     with output_lock(out_dir):  # (a second build into the same folder is refused, not lost)
         return _build_locked(model, out_dir, profiles, opts, flv, key, progress)
 
@@ -264,20 +263,6 @@ def _versions(flv: Flavor) -> dict[str, str]:
     return {"onnx": onnx.__version__, "onnxruntime": installed_version() or "none", flv.name: flv.version}
 
 
-def _check_out_dir(out_dir: str) -> None:
-    if os.path.exists(out_dir):
-        if not os.path.isdir(out_dir):
-            raise ArtifactError(f"{out_dir}: exists and is not a folder")
-        if os.listdir(out_dir) and not os.path.exists(os.path.join(out_dir, MANIFEST)):
-            raise ArtifactError(f"{out_dir}: folder is not empty and holds no {MANIFEST}; refusing to replace it")
-    problem = missing_parent(out_dir)
-    if problem:
-        raise ArtifactError(f"{out_dir}: {problem}")
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    try:  # (os.access says yes to root, also on read-only file systems: try it, before building)
-        os.rmdir(new_folder(parent, ".build-probe-"))
-    except OSError as e:
-        raise ArtifactError(f"{out_dir}: cannot write in folder {parent} ({e.strerror or e})") from None
 
 
 class _Stage:

@@ -24,12 +24,13 @@ from trt_backend.commands._args import (
     max_memory,
     session_options,
 )
+from trt_backend.commands._build_hit import print_build, remember_in_index
 from trt_backend.commands._precision import (
     add_auto_arguments,
     build_fields,
     options_with,
 )
-from trt_backend.engines.report import demotion_lines, group_demotions
+from trt_backend.engines.report import group_demotions
 from trt_backend.ort.values import memory_limit
 from trt_backend.session.feeds import read_feeds
 
@@ -76,20 +77,9 @@ def _handle(args: argparse.Namespace) -> int:
     kw: dict[str, Any] = {**build_fields(args, args.model, profiles or None, so, feeds), **builder}
     options = dataclasses.replace(options_with(so, kw), cache_dir=args.cache_dir)
     manifest = build(args.model, args.output, profiles or None, options)
-    segs = manifest["segments"]
-    engines = [s for s in segs if s["engine"]]
-    cached = " (a copy of an earlier build: build cache hit)" if manifest.get("build_cache", {}).get("hit") else ""
-    print(f"model {args.model} | {manifest['tensorrt']} | target {manifest['gpu_target']} | {len(segs)} segment(s), "
-          f"{len(engines)} engine(s) | {manifest['build_seconds']:.2f} s{cached}")
-    for s in segs:
-        what = (f"engine {s['engine']} {s['engine_bytes']} bytes, built in {s['build_seconds']:.2f} s"
-                if s["engine"] else "runs in ONNX Runtime")
-        precision = f" {s['precision']}" if s.get("precision") else ""
-        print(f"  segment {s['id']}: {s['backend']:<11}{precision} {s['model']}  {what}")
-    for line in demotion_lines(manifest.get("demoted") or (), verbose=bool(args.verbose)):
-        print("  " + line)
-    signed = ", signed with HMAC-SHA256" if "signature" in manifest else ""
-    print(f"wrote {args.output}/manifest.json (digest {manifest['digest'][:19]}...{signed})")
+    if args.cache_dir and getattr(args, "build_index", None):  # (the next same command finds it before loading)
+        remember_in_index(args.cache_dir, args.build_index, manifest)
+    print_build(args.model, args.output, manifest, bool(args.verbose))
     if args.report:
         write_atomic(args.report, json.dumps(build_report(manifest, args.output), indent=1) + "\n")
         print(f"wrote {args.report}")

@@ -1,0 +1,242 @@
+"""``trt-backend build --cache-dir`` answered before the build command loads anything heavy.
+
+The build cache (:mod:`trt_backend.artifacts.build_cache`) keys a folder by the model's content
+and the options the command made of its arguments; making those options loads onnx, numpy and
+TensorRT, which is most of a cache hit's time. This module keeps a second, cheaper way to the
+same entries: an index under ``<cache_dir>/builds/index/`` from the command line itself to the
+entry's key. Its key is made of what decides the options and the folder without loading them:
+
+- the argument list as given, less the output folder and the verbosity flags (a different
+  spelling of the same options is only a miss);
+- the model file's SHA-256 and its external data files' (the build cache's own digests, with
+  the file status check that skips reading an unchanged file);
+- the status (size, time, inode) of every source file of trt-backend's packages, the Python
+  interpreter, the installed distributions (their names and versions) on ``sys.path``, the
+  NVIDIA driver's view of the GPUs and the environment variables that steer TensorRT, CUDA,
+  ONNX Runtime or trt-backend.
+
+Only arguments known to carry plain values take this path: one naming a file whose content
+matters (calibration data, inputs, a precision plan, a timing cache, a signing key, a report)
+or a device, and ``--precision auto`` (whose search runs before the options exist), send the
+command the usual way. The index is written after a build that went the usual way; a hit
+restores the entry exactly as the usual path would (its manifest sealed again,
+``build_cache.hit`` true), so the folder, its manifest and the printed lines are the same."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trt_backend._files import output_lock, write_atomic
+from trt_backend._lazy import lazy_module
+from trt_backend.artifacts.build_cache import (
+    SOURCE_PACKAGES,
+    BuildCache,
+    check_build_folder,
+    model_digest,
+)
+from trt_backend.artifacts.seal import sign_key
+
+log = logging.getLogger(__name__)
+_report = lazy_module("trt_backend.engines.report")  # (a build that demoted nodes only)
+
+INDEX = "index"
+INDEX_FORMAT = 1
+# build's options that take a plain value (no file whose content matters), and its flags
+_VALUE_OPTIONS = frozenset({
+    "--shapes", "--min-shapes", "--opt-shapes", "--max-shapes", "--precision", "--calibration-method", "--atol",
+    "--rtol", "--atol-of-range", "--allow", "--cache-dir", "--workspace-mb", "--builder-optimization-level",
+    "--max-aux-streams", "--hardware-compatibility", "--compute-capabilities", "--max-memory",
+    "--max-build-memory", "--exclude-ops", "--exclude-nodes", "--min-segment-size", "--launch-cost-us",
+    "--flavor", "--target", "--plugin-ops", "--qdq-rewrite"})
+_FLAGS = frozenset({"--version-compatible", "--include-lean-runtime", "--no-boundary-cost", "--isolate",
+                    "--no-plugins"})
+_VERBOSITY = frozenset({"-v", "--verbose", "-q", "--quiet", "-vv", "-vvv"})
+_ENV_PREFIXES = ("TRT_BACKEND", "TENSORRT", "TRT_", "CUDA", "NVIDIA", "ORT_", "ONNX", "POLYGRAPHY", "LD_LIBRARY_PATH",
+                 "OMP_")
+
+
+class Call:
+    """A ``build`` command line this path can answer: its model, output, cache and key material."""
+
+    def __init__(self, model: str, output: str, cache_dir: str, argv: list[str]) -> None:
+        self.model, self.output, self.cache_dir, self.argv = model, output, cache_dir, argv
+
+
+def parse(argv: Sequence[str]) -> Call | None:
+    """The build command line ``argv`` (as the CLI got it) if every argument is one this path
+    knows; else None (the command goes the usual way)."""
+    args = list(argv)
+    kept: list[str] = []
+    model = output = cache_dir = None
+    seen_command = False
+    i = 0
+    while i < len(args):
+        token = args[i]
+        name, eq, inline = token.partition("=")
+        if token in _VERBOSITY:
+            pass
+        elif not seen_command:
+            if token != "build":
+                return None
+            seen_command = True
+            kept.append(token)
+        elif name in ("-o", "--output") or name in _VALUE_OPTIONS:
+            if eq:
+                value = inline
+            elif i + 1 < len(args):
+                i += 1
+                value = args[i]
+            else:
+                return None
+            if name in ("-o", "--output"):
+                output = value
+            elif name == "--precision" and value == "auto":
+                return None  # (the usual path searches a precision plan first; its result is not in this key)
+            else:
+                cache_dir = value if name == "--cache-dir" else cache_dir
+                kept += [name, value]
+        elif token in _FLAGS:
+            kept.append(token)
+        elif token.startswith("-") or model is not None:
+            return None  # (an option this path does not take, a short form, or a second positional)
+        else:
+            model = token
+            kept.append("<model>")
+        i += 1
+    if not model or not output or not cache_dir or kept.count("--cache-dir") != 1:
+        return None
+    return Call(model, output, cache_dir, kept)
+
+
+def _status(path: str) -> list[int]:
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _sources() -> list[Any]:
+    """(relative path, status) of every source file of trt-backend's packages."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out: list[Any] = []
+    for package in SOURCE_PACKAGES:
+        for folder, dirs, files in os.walk(os.path.join(root, package)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith((".py", ".cu", ".json")):
+                    path = os.path.join(folder, name)
+                    out.append([os.path.relpath(path, root), *_status(path)])
+    return out
+
+
+def _installed() -> list[str]:
+    """The distributions on ``sys.path`` (their metadata folders' names carry the versions)."""
+    names: list[str] = []
+    for entry in sys.path:
+        if os.path.isdir(entry):
+            try:
+                names += sorted(n for n in os.listdir(entry) if n.endswith((".dist-info", ".egg-info", ".egg-link",
+                                                                            ".pth")))
+            except OSError:
+                continue
+    return names
+
+
+def _gpus() -> list[str]:
+    """What the NVIDIA driver says about itself and each GPU (nothing on a machine without one)."""
+    out = []
+    for path in ["/proc/driver/nvidia/version", *sorted(glob.glob("/proc/driver/nvidia/gpus/*/information"))]:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                out.append(f.read())
+        except OSError:
+            continue
+    return out
+
+
+def index_key(call: Call, known: dict[str, Any]) -> str:
+    """The index key of ``call``: see the module's description. ``known``: the build cache's
+    remembered file digests (:func:`trt_backend.artifacts.build_cache.model_digest`)."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+    material = {"index_format": INDEX_FORMAT, "argv": call.argv, "model": model_digest(call.model, known),
+                "sources": _sources(), "python": [sys.version, sys.executable], "installed": _installed(),
+                "gpus": _gpus(), "env": env}
+    text = json.dumps(material, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _index_path(cache: BuildCache, key: str) -> str:
+    return os.path.join(cache.root, INDEX, key + ".json")
+
+
+def lookup_index(argv: Sequence[str]) -> tuple[Call | None, str | None]:
+    """(the call, its index key) for a build command line this path can answer; (None, None)
+    when it cannot (any problem: the usual path meets it and says it)."""
+    call = parse(argv)
+    if call is None:
+        return None, None
+    try:
+        cache = BuildCache(call.cache_dir)
+        known = cache.digests()
+        return call, index_key(call, known)
+    except (OSError, ValueError) as e:
+        log.debug("build index: %s", e)
+        return None, None
+
+
+def remember_in_index(cache_dir: str, index: str, manifest: Mapping[str, Any]) -> None:
+    """After a build the usual way: index ``index`` names the build cache entry it wrote or
+    copied (failing to keep it only costs the next build its shortcut)."""
+    key = (manifest.get("build_cache") or {}).get("key")
+    if not isinstance(key, str):
+        return
+    cache = BuildCache(cache_dir)
+    try:
+        os.makedirs(os.path.join(cache.root, INDEX), exist_ok=True)
+        write_atomic(_index_path(cache, index), json.dumps({"key": key}) + "\n", durable=False)
+    except OSError as e:
+        log.debug("build index %s: not kept (%s)", cache.root, e)
+
+
+def restore_indexed(call: Call, index: str) -> dict[str, Any] | None:
+    """The manifest of ``call.output`` restored from the build cache entry ``index`` names, or
+    None (no such index or entry: the usual path builds)."""
+    cache = BuildCache(call.cache_dir)
+    try:
+        with open(_index_path(cache, index), encoding="utf-8") as f:
+            key = json.load(f).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(key, str) or not os.path.isfile(os.path.join(cache.entry(key), "manifest.json")):
+        return None
+    start = time.perf_counter()
+    signing = sign_key(None)
+    check_build_folder(call.output)
+    with output_lock(call.output):
+        return cache.restore(key, call.output, {"model": call.model,
+                                                "build_seconds": round(time.perf_counter() - start, 4),
+                                                "build_cache": {"key": key, "hit": True}}, signing)
+
+
+def print_build(model: str, output: str, manifest: Mapping[str, Any], verbose: bool) -> None:
+    """What ``trt-backend build`` prints about the folder it wrote."""
+    segs = manifest["segments"]
+    engines = [s for s in segs if s["engine"]]
+    cached = " (a copy of an earlier build: build cache hit)" if manifest.get("build_cache", {}).get("hit") else ""
+    print(f"model {model} | {manifest['tensorrt']} | target {manifest['gpu_target']} | {len(segs)} segment(s), "
+          f"{len(engines)} engine(s) | {manifest['build_seconds']:.2f} s{cached}")
+    for s in segs:
+        what = (f"engine {s['engine']} {s['engine_bytes']} bytes, built in {s['build_seconds']:.2f} s"
+                if s["engine"] else "runs in ONNX Runtime")
+        precision = f" {s['precision']}" if s.get("precision") else ""
+        print(f"  segment {s['id']}: {s['backend']:<11}{precision} {s['model']}  {what}")
+    if manifest.get("demoted"):
+        for line in _report.demotion_lines(manifest["demoted"], verbose=verbose):
+            print("  " + line)
+    signed = ", signed with HMAC-SHA256" if "signature" in manifest else ""
+    print(f"wrote {output}/manifest.json (digest {manifest['digest'][:19]}...{signed})")
