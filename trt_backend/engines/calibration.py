@@ -217,20 +217,37 @@ def _stream(files: Sequence[str], inputs: Sequence[InputSpec], sizes: Mapping[st
                 step, array = steps[spec.name], arrays[spec.name]
                 feed[spec.name] = (array if spec.name in shared else array[k * step:(k + 1) * step] if step
                                   else np.asarray(array[k]))
-            if all(len(feed[s.name]) == s.dims[0] for s in inputs if steps[s.name] and s.dims[0] is not None):
-                yield path, _checked(path, feed, inputs, ranges)  # (a short batch is dropped where the batch is static)
+            short = any(len(feed[s.name]) < steps[s.name] for s in inputs if steps[s.name])
+            if short:
+                yield from _flush(path, feed, inputs, ranges)
+            else:
+                yield path, _checked(path, feed, inputs, ranges)
     if pending:
         yield from _flush(pending_path, pending, inputs, ranges)
 
 
 def _flush(path: str, pending: dict[str, np.ndarray], inputs: Sequence[InputSpec],
            ranges: ShapeRanges) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-    """The short batch left over: fed where no input's batch dim is static."""
-    if all(s.dims[0] is None for s in inputs if s.dims):
+    """The short batch left over: fed where no input's batch dim is static and a profile takes it;
+    else left out, as TensorRT's calibrators leave out what does not fill a batch."""
+    if all(s.dims[0] is None for s in inputs if s.dims) and _fits(pending, ranges):
         yield path, _checked(path, pending, inputs, ranges)
+    elif all(s.dims[0] is None for s in inputs if s.dims) and not _fits(pending, ranges, whole_batch=True):
+        yield path, _checked(path, pending, inputs, ranges)  # outside the profiles in more than its batch: the error
     else:
-        log.info("calibration data %s: %d sample(s) short of a whole batch left out", path,
-                 len(next(iter(pending.values()))))
+        batched = [a for s in inputs if s.dims and (a := pending[s.name]).ndim == len(s.dims)]
+        log.warning("calibration data %s: %d sample(s) short of a whole batch left out (the batch is fixed "
+                    "by the model or the profiles)", path, len(batched[0]) if batched else 1)
+
+
+def _fits(feed: Mapping[str, np.ndarray], ranges: ShapeRanges, whole_batch: bool = False) -> bool:
+    """Whether one profile takes every input of ``feed`` (always, without profiles); with
+    ``whole_batch``, whether it would with each input's batch dim at the profile's own."""
+    def shape(n: str, hi: Shape) -> Shape:
+        got = tuple(feed[n].shape)
+        return (hi[0], *got[1:]) if whole_batch and got else got
+    return not ranges or any(all(_within(shape(n, hi), lo, hi) for n, (lo, _, hi) in prof.items() if n in feed)
+                             for prof in ranges)
 
 
 def _checked(path: str, feed: dict[str, np.ndarray], inputs: Sequence[InputSpec],

@@ -161,3 +161,48 @@ def test_scalar_integer_and_bool_inputs_calibrate(tmp_path) -> None:
     with pytest.raises(CalibrationDataError, match=r"c.npz: input 'sr' holds int64 values from 1099511627776 to "
                                                    r"1099511627776; the model takes int32"):
         load_calibration(str(tmp_path), spec)
+
+
+def test_samples_short_of_a_batch_the_profiles_fix_are_left_out(tmp_path, caplog) -> None:
+    """68 samples in batches of 32 where the profile fixes the batch at 32 (the model's batch dim is
+    dynamic): two whole batches calibrate and the 4 left over are left out with one warning, as
+    TensorRT's calibrators leave them, instead of an error about a batch of 4."""
+    rng = np.random.default_rng(2)
+    np.savez(tmp_path / "cal.npz", x=rng.random((68, 3, 16, 16), dtype=np.float32))
+    spec = [InputSpec("x", np.dtype(np.float32), (None, 3, None, None))]
+    fixed = (((32, 3, 16, 16), (32, 3, 16, 16), (32, 3, 16, 16)),)
+    with caplog.at_level("WARNING", logger="trt_backend.engines.calibration"):
+        data = load_calibration(str(tmp_path / "cal.npz"), spec, {"x": 32}, ranges=[{"x": fixed[0]}])
+        batches = list(data.batches)
+    assert [b["x"].shape[0] for b in batches] == [32, 32]
+    assert data.samples == 64
+    assert "4 sample(s) short of a whole batch left out" in caplog.text
+    # within a profile that takes batches 1..32, the short batch is fed as it is
+    ranged = (((1, 3, 16, 16), (32, 3, 16, 16), (32, 3, 16, 16)),)
+    data = load_calibration(str(tmp_path / "cal.npz"), spec, {"x": 32}, ranges=[{"x": ranged[0]}])
+    assert [b["x"].shape[0] for b in data.batches] == [32, 32, 4]
+
+
+def test_an_int8_folder_with_no_tensorrt_segment_opens_through_every_door(tmp_path, capsys) -> None:
+    """A model that runs all in ONNX Runtime (here by exclusion; a scikit-learn classifier's ML ops
+    do the same) built in int8: nothing is calibrated, yet the folder records the data it was given,
+    so run, compare and Session.load open it instead of refusing its own manifest."""
+    from trt_backend.artifacts.write import build
+    from trt_backend.cli import main
+
+    model = detector()
+    path = tmp_path / "det.onnx"
+    onnx.save(model, str(path))
+    np.savez(tmp_path / "cal.npz", x=np.random.default_rng(3).random((4, 3, 16, 16), dtype=np.float32))
+    out = tmp_path / "built"
+    options = SessionOptions(precision="int8", calibration_data=str(tmp_path / "cal.npz"),
+                             exclude_ops=("Conv", "Relu", "GlobalAveragePool", "Flatten", "Gemm"))
+    build(str(path), str(out), [{"x": ((2, 3, 16, 16), (2, 3, 16, 16), (2, 3, 16, 16))}], options)
+    sess = Session.load(str(out))
+    assert sess.segment_executors == ["onnxruntime"]
+    x = np.random.default_rng(4).random((2, 3, 16, 16), dtype=np.float32)
+    ref = Session(model, PROFILES, SessionOptions(emulate=True)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref, rtol=1e-6, atol=1e-6)
+    assert main(["run", str(out)]) == 0
+    assert main(["compare", str(out)]) == 0
+    assert "PASSED" in capsys.readouterr().out
