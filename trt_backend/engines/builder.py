@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import onnx
+from onnx.inliner import inline_local_functions
 
 from partitioner.errors import ModelTooLargeError, OptionsError
 from partitioner.model import serialize, structure_copy
@@ -328,7 +329,11 @@ def weights_for_transform(segment: onnx.ModelProto, weights_dir: str | None,
                           where: str) -> tuple[onnx.ModelProto, str | None]:
     """``segment`` ready for a precision transform, which rewrites weights: its external ones
     read in (:func:`partitioner.weights.read_in`, up to its limit). ``(segment, None)``, or
-    ``(segment as it was, why it stays fp32)`` where they cannot be."""
+    ``(segment as it was, why it stays fp32)`` where they cannot be. Model-local functions are
+    inlined first: the transforms and ONNX Runtime's quantizer rewrite the main graph only, so a
+    function's body would otherwise stay fp32 (or, quantized, be lost)."""
+    if segment.functions:
+        segment = inline_local_functions(segment)
     if not uses_external_data(segment):
         return segment, None
     try:
