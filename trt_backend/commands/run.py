@@ -9,9 +9,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import logging
+
 import numpy as np
 
 from trt_backend._files import write_atomic
+from trt_backend._lazy import lazy_module
 from trt_backend.artifacts.read import is_build_folder
 from trt_backend.commands._args import (
     add_build_memory_argument,
@@ -40,6 +43,9 @@ from trt_backend.ort.threads import thread_pool_mode
 from trt_backend.ort.values import memory_limit
 from trt_backend.session.feeds import random_feeds, read_feeds
 from trt_backend.session.session import Session
+
+log = logging.getLogger(__name__)
+_overflow = lazy_module("trt_backend.accuracy.overflow")
 
 
 def stats_line(value: Any) -> str:
@@ -151,6 +157,9 @@ def _handle(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     outputs = sess.run(None, feeds)
     took = time.perf_counter() - start
+    if _overflow.reduced_segments(sess):  # activations the reduced precision cannot hold: said, not left to guess
+        for overflow in _overflow.range_overflows(sess, feeds):
+            log.warning("%s", overflow.message())
     print(f"inputs ({source}):")
     for name, value in feeds.items():
         print(f"  {name}: {stats_line(value)}")
