@@ -8,8 +8,8 @@ simply wrong. bf16 has fp32's range and overflows only where fp32 nearly does.
 :func:`range_overflows` finds where that starts in an emulated Session: the whole model runs once
 in ONNX Runtime (fp32) with every tensor of the reduced-precision segments as outputs, then each
 such segment's emulation runs alone on the fp32 values of its inputs with all its tensors as
-outputs. A tensor that holds inf/nan, or values at the reduced type's limit, at elements where
-fp32 holds finite values below it is reported, the first one per segment in node order. It costs
+outputs. A tensor that holds inf/nan where fp32 holds finite values (or values clamped at the
+reduced type's limit where fp32 holds values well inside it) is reported, the first one per segment in node order. It costs
 one run of each (and their sessions), so the ``run`` and ``compare`` commands call it once, on
 one input, when a segment was emulated in fp16 or bf16 (or int8, whose remainder is fp16)."""
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Overflow:
     tensor: str
     node: str
     op: str
-    count: int  # elements non-finite or at the limit where fp32 is finite and below it
+    count: int  # elements inf/nan (or clamped at the limit) where fp32 is finite
     elements: int
     fp32_max: float  # the largest |value| fp32 gave this tensor
     wide_inputs: tuple[tuple[str, float], ...] = ()  # inputs of the node fp32 holds beyond the limit
@@ -53,8 +53,8 @@ class Overflow:
         kind = _TYPE[self.precision]
         fed = "".join(f"; its input '{n}' reaches {v:.4g} in fp32" for n, v in self.wide_inputs)
         return (f"segment {self.segment} ({self.precision}): tensor '{self.tensor}' (node '{self.node}', "
-                f"{self.op}) leaves {kind}'s range: {self.count} of {self.elements} element(s) are inf/nan or "
-                f"at its limit ({LIMITS[self.precision]:.6g}) where fp32 holds finite values (largest "
+                f"{self.op}) leaves {kind}'s range (largest finite {LIMITS[self.precision]:.6g}): {self.count} of "
+                f"{self.elements} element(s) are inf/nan or clamped where fp32 holds finite values (largest "
                 f"|fp32| {self.fp32_max:.4g}){fed}; the results after it are not to be trusted. Build this "
                 f"model in fp32, or with --precision auto, which keeps such nodes in fp32")
 
@@ -128,9 +128,8 @@ def _segment_overflow(runner: Any, precision: str, ref: Mapping[str, Any], sess:
         if not (isinstance(low, np.ndarray) and isinstance(high, np.ndarray)) or low.shape != high.shape \
                 or low.dtype.kind != "f" or high.dtype.kind != "f" or not low.size:
             continue
-        fine = np.isfinite(high) & (np.abs(high) < limit)
-        # (inf/nan, or held at the limit where fp32 is well inside it: a clamp, not a rounding)
-        lost = fine & (~np.isfinite(low) | ((np.abs(low) >= limit) & (np.abs(high) < limit / 2)))
+        # inf/nan where fp32 is finite, or held at the limit where fp32 is well inside it (a clamp)
+        lost = np.isfinite(high) & (~np.isfinite(low) | ((np.abs(low) >= limit) & (np.abs(high) < limit / 2)))
         count = int(lost.sum())
         if count:
             source = producers.get(name, node)
