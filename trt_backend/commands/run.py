@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import io
+import logging
 import os
 import time
 from collections.abc import Sequence
 from typing import Any
-
-import logging
 
 import numpy as np
 

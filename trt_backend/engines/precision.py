@@ -106,7 +106,7 @@ class PrecisionPass:
         try:  # (on copies without the weights: their bytes are checked nowhere here, only dims and dtypes)
             check_model(after, where=f"the {self.precision} form of {after.graph.name}")
             if _strictly_typed(before):  # a model that fails strict inference already proves nothing
-                onnx.shape_inference.infer_shapes(weightless_copy(after), check_type=True, strict_mode=True)
+                onnx.shape_inference.infer_shapes(_types_only(after), check_type=True, strict_mode=True)
         except (InvalidModelError, onnx.shape_inference.InferenceError) as e:
             raise PrecisionError(f"{self.precision} transform produced an invalid model: {e}") from e
 
@@ -322,9 +322,21 @@ def with_opset(model: onnx.ModelProto, target: int, why: str = "fp16 Q/DQ") -> o
     return converted
 
 
+def _types_only(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A weightless copy whose graph outputs and value_info keep their dtypes, not their shapes:
+    what the transform must keep consistent is types. Exporters declare output shapes ONNX Runtime
+    does not hold them to (a TorchScript export declares [1, seqlen] for a [21, 1, 8210] output),
+    and the higher opset bf16 needs infers more of them, so a declared shape proves nothing here."""
+    copy = weightless_copy(model)
+    for v in (*copy.graph.output, *copy.graph.value_info):
+        if v.type.WhichOneof("value") == "tensor_type":
+            v.type.tensor_type.ClearField("shape")
+    return copy
+
+
 def _strictly_typed(model: onnx.ModelProto) -> bool:
     try:
-        onnx.shape_inference.infer_shapes(weightless_copy(model), check_type=True, strict_mode=True)
+        onnx.shape_inference.infer_shapes(_types_only(model), check_type=True, strict_mode=True)
         return True
     except onnx.shape_inference.InferenceError:
         return False
