@@ -130,3 +130,31 @@ def test_a_declared_type_the_probe_cannot_check_is_kept(flavor) -> None:
     model = load(m)
     assert model.learned == {"u": DECLARED}
     assert [d.dim_value for d in model.index.types["r"].tensor_type.shape.dim] == [2, 4]
+
+
+def test_a_probe_run_that_fails_says_so_once(tmp_path, flavor) -> None:
+    """A reflect Pad of 64 cannot run at the probe's dims of 2 (a voice-activity model's STFT
+    padding): the one warning says so, and ONNX Runtime's own error log line does not repeat it
+    on stderr. At the profile's shapes (``run --shapes``) the probe runs and there is nothing to say."""
+    import subprocess
+    import sys
+
+    import onnx
+    from onnx import numpy_helper as nh
+
+    nodes = [h.make_node("Pad", ["x", "pads"], ["p"], mode="reflect", name="pad"),
+             h.make_node("Gelu", ["p"], ["u"], domain="com.microsoft", name="gelu"),  # (a type inference cannot give)
+             h.make_node("Relu", ["u"], ["r"], name="relu"), h.make_node("Sigmoid", ["r"], ["y"], name="sig")]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, "n"])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     [nh.from_array(np.array([0, 64, 0, 64], np.int64), "pads")])
+    path = tmp_path / "padded.onnx"
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)]), str(path))
+    run = subprocess.run([sys.executable, "-m", "trt_backend", "inspect", str(path)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.count("could not be learned by running the model") == 1 and "Pad reflect" in run.stderr
+    assert "onnxruntime:" not in run.stderr and "ExecuteKernel" not in run.stderr, run.stderr
+    shaped = subprocess.run([sys.executable, "-m", "trt_backend", "run", str(path), "--shapes", "x:1x200", "--emulate"],
+                            capture_output=True, text=True, timeout=300)
+    assert shaped.returncode == 0 and "could not be learned" not in shaped.stderr, shaped.stderr
