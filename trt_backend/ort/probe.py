@@ -62,8 +62,10 @@ def learn_unknown_types(model: Model, shapes: ProbeShapes = ()) -> list[str]:
         runs, symbols = _probe(model, unknown, key)
     except (TrtBackendError, _Unprobeable) as e:
         log.warning("%s: the types of %d tensor(s) are unknown after shape inference (%s) and could not be "
-                    "learned by running the model (%s); the nodes reading them run on ONNX Runtime", model.source,
-                    len(unknown), _names(unknown), e)
+                    "learned by running the model (%s)%s; none of them can be a TensorRT segment's input (where "
+                    "one would be, the nodes reading it run on ONNX Runtime)", model.source, len(unknown),
+                    _names(unknown), e, "" if key else " (it ran with dynamic dims of 2 and 3: profile shapes, "
+                    "e.g. run or build --shapes, make it run at those)")
         _restore(model, before)
         return []
     types = {}
