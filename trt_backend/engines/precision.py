@@ -419,15 +419,22 @@ SENTINEL = 1e9  # magnitudes from here on are stand-ins for infinity (attention 
 
 
 def _beyond_fp16(model: onnx.ModelProto) -> frozenset[str]:
-    """float32 initializers holding a finite value fp16 cannot: above its largest (65504) and
+    """float32 initializers and Constant nodes' values (Paddle2ONNX writes a BatchNormalization's
+    variance as a Constant node) holding a finite value fp16 cannot: above its largest (65504) and
     below SENTINEL. The nodes reading them stay fp32, where clipping would change their result."""
-    out = set()
-    for t in model.graph.initializer:
+    def too_large(t: TensorProto) -> bool:
         if t.data_type != F32 or t.data_location == TensorProto.EXTERNAL:
-            continue
+            return False
         arr = np.abs(np.asarray(numpy_helper.to_array(t), dtype=np.float32))
-        if arr.size and np.any((arr > _FP16_MAX) & (arr < SENTINEL)):
-            out.add(t.name)
+        return bool(arr.size and np.any((arr > _FP16_MAX) & (arr < SENTINEL)))
+
+    out = {t.name for t in model.graph.initializer if too_large(t)}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output:
+            for a in node.attribute:
+                if (a.name == "value" and a.type == onnx.AttributeProto.TENSOR and too_large(a.t)) or \
+                        (a.name == "value_float" and _FP16_MAX < abs(a.f) < SENTINEL):
+                    out.add(node.output[0])
     return frozenset(out)
 
 

@@ -155,6 +155,31 @@ def test_fp16_clips_stand_ins_for_infinity_and_keeps_large_weights_fp32(caplog: 
     assert inits["big"].dtype == np.float32 and "add" in result.kept and "mask" not in result.kept
 
 
+def test_a_constant_node_fp16_cannot_hold_keeps_its_reader_fp32() -> None:
+    """Paddle2ONNX writes a BatchNormalization's variance as a Constant node (PP-OCRv4's detector:
+    9.8e7): that node and the BatchNormalization reading it stay fp32, as an initializer's would;
+    clipped to 65504, the normalised values came out 30x too large."""
+    import onnxruntime as ort
+
+    var = np.array([9.8e7, 2.0, 1e5, 0.5], np.float32)
+    nodes = [helper.make_node("Constant", [], ["var"], value=numpy_helper.from_array(var, "var_value")),
+             helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["bn"], name="bn"),
+             helper.make_node("Relu", ["bn"], ["y"], name="relu")]
+    inits = [const("w", _rand(4, 3, 1, 1)), const("scale", np.ones(4, np.float32)),
+             const("bias", np.zeros(4, np.float32)), const("mean", np.zeros(4, np.float32))]
+    m = model(nodes, [vi("x", [1, 3, 8, 8])], [vi("y", [1, 4, 8, 8])], inits)
+    result = apply_precision(m, "fp16")
+    assert "bn" in result.kept and "conv" not in result.kept
+    constant = next(n for n in result.model.graph.node if n.op_type == "Constant")
+    assert constant.attribute[0].t.data_type == F32 and numpy_helper.to_array(constant.attribute[0].t)[0] == 9.8e7
+    x = (_rand(1, 3, 8, 8) * 2000).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(emulation_of(result.model, "fp16").SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.abs(got - want).max() <= 2e-3 * np.abs(want).max()
+
+
 def test_custom_domain_and_subgraph_nodes_stay_float32() -> None:
     then = helper.make_graph([helper.make_node("Identity", ["a"], ["t"])], "then", [], [vi("t", [2])])
     other = helper.make_graph([helper.make_node("Neg", ["a"], ["e"])], "else", [], [vi("e", [2])])
