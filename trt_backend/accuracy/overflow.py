@@ -8,8 +8,9 @@ simply wrong. bf16 has fp32's range and overflows only where fp32 nearly does.
 :func:`range_overflows` finds where that starts in an emulated Session: the whole model runs once
 in ONNX Runtime (fp32) with every tensor of the reduced-precision segments as outputs, then each
 such segment's emulation runs alone on the fp32 values of its inputs with all its tensors as
-outputs. A tensor that holds inf/nan where fp32 holds finite values (or values clamped at the
-reduced type's limit where fp32 holds values well inside it) is reported, the first one per segment in node order. It costs
+outputs. A tensor that holds inf/nan where fp32 holds finite values, or values clamped at the
+reduced type's limit where fp32 does not, is reported (fp32 magnitudes from 1e9 on, stand-ins
+for infinity such as attention masks, are left out for fp16, which clips them on purpose), the first one per segment in node order. It costs
 one run of each (and their sessions), so the ``run`` and ``compare`` commands call it once, on
 one input, when a segment was emulated in fp16 or bf16 (or int8, whose remainder is fp16)."""
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 import onnx
 
 from trt_backend.engines.emulation import emulation_ort_options
+from trt_backend.engines.precision import SENTINEL
 from trt_backend.errors import SegmentLoadError, SegmentRunError
 from trt_backend.ort.sessions import ort_errors, ort_session, tapped_session
 from trt_backend.runners.base import EMULATED
@@ -131,8 +133,12 @@ def _segment_overflow(runner: EmulatedTensorRTRunner, precision: str, ref: Mappi
         if not (isinstance(low, np.ndarray) and isinstance(high, np.ndarray)) or low.shape != high.shape \
                 or low.dtype.kind != "f" or high.dtype.kind != "f" or not low.size:
             continue
-        # inf/nan where fp32 is finite, or held at the limit where fp32 is well inside it (a clamp)
-        lost = np.isfinite(high) & (~np.isfinite(low) | ((np.abs(low) >= limit) & (np.abs(high) < limit / 2)))
+        # inf/nan where fp32 is finite, or held at the limit where fp32 is not (a clamp); fp32
+        # magnitudes from SENTINEL on are stand-ins for infinity (masks), which fp16 may clip
+        magnitude = np.abs(high)
+        fine = np.isfinite(high) & (magnitude < (SENTINEL if limit < SENTINEL else np.inf))
+        clamped = (np.abs(low) >= limit) & ((magnitude < limit / 2) | (magnitude > limit * 1.001))
+        lost = fine & (~np.isfinite(low) | clamped)
         count = int(lost.sum())
         if count:
             source = producers.get(name, node)
