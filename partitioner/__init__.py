@@ -69,7 +69,8 @@ _PUBLIC = {
 }
 
 __all__ = [
-    "BoundaryCost", "DEFAULT_MIN_SEGMENT_SIZE", "CapabilityOracle", "Claim", "InvalidModelError", "Model", "ModelLoadError",
+    "BoundaryCost", "DEFAULT_MIN_SEGMENT_SIZE", "CapabilityOracle", "Claim", "InvalidModelError", "Model",
+    "ModelLoadError",
     "ModelTooLargeError",
     "NodeInfo", "OptionsError", "PartitionOptions", "Piece", "Plan", "PluginClaim", "QueryResult", "Rules",
     "Segment", "TrtBackendError", "Verdict", "assess", "boundary", "build_plan", "extract", "load_model",

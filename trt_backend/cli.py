@@ -56,7 +56,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         _verbosity(p, after=True)
         if command is None or name == command:
-            importlib.import_module(f"trt_backend.commands.{name.replace('-', '_')}").register(p)  # (an import error is raised)
+            # An import error is raised, not reported as a bad command.
+            importlib.import_module(f"trt_backend.commands.{name.replace('-', '_')}").register(p)
     return parser
 
 

@@ -163,12 +163,15 @@ def audio(sr: int, chunk: int, *, state: str | None = "state", rate: bool = True
 
 
 def file_bytes(cache: Cache, which: int) -> list[Feeds]:
-    """magika's features: the first and last 1024 bytes of real files (padding 256), int32."""
-    files = [os.path.join(ROOT, p) for p in ("README.md", "setup.py", "trt_backend/compiler.py")] if which == 0 else \
-        [os.path.join(ROOT, p) for p in ("pyproject.toml", "partitioner/model.py", "benchmarks/README.md")]
+    """magika's features: the first and last 1024 bytes of real files (padding 256), int32. The files
+    come from the pinned scikit-image wheel (text, Python, images, XML), so the inputs do not change
+    with this repository."""
+    members = (("skimage/data/README.txt", "skimage/__init__.py", "skimage/data/astronaut.png") if which == 0 else
+               ("skimage/data/lbpcascade_frontalface_opencv.xml", "skimage/_shared/coord.py",
+                "skimage/data/hubble_deep_field.jpg"))
     out = []
-    for path in files:
-        data = open(path, "rb").read()
+    for member in members:
+        data = cache.member("scikit-image==0.26.0", member)
         beg = list(data[:1024]) + [256] * max(0, 1024 - len(data))
         end = [256] * max(0, 1024 - len(data)) + list(data[-1024:])
         out.append({"bytes": np.array([beg + end], np.int32)})
@@ -224,7 +227,8 @@ ENTRIES = [
           "tokens", ddddocr_lines, [{"input1": ((1, 1, 64, 64), (1, 1, 64, 160), (1, 1, 64, 256))}]),
     Entry("ddddocr-det", "ddddocr==1.6.1", "ddddocr/common_det.onnx", "PyTorch 1.9 (TorchScript)", "detect",
           yolo_images(416, "images"), []),
-    Entry("silero-vad-op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx", "PyTorch 2.3 (TorchScript)",
+    Entry("silero-vad-op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
+          "PyTorch 2.3 (TorchScript)",
           "vad", audio(16000, 512), [{"input": ((1, 512),) * 3, "state": ((2, 1, 128),) * 3}]),
     Entry("silero-vad-half", "silero-vad==6.2.3", "silero_vad/data/silero_vad_half.onnx", "PyTorch 2.3 (fp16)",
           "vad", audio(16000, 512, rate=False), [{"input": ((1, 512),) * 3, "state": ((2, 1, 128),) * 3}]),
@@ -359,7 +363,8 @@ def run_entry(entry: Entry, cache: Cache, precisions: list[str], builds: list[st
     cal_dir = os.path.join(cache.root, "calibration", entry.name)
     os.makedirs(cal_dir, exist_ok=True)
     for k, f in enumerate(calib):
-        np.savez(os.path.join(cal_dir, f"{k:03d}.npz"), **{n: v for n, v in f.items()})
+        arrays: dict[str, Any] = dict(f)  # Any: numpy's stub reads ** as allow_pickle too
+        np.savez(os.path.join(cal_dir, f"{k:03d}.npz"), **arrays)
     for precision in precisions:
         cell: dict[str, Any] = {}
         t0 = time.perf_counter()

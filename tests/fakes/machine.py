@@ -35,7 +35,8 @@ class FakeMachine:
     def plan_bytes(self, model: onnx.ModelProto, profiles: Any = (), **kw: Any) -> bytes:
         return FakePlan(model, [{n: p for n, p in prof.items()} for prof in profiles], **kw).serialize()
 
-    def runner(self, segment: Any, model: onnx.ModelProto, profiles: Any = (), shape_tensors: frozenset[str] = frozenset(),
+    def runner(self, segment: Any, model: onnx.ModelProto, profiles: Any = (),
+               shape_tensors: frozenset[str] = frozenset(),
                plan: dict[str, Any] | None = None, **kw: Any) -> TensorRTRunner:
         engine = self.plan_bytes(model, profiles, host_inputs=tuple(sorted(shape_tensors)), **(plan or {}))
         r = TensorRTRunner(segment, engine, self.flavor, profiles, shape_tensors, **kw)

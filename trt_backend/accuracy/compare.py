@@ -21,6 +21,7 @@ from trt_backend.accuracy.localize import (
     segment_reports,
 )
 from trt_backend.accuracy.options import CompareOptions
+from trt_backend.accuracy.overflow import range_overflows, reduced_segments
 from trt_backend.accuracy.polygraphy_glue import (
     SavedReference,
     generate_feeds,
@@ -47,7 +48,8 @@ __all__ = ["compare"]
 
 def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | None = None, *,
             profiles: Sequence[Mapping[str, Any]] | None = None, session_options: SessionOptions | None = None,
-            feeds: Sequence[Mapping[str, Any]] | None = None, reference_outputs: Sequence[Mapping[str, Any]] | None = None,
+            feeds: Sequence[Mapping[str, Any]] | None = None,
+            reference_outputs: Sequence[Mapping[str, Any]] | None = None,
             save_outputs: str | None = None, **overrides: Any) -> ComparisonReport:
     """Compare ``model`` run by a :class:`~trt_backend.Session` with ONNX Runtime running the
     whole model in fp32 (the reference), on seeded random inputs at the profiles' opt shapes (or
@@ -189,8 +191,11 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
                               points=_feed_points(data), executors=list(sess.segment_executors),
                               skipped_outputs=skipped, inference_ms=run.timing, model=str(sess.model.source),
                               notes=notes, tasks=tasks)
+    first_bad = next((i for i, it in enumerate(errors) if not all(e.passed for e in it.values())), 0)
+    if reduced_segments(sess):  # activations the reduced precision cannot hold: said, not left to guess
+        for overflow in range_overflows(sess, data[first_bad]):
+            report.notes.append(overflow.message())
     if opts.localize == "always" or (opts.localize == "mismatch" and not passed):
-        first_bad = next((i for i, it in enumerate(errors) if not all(e.passed for e in it.values())), 0)
         ort_opts = sess.options.ort_for(len(sess.runners) + 1)
         run_reference = reference_with_boundaries(sess.model, boundary_names(sess.runners), ort_opts)
         report.segments = segment_reports(sess, data[first_bad], judged, run_reference, precisions)

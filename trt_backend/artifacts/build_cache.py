@@ -158,7 +158,8 @@ class BuildCache:
         except (OSError, ValueError):
             return {}
 
-    def restore(self, key: str, out_dir: str, updates: Mapping[str, Any], sign_key: bytes | None) -> dict[str, Any] | None:
+    def restore(self, key: str, out_dir: str, updates: Mapping[str, Any],
+                sign_key: bytes | None) -> dict[str, Any] | None:
         """Write the folder cached under ``key`` as ``out_dir`` (temp folder, then swapped in), its
         manifest updated with ``updates`` and sealed (signed with ``sign_key``); the manifest, or
         None on a miss. A damaged entry is logged, removed and a miss."""

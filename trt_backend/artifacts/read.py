@@ -90,7 +90,8 @@ def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool
                 engines[int(seg["id"])] = engine.read() if executes else engine
     plan = Plan.from_dict(manifest["plan"])
     shapes = [{n: getattr(tp, which) for n, tp in p.items()}  # (types learned again at the profiles' shapes)
-              for p in profiles_from_json(manifest["plan"].get("input_profiles", [])) for which in ("min", "opt", "max")]
+              for p in profiles_from_json(manifest["plan"].get("input_profiles", []))
+              for which in ("min", "opt", "max")]
     plan.model = load(os.path.join(folder, manifest["model_file"]), shapes)
     return BuiltFolder(plan, manifest, engines)
 
@@ -108,7 +109,8 @@ def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
         raise ArtifactError(f"{path}: unreadable ({e})") from None
     if isinstance(manifest, dict) and isinstance(manifest.get("format"), int) and manifest["format"] < FORMAT:
         raise ArtifactError(f"{folder}: written by an older trt-backend (folder format {manifest['format']}, which "
-                            "does not record the models its engines were built from); rebuild it with trt-backend build")
+                            "does not record the models its engines were built from); rebuild it with "
+                            "trt-backend build")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ArtifactError(f"{path}: not a format-{FORMAT} trt-backend manifest")
     check_seal(manifest, path, sign_key)
@@ -211,7 +213,8 @@ class OpenedBuild:
 
 # Options a folder was built with: changing them would change what was built, so a folder refuses
 # them (say them to ``trt-backend build`` instead). Field -> the CLI flag a user gave it with.
-BUILD_FIELDS = {"precision": "--precision", "keep_fp32_ops": "--keep-fp32-ops", "calibration_data": "--calibration-data",
+BUILD_FIELDS = {"precision": "--precision", "keep_fp32_ops": "--keep-fp32-ops",
+                "calibration_data": "--calibration-data",
                 "calibration_method": "--calibration-method", "precision_plan": "--precision-plan",
                 "workspace_bytes": "--workspace-mb", "builder_optimization_level": "--builder-optimization-level",
                 "hardware_compatibility": "--hardware-compatibility", "compute_capabilities": "--compute-capabilities",
@@ -292,7 +295,8 @@ def open_build(folder: str | os.PathLike[str], options: SessionOptions | None = 
     for seg in plan.tensorrt_segments():
         entry = entries.get(seg.id)
         if entry is None:
-            raise ArtifactError(f"{folder}: manifest lists no segment {seg.id} of its plan; rebuild with trt-backend build")
+            raise ArtifactError(f"{folder}: manifest lists no segment {seg.id} of its plan; "
+                                "rebuild with trt-backend build")
         model = _segment_model(folder, entry)
         segments[seg.id] = BuiltSegment(seg, model, str(entry.get("precision") or "fp32"),
                                         tuple(entry.get("pinned") or ()), derived.get(seg.id, []),

@@ -42,7 +42,7 @@ from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.compiler import Compiled, compile
-from trt_backend.engines.builder import check_build_options
+from trt_backend.engines.builder import BuildOptions, check_build_options
 from trt_backend.engines.memory import EngineFile
 from trt_backend.engines.report import BuildProgress, BuildReport
 from trt_backend.engines.targets import build_target, current_sm
@@ -58,7 +58,8 @@ from trt_backend.tensorrt.flavor import Flavor, load_flavor
 log = logging.getLogger(__name__)
 
 
-def build(model: ModelSource | Model, out_dir: str | os.PathLike[str], profiles: Sequence[Mapping[str, Any]] | None = None,
+def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
+          profiles: Sequence[Mapping[str, Any]] | None = None,
           options: SessionOptions | None = None, *, progress: BuildProgress | None = None) -> dict[str, Any]:
     """Compile ``model`` (:func:`trt_backend.compiler.compile`: plan, derive profiles, apply the
     precision, build every TensorRT segment, demoting what TensorRT refuses) and write the folder
@@ -181,7 +182,8 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
         "versions": _versions(flv), "build_options": bopts.key_fields(),
         "build": {"precision": bopts.precision, "keep_fp32_ops": list(bopts.keep_fp32_ops),
                   "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,
-                  "calibration": compiled.calibration, "summary": compiled.precision_summary(),
+                  "calibration": compiled.calibration or _asked_calibration(bopts),
+                  "summary": compiled.precision_summary(),
                   "partition": repr(compiled.options.partition),
                   "max_build_memory": bopts.max_build_memory},
         "plan": session_plan.to_dict(), "segments": segments,
@@ -257,6 +259,15 @@ def data_file_entries(model: Model) -> list[dict[str, Any]]:
         path = os.path.join(model.base_dir, location)
         out.append({"file": location, "bytes": os.path.getsize(path), "sha256": file_sha256(path)})
     return out
+
+
+def _asked_calibration(bopts: BuildOptions) -> dict[str, Any] | None:
+    """The calibration data the build was given where no segment used it (every int8 segment went
+    to ONNX Runtime): recorded all the same, since the folder's options name int8 and int8 options
+    without calibration data are refused when the folder is read."""
+    if not bopts.calibration_data:
+        return None
+    return {"source": str(bopts.calibration_data), "method": bopts.calibration_method}
 
 
 def _versions(flv: Flavor) -> dict[str, str]:

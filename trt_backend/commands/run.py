@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from trt_backend._files import write_atomic
+from trt_backend._lazy import lazy_module
 from trt_backend.artifacts.read import is_build_folder
 from trt_backend.commands._args import (
     add_build_memory_argument,
@@ -40,6 +42,9 @@ from trt_backend.ort.threads import thread_pool_mode
 from trt_backend.ort.values import memory_limit
 from trt_backend.session.feeds import random_feeds, read_feeds
 from trt_backend.session.session import Session
+
+log = logging.getLogger(__name__)
+_overflow = lazy_module("trt_backend.accuracy.overflow")
 
 
 def stats_line(value: Any) -> str:
@@ -143,7 +148,8 @@ def _handle(args: argparse.Namespace) -> int:
         ins, cut_in = tensor_list(seg.inputs, args.verbose)
         outs, cut_out = tensor_list(seg.outputs, args.verbose)
         cut = cut or cut_in or cut_out
-        print(f"  segment {seg.id}: {seg.backend:<11} executor {executor:<11} {len(seg.nodes):>5} node(s)  {ins} -> {outs}")
+        print(f"  segment {seg.id}: {seg.backend:<11} executor {executor:<11} {len(seg.nodes):>5} node(s)  "
+              f"{ins} -> {outs}")
     if cut:
         print("  (boundary tensors cut short; -v lists them all)")
     if sess.emulated_precisions:
@@ -151,6 +157,9 @@ def _handle(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     outputs = sess.run(None, feeds)
     took = time.perf_counter() - start
+    if _overflow.reduced_segments(sess):  # activations the reduced precision cannot hold: said, not left to guess
+        for overflow in _overflow.range_overflows(sess, feeds):
+            log.warning("%s", overflow.message())
     print(f"inputs ({source}):")
     for name, value in feeds.items():
         print(f"  {name}: {stats_line(value)}")
@@ -162,7 +171,8 @@ def _handle(args: argparse.Namespace) -> int:
     print("executors: " + ", ".join(f"{e} x{executors.count(e)}" for e in dict.fromkeys(executors)))
     if "onnxruntime" in executors or "emulated" in executors:
         pools = {"global": "one global thread pool", "session": "a thread pool each"}[thread_pool_mode()]
-        print(f"ONNX Runtime CPU sessions: {pools}, " + ("one shared arena" if options.ort.share_arena else "an arena each"))
+        arenas = "one shared arena" if options.ort.share_arena else "an arena each"
+        print(f"ONNX Runtime CPU sessions: {pools}, {arenas}")
     if args.outputs:
         _save_outputs(args.outputs, names, outputs)
     if args.plan_json:

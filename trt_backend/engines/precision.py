@@ -106,7 +106,7 @@ class PrecisionPass:
         try:  # (on copies without the weights: their bytes are checked nowhere here, only dims and dtypes)
             check_model(after, where=f"the {self.precision} form of {after.graph.name}")
             if _strictly_typed(before):  # a model that fails strict inference already proves nothing
-                onnx.shape_inference.infer_shapes(weightless_copy(after), check_type=True, strict_mode=True)
+                onnx.shape_inference.infer_shapes(_types_only(after), check_type=True, strict_mode=True)
         except InvalidModelError as e:
             raise PrecisionError(f"{self.precision} transform produced an invalid model: {e}") from e
         except onnx.shape_inference.InferenceError as e:
@@ -325,9 +325,21 @@ def with_opset(model: onnx.ModelProto, target: int, why: str = "fp16 Q/DQ") -> o
     return converted
 
 
+def _types_only(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A weightless copy whose graph outputs and value_info keep their dtypes, not their shapes:
+    what the transform must keep consistent is types. Exporters declare output shapes ONNX Runtime
+    does not hold them to (a TorchScript export declares [1, seqlen] for a [21, 1, 8210] output),
+    and the higher opset bf16 needs infers more of them, so a declared shape proves nothing here."""
+    copy = weightless_copy(model)
+    for v in (*copy.graph.output, *copy.graph.value_info):
+        if v.type.WhichOneof("value") == "tensor_type":
+            v.type.tensor_type.ClearField("shape")
+    return copy
+
+
 def _strictly_typed(model: onnx.ModelProto) -> bool:
     try:
-        onnx.shape_inference.infer_shapes(weightless_copy(model), check_type=True, strict_mode=True)
+        onnx.shape_inference.infer_shapes(_types_only(model), check_type=True, strict_mode=True)
         return True
     except onnx.shape_inference.InferenceError:
         return False
@@ -410,15 +422,22 @@ SENTINEL = 1e9  # magnitudes from here on are stand-ins for infinity (attention 
 
 
 def _beyond_fp16(model: onnx.ModelProto) -> frozenset[str]:
-    """float32 initializers holding a finite value fp16 cannot: above its largest (65504) and
+    """float32 initializers and Constant nodes' values (Paddle2ONNX writes a BatchNormalization's
+    variance as a Constant node) holding a finite value fp16 cannot: above its largest (65504) and
     below SENTINEL. The nodes reading them stay fp32, where clipping would change their result."""
-    out = set()
-    for t in model.graph.initializer:
+    def too_large(t: TensorProto) -> bool:
         if t.data_type != F32 or t.data_location == TensorProto.EXTERNAL:
-            continue
+            return False
         arr = np.abs(np.asarray(numpy_helper.to_array(t), dtype=np.float32))
-        if arr.size and np.any((arr > _FP16_MAX) & (arr < SENTINEL)):
-            out.add(t.name)
+        return bool(arr.size and np.any((arr > _FP16_MAX) & (arr < SENTINEL)))
+
+    out = {t.name for t in model.graph.initializer if too_large(t)}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output:
+            for a in node.attribute:
+                if (a.name == "value" and a.type == onnx.AttributeProto.TENSOR and too_large(a.t)) or \
+                        (a.name == "value_float" and _FP16_MAX < abs(a.f) < SENTINEL):
+                    out.add(node.output[0])
     return frozenset(out)
 
 

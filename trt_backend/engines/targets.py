@@ -76,7 +76,8 @@ def describe_target(target: str | None) -> str:
         return ("TensorRT-RTX's default targets (SM 8.0 and later, not 7.5)" if value == "default"
                 else "compute capabilities " + value.replace(",", ", "))
     if kind == "hw":
-        return {"ampere_plus": "any GPU from Ampere (SM 8.0) on"}.get(value, "GPUs of the build GPU's compute capability")
+        return {"ampere_plus": "any GPU from Ampere (SM 8.0) on"}.get(
+            value, "GPUs of the build GPU's compute capability")
     return f"SM {value[:-1]}.{value[-1:]}" if kind == "sm" and value.isdigit() else str(target)
 
 

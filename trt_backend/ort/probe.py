@@ -62,8 +62,10 @@ def learn_unknown_types(model: Model, shapes: ProbeShapes = ()) -> list[str]:
         runs, symbols = _probe(model, unknown, key)
     except (TrtBackendError, _Unprobeable) as e:
         log.warning("%s: the types of %d tensor(s) are unknown after shape inference (%s) and could not be "
-                    "learned by running the model (%s); the nodes reading them run on ONNX Runtime", model.source,
-                    len(unknown), _names(unknown), e)
+                    "learned by running the model (%s)%s; none of them can be a TensorRT segment's input (where "
+                    "one would be, the nodes reading it run on ONNX Runtime)", model.source, len(unknown),
+                    _names(unknown), e, "" if key else " (it ran with dynamic dims of 2 and 3: profile shapes, "
+                    "e.g. run or build --shapes, make it run at those)")
         _restore(model, before)
         return []
     types = {}
@@ -99,9 +101,10 @@ def _probe(model: Model, names: Sequence[str], key: Sequence[Sequence[tuple[str,
     """The values of ``names`` in one run per entry of ``key`` (input shapes; none: one run per
     PROBE_DIMS entry), and per run the input dim names by value (a dim of that value in that run
     may be the named one)."""
-    # (no graph optimizations: a probe reads dtypes and ranks, which they never change, and
-    # optimizing took most of the session's start on a ViT: 0.2 s of its 0.3 s)
-    options = OrtOptions(graph_optimization_level="disable")
+    # No graph optimizations: a probe reads dtypes and ranks, which they never change, and optimizing
+    # took most of the session's start on a ViT (0.2 s of its 0.3 s). A probe may fail where the model
+    # needs other shapes: the warning says so, and ONNX Runtime's own error log line would only repeat it.
+    options = OrtOptions(graph_optimization_level="disable", log_severity=4)
     run = tapped_session(model, names, options, f"probe run of {model.source}")
     given = [dict(entry) for entry in key] or [{} for _ in PROBE_DIMS]
     runs, symbols = [], []

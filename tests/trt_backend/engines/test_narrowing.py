@@ -6,6 +6,7 @@ to ONNX Runtime, every other node builds in TensorRT, and the emulated run equal
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 import onnx
@@ -88,3 +89,26 @@ def test_past_the_budget_the_segment_is_demoted_whole(flavor) -> None:
     compiled = compile_model(lstm_in_if(), PROFILES, SessionOptions(max_narrowing_builds=0))
     assert compiled.plan.tensorrt_segments() == []
     assert compiled.report is not None and len(compiled.report.demoted) == len(lstm_in_if().graph.node)
+
+
+def test_an_int8_folder_whose_every_segment_went_to_onnx_runtime_runs(tmp_path, flavor) -> None:
+    """int8 calibrated, then the one TensorRT segment refused by the builder goes to ONNX Runtime
+    whole (no trial builds allowed): the folder holds no int8 segment, and reading it back (run,
+    compare) used to fail with "int8 needs calibration data" since no calibration was recorded."""
+    from trt_backend.cli import main
+
+    m = lstm_in_if()
+    rng = np.random.default_rng(3)
+    np.savez(tmp_path / "cal.npz", x=rng.standard_normal((2, 512)).astype(np.float32), sr=np.array(16000, np.int64))
+    feeds: dict[str, Any] = {"x": rng.standard_normal((2, 300)).astype(np.float32), "sr": np.array(16000, np.int64)}
+    np.savez(tmp_path / "in.npz", **feeds)
+    folder = str(tmp_path / "b")
+    options = SessionOptions(precision="int8", calibration_data=str(tmp_path / "cal.npz"), max_narrowing_builds=0)
+    manifest = build_folder(m, folder, PROFILES, options)
+    assert not [s for s in manifest["segments"] if s["backend"] == "tensorrt"]
+    assert manifest["build"]["calibration"]["source"] == str(tmp_path / "cal.npz")
+    sess = Session.load(folder, SessionOptions(emulate=True))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, feeds)[0], ref.run(None, feeds)[0], atol=1e-6)
+    assert main(["run", folder, "--inputs", str(tmp_path / "in.npz")]) == 0
+    assert main(["compare", folder, "--inputs", str(tmp_path / "in.npz")]) == 0

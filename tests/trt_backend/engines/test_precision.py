@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from partitioner.errors import OptionsError
 from tests.helpers import const, model, vi
+from trt_backend.engines.emulation import emulation_of
 from trt_backend.engines.precision import (
     DEFAULT_KEEP_FP32,
     apply_precision,
@@ -152,6 +153,31 @@ def test_fp16_clips_stand_ins_for_infinity_and_keeps_large_weights_fp32(caplog: 
     inits = {t.name: numpy_helper.to_array(t) for t in result.model.graph.initializer}
     assert inits["mask"].dtype == np.float16 and float(inits["mask"][0]) == -65504.0
     assert inits["big"].dtype == np.float32 and "add" in result.kept and "mask" not in result.kept
+
+
+def test_a_constant_node_fp16_cannot_hold_keeps_its_reader_fp32() -> None:
+    """Paddle2ONNX writes a BatchNormalization's variance as a Constant node (PP-OCRv4's detector:
+    9.8e7): that node and the BatchNormalization reading it stay fp32, as an initializer's would;
+    clipped to 65504, the normalised values came out 30x too large."""
+    import onnxruntime as ort
+
+    var = np.array([9.8e7, 2.0, 1e5, 0.5], np.float32)
+    nodes = [helper.make_node("Constant", [], ["var"], value=numpy_helper.from_array(var, "var_value")),
+             helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["bn"], name="bn"),
+             helper.make_node("Relu", ["bn"], ["y"], name="relu")]
+    inits = [const("w", _rand(4, 3, 1, 1)), const("scale", np.ones(4, np.float32)),
+             const("bias", np.zeros(4, np.float32)), const("mean", np.zeros(4, np.float32))]
+    m = model(nodes, [vi("x", [1, 3, 8, 8])], [vi("y", [1, 4, 8, 8])], inits)
+    result = apply_precision(m, "fp16")
+    assert "bn" in result.kept and "conv" not in result.kept
+    constant = next(n for n in result.model.graph.node if n.op_type == "Constant")
+    assert constant.attribute[0].t.data_type == F32 and numpy_helper.to_array(constant.attribute[0].t)[0] == 9.8e7
+    x = (_rand(1, 3, 8, 8) * 2000).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(emulation_of(result.model, "fp16").SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.abs(got - want).max() <= 2e-3 * np.abs(want).max()
 
 
 def test_custom_domain_and_subgraph_nodes_stay_float32() -> None:
@@ -310,3 +336,40 @@ def test_emulation_of_a_model_exported_in_fp16_keeps_its_fp16_inputs_and_outputs
     (ref,) = inference_session(m.SerializeToString()).run(None, {"x": x})
     assert ours.dtype == np.float16 and ours.shape == (2, 4, 8, 8)
     assert np.abs(ours.astype(np.float32) - ref.astype(np.float32)).max() <= 2e-3 * np.abs(ref).max()
+
+
+def declared_output_shape_is_wrong() -> onnx.ModelProto:
+    """Opset 12: MatMul -> Relu -> Reshape to [dim 0, -1] (rank 2, the target built from Shape,
+    Gather, Unsqueeze and Concat), while the graph declares its output [n, 4, 8] (rank 3), as a
+    TorchScript export declares [1, seqlen] for a [21, 1, 8210] output: ONNX Runtime warns and
+    runs it; inference at opset 22 (what bf16 needs) sees the contradiction."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["a"], name="mm"),
+        helper.make_node("Relu", ["a"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "i0"], ["d0"], name="g0", axis=0),
+        helper.make_node("Unsqueeze", ["d0"], ["u0"], name="u0", axes=[0]),
+        helper.make_node("Concat", ["u0", "minus1"], ["target"], name="cat", axis=0),
+        helper.make_node("Reshape", ["r", "target"], ["y"], name="reshape"),
+    ]
+    inits = [numpy_helper.from_array(_rand(8, 8), "w"), numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+             numpy_helper.from_array(np.array(0, np.int64), "i0")]
+    g = helper.make_graph(nodes, "wrong_output_shape", [vi("x", ["n", 4, 8])], [vi("y", ["n", 4, 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)])
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_a_declared_output_shape_the_model_does_not_keep_does_not_block_the_transform(precision: str) -> None:
+    import onnxruntime as ort
+
+    m = declared_output_shape_is_wrong()
+    result = apply_precision(m, precision, DEFAULT_KEEP_FP32)  # (bf16 refused it: "differ in rank: (2) vs (3)")
+    assert result.precision == precision and result.lowered >= 2
+    x = _rand(3, 4, 8)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4  # (the declared shape's warning)
+    want = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(emulation_of(result.model, precision).SerializeToString(), so,
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.shape == want.shape == (3, 32)
+    assert 0 < np.abs(got - want).max() < 0.05 * np.abs(want).max()

@@ -1,0 +1,85 @@
+"""Activations a reduced precision cannot hold, on real emulated runs: a square of values near 500
+is finite in fp32 and bf16 and inf in fp16. ``compare`` reports the tensor where it starts (a
+note in its report), ``run`` warns once naming it; where nothing leaves the range, nothing is said."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from trt_backend.accuracy.compare import compare
+from trt_backend.accuracy.overflow import range_overflows
+from trt_backend.cli import main
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
+
+pytestmark = pytest.mark.usefixtures("oracle")  # needs a TensorRT parser
+
+PROFILE = [{"x": ((1, 16), (1, 16), (1, 16))}]
+FEEDS: dict[str, Any] = {"x": np.full((1, 16), 0.9, np.float32)}  # Any: numpy's stub reads ** as allow_pickle too
+
+
+def squares() -> onnx.ModelProto:
+    """x [1,16] -> MatMul by 30s (432 at x = 0.9) -> 'square' a*a (1.9e5: past fp16's 65504)
+    -> times 1e-4 -> Relu: every value finite in fp32, inf after 'square' in fp16."""
+    w = nh.from_array(np.full((16, 16), 30.0, np.float32), "w")
+    k = nh.from_array(np.array(1e-4, np.float32), "k")
+    g = h.make_graph(
+        [h.make_node("MatMul", ["x", "w"], ["a"], name="project"),
+         h.make_node("Mul", ["a", "a"], ["b"], name="square"),
+         h.make_node("Mul", ["b", "k"], ["c"], name="scale"),
+         h.make_node("Relu", ["c"], ["y"], name="relu")],
+        "squares", [h.make_tensor_value_info("x", T.FLOAT, [1, 16])],
+        [h.make_tensor_value_info("y", T.FLOAT, [1, 16])], [w, k])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_compare_names_the_tensor_fp16_cannot_hold() -> None:
+    report = compare(squares(), profiles=PROFILE, session_options=SessionOptions(emulate=True, precision="fp16"),
+                     feeds=[FEEDS])
+    assert not report.passed
+    notes = [n for n in report.notes if "leaves fp16's range" in n]
+    assert len(notes) == 1, report.notes
+    assert "tensor 'b' (node 'square', Mul) leaves fp16's range" in notes[0]
+    assert "16 of 16 element(s) are inf/nan" in notes[0] and "largest |fp32| 1.866e+05" in notes[0]
+
+
+def test_overflow_found_where_fp32_is_finite() -> None:
+    sess = Session(squares(), PROFILE, SessionOptions(emulate=True, precision="fp16"))
+    try:
+        found = range_overflows(sess, FEEDS)
+        assert [(o.segment, o.precision, o.tensor, o.node, o.op, o.count) for o in found] == \
+            [(0, "fp16", "b", "square", "Mul", 16)]
+        assert found[0].fp32_max == pytest.approx(432.0 ** 2, rel=1e-3)
+    finally:
+        sess.close()
+
+
+def test_bf16_and_fp32_say_nothing() -> None:
+    for precision in ("bf16", "fp32"):
+        report = compare(squares(), profiles=PROFILE, session_options=SessionOptions(emulate=True, precision=precision),
+                         feeds=[FEEDS], atol=1.0, rtol=0.05)
+        assert report.passed, precision
+        assert not [n for n in report.notes if "range" in n], report.notes
+
+
+def test_run_warns_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    model = tmp_path / "squares.onnx"
+    onnx.save(squares(), str(model))
+    np.savez(tmp_path / "in.npz", **FEEDS)
+    args = ["run", str(model), "--shapes", "x:1x16", "--emulate", "--inputs", str(tmp_path / "in.npz")]
+    with caplog.at_level(logging.WARNING):
+        assert main([*args, "--precision", "fp16"]) == 0
+    said = [r.getMessage() for r in caplog.records if "range" in r.getMessage()]
+    assert len(said) == 1 and "segment 0 (fp16): tensor 'b' (node 'square', Mul) leaves fp16's range" in said[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert main(args) == 0
+    assert not [r for r in caplog.records if "range" in r.getMessage()]
