@@ -470,7 +470,7 @@ def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     were checked at load, and inline ones, checked for length here) as graph inputs of their
     dtype and shape, so the checker neither looks for data files in the current directory nor
     serializes the weights. None when external tensors sit elsewhere (subgraphs, attributes)."""
-    for t in proto.graph.initializer:  # (every one: sizes are taken from dims and dtype after this, see raw_nbytes)
+    for t in proto.graph.initializer:  # Every one: sizes are taken from dims and dtype after this, see raw_nbytes.
         _check_inline_length(t)
     external = [t for t in proto.graph.initializer if is_external(t)]
     if len(external) != len(external_tensors(proto)):
@@ -563,11 +563,11 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: list[str] | None = N
     outside = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
     for vi in graph.value_info:
         if vi.name not in outside and vi.type.WhichOneof("value") is not None:
-            declared.setdefault(vi.name, vi)  # (the first of several declarations of one name)
+            declared.setdefault(vi.name, vi)  # The first of several declarations of one name.
     declared_outputs = [onnx.TypeProto.FromString(o.type.SerializeToString()) for o in graph.output]
     copy = weightless_copy(proto)
     del copy.graph.value_info[:]
-    for out in copy.graph.output:  # (declared output shapes are compared below, not trusted)
+    for out in copy.graph.output:  # Declared output shapes are compared below, not trusted.
         if out.type.WhichOneof("value") == "tensor_type":
             out.type.tensor_type.ClearField("shape")
     inferred = _run_inference(copy, name)

@@ -89,7 +89,7 @@ def _pull(index: GraphIndex, i: int, waiting: set[int], run: list[int]) -> None:
                 break
         else:
             stack.pop()
-            if stack:  # (``i`` itself is the caller's to append)
+            if stack:  # ``i`` itself is the caller's to append.
                 run.append(node)
 
 

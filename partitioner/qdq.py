@@ -218,7 +218,7 @@ class _Rewrite:
             return
         quant = self.quant(node, x_rank=len(xp.dims))
         if quant is None or quant.tensorrt_takes or quant.qtype not in _FOLDABLE or xp.data_type != quant.qtype:
-            return  # (decided from dims and dtype: a constant left as it is, often a large weight, is not read)
+            return  # Decided from dims and dtype: a constant left as it is, often a large weight, is not read.
         x = self.constant(node.input[0])
         if x is None:
             return
@@ -300,7 +300,7 @@ class _Rewrite:
                 return None
             zp = np.zeros(scale.shape, _FOLDABLE[qtype])
         axis: int | None = None
-        if scale.size == 1:  # (a 1-element vector is per tensor, as ONNX Runtime takes it)
+        if scale.size == 1:  # A 1-element vector is per tensor, as ONNX Runtime takes it.
             scale, zp = scale.reshape(()), zp.reshape(())
         else:
             if x_rank is None:
@@ -362,7 +362,7 @@ class _Rewrite:
         kept = [t for t in self.graph.initializer if t.name not in dead]
         del self.graph.initializer[:]
         self.graph.initializer.extend(kept)
-        changed = {node.output[0] for node in replaced}  # (their value_info is stale: a Q's output changed type)
+        changed = {node.output[0] for node in replaced}  # Their value_info is stale: a Q's output changed type.
         info = [vi for vi in self.graph.value_info if vi.name not in changed]
         del self.graph.value_info[:]
         self.graph.value_info.extend(info)
@@ -408,7 +408,7 @@ class _Rewrite:
         out.CopyFrom(node)
         del out.input[:]
         out.input.extend([node.input[0], *params])
-        kept = [a for a in out.attribute if a.name != "output_dtype"]  # (int8 follows from the zero point)
+        kept = [a for a in out.attribute if a.name != "output_dtype"]  # Int8 follows from the zero point.
         del out.attribute[:]
         out.attribute.extend(kept)
         return out
@@ -416,7 +416,7 @@ class _Rewrite:
     def _int8_weights(self, dq: onnx.NodeProto, value: np.ndarray) -> onnx.NodeProto:
         """A constant DequantizeLinear as symmetric int8 weights: per axis where it was."""
         quant = self.quant(dq, x_rank=value.ndim)
-        assert quant is not None  # (planned from the same node)
+        assert quant is not None  # Planned from the same node.
         axis = quant.axis
         if axis is None:
             amax = np.abs(value).max(initial=0.0)
@@ -453,7 +453,7 @@ class _Rewrite:
 
     def initializer(self, base: str, value: np.ndarray) -> str:
         name = self.fresh(base)
-        self.graph.initializer.append(numpy_helper.from_array(np.array(value, order="C"), name))  # (0-d stays 0-d)
+        self.graph.initializer.append(numpy_helper.from_array(np.array(value, order="C"), name))  # 0-d stays 0-d.
         return name
 
     def fresh(self, base: str) -> str:

@@ -77,7 +77,7 @@ def census(plan: Plan) -> list[CensusRow]:
             by_op.setdefault(n.op_type, {}).setdefault(reason_kind(n.reason), []).append(n.reason)
     rows = []
     for op, kinds in by_op.items():
-        # (a cause is shown as its nodes give it when they all give it alike, else without the parts that vary)
+        # A cause is shown as its nodes give it when they all give it alike, else without the parts that vary.
         reasons = {(raw[0] if len(set(raw)) == 1 else kind): len(raw) for kind, raw in kinds.items()}
         ordered = sorted(reasons.items(), key=lambda kv: (not is_refusal(kv[0]), -kv[1], kv[0] or ""))
         (main, _), others = ordered[0], tuple(ordered[1:])
@@ -193,7 +193,7 @@ def summary(plan: Plan) -> str:
             if not r.others:
                 cells.append((r.op_type, r.count, clip(r.reason or "-", REASON_WIDTH)))
                 continue
-            for k, (reason, n) in enumerate(r.reasons):  # (several causes: each with its node count)
+            for k, (reason, n) in enumerate(r.reasons):  # Several causes: each with its node count.
                 cells.append((r.op_type if k == 0 else "", r.count if k == 0 else "",
                               clip(f"{n}: {reason or '-'}", REASON_WIDTH)))
         lines += table(("op", "count", "reason"), cells, (False, True, False))

@@ -122,7 +122,7 @@ def _cut_prices(index: GraphIndex, nodes: Sequence[int], cost: BoundaryCost, laz
     position = {node: k for k, node in enumerate(nodes)}
     crossing = [0.0] * (n + 1)  # difference array over cut positions
     for k, node in enumerate(nodes):
-        if node in lazy:  # (constant-only values are copied, not handed over)
+        if node in lazy:  # Constant-only values are copied, not handed over.
             continue
         for name in index.graph.node[node].output:
             last = max((position[c] for c in index.consumers.get(name, ()) if c in position), default=-1)

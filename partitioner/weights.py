@@ -87,7 +87,7 @@ def tensor_nbytes(tensor: onnx.TensorProto) -> int | None:
     itemsize = _itemsize(tensor.data_type)
     if itemsize is None:
         return None
-    count = math.prod(tensor.dims)  # (Python ints: no overflow; called per initializer, often)
+    count = math.prod(tensor.dims)  # Python ints: no overflow; called per initializer, often.
     if tensor.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4):
         return (count + 1) // 2
     return count * itemsize
@@ -215,7 +215,7 @@ def read_in(proto: onnx.ModelProto, base_dir: str | None, where: str,
         raise ModelTooLargeError(f"{where}: {total / 2**30:.2f} GiB of external weights, past the "
                                  f"{max_bytes / 2**30:.2f} GiB one segment's precision transform reads in")
     copy = onnx.ModelProto()
-    copy.CopyFrom(proto)  # (the external tensors are references: nothing large copied for them)
+    copy.CopyFrom(proto)  # The external tensors are references: nothing large copied for them.
     for t in copy.graph.initializer:
         ref = refs.get(t.name)
         if ref is not None:

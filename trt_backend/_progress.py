@@ -55,7 +55,7 @@ class ProgressHandler(logging.Handler):
                 return
             kind = _DIGITS.sub("#", text)
             if now - self.start < self.after_s or (kind == self._last_kind and now - self._last_at < REPEAT_S):
-                return  # (a quick command; or the same step again but for its numbers, moments later)
+                return  # A quick command; or the same step again but for its numbers, moments later.
             self._last_kind, self._last_at = kind, now
             self._write(f"[{now - self.start:6.1f} s] {text}\n")
 
@@ -63,7 +63,7 @@ class ProgressHandler(logging.Handler):
         try:
             self.stream.write(text)
             self.stream.flush()
-        except (OSError, ValueError):  # (a closed stderr: progress is not worth an error)
+        except (OSError, ValueError):  # A closed stderr: progress is not worth an error.
             pass
 
     def clear(self) -> None:

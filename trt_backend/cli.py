@@ -18,7 +18,7 @@ from trt_backend._lazy import lazy_module
 from trt_backend._progress import PROGRESS, ClearingStream, ProgressHandler
 from trt_backend.errors import TrtBackendError
 
-_args = lazy_module("trt_backend.commands._args")  # (loaded after a build the index answers: not at all)
+_args = lazy_module("trt_backend.commands._args")  # Loaded after a build the index answers: not at all.
 _build_hit = lazy_module("trt_backend.commands._build_hit")
 
 COMMANDS = {  # name -> one-line help, in --help order; module trt_backend.commands.<name with "-" as "_">
@@ -72,18 +72,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(args_list)
     if build_index is not None:
-        args.build_index = build_index  # (the build records it in its cache's index)
+        args.build_index = build_index  # The build records it in its cache's index.
     args.verbose = args.verbose + getattr(args, "verbose_after", 0)
     args.quiet = (args.quiet or getattr(args, "quiet_after", False)) and not args.verbose
     level = logging.ERROR if args.quiet else logging.WARNING if args.verbose == 0 else \
         logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    error_exit = int(getattr(args, "error_exit", 1))  # (compare: 2, kept apart from its 1 for "outputs differ")
+    error_exit = int(getattr(args, "error_exit", 1))  # Compare: 2, kept apart from its 1 for "outputs differ".
     handler, streams = _show_progress(args), (sys.stdout, sys.stderr)
     try:
-        _args.check_output_paths(args)  # (before any work: a run must not end in "cannot write")
+        _args.check_output_paths(args)  # Before any work: a run must not end in "cannot write".
         rc = int(args.func(args) or 0)
-        sys.stdout.flush()  # (a closed stdout shows here, inside the handling below)
+        sys.stdout.flush()  # A closed stdout shows here, inside the handling below.
         return rc
     except TrtBackendError as e:
         _error(str(e))
@@ -106,7 +106,7 @@ def _build_from_index(args_list: list[str]) -> tuple[bool, str | None]:
         return False, None
     try:
         manifest = _build_hit.restore_indexed(call, index)
-    except (TrtBackendError, OSError) as e:  # (the usual path meets the same problem and says it)
+    except (TrtBackendError, OSError) as e:  # The usual path meets the same problem and says it.
         logging.getLogger(__name__).debug("build index: %s", e)
         return False, index
     if manifest is None:
@@ -120,7 +120,7 @@ def _build_from_index(args_list: list[str]) -> tuple[bool, str | None]:
 def _error(message: str, prefix: str = "trt-backend: error: ") -> None:
     try:
         print(prefix + message, file=sys.stderr, flush=True)
-    except (OSError, ValueError):  # (stderr closed as well: the exit code says it)
+    except (OSError, ValueError):  # Stderr closed as well: the exit code says it.
         pass
 
 
@@ -134,7 +134,7 @@ def _closed_stdout() -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
-        pass  # (not a real file: nothing will be flushed at exit)
+        pass  # Not a real file: nothing will be flushed at exit.
     return 128 + int(getattr(signal, "SIGPIPE", 13))
 
 

@@ -130,9 +130,9 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
     opts = options if options is not None else SessionOptions()
     if not isinstance(opts, SessionOptions):
         raise OptionsError(f"options must be a SessionOptions, got {type(opts).__name__}")
-    if not isinstance(model, Plan):  # (types the model does not give are learned at the profiles' shapes)
+    if not isinstance(model, Plan):  # Types the model does not give are learned at the profiles' shapes.
         model = load_for_planning(model, profile_shapes(profiles), opts.partition.qdq_rewrite)
-        check_profile_names(profiles, model.proto.graph)  # (before planning, which can take long)
+        check_profile_names(profiles, model.proto.graph)  # Before planning, which can take long.
     elif model.model is not None and profiles is not None:
         load_for_planning(model.model, profile_shapes(profiles))
     plan = model if isinstance(model, Plan) else plan_for(model, opts.partition, flavor=opts.flavor,
@@ -189,7 +189,7 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
                                      progress=progress, quantizer=quantizer, max_segment_weights=max_weights,
                                      engine_dir=engine_dir)
         plan, derived, given, report = result.plan, profiles_of(result.plan), dict(result.engines), result.report
-        if rewrite is None:  # (a plugin rewrite's form runs only in TensorRT: made again below, without it)
+        if rewrite is None:  # A plugin rewrite's form runs only in TensorRT: made again below, without it.
             fresh = dict(result.models)
     elif trt and opts.build.precision not in ("fp32", "tf32"):
         flavor = _flavor_if_any(opts)
@@ -231,7 +231,7 @@ def _weight_limit(options: SessionOptions, plan: Plan) -> int | None:
     index = plan.model.index
     if options.build.max_build_memory is None and all(weight_bytes(index, s.members) <= limit
                                                       for s in plan.tensorrt_segments()):
-        return None  # (no budget given and everything fits what is free: plans stay as planned)
+        return None  # No budget given and everything fits what is free: plans stay as planned.
     return limit
 
 

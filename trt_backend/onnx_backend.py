@@ -46,7 +46,7 @@ def _options(device: str, kwargs: Mapping[str, Any]) -> SessionOptions:
     base = kwargs.get("options")
     if base is not None and not isinstance(base, SessionOptions):
         raise OptionsError(f"options must be a SessionOptions, got {type(base).__name__}")
-    given = {k: v for k, v in kwargs.items() if k in _OPTION_NAMES or k in RENAMED_OPTIONS}  # (renamed: its error)
+    given = {k: v for k, v in kwargs.items() if k in _OPTION_NAMES or k in RENAMED_OPTIONS}  # Renamed: its error.
     ignored = sorted(set(kwargs) - _OPTION_NAMES - set(RENAMED_OPTIONS) - {"options", "profiles"})
     if ignored:
         log.debug("prepare: ignoring unknown keyword(s) %s", ", ".join(ignored))

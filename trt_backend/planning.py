@@ -63,7 +63,7 @@ def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_r
         return source
     model = load_model(source, max_ir_version=max_ir_version())
     rewrite_qdq(model, qdq_rewrite)
-    if max_ir_version() is not None:  # (None: no onnxruntime here to run the model)
+    if max_ir_version() is not None:  # None: no onnxruntime here to run the model.
         learn_unknown_types(model, shapes)
     return model
 
@@ -102,7 +102,7 @@ def plan_for(source: ModelSource | Model, options: PartitionOptions | None = Non
         if isolate:
             return make_plan(source, options, flavor=flavor, isolate=True, shapes=shapes)
         try:
-            parser_oracle(flavor)  # (only a missing TensorRT falls back; planning errors propagate)
+            parser_oracle(flavor)  # Only a missing TensorRT falls back; planning errors propagate.
         except TensorRTUnavailableError as e:
             if flavor != "auto":
                 raise

@@ -9,7 +9,7 @@ used is listed in TENSORRT_API / TENSORRT_PLUGIN_API for the API-surface test.
 No ``from __future__ import annotations`` here: ``tensorrt.plugin`` reads the annotations of
 the decorated functions at definition time to learn the plugin's attribute types."""
 # mypy: disable-error-code="name-defined"
-# (the annotations name classes of the tensorrt.plugin module handed in at run time)
+# The annotations name classes of the tensorrt.plugin module handed in at run time.
 import ctypes
 import importlib
 from collections.abc import Mapping
@@ -125,7 +125,7 @@ def register(trt: ModuleType) -> None:
             p = _params(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside,
                         antialias, extrapolation_value, scales, sizes, roi)
             ptx = compile_ptx(aot_source(p, _dtype_name(trt, inp0.dtype)), "sm_75", name="resize_aot.cu")
-            check_ptx_for_driver(ptx)  # (the engine carries this PTX; this machine's driver JIT-compiles it)
+            check_ptx_for_driver(ptx)  # The engine carries this PTX; this machine's driver JIT-compiles it.
             out = outputs[0].shape_expr
             launch = trtp.KernelLaunchParams()
             launch.grid_x = trtp.cdiv(out.numel(), BLOCK_SIZE)

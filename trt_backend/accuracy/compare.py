@@ -153,7 +153,7 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
              save_outputs: str | None = None) -> ComparisonReport:
     outputs = sess.get_outputs()
     opts.check_output_names([a.name for a in outputs])
-    names = [a.name for a in outputs]  # (sequences, maps and optionals are compared by side_errors)
+    names = [a.name for a in outputs]  # Sequences, maps and optionals are compared by side_errors.
     skipped: list[str] = []
     precisions = {r.segment.id: sess.compiled.precisions.get(r.segment.id, "fp32") for r in sess.runners}
     if feeds is None:

@@ -109,7 +109,7 @@ def tolerance_ratio(ours: Any, ref: Any, atol: float, rtol: float) -> float:
     x, y = np.asarray(ours), np.asarray(ref)
     if x.shape != y.shape:
         return _INF
-    if x.dtype.kind not in "fcbiu" or y.dtype.kind not in "fcbiu":  # (strings, objects: equal or not)
+    if x.dtype.kind not in "fcbiu" or y.dtype.kind not in "fcbiu":  # Strings, objects: equal or not.
         return 0.0 if np.array_equal(x, y) else _INF
     if not x.size:
         return 0.0

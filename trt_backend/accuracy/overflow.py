@@ -109,7 +109,7 @@ def _segment_overflow(runner: EmulatedTensorRTRunner, precision: str, ref: Mappi
     order: list[tuple[str, onnx.NodeProto]] = []
     for node in proto.graph.node:
         for name in node.output:
-            if name and name in ref:  # (tensors the fp32 model also has, by name)
+            if name and name in ref:  # Tensors the fp32 model also has, by name.
                 order.append((name, node))
                 if name not in have:
                     proto.graph.output.add().name = name
@@ -129,7 +129,7 @@ def _segment_overflow(runner: EmulatedTensorRTRunner, precision: str, ref: Mappi
         log.debug("range check of segment %d skipped: %s", runner.segment.id, e)
         return None
     limit = LIMITS[precision]
-    producers = {o: n for n in sess.model.proto.graph.node for o in n.output}  # (the model's own nodes)
+    producers = {o: n for n in sess.model.proto.graph.node for o in n.output}  # The model's own nodes.
     for name, node in order:
         low, high = values.get(name), ref.get(name)
         if not (isinstance(low, np.ndarray) and isinstance(high, np.ndarray)) or low.shape != high.shape \

@@ -210,7 +210,7 @@ class ComparisonReport:
         loc = self.localization
         if loc is not None:
             s = loc.segment
-            # (the nodes that compute first: Identity, Reshape and their kind move values without error)
+            # The nodes that compute first: Identity, Reshape and their kind move values without error.
             pairs = list(zip(loc.node_names, loc.op_types))
             computing = [(n, t) for n, t in pairs if t not in _PASS_THROUGH] or pairs
             names = ", ".join(f"{n} ({t})" for n, t in computing[:8])

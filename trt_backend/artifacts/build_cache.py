@@ -27,7 +27,7 @@ from trt_backend.artifacts.seal import MANIFEST, check_seal, seal
 from trt_backend.errors import ArtifactError
 
 log = logging.getLogger(__name__)
-_onnx = lazy_module("onnx")  # (a model with external data only: a cache hit of one without loads none)
+_onnx = lazy_module("onnx")  # A model with external data only: a cache hit of one without loads none.
 _protobuf = lazy_module("google.protobuf.message")
 _weights = lazy_module("partitioner.weights")
 
@@ -72,7 +72,7 @@ def model_digest(path: str, known: dict[str, Any] | None = None) -> dict[str, An
     if model["data_files"]:
         base = os.path.dirname(os.path.abspath(path))
         out["data_files"] = {loc: _file_digest(os.path.join(base, loc), known, False)["sha256"]
-                             if os.path.isfile(os.path.join(base, loc)) else None  # (missing: the build names it)
+                             if os.path.isfile(os.path.join(base, loc)) else None  # Missing: the build names it.
                              for loc in model["data_files"]}
     return out
 
@@ -91,12 +91,12 @@ def _file_digest(path: str, known: dict[str, Any], data: bool | None) -> dict[st
     with open(path, "rb") as f:
         content = f.read()
     entry = {"status": status, "sha256": hashlib.sha256(content).hexdigest(), "data_files": []}
-    if data is None and b"location" in content:  # (no external data without that key: no parse)
-        proto = _onnx.ModelProto()  # (only here: a cache hit of a model without external data loads no onnx)
+    if data is None and b"location" in content:  # No external data without that key: no parse.
+        proto = _onnx.ModelProto()  # Only here: a cache hit of a model without external data loads no onnx.
         try:
             proto.ParseFromString(content)
             entry["data_files"] = _weights.data_files(proto)
-        except (_protobuf.DecodeError, RuntimeError, ValueError) as e:  # (not a model: loading it names the problem)
+        except (_protobuf.DecodeError, RuntimeError, ValueError) as e:  # Not a model: loading it names the problem.
             raise OSError(f"not an ONNX model ({e})") from None
     if time.time() - st.st_mtime_ns / 1e9 > _RACY_SECONDS:
         known[key] = entry
@@ -114,9 +114,9 @@ def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     module = getattr(value, "__module__", None) or ""
-    if callable(value) and module.split(".")[0] in SOURCE_PACKAGES:  # (our own code: its sources are in the key)
+    if callable(value) and module.split(".")[0] in SOURCE_PACKAGES:  # Our own code: its sources are in the key.
         return f"{module}:{getattr(value, '__qualname__', repr(value))}"
-    return repr(value)  # (anything else without a stable form, e.g. a user's callable, keys to itself: a miss)
+    return repr(value)  # Anything else without a stable form, e.g. a user's callable, keys to itself: a miss.
 
 
 def build_key(model_path: str, inputs: Mapping[str, Any], known: dict[str, Any] | None = None) -> str:
@@ -142,7 +142,7 @@ class BuildCache:
         known = self.digests()
         before = dict(known)
         key = build_key(model_path, inputs, known)
-        if known != before:  # (a file read anew: its digest is kept)
+        if known != before:  # A file read anew: its digest is kept.
             try:
                 os.makedirs(self.root, exist_ok=True)
                 write_atomic(os.path.join(self.root, DIGESTS), json.dumps(_newest(known), indent=1))
@@ -180,7 +180,7 @@ class BuildCache:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
             if isinstance(e, FileNotFoundError) and tmp is not None:
-                return None  # (an entry removed while it was copied: build it)
+                return None  # An entry removed while it was copied: build it.
             raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
         log.info("build cache hit %s: %s", key[:12], entry)
         return manifest
@@ -200,7 +200,7 @@ class BuildCache:
                 _place(os.path.join(folder, name), os.path.join(tmp, name), link=name.endswith(".engine"))
             with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
                 f.write(json.dumps(kept, indent=1) + "\n")
-            if os.path.exists(entry):  # (a half entry of a process killed before its rename)
+            if os.path.exists(entry):  # A half entry of a process killed before its rename.
                 shutil.rmtree(entry, ignore_errors=True)
             os.replace(tmp, entry)
             tmp = None
@@ -245,7 +245,7 @@ def check_build_folder(out_dir: str) -> None:
     if problem:
         raise ArtifactError(f"{out_dir}: {problem}")
     parent = os.path.dirname(os.path.abspath(out_dir))
-    try:  # (os.access says yes to root, also on read-only file systems: try it, before building)
+    try:  # Os.access says yes to root, also on read-only file systems: try it, before building.
         os.rmdir(new_folder(parent, ".build-probe-"))
     except OSError as e:
         raise ArtifactError(f"{out_dir}: cannot write in folder {parent} ({e.strerror or e})") from None
@@ -284,6 +284,6 @@ def _place(src: str, dst: str, *, link: bool) -> None:
         try:
             os.link(src, dst)
             return
-        except OSError:  # (another file system, or links not allowed: copy)
+        except OSError:  # Another file system, or links not allowed: copy.
             pass
     shutil.copyfile(src, dst)

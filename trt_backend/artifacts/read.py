@@ -89,7 +89,7 @@ def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool
                                     int(seg["engine_bytes"]))
                 engines[int(seg["id"])] = engine.read() if executes else engine
     plan = Plan.from_dict(manifest["plan"])
-    shapes = [{n: getattr(tp, which) for n, tp in p.items()}  # (types learned again at the profiles' shapes)
+    shapes = [{n: getattr(tp, which) for n, tp in p.items()}  # Types learned again at the profiles' shapes.
               for p in profiles_from_json(manifest["plan"].get("input_profiles", []))
               for which in ("min", "opt", "max")]
     plan.model = load(os.path.join(folder, manifest["model_file"]), shapes)
@@ -125,7 +125,7 @@ def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
     for name, digest in checks:
         file = os.path.join(folder, os.path.basename(name))
         try:
-            found = file_sha256(file)  # (in chunks: an engine may be gigabytes)
+            found = file_sha256(file)  # In chunks: an engine may be gigabytes.
         except OSError:
             raise ArtifactError(f"{folder}: {name} listed in {MANIFEST} is missing") from None
         if found != digest:
@@ -283,7 +283,7 @@ def open_build(folder: str | os.PathLike[str], options: SessionOptions | None = 
     opts = dataclasses.replace(opts, build=dataclasses.replace(folder_build_options(manifest),
                                                                max_workers=opts.build.max_workers,
                                                                timing_cache=opts.build.timing_cache))
-    if built.engines is None:  # (rebuild: the same plan and profiles, engines built anew)
+    if built.engines is None:  # Rebuild: the same plan and profiles, engines built anew.
         compiled = compile(built.plan, None, opts, build=True, saved_plan=manifest["plan"])
         return OpenedBuild(compiled, manifest, folder)
     plan = built.plan

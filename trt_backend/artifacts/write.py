@@ -77,13 +77,13 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
     key = read_sign_key(opts.sign_key)
     if opts.device_id is not None:  # full TensorRT builds for the current GPU (and keys its cache by its SM)
         use_device(check_device(opts.device_id))
-    opts = dataclasses.replace(opts, emulate=True)  # (building needs no GPU: profiles come from ONNX Runtime)
+    opts = dataclasses.replace(opts, emulate=True)  # Building needs no GPU: profiles come from ONNX Runtime.
     if opts.flavor == "none":
         raise OptionsError("a build needs TensorRT: flavor 'none' plans everything on ONNX Runtime")
     flv = load_flavor(opts.flavor)
-    check_build_options(opts.build, flv)  # (before planning: a setting this TensorRT refuses is said at once)
+    check_build_options(opts.build, flv)  # Before planning: a setting this TensorRT refuses is said at once.
     check_build_folder(out_dir)
-    with output_lock(out_dir):  # (a second build into the same folder is refused, not lost)
+    with output_lock(out_dir):  # A second build into the same folder is refused, not lost.
         return _build_locked(model, out_dir, profiles, opts, flv, key, progress)
 
 
@@ -121,16 +121,16 @@ def _build_cache(model: ModelSource | Model, profiles: Sequence[Mapping[str, Any
     if not opts.cache_dir or not isinstance(model, (str, os.PathLike)) or opts.oracle is not None:
         return None, None
     if not os.path.isfile(model):
-        return None, None  # (loading it names the problem)
+        return None, None  # Loading it names the problem.
     options = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)
-               if f.name not in ("sign_key", "cache_dir", "build")}  # (``build``: its key fields below decide)
+               if f.name not in ("sign_key", "cache_dir", "build")}  # ``build``: its key fields below decide.
     inputs = {"profiles": profiles, "options": options, "build_options": opts.build.key_fields(),
               "flavor": opts.flavor, "tensorrt": [flv.name, flv.version, flv.parser_version],
               "gpu_target": build_target(flv, opts.build)}
     try:
         builds = BuildCache(opts.cache_dir)
         return builds, builds.key(os.fspath(model), inputs)
-    except OSError as e:  # (an unreadable model or data file: loading it names the problem)
+    except OSError as e:  # An unreadable model or data file: loading it names the problem.
         log.debug("no build cache key for %s: %s", model, e)
         return None, None
 
@@ -139,7 +139,7 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
     """Put the model, segment and engine files of ``compiled`` in ``stage``; the manifest. Each
     TensorRT segment's model file is the model its engine was built from."""
     plan, bopts = compiled.plan, compiled.options.build
-    report = compiled.report if compiled.report is not None else BuildReport(flv.target)  # (no TensorRT segment)
+    report = compiled.report if compiled.report is not None else BuildReport(flv.target)  # No TensorRT segment.
     seconds = {r.segment: r.seconds for r in report.segments}
     originals, weights, weights_entry = stage.data(compiled.model)
     refer = weights.refs.get if weights is not None else (lambda name: None)
@@ -152,9 +152,9 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
     for seg in plan.segments:
         model_file = f"segment_{seg.id}.onnx"
         built = compiled.segments.get(seg.id)
-        if built is None or built.precision in ("fp32", "tf32"):  # (the segment as planned: weights shared)
+        if built is None or built.precision in ("fp32", "tf32"):  # The segment as planned: weights shared.
             files[model_file] = serialize(plan.extract(seg.id, lambda t: refer(t.name)), model_file)
-        else:  # (its own weights: cast to 16 bits, or beside their Q/DQ)
+        else:  # Its own weights: cast to 16 bits, or beside their Q/DQ.
             files[model_file] = serialize(built.model, model_file)
         entry: dict[str, Any] = {"id": seg.id, "backend": seg.backend, "model": model_file,
                                  "model_sha256": sha256_bytes(files[model_file]), "engine": None, "engine_sha256": None,
@@ -164,7 +164,7 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
             if engine is None:
                 raise ArtifactError(f"segment {seg.id} has no engine after the build")
             name = f"segment_{seg.id}.engine"
-            if isinstance(engine, EngineFile):  # (streamed into the folder as it was built)
+            if isinstance(engine, EngineFile):  # Streamed into the folder as it was built.
                 stage.take(engine.path, name)
                 digest = engine.sha256
             else:
@@ -191,7 +191,7 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
         "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,
         "build_seconds": round(time.perf_counter() - start, 4),
     }
-    if originals or weights_entry is not None:  # (absent for models without large weights: manifests unchanged)
+    if originals or weights_entry is not None:  # Absent for models without large weights: manifests unchanged.
         manifest["data_files"] = originals + ([weights_entry] if weights_entry is not None else [])
     return manifest
 
@@ -207,7 +207,7 @@ class _Weights:
     model and segment files all reference (instead of each carrying a copy)."""
 
     location: str
-    blobs: list[tuple[int, bytes]]  # (offset, bytes)
+    blobs: list[tuple[int, bytes]]  # Offset, bytes.
     refs: dict[str, onnx.TensorProto]  # initializer name -> its external reference
 
 
@@ -312,7 +312,7 @@ class _Stage:
         weights = _externalize(model, [d["file"] for d in originals])
         entry = _write_weights(self.tmp, weights) if weights is not None else None
         if weights is not None:
-            weights.blobs.clear()  # (written: their copies go before the engines are copied out)
+            weights.blobs.clear()  # Written: their copies go before the engines are copied out.
         return originals, weights, entry
 
     def data(self, model: Model) -> tuple[list[dict[str, Any]], _Weights | None, dict[str, Any] | None]:

@@ -134,7 +134,7 @@ def ort_baseline(name: str, model: bytes, feeds: Mapping[str, Any], output_names
         if cache_dir:
             opts.update(trt_engine_cache_enable=True, trt_engine_cache_path=cache_dir)
         entries = [(provider, opts), "CUDAExecutionProvider"]
-    if device_id is not None:  # (ONNX Runtime's TensorRT EP fails on devices other than 0: onnxruntime#21276)
+    if device_id is not None:  # ONNX Runtime's TensorRT EP fails on devices other than 0: onnxruntime#21276.
         gpu = {"device_id": str(device_id)}
         entries = [(e[0], {**e[1], **gpu}) if isinstance(e, tuple) else (e, gpu) for e in entries]
     if provider != "CPUExecutionProvider":

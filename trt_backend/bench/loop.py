@@ -95,7 +95,7 @@ def run_bench(model: ModelSource, options: BenchOptions | None = None, session_o
     options = options or BenchOptions()
     profiles = options.profiles or ([{n: tuple(s) for n, s in options.shapes.items()}] if options.shapes else None)
     if is_build_folder(model):
-        profiles = options.profiles  # (a Session refuses profiles given with a folder)
+        profiles = options.profiles  # A Session refuses profiles given with a folder.
         options = replace(options, build=False)
     cache_dir = temp_cache = None
     if options.build:
@@ -136,7 +136,7 @@ def run_bench(model: ModelSource, options: BenchOptions | None = None, session_o
 
 def _feeds(sess: Session, options: BenchOptions) -> dict[str, Any]:
     if options.feeds is not None:
-        return dict(options.feeds)  # (the session validates them on the first run)
+        return dict(options.feeds)  # The session validates them on the first run.
     inputs = {a.name for a in sess.get_inputs()}
     unknown = [n for n in options.shapes if n not in inputs]
     if unknown:

@@ -192,7 +192,7 @@ def write_plot(result: BenchResult, path: str) -> None:
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=110)
     try:
-        write_atomic(path, png.getvalue())  # (never half a picture)
+        write_atomic(path, png.getvalue())  # Never half a picture.
     except OSError as e:
         raise PlotError(f"--plot {path}: cannot write: {e.strerror or e}") from None
 

@@ -234,7 +234,7 @@ def session_options(args: argparse.Namespace, **extra: Any) -> Any:
     gets its options from. On a build folder (``args.model``), flags that would change what was
     built are refused (:func:`refuse_build_flags`) and the folder's own plan and build apply."""
     extra.setdefault("max_memory", max_memory(args))
-    if getattr(args, "max_build_memory", None) is not None:  # (refused below on a build folder)
+    if getattr(args, "max_build_memory", None) is not None:  # Refused below on a build folder.
         extra.setdefault("max_build_memory", _values.parse_size(args.max_build_memory, "--max-build-memory"))
     if getattr(args, "sign_key", None) is not None:
         extra.setdefault("sign_key", args.sign_key)

@@ -44,7 +44,7 @@ from trt_backend.artifacts.build_cache import (
 from trt_backend.artifacts.seal import sign_key
 
 log = logging.getLogger(__name__)
-_report = lazy_module("trt_backend.engines.report")  # (a build that demoted nodes only)
+_report = lazy_module("trt_backend.engines.report")  # A build that demoted nodes only.
 
 INDEX = "index"
 INDEX_FORMAT = 1
@@ -98,14 +98,14 @@ def parse(argv: Sequence[str]) -> Call | None:
             if name in ("-o", "--output"):
                 output = value
             elif name == "--precision" and value == "auto":
-                return None  # (the usual path searches a precision plan first; its result is not in this key)
+                return None  # The usual path searches a precision plan first; its result is not in this key.
             else:
                 cache_dir = value if name == "--cache-dir" else cache_dir
                 kept += [name, value]
         elif token in _FLAGS:
             kept.append(token)
         elif token.startswith("-") or model is not None:
-            return None  # (an option this path does not take, a short form, or a second positional)
+            return None  # An option this path does not take, a short form, or a second positional.
         else:
             model = token
             kept.append("<model>")

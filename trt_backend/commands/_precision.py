@@ -14,7 +14,7 @@ from trt_backend.commands._args import precision_fields, split_list
 from trt_backend.engines.precision_plan import PrecisionPlan, read_precision_plan
 from trt_backend.session.options import SessionOptions
 
-_auto = lazy_module("trt_backend.accuracy.auto_precision")  # (the search loads only for --precision auto)
+_auto = lazy_module("trt_backend.accuracy.auto_precision")  # The search loads only for --precision auto.
 
 
 def add_auto_arguments(p: argparse.ArgumentParser, tolerances: bool = True) -> None:

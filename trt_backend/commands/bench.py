@@ -114,7 +114,7 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
                           min_iterations=_number(args.iterations, "--iterations", int),
                           rounds=_number(args.rounds, "--rounds", int))
     threads = number_option(args.threads, "--threads", whole=True, low=0, text=True, error=BenchOptionsError)
-    if is_folder_arg(args):  # (first: a flag that would change what was built is the error to report)
+    if is_folder_arg(args):  # First: a flag that would change what was built is the error to report.
         refuse_build_flags(args, args.model)
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     if is_build_folder(args.model) and not (args.min_shapes or args.opt_shapes or args.max_shapes):

@@ -72,12 +72,12 @@ def handle(args: argparse.Namespace) -> int:
 def _handle(args: argparse.Namespace) -> int:
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     so = session_options(args)
-    builder = builder_fields(args)  # (checked before a precision search, which can take minutes)
+    builder = builder_fields(args)  # Checked before a precision search, which can take minutes.
     feeds = read_feeds(args.inputs) if args.inputs else None
     kw: dict[str, Any] = {**build_fields(args, args.model, profiles or None, so, feeds), **builder}
     options = dataclasses.replace(options_with(so, kw), cache_dir=args.cache_dir)
     manifest = build(args.model, args.output, profiles or None, options)
-    if args.cache_dir and getattr(args, "build_index", None):  # (the next same command finds it before loading)
+    if args.cache_dir and getattr(args, "build_index", None):  # The next same command finds it before loading.
         remember_in_index(args.cache_dir, args.build_index, manifest)
     print_build(args.model, args.output, manifest, bool(args.verbose))
     if args.report:

@@ -102,7 +102,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    if is_folder_arg(args):  # (first: a flag that would change what was built is the error to report)
+    if is_folder_arg(args):  # First: a flag that would change what was built is the error to report.
         refuse_build_flags(args, args.model)
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = CompareOptions(atol=args.atol, rtol=args.rtol, tolerances=tuple(args.tolerance),
@@ -124,10 +124,10 @@ def _handle(args: argparse.Namespace) -> int:
     for path, flag in ((args.json, "--json"), (args.save_outputs, "--save-outputs")):
         _check_out_path(path, flag)
     so = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=options.seed)
-    if is_folder_arg(args):  # (its own profiles: --shapes picks the shape to compare at within them)
+    if is_folder_arg(args):  # Its own profiles: --shapes picks the shape to compare at within them.
         profiles = []
     else:
-        if feeds and not profiles:  # (real samples and no profile: one spanning their shapes)
+        if feeds and not profiles:  # Real samples and no profile: one spanning their shapes.
             profiles = profiles_from_feeds(feeds)
         so = options_with(so, build_fields(args, args.model, profiles or None, so, feeds))
     report = compare(args.model, options, profiles=profiles or None, session_options=so, feeds=feeds,

@@ -68,7 +68,7 @@ def _source(args: argparse.Namespace) -> ExportSource:
     if models and len(sources) > 1:
         raise OptionsError(f"give one model file, or build folders only (got {', '.join(sources)})")
     if not models:
-        for folder in sources:  # (a folder exports as it was built: flags that would change that are refused)
+        for folder in sources:  # A folder exports as it was built: flags that would change that are refused.
             refuse_build_flags(args, folder)
             if args.shapes:
                 raise OptionsError(f"{folder}: --shapes would change what was built; a build folder exports with "

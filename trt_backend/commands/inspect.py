@@ -32,7 +32,7 @@ from trt_backend.engines.precision_plan import (
 )
 from trt_backend.planning import make_plan
 
-# (loaded on the paths that need them: a build folder's reader and report, a picture)
+# Loaded on the paths that need them: a build folder's reader and report, a picture.
 _folder = lazy_module("trt_backend.commands._inspect_folder")
 _picture = lazy_module("partitioner.picture")
 

@@ -117,7 +117,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    if is_folder_arg(args):  # (first: a flag that would change what was built is the error to report)
+    if is_folder_arg(args):  # First: a flag that would change what was built is the error to report.
         refuse_build_flags(args, args.model)
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
@@ -126,7 +126,7 @@ def _handle(args: argparse.Namespace) -> int:
     options = options_with(options, build_fields(args, args.model, given_model, options)) \
         if args.precision != "fp32" or args.calibration_data else options
     start = time.perf_counter()
-    # (a build folder brings its profiles: --shapes then only shape the random inputs)
+    # A build folder brings its profiles: --shapes then only shape the random inputs.
     given = None if is_build_folder(args.model) else profiles or None
     sess = Session(args.model, given, options, plan=args.saved_plan)
     made = time.perf_counter() - start

@@ -77,7 +77,7 @@ def handle(args: argparse.Namespace) -> int:
     print("  Python: trt_backend.serve.ServeClient(" + repr(options.name) + ").infer({name: array})  (Ctrl-C stops)",
           flush=True)
     done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):  # (Ray's driver keeps SIGINT from raising KeyboardInterrupt)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # Ray's driver keeps SIGINT from raising KeyboardInterrupt.
         signal.signal(sig, lambda *_: done.set())
     while not done.wait(3600):
         pass

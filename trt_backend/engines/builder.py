@@ -143,7 +143,7 @@ class BuildOptions:
         for k in ("timing_cache", "max_workers", "calibration_data", "calibration_method", "precision_plan",
                   "max_narrowing_builds", "max_build_memory"):
             d.pop(k)
-        if self.precision_plan is not None:  # (what the plan decides; its search log is not part of the key)
+        if self.precision_plan is not None:  # What the plan decides; its search log is not part of the key.
             d["precision_plan"] = {"segments": self.precision_plan.to_dict()["segments"]}
         d["keep_fp32_ops"] = sorted(d["keep_fp32_ops"]) if self.precision in ("fp16", "bf16", "auto") else []
         d["precision_transform"] = TRANSFORM_VERSION
@@ -225,7 +225,7 @@ def _add_profiles(builder: Any, config: Any, network: Any, ranges: Sequence[Mapp
 
 @dataclass(frozen=True)
 class SegmentEngine:
-    engine: bytes | EngineFile  # (a file where the build streamed it into one: see compile_segment)
+    engine: bytes | EngineFile  # A file where the build streamed it into one: see compile_segment.
     layers: int
     seconds: float
     precision: str  # what was applied ("fp32" when a transform failed and the build fell back)
@@ -273,7 +273,7 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[ProfileSp
             precision = "fp32"
         else:
             raise
-    if precision == "fp32" and form.precision != "fp32":  # (TensorRT rejected the reduced form)
+    if precision == "fp32" and form.precision != "fp32":  # TensorRT rejected the reduced form.
         form = Prepared(segment_model, segment_model, "fp32", ())
     return SegmentEngine(engine, layers, time.perf_counter() - start, form.precision, form.pinned, form.model)
 
@@ -370,7 +370,7 @@ def prepared_segment(segment_model: onnx.ModelProto, options: BuildOptions,
         quantized = quantized_nodes(segment_model)
         if quantized:
             _warn_quantized(segment_model.graph.name, precision, len(quantized))
-            if precision == "fp16" and carries_qdq(segment_model):  # (Q/DQ kept, as int8 keeps its own)
+            if precision == "fp16" and carries_qdq(segment_model):  # Q/DQ kept, as int8 keeps its own.
                 return with_fp16_remainder(segment_model, options.keep_fp32_ops, (*pinned, *quantized)), precision
             pinned = (*pinned, *quantized)
         return apply_precision(segment_model, precision, options.keep_fp32_ops, pinned).model, precision
@@ -419,11 +419,11 @@ def _refusals(segment_model: onnx.ModelProto, options: BuildOptions, flavor: Fla
             return tuple(refused), prepared
         except SegmentBuildError as e:
             own = {n.name: n.op_type for n in segment_model.graph.node}
-            # (a refusal is by op type and dtype: the parser stops at the first, so its kin go too)
+            # A refusal is by op type and dtype: the parser stops at the first, so its kin go too.
             types = {own[n] for n in e.names if n in own and n not in refused}
             blamed = [n for n, t in own.items() if t in types and n not in refused]
             if not blamed:
-                return tuple(refused), None  # (not a precision matter: the build reports it)
+                return tuple(refused), None  # Not a precision matter: the build reports it.
             log.info("%s: TensorRT refuses %s in %s; kept fp32", segment_model.graph.name, ", ".join(blamed),
                      segment_precision(segment_model, options)[0])
             refused.extend(blamed)
@@ -463,7 +463,7 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
         serialized = builder.build_serialized_network(network, config)
         if serialized is None:
             raise _build_error(names_from or model, errors)
-        for message in errors:  # (captured, and not reported by a failure: say them here)
+        for message in errors:  # Captured, and not reported by a failure: say them here.
             log.warning("%s: TensorRT built the engine but reported: %s", model.graph.name, message)
         if cache is not None:
             timing.merge(config, cache)
@@ -572,7 +572,7 @@ def parse_into(parser: Any, model: onnx.ModelProto, flavor: Flavor, weights_dir:
     path = segment_path(weights_dir)
     large = large_weights(model, weights)
     if not large or not flavor.has("OnnxParser.load_model_proto"):
-        if any(is_held(t) for t in model.graph.initializer):  # (a parser without user-managed weights: inline them)
+        if any(is_held(t) for t in model.graph.initializer):  # A parser without user-managed weights: inline them.
             model = structure_copy(model, lambda t: large.get(t.name) if is_held(t) else None)
         return bool(parser.parse(serialize(model, "a segment to build"), path)), []
     import numpy as np
@@ -635,7 +635,7 @@ def _user_managed(t: onnx.TensorProto) -> onnx.TensorProto:
     out.dims.extend(t.dims)
     out.data_location = onnx.TensorProto.EXTERNAL
     entry = out.external_data.add()
-    entry.key, entry.value = "location", HELD  # (never opened: load_initializer gives the bytes)
+    entry.key, entry.value = "location", HELD  # Never opened: load_initializer gives the bytes.
     return out
 
 
@@ -664,12 +664,12 @@ def key_material(segment_model: onnx.ModelProto, ranges: Sequence[Mapping[str, T
                 "parser": flavor.parser_version, "target": target}
     if not with_weights:
         return material
-    if large:  # (absent for models without large inline weights: their keys are unchanged)
+    if large:  # Absent for models without large inline weights: their keys are unchanged.
         h = hashlib.sha256()
         for t in sorted(large, key=lambda t: t.name):
             h.update(f"{t.name}\0{sha256_bytes(t.raw_data)}\0".encode())
         material["inline_weights_sha256"] = h.hexdigest()
-    external = weights_sha256(segment_model, weights_dir, skip=is_held)  # (held ones are hashed above)
-    if external is not None:  # (absent for models holding their weights: their keys are unchanged)
+    external = weights_sha256(segment_model, weights_dir, skip=is_held)  # Held ones are hashed above.
+    if external is not None:  # Absent for models holding their weights: their keys are unchanged.
         material["external_weights_sha256"] = external
     return material

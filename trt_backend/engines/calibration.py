@@ -183,7 +183,7 @@ def _stream(files: Sequence[str], inputs: Sequence[InputSpec], sizes: Mapping[st
     pending_path = ""
     for path in files:
         arrays = _read_npz(path, inputs)
-        shared = {s.name for s in inputs if not s.dims and arrays[s.name].ndim == 0}  # (one scalar for the file)
+        shared = {s.name for s in inputs if not s.dims and arrays[s.name].ndim == 0}  # One scalar for the file.
         steps = {s.name: (_batch(s, sizes) if arrays[s.name].ndim == len(s.dims) and s.dims else 0) for s in inputs}
         entries = {len(arrays[s.name]) for s in inputs if not steps[s.name] and s.name not in shared}
         stacked = {len(arrays[s.name]) for s in inputs if steps[s.name]}

@@ -139,7 +139,7 @@ def emulation_model(segment: onnx.ModelProto, precision: str, keep_fp32_ops: tup
     pinned = tuple(keep_fp32_nodes)
     if precision == "int8":
         if quantizer is None:
-            raise ValueError("int8 emulation needs a quantizer")  # (an internal call error, not a user's)
+            raise ValueError("int8 emulation needs a quantizer")  # An internal call error, not a user's.
         quantized = quantizer(segment, pinned) if pinned else quantizer(segment)
         return Emulation(rounded_in_fp32(quantized, TensorProto.FLOAT16), "int8")
     if precision not in ("fp16", "bf16"):

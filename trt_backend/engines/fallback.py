@@ -133,7 +133,7 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
             log.info("segment %d: %d node(s) go to ONNX Runtime (round %d)", seg.id, len(blamed), rounds)
         _progress.progress("round %d: %d segment(s) refused by TensorRT, their nodes go to ONNX Runtime; planning "
                            "again", rounds, len(result.report.failures))
-        narrowed_rounds += narrowed  # (a round that narrowed does not use up a round: the build budget bounds it)
+        narrowed_rounds += narrowed  # A round that narrowed does not use up a round: the build budget bounds it.
         plan = build_plan(plan.model, verdicts, plan.tensorrt, min_segment_size, target=plan.target,
                           cost=boundary_cost, max_segment_weights=max_segment_weights)
     report = result.report
@@ -171,7 +171,7 @@ class _Narrowing:
                 lo = mid
             else:
                 hi = mid
-        if lo == 0:  # (not even its first node builds: a failure of the build, not of some node)
+        if lo == 0:  # Not even its first node builds: a failure of the build, not of some node.
             return None
         node = order[hi - 1]
         return node if node in seg.nodes else None
@@ -205,7 +205,7 @@ class PlanMemo(Generic[T]):
 
     def __init__(self, make: Callable[[Plan], T], known: tuple[Plan, T] | None = None) -> None:
         self._make = make
-        self._done: dict[int, tuple[Plan, T]] = {}  # (the plan is kept: its id stays its own)
+        self._done: dict[int, tuple[Plan, T]] = {}  # The plan is kept: its id stays its own.
         if known is not None:
             self._done[id(known[0])] = known
 
@@ -281,7 +281,7 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
             model = rewrite(model)
         ranges = segment_ranges(model, _pick(profiles, seg))
         key = cache_key(key_material(model, ranges, options, flavor, target, weights_dir=weights_dir,
-                                     with_weights=cache is not None, weights=held))  # (no cache: this build's memo)
+                                     with_weights=cache is not None, weights=held))  # No cache: this build's memo.
         jobs.append((seg, model, ranges, key))
     workers = max(1, min(_workers(plan, segments, options), len(jobs)))
     if jobs:

@@ -103,7 +103,7 @@ class PrecisionPass:
             return [(v.name, v.type.tensor_type.elem_type) for v in (*m.graph.input, *m.graph.output)]
         if io(before) != io(after):
             raise PrecisionError("precision transform changed the segment's inputs or outputs")
-        try:  # (on copies without the weights: their bytes are checked nowhere here, only dims and dtypes)
+        try:  # On copies without the weights: their bytes are checked nowhere here, only dims and dtypes.
             check_model(after, where=f"the {self.precision} form of {after.graph.name}")
             if _strictly_typed(before):  # a model that fails strict inference already proves nothing
                 onnx.shape_inference.infer_shapes(_types_only(after), check_type=True, strict_mode=True)
@@ -132,7 +132,7 @@ class _Lowering:
         self.keep = keep
         self.keep_nodes = keep_nodes
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-        inferred = onnx.shape_inference.infer_shapes(weightless_copy(model))  # (types only: weights not copied)
+        inferred = onnx.shape_inference.infer_shapes(weightless_copy(model))  # Types only: weights not copied.
         g = inferred.graph
         self.types: dict[str, int] = {}
         for v in (*g.input, *g.value_info, *g.output):
@@ -186,7 +186,7 @@ class _Lowering:
         if node.name and node.name in self.keep_nodes:
             return None
         if self.too_large and any(name in self.too_large for name in node.input):
-            return None  # (its weights do not fit fp16: a trained BatchNormalization's variance of 1e5)
+            return None  # Its weights do not fit fp16: a trained BatchNormalization's variance of 1e5.
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             return None
         try:
@@ -443,7 +443,7 @@ def _beyond_fp16(model: onnx.ModelProto) -> frozenset[str]:
 
 def _convert(tensor: TensorProto, low: int, name: str) -> tuple[TensorProto, int]:
     """``tensor`` (float32) as ``low``; returns it and the number of values clipped."""
-    # (np.asarray throughout: numpy turns 0-d results into scalars, which cannot be assigned into)
+    # Np.asarray throughout: numpy turns 0-d results into scalars, which cannot be assigned into.
     arr = np.asarray(numpy_helper.to_array(tensor), dtype=np.float32)
     clipped = 0
     if low == TensorProto.FLOAT16:

@@ -85,12 +85,12 @@ class SegmentQuantizer:
         """``segment`` with Q/DQ; the compute nodes named in ``exclude`` stay float."""
         if carries_qdq(segment):  # its own Q/DQ kept (no double quantization); the float rest in fp16
             log.info("%s already carries Q/DQ: kept as they are", segment.graph.name)
-            if holds_fp16(segment):  # (quantized here before, or a model already mixed by its author)
+            if holds_fp16(segment):  # Quantized here before, or a model already mixed by its author.
                 return segment
             exclude = (*exclude, *(n.name for n in segment.graph.node if n.op_type in QDQ_OPS))
         key = sha256_bytes(serialize(segment, "a segment to quantize", deterministic=True)) + "|" + ",".join(
             sorted(exclude))
-        with self._lock:  # (parallel segment builds: one calibration run at a time, and each once)
+        with self._lock:  # Parallel segment builds: one calibration run at a time, and each once.
             if key not in self._done:
                 quantized = segment if carries_qdq(segment) else self._quantize(segment, frozenset(exclude))
                 self._done[key] = with_fp16_remainder(quantized, self.keep_fp32_ops, exclude)
@@ -162,7 +162,7 @@ class SegmentQuantizer:
                                     op_types_to_quantize=list(COMPUTE_OPS), nodes_to_quantize=compute, per_channel=True,
                                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                                     calibrate_method=method, extra_options=extra)
-            except (ValueError, RuntimeError, KeyError, IndexError) as e:  # (the quantizer's own failures)
+            except (ValueError, RuntimeError, KeyError, IndexError) as e:  # The quantizer's own failures.
                 raise PrecisionError(f"{segment.graph.name}: ONNX Runtime's quantizer failed: {e}") from e
             quantized = onnx.load(dst)
         _drop_unused_opsets(quantized, segment)

@@ -56,7 +56,7 @@ class DemotionGroup:
     TensorRT gave (as a manifest's ``demoted`` entries hold them: dicts of :class:`Demotion`)."""
 
     round: int
-    segment: int | None  # (None: a manifest written before demotions named their segment)
+    segment: int | None  # None: a manifest written before demotions named their segment.
     reason: str
     nodes: tuple[Mapping[str, Any], ...]
 
@@ -134,7 +134,7 @@ class BuiltSegment:
     pinned: tuple[str, ...]
     profiles: list[Profile]
     shape_tensors: frozenset[str]
-    engine: bytes | EngineFile | None = None  # (a file for builds streamed into a folder)
+    engine: bytes | EngineFile | None = None  # A file for builds streamed into a folder.
 
 
 @dataclass

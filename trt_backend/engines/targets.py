@@ -100,7 +100,7 @@ def build_slot(flavor: Flavor) -> Iterator[None]:
 
 def current_sm() -> str | None:
     """The current CUDA device's compute capability as ``"86"``, or None without a usable GPU."""
-    if _gpu.driver_absent():  # (looked up on the module: tests put a fake GPU layer in its place)
+    if _gpu.driver_absent():  # Looked up on the module: tests put a fake GPU layer in its place.
         return None
     try:
         major, minor = compute_capability(current_device())

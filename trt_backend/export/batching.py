@@ -129,7 +129,7 @@ def _check_tensor(vi: onnx.ValueInfoProto | None, what: str, symbols: set[str], 
     if dim.HasField("dim_value"):
         raise ExportError(f"{what}: its leading dim is fixed at {dim.dim_value}, not the batch{_DEFAULT}")
     if batched_input:
-        return None  # (a model input Triton batches: checked above)
+        return None  # A model input Triton batches: checked above.
     for tp in profiles:
         if 0 in tp.data_dependent:
             raise ExportError(f"{what}: its leading dim depends on the data (derived profile min {tp.min} max "

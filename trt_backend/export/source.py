@@ -175,7 +175,7 @@ def from_session(session: Session, *, name: str | None = None, engines: Mapping[
     plan = session.plan
     return ExportSource(
         name=name or _stem(session.model.source or "model"), plan=plan,
-        # (a TensorRT segment exports as the model its engine is, or would be, built from)
+        # A TensorRT segment exports as the model its engine is, or would be, built from.
         segment_models={seg.id: (session.compiled.segments[seg.id].model if seg.id in session.compiled.segments
                                  else plan.extract(seg.id)) for seg in plan.segments},
         segment_profiles=dict(session.segment_profiles), input_profiles=list(session.input_profiles),

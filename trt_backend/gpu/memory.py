@@ -151,7 +151,7 @@ class BufferPool:
                     self.allocated_bytes -= b.capacity
         finally:
             if previous is not None and previous != self.device_id:
-                use_device(previous)  # (a buffer may be given back from any thread: leave its device as it was)
+                use_device(previous)  # A buffer may be given back from any thread: leave its device as it was.
 
 
 class Lease:
@@ -164,7 +164,7 @@ class Lease:
     def __init__(self, pool: BufferPool, buffer: DeviceBuffer) -> None:
         self.buffer = buffer
         self._done = weakref.finalize(self, pool.release, buffer)
-        self._done.atexit = False  # (at interpreter exit the driver may already be gone)
+        self._done.atexit = False  # At interpreter exit the driver may already be gone.
 
     @property
     def ptr(self) -> int:

@@ -42,7 +42,7 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str, 
     so = ort.SessionOptions()
     if options.shares_global_pool:
         use_global_thread_pool(options.intra_op_threads, options.inter_op_threads)
-    so.intra_op_num_threads = options.intra_op_threads  # (under a global pool, its sizes apply instead)
+    so.intra_op_num_threads = options.intra_op_threads  # Under a global pool, its sizes apply instead.
     so.inter_op_num_threads = options.inter_op_threads
     so.log_severity_level = options.log_severity
     levels = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -111,7 +111,7 @@ def installed_version() -> str | None:
             return importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             continue
-    import onnxruntime  # (installed without metadata)
+    import onnxruntime  # Installed without metadata.
 
     return str(onnxruntime.__version__)
 

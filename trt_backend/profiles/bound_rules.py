@@ -25,7 +25,7 @@ ELEMENTWISE = frozenset({
 })
 DATA_DEPENDENT = frozenset({"NonZero", "NonMaxSuppression", "Compress", "Unique"})
 
-Bound = tuple[int | None, bool]  # (upper bound or None, whether a data-dependent op lies on the way)
+Bound = tuple[int | None, bool]  # Upper bound or None, whether a data-dependent op lies on the way.
 ValueBounds = list[Bound] | None  # per element of a shape-like tensor; None: not computed from shapes
 UNKNOWN: Bound = (None, False)
 
@@ -137,7 +137,7 @@ def _elementwise(s: Site) -> Bound | Need:
         if r is None:
             continue
         d = s.axis - (s.rank - r)
-        if d >= 0 and s.facts.static(t, d) != 1:  # (a dim of 1 broadcasts: it bounds nothing)
+        if d >= 0 and s.facts.static(t, d) != 1:  # A dim of 1 broadcasts: it bounds nothing.
             wanted.append(dim(t, d))
     return Need(tuple(wanted), _largest) if wanted else (1, False)
 
@@ -183,7 +183,7 @@ def _slice(s: Site) -> Bound | Need:
             cut = max(0, end - start)  # keep[:100]: at most 100 whatever the input held
 
     def kept(found: list[Bound]) -> Bound:
-        within = found[0]  # (a slice holds at most what its input held)
+        within = found[0]  # A slice holds at most what its input held.
         if cut is not None and (within[0] is None or cut < within[0]):
             return cut, within[1]
         return within
@@ -268,7 +268,7 @@ def _expand(s: Site) -> Bound | Need:
     r_in = s.rank_of(s.ins[0])
     if r_in is None or not s.input(1):
         return UNKNOWN
-    d_in = s.axis - (s.rank - r_in)  # (< 0: the input broadcasts as 1 there)
+    d_in = s.axis - (s.rank - r_in)  # < 0: the input broadcasts as 1 there.
     shape = s.const(s.ins[1])
     if shape is not None:
         k = s.axis - (s.rank - shape.size)
@@ -345,7 +345,7 @@ def _non_max_suppression(s: Site) -> Bound | Need:
 def _compress(s: Site) -> Bound | Need:
     along, r_data = s.attrs.get("axis"), s.rank_of(s.ins[0])
     if along is not None and r_data is not None:
-        dependent = s.axis == int(along) % r_data  # (other dims are the input's)
+        dependent = s.axis == int(along) % r_data  # Other dims are the input's.
         return Need((dim(s.ins[0], s.axis),), lambda found: (found[0][0], dependent))
     return _all_dims(s.ins[0], r_data, lambda found: (_product(found)[0], True))
 
@@ -434,7 +434,7 @@ def _slice_values(s: Site) -> ValueBounds | Need:
     if args is None or list(args) != [0] or args[0][2] == 0:
         return None
     start, end, step = args[0]
-    # (ONNX clamps as Python does)
+    # ONNX clamps as Python does.
     return Need((value(s.ins[0]),), lambda found: None if found[0] is None else found[0][slice(start, end, step)])
 
 

@@ -102,7 +102,7 @@ class DimBounds:
             if tensor in index.initializers:
                 init = index.initializer_protos.get(tensor)
                 found = numpy_helper.to_array(init) if init is not None and init.data_location != \
-                    onnx.TensorProto.EXTERNAL and init.ByteSize() < 1 << 16 else None  # (shape-like values are small)
+                    onnx.TensorProto.EXTERNAL and init.ByteSize() < 1 << 16 else None  # Shape-like values are small.
             else:
                 i = index.producer.get(tensor)
                 node = self.model.proto.graph.node[i] if i is not None else None
@@ -146,7 +146,7 @@ class DimBounds:
                     stack.pop()
                     continue
                 waiting[q] = step
-                # (a query already waiting lower on the stack would be a cycle: it is answered unknown below)
+                # A query already waiting lower on the stack would be a cycle: it is answered unknown below.
                 stack.extend(d for d in reversed(step.queries) if d not in memo and d not in waiting)
                 continue
             stack.pop()

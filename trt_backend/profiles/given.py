@@ -21,7 +21,7 @@ def check_profile_names(user: Sequence[Mapping[str, Any]] | None, graph: Any) ->
     model input or at least a tensor of the model (it may be a TensorRT segment's input, which
     only the plan tells); ProfileError naming the first that is neither."""
     if not user or isinstance(user, (str, bytes)) or not isinstance(user, (Sequence, Mapping)):
-        return  # (the shape of the argument is checked by normalize_profiles)
+        return  # The shape of the argument is checked by normalize_profiles.
     inputs = [vi.name for vi in graph.input]
     tensors = set(inputs) | {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
     for k, raw in enumerate([user] if isinstance(user, Mapping) else user):

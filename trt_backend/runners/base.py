@@ -63,7 +63,7 @@ class SegmentRunner(ABC):
         inputs = self.stage(inputs)
         if self.profiles:
             self.select_profile(inputs)
-        # (runners written before run options existed take the inputs alone)
+        # Runners written before run options existed take the inputs alone.
         outputs = self.run_impl(inputs) if ort_run_options is None else self.run_impl(inputs, ort_run_options)
         if len(outputs) != len(self.output_names):
             raise RuntimeError(f"{self.label}: produced {len(outputs)} output(s), expected {len(self.output_names)}")

@@ -33,7 +33,7 @@ class OnnxRuntimeRunner(SegmentRunner):
         self._ort_values = any(a.type in NO_NUMPY_TYPES for a in ios)
 
     def run_impl(self, inputs: Sequence[Any], ort_run_options: Any = None) -> list[Any]:
-        session = self._session  # (one read: close() from another thread cannot pull it away mid-run)
+        session = self._session  # One read: close() from another thread cannot pull it away mid-run.
         if session is None:
             raise SegmentRunError(f"{self.label} is closed (its Session was closed, or the runner replaced)")
         inputs = [v.to_host() if hasattr(v, "to_host") else v for v in inputs]  # device arrays: to the CPU

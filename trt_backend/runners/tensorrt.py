@@ -241,7 +241,7 @@ class TensorRTRunner(SegmentRunner):
                 raise SegmentRunError(f"{self.label}: input '{name}' is on GPU {view.device_id}, the engine on GPU "
                                       f"{self.device_id}")
             if view.stream is not None:
-                stream.wait_for(view.stream)  # (the CUDA Array Interface: consumers order after the producer)
+                stream.wait_for(view.stream)  # The CUDA Array Interface: consumers order after the producer.
             ptr, shape = view.ptr, view.shape
             if not view.size or ptr % mem.ALIGNMENT:
                 # TensorRT takes 256-byte aligned, non-null addresses: an empty tensor gets a placeholder

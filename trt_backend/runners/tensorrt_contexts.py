@@ -129,7 +129,7 @@ class ContextPool:
             yield pc
         finally:
             pc.stream = stream
-            pc.allocator.drop()  # (outputs not taken go back to the pool)
+            pc.allocator.drop()  # Outputs not taken go back to the pool.
             with self._lock:
                 self.idle.setdefault(profile, []).append(pc)
 

@@ -263,7 +263,7 @@ def check_port(host: str, port: int) -> None:
     it): said before any Ray replica starts, instead of in Ray's own tracebacks."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (a port left in TIME_WAIT is free)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # A port left in TIME_WAIT is free.
         try:
             sock.bind((host, port))
         except OSError as e:
@@ -283,7 +283,7 @@ def start(source: str | os.PathLike[str], options: ServeOptions | None = None, *
 
     opts = options or ServeOptions()
     src = os.path.abspath(os.fspath(source))
-    if address is None and not ray.is_initialized():  # (a cluster joined may be serving on it already)
+    if address is None and not ray.is_initialized():  # A cluster joined may be serving on it already.
         check_port(opts.host, opts.port)
     _check_source(src, opts)
     if not ray.is_initialized():

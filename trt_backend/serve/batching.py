@@ -161,7 +161,7 @@ class BatchRunner:
     def _join(self, pieces: list[_Piece]) -> Reply:
         parts = [p.outputs for p in pieces]
         if any(p is None for p in parts):
-            return RequestError("a part of this request was not run")  # (not reached: failures are recorded)
+            return RequestError("a part of this request was not run")  # Not reached: failures are recorded.
         if len(parts) == 1:
             return dict(zip(self.output_names, parts[0]))  # type: ignore[arg-type]
         return {n: np.concatenate([p[i] for p in parts])  # type: ignore[index]

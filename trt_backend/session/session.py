@@ -87,7 +87,7 @@ class Session:
                                    "give none of them")
             compiled = self._open(model, executes)
         else:
-            self._require_tensorrt()  # (before planning and building: nothing could run them)
+            self._require_tensorrt()  # Before planning and building: nothing could run them.
             if executes and self.options.device_id is not None:
                 use_device(self.options.device_id)  # full TensorRT builds for (and on) the current device
             compiled = compile(model, profiles, self.options, build=executes, saved_plan=plan,

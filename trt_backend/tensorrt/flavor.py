@@ -136,7 +136,7 @@ def _make_shared(flavor: Flavor) -> Any:
             sink: list[str] | None = getattr(_local, "capture", None)
             if sink is not None and level >= logging.ERROR:
                 sink.append(str(msg))
-                level = logging.INFO  # (collected: whoever captures them reports them, once)
+                level = logging.INFO  # Collected: whoever captures them reports them, once.
             if getattr(_local, "quiet", 0) or _LOGGER_SWAP_NOTICE in msg or any(n in msg for n in _EXPECTED_NOTICES):
                 level = logging.DEBUG
             pylog.log(level, "%s", msg)
