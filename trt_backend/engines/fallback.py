@@ -123,7 +123,8 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
                     reason += (f" (narrowed by bisection: the segment's nodes before it build; "
                                f"{narrowing.builds} trial build(s) so far)")
                     log.warning("segment %d: TensorRT's builder failed (%s) naming no node; bisection blames node %d "
-                                "'%s' (%s): it goes to ONNX Runtime, the rest stays TensorRT", seg.id, failure.message,
+                                "'%s' (%s): it goes to ONNX Runtime and the rest is planned again (the "
+                                "partition's rules decide what stays TensorRT)", seg.id, failure.message,
                                 found, plan.nodes[found].name, plan.nodes[found].op_type)
                     narrowed = True
             for i in blamed:
