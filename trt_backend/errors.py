@@ -67,7 +67,7 @@ class ReferenceRunError(TrtBackendError):
 
 
 class ComparisonError(TrtBackendError):
-    """Polygraphy refused the comparison (e.g. a data loader it cannot use); the message is its own."""
+    """Polygraphy refused the comparison (its comparator could not take the outputs); the message is its own."""
 
 
 class PrecisionError(TrtBackendError):
