@@ -203,8 +203,11 @@ def _check_declared_types(graph: onnx.GraphProto, name: str, scope: str = "") ->
 def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: list[str]) -> None:
     """Dims declared as a negative number or 0 (Paddle2ONNX and older tf2onnx write -1 for a
     dynamic batch; some exporters write 0), in graph inputs, outputs and value_info, subgraphs'
-    too, become unknown dims, as ONNX Runtime takes them; one warning says so. (A real 0 dim
-    would make an empty tensor, which no deployed model declares.)"""
+    too, become unknown dims, as ONNX Runtime takes them; one warning says so. A real 0 dim
+    would make an empty tensor, which no deployed model declares. So do dims named "?", which
+    Paddle2ONNX writes for every dynamic dim: a name says that the dims holding it are equal, and
+    TensorRT holds a model to that (an image's height and width both named "?" cannot differ), while
+    ONNX Runtime does not."""
     found: list[str] = []
 
     def visit(g: onnx.GraphProto, scope: str) -> None:
@@ -219,13 +222,16 @@ def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: list[str]) -> None:
                 if d.WhichOneof("value") == "dim_value" and d.dim_value <= 0:
                     found.append(f"{scope}{vi.name}[{axis}]={d.dim_value}")
                     d.ClearField("dim_value")
+                elif d.WhichOneof("value") == "dim_param" and d.dim_param == "?":
+                    found.append(f"{scope}{vi.name}[{axis}]='?'")
+                    d.ClearField("dim_param")
 
     visit(graph, "")
     if found:
         shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
-        log.warning("%s: %d dim(s) declared as -1 or 0 (%s) taken as unknown dims, as ONNX Runtime takes them",
+        log.warning("%s: %d dim(s) declared as -1, 0 or '?' (%s) taken as unknown dims, as ONNX Runtime takes them",
                     name, len(found), shown)
-        fixes.append(f"{len(found)} dim(s) declared as -1 or 0 taken as unknown")
+        fixes.append(f"{len(found)} dim(s) declared as -1, 0 or '?' taken as unknown")
 
 
 def _unique_node_names(graph: onnx.GraphProto, fixes: list[str]) -> None:

@@ -59,6 +59,23 @@ def test_a_minus_one_batch_plans_builds_and_runs(tmp_path, flavor) -> None:
     assert [s["engine_bytes"] > 0 for s in manifest["segments"]] == [True]
 
 
+def test_dims_named_question_mark_are_unknown_so_height_and_width_may_differ(tmp_path) -> None:
+    """Paddle2ONNX names every dynamic dim "?": [-1, 3, "?", "?"]. A shared name says the dims are
+    equal, which TensorRT holds a model to: built as declared, a 48x192 profile failed ("Input
+    dimensions with this name have different constant values") and bisection blamed the first
+    Conv. Taken as unknown dims, the classifier is one engine at any height and width."""
+    m = paddle_classifier()
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_param = "?"
+    dims[3].dim_param = "?"
+    profiles = [{"x": ((1, 3, 48, 192), (2, 3, 48, 192), (4, 3, 48, 192))}]
+    manifest = build_folder(m, str(tmp_path / "b"), profiles, SessionOptions())
+    assert [s["backend"] for s in manifest["segments"]] == ["tensorrt"] and not manifest["demoted"]
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {"x": np.random.default_rng(2).random((3, 3, 48, 192), dtype=np.float32)}
+    assert_same(Session.load(str(tmp_path / "b")).run(None, feeds), ref.run(None, feeds))
+
+
 def recognizer_tail() -> onnx.ModelProto:
     """A text recognizer's tail as Paddle2ONNX writes it: a stem and a pool bring the height to 1
     (width / 4), a Reshape whose shape is computed at run time (through a Tile, so shape
