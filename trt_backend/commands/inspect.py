@@ -20,7 +20,9 @@ from trt_backend._files import (
 from trt_backend._lazy import lazy_module
 from trt_backend.commands._args import (
     add_partition_arguments,
+    add_shape_arguments,
     add_sign_key_argument,
+    cli_profiles,
     is_folder_arg,
     partition_options,
     refuse_build_flags,
@@ -35,6 +37,7 @@ from trt_backend.planning import make_plan
 # Loaded on the paths that need them: a build folder's reader and report, a picture.
 _folder = lazy_module("trt_backend.commands._inspect_folder")
 _picture = lazy_module("partitioner.picture")
+_given = lazy_module("trt_backend.profiles.given")  # Only where shapes are given.
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -50,6 +53,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision-plan", metavar="PLAN.json|DIR", default=None,
                    help="show this precision plan (of --precision auto; its JSON or a build folder) per segment, "
                         "also in the HTML picture")
+    add_shape_arguments(p, "plan at: where shape inference leaves a tensor's type unknown, the model runs at "
+                           "these to learn it, as build and run do")
     add_sign_key_argument(p)
     add_partition_arguments(p)
     p.set_defaults(func=handle)
@@ -119,7 +124,10 @@ def handle(args: argparse.Namespace) -> int:
                                                          verbose=bool(args.verbose))
         print(report)
     else:
-        plan = make_plan(args.model, partition_options(args), flavor=args.flavor, isolate=args.isolate)
+        profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
+        shapes = _given.profile_shapes(profiles) if profiles else []
+        plan = make_plan(args.model, partition_options(args), flavor=args.flavor, isolate=args.isolate,
+                         shapes=shapes)
         print(summary(plan))
     if precision is None and manifest is not None and manifest.get("precision_plan"):
         precision = PrecisionPlan.from_dict(manifest["precision_plan"])

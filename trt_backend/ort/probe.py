@@ -65,7 +65,7 @@ def learn_unknown_types(model: Model, shapes: ProbeShapes = ()) -> list[str]:
                     "learned by running the model (%s)%s; none of them can be a TensorRT segment's input (where "
                     "one would be, the nodes reading it run on ONNX Runtime)", model.source, len(unknown),
                     _names(unknown), e, "" if key else " (it ran with dynamic dims of 2 and 3: profile shapes, "
-                    "e.g. run or build --shapes, make it run at those)")
+                    "e.g. inspect, run or build --shapes, make it run at those)")
         _restore(model, before)
         return []
     types = {}

@@ -136,3 +136,53 @@ def test_demo_command(tmp_path, capsys) -> None:
     build = sorted(os.listdir(out / "build"))
     assert build == ["manifest.json", "model.onnx", "segment_0.engine", "segment_0.onnx", "segment_1.onnx",
                      "segment_2.engine", "segment_2.onnx"]
+
+
+def probe_needs_profile_shapes() -> onnx.ModelProto:
+    """x [1, W] reshaped to [-1, 4] through a shape Tile makes (so shape inference knows no rank
+    after it), then MatMul -> Relu -> Relu. The Reshape runs on ONNX Runtime (excluded), so its
+    output is a TensorRT segment's input whose type only a probe run can learn; at the probe's
+    default widths 2 and 3 the Reshape fails, at a width the profiles give (8) it runs."""
+    from onnx import TensorProto as T
+    from onnx import numpy_helper as nh
+
+    inits = [nh.from_array(np.array([0], np.int64), "zero"), nh.from_array(np.array([-1, 4], np.int64), "tail"),
+             nh.from_array(np.eye(4, dtype=np.float32), "w")]
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "zero"], ["b"], axis=0, name="batch"),
+             helper.make_node("Div", ["b", "b"], ["reps"], name="reps"),
+             helper.make_node("Tile", ["tail", "reps"], ["newshape"], name="tile"),
+             helper.make_node("Reshape", ["x", "newshape"], ["r"], name="reshape"),
+             helper.make_node("MatMul", ["r", "w"], ["m"], name="matmul"),
+             helper.make_node("Relu", ["m"], ["a"], name="relu0"),
+             helper.make_node("Relu", ["a"], ["y"], name="relu1")]
+    graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info("x", T.FLOAT, [1, "W"])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_inspect_at_the_profile_shapes_plans_what_build_builds(tmp_path, capsys) -> None:
+    """inspect takes --shapes as build does, so its probe runs where the model runs and its plan is
+    the build's; without them the probe fails at its default dims and the MatMul, reading a tensor
+    of unknown type, stays on ONNX Runtime in inspect's plan only."""
+    path = str(tmp_path / "m.onnx")
+    onnx.save(probe_needs_profile_shapes(), path)
+    common = ["--exclude-nodes", "reshape", "--min-segment-size", "1"]
+
+    def verdicts(plan: dict) -> dict[str, str]:
+        return {n["name"]: n["verdict"] for n in plan["nodes"]}
+
+    assert main(["inspect", path, *common, "--shapes", "x:1x8", "--json", str(tmp_path / "at.json")]) == 0
+    assert main(["inspect", path, *common, "--json", str(tmp_path / "default.json")]) == 0
+    assert main(["build", path, *common, "--shapes", "x:1x8", "-o", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    with open(tmp_path / "b" / "manifest.json") as f:
+        built = json.load(f)["plan"]
+    with open(tmp_path / "at.json") as f:
+        at = json.load(f)
+    with open(tmp_path / "default.json") as f:
+        default = json.load(f)
+    assert verdicts(at) == verdicts(built) and verdicts(at)["matmul"] == "tensorrt"
+    assert verdicts(default)["matmul"] == "onnxruntime"
