@@ -103,13 +103,15 @@ def _file_digest(path: str, known: dict[str, Any], data: bool | None) -> dict[st
     return entry
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON-able data that is the same in every process: dataclasses as their fields,
+    our own functions by name (their sources are in the build key), anything else by repr."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        items = [_jsonable(v) for v in value]
+        items = [jsonable(v) for v in value]
         return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -124,7 +126,7 @@ def build_key(model_path: str, inputs: Mapping[str, Any], known: dict[str, Any] 
     target, anything else the folder depends on, as JSON-able values); ``known``: see
     :func:`model_digest`."""
     material = {"build_cache_format": BUILD_CACHE_FORMAT, "trt_backend": __version__, "source": source_digest(),
-                "model": model_digest(model_path, known), "inputs": _jsonable(inputs)}
+                "model": model_digest(model_path, known), "inputs": jsonable(inputs)}
     return json_sha256(material, default=repr)
 
 

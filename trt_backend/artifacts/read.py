@@ -24,6 +24,7 @@ import onnx
 from partitioner import PartitionOptions, Plan, TrtBackendError
 from partitioner.errors import OptionsError
 from partitioner.weights import check_location, file_sha256
+from trt_backend.artifacts.build_cache import jsonable
 from trt_backend.artifacts.saved import saved_segment_profiles
 from trt_backend.artifacts.seal import MANIFEST, check_seal
 from trt_backend.compiler import Compiled, compile
@@ -239,7 +240,8 @@ def refused_on_folder(options: SessionOptions, folder: str, manifest: Mapping[st
                                "was built (give it to trt-backend build instead)")
     planned = (manifest or {}).get("build", {}).get("partition")
     for name, flag in PARTITION_FIELDS.items():
-        if getattr(options.partition, name) != getattr(default_partition, name) and repr(options.partition) != planned:
+        if getattr(options.partition, name) != getattr(default_partition, name) and \
+                jsonable(options.partition) != planned:
             raise OptionsError(f"{folder}: {flag} ({name}) would change what was built; a build folder runs as it "
                                "was planned (give it to trt-backend build instead)")
     if options.oracle is not None:

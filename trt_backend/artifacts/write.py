@@ -36,7 +36,7 @@ from trt_backend._files import (
     write_atomic,
 )
 from trt_backend._version import __version__
-from trt_backend.artifacts.build_cache import BuildCache, check_build_folder
+from trt_backend.artifacts.build_cache import BuildCache, check_build_folder, jsonable
 from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE
 from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import seal
@@ -184,7 +184,7 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
                   "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,
                   "calibration": compiled.calibration or _asked_calibration(bopts),
                   "summary": compiled.precision_summary(),
-                  "partition": repr(compiled.options.partition),
+                  "partition": jsonable(compiled.options.partition),
                   "max_build_memory": bopts.max_build_memory},
         "plan": session_plan.to_dict(), "segments": segments,
         "demoted": [d.__dict__ for d in report.demoted] if report.demoted else [],

@@ -177,3 +177,34 @@ def test_run_and_compare_take_a_build_folder(built, capsys) -> None:
     assert sess.segment_executors == ["emulated", "onnxruntime", "emulated"]
     with pytest.raises(OptionsError, match="a build folder brings its own profiles"):
         Session(built, PROFILE, SessionOptions(emulate=True))
+
+
+def test_a_folder_takes_the_partition_options_it_was_built_with_in_another_process(tmp_path) -> None:
+    """The manifest records the partition options in a form that is the same in every process (the
+    plugins' functions by name, not by address), so Session.load with the options a folder was
+    built with (here with the plugin registry, as the CLI builds) opens it in a later process too,
+    and other options are still refused."""
+    import subprocess
+    import sys
+
+    from plugins import default_registry
+
+    out = str(tmp_path / "b")
+    plugins = default_registry().claims()
+    trt_backend.build(DEMO_PATH, out, [{"image": ((2, 3, 32, 32),) * 3}],
+                      SessionOptions(exclude_ops=("Gemm",), plugins=plugins))
+    with open(os.path.join(out, "manifest.json")) as f:
+        assert " at 0x" not in json.dumps(json.load(f)["build"]["partition"])
+    code = ("from plugins import default_registry\n"
+            "from trt_backend import Session, SessionOptions\n"
+            "from trt_backend.errors import OptionsError\n"
+            "plugins = default_registry().claims()\n"
+            f"Session.load({out!r}, SessionOptions(exclude_ops=('Gemm',), plugins=plugins)).close()\n"
+            "try:\n"
+            f"    Session.load({out!r}, SessionOptions(exclude_ops=('Conv',), plugins=plugins))\n"
+            "except OptionsError as e:\n"
+            "    print('refused:', e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused:" in done.stdout and "--exclude-ops" in done.stdout
