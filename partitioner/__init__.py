@@ -5,8 +5,9 @@ that ``partitioner.errors`` is cheap to import; a TensorRT parser enters through
 :class:`CapabilityOracle` passed in by the caller."""
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from partitioner._facade import facade
 
 if TYPE_CHECKING:
     from partitioner.capability import (
@@ -77,14 +78,4 @@ __all__ = [
     "plan_model",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _PUBLIC:
-        value = getattr(importlib.import_module(_PUBLIC[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'partitioner' has no attribute '{name}'")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__, _names = facade(__name__, _PUBLIC)

@@ -9,8 +9,9 @@ gives the segment copy for full TensorRT's parser, and ``registry.register_with(
 defines the plugins there first (full TensorRT >= 10.6; never TensorRT-RTX)."""
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from partitioner._facade import facade
 
 if TYPE_CHECKING:
     from .registry import PluginRecord, Registry
@@ -42,9 +43,8 @@ def register_with(trt: object, registry: Registry | None = None) -> list[str]:
     return (registry or default_registry()).register_with(trt)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _PUBLIC:
-        value = getattr(importlib.import_module(_PUBLIC[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'plugins' has no attribute '{name}'")
+__getattr__, _dir, _ = facade(__name__, _PUBLIC)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

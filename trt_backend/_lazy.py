@@ -6,25 +6,11 @@ from __future__ import annotations
 
 import importlib
 import types
-from collections.abc import Callable, Mapping
 from typing import Any
 
+from partitioner._facade import facade
 
-def facade(package: str, names: Mapping[str, str], renamed: Mapping[str, str] | None = None
-           ) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
-    """(``__getattr__``, ``__dir__``, ``__all__``) for ``package``: ``names`` maps each public name
-    to the module holding it; ``renamed``, a public name to the name it has in that module."""
-    table, aliases = dict(names), dict(renamed or {})
-
-    def getattr_(name: str) -> Any:
-        if name in table:
-            return getattr(importlib.import_module(table[name]), aliases.get(name, name))
-        raise AttributeError(f"module '{package}' has no attribute '{name}'")
-
-    def dir_() -> list[str]:
-        return sorted(table)
-
-    return getattr_, dir_, sorted(table)
+__all__ = ["facade", "lazy_module"]
 
 
 class _LazyModule(types.ModuleType):
