@@ -210,10 +210,7 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
         segments[seg.id] = BuiltSegment(seg, form, precision, tuple(pinned), derived.get(seg.id, []),
                                         frozenset(shape_tensor_inputs(the_model, seg)), given.get(seg.id))
     calibration = None
-    calibrated = quantizer is not None and any(s.precision == "int8" for s in segments.values())
-    # An int8 build records its data even where no TensorRT segment took int8 (a model that runs all
-    # in ONNX Runtime): its folder's options are then those of the build that wrote it.
-    if calibrated or (opts.build.precision == "int8" and opts.build.calibration_data):
+    if quantizer is not None and any(s.precision == "int8" for s in segments.values()):
         calibration = {"source": str(opts.build.calibration_data), "method": opts.build.calibration_method,
                        "sha256": data_sha256(str(opts.build.calibration_data))}
     return Compiled(plan, input_profiles, segments, opts, report, calibration, quantizers)
