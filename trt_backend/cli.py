@@ -20,6 +20,7 @@ from trt_backend.errors import TrtBackendError
 
 _args = lazy_module("trt_backend.commands._args")  # Loaded after a build the index answers: not at all.
 _build_hit = lazy_module("trt_backend.commands._build_hit")
+_head_start = lazy_module("trt_backend.commands._head_start")  # build only
 
 COMMANDS = {  # name -> one-line help, in --help order; module trt_backend.commands.<name with "-" as "_">
     "inspect": "plan a model: which nodes run in TensorRT, which in ONNX Runtime",
@@ -69,6 +70,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         answered, build_index = _build_from_index(args_list)
         if answered:
             return 0
+    if command != "build":
+        return _main(args_list, command, None)
+    _head_start.start_from_argv(args_list)  # The engine of a model TensorRT takes whole, while it is planned.
+    try:
+        return _main(args_list, command, build_index)
+    finally:
+        _head_start.discard()
+
+
+def _main(args_list: list[str], command: str | None, build_index: str | None) -> int:
     parser = build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(args_list)
     if build_index is not None:

@@ -197,15 +197,14 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
     weights_dir = the_model.base_dir
     segments: dict[int, BuiltSegment] = {}
     for seg in plan.tensorrt_segments():
-        proto = plan.extract(seg.id)
         row = rows.get(seg.id)
-        if seg.id in fresh:
+        if seg.id in fresh:  # (the form the build made: no second copy of its weights)
             form, precision, pinned = fresh[seg.id], row.precision if row else "fp32", row.pinned if row else ()
         elif row is not None:
             precision, pinned = row.precision, row.pinned
-            form = built_form(proto, opts.build, precision, pinned, quantizer, weights_dir)
+            form = built_form(plan.extract(seg.id), opts.build, precision, pinned, quantizer, weights_dir)
         else:
-            prepared = prepare_segment(proto, opts.build, flavor, quantizer, weights_dir)
+            prepared = prepare_segment(plan.extract(seg.id), opts.build, flavor, quantizer, weights_dir)
             form, precision, pinned = prepared.model, prepared.precision, prepared.pinned
         segments[seg.id] = BuiltSegment(seg, form, precision, tuple(pinned), derived.get(seg.id, []),
                                         frozenset(shape_tensor_inputs(the_model, seg)), given.get(seg.id))

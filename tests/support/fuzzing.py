@@ -64,7 +64,7 @@ def argv_for(command: str, model: str, shapes: str | None, scratch: str) -> list
 def _api(model: str, shapes: str | None) -> int:
     """``Session(path).run(None, feeds)`` with seeded random feeds; our errors are one line."""
     from trt_backend import Session, TrtBackendError
-    from trt_backend.commands._args import parse_shapes
+    from trt_backend.commands._shapes import parse_shapes
     from trt_backend.session.feeds import random_feeds
 
     try:

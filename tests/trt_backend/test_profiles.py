@@ -10,7 +10,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from partitioner.errors import OptionsError
-from trt_backend.commands.run import cli_profiles, parse_shapes
+from trt_backend.commands._shapes import cli_profiles, parse_shapes
 from trt_backend.errors import CalibrationError, MissingProfileError, ProfileError
 from trt_backend.profiles import TensorProfile, profiles_from_json, profiles_to_json
 from trt_backend.profiles.derive import symbolic_profile

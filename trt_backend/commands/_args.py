@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,6 @@ from trt_backend.errors import OutputError
 
 if TYPE_CHECKING:
     from trt_backend.ort.options import OrtOptions
-    from trt_backend.profiles import Shape
 
 # What only some commands' flags need (a session's options, precisions, ONNX Runtime's settings)
 # loads when those flags are added or read: ``inspect`` of a model takes none of them.
@@ -274,51 +272,6 @@ def add_sign_key_argument(p: argparse.ArgumentParser, signs: bool = False) -> No
             "a build folder must be signed with this key (HMAC-SHA256)")
     p.add_argument("--sign-key", default=None, metavar="KEY|@FILE",
                    help=f"{what}; @FILE reads the key from a file (default: $TRT_BACKEND_SIGN_KEY when set)")
-
-
-_SPEC = re.compile(r"\s*(?P<name>[^,\[]+?):(?P<shape>\[[^\]]*\]|[0-9x]*)\s*(?:,|$)")
-
-
-def parse_shapes(text: str) -> dict[str, Shape]:
-    """``"x:1x3x224x224,y:[2,5],s:[]"`` -> {"x": (1, 3, 224, 224), "y": (2, 5), "s": ()}."""
-    out: dict[str, Shape] = {}
-    pos = 0
-    text = text.strip()
-    while pos < len(text):
-        m = _SPEC.match(text, pos)
-        if not m or m.end() == pos:
-            raise OptionsError(f"cannot read shapes {text!r} at {text[pos:]!r}; "
-                               "write name:1x3x224x224 or name:[1,3,224,224], separated by commas")
-        shape = m.group("shape")
-        try:
-            if shape.startswith("["):
-                dims = tuple(int(d) for d in shape[1:-1].split(",") if d.strip())
-            else:
-                dims = tuple(int(d) for d in shape.split("x")) if shape else ()
-        except ValueError:
-            raise OptionsError(f"bad shape {shape!r} for '{m.group('name')}' in {text!r}") from None
-        out[m.group("name").strip()] = dims
-        pos = m.end()
-    return out
-
-
-def cli_profiles(min_shapes: Sequence[str], opt_shapes: Sequence[str], max_shapes: Sequence[str],
-                 shapes: str | None = None) -> list[dict[str, Any]]:
-    """Profiles from repeated --min/--opt/--max-shapes (the n-th of each make profile n); with
-    none of them, ``--shapes`` gives one fixed profile."""
-    if not (min_shapes or opt_shapes or max_shapes):
-        return [{n: (s, s, s) for n, s in parse_shapes(shapes).items()}] if shapes else []
-    if not (len(min_shapes) == len(opt_shapes) == len(max_shapes)):
-        raise OptionsError(f"give --min-shapes, --opt-shapes and --max-shapes together (got {len(min_shapes)}, "
-                           f"{len(opt_shapes)} and {len(max_shapes)})")
-    profiles: list[dict[str, Any]] = []
-    for k, (lo, mid, hi) in enumerate(zip(min_shapes, opt_shapes, max_shapes)):
-        a, b, c = parse_shapes(lo), parse_shapes(mid), parse_shapes(hi)
-        if not (a.keys() == b.keys() == c.keys()):
-            raise OptionsError(f"profile {k}: --min-shapes, --opt-shapes and --max-shapes name different inputs "
-                               f"({sorted(a)}, {sorted(b)}, {sorted(c)})")
-        profiles.append({n: (a[n], b[n], c[n]) for n in a})
-    return profiles
 
 
 def add_shape_arguments(p: argparse.ArgumentParser, what: str) -> None:

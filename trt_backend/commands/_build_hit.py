@@ -65,13 +65,21 @@ _ENV_PREFIXES = ("TRT_BACKEND", "TENSORRT", "TRT_", "CUDA", "NVIDIA", "ORT_", "O
 class Call:
     """A ``build`` command line this path can answer: its model, output, cache and key material."""
 
-    def __init__(self, model: str, output: str, cache_dir: str, argv: list[str]) -> None:
+    def __init__(self, model: str, output: str, cache_dir: str | None, argv: list[str]) -> None:
         self.model, self.output, self.cache_dir, self.argv = model, output, cache_dir, argv
 
+    def values(self, name: str) -> list[str]:
+        """The values given to option ``name``, in order."""
+        return [self.argv[k + 1] for k, token in enumerate(self.argv[:-1]) if token == name]
 
-def parse(argv: Sequence[str]) -> Call | None:
+    def options(self) -> set[str]:
+        """The options and flags given."""
+        return {token for token in self.argv if token.startswith("--")}
+
+
+def parse(argv: Sequence[str], *, need_cache: bool = True) -> Call | None:
     """The build command line ``argv`` (as the CLI got it) if every argument is one this path
-    knows; else None (the command goes the usual way)."""
+    knows (and, with ``need_cache``, names one --cache-dir); else None (the command goes the usual way)."""
     args = list(argv)
     kept: list[str] = []
     model = output = cache_dir = None
@@ -110,7 +118,7 @@ def parse(argv: Sequence[str]) -> Call | None:
             model = token
             kept.append("<model>")
         i += 1
-    if not model or not output or not cache_dir or kept.count("--cache-dir") != 1:
+    if not model or not output or kept.count("--cache-dir") > 1 or (need_cache and not cache_dir):
         return None
     return Call(model, output, cache_dir, kept)
 
@@ -178,7 +186,7 @@ def lookup_index(argv: Sequence[str]) -> tuple[Call | None, str | None]:
     """(the call, its index key) for a build command line this path can answer; (None, None)
     when it cannot (any problem: the usual path meets it and says it)."""
     call = parse(argv)
-    if call is None:
+    if call is None or call.cache_dir is None:
         return None, None
     try:
         cache = BuildCache(call.cache_dir)
@@ -206,6 +214,8 @@ def remember_in_index(cache_dir: str, index: str, manifest: Mapping[str, Any]) -
 def restore_indexed(call: Call, index: str) -> dict[str, Any] | None:
     """The manifest of ``call.output`` restored from the build cache entry ``index`` names, or
     None (no such index or entry: the usual path builds)."""
+    if call.cache_dir is None:
+        return None
     cache = BuildCache(call.cache_dir)
     try:
         with open(_index_path(cache, index), encoding="utf-8") as f:

@@ -25,16 +25,15 @@ from trt_backend.commands._args import (
     add_precision_arguments,
     add_shape_arguments,
     add_sign_key_argument,
-    cli_profiles,
     is_folder_arg,
     max_memory,
     ort_options,
-    parse_shapes,
     precision_fields,
     profiles_from_feeds,
     refuse_build_flags,
     session_options,
 )
+from trt_backend.commands._shapes import cli_profiles, parse_shapes
 from trt_backend.commands._precision import options_with
 from trt_backend.errors import BenchOptionsError
 from trt_backend.ort.values import memory_limit

@@ -20,10 +20,10 @@ from trt_backend.commands._args import (
     add_shape_arguments,
     add_sign_key_argument,
     builder_fields,
-    cli_profiles,
     max_memory,
     session_options,
 )
+from trt_backend.commands._shapes import cli_profiles
 from trt_backend.commands._build_hit import print_build, remember_in_index
 from trt_backend.commands._precision import (
     add_auto_arguments,

@@ -23,15 +23,14 @@ from trt_backend.commands._args import (
     add_precision_arguments,
     add_shape_arguments,
     add_sign_key_argument,
-    cli_profiles,
     is_folder_arg,
     max_memory,
-    parse_shapes,
     profiles_from_feeds,
     refuse_build_flags,
     session_options,
     value_ranges,
 )
+from trt_backend.commands._shapes import cli_profiles, parse_shapes
 from trt_backend.commands._precision import (
     add_auto_arguments,
     build_fields,

@@ -12,11 +12,11 @@ from trt_backend.commands._args import (
     add_partition_arguments,
     add_shape_arguments,
     add_sign_key_argument,
-    cli_profiles,
     positive_int,
     refuse_build_flags,
     session_options,
 )
+from trt_backend.commands._shapes import cli_profiles
 from trt_backend.commands._precision import options_with
 from trt_backend.export.repo import (
     INSTANCE_KINDS,

@@ -22,11 +22,11 @@ from trt_backend.commands._args import (
     add_partition_arguments,
     add_shape_arguments,
     add_sign_key_argument,
-    cli_profiles,
     is_folder_arg,
     partition_options,
     refuse_build_flags,
 )
+from trt_backend.commands._shapes import cli_profiles
 from trt_backend.engines.precision_plan import (
     PrecisionPlan,
     SegmentPrecision,

@@ -24,14 +24,13 @@ from trt_backend.commands._args import (
     add_precision_arguments,
     add_shape_arguments,
     add_sign_key_argument,
-    cli_profiles,
     is_folder_arg,
     max_memory,
     ort_options,
-    parse_shapes,
     refuse_build_flags,
     session_options,
 )
+from trt_backend.commands._shapes import cli_profiles, parse_shapes
 from trt_backend.commands._precision import (
     add_auto_arguments,
     build_fields,

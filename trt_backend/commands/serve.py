@@ -13,11 +13,11 @@ from trt_backend.commands._args import (
     add_precision_arguments,
     add_shape_arguments,
     add_sign_key_argument,
-    cli_profiles,
     is_folder_arg,
     positive_int,
     session_options,
 )
+from trt_backend.commands._shapes import cli_profiles
 from trt_backend.commands._precision import (
     add_auto_arguments,
     build_fields,

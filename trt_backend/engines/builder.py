@@ -193,32 +193,60 @@ def segment_ranges(model: onnx.ModelProto, profiles: Sequence[ProfileSpec]) -> l
     return out
 
 
-def _add_profiles(builder: Any, config: Any, network: Any, ranges: Sequence[Mapping[str, TensorProfile]]) -> None:
-    dynamic = []
+Dynamic = Sequence[tuple[str, tuple[int, ...], bool]]  # network inputs that need a profile: (name, shape, shape tensor)
+
+
+def dynamic_inputs(network: Any) -> list[tuple[str, tuple[int, ...], bool]]:
+    """The inputs of ``network`` a profile must cover: dynamic dims, or a shape tensor."""
+    out = []
     for i in range(network.num_inputs):
         t = network.get_input(i)
-        if -1 in tuple(t.shape) or t.is_shape_tensor:
-            dynamic.append(t)
+        shape = tuple(t.shape)
+        if -1 in shape or t.is_shape_tensor:
+            out.append((t.name, shape, bool(t.is_shape_tensor)))
+    return out
+
+
+def profile_settings(dynamic: Dynamic,
+                     ranges: Sequence[Mapping[str, TensorProfile]]) -> list[dict[str, tuple[Any, ...]]]:
+    """What each optimisation profile sets for the ``dynamic`` inputs: name -> (min, opt, max,
+    shape-tensor values or None); OptionsError for a dynamic input no profile covers."""
     if not dynamic:
-        return
+        return []
     if not ranges:
-        names = ", ".join(f"'{t.name}' {tuple(t.shape)}" for t in dynamic)
+        names = ", ".join(f"'{name}' {shape}" for name, shape, _ in dynamic)
         raise OptionsError(f"segment inputs {names} are dynamic but no optimisation profile covers them")
+    settings = []
     for k, profile_ranges in enumerate(ranges):
-        profile = builder.create_optimization_profile()
-        for t in dynamic:
-            r = profile_ranges.get(t.name)
+        entry: dict[str, tuple[Any, ...]] = {}
+        for name, shape, is_shape_tensor in dynamic:
+            r = profile_ranges.get(name)
             if r is None:
-                raise OptionsError(f"profile {k} gives no shape range for dynamic segment input '{t.name}' "
-                                   f"{tuple(t.shape)}")
-            if -1 in tuple(t.shape):
-                profile.set_shape(t.name, r.min, r.opt, r.max)
-            if t.is_shape_tensor:
-                if r.values is None:
-                    raise OptionsError(f"profile {k}: segment input '{t.name}' is a shape tensor; give its "
-                                       "min/opt/max values")
-                profile.set_shape_input(t.name, *r.values)
+                raise OptionsError(f"profile {k} gives no shape range for dynamic segment input '{name}' {shape}")
+            if is_shape_tensor and r.values is None:
+                raise OptionsError(f"profile {k}: segment input '{name}' is a shape tensor; give its "
+                                   "min/opt/max values")
+            entry[name] = (r.min, r.opt, r.max, r.values if is_shape_tensor else None)
+        settings.append(entry)
+    return settings
+
+
+def add_profiles(builder: Any, config: Any, network: Any,
+                 ranges: Sequence[Mapping[str, TensorProfile]]) -> list[dict[str, tuple[Any, ...]]]:
+    """Give ``config`` one optimisation profile per entry of ``ranges`` for the network's dynamic
+    inputs (:func:`profile_settings`); returns the settings."""
+    dynamic = dynamic_inputs(network)
+    settings = profile_settings(dynamic, ranges)
+    for entry in settings:
+        profile = builder.create_optimization_profile()
+        for name, shape, _ in dynamic:
+            lo, opt, hi, values = entry[name]
+            if -1 in shape:
+                profile.set_shape(name, lo, opt, hi)
+            if values is not None:
+                profile.set_shape_input(name, *values)
         config.add_optimization_profile(profile)
+    return settings
 
 
 # ---------------------------------------------------------------- one segment
@@ -451,7 +479,7 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
             return b"", network.num_layers
         config = builder.create_builder_config()
         configure(config, options, flavor)
-        _add_profiles(builder, config, network, ranges)
+        add_profiles(builder, config, network, ranges)
         cache = timing.attach(config) if timing is not None else None
         if engine_path is not None and flavor.has("Builder.build_serialized_network_to_stream"):
             streamed = stream_engine(trt, builder, network, config, engine_path)

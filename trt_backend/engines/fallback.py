@@ -20,6 +20,7 @@ from partitioner.extract import extract
 from partitioner.split import weight_bytes
 from plugins import default_registry, register_with, rewrite_for_engine
 from trt_backend import _progress
+from trt_backend.engines import head_start
 from trt_backend.engines.builder import (
     BuildOptions,
     HeldWeights,
@@ -284,6 +285,11 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
         key = cache_key(key_material(model, ranges, options, flavor, target, weights_dir=weights_dir,
                                      with_weights=cache is not None, weights=held))  # No cache: this build's memo.
         jobs.append((seg, model, ranges, key))
+    head = None
+    if len(jobs) == 1 and len(plan.segments) == 1 and plan.model is not None:
+        seg, model, ranges, _ = jobs[0]
+        head = head_start.claim(plan.model, seg, model, ranges, options, flavor,
+                                plain=rewrite is None and quantize is None)
     workers = max(1, min(_workers(plan, segments, options), len(jobs)))
     if jobs:
         _progress.progress("building %d engine(s) with %s (%d at a time)", len(jobs), flavor.target, workers)
@@ -292,7 +298,7 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
         for seg, model, ranges, key in jobs:
             path = os.path.join(engine_dir, f"{key}.engine") if engine_dir is not None and cache is None else None
             fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing, weights_dir, quantize,
-                              held, forms, path)
+                              held, forms, path, head)
             futures[fut] = (seg, key)
         pending = set(futures)
         try:
@@ -345,17 +351,23 @@ def _drain(futures: dict[Future[Any], tuple[Segment, str]], pending: set[Future[
 def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavor, cache: EngineCache | None,
          memo: Memo, timing: TimingCacheFile | None, weights_dir: str | None = None,
          quantize: SegmentRewrite | None = None, held: HeldWeights | None = None,
-         forms: Forms | None = None, engine_path: str | None = None) -> tuple[bytes | EngineFile, dict[str, Any], bool]:
+         forms: Forms | None = None, engine_path: str | None = None,
+         head: head_start.HeadStart | None = None) -> tuple[bytes | EngineFile, dict[str, Any], bool]:
     """(engine, metadata, came from a cache) for one segment; SegmentBuildError propagates.
-    ``engine_path`` (builds without a cache): stream the engine into that file."""
+    ``engine_path`` (builds without a cache): stream the engine into that file. ``head``: the
+    segment's engine, already built from the model's file (:mod:`trt_backend.engines.head_start`)."""
     if key in memo:  # built in an earlier round of the fallback loop
         return memo[key][0], {**memo[key][1], "seconds": 0.0}, True
     t0 = time.perf_counter()
 
     def build() -> tuple[bytes | EngineFile, dict[str, Any]]:
-        with build_slot(flavor):
-            built: SegmentEngine = compile_segment(model, ranges, options, flavor, timing, quantize,
-                                                   weights_dir=weights_dir, weights=held, engine_path=engine_path)
+        if head is not None:  # Built from the file while the model was planned: the same network, options, profiles.
+            log.info("%s: engine built from the model file as it is, while the model was planned", head.path)
+            built = SegmentEngine(head.take(engine_path), head.layers, head.seconds, options.precision, (), model)
+        else:
+            with build_slot(flavor):
+                built = compile_segment(model, ranges, options, flavor, timing, quantize,
+                                        weights_dir=weights_dir, weights=held, engine_path=engine_path)
         if forms is not None and built.model is not None:
             forms[key] = built.model
         return built.engine, {"layers": built.layers, "build_seconds": built.seconds, "precision": built.precision,

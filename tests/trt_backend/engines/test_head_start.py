@@ -1,0 +1,182 @@
+"""The head start: a build hands the model file to TensorRT before it loads and plans the model,
+and the compile path takes that engine only where it is the one it would build. Each door's
+folder is compared byte for byte with the folder the same build writes without a head start
+(TensorRT-RTX's ahead-of-time engines are deterministic), so the head start changes when the
+engine is built, never what is built."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from partitioner import PartitionOptions
+from trt_backend.artifacts.write import build
+from trt_backend.cli import main
+from trt_backend.commands import _head_start
+from trt_backend.engines import head_start
+from trt_backend.engines.builder import BuildOptions
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
+
+pytestmark = pytest.mark.usefixtures("flavor")
+
+SHAPES = ["--min-shapes", "x:1x3x16x16", "--opt-shapes", "x:2x3x16x16", "--max-shapes", "x:4x3x16x16"]
+PROFILES = [{"x": ((1, 3, 16, 16), (2, 3, 16, 16), (4, 3, 16, 16))}]
+TIMINGS = ("build_seconds", "digest", "seconds")
+
+
+def small_cnn(path: str, *, named: bool = True) -> str:
+    """Conv (weights past the size that goes to TensorRT by address) -> Relu -> Conv -> pool ->
+    Gemm, every node named (``named=False``: the first is not, which loading fixes)."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array((rng.standard_normal((64, 3, 3, 3)) * 0.2).astype(np.float32), "w0"),
+             numpy_helper.from_array((rng.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((64, 10)) * 0.1).astype(np.float32), "fw")]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1], name="conv0" if named else ""),
+             helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
+             helper.make_node("Conv", ["r0", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("GlobalAveragePool", ["c1"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flat"),
+             helper.make_node("MatMul", ["f", "fw"], ["y"], name="fc")]
+    graph = helper.make_graph(nodes, "small_cnn",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
+    """Records what the real head start functions did: started (or not), claimed (or not)."""
+    seen: dict[str, list[Any]] = {"started": [], "claimed": []}
+    real_start, real_claim = head_start.start, head_start.claim
+
+    def start(*args: Any, **kw: Any) -> Any:
+        head = real_start(*args, **kw)
+        seen["started"].append(head)
+        return head
+
+    def claim(*args: Any, **kw: Any) -> Any:
+        head = real_claim(*args, **kw)
+        seen["claimed"].append(head)
+        return head
+
+    monkeypatch.setattr(head_start, "start", start)
+    monkeypatch.setattr(head_start, "claim", claim)
+    return seen
+
+
+def without_head_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(head_start, "start", lambda *a, **kw: None)
+
+
+def folder(path: str) -> dict[str, Any]:
+    """Every file's bytes, the manifest without its timings and its digest."""
+    out: dict[str, Any] = {}
+    for name in sorted(os.listdir(path)):
+        if name == "manifest.json":
+            with open(os.path.join(path, name)) as f:
+                manifest = json.load(f)
+            out[name] = _untimed(manifest)
+        else:
+            with open(os.path.join(path, name), "rb") as f:
+                out[name] = f.read()
+    return out
+
+
+def _untimed(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k not in TIMINGS}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+def no_scratch(parent: str) -> None:
+    assert not [n for n in os.listdir(parent) if n.startswith(".head-start-")]
+
+
+def test_cli_build_takes_the_head_start_engine_and_writes_the_same_folder(tmp_path, spy, monkeypatch) -> None:
+    model = small_cnn(str(tmp_path / "cnn.onnx"))
+    assert main(["build", model, "-o", str(tmp_path / "head"), *SHAPES]) == 0
+    assert len(spy["started"]) == 1 and spy["started"][0] is not None
+    assert spy["claimed"] == [spy["started"][0]]  # the one segment's engine came from the head start
+    no_scratch(str(tmp_path))
+
+    without_head_start(monkeypatch)
+    assert main(["build", model, "-o", str(tmp_path / "plain"), *SHAPES]) == 0
+    assert spy["claimed"][-1] is None
+    head, plain = folder(str(tmp_path / "head")), folder(str(tmp_path / "plain"))
+    assert head.keys() == plain.keys() and "segment_0.engine" in head
+    assert head == plain  # the engine, the segment and model files and the manifest, byte for byte
+
+    x = np.random.default_rng(0).standard_normal((3, 3, 16, 16)).astype(np.float32)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = Session.load(str(tmp_path / "head"), SessionOptions(emulate=True)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_plan_that_is_not_the_whole_model_builds_without_it(tmp_path, spy, monkeypatch) -> None:
+    """The Python door starts a head start for a model file; a plan that keeps Relu on ONNX Runtime
+    (three segments) does not take it, and the folder is the one built without a head start."""
+    model = small_cnn(str(tmp_path / "cnn.onnx"))
+    options = SessionOptions(partition=PartitionOptions(exclude_ops=("Relu",), min_segment_size=1))
+    manifest = build(model, str(tmp_path / "head"), PROFILES, options)
+    assert spy["started"] and spy["started"][0] is not None
+    assert all(c is None for c in spy["claimed"])
+    assert [s["backend"] for s in manifest["segments"]] == ["tensorrt", "onnxruntime", "tensorrt"]
+    no_scratch(str(tmp_path))
+    without_head_start(monkeypatch)
+    build(model, str(tmp_path / "plain"), PROFILES, options)
+    assert folder(str(tmp_path / "head")) == folder(str(tmp_path / "plain"))
+
+
+def test_a_model_that_loading_changes_builds_without_it(tmp_path, spy, monkeypatch) -> None:
+    """A node without a name is named when the model is loaded: the segment is no longer the
+    file TensorRT was given, so its engine is built from the segment."""
+    model = small_cnn(str(tmp_path / "cnn.onnx"), named=False)
+    assert main(["build", model, "-o", str(tmp_path / "head"), *SHAPES]) == 0
+    assert spy["started"][0] is not None and spy["claimed"] == [None]
+    no_scratch(str(tmp_path))
+    without_head_start(monkeypatch)
+    assert main(["build", model, "-o", str(tmp_path / "plain"), *SHAPES]) == 0
+    assert folder(str(tmp_path / "head")) == folder(str(tmp_path / "plain"))
+
+
+def test_other_profiles_than_the_head_starts_build_without_it(tmp_path, spy, monkeypatch) -> None:
+    model = small_cnn(str(tmp_path / "cnn.onnx"))
+    other = [{"x": ((1, 3, 16, 16), (1, 3, 16, 16), (2, 3, 16, 16))}]
+    started = head_start.start(model, str(tmp_path / "head"), "auto", PROFILES)
+    assert started is not None and head_start.pending_for(model)
+    build(model, str(tmp_path / "head"), other)  # the pending head start is the one asked (no second one)
+    assert spy["started"] == [started] and spy["claimed"] == [None]
+    assert not head_start.pending_for(model)
+    no_scratch(str(tmp_path))
+    without_head_start(monkeypatch)
+    build(model, str(tmp_path / "plain"), other)
+    assert folder(str(tmp_path / "head")) == folder(str(tmp_path / "plain"))
+
+
+def test_which_command_lines_and_options_start_one(tmp_path) -> None:
+    model = small_cnn(str(tmp_path / "cnn.onnx"))
+    out = str(tmp_path / "out")
+    try:
+        assert _head_start.start_from_argv(["build", model, "-o", out, *SHAPES, "--flavor", "tensorrt_rtx"])
+        assert head_start.pending_for(model)
+    finally:
+        head_start.discard()
+    no_scratch(str(tmp_path))
+    for extra in (["--precision", "fp16"], ["--exclude-ops", "Relu"], ["--workspace-mb", "64"], ["--isolate"],
+                  ["--flavor", "none"], ["--shapes", "x:1x3"] + ["--min-shapes", "x:1x3x16x16"]):
+        assert not _head_start.start_from_argv(["build", model, "-o", out, *extra]), extra
+    assert not _head_start.start_from_argv(["build", str(tmp_path / "missing.onnx"), "-o", out])
+    assert head_start.start(model, out, "auto", PROFILES, BuildOptions(precision="fp16")) is None
+    assert not head_start.pending_for(model)

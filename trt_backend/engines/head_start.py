@@ -1,0 +1,271 @@
+"""An engine built from the model file as it is, started before the model is loaded and planned.
+
+When a model's plan turns out to be one TensorRT segment over the whole, unchanged model, the
+engine the compile path builds for it is the one TensorRT builds from the model's file itself.
+A build can therefore hand the file to TensorRT first, and build while the model is loaded, checked
+and planned in Python: the TensorRT parser and builder release the GIL, so the two run side by
+side. The ``build`` command starts one from its command line before it loads onnx, numpy or the
+planner (:func:`start`); ``trt_backend.build`` starts one for a model file once its options are
+known.
+
+Nothing is decided here. The compile path plans the model as always, and its engine build takes
+the head start's engine (:func:`claim`) only where what it would build is exactly what was built:
+the plan is one TensorRT segment holding every node of the model's file, unchanged by loading
+(no fix, no rewrite), its inputs and outputs the file's own, built as it is (fp32 or tf32, no
+plugin, no quantization) with the same build options and TensorRT flavor, and the profiles it
+would give TensorRT's dynamic inputs the ones the head start gave. Anything else, or a head start
+that failed, and the compile path builds as it would have without one, and the head start's
+engine is removed once its build ends (:func:`discard`). A head start takes only self-contained model files of at most
+:data:`MAX_BYTES` (and a quarter of the memory available), built in fp32 or tf32."""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trt_backend._files import new_folder
+from trt_backend._lazy import lazy_module
+from trt_backend.tensorrt.flavor import (
+    Flavor,
+    captured_messages,
+    create_builder,
+    load_flavor,
+    network_flags,
+    quiet_messages,
+    shared_logger,
+)
+
+log = logging.getLogger(__name__)
+
+# Loaded in the head start's own thread, once TensorRT parses the file: they import onnx, which
+# the thread that plans loads meanwhile.
+_builder = lazy_module("trt_backend.engines.builder")
+_memory = lazy_module("trt_backend.engines.memory")
+_profiles = lazy_module("trt_backend.profiles")
+
+ProfileSettings = list[dict[str, tuple[Any, ...]]]  # per profile: dynamic input -> (min, opt, max, values)
+
+
+class HeadStart:
+    """One engine build from the model file at ``path`` (see the module's description).
+    ``profiles``: as the build is given them (input name -> (min, opt, max) shapes, or a
+    TensorProfile); ``options``: a BuildOptions, or None for the defaults (made in the thread)."""
+
+    def __init__(self, path: str, flavor: str, profiles: Sequence[Mapping[str, Any]], options: Any,
+                 scratch: str) -> None:
+        self.path = os.path.abspath(path)
+        self.flavor_name = flavor
+        self.profiles = [dict(p) for p in profiles]
+        self.options = options
+        self.scratch = scratch
+        self.flavor: Flavor | None = None
+        self.settings: ProfileSettings | None = None
+        self.inputs: tuple[str, ...] = ()
+        self.outputs: tuple[str, ...] = ()
+        self.dynamic: list[tuple[str, tuple[int, ...], bool]] = []  # inputs a profile covers
+        self.engine: Any = None  # an EngineFile once built
+        self.layers = 0
+        self.seconds = 0.0
+        self.problem: str | None = None  # why there is no engine
+        self._cancelled = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="head-start-build", daemon=True)
+
+    def begin(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        start = time.perf_counter()
+        try:
+            self._build()
+        except Exception as e:  # noqa: BLE001 - a head start that fails leaves the build to the compile path
+            self.problem = f"{type(e).__name__}: {e}"
+        self.seconds = time.perf_counter() - start
+        if self.problem is not None:
+            log.debug("head start of %s: %s", self.path, self.problem)
+
+    def _build(self) -> None:
+        flavor = load_flavor(self.flavor_name)
+        self.flavor = flavor
+        trt = flavor.module
+        logger = shared_logger(flavor)
+        with open(self.path, "rb") as f:
+            data = f.read()
+        if b"location" in data:  # (the key of external data entries; a node name may hold it too)
+            self.problem = "the model may keep weights in external data files"
+            return
+        with captured_messages() as errors:
+            builder = create_builder(flavor, logger)
+            network = builder.create_network(network_flags(flavor))
+            parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
+            with quiet_messages():
+                parsed = bool(parser.parse(data, self.path))
+            del data
+            if not parsed or self._cancelled.is_set():
+                self.problem = "TensorRT's parser did not take the file as it is" if not parsed else "cancelled"
+                return
+            self.inputs = tuple(network.get_input(i).name for i in range(network.num_inputs))
+            self.outputs = tuple(network.get_output(i).name for i in range(network.num_outputs))
+            self.dynamic = _builder.dynamic_inputs(network)
+            options = self.options if self.options is not None else _builder.BuildOptions()
+            self.options = options
+            ranges = [{n: _profiles.tensor_profile(v, f"profile {k} for '{n}'") for n, v in p.items()}
+                      for k, p in enumerate(self.profiles)]
+            config = builder.create_builder_config()
+            _builder.configure(config, options, flavor)
+            self.settings = _builder.add_profiles(builder, config, network, ranges)
+            # Built into memory, then written from here: a Python stream writer or progress monitor
+            # would make TensorRT wait for the GIL the planning thread holds, at every call.
+            serialized = builder.build_serialized_network(network, config)
+            if serialized is None:
+                self.problem = "; ".join(errors) or "no engine"
+                return
+            path = os.path.join(self.scratch, "engine")
+            with open(path, "wb") as out:
+                out.write(serialized)
+            engine = _memory.EngineFile(path, hashlib.sha256(serialized).hexdigest(), serialized.nbytes)
+            del serialized
+            self.engine, self.layers = engine, int(network.num_layers)
+            del config, parser, network, builder
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    def fits(self, model: Any, segment: Any, segment_model: Any, ranges: Sequence[Mapping[str, Any]],
+             options: Any, flavor: Flavor, plain: bool) -> str | None:
+        """Why the engine of ``segment`` (of the plan of ``model``; built from ``segment_model`` at
+        ``ranges`` with ``options``) is not this head start's, or None when it is. ``plain``: the
+        segment is built as it is (no plugin rewrite, no quantization). Waits for the build."""
+        if model.source is None or not isinstance(model.source, str) or os.path.abspath(model.source) != self.path:
+            return "another model"
+        if model.fixes or model.rewritten:
+            return "the model was changed while loading it"
+        if not plain or getattr(options, "precision", None) not in ("fp32", "tf32"):
+            return "the segment is transformed before it is built"
+        graph = model.proto.graph
+        if len(segment.nodes) != len(graph.node) or len(segment_model.graph.node) != len(graph.node):
+            return "the segment is not the whole model"
+        self.wait()
+        if self.engine is None or self.flavor is None or self.settings is None:
+            return self.problem or "no engine"
+        if flavor.target != self.flavor.target:
+            return "another TensorRT"
+        if options != self.options:
+            return "other build options"
+        if (tuple(v.name for v in segment_model.graph.input) != self.inputs
+                or tuple(v.name for v in segment_model.graph.output) != self.outputs):
+            return "other inputs or outputs"
+        try:
+            settings = _builder.profile_settings(self.dynamic, ranges)
+        except Exception as e:  # noqa: BLE001 - the compile path's own build says it
+            return f"profiles: {e}"
+        if settings != self.settings:
+            return "other profiles"
+        return None
+
+    def take(self, engine_path: str | None) -> Any:
+        """The engine: moved to ``engine_path`` (an EngineFile), or its bytes without one."""
+        engine = self.engine
+        self.engine = None
+        try:
+            if engine_path is None:
+                return engine.read()
+            shutil.move(engine.path, engine_path)
+            return _memory.EngineFile(engine_path, engine.sha256, engine.nbytes)
+        finally:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def remove(self) -> None:
+        """Cancel, wait for the thread, remove the scratch folder."""
+        self.cancel()
+        self.wait()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+# The largest model file a head start takes: where the plan is not one segment over the whole
+# model, its build runs beside the compile path's own builds until it ends (TensorRT builds cannot
+# be stopped without a progress monitor, which would slow them, see HeadStart._build).
+MAX_BYTES = 512 * 2**20
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+_lock = threading.Lock()
+_pending: HeadStart | None = None
+
+
+def start(path: str, out_dir: str, flavor: str, profiles: Sequence[Mapping[str, Any]], options: Any = None
+          ) -> HeadStart | None:
+    """Start building ``path`` as it is, for a build into ``out_dir`` (its scratch files go beside
+    it); None where one cannot start (the file is not there, the folder beside it not writable):
+    the build goes the usual way and meets the problem there."""
+    global _pending
+    if not os.path.isfile(path) or getattr(options, "precision", "fp32") not in ("fp32", "tf32"):
+        return None
+    size = os.path.getsize(path)
+    available = _available_memory()
+    if size > MAX_BYTES or (available is not None and 4 * size > available):
+        return None  # A build beside the planner's would hold too much at once.
+    try:
+        scratch = new_folder(os.path.dirname(os.path.abspath(out_dir)), ".head-start-")
+    except OSError:
+        return None
+    head = HeadStart(path, flavor, profiles, options, scratch)
+    with _lock:
+        previous, _pending = _pending, head
+    if previous is not None:
+        previous.remove()
+    head.begin()
+    return head
+
+
+def pending_for(path: str) -> bool:
+    """Whether a head start of the file ``path`` is pending."""
+    with _lock:
+        return _pending is not None and _pending.path == os.path.abspath(path)
+
+
+def claim(model: Any, segment: Any, segment_model: Any, ranges: Sequence[Mapping[str, Any]], options: Any,
+          flavor: Flavor, plain: bool) -> HeadStart | None:
+    """The pending head start if its engine is the one this segment would be built into (see
+    :meth:`HeadStart.fits`), taken off the pending slot; else None (the pending one is left for
+    :func:`discard`)."""
+    global _pending
+    with _lock:
+        head = _pending
+    if head is None:
+        return None
+    why = head.fits(model, segment, segment_model, ranges, options, flavor, plain)
+    if why is not None:
+        log.debug("head start of %s not used: %s", head.path, why)
+        return None
+    with _lock:
+        if _pending is not head:
+            return None
+        _pending = None
+    return head
+
+
+def discard() -> None:
+    """Cancel and remove the pending head start, if any (the build is over or went another way)."""
+    global _pending
+    with _lock:
+        head, _pending = _pending, None
+    if head is not None:
+        head.remove()
