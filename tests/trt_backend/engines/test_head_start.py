@@ -180,3 +180,28 @@ def test_which_command_lines_and_options_start_one(tmp_path) -> None:
     assert not _head_start.start_from_argv(["build", str(tmp_path / "missing.onnx"), "-o", out])
     assert head_start.start(model, out, "auto", PROFILES, BuildOptions(precision="fp16")) is None
     assert not head_start.pending_for(model)
+
+
+def test_a_model_listing_its_inputs_otherwise_than_it_reads_them(tmp_path, spy, monkeypatch) -> None:
+    """The graph lists ``b`` before ``a`` but reads ``a`` first: a segment holding the whole model
+    lists them as the model does (as TensorRT does given the file), so the head start's engine is
+    the engine, byte for byte."""
+    w = numpy_helper.from_array(np.full((1, 8), 0.5, np.float32), "w")
+    nodes = [helper.make_node(op, ins, [out], name=out)
+             for op, ins, out in (("Add", ["a", "w"], "t0"), ("Relu", ["t0"], "t1"), ("Mul", ["t1", "b"], "t2"),
+                                  ("Sigmoid", ["t2"], "t3"), ("Add", ["t3", "w"], "t4"), ("Relu", ["t4"], "y"))]
+    graph = helper.make_graph(nodes, "order", [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 8])
+                                               for n in ("b", "a")],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = str(tmp_path / "order.onnx")
+    onnx.save(model, path)
+    shapes = ["--shapes", "a:2x8,b:2x8"]
+    assert main(["build", path, "-o", str(tmp_path / "head"), *shapes]) == 0
+    assert spy["claimed"] == spy["started"] and spy["started"][0] is not None
+    segment = onnx.load(str(tmp_path / "head" / "segment_0.onnx"))
+    assert [v.name for v in segment.graph.input] == ["b", "a"]
+    without_head_start(monkeypatch)
+    assert main(["build", path, "-o", str(tmp_path / "plain"), *shapes]) == 0
+    assert folder(str(tmp_path / "head")) == folder(str(tmp_path / "plain"))
