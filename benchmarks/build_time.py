@@ -42,7 +42,8 @@ import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trt_backend.engines.builder import BuildOptions, configure
+from trt_backend.engines.builder import BuildOptions
+from trt_backend.engines.config import configure
 from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.fallback import build_engines
 from trt_backend.engines.precision import apply_precision

@@ -45,7 +45,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from tests.support.external_mlp import write_mlp  # noqa: E402
-from trt_backend.ort.values import parse_size  # noqa: E402
+from trt_backend.ort.sizes import parse_size  # noqa: E402
 
 GIB = 2**30
 BATCH = 4

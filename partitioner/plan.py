@@ -160,7 +160,7 @@ class Plan:
         return [s for s in self.segments if s.backend == "tensorrt"]
 
 
-def _in_order(names: Sequence[str], order: Sequence[str]) -> Sequence[str]:
+def _in_order(names: tuple[str, ...], order: Sequence[str]) -> tuple[str, ...]:
     """``names`` in the order of ``order`` where they are the same names (a segment holding the whole
     model lists the model's inputs and outputs as the model does, as TensorRT does when handed the
     model's file); else as they are."""

@@ -23,7 +23,7 @@ _PUBLIC = {
     "Session": "trt_backend.session.session",
     "SessionOptions": "trt_backend.session.options",
     "RunOptions": "trt_backend.session.options",
-    "BuildOptions": "trt_backend.engines.builder",
+    "BuildOptions": "trt_backend.engines.options",
     "PartitionOptions": "partitioner",
     "OrtOptions": "trt_backend.ort.options",
     "compile": "trt_backend.compiler",

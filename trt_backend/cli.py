@@ -21,6 +21,7 @@ from trt_backend.errors import TrtBackendError
 _args = lazy_module("trt_backend.commands._args")  # Loaded after a build the index answers: not at all.
 _build_hit = lazy_module("trt_backend.commands._build_hit")
 _head_start = lazy_module("trt_backend.commands._head_start")  # build only
+_early_engine = lazy_module("trt_backend.engines.head_start")
 
 COMMANDS = {  # name -> one-line help, in --help order; module trt_backend.commands.<name with "-" as "_">
     "inspect": "plan a model: which nodes run in TensorRT, which in ONNX Runtime",
@@ -76,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(args_list, command, build_index)
     finally:
-        _head_start.discard()
+        _early_engine.discard()  # A head start the build did not take (an error, or another plan).
 
 
 def _main(args_list: list[str], command: str | None, build_index: str | None) -> int:

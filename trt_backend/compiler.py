@@ -28,7 +28,8 @@ from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.calibration import data_sha256
 from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
 from trt_backend.engines.memory import EngineFile, build_room, engine_bytes
-from trt_backend.engines.quantize import SegmentQuantizer, require_calibration
+from trt_backend.engines.options import require_calibration
+from trt_backend.engines.quantize import SegmentQuantizer
 from trt_backend.engines.report import BuildProgress, BuildReport, BuiltSegment
 from trt_backend.errors import TensorRTUnavailableError
 from trt_backend.ort.sessions import tapped_session

@@ -43,7 +43,8 @@ from trt_backend.artifacts.seal import seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.compiler import Compiled, compile
 from trt_backend.engines import head_start
-from trt_backend.engines.builder import BuildOptions, check_build_options
+from trt_backend.engines.builder import BuildOptions
+from trt_backend.engines.config import check_build_options
 from trt_backend.engines.memory import EngineFile
 from trt_backend.engines.report import BuildProgress, BuildReport
 from trt_backend.engines.targets import build_target, current_sm
@@ -85,7 +86,7 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
     check_build_options(opts.build, flv)  # Before planning: a setting this TensorRT refuses is said at once.
     check_build_folder(out_dir)
     if isinstance(model, (str, os.PathLike)) and opts.oracle is None and not head_start.pending_for(os.fspath(model)):
-        head_start.start(os.fspath(model), out_dir, opts.flavor, profiles or [], opts.build)
+        head_start.launch(os.fspath(model), out_dir, opts.flavor, profiles or [], opts.build)
     try:
         with output_lock(out_dir):  # A second build into the same folder is refused, not lost.
             return _build_locked(model, out_dir, profiles, opts, flv, key, progress)

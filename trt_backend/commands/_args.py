@@ -15,17 +15,15 @@ from plugins import default_registry
 from trt_backend._files import output_problem
 from trt_backend._lazy import lazy_module
 from trt_backend.errors import OutputError
+from trt_backend.ort.sizes import parse_size
 
 if TYPE_CHECKING:
     from trt_backend.ort.options import OrtOptions
 
 # What only some commands' flags need (a session's options, precisions, ONNX Runtime's settings)
 # loads when those flags are added or read: ``inspect`` of a model takes none of them.
-_builder = lazy_module("trt_backend.engines.builder")
-_calibration = lazy_module("trt_backend.engines.calibration")
-_precision = lazy_module("trt_backend.engines.precision")
+_options = lazy_module("trt_backend.engines.options")
 _ort_options = lazy_module("trt_backend.ort.options")
-_values = lazy_module("trt_backend.ort.values")
 _session_options = lazy_module("trt_backend.session.options")
 
 # Every flag that names something a command writes: its argparse dest -> (flag, what it is: a
@@ -171,7 +169,7 @@ def add_builder_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--timing-cache", default=None, metavar="FILE",
                    help="kernel timing cache: read, then saved merged (trtexec --timingCacheFile; full TensorRT "
                         "only: TensorRT-RTX has none)")
-    g.add_argument("--hardware-compatibility", choices=_builder.HARDWARE_LEVELS, default="none",
+    g.add_argument("--hardware-compatibility", choices=_options.HARDWARE_LEVELS, default="none",
                    help="engines that run on other GPUs than the one building them (trtexec "
                         "--hardwareCompatibilityLevel)")
     g.add_argument("--version-compatible", action="store_true",
@@ -233,7 +231,7 @@ def session_options(args: argparse.Namespace, **extra: Any) -> Any:
     built are refused (:func:`refuse_build_flags`) and the folder's own plan and build apply."""
     extra.setdefault("max_memory", max_memory(args))
     if getattr(args, "max_build_memory", None) is not None:  # Refused below on a build folder.
-        extra.setdefault("max_build_memory", _values.parse_size(args.max_build_memory, "--max-build-memory"))
+        extra.setdefault("max_build_memory", parse_size(args.max_build_memory, "--max-build-memory"))
     if getattr(args, "sign_key", None) is not None:
         extra.setdefault("sign_key", args.sign_key)
     if getattr(args, "device", None) is not None:
@@ -248,7 +246,7 @@ def session_options(args: argparse.Namespace, **extra: Any) -> Any:
 
 def max_memory(args: argparse.Namespace) -> int | None:
     """Bytes of ``--max-memory`` (None when not given); a malformed size is an OptionsError."""
-    return _values.parse_size(getattr(args, "max_memory", None), "--max-memory")
+    return parse_size(getattr(args, "max_memory", None), "--max-memory")
 
 
 def add_memory_argument(p: argparse.ArgumentParser) -> None:
@@ -285,19 +283,19 @@ def add_shape_arguments(p: argparse.ArgumentParser, what: str) -> None:
 
 def add_precision_arguments(p: argparse.ArgumentParser, what: str = "TensorRT segments") -> None:
     """``--precision`` and int8's ``--calibration-data``/``--calibration-method``."""
-    p.add_argument("--precision", default="fp32", metavar="|".join(_precision.PRECISIONS),
+    p.add_argument("--precision", default="fp32", metavar="|".join(_options.PRECISIONS),
                    help=f"precision of the {what} (fp16/bf16: an ONNX-level transform; int8: calibrated Q/DQ; "
                         "default fp32)")
     p.add_argument("--calibration-data", metavar="FILE.npz|DIR|random", default=None,
                    help="int8: one array per model input, samples stacked on the batch dim (or a folder of such "
                         "files); 'random' for a smoke test (not a calibration)")
-    p.add_argument("--calibration-method", choices=_calibration.CALIBRATION_METHODS, default="minmax",
+    p.add_argument("--calibration-method", choices=_options.CALIBRATION_METHODS, default="minmax",
                    help="int8: how activation ranges are chosen from the calibration data (default minmax)")
 
 
 def precision_fields(args: argparse.Namespace) -> dict[str, Any]:
     """BuildOptions fields from :func:`add_precision_arguments`."""
-    _precision.validate_precision(args.precision)
+    _options.validate_precision(args.precision)
     fields: dict[str, Any] = {"precision": args.precision}
     if args.calibration_data is not None:
         fields["calibration_data"] = args.calibration_data

@@ -30,9 +30,5 @@ def start_from_argv(argv: Sequence[str]) -> bool:
                                 shapes[-1] if shapes else None)
     except OptionsError:
         return False  # The usual path says it.
-    return head_start.start(call.model, call.output, flavor, profiles) is not None
+    return head_start.launch(call.model, call.output, flavor, profiles) is not None
 
-
-def discard() -> None:
-    """The command is over: a head start its build did not take is cancelled and removed."""
-    head_start.discard()

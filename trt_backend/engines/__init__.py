@@ -5,7 +5,7 @@ from __future__ import annotations
 from trt_backend._lazy import facade
 
 __getattr__, __dir__, __all__ = facade(__name__, {
-    "BuildOptions": "trt_backend.engines.builder",
+    "BuildOptions": "trt_backend.engines.options",
     "prepare_segment": "trt_backend.engines.builder",
     "build_engines": "trt_backend.engines.fallback",
     "build_with_fallback": "trt_backend.engines.fallback",

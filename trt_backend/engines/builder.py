@@ -13,7 +13,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import onnx
@@ -21,7 +21,6 @@ from onnx.inliner import inline_local_functions
 
 from partitioner.errors import ModelTooLargeError, OptionsError
 from partitioner.model import serialize, structure_copy
-from partitioner.options_check import number_option
 from partitioner.qdq import EMULATED_DOC
 from partitioner.weights import (
     is_external,
@@ -31,25 +30,19 @@ from partitioner.weights import (
     weights_sha256,
 )
 from trt_backend._files import sha256_bytes
-from trt_backend.engines.calibration import CALIBRATION_METHODS, data_sha256
+from trt_backend.engines.config import add_profiles, configure
 from trt_backend.engines.memory import EngineFile, engine_bytes, stream_engine
+from trt_backend.engines.options import BuildOptions
 from trt_backend.engines.precision import (
-    DEFAULT_KEEP_FP32,
-    TRANSFORM_VERSION,
     apply_precision,
-    validate_precision,
 )
-from trt_backend.engines.precision_plan import PrecisionPlan, pinned_of
+from trt_backend.engines.precision_plan import pinned_of
 from trt_backend.engines.quantize import (
     QDQ_OPS,
-    QUANTIZER_VERSION,
     carries_qdq,
-    require_calibration,
     with_fp16_remainder,
 )
-from trt_backend.engines.targets import rtx_targets
 from trt_backend.errors import PrecisionError, SegmentBuildError
-from trt_backend.ort.values import parse_size
 from trt_backend.profiles import TensorProfile, tensor_profile
 from trt_backend.tensorrt.flavor import (
     Flavor,
@@ -64,103 +57,6 @@ from trt_backend.tensorrt.oracle import describe_parser_error
 
 log = logging.getLogger(__name__)
 
-HARDWARE_LEVELS = ("none", "ampere_plus", "same_compute_capability")
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    """How engines are built. Profiles are not here: they are per segment, passed beside.
-
-    ``compute_capabilities`` (TensorRT-RTX AOT builds): names such as ``"SM80"``/``"sm_86"``/
-    ``"8.9"`` or ``"current"``; empty keeps the flavor's default. Engines built with
-    ``version_compatible`` and ``exclude_lean_runtime=False`` embed host code."""
-
-    precision: str = "fp32"  # fp32 | tf32 | fp16 | bf16 | int8
-    keep_fp32_ops: tuple[str, ...] = DEFAULT_KEEP_FP32
-    calibration_data: str | None = None  # int8: FILE.npz | a folder of them | "random" (a smoke test)
-    calibration_method: str = "minmax"  # int8: minmax | entropy | percentile
-    precision_plan: PrecisionPlan | None = None  # auto: what the search found (accuracy.auto_precision)
-    workspace_bytes: int | None = None
-    builder_optimization_level: int | None = None  # TensorRT builder optimisation level, 0..5
-    timing_cache: str | None = None  # file: loaded, merged, saved (no-op in TensorRT-RTX)
-    hardware_compatibility: str = "none"  # none | ampere_plus | same_compute_capability
-    compute_capabilities: tuple[str, ...] = ()
-    max_aux_streams: int | None = None
-    version_compatible: bool = False
-    exclude_lean_runtime: bool = True
-    max_workers: int = 0  # parallel segment builds; 0: min(4, CPU count)
-    # trial builds a build may spend narrowing down a segment TensorRT's builder refuses without
-    # naming a node (engines.fallback); 0: such a segment goes to ONNX Runtime whole
-    max_narrowing_builds: int = 32
-    # bytes (or "4G") the builds may hold: larger TensorRT segments are cut (see engines.memory);
-    # None: the memory available when the builds start
-    max_build_memory: int | None = None
-
-    def __post_init__(self) -> None:
-        keep = (self.keep_fp32_ops,) if isinstance(self.keep_fp32_ops, str) else tuple(self.keep_fp32_ops)
-        validate_precision(self.precision, keep)
-        object.__setattr__(self, "keep_fp32_ops", keep)
-        if self.calibration_method not in CALIBRATION_METHODS:
-            raise OptionsError(f"calibration method must be one of {', '.join(CALIBRATION_METHODS)}, "
-                               f"got {self.calibration_method!r}")
-        if self.calibration_data is not None:
-            object.__setattr__(self, "calibration_data", os.fspath(self.calibration_data))
-        require_calibration(self.precision, self.calibration_data)
-        if self.precision == "auto" and not isinstance(self.precision_plan, PrecisionPlan):
-            raise OptionsError("precision 'auto' builds from a precision plan: let trt-backend build --precision auto "
-                               "search one, or pass --precision-plan (a plan JSON or a build folder made with auto)")
-        if self.precision_plan is not None and self.precision != "auto":
-            raise OptionsError(f"a precision plan applies to precision 'auto', not {self.precision!r}")
-        if self.precision == "auto" and self.precision_plan is not None and not self.calibration_data and any(
-                s.precision == "int8" for s in self.precision_plan.segments):
-            require_calibration("int8", None)
-        object.__setattr__(self, "compute_capabilities", tuple(_cc_name(c) for c in self.compute_capabilities))
-        for name in ("workspace_bytes", "max_aux_streams"):
-            if getattr(self, name) is not None:
-                number_option(getattr(self, name), name, whole=True, low=0)
-        if self.builder_optimization_level is not None:
-            number_option(self.builder_optimization_level, "builder optimisation level", whole=True, low=0, high=5)
-        if self.hardware_compatibility not in HARDWARE_LEVELS:
-            raise OptionsError(f"hardware compatibility must be one of {', '.join(HARDWARE_LEVELS)}, "
-                               f"got {self.hardware_compatibility!r}")
-        number_option(self.max_workers, "max_workers", whole=True, low=0)
-        number_option(self.max_narrowing_builds, "max_narrowing_builds", whole=True, low=0)
-        object.__setattr__(self, "max_build_memory", parse_size(self.max_build_memory, "max_build_memory"))
-
-    @property
-    def host_code(self) -> bool:
-        return self.version_compatible and not self.exclude_lean_runtime
-
-    def workers(self) -> int:
-        return self.max_workers or min(4, os.cpu_count() or 1)
-
-    def key_fields(self) -> dict[str, Any]:
-        """What changes the engine (cache key part): everything but file paths, parallelism and
-        the memory budget (which changes how a model is cut, not a given segment's engine)."""
-        # (under the key written before the field was renamed, in its place: engine caches and
-        # build manifests keep theirs)
-        d = {("optimization_level" if k == "builder_optimization_level" else k): v for k, v in asdict(self).items()}
-        for k in ("timing_cache", "max_workers", "calibration_data", "calibration_method", "precision_plan",
-                  "max_narrowing_builds", "max_build_memory"):
-            d.pop(k)
-        if self.precision_plan is not None:  # What the plan decides; its search log is not part of the key.
-            d["precision_plan"] = {"segments": self.precision_plan.to_dict()["segments"]}
-        d["keep_fp32_ops"] = sorted(d["keep_fp32_ops"]) if self.precision in ("fp16", "bf16", "auto") else []
-        d["precision_transform"] = TRANSFORM_VERSION
-        if self.calibration_data and self.precision in ("int8", "auto"):  # the data by its bytes, not its path
-            d["calibration"] = {"sha256": data_sha256(str(self.calibration_data)), "method": self.calibration_method,
-                                "quantizer": QUANTIZER_VERSION}
-        return d
-
-
-def _cc_name(value: str) -> str:
-    text = str(value).strip().upper().replace("_", "").replace(".", "")
-    if text == "CURRENT":
-        return text
-    digits = text[2:] if text.startswith("SM") else text
-    if not digits.isdigit() or len(digits) not in (2, 3):
-        raise OptionsError(f"compute capability {value!r} not understood; write e.g. SM80, sm_86, 8.9 or current")
-    return "SM" + digits
 
 
 # ---------------------------------------------------------------- profiles
@@ -191,62 +87,6 @@ def segment_ranges(model: onnx.ModelProto, profiles: Sequence[ProfileSpec]) -> l
             ranges[name] = r
         out.append(ranges)
     return out
-
-
-Dynamic = Sequence[tuple[str, tuple[int, ...], bool]]  # network inputs that need a profile: (name, shape, shape tensor)
-
-
-def dynamic_inputs(network: Any) -> list[tuple[str, tuple[int, ...], bool]]:
-    """The inputs of ``network`` a profile must cover: dynamic dims, or a shape tensor."""
-    out = []
-    for i in range(network.num_inputs):
-        t = network.get_input(i)
-        shape = tuple(t.shape)
-        if -1 in shape or t.is_shape_tensor:
-            out.append((t.name, shape, bool(t.is_shape_tensor)))
-    return out
-
-
-def profile_settings(dynamic: Dynamic,
-                     ranges: Sequence[Mapping[str, TensorProfile]]) -> list[dict[str, tuple[Any, ...]]]:
-    """What each optimisation profile sets for the ``dynamic`` inputs: name -> (min, opt, max,
-    shape-tensor values or None); OptionsError for a dynamic input no profile covers."""
-    if not dynamic:
-        return []
-    if not ranges:
-        names = ", ".join(f"'{name}' {shape}" for name, shape, _ in dynamic)
-        raise OptionsError(f"segment inputs {names} are dynamic but no optimisation profile covers them")
-    settings = []
-    for k, profile_ranges in enumerate(ranges):
-        entry: dict[str, tuple[Any, ...]] = {}
-        for name, shape, is_shape_tensor in dynamic:
-            r = profile_ranges.get(name)
-            if r is None:
-                raise OptionsError(f"profile {k} gives no shape range for dynamic segment input '{name}' {shape}")
-            if is_shape_tensor and r.values is None:
-                raise OptionsError(f"profile {k}: segment input '{name}' is a shape tensor; give its "
-                                   "min/opt/max values")
-            entry[name] = (r.min, r.opt, r.max, r.values if is_shape_tensor else None)
-        settings.append(entry)
-    return settings
-
-
-def add_profiles(builder: Any, config: Any, network: Any,
-                 ranges: Sequence[Mapping[str, TensorProfile]]) -> list[dict[str, tuple[Any, ...]]]:
-    """Give ``config`` one optimisation profile per entry of ``ranges`` for the network's dynamic
-    inputs (:func:`profile_settings`); returns the settings."""
-    dynamic = dynamic_inputs(network)
-    settings = profile_settings(dynamic, ranges)
-    for entry in settings:
-        profile = builder.create_optimization_profile()
-        for name, shape, _ in dynamic:
-            lo, opt, hi, values = entry[name]
-            if -1 in shape:
-                profile.set_shape(name, lo, opt, hi)
-            if values is not None:
-                profile.set_shape_input(name, *values)
-        config.add_optimization_profile(profile)
-    return settings
 
 
 # ---------------------------------------------------------------- one segment
@@ -530,55 +370,6 @@ def _blame(model: onnx.ModelProto, errors: Sequence[str]) -> list[int]:
         if node.name and re.search(r"(?<![\w/.])" + re.escape(node.name) + r"(?![\w])", text):
             found.append(k)
     return found
-
-
-def check_build_options(options: BuildOptions, flavor: Flavor) -> None:
-    """OptionsError, before any build, for a builder setting ``flavor`` does not take (it would
-    otherwise fail, or be ignored with a warning, once per segment)."""
-    if options.hardware_compatibility != "none" and flavor.is_rtx:
-        raise OptionsError(f"hardware compatibility '{options.hardware_compatibility}' is a full TensorRT option; "
-                           f"{flavor.target} ignores it (its engines run on the compute capabilities they are built "
-                           "for: give those instead)")
-    if options.compute_capabilities and not flavor.has("IBuilderConfig.set_compute_capability"):
-        raise OptionsError(f"{flavor.target} builds for the GPU it runs on; compute capabilities are a "
-                           "TensorRT-RTX option (use hardware compatibility for portable engines)")
-
-
-def configure(config: Any, options: BuildOptions, flavor: Flavor) -> None:
-    """Apply ``options`` to an IBuilderConfig: enum members by name, optional API by hasattr."""
-    trt = flavor.module
-    if options.workspace_bytes is not None:
-        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_bytes)
-    if options.builder_optimization_level is not None:
-        _require(flavor, "IBuilderConfig.builder_optimization_level", "builder optimisation level")
-        config.builder_optimization_level = options.builder_optimization_level
-    if options.precision in ("fp32", "tf32") and flavor.has("BuilderFlag.TF32"):
-        (config.set_flag if options.precision == "tf32" else config.clear_flag)(trt.BuilderFlag.TF32)
-    if options.hardware_compatibility != "none":
-        level = options.hardware_compatibility.upper()
-        _require(flavor, f"HardwareCompatibilityLevel.{level}", f"hardware compatibility '{level.lower()}'")
-        config.hardware_compatibility_level = getattr(trt.HardwareCompatibilityLevel, level)
-    if options.compute_capabilities and not flavor.has("IBuilderConfig.set_compute_capability"):
-        raise OptionsError(f"{flavor.target} builds for the GPU it runs on; compute capabilities are a "
-                           "TensorRT-RTX option (use hardware compatibility for portable engines)")
-    targets = rtx_targets(flavor, options)
-    if targets:
-        config.num_compute_capabilities = len(targets)
-        for i, name in enumerate(targets):
-            _require(flavor, f"ComputeCapability.{name}", f"compute capability {name}")
-            config.set_compute_capability(getattr(trt.ComputeCapability, name), i)
-    if options.max_aux_streams is not None:
-        _require(flavor, "IBuilderConfig.max_aux_streams", "max auxiliary streams")
-        config.max_aux_streams = options.max_aux_streams
-    if options.version_compatible:
-        config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE)
-        if options.exclude_lean_runtime:
-            config.set_flag(trt.BuilderFlag.EXCLUDE_LEAN_RUNTIME)
-
-
-def _require(flavor: Flavor, dotted: str, what: str) -> None:
-    if not flavor.has(dotted):
-        raise OptionsError(f"{what} is not available in {flavor.target}")
 
 
 # ---------------------------------------------------------------- weights

@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 RANDOM = "random"
 RANDOM_SAMPLES = 8
-CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 
 Shape = tuple[int, ...]
 # Per profile: model input -> its (min, opt, max) shapes; a calibration batch must lie within one.

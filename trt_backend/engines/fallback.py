@@ -29,12 +29,12 @@ from trt_backend.engines.builder import (
     SegmentEngine,
     SegmentProfiles,
     by_reference,
-    check_build_options,
     compile_segment,
     key_material,
     segment_ranges,
 )
 from trt_backend.engines.cache import EngineCache, TimingCacheFile, cache_key
+from trt_backend.engines.config import check_build_options
 from trt_backend.engines.memory import EngineFile, build_room, engine_bytes
 from trt_backend.engines.quantize import SegmentQuantizer
 from trt_backend.engines.report import (

@@ -5,7 +5,7 @@ engine the compile path builds for it is the one TensorRT builds from the model'
 A build can therefore hand the file to TensorRT first, and build while the model is loaded, checked
 and planned in Python: the TensorRT parser and builder release the GIL, so the two run side by
 side. The ``build`` command starts one from its command line before it loads onnx, numpy or the
-planner (:func:`start`); ``trt_backend.build`` starts one for a model file once its options are
+planner (:func:`launch`); ``trt_backend.build`` starts one for a model file once its options are
 known.
 
 Nothing is decided here. The compile path plans the model as always, and its engine build takes
@@ -26,10 +26,12 @@ import shutil
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from trt_backend._files import new_folder
 from trt_backend._lazy import lazy_module
+from trt_backend.engines.config import add_profiles, configure, dynamic_inputs, profile_settings
+from trt_backend.engines.options import BuildOptions
 from trt_backend.tensorrt.flavor import (
     Flavor,
     captured_messages,
@@ -42,9 +44,8 @@ from trt_backend.tensorrt.flavor import (
 
 log = logging.getLogger(__name__)
 
-# Loaded in the head start's own thread, once TensorRT parses the file: they import onnx, which
-# the thread that plans loads meanwhile.
-_builder = lazy_module("trt_backend.engines.builder")
+# Loaded only where asked: the memory module imports numpy, and profiles other than
+# (min, opt, max) shapes are read by trt_backend.profiles (the Python door, where those are loaded).
 _memory = lazy_module("trt_backend.engines.memory")
 _profiles = lazy_module("trt_backend.profiles")
 
@@ -68,7 +69,7 @@ class HeadStart:
         self.inputs: tuple[str, ...] = ()
         self.outputs: tuple[str, ...] = ()
         self.dynamic: list[tuple[str, tuple[int, ...], bool]] = []  # inputs a profile covers
-        self.engine: Any = None  # an EngineFile once built
+        self.engine: tuple[str, str, int] | None = None  # its file, SHA-256 and size, once built
         self.layers = 0
         self.seconds = 0.0
         self.problem: str | None = None  # why there is no engine
@@ -110,14 +111,14 @@ class HeadStart:
                 return
             self.inputs = tuple(network.get_input(i).name for i in range(network.num_inputs))
             self.outputs = tuple(network.get_output(i).name for i in range(network.num_outputs))
-            self.dynamic = _builder.dynamic_inputs(network)
-            options = self.options if self.options is not None else _builder.BuildOptions()
+            self.dynamic = dynamic_inputs(network)
+            options = self.options if self.options is not None else BuildOptions()
             self.options = options
-            ranges = [{n: _profiles.tensor_profile(v, f"profile {k} for '{n}'") for n, v in p.items()}
+            ranges = [{n: _shape_range(v, f"profile {k} for '{n}'") for n, v in p.items()}
                       for k, p in enumerate(self.profiles)]
             config = builder.create_builder_config()
-            _builder.configure(config, options, flavor)
-            self.settings = _builder.add_profiles(builder, config, network, ranges)
+            configure(config, options, flavor)
+            self.settings = add_profiles(builder, config, network, ranges)
             # Built into memory, then written from here: a Python stream writer or progress monitor
             # would make TensorRT wait for the GIL the planning thread holds, at every call.
             serialized = builder.build_serialized_network(network, config)
@@ -127,7 +128,7 @@ class HeadStart:
             path = os.path.join(self.scratch, "engine")
             with open(path, "wb") as out:
                 out.write(serialized)
-            engine = _memory.EngineFile(path, hashlib.sha256(serialized).hexdigest(), serialized.nbytes)
+            engine = (path, hashlib.sha256(serialized).hexdigest(), serialized.nbytes)
             del serialized
             self.engine, self.layers = engine, int(network.num_layers)
             del config, parser, network, builder
@@ -163,7 +164,7 @@ class HeadStart:
                 or tuple(v.name for v in segment_model.graph.output) != self.outputs):
             return "other inputs or outputs"
         try:
-            settings = _builder.profile_settings(self.dynamic, ranges)
+            settings = profile_settings(self.dynamic, ranges)
         except Exception as e:  # noqa: BLE001 - the compile path's own build says it
             return f"profiles: {e}"
         if settings != self.settings:
@@ -172,13 +173,15 @@ class HeadStart:
 
     def take(self, engine_path: str | None) -> Any:
         """The engine: moved to ``engine_path`` (an EngineFile), or its bytes without one."""
-        engine = self.engine
+        assert self.engine is not None
+        path, sha256, nbytes = self.engine
         self.engine = None
         try:
             if engine_path is None:
-                return engine.read()
-            shutil.move(engine.path, engine_path)
-            return _memory.EngineFile(engine_path, engine.sha256, engine.nbytes)
+                with open(path, "rb") as f:
+                    return f.read()
+            shutil.move(path, engine_path)
+            return _memory.EngineFile(engine_path, sha256, nbytes)
         finally:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
@@ -193,6 +196,25 @@ class HeadStart:
 # model, its build runs beside the compile path's own builds until it ends (TensorRT builds cannot
 # be stopped without a progress monitor, which would slow them, see HeadStart._build).
 MAX_BYTES = 512 * 2**20
+
+
+class _ShapeRange(NamedTuple):
+    """A dynamic input's range as the build configuration reads it (a TensorProfile's fields)."""
+
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+    values: tuple[tuple[int, ...], ...] | None = None
+
+
+def _shape_range(value: Any, what: str) -> Any:
+    """``(min, opt, max)`` shapes as a range without loading trt_backend.profiles (numpy); any
+    other form of a profile entry through it (see :func:`trt_backend.profiles.tensor_profile`)."""
+    if isinstance(value, (tuple, list)) and len(value) == 3 and all(
+            isinstance(s, (tuple, list)) and all(type(d) is int for d in s) for s in value):
+        lo, opt, hi = (tuple(s) for s in value)
+        return _ShapeRange(lo, opt, hi)
+    return _profiles.tensor_profile(value, what)
 
 
 def _available_memory() -> int | None:
@@ -210,7 +232,7 @@ _lock = threading.Lock()
 _pending: HeadStart | None = None
 
 
-def start(path: str, out_dir: str, flavor: str, profiles: Sequence[Mapping[str, Any]], options: Any = None
+def launch(path: str, out_dir: str, flavor: str, profiles: Sequence[Mapping[str, Any]], options: Any = None
           ) -> HeadStart | None:
     """Start building ``path`` as it is, for a build into ``out_dir`` (its scratch files go beside
     it); None where one cannot start (the file is not there, the folder beside it not writable):

@@ -18,26 +18,18 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from partitioner.errors import InvalidModelError, OptionsError
+from partitioner.errors import InvalidModelError
 from partitioner.graph import fresh_name
 from partitioner.model import check_model, fitting_ir_version, onnx_error_text, weightless_copy
+from trt_backend.engines.options import DEFAULT_KEEP_FP32, validate_precision
 from trt_backend.errors import PrecisionError
 from trt_backend.ort.sessions import max_ir_version
 from trt_backend.ort.threads import inference_session
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "auto")  # int8: Q/DQ (engines/quantize.py); auto: a search
 LOW_TYPES = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
-TRANSFORM_VERSION = 2  # part of engine cache keys: bump when the transform's output changes
 
-# Normalisations, softmaxes and accumulating reductions lose accuracy in 16 bits. BatchNormalization
-# is left out on purpose: at inference it is a per-channel affine op that TensorRT folds into the
-# preceding convolution, and casts around it would prevent that.
-DEFAULT_KEEP_FP32 = ("LayerNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
-                     "MeanVarianceNormalization", "RMSNormalization", "Softmax", "LogSoftmax", "ReduceMean",
-                     "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
-                     "ReduceProd")
 # Output dtype chosen by an attribute or by randomness, not by the inputs: never lowered.
 _NEVER_LOWER = frozenset({"EyeLike", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                           "Bernoulli", "Multinomial"})
@@ -57,14 +49,6 @@ class PrecisionResult:
     kept: tuple[str, ...] = ()  # names of float nodes kept in float32
     casts: int = 0
     clipped: int = 0  # initializer values clipped to the fp16 range
-
-
-def validate_precision(precision: str, keep_fp32_ops: Iterable[str] = ()) -> None:
-    if precision not in PRECISIONS:
-        raise OptionsError(f"unknown precision '{precision}'; choose one of {', '.join(PRECISIONS)}")
-    for op in keep_fp32_ops:
-        if not isinstance(op, str) or not op:
-            raise OptionsError(f"keep-fp32 op types must be non-empty strings, got {op!r}")
 
 
 def apply_precision(model: onnx.ModelProto, precision: str,

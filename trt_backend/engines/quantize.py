@@ -54,7 +54,6 @@ log = logging.getLogger(__name__)
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
-QUANTIZER_VERSION = 2  # part of engine cache keys: bump when the Q/DQ placement changes (2: fp16 remainder)
 QDQ_FP16_OPSET = 19  # the opset in which QuantizeLinear/DequantizeLinear admit float16 scales
 _FP16_NORMAL = (2.0 ** -14, 65504.0)
 TAP_CACHE_BYTES = 256 << 20  # segment inputs of every calibration batch kept up to this size
@@ -248,8 +247,3 @@ class _Reader:
         self._it = iter(self._feeds)
 
 
-def require_calibration(precision: str, data: str | None) -> None:
-    if precision == "int8" and not data:
-        raise CalibrationDataError("int8 needs calibration data: give --calibration-data FILE.npz|DIR (one array per "
-                                   "model input, samples stacked on the batch dim), or 'random' for a smoke test "
-                                   "(random data is not a calibration)")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import ctypes
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -11,7 +10,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from trt_backend.errors import MemoryLimitError, OptionsError
+from trt_backend.errors import MemoryLimitError
 from trt_backend.ort.sessions import ort_errors
 
 
@@ -122,29 +121,6 @@ def available_memory() -> int | None:
 # The max_memory limit (SessionOptions(max_memory=...), --max-memory) in force in this thread's
 # context: the session and the CLI enter it around what they allocate (memory_limit).
 _MAX_MEMORY: ContextVar[int | None] = ContextVar("trt_backend_max_memory", default=None)
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
-
-
-def parse_size(value: int | str | None, what: str = "max_memory") -> int | None:
-    """Bytes from ``value``: a whole number of bytes, or text such as ``"8G"``, ``"512M"``,
-    ``"1.5GiB"``, ``"4096"`` (K, M, G, T are powers of 1024). None stays None."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise OptionsError(f"{what} must be a number of bytes or a size such as 8G or 512M, got {value!r}")
-    if isinstance(value, int):
-        n = value
-    else:
-        m = _SIZE.fullmatch(value)
-        if m is None:
-            raise OptionsError(f"{what}: cannot read size {value!r}; write bytes or a size such as 8G, 512M, 1.5GiB")
-        n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    if n <= 0:
-        raise OptionsError(f"{what} must be more than 0 bytes, got {value!r}")
-    return n
-
-
 @contextmanager
 def memory_limit(limit: int | None) -> Iterator[None]:
     """Within this block (in this thread), :func:`check_allocation` also refuses tensors larger

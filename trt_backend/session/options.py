@@ -19,7 +19,7 @@ from partitioner.errors import OptionsError
 from partitioner.options_check import number_option
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.ort.options import OrtOptions
-from trt_backend.ort.values import parse_size
+from trt_backend.ort.sizes import parse_size
 
 EMULATE_CHOICES = (True, False, "auto")
 FLAVOR_CHOICES = ("auto", "tensorrt", "tensorrt_rtx", "none")

@@ -57,7 +57,7 @@ def small_cnn(path: str, *, named: bool = True) -> str:
 def spy(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     """Records what the real head start functions did: started (or not), claimed (or not)."""
     seen: dict[str, list[Any]] = {"started": [], "claimed": []}
-    real_start, real_claim = head_start.start, head_start.claim
+    real_start, real_claim = head_start.launch, head_start.claim
 
     def start(*args: Any, **kw: Any) -> Any:
         head = real_start(*args, **kw)
@@ -69,13 +69,13 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         seen["claimed"].append(head)
         return head
 
-    monkeypatch.setattr(head_start, "start", start)
+    monkeypatch.setattr(head_start, "launch", start)
     monkeypatch.setattr(head_start, "claim", claim)
     return seen
 
 
 def without_head_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(head_start, "start", lambda *a, **kw: None)
+    monkeypatch.setattr(head_start, "launch", lambda *a, **kw: None)
 
 
 def folder(path: str) -> dict[str, Any]:
@@ -154,7 +154,7 @@ def test_a_model_that_loading_changes_builds_without_it(tmp_path, spy, monkeypat
 def test_other_profiles_than_the_head_starts_build_without_it(tmp_path, spy, monkeypatch) -> None:
     model = small_cnn(str(tmp_path / "cnn.onnx"))
     other = [{"x": ((1, 3, 16, 16), (1, 3, 16, 16), (2, 3, 16, 16))}]
-    started = head_start.start(model, str(tmp_path / "head"), "auto", PROFILES)
+    started = head_start.launch(model, str(tmp_path / "head"), "auto", PROFILES)
     assert started is not None and head_start.pending_for(model)
     build(model, str(tmp_path / "head"), other)  # the pending head start is the one asked (no second one)
     assert spy["started"] == [started] and spy["claimed"] == [None]
@@ -178,7 +178,7 @@ def test_which_command_lines_and_options_start_one(tmp_path) -> None:
                   ["--flavor", "none"], ["--shapes", "x:1x3"] + ["--min-shapes", "x:1x3x16x16"]):
         assert not _head_start.start_from_argv(["build", model, "-o", out, *extra]), extra
     assert not _head_start.start_from_argv(["build", str(tmp_path / "missing.onnx"), "-o", out])
-    assert head_start.start(model, out, "auto", PROFILES, BuildOptions(precision="fp16")) is None
+    assert head_start.launch(model, out, "auto", PROFILES, BuildOptions(precision="fp16")) is None
     assert not head_start.pending_for(model)
 
 

@@ -17,7 +17,8 @@ from partitioner.capability import QueryResult
 from tests.fakes.cuda_runtime import FakeGpu
 from tests.fakes.machine import FakeMachine
 from trt_backend.artifacts import read
-from trt_backend.engines.builder import BuildOptions, compile_segment, configure
+from trt_backend.engines.builder import BuildOptions, compile_segment
+from trt_backend.engines.config import configure
 from trt_backend.engines.fallback import build_engines
 from trt_backend.engines.targets import build_target, rtx_targets
 from trt_backend.errors import SegmentLoadError

@@ -1,0 +1,29 @@
+"""Sizes as users write them (``"8G"``, ``"512M"``, ``"1.5GiB"``), read without loading numpy or ONNX
+Runtime (build options are made before either loads)."""
+from __future__ import annotations
+
+import re
+
+from partitioner.errors import OptionsError
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
+
+
+def parse_size(value: int | str | None, what: str = "max_memory") -> int | None:
+    """Bytes from ``value``: a whole number of bytes, or text such as ``"8G"``, ``"512M"``,
+    ``"1.5GiB"``, ``"4096"`` (K, M, G, T are powers of 1024). None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise OptionsError(f"{what} must be a number of bytes or a size such as 8G or 512M, got {value!r}")
+    if isinstance(value, int):
+        n = value
+    else:
+        m = _SIZE.fullmatch(value)
+        if m is None:
+            raise OptionsError(f"{what}: cannot read size {value!r}; write bytes or a size such as 8G, 512M, 1.5GiB")
+        n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if n <= 0:
+        raise OptionsError(f"{what} must be more than 0 bytes, got {value!r}")
+    return n
