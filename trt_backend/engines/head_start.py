@@ -15,8 +15,9 @@ the plan is one TensorRT segment holding every node of the model's file, unchang
 plugin, no quantization) with the same build options and TensorRT flavor, and the profiles it
 would give TensorRT's dynamic inputs the ones the head start gave. Anything else, or a head start
 that failed, and the compile path builds as it would have without one, and the head start's
-engine is removed once its build ends (:func:`discard`). A head start takes only self-contained model files of at most
-:data:`MAX_BYTES` (and a quarter of the memory available), built in fp32 or tf32."""
+engine is removed once its build ends (:func:`discard`). A head start takes only self-contained
+model files of at most :data:`MAX_BYTES` (and a quarter of the memory available), built in fp32
+or tf32."""
 from __future__ import annotations
 
 import hashlib
