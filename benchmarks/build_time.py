@@ -14,10 +14,12 @@ TensorRT-RTX ahead-of-time builds.
    same TensorRT (``parse_from_file`` + ``build_serialized_network``; target <= 1.3x); and the
    same ``build`` with ``--cache-dir`` once more on a warm cache against that cold build
    (target <= 0.25x; a hit of the build cache, which copies the earlier folder: each warm run's
-   manifest is checked to say so, and warm against the plain build is printed too). Model: ResNet-50 exported from
+   manifest is checked to say so, and warm against the plain build is printed too); and the plain
+   build with ``--weights-by-reference`` (the folder refers to the model's weights instead of
+   copying them), with both folders' sizes. Model: ResNet-50 exported from
    torchvision (random weights, 98 MiB;
    ``--cli-model``, default the zoo's ``resnet50.onnx``, exported on first use with the zoo venv),
-   a one-segment model. The three are run in turn, ``--repeat`` rounds, medians.
+   a one-segment model. The four are run in turn, ``--repeat`` rounds, medians.
 
 Medians of ``--repeat`` runs (the machines are shared). A report: it exits 0 even when a target
 fails.
@@ -108,6 +110,12 @@ def _wall(argv: list[str]) -> float:
     return seconds
 
 
+def _folder_size(folder: str) -> tuple[int, int]:
+    """(bytes of the folder's files, bytes of its engines)."""
+    sizes = {name: os.path.getsize(os.path.join(folder, name)) for name in os.listdir(folder)}
+    return sum(sizes.values()), sum(v for name, v in sizes.items() if name.endswith(".engine"))
+
+
 def cli_rows(model: str, repeat: int, shapes: str = "") -> int:
     """Section 3: the CLI against the bare TensorRT parse+build, cold and warm, in turn; a model
     with dynamic inputs gets ``shapes`` (``name:1x3x224x224,...``) as one fixed profile on both
@@ -116,8 +124,9 @@ def cli_rows(model: str, repeat: int, shapes: str = "") -> int:
     # as installed: pip compiles bytecode, which this environment may not write (PYTHONDONTWRITEBYTECODE)
     subprocess.run([sys.executable, "-m", "compileall", "-q", "partitioner", "plugins", "trt_backend"], cwd=ROOT,
                    check=True, env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
-    direct, cold, nocache, warm = [], [], [], []
+    direct, cold, nocache, warm, byref = [], [], [], [], []
     hits: list[bool] = []
+    sizes: dict[str, tuple[int, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(repeat):
             direct.append(_wall([py, "-c", _DIRECT, model, os.path.join(tmp, "direct.engine"), shapes]))
@@ -125,13 +134,16 @@ def cli_rows(model: str, repeat: int, shapes: str = "") -> int:
             ours = [py, "-m", "trt_backend", "build", model, "-o", out, "--flavor", "tensorrt_rtx"]
             ours += ["--shapes", shapes] if shapes else []
             nocache.append(_wall(ours))
+            referring = os.path.join(tmp, f"byref{k}")
+            byref.append(_wall([*ours[:6], referring, *ours[7:], "--weights-by-reference"]))
+            sizes = {"plain": _folder_size(out), "by reference": _folder_size(referring)}
             cache = os.path.join(tmp, f"cache{k}")
             cold.append(_wall([*ours, "--cache-dir", cache]))
             warm.append(_wall([*ours, "--cache-dir", cache]))
             with open(os.path.join(out, "manifest.json")) as f:
                 hits.append(bool(json.load(f).get("build_cache", {}).get("hit")))
     med = {name: statistics.median(v) for name, v in
-           (("direct", direct), ("build", nocache), ("cold", cold), ("warm", warm))}
+           (("direct", direct), ("build", nocache), ("cold", cold), ("warm", warm), ("byref", byref))}
     size = os.path.getsize(model) / 2**20
     print(f"{os.path.basename(model)} ({size:.0f} MiB), processes with start-up, median of {repeat}:")
     print(f"  direct parse_from_file + build_serialized_network   {med['direct']:7.2f} s   "
@@ -144,6 +156,11 @@ def cli_rows(model: str, repeat: int, shapes: str = "") -> int:
           f"runs {', '.join(f'{x:.2f}' for x in warm)}")
     print(f"  (warm runs that were build cache hits: {sum(hits)} of {len(hits)}; warm/plain build "
           f"{med['warm'] / med['build']:.2f}x)")
+    print(f"  trt-backend build --weights-by-reference              {med['byref']:7.2f} s   "
+          f"runs {', '.join(f'{x:.2f}' for x in byref)}")
+    print(f"  (by reference/plain build {med['byref'] / med['build']:.2f}x; folders: " + ", ".join(
+        f"{name} {total / 2**20:.1f} MiB ({(total - engines) / 2**20:.2f} MiB besides the engines)"
+        for name, (total, engines) in sizes.items()) + ")")
     ratio, warm_ratio = med["build"] / med["direct"], med["warm"] / med["cold"]
     print(f"build/direct {ratio:.2f}x (target <= {CLI_TARGET}) {'PASS' if ratio <= CLI_TARGET else 'FAIL'}")
     print(f"warm/cold    {warm_ratio:.2f}x (target <= {CLI_WARM_TARGET}) "

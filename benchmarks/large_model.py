@@ -16,13 +16,17 @@ Steps (a child each; peak RSS from ``getrusage(RUSAGE_CHILDREN)`` of a fresh wra
              cut to build within it
   folder     each build folder run emulated (its segment models through ONNX Runtime) at batch 4,
              against the whole-model reference
+  by reference  with ``--by-reference``, a third build of the default budget with
+             ``weights_by_reference`` (the folder refers to the data file instead of copying it),
+             its folder run the same way; both folders' sizes
 
 Targets: inspect peak RSS <= 1.25x the weight bytes; emulated session <= 1.6x; the build folder
 <= 1.1x the weight bytes plus engines; the default build <= 1.6x the weights; the budgeted build
-within its budget; outputs equal whole-model ONNX Runtime at 1e-5.
+within its budget; with ``--by-reference``, that folder at most its engines plus 1% of the weight
+bytes; outputs equal whole-model ONNX Runtime at 1e-5.
 
     python benchmarks/large_model.py [--hidden 4096] [--blocks 48] [--cache DIR] [--skip-build]
-        [--build-precision fp16] [--max-build-memory 4G]
+        [--build-precision fp16] [--max-build-memory 4G] [--by-reference]
 
 ``--hidden 2048`` (0.75 GiB) runs the same code paths in a quarter of the time and memory; give
 ``--max-build-memory`` in proportion (1G) there.
@@ -130,6 +134,8 @@ def main() -> int:
     ap.add_argument("--max-build-memory", default="4G", help="budget of the second build (default 4G)")
     ap.add_argument("--build-precision", default="fp32", help="precision of the build step (fp16: each segment's "
                     "external weights read in and converted, up to 1.75 GiB a segment)")
+    ap.add_argument("--by-reference", action="store_true",
+                    help="a third build with weights_by_reference: the folder refers to the weights, no copy")
     args = ap.parse_args()
     model, weights = ensure_model(args.cache, args.hidden, args.blocks)
     print(f"model {model}: {os.path.getsize(model)} bytes of protobuf, {weights / GIB:.2f} GiB of weights "
@@ -145,35 +151,42 @@ def main() -> int:
         r = measure([py, "-c", _RUN, model, str(args.hidden), ours])
         rows.append(("run (emulated Session)", r))
         err = float(np.max(np.abs(np.load(ours).astype(np.float64) - np.load(ref).astype(np.float64))))
-        size = None
+        size = ref_size = None
         built_peaks: dict[str, float] = {}
         errors = {"emulated Session": err}
         if not args.skip_build:
             h = args.hidden
-            for budget in ("", args.max_build_memory):
+            builds = [("", ""), (args.max_build_memory, "")] + ([("", "ref")] if args.by_reference else [])
+            for budget, by_ref in builds:
                 out = os.path.join(tmp, "built")
-                label = f"build (RTX AOT, {args.build_precision}" + (f", max {budget})" if budget else ")")
-                r = measure([py, "-c", _BUILD, model, out, str(h), str(args.max_workers), args.build_precision, budget])
+                label = f"build (RTX AOT, {args.build_precision}" + (f", max {budget})" if budget else
+                                                                     ", by reference)" if by_ref else ")")
+                r = measure([py, "-c", _BUILD, model, out, str(h), str(args.max_workers), args.build_precision, budget,
+                             by_ref])
                 rows.append((label, r))
-                built_peaks[budget] = r["peak_kib"] * 1024
+                if not by_ref:
+                    built_peaks[budget] = r["peak_kib"] * 1024
                 manifest = json.load(open(os.path.join(out, "manifest.json")))
                 print(f"{label}: " + ", ".join(
                     f"segment {s['id']} {s.get('precision')} {s['engine_bytes'] / GIB:.2f} GiB"
                     for s in manifest["segments"] if s["engine"]))
                 trt_segments = sum(1 for s in manifest["segments"] if s["engine"])
-                built_peaks[budget + ":segments"] = trt_segments
+                if not by_ref:
+                    built_peaks[budget + ":segments"] = trt_segments
                 folder_out = os.path.join(tmp, "folder.npy")
                 rows.append(("  its folder run (emulated)", measure([py, "-c", _RUN_FOLDER, out, str(h), folder_out])))
                 errors[label] = float(np.max(np.abs(np.load(folder_out).astype(np.float64)
                                                     - np.load(ref).astype(np.float64))))
-                if not budget:
+                if by_ref:
+                    ref_size = folder_bytes(out)[0]
+                elif not budget:
                     size = folder_bytes(out)
                     engines = sum(s["engine_bytes"] or 0 for s in manifest["segments"])
                 shutil.rmtree(out)
-    print(f"\n{'step':<30} {'wall s':>8} {'peak RSS GiB':>13} {'x weights':>10}")
+    print(f"\n{'step':<36} {'wall s':>8} {'peak RSS GiB':>13} {'x weights':>10}")
     for name, r in rows:
         peak = r["peak_kib"] * 1024
-        print(f"{name:<30} {r['seconds']:>8.1f} {peak / GIB:>13.2f} {peak / weights:>10.2f}")
+        print(f"{name:<36} {r['seconds']:>8.1f} {peak / GIB:>13.2f} {peak / weights:>10.2f}")
     peaks = {name: r["peak_kib"] * 1024 / weights for name, r in rows}
     checks = [("inspect peak RSS <= 1.25x weights", peaks["inspect"] <= 1.25, f"{peaks['inspect']:.2f}x"),
               ("emulated session peak RSS <= 1.6x weights", peaks["run (emulated Session)"] <= 1.6,
@@ -196,6 +209,12 @@ def main() -> int:
               f"hard link: {(total - own) / GIB:.2f} GiB); new on disk {own / GIB:.2f} GiB")
         checks.append(("build folder <= 1.1x weights + engines", total <= folder_limit,
                        f"{total / GIB:.2f} GiB vs {folder_limit / GIB:.2f} GiB"))
+        if ref_size is not None:
+            print(f"build folder by reference: {ref_size / GIB:.2f} GiB in all ({(ref_size - engines) / 2**20:.2f} MiB "
+                  "besides the engines)")
+            checks.append(("build folder by reference <= engines + 1% of the weights",
+                           ref_size <= engines + 0.01 * weights,
+                           f"{ref_size / GIB:.2f} GiB, engines {engines / GIB:.2f} GiB"))
     print()
     for what, ok, got in checks:
         print(f"{'PASS' if ok else 'FAIL'}  {what}: {got}")
@@ -207,11 +226,11 @@ import sys
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
-model, out, h, workers, precision, budget = (sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
-                                             sys.argv[6])
+model, out, h, workers, precision, budget, ref = (sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]),
+                                                  sys.argv[5], sys.argv[6], sys.argv[7])
 build = BuildOptions(max_workers=workers, precision=precision, max_build_memory=budget or None)
 m = build_folder_build(model, out, [{"x": ((1, h), (4, h), (8, h))}],
-                       SessionOptions(build=build, flavor="tensorrt_rtx"))
+                       SessionOptions(build=build, flavor="tensorrt_rtx", weights_by_reference=ref == "ref"))
 print("engines", [s["engine_bytes"] for s in m["segments"]], "build_seconds", m["build_seconds"])
 """
 

@@ -56,6 +56,12 @@ class SignatureError(ArtifactError):
     """A build folder is unsigned, or signed with another key, where a signing key is required."""
 
 
+class WeightsReferenceError(ArtifactError):
+    """A build folder that refers to its model's weights instead of copying them (built with
+    ``weights_by_reference``) cannot use them: a file it refers to is missing, or its size,
+    modification time or structure is not what the folder was built with."""
+
+
 class ExportError(TrtBackendError):
     """A build cannot be exported as asked (e.g. a Triton model repository): names the segment or
     tensor that prevents it and why."""
@@ -174,4 +180,5 @@ __all__ = [
     "SpecError",
     "TensorRTUnavailableError",
     "TrtBackendError",
+    "WeightsReferenceError",
 ]

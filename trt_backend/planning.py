@@ -47,7 +47,8 @@ def parser_oracle(flavor: str) -> ParserOracle:
     return ParserOracle(load_flavor(flavor))
 
 
-def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_rewrite: str = "exact") -> Model:
+def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_rewrite: str = "exact", *,
+                    base_dir: str | None = None) -> Model:
     """``source`` loaded and normalised for trt_backend: IR versions within what the installed
     ONNX Runtime accepts (the partitioner is handed the cap; it has no runtime of its own), and
     explicit quantization TensorRT refuses only for its form rewritten into nodes it takes
@@ -56,12 +57,13 @@ def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_r
     left unknown learned by running the model where ONNX Runtime is installed
     (:mod:`trt_backend.ort.probe`), at ``shapes`` (the model-input shapes of the profiles it
     will be built for; none: small made-up dims). A Model already loaded is returned as it is,
-    its learned types learned again where they were learned at other shapes."""
+    its learned types learned again where they were learned at other shapes. ``base_dir``: the
+    folder the model's external data locations are relative to (default: the model file's own)."""
     if isinstance(source, Model):
         if shapes and source.learned and probe_key(shapes) != source.probe_shapes and max_ir_version() is not None:
             learn_unknown_types(source, shapes)
         return source
-    model = load_model(source, max_ir_version=max_ir_version())
+    model = load_model(source, base_dir=base_dir, max_ir_version=max_ir_version())
     rewrite_qdq(model, qdq_rewrite)
     if max_ir_version() is not None:  # None: no onnxruntime here to run the model.
         learn_unknown_types(model, shapes)

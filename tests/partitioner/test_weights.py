@@ -22,8 +22,10 @@ from partitioner.capability import QueryResult
 from partitioner.weights import (
     ALLOWED_KEYS,
     INLINE_MAX_BYTES,
+    inline_payloads,
     is_external,
     refuse_embedded_past_limit,
+    structure_sha256,
     tensor_array,
 )
 from tests.helpers import model, vi
@@ -149,3 +151,58 @@ def test_a_tensor_past_two_to_the_31_elements_goes_to_onnx_runtime(tmp_path) -> 
     assert verdicts["shape_of_huge"] == ("onnxruntime", f"tensor 'huge' has {big} elements, more than the "
                                          "2147483647 (2^31-1) a TensorRT tensor can hold")
     assert verdicts["add"][0] == "tensorrt"
+
+
+def _inline(mlp: str, path: str) -> onnx.ModelProto:
+    proto = onnx.load(mlp)  # the external weights read in: saved inline below
+    onnx.save(proto, path)
+    return proto
+
+
+def test_inline_payloads_say_where_each_initializer_holds_its_bytes(mlp, tmp_path) -> None:
+    path = str(tmp_path / "inline.onnx")
+    proto = _inline(mlp, path)
+    found = inline_payloads(path)
+    with open(path, "rb") as f:
+        content = f.read()
+    inits = list(proto.graph.initializer)
+    assert sorted(found) == sorted(t.name for t in inits) and len(found) == 4 * 2 + 4  # weights, biases, Det's shapes
+    for t in inits:
+        p = found[t.name]
+        assert (p.length, p.data_type, p.dims) == (len(t.raw_data), t.data_type, tuple(t.dims))
+        assert content[p.offset:p.offset + p.length] == t.raw_data
+    assert found["w0"].length == HIDDEN * HIDDEN * 4 and found["w0"].offset % 4096 != 0  # where protobuf put it
+
+
+def test_inline_payloads_leave_out_what_cannot_be_referred_to(mlp, tmp_path) -> None:
+    path = str(tmp_path / "dup.onnx")
+    proto = _inline(mlp, path)
+    proto.graph.initializer[1].name = proto.graph.initializer[0].name  # a name given twice: neither is taken
+    dup = proto.graph.initializer[0].name
+    with open(path, "wb") as f:
+        f.write(proto.SerializeToString())
+    found = inline_payloads(path)
+    assert dup not in found and len(found) == len(proto.graph.initializer) - 2
+    (tmp_path / "notes.txt").write_text("not a model at all")
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    assert inline_payloads(str(tmp_path / "notes.txt")) == {} and inline_payloads(str(tmp_path / "empty.onnx")) == {}
+    # external data: only the Det block's small shape tensors hold raw_data inside the file
+    assert sorted(inline_payloads(mlp)) == ["det_axes", "det_expand", "det_in_shape", "det_out_shape"]
+    with pytest.raises(ModelLoadError, match="not an ONNX model"):
+        structure_sha256(str(tmp_path / "notes.txt"))
+
+
+def test_structure_digest_skips_the_weights_bytes_only(mlp, tmp_path) -> None:
+    path = str(tmp_path / "inline.onnx")
+    proto = _inline(mlp, path)
+    before, size = structure_sha256(path), os.path.getsize(path)
+    w0 = inline_payloads(path)["w0"]
+    with open(path, "r+b") as f:  # other weights, same place and size: the structure is the same
+        f.seek(w0.offset + 16)
+        f.write(b"\x01\x02\x03\x04")
+    assert structure_sha256(path) == before
+    assert proto.graph.node[0].name == "matmul_0"
+    proto.graph.node[0].name = "matmul_X"  # another graph of the same size
+    with open(path, "wb") as f:
+        f.write(proto.SerializeToString())
+    assert os.path.getsize(path) == size and structure_sha256(path) != before

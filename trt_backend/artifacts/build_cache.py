@@ -121,12 +121,33 @@ def jsonable(value: Any) -> Any:
     return repr(value)  # Anything else without a stable form, e.g. a user's callable, keys to itself: a miss.
 
 
-def build_key(model_path: str, inputs: Mapping[str, Any], known: dict[str, Any] | None = None) -> str:
+def reference_status(model_path: str, digest: Mapping[str, Any]) -> list[list[Any]]:
+    """[absolute path, size, modification time in ns] of the model file and of each data file its
+    ``digest`` (:func:`model_digest`) names: what a folder that refers to its weights instead of
+    copying them records of them, so a key with it names only folders that still refer correctly
+    (a file touched, or the same bytes at another path, is another key)."""
+    base = os.path.dirname(os.path.abspath(model_path))
+    out: list[list[Any]] = []
+    for path in [os.path.abspath(model_path), *(os.path.join(base, loc) for loc in digest.get("data_files") or ())]:
+        try:
+            st = os.stat(path)
+            out.append([path, st.st_size, st.st_mtime_ns])
+        except OSError:
+            out.append([path, None, None])  # Missing: the build names it.
+    return out
+
+
+def build_key(model_path: str, inputs: Mapping[str, Any], known: dict[str, Any] | None = None, *,
+              by_reference: bool = False) -> str:
     """The key of building ``model_path`` with ``inputs`` (profiles, options, TensorRT flavor and
     target, anything else the folder depends on, as JSON-able values); ``known``: see
-    :func:`model_digest`."""
+    :func:`model_digest`. ``by_reference``: the folder refers to the model's files instead of
+    copying them, so their paths, sizes and times are part of the key (:func:`reference_status`)."""
+    digest = model_digest(model_path, known)
     material = {"build_cache_format": BUILD_CACHE_FORMAT, "trt_backend": __version__, "source": source_digest(),
-                "model": model_digest(model_path, known), "inputs": jsonable(inputs)}
+                "model": digest, "inputs": jsonable(inputs)}
+    if by_reference:
+        material["references"] = reference_status(model_path, digest)
     return json_sha256(material, default=repr)
 
 
@@ -139,11 +160,11 @@ class BuildCache:
     def entry(self, key: str) -> str:
         return os.path.join(self.root, key)
 
-    def key(self, model_path: str, inputs: Mapping[str, Any]) -> str:
+    def key(self, model_path: str, inputs: Mapping[str, Any], *, by_reference: bool = False) -> str:
         """:func:`build_key`, with the file digests this cache remembers (``digests.json``)."""
         known = self.digests()
         before = dict(known)
-        key = build_key(model_path, inputs, known)
+        key = build_key(model_path, inputs, known, by_reference=by_reference)
         if known != before:  # A file read anew: its digest is kept.
             try:
                 os.makedirs(self.root, exist_ok=True)

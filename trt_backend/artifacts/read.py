@@ -25,6 +25,7 @@ from partitioner import PartitionOptions, Plan, TrtBackendError
 from partitioner.errors import OptionsError
 from partitioner.weights import check_location, file_sha256
 from trt_backend.artifacts.build_cache import jsonable
+from trt_backend.artifacts.references import check_references, weights_dir
 from trt_backend.artifacts.saved import saved_segment_profiles
 from trt_backend.artifacts.seal import MANIFEST, check_seal
 from trt_backend.compiler import Compiled, compile
@@ -93,13 +94,16 @@ def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool
     shapes = [{n: getattr(tp, which) for n, tp in p.items()}  # Types learned again at the profiles' shapes.
               for p in profiles_from_json(manifest["plan"].get("input_profiles", []))
               for which in ("min", "opt", "max")]
-    plan.model = load(os.path.join(folder, manifest["model_file"]), shapes)
+    # A folder that refers to its model's weights reads them from the model's own folder.
+    plan.model = load(os.path.join(folder, manifest["model_file"]), shapes, base_dir=weights_dir(manifest))
     return BuiltFolder(plan, manifest, engines)
 
 
 def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
     """The manifest of ``folder``, checked against its digest (and its signature under
-    ``sign_key``), every file checked against its SHA-256."""
+    ``sign_key``), every file checked against its SHA-256; for a folder that refers to its model's
+    weights, the files it refers to checked against their size, time and digest
+    (:func:`~trt_backend.artifacts.references.check_references`)."""
     path = os.path.join(folder, MANIFEST)
     try:
         with open(path, encoding="utf-8") as f:
@@ -133,6 +137,7 @@ def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
             raise ArtifactError(f"{folder}: {name} does not match its SHA-256 in {MANIFEST} (edited or corrupt); "
                                 "rebuild with trt-backend build")
     check_data_files(folder, manifest)
+    check_references(folder, manifest)
     return manifest
 
 

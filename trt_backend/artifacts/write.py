@@ -38,6 +38,9 @@ from trt_backend._files import (
 from trt_backend._version import __version__
 from trt_backend.artifacts.build_cache import BuildCache, check_build_folder, jsonable
 from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE
+from trt_backend.artifacts.references import KEY as REFERENCES_KEY
+from trt_backend.artifacts.references import refer as refer_to_weights
+from trt_backend.artifacts.references import referable_path
 from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key
@@ -68,14 +71,17 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
     ``out_dir`` atomically. Everything comes from ``options``: precision and calibration
     (``options.build``), the partition, the TensorRT flavor, ``cache_dir`` (engines by segment, and
     whole folders by model file and options, :mod:`trt_backend.artifacts.build_cache`: building the
-    same file the same way again copies that folder, manifest ``build_cache.hit``) and
-    ``sign_key`` (the key, ``@FILE``, or else ``TRT_BACKEND_SIGN_KEY``). Returns the manifest,
+    same file the same way again copies that folder, manifest ``build_cache.hit``),
+    ``weights_by_reference`` (the folder refers to the model file's weights where they are
+    instead of holding a copy: :mod:`trt_backend.artifacts.references`; ``model`` must then be a
+    path) and ``sign_key`` (the key, ``@FILE``, or else ``TRT_BACKEND_SIGN_KEY``). Returns the manifest,
     sealed with its digest (and signed with the key). ``progress`` receives a ``BuildEvent`` as
     each segment finishes."""
     opts = options if options is not None else SessionOptions()
     if not isinstance(opts, SessionOptions):
         raise OptionsError(f"options must be a SessionOptions, got {type(opts).__name__}")
     out_dir = os.fspath(out_dir)
+    reference = referable_path(model) if opts.weights_by_reference else None
     key = read_sign_key(opts.sign_key)
     if opts.device_id is not None:  # full TensorRT builds for the current GPU (and keys its cache by its SM)
         use_device(check_device(opts.device_id))
@@ -89,14 +95,14 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
         head_start.launch(os.fspath(model), out_dir, opts.flavor, profiles or [], opts.build)
     try:
         with output_lock(out_dir):  # A second build into the same folder is refused, not lost.
-            return _build_locked(model, out_dir, profiles, opts, flv, key, progress)
+            return _build_locked(model, out_dir, profiles, opts, flv, key, progress, reference)
     finally:
         head_start.discard()  # One the build did not take (see trt_backend.engines.head_start).
 
 
 def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None,
-                  opts: SessionOptions, flv: Flavor, key: bytes | None, progress: BuildProgress | None
-                  ) -> dict[str, Any]:
+                  opts: SessionOptions, flv: Flavor, key: bytes | None, progress: BuildProgress | None,
+                  reference: str | None) -> dict[str, Any]:
     start = time.perf_counter()
     builds, build_key = _build_cache(model, profiles, opts, flv)
     if builds is not None and build_key is not None:
@@ -106,7 +112,7 @@ def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[M
         if hit is not None:
             return hit
     loaded = load_for_planning(model, profile_shapes(profiles), opts.partition.qdq_rewrite)
-    stage = _Stage(out_dir, loaded)  # the weights go into the folder while the engines build
+    stage = _Stage(out_dir, loaded, reference)  # the weights go into the folder while the engines build
     try:
         compiled = compile(loaded, profiles, opts, build=True, progress=progress, engine_dir=stage.engine_dir())
         manifest = _write_into(stage, compiled, flv, start)
@@ -136,7 +142,7 @@ def _build_cache(model: ModelSource | Model, profiles: Sequence[Mapping[str, Any
               "gpu_target": build_target(flv, opts.build)}
     try:
         builds = BuildCache(opts.cache_dir)
-        return builds, builds.key(os.fspath(model), inputs)
+        return builds, builds.key(os.fspath(model), inputs, by_reference=opts.weights_by_reference)
     except OSError as e:  # An unreadable model or data file: loading it names the problem.
         log.debug("no build cache key for %s: %s", model, e)
         return None, None
@@ -148,7 +154,8 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
     plan, bopts = compiled.plan, compiled.options.build
     report = compiled.report if compiled.report is not None else BuildReport(flv.target)  # No TensorRT segment.
     seconds = {r.segment: r.seconds for r in report.segments}
-    originals, weights, weights_entry = stage.data(compiled.model)
+    placed = stage.data(compiled.model)
+    originals, weights, weights_entry = placed.originals, placed.weights, placed.entry
     refer = weights.refs.get if weights is not None else (lambda name: None)
     files: dict[str, bytes] = {MODEL_FILE: serialize(structure_copy(compiled.model.proto, lambda t: refer(t.name)),
                                                      MODEL_FILE)}
@@ -200,6 +207,8 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
     }
     if originals or weights_entry is not None:  # Absent for models without large weights: manifests unchanged.
         manifest["data_files"] = originals + ([weights_entry] if weights_entry is not None else [])
+    if placed.references is not None:  # Absent for folders that hold their weights: manifests unchanged.
+        manifest[REFERENCES_KEY] = placed.references
     return manifest
 
 
@@ -283,14 +292,29 @@ def _versions(flv: Flavor) -> dict[str, str]:
 
 
 
+@dataclasses.dataclass
+class _Placed:
+    """The model's weights as the folder has them: ``originals``, the entries of the external data
+    files copied in; ``weights``, the references its models get (to its own data file, or with
+    ``weights_by_reference`` into the model file); ``entry``, its own data file's entry;
+    ``references``, with ``weights_by_reference``, the manifest's record of the files referred to."""
+
+    originals: list[dict[str, Any]]
+    weights: _Weights | None
+    entry: dict[str, Any] | None
+    references: dict[str, Any] | None = None
+
+
 class _Stage:
     """The folder being written: a temp folder beside ``out_dir``, swapped in by :meth:`finish`
     (never half a build), removed by :meth:`close` otherwise. The model's weights go in from a
     thread started at once (its external data files copied, see
     :func:`partitioner.weights.place_data_files`; inline weights written once into the folder's own
-    data file), so writing and hashing them overlaps the engine builds."""
+    data file), so writing and hashing them overlaps the engine builds. With ``reference`` (the
+    model file's absolute path) nothing is copied: the thread finds where the weights are
+    (:func:`trt_backend.artifacts.references.refer`)."""
 
-    def __init__(self, out_dir: str, model: Model) -> None:
+    def __init__(self, out_dir: str, model: Model, reference: str | None = None) -> None:
         self.out_dir = out_dir
         parent = os.path.dirname(os.path.abspath(out_dir))
         try:
@@ -298,8 +322,9 @@ class _Stage:
         except OSError as e:
             raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
         self.model = model
+        self.reference = reference
         self._taken: dict[str, str] = {}
-        self._data: tuple[list[dict[str, Any]], _Weights | None, dict[str, Any] | None] | None = None
+        self._data: _Placed | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._place, name="build-folder-weights", daemon=True)
         self._thread.start()
@@ -310,8 +335,11 @@ class _Stage:
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread by data()
             self._error = e
 
-    def _placed(self, model: Model) -> tuple[list[dict[str, Any]], _Weights | None, dict[str, Any] | None]:
+    def _placed(self, model: Model) -> _Placed:
         assert self.tmp is not None
+        if self.reference is not None:
+            referenced = refer_to_weights(model, self.reference)
+            return _Placed([], _Weights("", [], referenced.refs), None, referenced.record)
         originals = data_file_entries(model)
         if originals:
             assert model.base_dir is not None
@@ -320,11 +348,11 @@ class _Stage:
         entry = _write_weights(self.tmp, weights) if weights is not None else None
         if weights is not None:
             weights.blobs.clear()  # Written: their copies go before the engines are copied out.
-        return originals, weights, entry
+        return _Placed(originals, weights, entry)
 
-    def data(self, model: Model) -> tuple[list[dict[str, Any]], _Weights | None, dict[str, Any] | None]:
-        """(the model's data files' entries, its inline weights as written, their data file's
-        entry), once written; ``model`` is the final plan's (placed again if it is another)."""
+    def data(self, model: Model) -> _Placed:
+        """The model's weights as placed in the folder (see :class:`_Placed`), once written;
+        ``model`` is the final plan's (placed again if it is another)."""
         self._thread.join()
         try:
             if self._error is not None:

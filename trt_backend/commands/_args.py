@@ -236,6 +236,8 @@ def session_options(args: argparse.Namespace, **extra: Any) -> Any:
         extra.setdefault("sign_key", args.sign_key)
     if getattr(args, "device", None) is not None:
         extra.setdefault("device_id", args.device)
+    if getattr(args, "weights_by_reference", False):  # build's: the folder refers to the weights, no copy
+        extra.setdefault("weights_by_reference", True)
     if is_folder_arg(args):
         refuse_build_flags(args, args.model)
         extra.pop("max_build_memory", None)

@@ -9,7 +9,8 @@ entry's key. Its key is made of what decides the options and the folder without 
 - the argument list as given, less the output folder and the verbosity flags (a different
   spelling of the same options is only a miss);
 - the model file's SHA-256 and its external data files' (the build cache's own digests, with
-  the file status check that skips reading an unchanged file);
+  the file status check that skips reading an unchanged file); with ``--weights-by-reference``
+  also their absolute paths, sizes and modification times, which such a folder records;
 - the status (size, time, inode) of every source file of trt-backend's packages, the Python
   interpreter, the installed distributions (their names and versions) on ``sys.path``, the
   NVIDIA driver's view of the GPUs and the environment variables that steer TensorRT, CUDA,
@@ -40,6 +41,7 @@ from trt_backend.artifacts.build_cache import (
     BuildCache,
     check_build_folder,
     model_digest,
+    reference_status,
 )
 from trt_backend.artifacts.seal import sign_key
 
@@ -56,7 +58,7 @@ _VALUE_OPTIONS = frozenset({
     "--max-build-memory", "--exclude-ops", "--exclude-nodes", "--min-segment-size", "--launch-cost-us",
     "--flavor", "--target", "--plugin-ops", "--qdq-rewrite"})
 _FLAGS = frozenset({"--version-compatible", "--include-lean-runtime", "--no-boundary-cost", "--isolate",
-                    "--no-plugins"})
+                    "--no-plugins", "--weights-by-reference"})
 _VERBOSITY = frozenset({"-v", "--verbose", "-q", "--quiet", "-vv", "-vvv"})
 _ENV_PREFIXES = ("TRT_BACKEND", "TENSORRT", "TRT_", "CUDA", "NVIDIA", "ORT_", "ONNX", "POLYGRAPHY", "LD_LIBRARY_PATH",
                  "OMP_")
@@ -171,9 +173,12 @@ def index_key(call: Call, known: dict[str, Any]) -> str:
     """The index key of ``call``: see the module's description. ``known``: the build cache's
     remembered file digests (:func:`trt_backend.artifacts.build_cache.model_digest`)."""
     env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
-    material = {"index_format": INDEX_FORMAT, "argv": call.argv, "model": model_digest(call.model, known),
+    digest = model_digest(call.model, known)
+    material = {"index_format": INDEX_FORMAT, "argv": call.argv, "model": digest,
                 "sources": _sources(), "python": [sys.version, sys.executable], "installed": _installed(),
                 "gpus": _gpus(), "env": env}
+    if "--weights-by-reference" in call.argv:  # The folder records where the files are, their sizes and times.
+        material["references"] = reference_status(call.model, digest)
     text = json.dumps(material, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -248,5 +253,9 @@ def print_build(model: str, output: str, manifest: Mapping[str, Any], verbose: b
     if manifest.get("demoted"):
         for line in _report.demotion_lines(manifest["demoted"], verbose=verbose):
             print("  " + line)
+    referred = manifest.get("weights")
+    if isinstance(referred, dict):
+        names = ", ".join(os.path.join(str(referred.get("dir")), str(f.get("file"))) for f in referred.get("files", ()))
+        print(f"  weights: referred to where they are, not copied: {names or 'none (the model holds none large)'}")
     signed = ", signed with HMAC-SHA256" if "signature" in manifest else ""
     print(f"wrote {output}/manifest.json (digest {manifest['digest'][:19]}...{signed})")

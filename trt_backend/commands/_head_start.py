@@ -12,12 +12,13 @@ from trt_backend.engines import head_start
 
 # the options a command line may give for a head start: the rest change the plan or the build
 _OPTIONS = frozenset({"--shapes", "--min-shapes", "--opt-shapes", "--max-shapes", "--flavor", "--cache-dir",
-                      "--precision"})
+                      "--precision", "--weights-by-reference"})
 
 
 def start_from_argv(argv: Sequence[str]) -> bool:
     """Start the head start of the build command line ``argv`` (as the CLI got it) where it builds
-    a model file in fp32 with nothing but shapes, a flavor and a cache given; whether one started."""
+    a model file in fp32 with nothing but shapes, a flavor, a cache and where the folder's weights go
+    given; whether one started."""
     call = parse(argv, need_cache=False)
     if call is None or not call.options() <= _OPTIONS or call.values("--precision")[-1:] not in ([], ["fp32"]):
         return False

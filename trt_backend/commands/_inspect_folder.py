@@ -7,6 +7,7 @@ from typing import Any
 from partitioner import Plan
 from partitioner.report import summary, table
 from trt_backend.artifacts.read import BuiltFolder, open_folder, runtime_mismatch
+from trt_backend.artifacts.references import KEY as REFERENCES_KEY
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.engines.report import demotion_lines
 from trt_backend.gpu.status import tensorrt_status
@@ -42,6 +43,17 @@ def _builder_line(opts: dict[str, Any]) -> list[str]:
     return ["builder: " + ", ".join(said)] if said else []
 
 
+def _weights_line(manifest: dict[str, Any]) -> list[str]:
+    """Where a folder built with --weights-by-reference reads its model's weights (none for a
+    folder that holds them)."""
+    record = manifest.get(REFERENCES_KEY)
+    if not isinstance(record, dict):
+        return []
+    files = [f"{f['file']} ({f['bytes']} bytes, {f['kind']})" for f in record.get("files", ())]
+    return [f"weights: referred to in {record.get('dir')}, not copied: {', '.join(files) or 'none'} (each checked "
+            "against its size, modification time and digest when the folder is read)"]
+
+
 def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str:
     """A build folder as built: header (digest, signature, TensorRT, GPU target, build options),
     the plan's segment table, each TensorRT segment's profiles and each engine."""
@@ -54,7 +66,7 @@ def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str
              + f" | trt-backend {m.get('trt_backend')} | from {m.get('model')}",
              f"engines for {m.get('tensorrt')} | GPU target {m.get('gpu_target')} (compute capabilities: {caps}) | "
              f"precision {opts.get('precision')} | workspace {workspace} | built in {m.get('build_seconds')} s",
-             *_builder_line(opts),
+             *_builder_line(opts), *_weights_line(m),
              f"this machine: {_here(m)}", ""]
     lines.append(summary(built.plan).rstrip("\n"))
     lines += ["", "Profiles of TensorRT segments (min / opt / max)"]

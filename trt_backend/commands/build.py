@@ -60,6 +60,9 @@ def register(p: argparse.ArgumentParser) -> None:
     add_memory_argument(p)
     add_build_memory_argument(p)
     add_sign_key_argument(p, signs=True)
+    p.add_argument("--weights-by-reference", action="store_true",
+                   help="refer to the model's weights where they are (its data files, and weights inside the .onnx "
+                        "by their offsets) instead of copying them into DIR; DIR then loads while they are unchanged")
     add_partition_arguments(p)
     p.set_defaults(func=handle)
 

@@ -13,9 +13,11 @@ from typing import Any
 
 import onnx
 from google.protobuf.message import DecodeError
+from onnx.external_data_helper import load_external_data_for_model
 
 from partitioner import Plan
 from trt_backend.artifacts.read import is_build_folder, open_folder
+from trt_backend.artifacts.references import weights_dir
 from trt_backend.artifacts.saved import saved_segment_profiles
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.artifacts.write import build
@@ -86,6 +88,13 @@ def _file_has_external_data(path: str) -> bool:
         return False
 
 
+def _load_with_weights(path: str, weights: str) -> onnx.ModelProto:
+    """The model file ``path`` with its external data read in from the folder ``weights``."""
+    model = onnx.load(path, load_external_data=False)
+    load_external_data_for_model(model, weights)  # What onnx.load does, from that folder.
+    return model
+
+
 def from_build_folders(folders: Sequence[str], *, name: str | None = None, external_weights: bool | None = None,
                        sign_key: str | bytes | None = None) -> ExportSource:
     """An export source from build folders of one model, one per GPU target (their plans must be
@@ -111,10 +120,13 @@ def from_build_folders(folders: Sequence[str], *, name: str | None = None, exter
         if first is None:
             models: dict[int, onnx.ModelProto] = {}
             external = False
+            # The weights are copied into the repository: from the folder, or from where a folder
+            # built with weights_by_reference refers to them (checked by open_folder).
+            weights = weights_dir(manifest) or folder
             for seg in manifest["segments"]:
                 path = os.path.join(folder, os.path.basename(seg["model"]))
                 external = external or _file_has_external_data(path)
-                models[int(seg["id"])] = onnx.load(path)
+                models[int(seg["id"])] = _load_with_weights(path, weights)
             plan_json: Mapping[str, Any] = manifest["plan"]
             first = ExportSource(
                 name=name or _stem(str(manifest.get("model") or folder)), plan=built.plan, segment_models=models,

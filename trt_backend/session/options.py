@@ -55,7 +55,11 @@ class SessionOptions:
     CUDA-EP sessions, outputs), made current in every thread that runs the session; a GPU that
     does not exist is a ``DeviceError``. None: the calling thread's current device (GPU 0 unless
     changed). An emulated session (``emulate=True``) touches no GPU and ignores it; with
-    "auto" on a machine without a GPU, setting it is an error (a GPU was asked for)."""
+    "auto" on a machine without a GPU, setting it is an error (a GPU was asked for).
+    ``weights_by_reference``: a build folder (:func:`trt_backend.build`) refers to the model
+    file's weights where they are (its external data files, and weights held inside the .onnx
+    by their offsets in it) instead of copying them in; it then loads only while those files
+    are unchanged where they were. Only building reads it."""
 
     partition: PartitionOptions = field(default_factory=PartitionOptions)
     ort: OrtOptions = field(default_factory=OrtOptions)
@@ -72,13 +76,15 @@ class SessionOptions:
     sign_key: str | bytes | None = field(default=None, repr=False)
     device_id: int | None = None
     lean_runtime: str | None = None
+    weights_by_reference: bool = False
 
     def __init__(self, *, partition: PartitionOptions | None = None, ort: OrtOptions | None = None,
                  build: BuildOptions | None = None, emulate: bool | str = "auto", flavor: str = "auto",
                  oracle: CapabilityOracle | None = None, isolate_parser: bool = False, cache_dir: str | None = None,
                  allow_host_code: bool = False, outputs_on_device: bool = False, calibration_seed: int = 0,
                  max_memory: int | str | None = None, sign_key: str | bytes | None = None,
-                 device_id: int | None = None, lean_runtime: str | None = None, **flat: Any) -> None:
+                 device_id: int | None = None, lean_runtime: str | None = None, weights_by_reference: bool = False,
+                 **flat: Any) -> None:
         stages: dict[str, Any] = {"partition": partition if partition is not None else PartitionOptions(),
                                   "ort": ort if ort is not None else OrtOptions(),
                                   "build": build if build is not None else BuildOptions()}
@@ -101,7 +107,8 @@ class SessionOptions:
         own = {"emulate": emulate, "flavor": flavor, "oracle": oracle, "isolate_parser": isolate_parser,
                "cache_dir": cache_dir, "allow_host_code": allow_host_code, "outputs_on_device": outputs_on_device,
                "calibration_seed": calibration_seed, "max_memory": parse_size(max_memory, "max_memory"),
-               "sign_key": sign_key, "device_id": device_id, "lean_runtime": lean_runtime}
+               "sign_key": sign_key, "device_id": device_id, "lean_runtime": lean_runtime,
+               "weights_by_reference": weights_by_reference}
         for key, value in {**stages, **own}.items():
             object.__setattr__(self, key, value)
         if not any(emulate is c or (isinstance(c, str) and emulate == c) for c in EMULATE_CHOICES):
@@ -113,6 +120,8 @@ class SessionOptions:
             raise OptionsError(f"sign_key must be text, @FILE or bytes, got {type(sign_key).__name__}")
         if device_id is not None:
             number_option(device_id, "device_id (a GPU index, or None)", whole=True, low=0)
+        if not isinstance(weights_by_reference, bool):
+            raise OptionsError(f"weights_by_reference must be True or False, got {weights_by_reference!r}")
         if lean_runtime is not None and not isinstance(lean_runtime, str):
             raise OptionsError(f"lean_runtime must be the path of a lean runtime library, got {lean_runtime!r}")
 

@@ -14,6 +14,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from tests.support.external_mlp import write_mlp
 from trt_backend.artifacts.build_cache import BUILDS
 from trt_backend.cli import main
 from trt_backend.commands._build_hit import INDEX, parse
@@ -42,8 +43,9 @@ def build(model: str, out: str, cache: str, *extra: str) -> dict:
         return json.load(f)
 
 
-def build_in_child(model: str, out: str, cache: str, *extra: str) -> tuple[dict, list[str], str]:
-    argv = ["build", model, "-o", out, "--cache-dir", cache, *SHAPES, *extra]
+def build_in_child(model: str, out: str, cache: str, *extra: str,
+                   shapes: tuple[str, ...] = tuple(SHAPES)) -> tuple[dict, list[str], str]:
+    argv = ["build", model, "-o", out, "--cache-dir", cache, *shapes, *extra]
     proc = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True, timeout=300,
                           check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -129,10 +131,12 @@ def test_a_damaged_index_or_a_removed_entry_goes_the_usual_way(tmp_path) -> None
 
 
 def test_only_arguments_with_plain_values_take_the_index() -> None:
-    call = parse(["-v", "build", "m.onnx", "-o", "out", "--cache-dir=c", "--shapes", "x:1x3", "--no-plugins"])
+    call = parse(["-v", "build", "m.onnx", "-o", "out", "--cache-dir=c", "--shapes", "x:1x3", "--no-plugins",
+                  "--weights-by-reference"])
     assert call is not None
     assert (call.model, call.output, call.cache_dir) == ("m.onnx", "out", "c")
-    assert call.argv == ["build", "<model>", "--cache-dir", "c", "--shapes", "x:1x3", "--no-plugins"]
+    assert call.argv == ["build", "<model>", "--cache-dir", "c", "--shapes", "x:1x3", "--no-plugins",
+                         "--weights-by-reference"]
     for extra in (["--report", "r.json"], ["--inputs", "x.npz"], ["--calibration-data", "d"], ["--sign-key", "k"],
                   ["--timing-cache", "t"], ["--precision-plan", "p.json"], ["--device", "0"], ["--min", "x:1"],
                   ["second.onnx"], ["--shapes"], ["--precision", "auto"], ["--precision=auto"]):
@@ -140,3 +144,33 @@ def test_only_arguments_with_plain_values_take_the_index() -> None:
     assert parse(["build", "m.onnx", "-o", "out", "--cache-dir", "c", "--precision", "fp16"]) is not None
     assert parse(["build", "m.onnx", "-o", "out"]) is None
     assert parse(["inspect", "m.onnx", "--cache-dir", "c"]) is None
+
+
+def test_a_repeated_build_by_reference_takes_the_index_and_a_touched_model_misses(tmp_path) -> None:
+    """The index key of a --weights-by-reference build holds the model's path, size and time,
+    which the folder records: the same file answers before onnx loads, the file touched (same
+    bytes) goes the usual way and gets a folder that refers to it as it is now."""
+    model, cache = str(tmp_path / "mlp.onnx"), str(tmp_path / "cache")
+    write_mlp(str(tmp_path / "ext.onnx"), 192, 2)  # MatMul weights of 144 KiB: past 64 KiB, referred to
+    onnx.save(onnx.load(str(tmp_path / "ext.onnx")), model)
+    shapes = ("--shapes", "x:2x192")
+
+    def by_reference(out: str, *extra: str) -> tuple[dict, list[str], str]:
+        return build_in_child(model, str(tmp_path / out), cache, *extra, shapes=shapes)
+
+    first, _, _ = by_reference("a", "--weights-by-reference")
+    hit, heavy, printed = by_reference("b", "--weights-by-reference")
+    assert heavy == [] and hit["build_cache"] == {"key": first["build_cache"]["key"], "hit": True}
+    assert hit["weights"] == first["weights"] and [f["file"] for f in hit["weights"]["files"]] == ["mlp.onnx"]
+    assert f"weights: referred to where they are, not copied: {model}" in printed
+    copying, _, _ = by_reference("c")
+    assert copying["build_cache"]["key"] != first["build_cache"]["key"] and "weights" not in copying
+    st = os.stat(model)
+    os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    touched, heavy, _ = by_reference("d", "--weights-by-reference")
+    assert touched["build_cache"]["hit"] is False and "onnx" in heavy
+    assert touched["weights"]["files"][0]["mtime_ns"] == st.st_mtime_ns + 10**9
+    x = np.random.default_rng(0).standard_normal((2, 192)).astype(np.float32)
+    ours = Session.load(str(tmp_path / "d"), SessionOptions(emulate=True)).run(None, {"x": x})[0]
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-5)

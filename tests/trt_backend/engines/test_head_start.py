@@ -110,6 +110,11 @@ def test_cli_build_takes_the_head_start_engine_and_writes_the_same_folder(tmp_pa
     assert len(spy["started"]) == 1 and spy["started"][0] is not None
     assert spy["claimed"] == [spy["started"][0]]  # the one segment's engine came from the head start
     no_scratch(str(tmp_path))
+    assert main(["build", model, "-o", str(tmp_path / "referring"), *SHAPES, "--weights-by-reference"]) == 0
+    assert spy["claimed"][-1] is spy["started"][-1] is not None  # where the folder's weights go: the same engine
+    with open(tmp_path / "head" / "segment_0.engine", "rb") as a, open(tmp_path / "referring" / "segment_0.engine",
+                                                                          "rb") as b:
+        assert a.read() == b.read()
 
     without_head_start(monkeypatch)
     assert main(["build", model, "-o", str(tmp_path / "plain"), *SHAPES]) == 0
