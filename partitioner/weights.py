@@ -8,7 +8,6 @@ Small external tensors (shapes, scales) are read in at load, so code reading val
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import math
 import os
@@ -306,6 +305,8 @@ def range_sha256(path: str, offset: int, length: int) -> str:
         hit = _digests.get(key)
     if hit is not None:
         return hit
+    import hashlib  # (here and below, not at the top: planning never hashes, and hashlib costs ~3 ms to load)
+
     h = hashlib.sha256()
     with open(path, "rb") as f:
         f.seek(offset)
@@ -336,6 +337,8 @@ def weights_sha256(proto: onnx.ModelProto, base_dir: str | None,
         return None
     if base_dir is None:
         raise ModelLoadError(f"tensor '{external[0].name}' has external data and no folder was given to read it from")
+    import hashlib
+
     h = hashlib.sha256()
     for t in sorted(external, key=lambda t: t.name):
         ref = external_ref(t, base_dir, "model")
