@@ -2,6 +2,7 @@
 command module that fails to import fails loudly instead of vanishing from the CLI."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -117,3 +118,25 @@ def test_inspect_of_a_model_loads_only_what_it_uses(flavor) -> None:
     assert rc == "0"
     unwanted = {"onnxruntime", "multiprocessing", "hashlib", "html", "trt_backend.engines.precision_plan"}
     assert unwanted & set(loaded.split(",")) == set()
+
+
+COLLECTOR = textwrap.dedent("""
+    import atexit, gc, sys
+    from trt_backend.cli import script_main
+
+    atexit.register(lambda: print("COLLECTOR", gc.isenabled(), gc.get_freeze_count() > 10000, flush=True))
+    sys.argv = ["trt-backend", "inspect", sys.argv[1]]
+    script_main()
+""")
+
+
+def test_the_script_freezes_what_loading_made_and_collects_as_usual_after() -> None:
+    proc = subprocess.run([sys.executable, "-c", COLLECTOR, DEMO_PATH], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "COLLECTOR True True"
+
+
+def test_main_leaves_its_callers_collector_as_it_is() -> None:
+    frozen = gc.get_freeze_count()
+    assert cli.main(["inspect", DEMO_PATH]) == 0
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
