@@ -111,12 +111,13 @@ LOADS = textwrap.dedent("""
 def test_inspect_of_a_model_loads_only_what_it_uses(flavor) -> None:
     """No ONNX Runtime where the model's types are all known (its version is read without importing
     it), and none of what only other paths use: the spawn context of isolated planning, hashing,
-    precision plans, HTML."""
+    precision plans, HTML, the type probe's options and random inputs."""
     proc = subprocess.run([sys.executable, "-c", LOADS, DEMO_PATH], capture_output=True, text=True, timeout=300)
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("LOADED"))
     _, rc, loaded = line.split(" ", 2)
     assert rc == "0"
-    unwanted = {"onnxruntime", "multiprocessing", "hashlib", "html", "trt_backend.engines.precision_plan"}
+    unwanted = {"onnxruntime", "multiprocessing", "hashlib", "html", "trt_backend.engines.precision_plan",
+                "trt_backend.ort.options", "trt_backend.ort.random_data"}
     assert unwanted & set(loaded.split(",")) == set()
 
 
