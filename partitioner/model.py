@@ -107,8 +107,8 @@ def _read(source: ModelSource, base_dir: str | None) -> tuple[onnx.ModelProto, s
 
 def _read_file(path: str) -> tuple[onnx.ModelProto, RawLengths | None]:
     """Parse the model file at ``path``. A regular file is mapped into memory and parsed from
-    there, which spares a copy of its bytes (``read()`` of a 100 MB file took as long as parsing
-    it); anything else (a pipe, a device, a file that cannot be mapped) is read. (Another process
+    there, which spares a copy of its bytes (``read()`` of a 100 MB file costs about as long as
+    parsing it); anything else (a pipe, a device, a file that cannot be mapped) is read. (Another process
     cutting the file short while it is parsed would end this one with SIGBUS; the files this
     package writes are replaced by renaming, never rewritten in place.)"""
     try:

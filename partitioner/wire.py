@@ -28,11 +28,10 @@ def initializer_raw_lengths(data: Buffer) -> list[int | None] | None:
     """For the ModelProto serialized in ``data`` (bytes, or a memoryview of unsigned bytes), per
     initializer of its main graph in the order protobuf parses them: the length of its
     ``raw_data`` (the last one where the field appears twice, as protobuf keeps it), or None
-    where it has none. As protobuf merges them, a graph
-    field that appears twice adds its initializers after the first one's. None when ``data``
-    holds anything this reader does not follow; a caller also compares the answer with the
-    parsed message (one entry per initializer, ``HasField("raw_data")`` where a length is given)
-    before trusting it."""
+    where it has none. A graph field that appears twice adds its initializers after the first
+    one's, as protobuf merges them. None when ``data`` holds anything this reader does not
+    follow; a caller also compares the answer with the parsed message (one entry per
+    initializer, ``HasField("raw_data")`` where a length is given) before trusting it."""
     lengths: list[int | None] = []
     try:
         for start, end in _message_fields(data, 0, len(data), _MODEL_GRAPH):
