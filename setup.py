@@ -38,5 +38,5 @@ setup(
         # the release line the code was last checked with
         "dev": ["ruff~=0.17.6", "mypy~=2.4.1"],
     },
-    entry_points={"console_scripts": ["trt-backend=trt_backend.cli:main"]},
+    entry_points={"console_scripts": ["trt-backend=trt_backend.cli:script_main"]},
 )

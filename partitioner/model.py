@@ -6,8 +6,10 @@ dims. Models whose inputs have unknown dims or unknown rank are accepted."""
 from __future__ import annotations
 
 import logging
+import mmap
 import os
-from collections.abc import Callable, Collection, Mapping
+import stat
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -25,6 +27,7 @@ from partitioner.weights import (
     tensor_nbytes,
     uses_external_data,
 )
+from partitioner.wire import initializer_raw_lengths, matches
 
 log = logging.getLogger(__name__)
 
@@ -68,17 +71,23 @@ def load_model(source: ModelSource | Model, *, base_dir: str | None = None,
     (passed in by the caller, as the capability oracle is; None: the onnx package's own)."""
     if isinstance(source, Model):
         return source
-    proto, name, base_dir = _read(source, base_dir)
-    return normalize(proto, name=name, base_dir=base_dir, max_ir_version=max_ir_version)
+    proto, name, base_dir, raw_lengths = _read(source, base_dir)
+    return normalize(proto, name=name, base_dir=base_dir, max_ir_version=max_ir_version, raw_lengths=raw_lengths)
 
 
-def _read(source: ModelSource, base_dir: str | None) -> tuple[onnx.ModelProto, str, str | None]:
+RawLengths = Sequence[int | None]
+
+
+def _read(source: ModelSource, base_dir: str | None) -> tuple[onnx.ModelProto, str, str | None, RawLengths | None]:
+    """The parsed model, its name, the folder its external data is relative to, and, where they
+    were read from its bytes, the ``raw_data`` lengths of its initializers (see :func:`_parse`)."""
+    raw_lengths = None
     if isinstance(source, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(source)
         name = "<ModelProto>"
     elif isinstance(source, (bytes, bytearray, memoryview)):
-        proto = _parse(bytes(source), "<bytes>")
+        proto, raw_lengths = _parse(bytes(source), "<bytes>")
         name = "<bytes>"
     elif isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
@@ -87,17 +96,49 @@ def _read(source: ModelSource, base_dir: str | None) -> tuple[onnx.ModelProto, s
             raise ModelLoadError(f"{path}: no such file")
         if os.path.isdir(path):
             raise ModelLoadError(f"{path}: is a directory, not an ONNX model file")
-        with open(path, "rb") as f:
-            proto = _parse(f.read(), path)
+        proto, raw_lengths = _read_file(path)
         base_dir = base_dir if base_dir is not None else os.path.dirname(os.path.abspath(path))
     else:
         raise ModelLoadError(f"cannot load a model from {type(source).__name__}; "
                              "pass a path, bytes or an onnx.ModelProto")
     _load_external(proto, name, base_dir)
-    return proto, name, base_dir
+    return proto, name, base_dir, raw_lengths
 
 
-def _parse(data: bytes, name: str) -> onnx.ModelProto:
+def _read_file(path: str) -> tuple[onnx.ModelProto, RawLengths | None]:
+    """Parse the model file at ``path``. A regular file is mapped into memory and parsed from
+    there, which spares a copy of its bytes (``read()`` of a 100 MB file costs about as long as
+    parsing it); anything else (a pipe, a device, a file that cannot be mapped) is read. (Another process
+    cutting the file short while it is parsed would end this one with SIGBUS; the files this
+    package writes are replaced by renaming, never rewritten in place.)"""
+    try:
+        with open(path, "rb") as f:
+            info = os.fstat(f.fileno())
+            mapped = None
+            if stat.S_ISREG(info.st_mode) and info.st_size > 0:
+                try:
+                    mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                except (OSError, ValueError):  # a file system that cannot map files
+                    mapped = None
+            if mapped is None:
+                return _parse(f.read(), path)
+            with mapped, memoryview(mapped) as view:
+                return _parse(view, path)
+    except OSError as e:
+        raise ModelLoadError(f"{path}: cannot read it ({e.strerror or e})") from None
+
+
+# Below this many bytes of the serialized model per entry of its main graph (node, initializer,
+# value_info, input, output), reading the initializers' lengths from the bytes (:mod:`partitioner.wire`,
+# ~1-3 us per entry) costs more than copying their raw data to measure it (~0.3 ms per MB).
+_WIRE_READ_MIN_BYTES_PER_ENTRY = 4096
+
+
+def _parse(data: bytes | memoryview, name: str) -> tuple[onnx.ModelProto, RawLengths | None]:
+    """The ModelProto in ``data``, and the ``raw_data`` length of each of its main graph's
+    initializers where reading them from ``data`` is cheaper than asking the parsed message
+    (which copies the bytes): None otherwise, or where ``data`` holds something that reading
+    does not follow."""
     if not data:
         raise ModelLoadError(f"{name}: file is empty")
     proto = onnx.ModelProto()
@@ -107,7 +148,13 @@ def _parse(data: bytes, name: str) -> onnx.ModelProto:
         raise ModelLoadError(f"{name}: not an ONNX model or truncated ({e})") from None
     if not proto.HasField("graph") or not proto.opset_import:
         raise ModelLoadError(f"{name}: not an ONNX model (no graph or no opset imports)")
-    return proto
+    graph = proto.graph
+    entries = (len(graph.node) + len(graph.initializer) + len(graph.value_info) + len(graph.input)
+               + len(graph.output))
+    if len(data) < _WIRE_READ_MIN_BYTES_PER_ENTRY * entries:
+        return proto, None
+    lengths = initializer_raw_lengths(data)
+    return proto, (lengths if matches(lengths, [t.HasField("raw_data") for t in graph.initializer]) else None)
 
 
 def _load_external(proto: onnx.ModelProto, name: str, base_dir: str | None) -> None:
@@ -124,8 +171,10 @@ def _load_external(proto: onnx.ModelProto, name: str, base_dir: str | None) -> N
 
 
 def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: str | None = None,
-              max_ir_version: int | None = None) -> Model:
-    """Validate and normalize ``proto`` in place; return the :class:`Model`."""
+              max_ir_version: int | None = None, raw_lengths: RawLengths | None = None) -> Model:
+    """Validate and normalize ``proto`` in place; return the :class:`Model`. ``raw_lengths``: the
+    ``raw_data`` length of each initializer, where the caller read them from the bytes it parsed
+    ``proto`` from (see :func:`check_model`)."""
     graph = proto.graph
     if len(graph.node) == 0:
         raise InvalidModelError(f"{name}: the graph has no nodes")
@@ -136,7 +185,7 @@ def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: s
     _constant_initializer_inputs(graph, fixes)
     _fit_ir_version(proto, fixes, max_ir_version)
     index = GraphIndex.build(graph, where=name)  # structure first: clearer errors than the checker's
-    check_model(proto, where=name)
+    check_model(proto, where=name, raw_lengths=raw_lengths)
     declared = _infer_shapes(proto, name, fixes)
     index.refresh_types()
     if fixes:
@@ -370,11 +419,15 @@ def structure_copy(proto: onnx.ModelProto, replace: Callable[[onnx.TensorProto],
     return copy
 
 
-def check_model(proto: onnx.ModelProto, *, where: str, full: bool = False) -> None:
+def check_model(proto: onnx.ModelProto, *, where: str, full: bool = False,
+                raw_lengths: RawLengths | None = None) -> None:
     """ONNX checker, minus its one rule that rejects models ONNX Runtime loads: graph inputs and
-    outputs without a shape field (unknown rank). With ``full``, also strict shape inference."""
+    outputs without a shape field (unknown rank). With ``full``, also strict shape inference.
+    ``raw_lengths``: ``len(raw_data)`` of each main-graph initializer (None where it has none), as
+    read from the serialized model (:mod:`partitioner.wire`), so that the check of inline weights'
+    lengths need not copy their bytes to measure them; None: measured here."""
     try:
-        checked = _checkable(proto)
+        checked = _checkable(proto, raw_lengths)
         if checked is None:
             log.warning("%s: external data inside subgraphs or attributes, skipping the ONNX checker "
                         "(structure is still validated)", where)
@@ -471,13 +524,16 @@ def _first_rejected_node(proto: onnx.ModelProto) -> str | None:
     return None
 
 
-def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+def _checkable(proto: onnx.ModelProto, raw_lengths: RawLengths | None = None) -> onnx.ModelProto | None:
     """``proto`` as the ONNX checker should see it: large initializers (external ones, whose files
     were checked at load, and inline ones, checked for length here) as graph inputs of their
     dtype and shape, so the checker neither looks for data files in the current directory nor
     serializes the weights. None when external tensors sit elsewhere (subgraphs, attributes)."""
-    for t in proto.graph.initializer:  # Every one: sizes are taken from dims and dtype after this, see raw_nbytes.
-        _check_inline_length(t)
+    inits = proto.graph.initializer
+    if raw_lengths is not None and not matches(raw_lengths, [t.HasField("raw_data") for t in inits]):
+        raw_lengths = None  # not this graph's (a caller edited it since): measured here instead
+    for i, t in enumerate(inits):  # Every one: sizes are taken from dims and dtype after this, see raw_nbytes.
+        _check_inline_length(t, raw_lengths[i] if raw_lengths is not None else None)
     external = [t for t in proto.graph.initializer if is_external(t)]
     if len(external) != len(external_tensors(proto)):
         return None
@@ -491,14 +547,18 @@ def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     return copy
 
 
-def _check_inline_length(t: onnx.TensorProto) -> None:
-    """The one checker rule on a weight's values: raw bytes as many as dims and dtype need."""
+def _check_inline_length(t: onnx.TensorProto, length: int | None = None) -> None:
+    """The one checker rule on a weight's values: raw bytes as many as dims and dtype need.
+    ``length``: ``len(t.raw_data)`` where the caller knows it (None: measured, which copies them)."""
     if is_external(t) or not t.HasField("raw_data"):
         return
     need = tensor_nbytes(t)
-    if need is not None and len(t.raw_data) != need:
+    if need is None:
+        return
+    have = length if length is not None else len(t.raw_data)
+    if have != need:
         raise onnx.checker.ValidationError(f"TensorProto (tensor name: {t.name}) raw_data size "
-                                           f"({len(t.raw_data)} bytes) does not match its shape and type "
+                                           f"({have} bytes) does not match its shape and type "
                                            f"({need} bytes required)")
 
 

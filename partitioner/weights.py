@@ -8,7 +8,6 @@ Small external tensors (shapes, scales) are read in at load, so code reading val
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import math
 import mmap
@@ -22,6 +21,7 @@ import numpy as np
 import onnx
 
 from partitioner.errors import ModelLoadError, ModelTooLargeError
+from partitioner.wire import Payload, initializer_payloads
 
 log = logging.getLogger(__name__)
 
@@ -307,6 +307,8 @@ def range_sha256(path: str, offset: int, length: int) -> str:
         hit = _digests.get(key)
     if hit is not None:
         return hit
+    import hashlib  # (here and below, not at the top: planning never hashes, and hashlib costs ~3 ms to load)
+
     h = hashlib.sha256()
     with open(path, "rb") as f:
         f.seek(offset)
@@ -337,6 +339,8 @@ def weights_sha256(proto: onnx.ModelProto, base_dir: str | None,
         return None
     if base_dir is None:
         raise ModelLoadError(f"tensor '{external[0].name}' has external data and no folder was given to read it from")
+    import hashlib
+
     h = hashlib.sha256()
     for t in sorted(external, key=lambda t: t.name):
         ref = external_ref(t, base_dir, "model")
@@ -370,110 +374,6 @@ def place_data_files(locations: Iterable[str], base_dir: str, out_dir: str) -> l
 
 # ---------------------------------------------------------------- weights inside a model file
 
-@dataclass(frozen=True)
-class Payload:
-    """Where the ``raw_data`` bytes of one main-graph initializer sit inside an ONNX file, with
-    the dtype and dims the file gives it."""
-
-    offset: int
-    length: int
-    data_type: int
-    dims: tuple[int, ...]
-
-
-_MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5  # ModelProto.graph, GraphProto.initializer
-_TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME, _TENSOR_RAW_DATA = 1, 2, 8, 9  # TensorProto fields
-
-
-def _varint(buf: mmap.mmap, pos: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise ValueError("malformed varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(buf: mmap.mmap, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """(field number, wire type, value start, value end) of each field of the message in
-    ``buf[start:end]``; a varint's value is at ``value start`` as a number instead (its end is
-    where the next field starts). Groups (wire types 3 and 4, unused by ONNX) are refused."""
-    pos = start
-    while pos < end:
-        tag, pos = _varint(buf, pos, end)
-        field, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos, end)
-            yield field, wire, value, pos
-            continue
-        if wire == 2:
-            n, pos = _varint(buf, pos, end)
-            size = n
-        elif wire in (1, 5):
-            size = 8 if wire == 1 else 4
-        else:
-            raise ValueError(f"wire type {wire}")
-        if pos + size > end:
-            raise ValueError("truncated")
-        yield field, wire, pos, pos + size
-        pos += size
-
-
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _tensor_payload(buf: mmap.mmap, start: int, end: int) -> tuple[str | None, Payload | None]:
-    name: str | None = None
-    raw: tuple[int, int] | None = None
-    data_type = 0
-    dims: list[int] = []
-    for field, wire, a, b in _fields(buf, start, end):
-        if field == _TENSOR_NAME and wire == 2:
-            name = bytes(buf[a:b]).decode("utf-8", errors="replace")
-        elif field == _TENSOR_RAW_DATA and wire == 2:
-            raw = (a, b - a)
-        elif field == _TENSOR_DATA_TYPE and wire == 0:
-            data_type = a
-        elif field == _TENSOR_DIMS and wire == 0:
-            dims.append(_signed(a))
-        elif field == _TENSOR_DIMS and wire == 2:  # packed
-            pos = a
-            while pos < b:
-                value, pos = _varint(buf, pos, b)
-                dims.append(_signed(value))
-    return name, (Payload(raw[0], raw[1], data_type, tuple(dims)) if raw is not None else None)
-
-
-def _walk(buf: mmap.mmap) -> tuple[dict[str, Payload], list[tuple[int, int]]]:
-    """(the raw_data payload of each main-graph initializer by name, the (offset, length) of
-    every one of them, in file order). ValueError where the file is not a protobuf message."""
-    graphs = [(a, b) for field, wire, a, b in _fields(buf, 0, len(buf)) if field == _MODEL_GRAPH and wire == 2]
-    if len(graphs) != 1:  # No graph, or one split over fields that protobuf merges: nothing to refer to.
-        raise ValueError(f"{len(graphs)} graph fields")
-    payloads: dict[str, Payload] = {}
-    twice: set[str] = set()
-    ranges: list[tuple[int, int]] = []
-    start, end = graphs[0]
-    for field, wire, a, b in _fields(buf, start, end):
-        if field != _GRAPH_INITIALIZER or wire != 2:
-            continue
-        name, payload = _tensor_payload(buf, a, b)
-        if payload is None:
-            continue
-        ranges.append((payload.offset, payload.length))
-        if name is None or name in payloads or name in twice:
-            twice.add(name or "")
-            payloads.pop(name or "", None)
-        else:
-            payloads[name] = payload
-    return payloads, ranges
-
-
 def _mapped(path: str) -> mmap.mmap | None:
     """``path`` mapped read-only (None for an empty file, which cannot be mapped)."""
     with open(path, "rb") as f:
@@ -492,7 +392,7 @@ def inline_payloads(path: str) -> dict[str, Payload]:
     if buf is None:
         return {}
     try:
-        return _walk(buf)[0]
+        return initializer_payloads(buf)[0]
     except (ValueError, IndexError):
         return {}
     finally:
@@ -504,12 +404,14 @@ def structure_sha256(path: str) -> str:
     initializers left out (each one's offset and length hashed in its place): it changes with
     the graph, the names, dtypes and shapes and where the weights sit, and is read without
     reading the weights. ModelLoadError where the file is not an ONNX model."""
+    import hashlib
+
     buf = _mapped(path)
     if buf is None:
         raise ModelLoadError(f"{path}: file is empty")
     h = hashlib.sha256()
     try:
-        _, ranges = _walk(buf)
+        _, ranges = initializer_payloads(buf)
         at = 0
         for offset, length in sorted(ranges):
             h.update(buf[at:offset])

@@ -1,5 +1,3 @@
-import sys
+from trt_backend.cli import script_main
 
-from trt_backend.cli import main
-
-sys.exit(main())
+script_main()

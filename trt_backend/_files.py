@@ -5,11 +5,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import hashlib
 import json
 import logging
 import os
-import secrets
 import shutil
 import stat
 import sys
@@ -42,7 +40,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, durable: bo
         raise TypeError(f"write_atomic takes str or bytes, not {type(data).__name__}")
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     folder = os.path.dirname(os.path.abspath(target))
-    tmp = os.path.join(folder, f".{os.path.basename(target)}.{secrets.token_hex(6)}.tmp")
+    tmp = os.path.join(folder, f".{os.path.basename(target)}.{_token()}.tmp")
     mode = _existing_mode(target)
     done = False
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
@@ -106,7 +104,7 @@ def output_problem(path: str, *, folder: bool = False, make_parents: bool = Fals
         return f"folder {parent} does not exist"
     if not os.path.isdir(parent):
         return f"{parent} is not a folder"
-    probe = os.path.join(parent, f".{os.path.basename(target)}.{secrets.token_hex(6)}.probe")
+    probe = os.path.join(parent, f".{os.path.basename(target)}.{_token()}.probe")
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError as e:
@@ -119,7 +117,7 @@ def new_folder(parent: str, prefix: str) -> str:
     """A new, empty folder with a unique name in ``parent``, made with the mode the user's umask
     gives (``tempfile.mkdtemp`` makes 0700, which would stay with a folder renamed into place)."""
     for _ in range(100):
-        path = os.path.join(parent, f"{prefix}{secrets.token_hex(6)}")
+        path = os.path.join(parent, f"{prefix}{_token()}")
         try:
             os.mkdir(path, 0o777)
         except FileExistsError:
@@ -265,7 +263,15 @@ def _remove_quietly(path: str) -> None:
 
 def sha256_bytes(data: bytes) -> str:
     """Hex SHA-256 of ``data`` (file hashes of build folders and engine caches)."""
+    import hashlib  # (here: commands that hash nothing, as inspect, need not load it, ~3 ms)
+
     return hashlib.sha256(data).hexdigest()
+
+
+def _token() -> str:
+    """12 random hex digits for a temporary name (``secrets.token_hex(6)``, without loading
+    secrets and the hashlib it imports)."""
+    return os.urandom(6).hex()
 
 
 def canonical_json(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import multiprocessing as mp
 import os
 import pickle
 import threading
@@ -137,7 +136,9 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
                               "plan without isolation") from None
     progress("planning %s: %d node(s), the TensorRT parser in a child process", model.source,
              len(model.proto.graph.node))
-    ctx = mp.get_context("spawn")
+    import multiprocessing  # (only here: planning in-process never loads it)
+
+    ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, serialize(model.proto, model.source), model.source, flavor, options,
                                             model.max_ir_version, model.base_dir))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import onnx
@@ -10,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from partitioner import InvalidModelError, ModelLoadError, TrtBackendError, load_model
-from partitioner.model import check_model
+from partitioner.model import _parse, check_model
 from tests.helpers import const, model, vi
 
 
@@ -43,6 +44,75 @@ def test_truncated(tmp_path, light_dir) -> None:
     p.write_bytes(data[: len(data) // 2])
     with pytest.raises(ModelLoadError, match=r"cut\.onnx: not an ONNX model or truncated"):
         load_model(str(p))
+
+
+def test_a_pipe_and_a_device_are_read_as_files_are(tmp_path, light_dir) -> None:
+    """Regular files are mapped into memory to be parsed; what cannot be mapped is read."""
+    path = os.path.join(light_dir, "light_squeezenet.onnx")
+    data = open(path, "rb").read()
+    fifo = tmp_path / "pipe.onnx"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_bytes, args=(data,))
+    writer.start()
+    try:
+        through_pipe = load_model(str(fifo))
+    finally:
+        writer.join()
+    assert through_pipe.proto.SerializeToString() == load_model(path).proto.SerializeToString()
+    with pytest.raises(ModelLoadError, match=r"^/dev/null: file is empty$"):
+        load_model("/dev/null")
+
+
+def test_a_file_that_cannot_be_read_is_one_error(tmp_path) -> None:
+    with pytest.raises(ModelLoadError, match=r"^/proc/self/mem: cannot read it \(Input/output error\)$"):
+        load_model("/proc/self/mem")  # a file whose read fails, even for root
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked.onnx"
+        locked.write_bytes(relu_model().SerializeToString())
+        os.chmod(locked, 0)
+        with pytest.raises(ModelLoadError, match=r"locked\.onnx: cannot read it \(Permission denied\)$"):
+            load_model(str(locked))
+
+
+def big_weight_model(short_by: int = 0) -> onnx.ModelProto:
+    """A MatMul with a 256 KiB inline weight: as many bytes per graph entry as loading reads the
+    weights' lengths from the file for; ``short_by`` bytes cut from the weight's raw data."""
+    w = const("w", np.arange(256 * 256, dtype=np.float32).reshape(256, 256))
+    if short_by:
+        w.raw_data = w.raw_data[:-short_by]
+    return model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [vi("x", ["N", 256])],
+                 [vi("y", ["N", 256])], [w])
+
+
+def test_weights_lengths_read_from_a_file_check_as_the_parsed_message(tmp_path) -> None:
+    """Inline weights must hold as many bytes as their dims and dtype need. A file's lengths are
+    read from its bytes, a ModelProto's from the message: the same error either way."""
+    for short_by in (4, 1):
+        bad = big_weight_model(short_by)
+        path = tmp_path / "short.onnx"
+        path.write_bytes(bad.SerializeToString())
+        assert _parse(path.read_bytes(), "short.onnx")[1] == [256 * 256 * 4 - short_by]  # read from the bytes
+        errors = []
+        for source in (str(path), bad, bad.SerializeToString()):
+            with pytest.raises(InvalidModelError) as caught:
+                load_model(source)
+            errors.append(str(caught.value).split(": ", 1)[1])
+        assert errors[0] == errors[1] == errors[2], errors
+        assert errors[0] == ("invalid ONNX model: TensorProto (tensor name: w) raw_data size "
+                             f"({256 * 256 * 4 - short_by} bytes) does not match its shape and type "
+                             "(262144 bytes required)")
+    good = big_weight_model()
+    path.write_bytes(good.SerializeToString())
+    assert load_model(str(path)).proto.SerializeToString() == load_model(good).proto.SerializeToString()
+
+
+def test_lengths_given_for_another_graph_are_not_trusted() -> None:
+    """check_model measures the weights itself when the lengths given do not fit the graph."""
+    bad = big_weight_model(4)
+    with pytest.raises(InvalidModelError, match=r"raw_data size \(262140 bytes\)"):
+        check_model(bad, where="m", raw_lengths=[262144, 7])
+    with pytest.raises(InvalidModelError, match=r"raw_data size \(262140 bytes\)"):
+        check_model(bad, where="m", raw_lengths=[None])
 
 
 def test_external_data_loaded_and_missing_reported(tmp_path) -> None:

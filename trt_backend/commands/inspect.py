@@ -3,11 +3,10 @@ holds: its plan, profiles and engines with their targets, as built."""
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import os
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from partitioner import OptionsError, Plan
 from partitioner.report import annotate, summary
@@ -27,17 +26,16 @@ from trt_backend.commands._args import (
     refuse_build_flags,
 )
 from trt_backend.commands._shapes import cli_profiles
-from trt_backend.engines.precision_plan import (
-    PrecisionPlan,
-    SegmentPrecision,
-    read_precision_plan,
-)
 from trt_backend.planning import make_plan
 
-# Loaded on the paths that need them: a build folder's reader and report, a picture.
+if TYPE_CHECKING:
+    from trt_backend.engines.precision_plan import PrecisionPlan, SegmentPrecision
+
+# Loaded on the paths that need them: a build folder's reader and report, a picture, a precision plan.
 _folder = lazy_module("trt_backend.commands._inspect_folder")
 _picture = lazy_module("partitioner.picture")
 _given = lazy_module("trt_backend.profiles.given")  # Only where shapes are given.
+_precision_plan = lazy_module("trt_backend.engines.precision_plan")
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -96,6 +94,8 @@ def _precision_text(entry: SegmentPrecision) -> str:
 
 def _with_precision(page: str, plan: Plan, precision: PrecisionPlan) -> str:
     """The HTML picture with a table of each TensorRT segment's precision and pinned nodes."""
+    import html  # (only here: a plain inspect loads no more than it needs)
+
     about = f"--precision auto plan: atol {precision.atol:g}, rtol {precision.rtol:g}; search {precision.seconds:.1f} s"
     rows = ["<h2>Precision</h2>", f"<p>{html.escape(about)}</p>",
             "<table><tr><th>id</th><th>precision</th><th>nodes reduced</th><th>pinned to fp32 (error that pinned "
@@ -116,7 +116,7 @@ def _with_precision(page: str, plan: Plan, precision: PrecisionPlan) -> str:
 
 def handle(args: argparse.Namespace) -> int:
     check_picture_name(args)
-    precision = read_precision_plan(args.precision_plan) if args.precision_plan else None
+    precision = _precision_plan.read_precision_plan(args.precision_plan) if args.precision_plan else None
     manifest: dict[str, Any] | None = None
     if is_folder_arg(args):
         refuse_build_flags(args, os.fspath(args.model), allow=("precision_plan",))
@@ -130,7 +130,7 @@ def handle(args: argparse.Namespace) -> int:
                          shapes=shapes)
         print(summary(plan))
     if precision is None and manifest is not None and manifest.get("precision_plan"):
-        precision = PrecisionPlan.from_dict(manifest["precision_plan"])
+        precision = _precision_plan.PrecisionPlan.from_dict(manifest["precision_plan"])
     if precision is not None:
         print(f"precision plan (atol {precision.atol:g}, rtol {precision.rtol:g}):")
         for seg in plan.tensorrt_segments():

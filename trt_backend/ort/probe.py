@@ -22,10 +22,13 @@ import onnx
 
 from partitioner import Model
 from partitioner.model import DECLARED, forget_types, learn_types, unknown_tensor_types
+from trt_backend._lazy import lazy_module
 from trt_backend.errors import TrtBackendError
-from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import tapped_session
-from trt_backend.ort.random_data import random_array
+
+# Loaded for a probe run only: a model whose types shape inference gives needs neither.
+_options = lazy_module("trt_backend.ort.options")
+_random_data = lazy_module("trt_backend.ort.random_data")
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +107,7 @@ def _probe(model: Model, names: Sequence[str], key: Sequence[Sequence[tuple[str,
     # No graph optimizations: a probe reads dtypes and ranks, which they never change, and optimizing
     # took most of the session's start on a ViT (0.2 s of its 0.3 s). A probe may fail where the model
     # needs other shapes: the warning says so, and ONNX Runtime's own error log line would only repeat it.
-    options = OrtOptions(graph_optimization_level="disable", log_severity=4)
+    options = _options.OrtOptions(graph_optimization_level="disable", log_severity=4)
     run = tapped_session(model, names, options, f"probe run of {model.source}")
     given = [dict(entry) for entry in key] or [{} for _ in PROBE_DIMS]
     runs, symbols = [], []
@@ -133,7 +136,7 @@ def _probe(model: Model, names: Sequence[str], key: Sequence[Sequence[tuple[str,
                 if d.WhichOneof("value") == "dim_param":
                     named[d.dim_param] = shape[-1]
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tp.tensor_type.elem_type))
-            feeds[vi.name] = random_array(dtype, tuple(shape), rng, f"probe input '{vi.name}'")
+            feeds[vi.name] = _random_data.random_array(dtype, tuple(shape), rng, f"probe input '{vi.name}'")
         runs.append(run(feeds, names))
         by_size: dict[int, set[str]] = {}
         for sym, value in named.items():

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
@@ -15,12 +15,14 @@ from partitioner.errors import OptionsError
 from partitioner.model import serialize
 from trt_backend._files import write_atomic
 from trt_backend.errors import SegmentLoadError, SegmentRunError
-from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.threads import (
     global_thread_pool,
     inference_session,
     use_global_thread_pool,
 )
+
+if TYPE_CHECKING:
+    from trt_backend.ort.options import OrtOptions
 
 
 @functools.lru_cache(maxsize=1)

@@ -2,13 +2,20 @@
 command module that fails to import fails loudly instead of vanishing from the CLI."""
 from __future__ import annotations
 
+import gc
+import json
+import os
 import subprocess
 import sys
 import textwrap
 
+import numpy as np
+import onnx
 import pytest
+from onnx import helper
 
 import trt_backend.cli as cli
+from tests.helpers import const, model, vi
 from trt_backend.data.demo import DEMO_PATH
 
 
@@ -47,3 +54,91 @@ def test_a_command_module_that_fails_to_import_fails_loudly(monkeypatch) -> None
         cli.main(["broken"])
     with pytest.raises(ModuleNotFoundError, match="trt_backend.commands.broken"):
         cli.build_parser()
+
+
+def test_the_script_ends_after_the_exit_work_is_done(tmp_path) -> None:
+    """``python -m trt_backend`` (and the trt-backend script) end the process without tearing the
+    interpreter down, after what Python's exit would do for the program: every output complete,
+    the planner's temporary folder (weights stand-ins for the parser) removed, the exit code kept."""
+    weights = const("w", np.ones((256, 256), np.float32))  # large enough to be handed to the parser as zeros
+    m = model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [vi("x", ["N", 256])],
+              [vi("y", ["N", 256])], [weights])
+    path = tmp_path / "mm.onnx"
+    onnx.save(m, str(path))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, TMPDIR=str(scratch))
+    plan = tmp_path / "p.json"
+    proc = subprocess.run([sys.executable, "-m", "trt_backend", "inspect", str(path), "--json", str(plan)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"model {path} | ") and proc.stdout.endswith(f"plan written to {plan}\n")
+    assert json.loads(plan.read_text())["segments"][0]["backend"] == "tensorrt"
+    assert os.listdir(scratch) == []
+    proc = subprocess.run([sys.executable, "-m", "trt_backend", "inspect", str(tmp_path / "none.onnx")],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", f"trt-backend: error: {tmp_path / 'none.onnx'}: "
+                                                                  "no such file\n")
+
+
+WAITS = textwrap.dedent("""
+    import sys, threading, time
+    from trt_backend.cli import script_main
+
+    def late():
+        time.sleep(1)
+        print("THREAD DONE", flush=True)
+
+    threading.Thread(target=late).start()
+    sys.argv = ["trt-backend", "inspect", sys.argv[1]]
+    script_main()
+""")
+
+
+def test_the_script_waits_for_a_thread_that_is_not_a_daemon() -> None:
+    proc = subprocess.run([sys.executable, "-c", WAITS, DEMO_PATH], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.rstrip().endswith("THREAD DONE")
+
+
+LOADS = textwrap.dedent("""
+    import sys
+    from trt_backend.cli import main
+    rc = main(["inspect", sys.argv[1]])
+    print("LOADED", rc, ",".join(sorted(sys.modules)))
+""")
+
+
+def test_inspect_of_a_model_loads_only_what_it_uses(flavor) -> None:
+    """No ONNX Runtime where the model's types are all known (its version is read without importing
+    it), and none of what only other paths use: the spawn context of isolated planning, hashing,
+    precision plans, HTML, the type probe's options and random inputs."""
+    proc = subprocess.run([sys.executable, "-c", LOADS, DEMO_PATH], capture_output=True, text=True, timeout=300)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("LOADED"))
+    _, rc, loaded = line.split(" ", 2)
+    assert rc == "0"
+    unwanted = {"onnxruntime", "multiprocessing", "hashlib", "html", "trt_backend.engines.precision_plan",
+                "trt_backend.ort.options", "trt_backend.ort.random_data"}
+    assert unwanted & set(loaded.split(",")) == set()
+
+
+COLLECTOR = textwrap.dedent("""
+    import atexit, gc, sys
+    from trt_backend.cli import script_main
+
+    atexit.register(lambda: print("COLLECTOR", gc.isenabled(), gc.get_freeze_count() > 10000, flush=True))
+    sys.argv = ["trt-backend", "inspect", sys.argv[1]]
+    script_main()
+""")
+
+
+def test_the_script_freezes_what_loading_made_and_collects_as_usual_after() -> None:
+    proc = subprocess.run([sys.executable, "-c", COLLECTOR, DEMO_PATH], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "COLLECTOR True True"
+
+
+def test_main_leaves_its_callers_collector_as_it_is() -> None:
+    frozen = gc.get_freeze_count()
+    assert cli.main(["inspect", DEMO_PATH]) == 0
+    assert gc.isenabled() and gc.get_freeze_count() == frozen

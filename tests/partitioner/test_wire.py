@@ -1,0 +1,103 @@
+"""Reading initializers' raw_data lengths from a serialized model: the same answer protobuf's
+parse gives, on exported models and on the wire forms protobuf merges (a field twice, unknown
+fields), and no answer where the bytes hold something the reader does not follow."""
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from partitioner.wire import initializer_raw_lengths, matches
+from tests.helpers import const, model, vi
+
+
+def parsed_lengths(data: bytes) -> list[int | None]:
+    proto = onnx.ModelProto.FromString(data)
+    return [len(t.raw_data) if t.HasField("raw_data") else None for t in proto.graph.initializer]
+
+
+def matmul(weights: list[TensorProto]) -> onnx.ModelProto:
+    nodes = [helper.make_node("Identity", ["x"], ["y"])]
+    return model(nodes, [vi("x", [4])], [vi("y", [4])], weights)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def test_lengths_of_the_onnx_packages_models_match_the_parse(light_dir) -> None:
+    paths = sorted(glob.glob(os.path.join(light_dir, "*.onnx")))
+    assert len(paths) >= 5
+    for path in paths:
+        data = open(path, "rb").read()
+        got = initializer_raw_lengths(data)
+        assert got == parsed_lengths(data), path
+        assert got is not None and sum(n or 0 for n in got) > 0, path
+        view = memoryview(data)
+        assert initializer_raw_lengths(view) == got, path
+
+
+def test_every_kind_of_initializer() -> None:
+    inline = const("w", np.arange(64, dtype=np.float32))
+    typed = helper.make_tensor("f", TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])  # float_data, no raw_data
+    empty = const("e", np.zeros((0, 4), np.float32))  # raw_data present and empty
+    external = onnx.TensorProto(name="x_w", data_type=TensorProto.FLOAT, dims=[2])
+    external.data_location = TensorProto.EXTERNAL
+    entry = external.external_data.add()
+    entry.key, entry.value = "location", "w.bin"
+    data = matmul([inline, typed, empty, external]).SerializeToString()
+    assert initializer_raw_lengths(data) == [256, None, 0, None] == parsed_lengths(data)
+
+
+def test_a_field_twice_is_read_as_protobuf_merges_it() -> None:
+    small = const("w", np.arange(4, dtype=np.float32)).SerializeToString()
+    twice = small + field(9, b"\0" * 10)  # raw_data again: the last one is kept
+    graph = field(5, twice) + field(1, helper.make_node("Identity", ["x"], ["y"]).SerializeToString())
+    extra = field(5, const("v", np.arange(3, dtype=np.int64)).SerializeToString())
+    base = matmul([]).SerializeToString()
+    data = base + field(7, graph) + field(7, extra)  # the graph twice: its initializers are added in turn
+    assert parsed_lengths(data) == [10, 24]
+    assert initializer_raw_lengths(data) == [10, 24]
+
+
+def test_unknown_fields_are_skipped() -> None:
+    tensor = const("w", np.arange(8, dtype=np.float32)).SerializeToString()
+    unknown = (_varint(90 << 3 | 0) + _varint(300) + _varint(91 << 3 | 1) + b"\1" * 8 + _varint(92 << 3 | 5)
+               + b"\2" * 4 + field(93, b"anything"))
+    data = matmul([]).SerializeToString() + field(7, unknown + field(5, unknown + tensor + unknown)) + unknown
+    assert parsed_lengths(data) == [32]
+    assert initializer_raw_lengths(data) == [32]
+
+
+def test_what_it_does_not_follow_gives_no_answer() -> None:
+    good = matmul([const("w", np.arange(8, dtype=np.float32))]).SerializeToString()
+    group = _varint(95 << 3 | 3) + _varint(95 << 3 | 4)  # an empty group: protobuf parses it, this reader does not
+    assert initializer_raw_lengths(good + group) is None
+    assert initializer_raw_lengths(good[:-3]) is None  # cut short
+    assert initializer_raw_lengths(good + b"\xff" * 11) is None  # a varint past 64 bits
+    assert initializer_raw_lengths(good + _varint(7 << 3 | 0) + _varint(1)) is None  # graph as a number
+
+
+def test_matches_needs_one_entry_per_initializer_and_a_length_exactly_where_raw_data_is() -> None:
+    assert matches([4, None, 0], [True, False, True])
+    assert not matches(None, [True])
+    assert not matches([4], [True, False])
+    assert not matches([4, None], [True, True])
+    assert not matches([None], [True])
+    assert matches([], [])
