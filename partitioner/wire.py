@@ -20,6 +20,7 @@ Buffer = bytes | bytearray | memoryview | mmap.mmap  # anything indexed to byte 
 _MODEL_GRAPH = 7  # ModelProto.graph
 _GRAPH_INITIALIZER = 5  # GraphProto.initializer
 _TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME, _TENSOR_RAW_DATA = 1, 2, 8, 9  # TensorProto fields
+_TENSOR_DATA_LOCATION, _EXTERNAL = 14, 1  # TensorProto.data_location, DataLocation.EXTERNAL
 # Wire types
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 
@@ -102,6 +103,20 @@ def matches(lengths: Sequence[int | None] | None, has_raw_data: Sequence[bool]) 
     given whether each has a ``raw_data`` field: one entry each, a length exactly where one is."""
     return lengths is not None and len(lengths) == len(has_raw_data) and all(
         (n is not None) == has for n, has in zip(lengths, has_raw_data))
+
+
+def keeps_external_data(view: Buffer) -> bool | None:
+    """Whether an initializer of the main graph of the ModelProto serialized in ``view`` keeps its
+    data in an external file; None where the bytes hold anything this reader does not follow."""
+    try:
+        for start, end in _length_delimited(view, 0, len(view), _MODEL_GRAPH):
+            for t_start, t_end in _length_delimited(view, start, end, _GRAPH_INITIALIZER):
+                for number, wire, value, _ in fields(view, t_start, t_end):
+                    if number == _TENSOR_DATA_LOCATION and wire == _VARINT and value == _EXTERNAL:
+                        return True
+    except Unfollowed:
+        return None
+    return False
 
 
 def initializer_payloads(view: Buffer) -> tuple[dict[str, Payload], list[tuple[int, int]]]:

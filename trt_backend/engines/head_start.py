@@ -29,18 +29,16 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from partitioner.wire import keeps_external_data
 from trt_backend._files import new_folder
 from trt_backend._lazy import lazy_module
 from trt_backend.engines.config import add_profiles, configure, dynamic_inputs, profile_settings
 from trt_backend.engines.options import BuildOptions
 from trt_backend.tensorrt.flavor import (
     Flavor,
-    captured_messages,
     create_builder,
     load_flavor,
     network_flags,
-    quiet_messages,
-    shared_logger,
 )
 
 log = logging.getLogger(__name__)
@@ -94,45 +92,46 @@ class HeadStart:
         flavor = load_flavor(self.flavor_name)
         self.flavor = flavor
         trt = flavor.module
-        logger = shared_logger(flavor)
+        # A native logger that keeps all but internal errors to itself: the shared one forwards every
+        # message to Python, and each call would wait for the GIL the planning thread holds (a
+        # failure here is said by the compile path's own build).
+        logger = trt.Logger(trt.Logger.INTERNAL_ERROR)
         with open(self.path, "rb") as f:
             data = f.read()
-        if b"location" in data:  # (the key of external data entries; a node name may hold it too)
-            self.problem = "the model may keep weights in external data files"
+        if keeps_external_data(data) is not False:
+            self.problem = "the model keeps weights in external data files (or its file is not read here)"
             return
-        with captured_messages() as errors:
-            builder = create_builder(flavor, logger)
-            network = builder.create_network(network_flags(flavor))
-            parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
-            with quiet_messages():
-                parsed = bool(parser.parse(data, self.path))
-            del data
-            if not parsed or self._cancelled.is_set():
-                self.problem = "TensorRT's parser did not take the file as it is" if not parsed else "cancelled"
-                return
-            self.inputs = tuple(network.get_input(i).name for i in range(network.num_inputs))
-            self.outputs = tuple(network.get_output(i).name for i in range(network.num_outputs))
-            self.dynamic = dynamic_inputs(network)
-            options = self.options if self.options is not None else BuildOptions()
-            self.options = options
-            ranges = [{n: _shape_range(v, f"profile {k} for '{n}'") for n, v in p.items()}
-                      for k, p in enumerate(self.profiles)]
-            config = builder.create_builder_config()
-            configure(config, options, flavor)
-            self.settings = add_profiles(builder, config, network, ranges)
-            # Built into memory, then written from here: a Python stream writer or progress monitor
-            # would make TensorRT wait for the GIL the planning thread holds, at every call.
-            serialized = builder.build_serialized_network(network, config)
-            if serialized is None:
-                self.problem = "; ".join(errors) or "no engine"
-                return
-            path = os.path.join(self.scratch, "engine")
-            with open(path, "wb") as out:
-                out.write(serialized)
-            engine = (path, hashlib.sha256(serialized).hexdigest(), serialized.nbytes)
-            del serialized
-            self.engine, self.layers = engine, int(network.num_layers)
-            del config, parser, network, builder
+        builder = create_builder(flavor, logger)
+        network = builder.create_network(network_flags(flavor))
+        parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
+        parsed = bool(parser.parse(data, self.path))
+        del data
+        if not parsed or self._cancelled.is_set():
+            self.problem = "TensorRT's parser did not take the file as it is" if not parsed else "cancelled"
+            return
+        self.inputs = tuple(network.get_input(i).name for i in range(network.num_inputs))
+        self.outputs = tuple(network.get_output(i).name for i in range(network.num_outputs))
+        self.dynamic = dynamic_inputs(network)
+        options = self.options if self.options is not None else BuildOptions()
+        self.options = options
+        ranges = [{n: _shape_range(v, f"profile {k} for '{n}'") for n, v in p.items()}
+                  for k, p in enumerate(self.profiles)]
+        config = builder.create_builder_config()
+        configure(config, options, flavor)
+        self.settings = add_profiles(builder, config, network, ranges)
+        # Built into memory, then written from here: a Python stream writer or progress monitor
+        # would make TensorRT wait for the GIL the planning thread holds, at every call.
+        serialized = builder.build_serialized_network(network, config)
+        if serialized is None:
+            self.problem = "TensorRT's builder made no engine"
+            return
+        path = os.path.join(self.scratch, "engine")
+        with open(path, "wb") as out:
+            out.write(serialized)
+        engine = (path, hashlib.sha256(serialized).hexdigest(), serialized.nbytes)
+        del serialized
+        self.engine, self.layers = engine, int(network.num_layers)
+        del config, parser, network, builder
 
     def wait(self) -> None:
         self._thread.join()
