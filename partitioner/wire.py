@@ -18,14 +18,14 @@ Buffer = bytes | bytearray | memoryview | mmap.mmap  # anything indexed to byte 
 
 # Field numbers of onnx.proto
 _MODEL_GRAPH = 7  # ModelProto.graph
-_GRAPH_INITIALIZER = 5  # GraphProto.initializer
+_GRAPH_NODE, _GRAPH_INITIALIZER = 1, 5  # GraphProto.node, GraphProto.initializer
 _TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME, _TENSOR_RAW_DATA = 1, 2, 8, 9  # TensorProto fields
 _TENSOR_DATA_LOCATION, _EXTERNAL = 14, 1  # TensorProto.data_location, DataLocation.EXTERNAL
 # Wire types
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 
 
-class Unfollowed(ValueError):
+class _Unfollowed(ValueError):
     """The bytes hold something this reader does not follow (groups, a malformed varint, field
     number 0, a field running past its message): the caller asks the parsed message instead, or
     says the file is no ONNX model."""
@@ -45,13 +45,13 @@ class Payload:
 def fields(view: Buffer, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     """(field number, wire type, value start, value end) of each field of the message held in
     ``view[start:end]``, in order; a varint's value is given as a number in place of its start
-    (its end is where the next field begins). :class:`Unfollowed` for anything else."""
+    (its end is where the next field begins). ValueError for anything else."""
     pos = start
     while pos < end:
         tag, pos = _varint(view, pos, end)
         number, wire = tag >> 3, tag & 7
         if number == 0:
-            raise Unfollowed("field number 0")
+            raise _Unfollowed("field number 0")
         if wire == _VARINT:
             value, pos = _varint(view, pos, end)
             yield number, wire, value, pos
@@ -61,9 +61,9 @@ def fields(view: Buffer, start: int, end: int) -> Iterator[tuple[int, int, int, 
         elif wire in (_FIXED64, _FIXED32):
             size = 8 if wire == _FIXED64 else 4
         else:  # groups (3, 4), long deprecated and never written by ONNX exporters, and unknown types
-            raise Unfollowed(f"wire type {wire}")
+            raise _Unfollowed(f"wire type {wire}")
         if pos + size > end:
-            raise Unfollowed("a field runs past its message")
+            raise _Unfollowed("a field runs past its message")
         yield number, wire, pos, pos + size
         pos += size
 
@@ -74,7 +74,7 @@ def _length_delimited(view: Buffer, start: int, end: int, wanted: int) -> Iterat
     for number, wire, a, b in fields(view, start, end):
         if number == wanted:
             if wire != _LENGTH_DELIMITED:
-                raise Unfollowed(f"field {wanted} with wire type {wire}")
+                raise _Unfollowed(f"field {wanted} with wire type {wire}")
             yield a, b
 
 
@@ -93,7 +93,7 @@ def initializer_raw_lengths(data: Buffer) -> list[int | None] | None:
                 for r_start, r_end in _length_delimited(data, t_start, t_end, _TENSOR_RAW_DATA):
                     length = r_end - r_start
                 lengths.append(length)
-    except Unfollowed:
+    except _Unfollowed:
         return None
     return lengths
 
@@ -105,6 +105,16 @@ def matches(lengths: Sequence[int | None] | None, has_raw_data: Sequence[bool]) 
         (n is not None) == has for n, has in zip(lengths, has_raw_data))
 
 
+def main_graph_nodes(view: Buffer) -> int | None:
+    """How many nodes the main graph of the ModelProto serialized in ``view`` holds; None where the
+    bytes hold anything this reader does not follow."""
+    try:
+        return sum(1 for start, end in _length_delimited(view, 0, len(view), _MODEL_GRAPH)
+                   for _ in _length_delimited(view, start, end, _GRAPH_NODE))
+    except _Unfollowed:
+        return None
+
+
 def keeps_external_data(view: Buffer) -> bool | None:
     """Whether an initializer of the main graph of the ModelProto serialized in ``view`` keeps its
     data in an external file; None where the bytes hold anything this reader does not follow."""
@@ -114,7 +124,7 @@ def keeps_external_data(view: Buffer) -> bool | None:
                 for number, wire, value, _ in fields(view, t_start, t_end):
                     if number == _TENSOR_DATA_LOCATION and wire == _VARINT and value == _EXTERNAL:
                         return True
-    except Unfollowed:
+    except _Unfollowed:
         return None
     return False
 
@@ -122,11 +132,11 @@ def keeps_external_data(view: Buffer) -> bool | None:
 def initializer_payloads(view: Buffer) -> tuple[dict[str, Payload], list[tuple[int, int]]]:
     """(the raw_data payload of each main-graph initializer by name, the (offset, length) of every
     one of them, in file order) of the ModelProto serialized in ``view``. A name given twice is
-    left out of the first. :class:`Unfollowed` (a ValueError) where the bytes are no protobuf
+    left out of the first. ValueError where the bytes are no protobuf
     message this reader follows, or the graph is missing or split over several fields."""
     graphs = list(_length_delimited(view, 0, len(view), _MODEL_GRAPH))
     if len(graphs) != 1:  # No graph, or one split over fields that protobuf merges: nothing to refer to.
-        raise Unfollowed(f"{len(graphs)} graph fields")
+        raise _Unfollowed(f"{len(graphs)} graph fields")
     payloads: dict[str, Payload] = {}
     twice: set[str] = set()
     ranges: list[tuple[int, int]] = []
@@ -174,7 +184,7 @@ def _varint(view: Buffer, pos: int, end: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if pos >= end or shift > 63:
-            raise Unfollowed("a malformed varint")
+            raise _Unfollowed("a malformed varint")
         byte = view[pos]
         pos += 1
         value |= (byte & 0x7F) << shift

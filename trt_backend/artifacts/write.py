@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import onnx
 
-from partitioner import Model
+from partitioner import Model, PartitionOptions
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource, serialize, structure_copy
 from partitioner.weights import (
@@ -91,7 +91,8 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
     flv = load_flavor(opts.flavor)
     check_build_options(opts.build, flv)  # Before planning: a setting this TensorRT refuses is said at once.
     check_build_folder(out_dir)
-    if isinstance(model, (str, os.PathLike)) and opts.oracle is None and not head_start.pending_for(os.fspath(model)):
+    if isinstance(model, (str, os.PathLike)) and opts.oracle is None and opts.partition == PartitionOptions() \
+            and not head_start.pending_for(os.fspath(model)):  # (other partition options seldom plan it whole)
         head_start.launch(os.fspath(model), out_dir, opts.flavor, profiles or [], opts.build)
     try:
         with output_lock(out_dir):  # A second build into the same folder is refused, not lost.

@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from partitioner.wire import keeps_external_data
+from partitioner.wire import keeps_external_data, main_graph_nodes
 from trt_backend._files import new_folder
 from trt_backend._lazy import lazy_module
 from trt_backend.engines.config import add_profiles, configure, dynamic_inputs, profile_settings
@@ -76,7 +76,11 @@ class HeadStart:
         self._thread = threading.Thread(target=self._run, name="head-start-build", daemon=True)
 
     def begin(self) -> None:
-        self._thread.start()
+        previous = threading.stack_size(STACK_BYTES)  # (for the threads made meanwhile: this one)
+        try:
+            self._thread.start()
+        finally:
+            threading.stack_size(previous)
 
     def _run(self) -> None:
         start = time.perf_counter()
@@ -100,6 +104,10 @@ class HeadStart:
             data = f.read()
         if keeps_external_data(data) is not False:
             self.problem = "the model keeps weights in external data files (or its file is not read here)"
+            return
+        nodes = main_graph_nodes(data)
+        if nodes is None or nodes > MAX_NODES:
+            self.problem = f"{nodes} nodes: more than a head start takes ({MAX_NODES})"
             return
         builder = create_builder(flavor, logger)
         network = builder.create_network(network_flags(flavor))
@@ -196,6 +204,12 @@ class HeadStart:
 # model, its build runs beside the compile path's own builds until it ends (TensorRT builds cannot
 # be stopped without a progress monitor, which would slow them, see HeadStart._build).
 MAX_BYTES = 512 * 2**20
+# The most nodes a head start's model may have: TensorRT's parser recurses along the graph, and a
+# chain of 20,000 nodes overflowed an 8 MiB thread stack (a native crash), which the thread's
+# larger stack also only pushes further out. Planning such a model takes long enough that the
+# head start would save little.
+MAX_NODES = 5000
+STACK_BYTES = 64 * 2**20  # the head start thread's stack (reserved, used only as deep as it goes)
 
 
 class _ShapeRange(NamedTuple):
@@ -238,7 +252,8 @@ def launch(path: str, out_dir: str, flavor: str, profiles: Sequence[Mapping[str,
     it); None where one cannot start (the file is not there, the folder beside it not writable):
     the build goes the usual way and meets the problem there."""
     global _pending
-    if not os.path.isfile(path) or getattr(options, "precision", "fp32") not in ("fp32", "tf32"):
+    if not os.path.isfile(path) or getattr(options, "precision", "fp32") not in ("fp32", "tf32") \
+            or getattr(options, "max_build_memory", None) is not None:  # (its memory is not in the budget)
         return None
     size = os.path.getsize(path)
     available = _available_memory()

@@ -130,18 +130,35 @@ def test_cli_build_takes_the_head_start_engine_and_writes_the_same_folder(tmp_pa
 
 
 def test_a_plan_that_is_not_the_whole_model_builds_without_it(tmp_path, spy, monkeypatch) -> None:
-    """The Python door starts a head start for a model file; a plan that keeps Relu on ONNX Runtime
-    (three segments) does not take it, and the folder is the one built without a head start."""
-    model = small_cnn(str(tmp_path / "cnn.onnx"))
-    options = SessionOptions(partition=PartitionOptions(exclude_ops=("Relu",), min_segment_size=1))
-    manifest = build(model, str(tmp_path / "head"), PROFILES, options)
-    assert spy["started"] and spy["started"][0] is not None
-    assert all(c is None for c in spy["claimed"])
-    assert [s["backend"] for s in manifest["segments"]] == ["tensorrt", "onnxruntime", "tensorrt"]
+    """TensorRT takes this two-node model whole, but a TensorRT segment of two nodes is below the
+    partition's minimum: the plan runs it on ONNX Runtime, does not take the head start's engine,
+    and the folder is the one written without a head start."""
+    nodes = [helper.make_node("Add", ["x", "x"], ["s"], name="add"),
+             helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])])
+    two = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    two.ir_version = 8
+    path = str(tmp_path / "two.onnx")
+    onnx.save(two, path)
+    manifest = build(path, str(tmp_path / "head"), [{"x": ((1, 8), (2, 8), (4, 8))}])
+    assert spy["started"] and spy["started"][0] is not None and spy["started"][0].problem is None
+    assert spy["claimed"] == []  # no TensorRT segment to build
+    assert [s["backend"] for s in manifest["segments"]] == ["onnxruntime"]
     no_scratch(str(tmp_path))
     without_head_start(monkeypatch)
-    build(model, str(tmp_path / "plain"), PROFILES, options)
+    build(path, str(tmp_path / "plain"), [{"x": ((1, 8), (2, 8), (4, 8))}])
     assert folder(str(tmp_path / "head")) == folder(str(tmp_path / "plain"))
+
+
+def test_other_partition_options_start_none(tmp_path, spy) -> None:
+    """Partition options of the user's (here: Relu kept on ONNX Runtime) seldom plan the model
+    whole: the Python door starts no head start for them, as the command line does not."""
+    model = small_cnn(str(tmp_path / "cnn.onnx"))
+    options = SessionOptions(partition=PartitionOptions(exclude_ops=("Relu",), min_segment_size=1))
+    manifest = build(model, str(tmp_path / "out"), PROFILES, options)
+    assert spy["started"] == [] and spy["claimed"] == []
+    assert [s["backend"] for s in manifest["segments"]] == ["tensorrt", "onnxruntime", "tensorrt"]
 
 
 def test_a_model_that_loading_changes_builds_without_it(tmp_path, spy, monkeypatch) -> None:
@@ -184,6 +201,7 @@ def test_which_command_lines_and_options_start_one(tmp_path) -> None:
         assert not _head_start.start_from_argv(["build", model, "-o", out, *extra]), extra
     assert not _head_start.start_from_argv(["build", str(tmp_path / "missing.onnx"), "-o", out])
     assert head_start.launch(model, out, "auto", PROFILES, BuildOptions(precision="fp16")) is None
+    assert head_start.launch(model, out, "auto", PROFILES, BuildOptions(max_build_memory="8G")) is None
     assert not head_start.pending_for(model)
 
 
