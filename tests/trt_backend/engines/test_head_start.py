@@ -201,7 +201,7 @@ def test_which_command_lines_and_options_start_one(tmp_path) -> None:
         assert not _head_start.start_from_argv(["build", model, "-o", out, *extra]), extra
     assert not _head_start.start_from_argv(["build", str(tmp_path / "missing.onnx"), "-o", out])
     assert head_start.launch(model, out, "auto", PROFILES, BuildOptions(precision="fp16")) is None
-    assert head_start.launch(model, out, "auto", PROFILES, BuildOptions(max_build_memory="8G")) is None
+    assert head_start.launch(model, out, "auto", PROFILES, BuildOptions(max_build_memory=8 << 30)) is None
     assert not head_start.pending_for(model)
 
 
