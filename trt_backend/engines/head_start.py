@@ -34,6 +34,7 @@ from trt_backend._files import new_folder
 from trt_backend._lazy import lazy_module
 from trt_backend.engines.config import add_profiles, configure, dynamic_inputs, profile_settings
 from trt_backend.engines.options import BuildOptions
+from trt_backend.ort.sizes import available_memory
 from trt_backend.tensorrt.flavor import (
     Flavor,
     create_builder,
@@ -231,17 +232,6 @@ def _shape_range(value: Any, what: str) -> Any:
     return _profiles.tensor_profile(value, what)
 
 
-def _available_memory() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 _lock = threading.Lock()
 _pending: HeadStart | None = None
 
@@ -256,7 +246,7 @@ def launch(path: str, out_dir: str, flavor: str, profiles: Sequence[Mapping[str,
             or getattr(options, "max_build_memory", None) is not None:  # (its memory is not in the budget)
         return None
     size = os.path.getsize(path)
-    available = _available_memory()
+    available = available_memory()
     if size > MAX_BYTES or (available is not None and 4 * size > available):
         return None  # A build beside the planner's would hold too much at once.
     try:

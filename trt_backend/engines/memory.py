@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from partitioner.errors import OptionsError
-from trt_backend.ort.values import available_memory
+from trt_backend.ort.sizes import available_memory
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""Sizes as users write them (``"8G"``, ``"512M"``, ``"1.5GiB"``), read without loading numpy or ONNX
-Runtime (build options are made before either loads)."""
+"""Sizes as users write them (``"8G"``, ``"512M"``, ``"1.5GiB"``), and the memory available now,
+read without loading numpy or ONNX Runtime (build options are made before either loads)."""
 from __future__ import annotations
 
 import re
@@ -27,3 +27,15 @@ def parse_size(value: int | str | None, what: str = "max_memory") -> int | None:
     if n <= 0:
         raise OptionsError(f"{what} must be more than 0 bytes, got {value!r}")
     return n
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to allocate now (Linux: MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -12,6 +12,7 @@ import onnx
 
 from trt_backend.errors import MemoryLimitError
 from trt_backend.ort.sessions import ort_errors
+from trt_backend.ort.sizes import available_memory
 
 
 def to_ort_value(value: Any) -> Any:
@@ -103,18 +104,6 @@ def shape_of(value: Any) -> tuple[int, ...] | None:
     iface = getattr(value, "__cuda_array_interface__", None)
     if iface is not None:
         return tuple(int(d) for d in iface["shape"])
-    return None
-
-
-def available_memory() -> int | None:
-    """Bytes of memory available to allocate now (Linux: MemAvailable), None where unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
     return None
 
 

@@ -101,7 +101,7 @@ def test_wrong_inputs_file_and_changed_plan(tmp_path, capsys) -> None:
 def test_a_shape_larger_than_memory_is_one_line(capsys) -> None:
     """--shapes x:20000000x3x32x32 asks for 229 GiB of input: one line naming the tensor, the
     shape and both sizes, exit 1 (it was numpy's allocation error, or an out-of-memory kill)."""
-    from trt_backend.ort.values import available_memory
+    from trt_backend.ort.sizes import available_memory
 
     have = available_memory()
     if have is None:
