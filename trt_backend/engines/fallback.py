@@ -307,6 +307,9 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
             for fut in pending:
                 fut.cancel()
             raise
+        finally:
+            if head is not None:  # Its files go, also where the engine came from the cache instead.
+                head.remove()
     if timing is not None:
         timing.save()
     report.segments.sort(key=lambda r: r.segment)

@@ -228,3 +228,18 @@ def test_a_model_listing_its_inputs_otherwise_than_it_reads_them(tmp_path, spy, 
     without_head_start(monkeypatch)
     assert main(["build", path, "-o", str(tmp_path / "plain"), *shapes]) == 0
     assert folder(str(tmp_path / "head")) == folder(str(tmp_path / "plain"))
+
+
+def test_an_engine_from_the_cache_leaves_no_head_start_behind(tmp_path, spy) -> None:
+    """The second build differs only in an option the engine does not depend on: its engine comes
+    from the engine cache, and the head start it claimed is removed all the same."""
+    model = small_cnn(str(tmp_path / "cnn.onnx"))
+    cache = str(tmp_path / "cache")
+    build(model, str(tmp_path / "first"), PROFILES, SessionOptions(cache_dir=cache))
+    second = build(model, str(tmp_path / "second"), PROFILES, SessionOptions(cache_dir=cache, max_memory="8G"))
+    assert second["build_cache"]["hit"] is False  # the folder was built, its engine taken from the cache
+    assert len(spy["claimed"]) == 2 and all(c is not None for c in spy["claimed"])
+    no_scratch(str(tmp_path))
+    with open(tmp_path / "first" / "segment_0.engine", "rb") as a, open(tmp_path / "second" / "segment_0.engine",
+                                                                         "rb") as b:
+        assert a.read() == b.read()
