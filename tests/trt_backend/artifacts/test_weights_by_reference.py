@@ -15,8 +15,10 @@ import onnxruntime as ort
 import pytest
 
 from tests.support.external_mlp import write_mlp
+from partitioner import PartitionOptions
 from partitioner.errors import OptionsError
 from partitioner.weights import INLINE_MAX_BYTES, inline_payloads, is_external
+from plugins import default_registry
 from trt_backend.artifacts.read import open_folder
 from trt_backend.artifacts.references import refer
 from trt_backend.artifacts.write import build
@@ -73,6 +75,37 @@ def built(tmp_path_factory) -> dict[str, dict[str, str]]:
         build(model, copy, PROFILES)
         out[kind] = {"model": model, "ref": ref, "copy": copy}
     return out
+
+
+def same_files(folder: str) -> dict[str, object]:
+    """Every file's bytes; the manifest without its timings and digest."""
+    out: dict[str, object] = {}
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name), "rb") as f:
+            data = f.read()
+        if name == "manifest.json":
+            manifest = json.loads(data)
+            for key in ("build_seconds", "digest"):
+                manifest.pop(key, None)
+            for seg in manifest["segments"]:
+                seg.pop("build_seconds", None)
+            out[name] = manifest
+        else:
+            out[name] = data
+    return out
+
+
+@pytest.mark.parametrize("kind", ["external", "inline"])
+def test_the_command_line_builds_the_python_doors_folder_by_reference(built, kind, tmp_path) -> None:
+    """``trt-backend build --weights-by-reference`` and ``build(..., SessionOptions(weights_by_reference=True))``
+    given the same partition options (the command line's default offers Resize to the plugin
+    registry; ``PartitionOptions()`` offers it to none) write the same folder: models,
+    references, engines and manifest (timings aside)."""
+    cli, api = str(tmp_path / "cli"), str(tmp_path / "api")
+    assert main(["build", built[kind]["model"], "-o", cli, *SHAPES, "--weights-by-reference"]) == 0
+    options = SessionOptions(weights_by_reference=True, partition=PartitionOptions(plugins=default_registry().claims()))
+    build(built[kind]["model"], api, PROFILES, options)
+    assert same_files(cli) == same_files(api)
 
 
 @pytest.mark.parametrize("kind", ["external", "inline"])
