@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from partitioner.errors import OptionsError
-from trt_backend.ort.sizes import available_memory
+from trt_backend.ort.sizes import available_memory, proc_bytes
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +82,7 @@ def stream_engine(trt: Any, builder: Any, network: Any, config: Any, path: str) 
 
 def process_memory() -> int:
     """Bytes this process holds now (resident set; 0 where unknown)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    return proc_bytes("/proc/self/status", "VmRSS") or 0
 
 
 @dataclass(frozen=True)

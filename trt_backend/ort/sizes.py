@@ -29,13 +29,19 @@ def parse_size(value: int | str | None, what: str = "max_memory") -> int | None:
     return n
 
 
-def available_memory() -> int | None:
-    """Bytes of memory available to allocate now (Linux: MemAvailable), None where unknown."""
+def proc_bytes(path: str, field: str) -> int | None:
+    """The size a Linux ``/proc`` status file gives in kB for ``field`` (``"MemAvailable"`` in
+    ``/proc/meminfo``, ``"VmRSS"`` in ``/proc/self/status``), in bytes; None where unknown."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as f:
+        with open(path, encoding="ascii") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to allocate now (Linux: MemAvailable), None where unknown."""
+    return proc_bytes("/proc/meminfo", "MemAvailable")
