@@ -38,7 +38,10 @@ class PartitionOptions:
     exclude_nodes: tuple[str, ...] = ()
     min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE
     max_oracle_calls: int = 1000
-    plugins: tuple[PluginClaim, ...] = ()
+    # plugins offered what TensorRT's parser rejects; None: the ones the caller ships, resolved by it
+    # (trt_backend offers every plugin it ships, from every door; the partitioner alone has none), ()
+    # for none
+    plugins: tuple[PluginClaim, ...] | None = None
     plugin_ops: tuple[str, ...] = ()  # op types offered to plugins before the parser (comparisons)
     target: str | None = None  # runtime the plan is for: "tensorrt" | "tensorrt_rtx"; None: the parser's flavor
     # the price of a segment boundary (partitioner.cost); None: TensorRT groups are never demoted for it
@@ -50,6 +53,8 @@ class PartitionOptions:
     def __post_init__(self) -> None:
         for f in ("exclude_ops", "exclude_nodes", "plugins", "plugin_ops"):
             value = getattr(self, f)
+            if value is None and f == "plugins":
+                continue
             object.__setattr__(self, f, (value,) if isinstance(value, str) else tuple(value))
         if self.qdq_rewrite not in ("exact", "int8"):
             raise OptionsError(f"qdq_rewrite must be 'exact' or 'int8', got {self.qdq_rewrite!r}")
@@ -181,7 +186,7 @@ def validate_options(model: Model, options: PartitionOptions) -> None:
     if options.plugin_ops and not options.plugins:
         raise OptionsError("plugin ops were forced but no plugins are enabled")
     for op in options.plugin_ops:
-        if not any(getattr(p, "op_type", op) == op for p in options.plugins):
+        if not any(getattr(p, "op_type", op) == op for p in options.plugins or ()):
             raise OptionsError(f"no plugin covers op type '{op}' (forced plugin ops)")
     names = {n.name for n in model.proto.graph.node}
     for name in options.exclude_nodes:
@@ -213,8 +218,9 @@ def assess_model(model: Model, oracle: CapabilityOracle | None,
     rules = Rules(exclude_ops=options.exclude_ops, exclude_nodes=options.exclude_nodes,
                   local_functions={(f.domain, f.name) for f in model.proto.functions})
     stats = CapabilityStats()
-    verdicts = assess(model, oracle, rules=rules, plugins=options.plugins, max_iterations=options.max_oracle_calls,
-                      stats=stats, plugin_ops=options.plugin_ops, target=plan_target(options, oracle))
+    verdicts = assess(model, oracle, rules=rules, plugins=options.plugins or (),
+                      max_iterations=options.max_oracle_calls, stats=stats, plugin_ops=options.plugin_ops,
+                      target=plan_target(options, oracle))
     return verdicts, stats
 
 

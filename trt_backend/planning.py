@@ -11,6 +11,7 @@ import os
 import pickle
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from partitioner import (
@@ -26,6 +27,7 @@ from partitioner.errors import OptionsError
 from partitioner.model import ModelSource, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
 from partitioner.qdq import rewrite_qdq
+from plugins import default_registry
 from trt_backend._progress import progress
 from trt_backend.errors import ParserCrashError, TensorRTUnavailableError
 from trt_backend.ort.probe import ProbeShapes, learn_unknown_types, probe_key
@@ -44,6 +46,22 @@ def parser_oracle(flavor: str) -> ParserOracle:
     """The process's parser oracle for ``flavor``, made once; planners use it through
     :func:`plan_with_parser`, which takes the lock its parser and builder need."""
     return ParserOracle(load_flavor(flavor))
+
+
+def with_shipped_plugins(options: PartitionOptions | None = None) -> PartitionOptions:
+    """``options`` (default: the defaults) as every door of trt_backend plans with them: where
+    they leave ``plugins`` unset (None), every plugin trt_backend ships is offered what TensorRT's
+    parser rejects; ``plugins=()`` offers none. An op type in ``plugin_ops`` no shipped plugin
+    covers is an OptionsError here."""
+    options = options if options is not None else PartitionOptions()
+    if not isinstance(options, PartitionOptions):
+        raise OptionsError(f"partition options must be a PartitionOptions, got {type(options).__name__}")
+    if options.plugins is not None:
+        return options
+    registry = default_registry()
+    if options.plugin_ops:
+        registry.select(options.plugin_ops)  # (only to name an op type no plugin covers)
+    return replace(options, plugins=registry.claims())
 
 
 def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_rewrite: str = "exact", *,
@@ -79,6 +97,7 @@ def _qdq_rewrite(options: Any) -> str:
 def plan_with_parser(model: ModelSource | Model, flavor: str, options: PartitionOptions,
                      shapes: ProbeShapes = ()) -> Plan:
     """``plan_model`` with the shared parser oracle of ``flavor``, one caller at a time."""
+    options = with_shipped_plugins(options)
     oracle = parser_oracle(flavor)
     loaded = load_normalized(model, shapes, _qdq_rewrite(options))
     progress("planning %s: %d node(s)", loaded.source, len(loaded.proto.graph.node))
@@ -95,8 +114,9 @@ def plan_for(source: ModelSource | Model, options: PartitionOptions | None = Non
     ``flavor`` (in a child process with ``isolate``). ``flavor="none"`` puts every node on ONNX
     Runtime; so does ``"auto"`` when no TensorRT is importable (with a warning), where a named
     flavor that is missing is a TensorRTUnavailableError. ``shapes``: the model-input shapes
-    of the profiles (see :func:`load_normalized`)."""
-    options = options or PartitionOptions()
+    of the profiles (see :func:`load_normalized`). ``options.plugins`` left unset: the shipped
+    plugins (:func:`with_shipped_plugins`)."""
+    options = with_shipped_plugins(options)
     if oracle is not None:
         return plan_model(load_normalized(source, shapes, _qdq_rewrite(options)), oracle, options)
     if flavor != "none":
@@ -121,7 +141,7 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
 
     With ``isolate`` the capability queries run in a child process and only the plan comes back;
     a native crash there becomes a :class:`ParserCrashError`."""
-    options = options or PartitionOptions()
+    options = with_shipped_plugins(options)
     start = time.perf_counter()
     model = load_normalized(source, shapes, _qdq_rewrite(options))
     if not isolate:

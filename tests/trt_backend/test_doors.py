@@ -17,7 +17,9 @@ import pytest
 from onnx import numpy_helper
 
 import trt_backend
+from partitioner import PartitionOptions
 from tests.support.graphs import cnn, transformer_model
+from tests.support.resize_models import crop_cnn
 from trt_backend.accuracy.auto_precision import AutoOptions
 from trt_backend.cli import main
 from trt_backend.engines.builder import BuildOptions
@@ -116,6 +118,7 @@ def test_every_door_builds_and_runs_the_same(material, precision, tmp_path, caps
     # the same plan, the same precision per segment, the same segment models
     manifests = [json.load(open(os.path.join(d, "manifest.json"))) for d in (cli_dir, api_dir)]
     plans = [[(s["id"], s["backend"], s["nodes"]) for s in mf["plan"]["segments"]] for mf in manifests]
+    assert manifests[0]["build"]["partition"] == manifests[1]["build"]["partition"]  # (plugins offered too)
     assert plans[0] == plans[1] == [(s.id, s.backend, list(s.nodes)) for s in sess.plan.segments]
     cli_forms, api_forms = _folder_forms(cli_dir), _folder_forms(api_dir)
     session_forms = {k: (b.precision, _signature(b.model, sess.model.base_dir))
@@ -237,3 +240,26 @@ def test_build_reads_every_setting_from_its_options(material, tmp_path) -> None:
     assert _folder_forms(str(tmp_path / "a")) == _folder_forms(str(tmp_path / "b"))
     with pytest.raises(TypeError):
         trt_backend.build(m["path"], str(tmp_path / "c"), m["profile"], options, BuildOptions())  # (no second home)
+
+
+@pytest.mark.parametrize("no_plugins", [False, True])
+def test_every_door_offers_the_same_plugins(no_plugins, tmp_path, capsys) -> None:
+    """A Resize TensorRT's parser rejects goes to the shipped Resize plugin by default, whichever
+    door plans it (``PartitionOptions()`` leaves ``plugins`` to trt_backend, which offers what it
+    ships, as the command line does), and to ONNX Runtime by every door with ``--no-plugins`` /
+    ``plugins=()``. Planned for full TensorRT (``--target tensorrt``): TensorRT-RTX takes no plugin."""
+    path = str(tmp_path / "crop.onnx")
+    onnx.save(crop_cnn(), path)
+    flags = ["--target", "tensorrt"] + (["--no-plugins"] if no_plugins else [])
+    options = PartitionOptions(target="tensorrt", **({"plugins": ()} if no_plugins else {}))
+    js = str(tmp_path / "plan.json")
+    assert main(["inspect", path, *flags, "--json", js]) == 0
+    with open(js) as f:
+        cli = json.load(f)
+    api = json.loads(trt_backend.make_plan(path, options).to_json())
+    session = json.loads(trt_backend.make_plan(path, SessionOptions(partition=options).partition).to_json())
+    assert cli["segments"] == api["segments"] == session["segments"]
+    assert cli["nodes"] == api["nodes"] == session["nodes"]
+    verdicts = [n["verdict"] for n in api["nodes"] if n["op_type"] == "Resize"]
+    assert verdicts == (["onnxruntime"] if no_plugins else ["plugin:resize"])
+    assert len(api["segments"]) == (3 if no_plugins else 1)

@@ -21,7 +21,7 @@ from typing import Any, TypeGuard
 
 import onnx
 
-from partitioner import PartitionOptions, Plan, TrtBackendError
+from partitioner import Plan, TrtBackendError
 from partitioner.errors import OptionsError
 from partitioner.weights import check_location, file_sha256
 from trt_backend.artifacts.build_cache import jsonable
@@ -40,6 +40,7 @@ from trt_backend.engines.targets import (
 )
 from trt_backend.errors import ArtifactError, TensorRTUnavailableError
 from trt_backend.planning import load_normalized as load
+from trt_backend.planning import with_shipped_plugins
 from trt_backend.profiles import profiles_from_json, shape_tensor_inputs
 from trt_backend.session.options import SessionOptions
 from trt_backend.tensorrt.flavor import load_flavor
@@ -237,7 +238,7 @@ def refused_on_folder(options: SessionOptions, folder: str, manifest: Mapping[st
     equal to what the folder was built with (``manifest``); run-time ones (threads, device,
     emulation, memory) always do."""
     built = folder_build_options(manifest) if manifest is not None else BuildOptions()
-    default_build, default_partition = BuildOptions(), PartitionOptions()
+    default_build, default_partition = BuildOptions(), with_shipped_plugins()
     for name, flag in BUILD_FIELDS.items():
         value = getattr(options.build, name)
         if value != getattr(default_build, name) and value != getattr(built, name):

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import onnx
 
-from partitioner import Model, PartitionOptions
+from partitioner import Model
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource, serialize, structure_copy
 from partitioner.weights import (
@@ -55,6 +55,7 @@ from trt_backend.errors import ArtifactError
 from trt_backend.gpu.device import check_device, use_device
 from trt_backend.ort.sessions import installed_version
 from trt_backend.planning import load_normalized as load_for_planning
+from trt_backend.planning import with_shipped_plugins
 from trt_backend.profiles.given import profile_shapes
 from trt_backend.runners.base import EMULATED, ONNXRUNTIME
 from trt_backend.session.options import SessionOptions
@@ -91,7 +92,7 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
     flv = load_flavor(opts.flavor)
     check_build_options(opts.build, flv)  # Before planning: a setting this TensorRT refuses is said at once.
     check_build_folder(out_dir)
-    if isinstance(model, (str, os.PathLike)) and opts.oracle is None and opts.partition == PartitionOptions() \
+    if isinstance(model, (str, os.PathLike)) and opts.oracle is None and opts.partition == with_shipped_plugins() \
             and not head_start.pending_for(os.fspath(model)):  # (other partition options seldom plan it whole)
         head_start.launch(os.fspath(model), out_dir, opts.flavor, profiles or [], opts.build)
     try:

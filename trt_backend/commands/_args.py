@@ -11,7 +11,6 @@ from partitioner import BoundaryCost, OptionsError, PartitionOptions
 from partitioner.options_check import number_option
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from partitioner.qdq import QDQ_REWRITES
-from plugins import default_registry
 from trt_backend._files import output_problem
 from trt_backend._lazy import lazy_module
 from trt_backend.errors import OutputError
@@ -123,15 +122,16 @@ def ort_options(args: argparse.Namespace, *, intra_op_threads: int = 0) -> OrtOp
 
 
 def partition_options(args: argparse.Namespace) -> PartitionOptions:
-    registry = None if args.no_plugins else default_registry()
-    if registry is not None and args.plugin_ops:
-        registry.select(args.plugin_ops)  # an unknown op type fails here, with the ones covered
-    return PartitionOptions(exclude_ops=tuple(args.exclude_ops), exclude_nodes=tuple(args.exclude_nodes),
-                            min_segment_size=args.min_segment_size,
-                            boundary_cost=(None if args.no_boundary_cost
-                                           else BoundaryCost(launch_us=args.launch_cost_us)),
-                            plugins=registry.claims() if registry is not None else (),
-                            plugin_ops=tuple(args.plugin_ops), target=args.target, qdq_rewrite=args.qdq_rewrite)
+    """The partition options of a command line, as the Python door resolves the same fields
+    (:func:`trt_backend.planning.with_shipped_plugins`: every shipped plugin unless --no-plugins)."""
+    from trt_backend.planning import with_shipped_plugins  # (planning loads onnx: not before a command needs it)
+
+    return with_shipped_plugins(PartitionOptions(
+        exclude_ops=tuple(args.exclude_ops), exclude_nodes=tuple(args.exclude_nodes),
+        min_segment_size=args.min_segment_size,
+        boundary_cost=None if args.no_boundary_cost else BoundaryCost(launch_us=args.launch_cost_us),
+        plugins=() if args.no_plugins else None, plugin_ops=tuple(args.plugin_ops), target=args.target,
+        qdq_rewrite=args.qdq_rewrite))
 
 
 # Flags that change what is built (the plan, the precision, the engines), with their defaults: a

@@ -20,6 +20,7 @@ from partitioner.options_check import number_option
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sizes import parse_size
+from trt_backend.planning import with_shipped_plugins
 
 EMULATE_CHOICES = (True, False, "auto")
 FLAVOR_CHOICES = ("auto", "tensorrt", "tensorrt_rtx", "none")
@@ -109,6 +110,7 @@ class SessionOptions:
                "calibration_seed": calibration_seed, "max_memory": parse_size(max_memory, "max_memory"),
                "sign_key": sign_key, "device_id": device_id, "lean_runtime": lean_runtime,
                "weights_by_reference": weights_by_reference}
+        stages["partition"] = with_shipped_plugins(stages["partition"])  # (as every door resolves them)
         for key, value in {**stages, **own}.items():
             object.__setattr__(self, key, value)
         if not any(emulate is c or (isinstance(c, str) and emulate == c) for c in EMULATE_CHOICES):
