@@ -110,6 +110,7 @@ class Plan:
     model: Model | None = field(default=None, repr=False, compare=False)
     seconds: float = field(default=0.0, compare=False)
     oracle_calls: int = field(default=0, compare=False)
+    cached: bool = field(default=False, compare=False)  # taken from a plan cache, not planned (no parser calls)
     target: str | None = None  # runtime the plan is for ("tensorrt" | "tensorrt_rtx"); plugins depend on it
     learned: dict[str, str] = field(default_factory=dict)  # tensor -> how its type was learned (not inferred)
     rewritten: dict[str, str] = field(default_factory=dict)  # original node name -> what a rewrite made of it

@@ -144,7 +144,10 @@ def header_line(plan: Plan) -> str:
              plural(len(plan.segments), "segment") + (f" ({split})" if split else "")]
     if plugins:
         parts.append(plural(plugins, "plugin node"))
-    parts.append(f"planned in {plan.seconds:.3f} s ({plural(plan.oracle_calls, 'parser call')})")
+    if plan.cached:
+        parts.append(f"plan from the plan cache, loaded in {plan.seconds:.3f} s")
+    else:
+        parts.append(f"planned in {plan.seconds:.3f} s ({plural(plan.oracle_calls, 'parser call')})")
     return " | ".join(parts)
 
 

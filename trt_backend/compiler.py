@@ -22,6 +22,7 @@ from partitioner.cost import si_bytes
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
 from partitioner.split import weight_bytes
+from trt_backend.artifacts.plan_cache import PlanEntry, plan_entry
 from trt_backend.artifacts.saved import check_saved, read_saved, saved_segment_profiles
 from trt_backend.engines.builder import BuildOptions, built_form, prepare_segment
 from trt_backend.engines.cache import EngineCache
@@ -46,6 +47,7 @@ from trt_backend.profiles import (
     node_arg,
     normalize_profiles,
     profiles_from_json,
+    profiles_to_json,
     shape_tensor_inputs,
 )
 from trt_backend.profiles.derive import Runner
@@ -116,7 +118,8 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
             options: SessionOptions | None = None, *, build: bool = True,
             saved_plan: Mapping[str, Any] | str | os.PathLike[str] | None = None,
             calibration_feeds: Sequence[Mapping[str, Any]] = (), engines: Mapping[int, bytes] | None = None,
-            progress: BuildProgress | None = None, engine_dir: str | None = None) -> Compiled:
+            progress: BuildProgress | None = None, engine_dir: str | None = None,
+            plan_entry: PlanEntry | None = None) -> Compiled:
     """Plan ``model`` (a path, a ModelProto, a loaded Model or a Plan), derive the TensorRT
     segments' profiles (``profiles``: the user's, for model inputs; ``saved_plan``: a plan JSON
     whose derived profiles are reused after checking the model still plans the same;
@@ -127,11 +130,19 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
     Building, TensorRT segments whose build would not fit the memory budget
     (``options.build.max_build_memory``, default what is available) are cut into pieces that do
     (:mod:`trt_backend.engines.memory`); ``engine_dir``: engines are streamed into files there
-    instead of being held in memory (without an engine cache)."""
+    instead of being held in memory (without an engine cache). With ``options.cache_dir`` and a
+    model file, the plan and the derived profiles are taken from the plan cache where they were
+    kept (:mod:`trt_backend.artifacts.plan_cache`), and kept there otherwise; ``plan_entry``: the
+    entry of a model the caller loaded from its file (or took from that entry) itself."""
     opts = options if options is not None else SessionOptions()
     if not isinstance(opts, SessionOptions):
         raise OptionsError(f"options must be a SessionOptions, got {type(opts).__name__}")
-    if not isinstance(model, Plan):  # Types the model does not give are learned at the profiles' shapes.
+    entry = plan_entry if plan_entry is not None else plan_entry_for(model, profiles, opts)
+    if entry is not None and isinstance(model, (str, os.PathLike)):
+        model = entry.load() or model
+    if isinstance(model, Plan) and model.cached and model.model is not None:
+        check_profile_names(profiles, model.model.proto.graph)
+    elif not isinstance(model, Plan):  # Types the model does not give are learned at the profiles' shapes.
         model = load_for_planning(model, profile_shapes(profiles), opts.partition.qdq_rewrite)
         check_profile_names(profiles, model.proto.graph)  # Before planning, which can take long.
     elif model.model is not None and profiles is not None:
@@ -140,6 +151,9 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
                                                           oracle=opts.oracle, isolate=opts.isolate_parser)
     if plan.model is None:
         raise OptionsError("this plan was read from JSON without its model; pass the model instead")
+    if entry is not None and not plan.cached:
+        entry.store(plan)
+    planned = plan
     max_weights = _weight_limit(opts, plan) if build else None
     if max_weights is not None:
         plan = _cut_for_memory(plan, opts, max_weights)
@@ -172,7 +186,16 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
             return derive_profiles(the_model, p, inputs, input_profiles, overrides, calibration_runner,
                                    opts.calibration_seed, list(calibration_feeds))
 
-    derived = saved_segment_profiles(saved) if saved is not None else derive(plan)
+    if saved is not None:
+        derived = saved_segment_profiles(saved)
+    else:  # Profiles derived before for this plan from the same input profiles are kept with it.
+        keep = entry if entry is not None and plan is planned and not calibration_feeds else None
+        derivation = {"inputs": profiles_to_json(input_profiles), "overrides": profiles_to_json(overrides),
+                      "seed": opts.calibration_seed}
+        found = keep.profiles(derivation) if keep is not None else None
+        derived = found if found is not None else derive(plan)
+        if keep is not None and found is None:
+            keep.store_profiles(derivation, derived)
     quantizers: dict[tuple[str, str], SegmentQuantizer] = {}
     quantizer = _quantizer(the_model, opts.build, input_profiles, opts, quantizers) if _uses_int8(opts.build) else None
     given: dict[int, bytes | EngineFile] = dict(engines or {})
@@ -214,6 +237,16 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
         calibration = {"source": str(opts.build.calibration_data), "method": opts.build.calibration_method,
                        "sha256": data_sha256(str(opts.build.calibration_data))}
     return Compiled(plan, input_profiles, segments, opts, report, calibration, quantizers)
+
+
+def plan_entry_for(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, Any]] | None,
+                options: SessionOptions) -> PlanEntry | None:
+    """The plan cache entry under ``options.cache_dir`` of planning ``model``: for a model given by
+    the path of a file and no oracle of the caller's; else None."""
+    if not options.cache_dir or options.oracle is not None or not isinstance(model, (str, os.PathLike)) \
+            or not os.path.isfile(model):
+        return None
+    return plan_entry(options.cache_dir, os.fspath(model), options.partition, options.flavor, profile_shapes(profiles))
 
 
 def _weight_limit(options: SessionOptions, plan: Plan) -> int | None:

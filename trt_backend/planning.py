@@ -12,7 +12,10 @@ import pickle
 import threading
 import time
 from dataclasses import replace
+from collections.abc import Mapping
 from typing import Any
+
+import onnx
 
 from partitioner import (
     Model,
@@ -24,7 +27,7 @@ from partitioner import (
 )
 from partitioner.capability import CapabilityOracle, Verdict
 from partitioner.errors import OptionsError
-from partitioner.model import ModelSource, serialize
+from partitioner.model import ModelSource, learn_types, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
 from partitioner.qdq import rewrite_qdq
 from plugins import default_registry
@@ -65,7 +68,8 @@ def with_shipped_plugins(options: PartitionOptions | None = None) -> PartitionOp
 
 
 def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_rewrite: str = "exact", *,
-                    base_dir: str | None = None) -> Model:
+                    base_dir: str | None = None, learned: Mapping[str, Mapping[str, onnx.TypeProto]] | None = None
+                    ) -> Model:
     """``source`` loaded and normalised for trt_backend: IR versions within what the installed
     ONNX Runtime accepts (the partitioner is handed the cap; it has no runtime of its own), and
     explicit quantization TensorRT refuses only for its form rewritten into nodes it takes
@@ -75,16 +79,34 @@ def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_r
     (:mod:`trt_backend.ort.probe`), at ``shapes`` (the model-input shapes of the profiles it
     will be built for; none: small made-up dims). A Model already loaded is returned as it is,
     its learned types learned again where they were learned at other shapes. ``base_dir``: the
-    folder the model's external data locations are relative to (default: the model file's own)."""
+    folder the model's external data locations are relative to (default: the model file's own).
+    ``learned``: the types a probe run at ``shapes`` learned before, by how each was learned (what
+    :func:`learned_types` returns of that model): given instead of running the model again."""
     if isinstance(source, Model):
         if shapes and source.learned and probe_key(shapes) != source.probe_shapes and max_ir_version() is not None:
             learn_unknown_types(source, shapes)
         return source
     model = load_model(source, base_dir=base_dir, max_ir_version=max_ir_version())
     rewrite_qdq(model, qdq_rewrite)
-    if max_ir_version() is not None:  # None: no onnxruntime here to run the model.
+    if learned is not None:
+        for how, types in sorted(learned.items()):
+            if any(model.learned.get(name) != how for name in types):  # (declared ones it has already)
+                learn_types(model, types, how)
+        model.probe_shapes = probe_key(shapes)
+    elif max_ir_version() is not None:  # None: no onnxruntime here to run the model.
         learn_unknown_types(model, shapes)
     return model
+
+
+def learned_types(model: Model) -> dict[str, dict[str, onnx.TypeProto]]:
+    """The types ``model`` was given beyond shape inference (by a probe run, or by its own
+    value_info alone), by how each was learned: what :func:`load_normalized` takes as ``learned``."""
+    out: dict[str, dict[str, onnx.TypeProto]] = {}
+    types = {vi.name: vi.type for vi in model.proto.graph.value_info}
+    for name, how in model.learned.items():
+        if name in types:
+            out.setdefault(how, {})[name] = types[name]
+    return out
 
 
 def _qdq_rewrite(options: Any) -> str:

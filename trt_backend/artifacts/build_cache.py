@@ -165,13 +165,24 @@ class BuildCache:
         known = self.digests()
         before = dict(known)
         key = build_key(model_path, inputs, known, by_reference=by_reference)
+        self._keep_digests(known, before)
+        return key
+
+    def model_digest(self, model_path: str) -> dict[str, Any]:
+        """:func:`model_digest`, with the file digests this cache remembers."""
+        known = self.digests()
+        before = dict(known)
+        digest = model_digest(model_path, known)
+        self._keep_digests(known, before)
+        return digest
+
+    def _keep_digests(self, known: dict[str, Any], before: dict[str, Any]) -> None:
         if known != before:  # A file read anew: its digest is kept.
             try:
                 os.makedirs(self.root, exist_ok=True)
                 write_atomic(os.path.join(self.root, DIGESTS), json.dumps(_newest(known), indent=1))
             except OSError as e:
                 log.debug("build cache %s: digests not kept (%s)", self.root, e)
-        return key
 
     def digests(self) -> dict[str, Any]:
         try:

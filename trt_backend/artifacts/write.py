@@ -44,7 +44,7 @@ from trt_backend.artifacts.references import referable_path
 from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key
-from trt_backend.compiler import Compiled, compile
+from trt_backend.compiler import Compiled, compile, plan_entry_for
 from trt_backend.engines import head_start
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.config import check_build_options
@@ -113,10 +113,14 @@ def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[M
                                                   "build_cache": {"key": build_key, "hit": True}}, key)
         if hit is not None:
             return hit
-    loaded = load_for_planning(model, profile_shapes(profiles), opts.partition.qdq_rewrite)
+    entry = plan_entry_for(model, profiles, opts)  # (a plan kept in the plan cache: the model loaded, not probed)
+    kept = entry.load() if entry is not None else None
+    loaded = kept.model if kept is not None and kept.model is not None else \
+        load_for_planning(model, profile_shapes(profiles), opts.partition.qdq_rewrite)
     stage = _Stage(out_dir, loaded, reference)  # the weights go into the folder while the engines build
     try:
-        compiled = compile(loaded, profiles, opts, build=True, progress=progress, engine_dir=stage.engine_dir())
+        compiled = compile(kept if kept is not None else loaded, profiles, opts, build=True, progress=progress,
+                           engine_dir=stage.engine_dir(), plan_entry=entry)
         manifest = _write_into(stage, compiled, flv, start)
         if build_key is not None:
             manifest["build_cache"] = {"key": build_key, "hit": False}

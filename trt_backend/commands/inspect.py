@@ -36,6 +36,7 @@ _folder = lazy_module("trt_backend.commands._inspect_folder")
 _picture = lazy_module("partitioner.picture")
 _given = lazy_module("trt_backend.profiles.given")  # Only where shapes are given.
 _precision_plan = lazy_module("trt_backend.engines.precision_plan")
+_plan_cache = lazy_module("trt_backend.artifacts.plan_cache")  # Only with --cache-dir.
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -53,6 +54,9 @@ def register(p: argparse.ArgumentParser) -> None:
                         "also in the HTML picture")
     add_shape_arguments(p, "plan at: where shape inference leaves a tensor's type unknown, the model runs at "
                            "these to learn it, as build and run do")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="plan cache (DIR/plans, shared with build): a model file planned before with the same "
+                        "options is not planned again")
     add_sign_key_argument(p)
     add_partition_arguments(p)
     p.set_defaults(func=handle)
@@ -114,6 +118,20 @@ def _with_precision(page: str, plan: Plan, precision: PrecisionPlan) -> str:
     return page.replace("</body></html>", "\n".join(rows) + "</body></html>", 1)
 
 
+def _planned(args: argparse.Namespace, shapes: list[dict[str, Any]]) -> Plan:
+    """The plan of the model file, from the plan cache under --cache-dir where it was kept."""
+    options = partition_options(args)
+    path = os.fspath(args.model)
+    entry = _plan_cache.plan_entry(args.cache_dir, path, options, args.flavor, shapes) \
+        if args.cache_dir and os.path.isfile(path) else None
+    plan = entry.load() if entry is not None else None
+    if plan is None:
+        plan = make_plan(path, options, flavor=args.flavor, isolate=args.isolate, shapes=shapes)
+        if entry is not None:
+            entry.store(plan)
+    return plan
+
+
 def handle(args: argparse.Namespace) -> int:
     check_picture_name(args)
     precision = _precision_plan.read_precision_plan(args.precision_plan) if args.precision_plan else None
@@ -126,8 +144,7 @@ def handle(args: argparse.Namespace) -> int:
     else:
         profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
         shapes = _given.profile_shapes(profiles) if profiles else []
-        plan = make_plan(args.model, partition_options(args), flavor=args.flavor, isolate=args.isolate,
-                         shapes=shapes)
+        plan = _planned(args, shapes)
         print(summary(plan))
     if precision is None and manifest is not None and manifest.get("precision_plan"):
         precision = _precision_plan.PrecisionPlan.from_dict(manifest["precision_plan"])

@@ -5,7 +5,6 @@ folder is compared byte for byte with the folder the same build writes without a
 engine is built, never what is built."""
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from partitioner import PartitionOptions
+from tests.support.folders import folder
 from trt_backend.artifacts.write import build
 from trt_backend.cli import main
 from trt_backend.commands import _head_start
@@ -28,7 +28,6 @@ pytestmark = pytest.mark.usefixtures("flavor")
 
 SHAPES = ["--min-shapes", "x:1x3x16x16", "--opt-shapes", "x:2x3x16x16", "--max-shapes", "x:4x3x16x16"]
 PROFILES = [{"x": ((1, 3, 16, 16), (2, 3, 16, 16), (4, 3, 16, 16))}]
-TIMINGS = ("build_seconds", "digest", "seconds")
 
 
 def small_cnn(path: str, *, named: bool = True) -> str:
@@ -76,28 +75,6 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
 
 def without_head_start(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(head_start, "launch", lambda *a, **kw: None)
-
-
-def folder(path: str) -> dict[str, Any]:
-    """Every file's bytes, the manifest without its timings and its digest."""
-    out: dict[str, Any] = {}
-    for name in sorted(os.listdir(path)):
-        if name == "manifest.json":
-            with open(os.path.join(path, name)) as f:
-                manifest = json.load(f)
-            out[name] = _untimed(manifest)
-        else:
-            with open(os.path.join(path, name), "rb") as f:
-                out[name] = f.read()
-    return out
-
-
-def _untimed(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items() if k not in TIMINGS}
-    if isinstance(value, list):
-        return [_untimed(v) for v in value]
-    return value
 
 
 def no_scratch(parent: str) -> None:

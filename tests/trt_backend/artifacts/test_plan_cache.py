@@ -1,0 +1,125 @@
+"""The plan cache: with a cache folder, a model file planned before with the same options is not
+planned again (no parser call, no probe run, no profile derivation), and what it gives is what
+planning gives: the same plan JSON from ``inspect``, the same folder from ``build``. A changed
+model or option plans again; a damaged entry is dropped and planned again. Everything real: the
+TensorRT-RTX parser plans, ONNX Runtime probes, TensorRT-RTX builds."""
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from tests.support.folders import folder
+from tests.trt_backend.engines.test_head_start import SHAPES, small_cnn
+from tests.trt_backend.ort.test_probe import mlp_pipeline
+from trt_backend.cli import main
+from trt_backend.ort import probe
+from trt_backend.profiles import derive
+from trt_backend.tensorrt.oracle import ParserOracle
+
+pytestmark = pytest.mark.usefixtures("flavor")
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How often the real parser was asked, a probe ran and profiles were derived."""
+    seen = {"queries": 0, "probes": 0, "derivations": 0}
+    for owner, name, key in ((ParserOracle, "query", "queries"), (probe, "_probe", "probes"),
+                             (derive, "derive_profiles", "derivations")):
+        real = getattr(owner, name)
+
+        def counting(*args, _real=real, _key=key, **kw):
+            seen[_key] += 1
+            return _real(*args, **kw)
+
+        monkeypatch.setattr(owner, name, counting)
+    monkeypatch.setattr("trt_backend.compiler.derive_profiles", derive.derive_profiles)
+    return seen
+
+
+def _inspect(path: str, out: str, *extra: str) -> tuple[dict, str]:
+    assert main(["inspect", path, "--json", out, *extra]) == 0
+    with open(out) as f:
+        return json.load(f), out
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_inspect_takes_the_plan_from_the_cache(tmp_path, counted, capsys) -> None:
+    """An exporter's pipeline whose types need a probe run: the second inspect asks neither the
+    parser nor ONNX Runtime and writes the same plan (learned types included)."""
+    path = str(tmp_path / "pipeline.onnx")
+    onnx.save(mlp_pipeline(), path)
+    cache = str(tmp_path / "cache")
+    plain, _ = _inspect(path, str(tmp_path / "plain.json"))
+    capsys.readouterr()
+    first, _ = _inspect(path, str(tmp_path / "first.json"), "--cache-dir", cache)
+    assert "planned in" in capsys.readouterr().out
+    asked = dict(counted)
+    assert asked["queries"] >= 2 and asked["probes"] == 2  # (with the cache and without)
+    again, _ = _inspect(path, str(tmp_path / "again.json"), "--cache-dir", cache)
+    assert "plan from the plan cache" in capsys.readouterr().out
+    assert counted == asked  # no parser call, no probe run
+    assert plain == first == again and again["learned_types"]
+    assert len(glob.glob(os.path.join(cache, "plans", "*.json"))) == 1
+
+
+def test_a_changed_model_or_option_plans_again(tmp_path, counted, capsys) -> None:
+    path = small_cnn(str(tmp_path / "cnn.onnx"))
+    cache = str(tmp_path / "cache")
+    _inspect(path, str(tmp_path / "a.json"), "--cache-dir", cache)
+    calls = counted["queries"]
+    _inspect(path, str(tmp_path / "b.json"), "--cache-dir", cache, "--exclude-ops", "Relu")
+    assert counted["queries"] > calls  # another option: planned
+    calls = counted["queries"]
+    model = onnx.load(path)  # the same size, other weights
+    w = numpy_helper.to_array(model.graph.initializer[0])
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array((w * 2).astype(np.float32), "w0"))
+    onnx.save(model, path)
+    _inspect(path, str(tmp_path / "c.json"), "--cache-dir", cache)
+    assert counted["queries"] > calls  # another model: planned
+    assert len(glob.glob(os.path.join(cache, "plans", "*.json"))) == 3
+
+
+def test_a_damaged_entry_is_dropped_and_planned_again(tmp_path, counted, capsys, caplog) -> None:
+    path = small_cnn(str(tmp_path / "cnn.onnx"))
+    cache = str(tmp_path / "cache")
+    first, _ = _inspect(path, str(tmp_path / "a.json"), "--cache-dir", cache)
+    (entry,) = glob.glob(os.path.join(cache, "plans", "*.json"))
+    for damage in ('{"format": 1, "plan": {"segments": []', '{"format": 1, "plan": {}, "types": {}}'):
+        with open(entry, "w") as f:
+            f.write(damage)
+        calls = counted["queries"]
+        with caplog.at_level(logging.WARNING, logger="trt_backend.artifacts.plan_cache"):
+            again, _ = _inspect(path, str(tmp_path / "b.json"), "--cache-dir", cache)
+        assert again == first and counted["queries"] > calls
+        assert any("unusable" in r.getMessage() for r in caplog.records)
+        caplog.clear()
+    with open(entry) as f:  # written again, whole
+        assert json.load(f)["plan"] == first
+
+
+def test_a_build_takes_plan_and_profiles_from_the_cache_and_writes_the_same_folder(tmp_path, counted,
+                                                                                   capsys) -> None:
+    """A second build with other build options (no whole-folder hit) takes the plan and the
+    derived profiles from the cache; its folder is the one a build without a cache writes."""
+    path = small_cnn(str(tmp_path / "cnn.onnx"))
+    cache = str(tmp_path / "cache")
+    assert main(["build", path, "-o", str(tmp_path / "fp32"), *SHAPES, "--cache-dir", cache]) == 0
+    asked = dict(counted)
+    assert asked["queries"] >= 1 and asked["derivations"] == 1
+    assert main(["build", path, "-o", str(tmp_path / "cached"), *SHAPES, "--precision", "fp16",
+                 "--cache-dir", cache]) == 0
+    assert counted["queries"] == asked["queries"] and counted["derivations"] == asked["derivations"]
+    assert main(["build", path, "-o", str(tmp_path / "plain"), *SHAPES, "--precision", "fp16"]) == 0
+    assert counted["derivations"] == asked["derivations"] + 1
+    cached, plain = folder(str(tmp_path / "cached"), drop=("build_cache",)), folder(str(tmp_path / "plain"))
+    assert cached == plain
+    with open(os.path.join(tmp_path / "cached", "manifest.json")) as f:
+        manifest = json.load(f)
+    assert manifest["build_cache"]["hit"] is False and manifest["build"]["precision"] == "fp16"
