@@ -10,8 +10,8 @@ the profiles they were derived from. Its key is made of what decides the plan:
 - the model file's SHA-256 and its external data files' (the build cache's digests, with the file
   status check that skips reading an unchanged file);
 - the partition options as planning resolves them (plugins included), the TensorRT flavor with
-  its version and parser version, the highest IR version the installed ONNX Runtime accepts, the
-  shapes a probe run uses;
+  its version and parser version, the installed ONNX Runtime's version (probe runs and profile
+  derivation run it) and the highest IR version it accepts, the shapes a probe run uses;
 - trt-backend's version and the SHA-256 of its sources.
 
 The model itself is still loaded and normalised (segments are cut from it); a hit checks that the
@@ -36,7 +36,7 @@ from trt_backend._version import __version__
 from trt_backend.artifacts.build_cache import BuildCache, jsonable, source_digest
 from trt_backend.errors import TensorRTUnavailableError
 from trt_backend.ort.probe import ProbeShapes, probe_key
-from trt_backend.ort.sessions import max_ir_version
+from trt_backend.ort.sessions import installed_version, max_ir_version
 from trt_backend.planning import learned_types, load_normalized, with_shipped_plugins
 from trt_backend.profiles import Profile, profiles_from_json, profiles_to_json
 from trt_backend.tensorrt.flavor import load_flavor
@@ -68,7 +68,8 @@ def plan_entry(cache_dir: str, model_path: str, options: PartitionOptions, flavo
                 return None
     options = with_shipped_plugins(options)
     material = {"plan_cache_format": PLAN_CACHE_FORMAT, "trt_backend": __version__, "source": source_digest(),
-                "model": model, "options": jsonable(options), "parser": parser, "max_ir_version": max_ir_version(),
+                "model": model, "options": jsonable(options), "parser": parser, "onnxruntime": installed_version(),
+                "max_ir_version": max_ir_version(),
                 "shapes": [[[name, list(dims)] for name, dims in run] for run in probe_key(shapes)]}
     key = json_sha256(material, default=repr)
     return PlanEntry(os.path.join(os.path.abspath(cache_dir), PLANS, key + ".json"), model_path,
