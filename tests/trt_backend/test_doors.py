@@ -251,7 +251,7 @@ def test_every_door_offers_the_same_plugins(no_plugins, tmp_path, capsys) -> Non
     path = str(tmp_path / "crop.onnx")
     onnx.save(crop_cnn(), path)
     flags = ["--target", "tensorrt"] + (["--no-plugins"] if no_plugins else [])
-    options = PartitionOptions(target="tensorrt", **({"plugins": ()} if no_plugins else {}))
+    options = PartitionOptions(target="tensorrt", plugins=() if no_plugins else None)
     js = str(tmp_path / "plan.json")
     assert main(["inspect", path, *flags, "--json", js]) == 0
     with open(js) as f:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 _options = lazy_module("trt_backend.engines.options")
 _ort_options = lazy_module("trt_backend.ort.options")
 _session_options = lazy_module("trt_backend.session.options")
+_planning = lazy_module("trt_backend.planning")  # (it loads onnx: not before a command plans)
 
 # Every flag that names something a command writes: its argparse dest -> (flag, what it is: a
 # "file", a "folder" replaced or filled whole, a "tree" (a folder made with its parents), or
@@ -124,14 +125,13 @@ def ort_options(args: argparse.Namespace, *, intra_op_threads: int = 0) -> OrtOp
 def partition_options(args: argparse.Namespace) -> PartitionOptions:
     """The partition options of a command line, as the Python door resolves the same fields
     (:func:`trt_backend.planning.with_shipped_plugins`: every shipped plugin unless --no-plugins)."""
-    from trt_backend.planning import with_shipped_plugins  # (planning loads onnx: not before a command needs it)
-
-    return with_shipped_plugins(PartitionOptions(
+    resolved: PartitionOptions = _planning.with_shipped_plugins(PartitionOptions(
         exclude_ops=tuple(args.exclude_ops), exclude_nodes=tuple(args.exclude_nodes),
         min_segment_size=args.min_segment_size,
         boundary_cost=None if args.no_boundary_cost else BoundaryCost(launch_us=args.launch_cost_us),
         plugins=() if args.no_plugins else None, plugin_ops=tuple(args.plugin_ops), target=args.target,
         qdq_rewrite=args.qdq_rewrite))
+    return resolved
 
 
 # Flags that change what is built (the plan, the precision, the engines), with their defaults: a

@@ -16,8 +16,8 @@ import pytest
 from onnx import numpy_helper
 
 from tests.support.folders import folder
-from tests.trt_backend.engines.test_head_start import SHAPES, small_cnn
-from tests.trt_backend.ort.test_probe import mlp_pipeline
+from tests.support.pipelines import mlp_pipeline
+from tests.support.small_cnn import SHAPES, small_cnn
 from trt_backend.cli import main
 from trt_backend.ort import probe
 from trt_backend.profiles import derive

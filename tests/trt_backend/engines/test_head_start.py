@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from partitioner import PartitionOptions
 from tests.support.folders import folder
+from tests.support.small_cnn import PROFILES, SHAPES, small_cnn
 from trt_backend.artifacts.write import build
 from trt_backend.cli import main
 from trt_backend.commands import _head_start
@@ -25,32 +26,6 @@ from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
 pytestmark = pytest.mark.usefixtures("flavor")
-
-SHAPES = ["--min-shapes", "x:1x3x16x16", "--opt-shapes", "x:2x3x16x16", "--max-shapes", "x:4x3x16x16"]
-PROFILES = [{"x": ((1, 3, 16, 16), (2, 3, 16, 16), (4, 3, 16, 16))}]
-
-
-def small_cnn(path: str, *, named: bool = True) -> str:
-    """Conv (weights past the size that goes to TensorRT by address) -> Relu -> Conv -> pool ->
-    Gemm, every node named (``named=False``: the first is not, which loading fixes)."""
-    rng = np.random.default_rng(3)
-    inits = [numpy_helper.from_array((rng.standard_normal((64, 3, 3, 3)) * 0.2).astype(np.float32), "w0"),
-             numpy_helper.from_array((rng.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32), "w1"),
-             numpy_helper.from_array((rng.standard_normal((64, 10)) * 0.1).astype(np.float32), "fw")]
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1], name="conv0" if named else ""),
-             helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
-             helper.make_node("Conv", ["r0", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-             helper.make_node("GlobalAveragePool", ["c1"], ["g"], name="gap"),
-             helper.make_node("Flatten", ["g"], ["f"], name="flat"),
-             helper.make_node("MatMul", ["f", "fw"], ["y"], name="fc")]
-    graph = helper.make_graph(nodes, "small_cnn",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
-
 
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:

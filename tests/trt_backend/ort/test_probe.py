@@ -11,28 +11,12 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from tests.support.graphs import assert_same, ort_reference
+from tests.support.pipelines import mlp_pipeline
 from trt_backend.ort.probe import HOW
 from trt_backend.planning import make_plan
 from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
-
-
-def mlp_pipeline():
-    pytest.importorskip("sklearn")  # (the test extra installs both)
-    skl2onnx = pytest.importorskip("skl2onnx")
-    from skl2onnx.common.data_types import FloatTensorType
-    from sklearn.neural_network import MLPClassifier
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    rng = np.random.default_rng(4)
-    X = rng.standard_normal((120, 8)).astype(np.float32)
-    y = (X[:, 0] + X[:, 1] > 0).astype(np.int64) + (X[:, 2] > 1)
-    pipe = make_pipeline(StandardScaler(), MLPClassifier(hidden_layer_sizes=(16, 8), max_iter=300,
-                                                         random_state=0)).fit(X, y)
-    return skl2onnx.convert_sklearn(pipe, initial_types=[("X", FloatTensorType([None, 8]))],
-                                    target_opset={"": 17, "ai.onnx.ml": 3})
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")

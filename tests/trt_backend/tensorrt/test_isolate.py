@@ -56,9 +56,9 @@ def test_a_parser_process_that_dies_is_one_error_and_the_caller_lives() -> None:
 
 
 def test_isolate_on_the_command_line(monkeypatch, capsys) -> None:
-    import trt_backend.commands._args as args_module
+    import trt_backend.planning as planning
 
-    monkeypatch.setattr(args_module, "default_registry", AbortingRegistry)
+    monkeypatch.setattr(planning, "default_registry", AbortingRegistry)  # (every door's shipped plugins)
     for command in (["inspect", DEMO_PATH, "--isolate"], ["run", DEMO_PATH, "--isolate", "--emulate"]):
         assert main(command) == 1
         err = capsys.readouterr().err.strip()
