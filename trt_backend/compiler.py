@@ -192,7 +192,7 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
         keep = entry if entry is not None and plan is planned and not calibration_feeds else None
         derivation = {"inputs": profiles_to_json(input_profiles), "overrides": profiles_to_json(overrides),
                       "seed": opts.calibration_seed}
-        found = keep.profiles(derivation) if keep is not None else None
+        found = keep.profiles(derivation, plan) if keep is not None else None
         derived = found if found is not None else derive(plan)
         if keep is not None and found is None:
             keep.store_profiles(derivation, derived)
@@ -275,7 +275,7 @@ def _cut_for_memory(plan: Plan, options: SessionOptions, limit: int) -> Plan:
     verdicts = [Verdict(n.verdict, n.reason) for n in plan.nodes]
     cut = build_plan(plan.model, verdicts, plan.tensorrt, options.partition.min_segment_size, target=plan.target,
                      cost=options.partition.boundary_cost, max_segment_weights=limit)
-    cut.seconds, cut.oracle_calls = plan.seconds, plan.oracle_calls
+    cut.seconds, cut.oracle_calls, cut.cached = plan.seconds, plan.oracle_calls, plan.cached
     log.info("%s: %d TensorRT segment(s) hold more than %s of weights, the most a build within the memory "
              "budget may; cut into %d TensorRT segment(s)", plan.model_name, len(over), si_bytes(limit),
              len(cut.tensorrt_segments()))

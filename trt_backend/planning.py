@@ -102,7 +102,8 @@ def learned_types(model: Model) -> dict[str, dict[str, onnx.TypeProto]]:
     """The types ``model`` was given beyond shape inference (by a probe run, or by its own
     value_info alone), by how each was learned: what :func:`load_normalized` takes as ``learned``."""
     out: dict[str, dict[str, onnx.TypeProto]] = {}
-    types = {vi.name: vi.type for vi in model.proto.graph.value_info}
+    graph = model.proto.graph  # (a learned graph output's type is on the output, not in value_info)
+    types = {vi.name: vi.type for vi in list(graph.output) + list(graph.value_info)}
     for name, how in model.learned.items():
         if name in types:
             out.setdefault(how, {})[name] = types[name]

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import mmap
 import os
 import shutil
 import time
@@ -88,16 +89,20 @@ def _file_digest(path: str, known: dict[str, Any], data: bool | None) -> dict[st
     entry = known.get(key)
     if isinstance(entry, dict) and entry.get("status") == status:
         return entry
-    with open(path, "rb") as f:
-        content = f.read()
-    entry = {"status": status, "sha256": hashlib.sha256(content).hexdigest(), "data_files": []}
-    if data is None and b"location" in content:  # No external data without that key: no parse.
-        proto = _onnx.ModelProto()  # Only here: a cache hit of a model without external data loads no onnx.
-        try:
-            proto.ParseFromString(content)
-            entry["data_files"] = _weights.data_files(proto)
-        except (_protobuf.DecodeError, RuntimeError, ValueError) as e:  # Not a model: loading it names the problem.
-            raise OSError(f"not an ONNX model ({e})") from None
+    with open(path, "rb") as f:  # (mapped, not read: a data file of gigabytes is hashed in place)
+        content = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if st.st_size else b""
+    try:
+        entry = {"status": status, "sha256": hashlib.sha256(content).hexdigest(), "data_files": []}
+        if data is None and content.find(b"location") >= 0:  # No external data without that key: no parse.
+            proto = _onnx.ModelProto()  # Only here: a cache hit of a model without external data loads no onnx.
+            try:
+                proto.ParseFromString(content[:])
+                entry["data_files"] = _weights.data_files(proto)
+            except (_protobuf.DecodeError, RuntimeError, ValueError) as e:  # Not a model: loading it names it.
+                raise OSError(f"not an ONNX model ({e})") from None
+    finally:
+        if isinstance(content, mmap.mmap):
+            content.close()
     if time.time() - st.st_mtime_ns / 1e9 > _RACY_SECONDS:
         known[key] = entry
     return entry

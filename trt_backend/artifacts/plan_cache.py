@@ -58,18 +58,17 @@ def plan_entry(cache_dir: str, model_path: str, options: PartitionOptions, flavo
     except OSError as e:
         log.debug("no plan cache key for %s: %s", model_path, e)
         return None
-    parser = ["none"]  # (flavor "none", or "auto" where none is installed: every node goes to ONNX Runtime)
+    parser = [flavor]  # ("none": every node goes to ONNX Runtime)
     if flavor != "none":
         try:
             flv = load_flavor(flavor)
-            parser = [flv.name, flv.version, flv.parser_version]
         except TensorRTUnavailableError:
-            if flavor != "auto":
-                return None
+            return None  # (planning says so, or plans without TensorRT with a warning: nothing to keep)
+        parser += [flv.name, flv.version, flv.parser_version]
     options = with_shipped_plugins(options)
     material = {"plan_cache_format": PLAN_CACHE_FORMAT, "trt_backend": __version__, "source": source_digest(),
-                "model": model, "options": jsonable(options), "parser": parser, "onnxruntime": installed_version(),
-                "max_ir_version": max_ir_version(),
+                "model": model, "options": jsonable(options), "parser": parser, "onnx": onnx.__version__,
+                "onnxruntime": installed_version(), "max_ir_version": max_ir_version(),
                 "shapes": [[[name, list(dims)] for name, dims in run] for run in probe_key(shapes)]}
     key = json_sha256(material, default=repr)
     return PlanEntry(os.path.join(os.path.abspath(cache_dir), PLANS, key + ".json"), model_path,
@@ -88,11 +87,16 @@ class PlanEntry:
                 entry = json.load(f)
             if not isinstance(entry, dict) or entry.get("format") != PLAN_CACHE_FORMAT:
                 raise ValueError("not a plan cache entry of this format")
+            if not isinstance(entry.get("profiles", {}), dict):
+                raise ValueError("its profiles are not a mapping")
             return entry
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as e:
+        except ValueError as e:  # (JSON that does not parse, or is not an entry)
             self._drop(str(e))
+            return None
+        except OSError as e:  # Unreadable here (permissions): a miss, the entry left as it is.
+            log.debug("plan cache entry %s not read (%s)", self.path, e)
             return None
 
     def _drop(self, why: str) -> None:
@@ -127,7 +131,9 @@ class PlanEntry:
         if [n.name for n in model.proto.graph.node] != [n.name for n in plan.nodes] or model.learned != plan.learned:
             self._drop("its plan does not fit the model")
             return None
-        plan.model, plan.cached, plan.seconds = model, True, time.perf_counter() - start
+        # (the key is the content: the same bytes at another path are this model, named as given)
+        plan.model_name, plan.model, plan.cached = model.source, model, True
+        plan.seconds = time.perf_counter() - start
         log.info("%s: plan taken from the plan cache (%s)", self.model_path, self.path)
         return plan
 
@@ -138,17 +144,21 @@ class PlanEntry:
                  for how, by in learned_types(plan.model).items()}
         self._write({"format": PLAN_CACHE_FORMAT, "plan": plan.to_dict(), "types": types, "profiles": {}})
 
-    def profiles(self, given: Any) -> dict[int, list[Profile]] | None:
-        """The TensorRT segments' profiles derived for the plan kept here from ``given`` (JSON-able:
-        the input profiles and whatever else derivation depends on), or None."""
+    def profiles(self, given: Any, plan: Plan) -> dict[int, list[Profile]] | None:
+        """The profiles of ``plan``'s TensorRT segments derived from ``given`` (JSON-able: the input
+        profiles and whatever else derivation depends on) for the plan kept here, or None."""
         found = ((self._read() or {}).get("profiles") or {}).get(json_sha256(jsonable(given), default=repr))
         if found is None:
             return None
         try:
-            return {int(k): profiles_from_json(v) for k, v in found.items()}
+            derived = {int(k): profiles_from_json(v) for k, v in found.items()}
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             self._drop(f"unreadable profiles: {e}")
             return None
+        if set(derived) != {s.id for s in plan.tensorrt_segments()}:
+            self._drop("its profiles are not the plan's TensorRT segments'")
+            return None
+        return derived
 
     def store_profiles(self, given: Any, derived: Mapping[int, Sequence[Profile]]) -> None:
         """Keep the profiles derived from ``given`` beside the plan kept here."""

@@ -41,8 +41,9 @@ class SessionOptions:
     ``flavor``: whose TensorRT parser decides capability ("none": everything on ONNX Runtime).
     ``oracle``: a ``partitioner.CapabilityOracle`` to ask instead of a TensorRT parser.
     ``isolate_parser``: ask the TensorRT parser in a child process (survives its crashes).
-    ``cache_dir``: engine cache folder (None: build without a cache; on a GPU, TensorRT-RTX's
-    runtime caches go to its ``runtime`` folder). ``allow_host_code``: load engines that carry
+    ``cache_dir``: cache folder of engines and, for a model given by its file, of plans (the
+    plan, learned types and derived profiles: :mod:`trt_backend.artifacts.plan_cache`) (None: no
+    cache; on a GPU, TensorRT-RTX's runtime caches go to its ``runtime`` folder). ``allow_host_code``: load engines that carry
     host code (version-compatible builds with their lean runtime). ``lean_runtime``: the lean
     runtime library (``libnvinfer_lean``) of the TensorRT that built version-compatible engines
     without one, to run them on a later TensorRT. ``outputs_on_device``: GPU path,

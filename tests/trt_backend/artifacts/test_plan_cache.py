@@ -9,11 +9,12 @@ import glob
 import json
 import logging
 import os
+import shutil
 
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from tests.support.folders import folder
 from tests.support.pipelines import mlp_pipeline
@@ -123,3 +124,39 @@ def test_a_build_takes_plan_and_profiles_from_the_cache_and_writes_the_same_fold
     with open(os.path.join(tmp_path / "cached", "manifest.json")) as f:
         manifest = json.load(f)
     assert manifest["build_cache"]["hit"] is False and manifest["build"]["precision"] == "fp16"
+
+
+def test_a_hit_names_the_model_as_given(tmp_path, counted, capsys) -> None:
+    """The same bytes at another path: a hit, and the plan names the path given, as planning it does."""
+    first = small_cnn(str(tmp_path / "cnn.onnx"))
+    cache = str(tmp_path / "cache")
+    _inspect(first, str(tmp_path / "a.json"), "--cache-dir", cache)
+    other = str(tmp_path / "copy.onnx")
+    shutil.copyfile(first, other)
+    calls = counted["queries"]
+    hit, _ = _inspect(other, str(tmp_path / "b.json"), "--cache-dir", cache)
+    assert counted["queries"] == calls and "plan from the plan cache" in capsys.readouterr().out
+    fresh, _ = _inspect(other, str(tmp_path / "c.json"))
+    assert hit == fresh and hit["model"] == other
+
+
+def test_a_graph_output_whose_type_a_probe_learned(tmp_path, counted, capsys) -> None:
+    """A graph output declared without a shape after an op ONNX's inference has no rule for: the
+    probe learns its rank, the cache keeps it on the output, and a hit plans as the miss did."""
+    nodes = [helper.make_node("Scaler", ["x"], ["s"], domain="ai.onnx.ml", offset=[0.5] * 4, scale=[2.0] * 4),
+             helper.make_node("Relu", ["s"], ["r"]), helper.make_node("Abs", ["r"], ["a"]),
+             helper.make_node("Neg", ["a"], ["y"])]
+    graph = helper.make_graph(nodes, "scaled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("s", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+    model.ir_version = 8
+    path = str(tmp_path / "scaled.onnx")
+    onnx.save(model, path)
+    cache = str(tmp_path / "cache")
+    first, _ = _inspect(path, str(tmp_path / "a.json"), "--cache-dir", cache)
+    assert "s" in first["learned_types"] and counted["probes"] == 1
+    calls = counted["queries"]
+    again, _ = _inspect(path, str(tmp_path / "b.json"), "--cache-dir", cache)
+    assert "plan from the plan cache" in capsys.readouterr().out
+    assert again == first and counted["queries"] == calls and counted["probes"] == 1
