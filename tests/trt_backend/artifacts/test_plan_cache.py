@@ -18,10 +18,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.support.folders import folder
 from tests.support.pipelines import mlp_pipeline
-from tests.support.small_cnn import SHAPES, small_cnn
+from tests.support.small_cnn import PROFILES, SHAPES, small_cnn
 from trt_backend.cli import main
 from trt_backend.ort import probe
 from trt_backend.profiles import derive
+from trt_backend.session.options import SessionOptions
+from trt_backend.session.session import Session
 from trt_backend.tensorrt.oracle import ParserOracle
 
 pytestmark = pytest.mark.usefixtures("flavor")
@@ -160,3 +162,21 @@ def test_a_graph_output_whose_type_a_probe_learned(tmp_path, counted, capsys) ->
     again, _ = _inspect(path, str(tmp_path / "b.json"), "--cache-dir", cache)
     assert "plan from the plan cache" in capsys.readouterr().out
     assert again == first and counted["queries"] == calls and counted["probes"] == 1
+
+
+def test_inspect_build_and_session_share_one_entry(tmp_path, counted, capsys) -> None:
+    """The plan ``inspect --cache-dir`` keeps is the one ``build --cache-dir`` and a Python
+    ``Session(cache_dir=...)`` take: one entry, no parser call after the first, the same plan."""
+    path = small_cnn(str(tmp_path / "cnn.onnx"))
+    cache = str(tmp_path / "cache")
+    planned, _ = _inspect(path, str(tmp_path / "a.json"), "--cache-dir", cache, *SHAPES)
+    calls = counted["queries"]
+    assert main(["build", path, "-o", str(tmp_path / "built"), *SHAPES, "--cache-dir", cache]) == 0
+    sess = Session(path, PROFILES, SessionOptions(cache_dir=cache, emulate=True))
+    assert counted["queries"] == calls and sess.plan.cached
+    with open(os.path.join(tmp_path / "built", "manifest.json")) as f:
+        built = json.load(f)["plan"]
+    assert [(s["id"], s["backend"], s["nodes"]) for s in built["segments"]] == \
+        [(s["id"], s["backend"], s["nodes"]) for s in planned["segments"]] == \
+        [(s.id, s.backend, list(s.nodes)) for s in sess.plan.segments]
+    assert len(glob.glob(os.path.join(cache, "plans", "*.json"))) == 1
