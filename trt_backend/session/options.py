@@ -43,11 +43,12 @@ class SessionOptions:
     ``isolate_parser``: ask the TensorRT parser in a child process (survives its crashes).
     ``cache_dir``: cache folder of engines and, for a model given by its file, of plans (the
     plan, learned types and derived profiles: :mod:`trt_backend.artifacts.plan_cache`) (None: no
-    cache; on a GPU, TensorRT-RTX's runtime caches go to its ``runtime`` folder). ``allow_host_code``: load engines that carry
-    host code (version-compatible builds with their lean runtime). ``lean_runtime``: the lean
-    runtime library (``libnvinfer_lean``) of the TensorRT that built version-compatible engines
-    without one, to run them on a later TensorRT. ``outputs_on_device``: GPU path,
-    return outputs as device arrays (``__cuda_array_interface__``) unless a run says otherwise.
+    cache; on a GPU, TensorRT-RTX's runtime caches go to its ``runtime`` folder).
+    ``allow_host_code``: load engines that carry host code (version-compatible builds with their
+    lean runtime). ``lean_runtime``: the lean runtime library (``libnvinfer_lean``) of the
+    TensorRT that built version-compatible engines without one, to run them on a later TensorRT.
+    ``outputs_on_device``: GPU path, return outputs as device arrays
+    (``__cuda_array_interface__``) unless a run says otherwise.
     ``calibration_seed``: seed of the random inputs profiles are calibrated with.
     ``max_memory``: bytes (or ``"8G"``, ``"512M"``) no single tensor the session makes (random
     inputs, calibration data, host copies of outputs) may exceed, besides what the machine has
