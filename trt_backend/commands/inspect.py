@@ -138,6 +138,9 @@ def handle(args: argparse.Namespace) -> int:
     manifest: dict[str, Any] | None = None
     if is_folder_arg(args):
         refuse_build_flags(args, os.fspath(args.model), allow=("precision_plan",))
+        if args.cache_dir:
+            raise OptionsError(f"{args.model}: --cache-dir keeps plans of model files; a build folder holds its own "
+                               "plan (inspect the model file with --cache-dir instead)")
         plan, manifest, report = _folder.open_and_report(os.fspath(args.model), args.sign_key,
                                                          verbose=bool(args.verbose))
         print(report)

@@ -180,3 +180,15 @@ def test_inspect_build_and_session_share_one_entry(tmp_path, counted, capsys) ->
         [(s["id"], s["backend"], s["nodes"]) for s in planned["segments"]] == \
         [(s.id, s.backend, list(s.nodes)) for s in sess.plan.segments]
     assert len(glob.glob(os.path.join(cache, "plans", "*.json"))) == 1
+
+
+def test_a_build_folder_takes_no_plan_cache_in_one_line(tmp_path, capsys) -> None:
+    path = small_cnn(str(tmp_path / "cnn.onnx"))
+    folder = str(tmp_path / "built")
+    assert main(["build", path, "-o", folder, *SHAPES]) == 0
+    capsys.readouterr()
+    assert main(["inspect", folder, "--cache-dir", str(tmp_path / "cache")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (f"trt-backend: error: {folder}: --cache-dir keeps plans of model files; a build folder holds "
+                   "its own plan (inspect the model file with --cache-dir instead)"), err
+    assert not os.path.exists(tmp_path / "cache")
