@@ -17,6 +17,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from partitioner.errors import InvalidModelError, ModelLoadError, ModelTooLargeError
+from partitioner.folding import fold_for_inference
 from partitioner.graph import GraphIndex
 from partitioner.weights import (
     check_external,
@@ -640,10 +641,22 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: list[str] | None = N
     if inferred is None:
         return []
     typed = {vi.name for vi in inferred.graph.value_info if _typed(vi)}
+    constants: list[onnx.ValueInfoProto] = []
+    if _untyped(inferred):
+        # Some tensor's type may follow from constant shape arithmetic inference has no rule for:
+        # inferred again over a copy with those values evaluated (partitioner.folding).
+        folded = fold_for_inference(copy)
+        again = _run_inference(folded, name) if folded is not None else None
+        if folded is not None and again is not None and _untyped(again) < _untyped(inferred):
+            held = {vi.name for vi in again.graph.value_info}
+            constants = [vi for vi in inferred.graph.value_info if vi.name not in held]  # (the folded nodes')
+            copy, inferred = folded, again
+            typed = {vi.name for vi in inferred.graph.value_info if _typed(vi)} | {vi.name for vi in constants}
     fallback = [vi for n, vi in declared.items() if n not in typed]
     if fallback:
         copy.graph.value_info.extend(fallback)
         inferred = _run_inference(copy, name) or inferred
+    inferred.graph.value_info.extend(constants)
     known = {vi.name for vi in list(graph.input) + list(graph.output)}
     del graph.value_info[:]
     graph.value_info.extend(vi for vi in inferred.graph.value_info if vi.name not in known)
@@ -664,6 +677,14 @@ def _run_inference(proto: onnx.ModelProto, name: str) -> onnx.ModelProto | None:
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, ValueError) as e:
         log.warning("%s: shape inference failed, continuing without it: %s", name, e)
         return None
+
+
+def _untyped(inferred: onnx.ModelProto) -> int:
+    """How many node outputs of ``inferred`` have no dtype or rank (graph outputs included)."""
+    graph = inferred.graph
+    typed = {vi.name for vi in list(graph.value_info) + list(graph.output) if _typed(vi)}
+    typed.update(t.name for t in graph.initializer)
+    return sum(1 for n in graph.node for o in n.output if o and o not in typed)
 
 
 def _typed(vi: onnx.ValueInfoProto) -> bool:

@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
+from tests.support.attention import attention_reshape
 from tests.support.graphs import assert_same, ort_reference
 from tests.support.pipelines import mlp_pipeline
 from trt_backend.ort.probe import HOW
@@ -144,3 +145,21 @@ def test_a_probe_run_that_fails_says_so_once(tmp_path, flavor) -> None:
     shaped = subprocess.run([sys.executable, "-m", "trt_backend", "run", str(path), "--shapes", "x:1x200", "--emulate"],
                             capture_output=True, text=True, timeout=300)
     assert shaped.returncode == 0 and "could not be learned" not in shaped.stderr, shaped.stderr
+
+
+def test_an_attention_reshape_needs_no_probe_and_runs_as_onnx_runtime_runs_it(flavor, monkeypatch) -> None:
+    """The rank after a Reshape whose shape follows from a Mod of constants is inferred (the
+    constant shape arithmetic evaluated for inference, partitioner.folding): no probe run, no
+    learned types, one TensorRT segment that runs as ONNX Runtime runs the model."""
+    from trt_backend.ort import probe
+
+    def no_probe(*args, **kw):
+        raise AssertionError("the probe ran")
+
+    monkeypatch.setattr(probe, "_probe", no_probe)
+    model = attention_reshape()
+    plan = make_plan(model)
+    assert plan.learned == {} and [s.backend for s in plan.segments] == ["tensorrt"]
+    feeds = {"x": np.random.default_rng(0).standard_normal((3, 5, 8)).astype(np.float32)}
+    sess = Session(model, [{"x": ((1, 5, 8), (3, 5, 8), (4, 5, 8))}], SessionOptions(emulate=True))
+    assert_same(sess.run(None, feeds), ort_reference(model, feeds))
