@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import mmap
 import os
 import shutil
 import time
@@ -81,6 +80,20 @@ def model_digest(path: str, known: dict[str, Any] | None = None) -> dict[str, An
 _RACY_SECONDS = 2.0  # a file changed this recently may change again within its time stamp's resolution
 
 
+def _sha256_finding(path: str, needle: bytes | None) -> tuple[str, bool]:
+    """The file's SHA-256, read a MiB at a time (a data file of gigabytes stays out of memory), and
+    whether ``needle`` occurs in it."""
+    h = hashlib.sha256()
+    found, tail = False, b""
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            if needle is not None and not found:
+                found = needle in tail + chunk[:len(needle)] or needle in chunk
+                tail = chunk[-(len(needle) - 1):]
+    return h.hexdigest(), found
+
+
 def _file_digest(path: str, known: dict[str, Any], data: bool | None) -> dict[str, Any]:
     """{"sha256", "data_files"} of a file (``data``: it is a data file, not a model)."""
     st = os.stat(path)
@@ -89,20 +102,17 @@ def _file_digest(path: str, known: dict[str, Any], data: bool | None) -> dict[st
     entry = known.get(key)
     if isinstance(entry, dict) and entry.get("status") == status:
         return entry
-    with open(path, "rb") as f:  # (mapped, not read: a data file of gigabytes is hashed in place)
-        content = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if st.st_size else b""
-    try:
-        entry = {"status": status, "sha256": hashlib.sha256(content).hexdigest(), "data_files": []}
-        if data is None and content.find(b"location") >= 0:  # No external data without that key: no parse.
-            proto = _onnx.ModelProto()  # Only here: a cache hit of a model without external data loads no onnx.
-            try:
-                proto.ParseFromString(content[:])
-                entry["data_files"] = _weights.data_files(proto)
-            except (_protobuf.DecodeError, RuntimeError, ValueError) as e:  # Not a model: loading it names it.
-                raise OSError(f"not an ONNX model ({e})") from None
-    finally:
-        if isinstance(content, mmap.mmap):
-            content.close()
+    digest, named = _sha256_finding(path, b"location" if data is None else None)
+    entry = {"status": status, "sha256": digest, "data_files": []}
+    if named:  # No external data without that key: no parse.
+        with open(path, "rb") as f:
+            content = f.read()
+        proto = _onnx.ModelProto()  # Only here: a cache hit of a model without external data loads no onnx.
+        try:
+            proto.ParseFromString(content)
+            entry["data_files"] = _weights.data_files(proto)
+        except (_protobuf.DecodeError, RuntimeError, ValueError) as e:  # Not a model: loading it names the problem.
+            raise OSError(f"not an ONNX model ({e})") from None
     if time.time() - st.st_mtime_ns / 1e9 > _RACY_SECONDS:
         known[key] = entry
     return entry

@@ -192,3 +192,31 @@ def test_a_build_folder_takes_no_plan_cache_in_one_line(tmp_path, capsys) -> Non
     assert err == (f"trt-backend: error: {folder}: --cache-dir keeps plans of model files; a build folder holds "
                    "its own plan (inspect the model file with --cache-dir instead)"), err
     assert not os.path.exists(tmp_path / "cache")
+
+
+def test_a_big_data_file_is_hashed_without_holding_it(tmp_path) -> None:
+    """The cache key's digest of a model's external data reads it a MiB at a time: Python holds
+    far less than the file (a Session or inspect with a cache folder on a model of gigabytes)."""
+    import hashlib
+    import tracemalloc
+
+    from trt_backend.artifacts.build_cache import model_digest
+
+    weights = np.random.default_rng(0).standard_normal((4096, 2048)).astype(np.float32)  # 32 MiB
+    proto = onnx.helper.make_model(onnx.helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4096])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2048])],
+        [numpy_helper.from_array(weights, "w")]))
+    path = str(tmp_path / "big.onnx")
+    onnx.save(proto, path, save_as_external_data=True, location="big.data", size_threshold=0)
+    del weights, proto
+    tracemalloc.start()
+    try:
+        digest = model_digest(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    with open(tmp_path / "big.data", "rb") as f:
+        assert digest["data_files"] == {"big.data": hashlib.sha256(f.read()).hexdigest()}
+    assert peak < 4 * 2**20, peak
