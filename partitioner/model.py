@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError
 
 from partitioner.errors import InvalidModelError, ModelLoadError, ModelTooLargeError
 from partitioner.folding import fold_for_inference
-from partitioner.graph import GraphIndex
+from partitioner.graph import GraphIndex, node_reads
 from partitioner.weights import (
     check_external,
     external_tensors,
@@ -642,12 +642,13 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: list[str] | None = N
         return []
     typed = {vi.name for vi in inferred.graph.value_info if _typed(vi)}
     constants: list[onnx.ValueInfoProto] = []
-    if _untyped(inferred):
+    untyped = _untyped(inferred)
+    if untyped:
         # Some tensor's type may follow from constant shape arithmetic inference has no rule for:
         # inferred again over a copy with those values evaluated (partitioner.folding).
         folded = fold_for_inference(copy)
         again = _run_inference(folded, name) if folded is not None else None
-        if folded is not None and again is not None and _untyped(again) < _untyped(inferred):
+        if folded is not None and again is not None and _untyped(again) < untyped:
             held = {vi.name for vi in again.graph.value_info}
             constants = [vi for vi in inferred.graph.value_info if vi.name not in held]  # (the folded nodes')
             copy, inferred = folded, again
@@ -680,11 +681,14 @@ def _run_inference(proto: onnx.ModelProto, name: str) -> onnx.ModelProto | None:
 
 
 def _untyped(inferred: onnx.ModelProto) -> int:
-    """How many node outputs of ``inferred`` have no dtype or rank (graph outputs included)."""
+    """How many node outputs of ``inferred`` have no dtype or rank where something reads them or
+    they are graph outputs (as :func:`unknown_tensor_types` counts them: an unused optional output,
+    such as an old Dropout's mask, stays untyped and matters to nobody)."""
     graph = inferred.graph
     typed = {vi.name for vi in list(graph.value_info) + list(graph.output) if _typed(vi)}
     typed.update(t.name for t in graph.initializer)
-    return sum(1 for n in graph.node for o in n.output if o and o not in typed)
+    wanted = {name for n in graph.node for name in node_reads(n)} | {o.name for o in graph.output}
+    return sum(1 for n in graph.node for o in n.output if o and o in wanted and o not in typed)
 
 
 def _typed(vi: onnx.ValueInfoProto) -> bool:
