@@ -80,8 +80,15 @@ class PlanEntry:
 
     def __init__(self, path: str, model_path: str, qdq_rewrite: str, shapes: ProbeShapes) -> None:
         self.path, self.model_path, self.qdq_rewrite, self.shapes = path, model_path, qdq_rewrite, shapes
+        # the entry as this object last read, wrote or dropped it: one compile reads the file once
+        self._held: tuple[dict[str, Any] | None] | None = None
 
     def _read(self) -> dict[str, Any] | None:
+        if self._held is None:
+            self._held = (self._read_file(),)
+        return self._held[0]
+
+    def _read_file(self) -> dict[str, Any] | None:
         try:
             with open(self.path, encoding="utf-8") as f:
                 entry = json.load(f)
@@ -101,12 +108,14 @@ class PlanEntry:
 
     def _drop(self, why: str) -> None:
         log.warning("plan cache entry %s unusable (%s); planning again", self.path, why)
+        self._held = (None,)
         try:
             os.remove(self.path)
         except OSError:
             pass
 
-    def _write(self, entry: Mapping[str, Any]) -> None:
+    def _write(self, entry: dict[str, Any]) -> None:
+        self._held = (entry,)
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             write_atomic(self.path, json.dumps(entry, separators=(",", ":")))
