@@ -114,7 +114,7 @@ def tensor_shape(index: GraphIndex, name: str, cost: BoundaryCost) -> tuple[int,
 
 def node_flops(index: GraphIndex, i: int, cost: BoundaryCost) -> float | None:
     node = index.graph.node[i]
-    outs = [tensor_shape(index, o, cost) for o in node.output if o]
+    outs = [tensor_shape(index, o, cost) for o in index.writes[i]]
     if not outs or any(s is None for s in outs):
         return None
     out_elems = float(sum(math.prod(s) for s in outs if s is not None))
@@ -146,15 +146,21 @@ def group_cost(index: GraphIndex, nodes: Iterable[int], group_of: Sequence[int],
     crossing: dict[str, float] = {}
     neighbours: set[int] = set()
     me = group_of[next(iter(members))] if members else -1
+    sizes: dict[str, float | None] = {}  # each tensor's bytes, worked out once per call
+
+    def size(name: str) -> float | None:
+        if name not in sizes:
+            sizes[name] = tensor_bytes(index, name, cost)
+        return sizes[name]
+
     for i in members:
         f = node_flops(index, i, cost)
         if f is None:
             known = False
             continue
         flops += f
-        node = index.graph.node[i]
-        for name in list(index.reads[i]) + [o for o in node.output if o]:
-            b = tensor_bytes(index, name, cost)
+        for name in (*index.reads[i], *index.writes[i]):
+            b = size(name)
             if b is None:
                 known = False
                 continue
@@ -163,12 +169,12 @@ def group_cost(index: GraphIndex, nodes: Iterable[int], group_of: Sequence[int],
             p = index.producer.get(name)
             if p is not None and p not in members and p not in skip and group_of[p] != me:
                 neighbours.add(group_of[p])
-                crossing[name] = tensor_bytes(index, name, cost) or 0.0
-        for name in node.output:
+                crossing[name] = size(name) or 0.0
+        for name in index.writes[i]:
             for c in index.consumers.get(name, ()):
                 if c not in members and group_of[c] != me:
                     neighbours.add(group_of[c])
-                    crossing[name] = tensor_bytes(index, name, cost) or 0.0
+                    crossing[name] = size(name) or 0.0
     crossing_bytes = sum(crossing.values())
     cost_us = len(neighbours) * cost.launch_us + crossing_bytes / (cost.handover_gbps * 1e3)
     trt_us = flops / (cost.device_tflops * 1e6) + moved / (cost.device_gbps * 1e3)

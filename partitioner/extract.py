@@ -24,7 +24,7 @@ def boundary(index: GraphIndex, nodes: Collection[int], copies: Collection[int] 
     inside = index.ordered(members | set(copies)) if copies else ordered
     produced: set[str] = set()
     for i in inside:
-        produced.update(o for o in index.graph.node[i].output if o)
+        produced.update(index.writes[i])
     graph_inputs = set(index.graph_inputs)
     inputs: list[str] = []
     seen: set[str] = set()
@@ -39,15 +39,13 @@ def boundary(index: GraphIndex, nodes: Collection[int], copies: Collection[int] 
     graph_outputs = set(index.graph_outputs)
     outputs: list[str] = []
     for i in ordered:
-        for name in index.graph.node[i].output:
-            if not name:
-                continue
+        for name in index.writes[i]:
             if name in graph_outputs or (i not in shared_set
                                          and any(c not in members for c in index.consumers.get(name, ()))):
                 outputs.append(name)
     if not outputs:  # a dead-end group: expose what nothing inside reads
-        outputs = [o for i in ordered for o in index.graph.node[i].output
-                   if o and not any(c in members for c in index.consumers.get(o, ()))]
+        outputs = [o for i in ordered for o in index.writes[i]
+                   if not any(c in members for c in index.consumers.get(o, ()))]
     return inputs, outputs
 
 

@@ -70,6 +70,7 @@ class GraphIndex:
 
     graph: onnx.GraphProto
     reads: list[list[str]] = field(default_factory=list)
+    writes: list[tuple[str, ...]] = field(default_factory=list)  # writes[i]: node i's named outputs
     producer: dict[str, int] = field(default_factory=dict)
     consumers: dict[str, list[int]] = field(default_factory=dict)
     graph_inputs: list[str] = field(default_factory=list)
@@ -97,9 +98,8 @@ class GraphIndex:
         sources = set(index.graph_inputs) | index.initializers
         for i, node in enumerate(graph.node):
             index.reads.append(node_reads(node))
-            for out in node.output:
-                if not out:
-                    continue
+            index.writes.append(tuple(o for o in node.output if o))
+            for out in index.writes[i]:
                 if out in index.producer:
                     other = graph.node[index.producer[out]]
                     raise InvalidModelError(
@@ -181,8 +181,8 @@ class GraphIndex:
         while ready:
             i = heapq.heappop(ready)
             order.append(i)
-            for out in self.graph.node[i].output:
-                for c in self.consumers.get(out, ()) if out else ():
+            for out in self.writes[i]:
+                for c in self.consumers.get(out, ()):
                     pending[c] -= 1
                     if pending[c] == 0:
                         heapq.heappush(ready, c)
@@ -195,9 +195,8 @@ class GraphIndex:
 
     def successors(self, i: int) -> list[int]:
         out: set[int] = set()
-        for name in self.graph.node[i].output:
-            if name:
-                out.update(self.consumers.get(name, ()))
+        for name in self.writes[i]:
+            out.update(self.consumers.get(name, ()))
         return sorted(out)
 
 

@@ -640,19 +640,20 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: list[str] | None = N
     inferred = _run_inference(copy, name)
     if inferred is None:
         return []
-    typed = {vi.name for vi in inferred.graph.value_info if _typed(vi)}
+    typed = _typed_names(inferred)
     constants: list[onnx.ValueInfoProto] = []
-    untyped = _untyped(inferred)
+    untyped = _untyped(inferred, typed)
     if untyped:
         # Some tensor's type may follow from constant shape arithmetic inference has no rule for:
         # inferred again over a copy with those values evaluated (partitioner.folding).
         folded = fold_for_inference(copy)
         again = _run_inference(folded, name) if folded is not None else None
-        if folded is not None and again is not None and _untyped(again) < untyped:
+        typed_again = _typed_names(again) if again is not None else set()
+        if folded is not None and again is not None and _untyped(again, typed_again) < untyped:
             held = {vi.name for vi in again.graph.value_info}
             constants = [vi for vi in inferred.graph.value_info if vi.name not in held]  # (the folded nodes')
             copy, inferred = folded, again
-            typed = {vi.name for vi in inferred.graph.value_info if _typed(vi)} | {vi.name for vi in constants}
+            typed = typed_again | {vi.name for vi in constants}
     fallback = [vi for n, vi in declared.items() if n not in typed]
     if fallback:
         copy.graph.value_info.extend(fallback)
@@ -680,15 +681,20 @@ def _run_inference(proto: onnx.ModelProto, name: str) -> onnx.ModelProto | None:
         return None
 
 
-def _untyped(inferred: onnx.ModelProto) -> int:
+def _typed_names(inferred: onnx.ModelProto) -> set[str]:
+    """The value_info entries of ``inferred`` that give a dtype and a rank (see :func:`_typed`)."""
+    return {vi.name for vi in inferred.graph.value_info if _typed(vi)}
+
+
+def _untyped(inferred: onnx.ModelProto, typed: set[str]) -> int:
     """How many node outputs of ``inferred`` have no dtype or rank where something reads them or
     they are graph outputs (as :func:`unknown_tensor_types` counts them: an unused optional output,
-    such as an old Dropout's mask, stays untyped and matters to nobody)."""
+    such as an old Dropout's mask, stays untyped and matters to nobody). ``typed``: what
+    :func:`_typed_names` says of ``inferred``."""
     graph = inferred.graph
-    typed = {vi.name for vi in list(graph.value_info) + list(graph.output) if _typed(vi)}
-    typed.update(t.name for t in graph.initializer)
+    known = typed | {o.name for o in graph.output if _typed(o)} | {t.name for t in graph.initializer}
     wanted = {name for n in graph.node for name in node_reads(n)} | {o.name for o in graph.output}
-    return sum(1 for n in graph.node for o in n.output if o and o in wanted and o not in typed)
+    return sum(1 for n in graph.node for o in n.output if o and o in wanted and o not in known)
 
 
 def _typed(vi: onnx.ValueInfoProto) -> bool:

@@ -63,8 +63,8 @@ def color_runs(index: GraphIndex, colors: Sequence[str], lazy: frozenset[int] = 
         i = heapq.heappop(heap)
         _pull(index, i, waiting, run)
         run.append(i)
-        for out in index.graph.node[i].output:
-            for c in index.consumers.get(out, ()) if out else ():
+        for out in index.writes[i]:
+            for c in index.consumers.get(out, ()):
                 pending[c] -= 1
                 if pending[c] == 0:
                     heapq.heappush(ready[colors[c]], c)

@@ -48,13 +48,12 @@ def huge_tensors(index: GraphIndex) -> dict[str, int]:
     for name, init in index.initializer_protos.items():
         if (n := _elements(list(init.dims))) > TRT_MAX_ELEMENTS:
             out[name] = n
-    for name, tp in index.types.items():
-        if name in out or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+    for name in index.types:
+        if name in out:
             continue
-        dims = tp.tensor_type.shape.dim
-        if len(dims) and all(d.HasField("dim_value") for d in dims):
-            if (n := _elements([d.dim_value for d in dims])) > TRT_MAX_ELEMENTS:
-                out[name] = n
+        dims = index.dims_of(name)  # (read once per tensor; the cost model reads the same)
+        if dims and min(dims) >= 0 and (n := _elements(list(dims))) > TRT_MAX_ELEMENTS:
+            out[name] = n
     return out
 
 

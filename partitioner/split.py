@@ -124,9 +124,9 @@ def _cut_prices(index: GraphIndex, nodes: Sequence[int], cost: BoundaryCost, laz
     for k, node in enumerate(nodes):
         if node in lazy:  # Constant-only values are copied, not handed over.
             continue
-        for name in index.graph.node[node].output:
+        for name in index.writes[node]:
             last = max((position[c] for c in index.consumers.get(name, ()) if c in position), default=-1)
-            if name and last > k:
+            if last > k:
                 size = tensor_bytes(index, name, cost) or 0.0
                 crossing[k + 1] += size
                 crossing[last + 1] -= size
@@ -149,7 +149,7 @@ def _place_lazy(index: GraphIndex, pieces: list[list[int]], lazy: frozenset[int]
         for node in list(p):
             if node not in lazy:
                 continue
-            readers = [c for name in index.graph.node[node].output if name
+            readers = [c for name in index.writes[node]
                        for c in index.consumers.get(name, ()) if c in piece_of]
             if not readers:
                 continue
