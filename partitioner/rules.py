@@ -75,7 +75,8 @@ class Rules:
         self.exclude_ops = frozenset(exclude_ops)
         self.exclude_nodes = frozenset(exclude_nodes)
         self.local_functions = frozenset(local_functions)
-        self._huge: tuple[GraphIndex, dict[str, int]] | None = None  # (index, its huge tensors), made once
+        # (index, its tensors of a type TensorRT cannot hold with why, its huge tensors), made once
+        self._found: tuple[GraphIndex, dict[str, str], dict[str, int]] | None = None
 
     def check(self, node: onnx.NodeProto, index: GraphIndex) -> str | None:
         """Reason this main-graph node must run in ONNX Runtime, or None if TensorRT may try it."""
@@ -86,17 +87,19 @@ class Rules:
         reason = self._op_problem(node)
         if reason:
             return reason
-        for name in list(node.input) + list(node.output):
-            problem = type_problem(index.types.get(name)) if name else None
-            if problem:
-                return f"tensor '{name}' is a {problem} value, which TensorRT cannot hold"
+        if self._found is None or self._found[0] is not index:
+            bad = {name: p for name, tp in index.types.items() if (p := type_problem(tp))}
+            self._found = (index, bad, huge_tensors(index))
+        _, bad, huge = self._found
+        if bad:
+            for name in list(node.input) + list(node.output):
+                if name in bad:
+                    return f"tensor '{name}' is a {bad[name]} value, which TensorRT cannot hold"
         for sub in subgraphs(node):
             reason = self._body_problem(sub)
             if reason:
                 return f"{node.op_type} body: {reason}"
-        if self._huge is None or self._huge[0] is not index:
-            self._huge = (index, huge_tensors(index))
-        return _too_many_elements(node, self._huge[1]) if self._huge[1] else None
+        return _too_many_elements(node, huge) if huge else None
 
     def _op_problem(self, node: onnx.NodeProto) -> str | None:
         domain = node.domain
