@@ -19,6 +19,8 @@ Buffer = bytes | bytearray | memoryview | mmap.mmap  # anything indexed to byte 
 # Field numbers of onnx.proto
 _MODEL_GRAPH = 7  # ModelProto.graph
 _GRAPH_NODE, _GRAPH_INITIALIZER = 1, 5  # GraphProto.node, GraphProto.initializer
+_GRAPH_INPUT, _GRAPH_SPARSE_INITIALIZER = 11, 15  # GraphProto.input, GraphProto.sparse_initializer
+_VALUE_INFO_NAME, _SPARSE_VALUES = 1, 1  # ValueInfoProto.name, SparseTensorProto.values
 _TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME, _TENSOR_RAW_DATA = 1, 2, 8, 9  # TensorProto fields
 _TENSOR_DATA_LOCATION, _EXTERNAL = 14, 1  # TensorProto.data_location, DataLocation.EXTERNAL
 # Wire types
@@ -113,6 +115,38 @@ def main_graph_nodes(view: Buffer) -> int | None:
                    for _ in _length_delimited(view, start, end, _GRAPH_NODE))
     except _Unfollowed:
         return None
+
+
+def graph_input_names(view: Buffer) -> list[str] | None:
+    """The inputs a caller feeds to the main graph of the ModelProto serialized in ``view``: its
+    declared inputs that no initializer (dense or sparse) gives a value, in order. None where the
+    bytes hold anything this reader does not follow (or a name that is not UTF-8)."""
+    try:
+        declared: list[str] = []
+        valued: set[str] = set()
+        for start, end in _length_delimited(view, 0, len(view), _MODEL_GRAPH):
+            for number, wire, a, b in fields(view, start, end):
+                if wire != _LENGTH_DELIMITED:
+                    continue
+                if number == _GRAPH_INPUT:
+                    declared.append(_last_string(view, a, b, _VALUE_INFO_NAME))
+                elif number == _GRAPH_INITIALIZER:
+                    valued.add(_last_string(view, a, b, _TENSOR_NAME))
+                elif number == _GRAPH_SPARSE_INITIALIZER:
+                    for v_start, v_end in _length_delimited(view, a, b, _SPARSE_VALUES):
+                        valued.add(_last_string(view, v_start, v_end, _TENSOR_NAME))
+    except (_Unfollowed, UnicodeDecodeError):
+        return None
+    return [name for name in declared if name not in valued]
+
+
+def _last_string(view: Buffer, start: int, end: int, wanted: int) -> str:
+    """The string field ``wanted`` of the message in ``view[start:end]`` (its last occurrence, as
+    protobuf keeps it; "" where it has none)."""
+    text = ""
+    for a, b in _length_delimited(view, start, end, wanted):
+        text = bytes(view[a:b]).decode("utf-8")
+    return text
 
 
 def keeps_external_data(view: Buffer) -> bool | None:

@@ -116,3 +116,27 @@ def test_external_data_is_seen_without_parsing(tmp_path) -> None:
     with open(path, "rb") as f:
         assert keeps_external_data(f.read()) is True
     assert keeps_external_data(b"\x00\x01garbage") is None
+
+
+def test_graph_input_names_are_the_inputs_no_initializer_gives() -> None:
+    """The declared inputs minus those a dense or sparse initializer gives (older exporters
+    declare every weight as an input too), in order, as the parsed model says; None for bytes the
+    reader does not follow."""
+    from partitioner.wire import graph_input_names
+
+    w = onnx.numpy_helper.from_array(np.ones(4, np.float32), "w")
+    sparse_values = onnx.numpy_helper.from_array(np.ones(1, np.float32), "s")
+    sparse = helper.make_sparse_tensor(sparse_values, onnx.numpy_helper.from_array(np.zeros(1, np.int64), "i"), [4])
+    nodes = [helper.make_node("Add", ["x", "w"], ["a"]), helper.make_node("Add", ["a", "s"], ["b"]),
+             helper.make_node("Mul", ["b", "mask"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [vi("x", [4]), vi("w", [4]), vi("s", [4]), vi("mask", [4])], [vi("y", [4])],
+                              [w], sparse_initializer=[sparse])
+    data = helper.make_model(graph).SerializeToString()
+    assert graph_input_names(data) == ["x", "mask"]
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/*.onnx")))[:3]:
+        with open(path, "rb") as f:
+            raw = f.read()
+        proto = onnx.ModelProto.FromString(raw)
+        inits = {t.name for t in proto.graph.initializer}
+        assert graph_input_names(raw) == [i.name for i in proto.graph.input if i.name not in inits]
+    assert graph_input_names(b"\x3b\x00") is None  # (wire type 3, a group: not followed)

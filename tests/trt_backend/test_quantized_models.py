@@ -266,3 +266,62 @@ def test_fp16_on_a_quantized_model_applies_outside_the_quantized_region(quantize
     assert sum(n.op_type in QDQ for n in form.graph.node) == 21
     assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in form.graph.initializer)
     assert np.abs(int8.run(None, {"x": x})[0] - ref).max() <= INT8_STEPS * step
+
+
+def test_an_int8_rewritten_folder_is_measured_against_the_model_as_written(quantized, tmp_path, capsys) -> None:
+    """A folder built with ``--qdq-rewrite int8`` holds the re-quantized model; it keeps the
+    model as written beside it (``reference.onnx``, listed and checked in the manifest), and
+    ``compare`` of the folder measures the re-quantization as ``compare`` of the model file does:
+    the same error, not 0 (it compared the folder's model with itself before)."""
+    from trt_backend.artifacts.read import REFERENCE_KEY
+    from trt_backend.cli import main
+
+    folder = str(tmp_path / "int8")
+    assert main(["build", quantized["default"], "-o", folder, "--qdq-rewrite", "int8", "--min-shapes", "x:1x3x16x16",
+                 "--opt-shapes", "x:4x3x16x16", "--max-shapes", "x:8x3x16x16"]) == 0
+    manifest = json.load(open(os.path.join(folder, "manifest.json")))
+    assert manifest[REFERENCE_KEY]["file"] == "reference.onnx"
+    written = onnx.load(os.path.join(folder, "reference.onnx"))
+    assert sum(n.op_type == "QuantizeLinear" for n in written.graph.node) == 0  # (the exact rewrite's float nodes)
+    capsys.readouterr()
+    shapes = ["--shapes", "x:8x3x16x16", "--atol", "0.5", "--emulate"]
+    assert main(["compare", folder, *shapes]) == 0
+    from_folder = capsys.readouterr().out
+    assert main(["compare", quantized["default"], "--qdq-rewrite", "int8", *shapes]) == 0
+    from_model = capsys.readouterr().out
+    errors = [float(line.split()[1]) for text in (from_folder, from_model) for line in text.splitlines()
+              if line.startswith("y ")]
+    assert errors[0] == errors[1] and 0 < errors[0] <= INT8_STEPS * output_step(quantized["default"])
+    assert "re-quantized to symmetric int8" in from_folder and "equal by construction" not in from_folder
+    with open(os.path.join(folder, "reference.onnx"), "ab") as f:  # the folder's files are checked
+        f.write(b"\0")
+    assert main(["compare", folder, *shapes]) == 2
+    assert "reference.onnx does not match its SHA-256" in capsys.readouterr().err
+
+
+def test_the_reference_computes_quantization_as_onnx_defines_it(quantized) -> None:
+    """At its default level ONNX Runtime runs a Q/DQ model through its own fused int8 kernels,
+    whose numbers are not ONNX's (nor TensorRT's) Q/DQ arithmetic: the reference of a quantized
+    model runs with optimisations off, equal to ONNX Runtime's unoptimised run bit for bit, and the
+    report says so."""
+    from trt_backend.accuracy.compare import reference_session
+    from trt_backend.ort.options import OrtOptions
+
+    path = quantized["trt"]
+    reference = reference_session(load(path), OrtOptions())
+    rng = np.random.default_rng(11)
+    fused_differs = False
+    for _ in range(5):
+        x = rng.random((8, 3, 16, 16), dtype=np.float32)
+        ours = reference.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(ours, run_ort(path, x, "disable"))
+        fused_differs = fused_differs or not np.array_equal(ours, run_ort(path, x, "all"))
+    assert fused_differs  # (else this test could not tell the two apart)
+    report = trt_backend_compare(path)
+    assert any("quantization as ONNX defines it" in note for note in report.notes)
+
+
+def trt_backend_compare(path: str):  # type: ignore[no-untyped-def]
+    from trt_backend.accuracy.compare import compare
+
+    return compare(path, profiles=PROFILE, session_options=SessionOptions(emulate=True))

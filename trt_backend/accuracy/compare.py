@@ -6,6 +6,7 @@ replace the function ``trt_backend.compare`` on the package once anything import
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,14 +31,16 @@ from trt_backend.accuracy.polygraphy_glue import (
 )
 from trt_backend.accuracy.report import ComparisonReport, OutputReport, TensorError
 from trt_backend.accuracy.tasks import run_checks
-from trt_backend.artifacts.read import is_build_folder
+from trt_backend.artifacts.read import REFERENCE_KEY, is_build_folder
+from trt_backend.artifacts.references import weights_dir
+from trt_backend.engines.emulation import is_quantized, reference_ort_options
 from trt_backend.errors import ReferenceRunError, SegmentLoadError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import ort_session
 from trt_backend.planning import load_normalized
 from trt_backend.profiles import Profile
 from trt_backend.profiles.given import profile_shapes
-from trt_backend.session.feeds import write_run
+from trt_backend.session.feeds import check_feed_names, profiles_from_feeds, write_run
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
@@ -78,9 +81,17 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
             raise OptionsError(f"session_options must be a SessionOptions, got {type(so).__name__}")
         if is_build_folder(model):  # its engines, plan and profiles: no plan, calibration or build
             sess, owned = Session(model, profiles, so), True
-            reference = reference_session(sess.model, so.ort_for(len(sess.runners) + 1))
+            reference = reference_session(folder_reference(os.fspath(model), sess) or sess.model,
+                                          so.ort_for(len(sess.runners) + 1))
         else:
             plan = model if isinstance(model, Plan) else Session.make_plan(model, so, profiles)
+            if feeds is not None and profiles is None and plan.model is not None:
+                # Samples and no profile: one spanning their shapes, as the CLI makes (a missing
+                # input is named as missing first).
+                samples = [feeds] if isinstance(feeds, Mapping) else list(feeds)
+                index = plan.model.index
+                check_feed_names([n for n in index.graph_inputs if n not in index.initializers], samples, "feeds")
+                profiles = profiles_from_feeds(samples)
             # The reference first: a model ONNX Runtime cannot load is reported as such, not as a
             # failure to derive profiles. Q/DQ re-quantized to int8 is measured against the model
             # as it was (the exact rewrite: the original's numerics).
@@ -98,6 +109,17 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
     finally:
         if owned:
             sess.close()
+
+
+def folder_reference(folder: str, sess: Session) -> Model | None:
+    """The model a build folder is measured against where it is not the folder's own model: the
+    one before its Q/DQ were re-quantized to int8 (``--qdq-rewrite int8``), which the folder
+    keeps beside it. None: the folder's own model is the reference."""
+    entry = (sess.folder_manifest or {}).get(REFERENCE_KEY)
+    if not entry:
+        return None
+    return load_normalized(os.path.join(folder, os.path.basename(entry["file"])), qdq_rewrite="exact",
+                           base_dir=weights_dir(sess.folder_manifest or {}) or folder)
 
 
 def _options(options: CompareOptions | None, overrides: Mapping[str, Any]) -> CompareOptions:
@@ -120,7 +142,7 @@ def reference_session(model: Model | None, options: OrtOptions) -> Any:
         raise OptionsError("this plan was read from JSON without its model; pass the model instead")
     what = f"the reference (ONNX Runtime on the whole model {model.source})"
     try:
-        return ort_session(model.proto, options, what, weights_dir=model.base_dir)
+        return ort_session(model.proto, reference_ort_options(model.proto, options), what, weights_dir=model.base_dir)
     except SegmentLoadError as e:
         raise ReferenceRunError(str(e)) from None
 
@@ -133,7 +155,16 @@ def _notes(sess: Session, reports: Sequence[OutputReport]) -> list[str]:
              for r in reports if not r.compared]
     executors = sess.segment_executors
     fp32 = all(p in ("fp32", "tf32") for p in sess.compiled.precisions.values())
-    if "emulated" in executors and "tensorrt" not in executors and fp32:
+    requantized = bool((sess.folder_manifest or {}).get(REFERENCE_KEY)) or (
+        sess.folder_manifest is None and sess.options.partition.qdq_rewrite != "exact" and bool(sess.model.rewritten))
+    if requantized:
+        notes.append("the model's Q/DQ were re-quantized to symmetric int8 (--qdq-rewrite int8); the reference is the "
+                     "model as written: the comparison measures that re-quantization")
+    if is_quantized(sess.model.proto) or sess.model.rewritten:
+        notes.append("the reference computes the model's quantization as ONNX defines it (ONNX Runtime with graph "
+                     "optimisations off); at its default level ONNX Runtime runs such a model through its "
+                     "own fused int8 kernels, whose numbers can differ")
+    if "emulated" in executors and "tensorrt" not in executors and fp32 and not requantized:
         notes.append("TensorRT segments ran emulated in fp32 through ONNX Runtime, as the reference does: the "
                      "comparison checks the partition and stitching (equal by construction otherwise), not "
                      "TensorRT's kernels; build in a reduced precision, or compare on a GPU, to measure those")
@@ -163,9 +194,10 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
     else:
         if isinstance(feeds, Mapping):
             feeds = [feeds]
-        data = [dict(f) for f in feeds]
-        if not data:
+        if not feeds:
             raise OptionsError("feeds is empty: give at least one dict of input name -> array")
+        # Checked as a run checks them, before either side runs: names, dtypes, ranks, profiles.
+        data = [sess.check_feeds(f) for f in feeds]
     run = run_comparison(sess, reference, data, names, opts)
     if save_outputs is not None:
         write_run(save_outputs, data, run.ours)

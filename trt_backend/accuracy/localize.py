@@ -19,6 +19,7 @@ from trt_backend.accuracy.numeric import tensor_error
 from trt_backend.accuracy.options import CompareOptions
 from trt_backend.accuracy.polygraphy_glue import host
 from trt_backend.accuracy.report import Localization, SegmentComparison, TensorError
+from trt_backend.engines.emulation import reference_ort_options
 from trt_backend.errors import ReferenceRunError, SegmentLoadError, SegmentRunError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import tapped_session
@@ -44,7 +45,8 @@ def reference_with_boundaries(model: Model, names: Sequence[str],
     """ONNX Runtime on the whole (normalized) model with ``names`` added to its outputs; returns
     a function from feeds to the value of every output and every feed by name."""
     try:
-        run = tapped_session(model, names, options, f"reference of {model.source} with segment boundaries as outputs")
+        run = tapped_session(model, names, reference_ort_options(model.proto, options),
+                             f"reference of {model.source} with segment boundaries as outputs")
     except SegmentLoadError as e:
         raise ReferenceRunError(str(e)) from None
     wanted = list(dict.fromkeys([o.name for o in model.proto.graph.output] + list(names)))

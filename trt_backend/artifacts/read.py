@@ -48,6 +48,9 @@ from trt_backend.tensorrt.flavor import load_flavor
 log = logging.getLogger(__name__)
 
 MODEL_FILE = "model.onnx"
+# The model before its Q/DQ were re-quantized to int8 (``--qdq-rewrite int8``), which compare
+# measures such a folder against; the manifest lists it under REFERENCE_KEY only then.
+REFERENCE_FILE, REFERENCE_KEY = "reference.onnx", "reference_model"
 FORMAT = 2  # 2: segment models are the built forms, per segment precision, the build record
 
 
@@ -126,6 +129,8 @@ def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
             checks.append((seg["model"], seg["model_sha256"]))
             if seg.get("engine"):
                 checks.append((seg["engine"], seg["engine_sha256"]))
+        if REFERENCE_KEY in manifest:
+            checks.append((manifest[REFERENCE_KEY]["file"], manifest[REFERENCE_KEY]["sha256"]))
     except (KeyError, TypeError) as e:
         raise ArtifactError(f"{path}: manifest lacks {e}; edited by hand? rebuild with trt-backend build") from None
     for name, digest in checks:

@@ -37,7 +37,7 @@ from trt_backend._files import (
 )
 from trt_backend._version import __version__
 from trt_backend.artifacts.build_cache import BuildCache, check_build_folder, jsonable
-from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE
+from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE, REFERENCE_FILE, REFERENCE_KEY
 from trt_backend.artifacts.references import KEY as REFERENCES_KEY
 from trt_backend.artifacts.references import refer as refer_to_weights
 from trt_backend.artifacts.references import referable_path
@@ -121,7 +121,7 @@ def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[M
     try:
         compiled = compile(kept if kept is not None else loaded, profiles, opts, build=True, progress=progress,
                            engine_dir=stage.engine_dir(), plan_entry=entry)
-        manifest = _write_into(stage, compiled, flv, start)
+        manifest = _write_into(stage, compiled, flv, start, _exact_model(model, profiles, compiled))
         if build_key is not None:
             manifest["build_cache"] = {"key": build_key, "hit": False}
         seal(manifest, key)
@@ -154,9 +154,23 @@ def _build_cache(model: ModelSource | Model, profiles: Sequence[Mapping[str, Any
         return None, None
 
 
-def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) -> dict[str, Any]:
+def _exact_model(model: ModelSource | Model, profiles: Sequence[Mapping[str, Any]] | None,
+                 compiled: Compiled) -> Model | None:
+    """The model as its author wrote it (Q/DQ rewritten only where ONNX's numerics are kept to
+    the bit) when the build re-quantized Q/DQ to int8 (``qdq_rewrite="int8"``): what ``compare``
+    of the folder measures the folder against, since the folder's own model is the re-quantized
+    one. None otherwise, or where ``model`` was handed over already loaded (nothing to reload)."""
+    if compiled.options.partition.qdq_rewrite == "exact" or not compiled.model.rewritten \
+            or isinstance(model, Model):
+        return None
+    return load_for_planning(model, profile_shapes(profiles), "exact")
+
+
+def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
+                exact: Model | None = None) -> dict[str, Any]:
     """Put the model, segment and engine files of ``compiled`` in ``stage``; the manifest. Each
-    TensorRT segment's model file is the model its engine was built from."""
+    TensorRT segment's model file is the model its engine was built from. ``exact``: the model
+    before an int8 re-quantization of its Q/DQ (:func:`_exact_model`), kept as the reference."""
     plan, bopts = compiled.plan, compiled.options.build
     report = compiled.report if compiled.report is not None else BuildReport(flv.target)  # No TensorRT segment.
     seconds = {r.segment: r.seconds for r in report.segments}
@@ -165,6 +179,9 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
     refer = weights.refs.get if weights is not None else (lambda name: None)
     files: dict[str, bytes] = {MODEL_FILE: serialize(structure_copy(compiled.model.proto, lambda t: refer(t.name)),
                                                      MODEL_FILE)}
+    if exact is not None:
+        files[REFERENCE_FILE] = serialize(structure_copy(exact.proto, _shared_weights(compiled.model, refer)),
+                                          REFERENCE_FILE)
     session_plan = SessionPlan.of(plan, executors=[EMULATED if s.backend == "tensorrt" else ONNXRUNTIME
                                                    for s in plan.segments],
                                   input_profiles=compiled.input_profiles, segment_profiles=compiled.segment_profiles)
@@ -211,11 +228,28 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float) ->
         "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,
         "build_seconds": round(time.perf_counter() - start, 4),
     }
+    if exact is not None:  # Absent unless Q/DQ were re-quantized to int8: manifests unchanged.
+        manifest[REFERENCE_KEY] = {"file": REFERENCE_FILE, "sha256": sha256_bytes(files[REFERENCE_FILE])}
     if originals or weights_entry is not None:  # Absent for models without large weights: manifests unchanged.
         manifest["data_files"] = originals + ([weights_entry] if weights_entry is not None else [])
     if placed.references is not None:  # Absent for folders that hold their weights: manifests unchanged.
         manifest[REFERENCES_KEY] = placed.references
     return manifest
+
+
+def _shared_weights(model: Model, refer: Any) -> Any:
+    """For :func:`structure_copy` of another form of ``model``: its initializer ``t`` as the
+    reference into the folder's data file that ``model``'s initializer of that name has, where the
+    two hold the same values (None: ``t`` is copied whole)."""
+    mine = {t.name: t for t in model.proto.graph.initializer}
+
+    def shared(t: onnx.TensorProto) -> onnx.TensorProto | None:
+        ref, same = refer(t.name), mine.get(t.name)
+        if ref is None or same is None or same.data_type != t.data_type or list(same.dims) != list(t.dims):
+            return None
+        return ref if same.raw_data == t.raw_data else None
+
+    return shared
 
 
 WEIGHTS_FILE = "weights.data"

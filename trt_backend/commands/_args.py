@@ -25,6 +25,7 @@ _options = lazy_module("trt_backend.engines.options")
 _ort_options = lazy_module("trt_backend.ort.options")
 _session_options = lazy_module("trt_backend.session.options")
 _planning = lazy_module("trt_backend.planning")  # (it loads onnx: not before a command plans)
+_feeds = lazy_module("trt_backend.session.feeds")
 
 # Every flag that names something a command writes: its argparse dest -> (flag, what it is: a
 # "file", a "folder" replaced or filled whole, a "tree" (a folder made with its parents), or
@@ -352,20 +353,11 @@ def value_ranges(texts: Sequence[str], kind: type, flag: str) -> Any:
     return named or whole
 
 
-def profiles_from_feeds(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One profile spanning the shapes of the given samples (per dim their least and greatest;
-    opt: the first sample's), for inputs given with ``--inputs`` and no profile."""
-    shapes: dict[str, list[tuple[int, ...]]] = {}
-    for feed in feeds:
-        for name, value in feed.items():
-            shape = getattr(value, "shape", None)
-            if shape is not None:
-                shapes.setdefault(name, []).append(tuple(int(d) for d in shape))
-    profile: dict[str, Any] = {}
-    for name, seen in shapes.items():
-        if len({len(s) for s in seen}) != 1:
-            raise OptionsError(f"--inputs: input '{name}' comes with different ranks {sorted({len(s) for s in seen})}")
-        low = tuple(min(d) for d in zip(*seen))
-        high = tuple(max(d) for d in zip(*seen))
-        profile[name] = (low, seen[0], high)
-    return [profile] if profile else []
+def profiles_from_feeds(model: str, feeds: Sequence[Mapping[str, Any]], where: str) -> list[dict[str, Any]]:
+    """For samples of a model file given with ``--inputs`` and no profile: their names checked
+    against the model's inputs (a missing input is named as missing), then one profile spanning
+    their shapes (:func:`trt_backend.session.feeds.profiles_from_feeds`)."""
+    names = _feeds.model_file_inputs(model)
+    if names is not None:
+        _feeds.check_feed_names(names, feeds, where)
+    return _feeds.profiles_from_feeds(feeds)

@@ -16,6 +16,7 @@ from trt_backend._files import write_atomic
 from trt_backend._lazy import lazy_module
 from trt_backend.artifacts.read import is_build_folder
 from trt_backend.commands._args import (
+    profiles_from_feeds,
     add_build_memory_argument,
     add_cpu_session_arguments,
     add_device_argument,
@@ -119,6 +120,15 @@ def _handle(args: argparse.Namespace) -> int:
     if is_folder_arg(args):  # First: a flag that would change what was built is the error to report.
         refuse_build_flags(args, args.model)
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
+    given: dict[str, Any] | None = None
+    if args.inputs:
+        inputs = read_feeds(args.inputs)
+        if len(inputs) != 1:
+            raise FeedError(f"--inputs {args.inputs}: holds {len(inputs)} input sets; run takes one (compare and "
+                            "bench take several)")
+        given = inputs[0]
+        if not profiles and not is_build_folder(args.model):  # Real samples and no profile: their shapes.
+            profiles = profiles_from_feeds(args.model, inputs, f"--inputs {args.inputs}")
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
                               ort=ort_options(args))
     given_model = None if is_build_folder(args.model) else profiles or None
@@ -126,15 +136,10 @@ def _handle(args: argparse.Namespace) -> int:
         if args.precision != "fp32" or args.calibration_data else options
     start = time.perf_counter()
     # A build folder brings its profiles: --shapes then only shape the random inputs.
-    given = None if is_build_folder(args.model) else profiles or None
-    sess = Session(args.model, given, options, plan=args.saved_plan)
+    sess = Session(args.model, given_model, options, plan=args.saved_plan)
     made = time.perf_counter() - start
-    if args.inputs:
-        inputs = read_feeds(args.inputs)
-        if len(inputs) != 1:
-            raise FeedError(f"--inputs {args.inputs}: holds {len(inputs)} input sets; run takes one (compare and "
-                            "bench take several)")
-        feeds = inputs[0]
+    if given is not None:
+        feeds = given
         source = args.inputs
     else:
         feeds = random_feeds(sess.get_inputs(), _run_shapes(args, sess), args.seed)

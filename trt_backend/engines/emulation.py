@@ -167,13 +167,35 @@ def emulation_of(model: onnx.ModelProto, precision: str) -> onnx.ModelProto:
     return model
 
 
-def emulation_ort_options(options: OrtOptions) -> OrtOptions:
+# Ops whose arithmetic ONNX Runtime replaces with its own fused integer kernels above "basic"
+QUANTIZATION_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+                              "QLinearMatMul", "MatMulInteger", "ConvInteger"})
+
+
+def is_quantized(model: onnx.ModelProto) -> bool:
+    """Whether the main graph of ``model`` holds quantization ops (:data:`QUANTIZATION_OPS`)."""
+    return any(n.op_type in QUANTIZATION_OPS for n in model.graph.node)
+
+
+def reference_ort_options(model: onnx.ModelProto, options: OrtOptions) -> OrtOptions:
+    """ONNX Runtime settings of a reference run of ``model``: for a quantized model graph
+    optimisations off, so that the reference computes its quantization as ONNX defines it (as
+    TensorRT does), not with ONNX Runtime's fused int8 kernels (above "basic") or its Q/DQ
+    propagation and pair removal ("basic" already moves outputs by a quantization step); else
+    ``options`` as they are."""
+    return replace(options, graph_optimization_level="disable") if is_quantized(model) else options
+
+
+def emulation_ort_options(options: OrtOptions, model: onnx.ModelProto | None = None) -> OrtOptions:
     """ONNX Runtime settings for a segment emulated in reduced precision: graph optimisations at
     most "basic". Measured, onnxruntime 1.32 on x86-64: at "extended" and above ONNX Runtime fuses
     Q/DQ around MatMul/Conv into its own int8 kernels, whose u8s8 arithmetic saturates (a two-MatMul
     int8 graph came back 0.64 off where the Q/DQ arithmetic it describes, and "basic", are 0.03
     off): that is not what TensorRT computes. (And at "all" the session of the fp16 form of a ViT
-    segment crashes in native code while it is made.) Emulation measures numbers, not speed."""
+    segment crashes in native code while it is made.) Emulation measures numbers, not speed. A
+    quantized ``model`` runs as its reference does (:func:`reference_ort_options`): optimisations off."""
+    if model is not None and is_quantized(model):
+        return reference_ort_options(model, options)
     if options.graph_optimization_level in ("disable", "basic"):
         return options
     return replace(options, graph_optimization_level="basic")

@@ -6,6 +6,7 @@ dtype or rank, fixed dims, and shapes outside every profile all fail with one
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from partitioner.wire import graph_input_names
 from trt_backend._files import write_atomic
 from trt_backend.errors import FeedError
 from trt_backend.gpu.memory import as_device_array
@@ -172,6 +174,51 @@ def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]],
 # ------------------------------------------------------------------ user profiles of model inputs
 
 
+
+
+def check_feed_names(inputs: Sequence[str], feeds: Sequence[Mapping[str, Any]], where: str) -> None:
+    """A :class:`FeedError` where a feed lacks one of the model's ``inputs`` or holds a name that
+    is none of them: checked before profiles are made from the feeds, so that a missing input is
+    named as missing, not as an input without a profile. ``where``: what the feeds came from."""
+    for k, feed in enumerate(feeds):
+        which = f" (input set {k})" if len(feeds) > 1 else ""
+        unknown = [n for n in feed if n not in inputs]
+        if unknown:
+            raise FeedError(f"{where}{which}: unknown input {', '.join(repr(n) for n in unknown)}; the model's "
+                            f"inputs are: {', '.join(repr(n) for n in inputs)}")
+        missing = [n for n in inputs if n not in feed]
+        if missing:
+            raise FeedError(f"{where}{which}: missing input {', '.join(repr(n) for n in missing)}")
+
+
+def model_file_inputs(path: str) -> list[str] | None:
+    """The inputs the ONNX file at ``path`` takes, read from its bytes without parsing the model
+    (:func:`partitioner.wire.graph_input_names`); None where the file cannot be read that way (the
+    model's own load then says what is wrong with it)."""
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            return graph_input_names(view)
+    except (OSError, ValueError):
+        return None
+
+
+def profiles_from_feeds(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One profile spanning the shapes of the given samples (per dim their least and greatest;
+    opt: the first sample's), for feeds given without a profile."""
+    shapes: dict[str, list[tuple[int, ...]]] = {}
+    for feed in feeds:
+        for name, value in feed.items():
+            shape = getattr(value, "shape", None)
+            if shape is not None:
+                shapes.setdefault(name, []).append(tuple(int(d) for d in shape))
+    profile: dict[str, Any] = {}
+    for name, seen in shapes.items():
+        if len({len(s) for s in seen}) != 1:
+            raise FeedError(f"input '{name}' comes with different ranks {sorted({len(s) for s in seen})}")
+        low = tuple(min(d) for d in zip(*seen))
+        high = tuple(max(d) for d in zip(*seen))
+        profile[name] = (low, seen[0], high)
+    return [profile] if profile else []
 
 
 # ------------------------------------------------------------------ feeds and outputs in files

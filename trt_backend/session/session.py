@@ -243,6 +243,11 @@ class Session:
             return [env[n] for n in names]
         return [env[n].to_host() if hasattr(env[n], "to_host") else to_numpy(env[n]) for n in names]
 
+    def check_feeds(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
+        """``input_feed`` checked as :meth:`run` checks it (names, dtypes, ranks, fixed dims, the
+        profiles), normalised; a :class:`~trt_backend.errors.FeedError` naming what is wrong."""
+        return self._validator.validate(input_feed)
+
     def _check_feed_devices(self, feeds: Mapping[str, Any]) -> None:
         for name, value in feeds.items():
             if isinstance(value, DeviceArray):

@@ -1,0 +1,91 @@
+"""Feeds from a file or from Python reach every door through one check: ``run``, ``compare`` and
+``bench`` of a model file or of a build folder, and ``trt_backend.compare`` of either, refuse the
+same bad feeds with the same one-line error naming the input (``compare`` of a folder used to hand
+them to the reference unchecked: a traceback, or a PASSED verdict on an input fed under another
+name), and a missing input is named as missing, not as an input without a profile. Samples given
+without a profile make one spanning their shapes at every door."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+import trt_backend
+from trt_backend.cli import main
+from trt_backend.errors import FeedError, ProfileError
+from trt_backend.ort.threads import inference_session
+
+pytestmark = pytest.mark.usefixtures("flavor")
+FAST = ["--warmup-ms", "10", "--duration-s", "0.05", "--iterations", "2", "--rounds", "1", "--no-progress"]
+
+
+def two_inputs() -> onnx.ModelProto:
+    """x, y: float [N, 4] -> Relu(x + y) * x -> z, N dynamic."""
+    nodes = [h.make_node("Add", ["x", "y"], ["s"]), h.make_node("Relu", ["s"], ["r"]),
+             h.make_node("Mul", ["r", "x"], ["z"])]
+    graph = h.make_graph(nodes, "two_inputs", [h.make_tensor_value_info(n, T.FLOAT, ["N", 4]) for n in ("x", "y")],
+                         [h.make_tensor_value_info("z", T.FLOAT, ["N", 4])])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("feeds")
+    model = str(folder / "m.onnx")
+    onnx.save(two_inputs(), model)
+    built = str(folder / "m.build")
+    assert main(["build", model, "-o", built, "--min-shapes", "x:1x4,y:1x4", "--opt-shapes", "x:2x4,y:2x4",
+                 "--max-shapes", "x:8x4,y:8x4"]) == 0
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal((2, 4)).astype(np.float32) for _ in range(2))
+    files = {"good": {"x": x, "y": y}, "renamed": {"x": x, "w": y}, "missing": {"x": x},
+             "float64": {"x": x, "y": y.astype(np.float64)}, "rank": {"x": x, "y": y[0]}}
+    out = {"model": model, "folder": built}
+    for name, feed in files.items():
+        out[name] = str(folder / f"{name}.npz")
+        np.savez(out[name], **feed)  # type: ignore[arg-type]
+    return out
+
+
+BAD = {"renamed": "unknown input 'w'", "missing": "missing input 'y'",
+       "float64": "input 'y': expected dtype float32", "rank": "input 'y': expected rank 2"}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD))
+@pytest.mark.parametrize("door", ["run model", "run folder", "compare model", "compare folder", "bench model",
+                                  "bench folder"])
+def test_every_command_refuses_bad_feeds_in_one_line(paths, capsys, door, bad) -> None:
+    command, target = door.split()
+    extra = FAST if command == "bench" else []
+    rc = main([command, paths[target], "--inputs", paths[bad], "--emulate", *extra])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and err.startswith("trt-backend: error: ") and "\n" not in err, err
+    assert BAD[bad] in err and "Traceback" not in err and "dynamic shape" not in err
+
+
+@pytest.mark.parametrize("bad", sorted(BAD))
+@pytest.mark.parametrize("target", ["model", "folder"])
+def test_python_compare_refuses_the_same_feeds(paths, target, bad) -> None:
+    feed = dict(np.load(paths[bad]))
+    # (a rank that does not fit is found making the profile from the samples: a ProfileError)
+    with pytest.raises(ProfileError if bad == "rank" and target == "model" else FeedError,
+                       match=BAD[bad].replace("'", ".")):
+        trt_backend.compare(paths[target], feeds=[feed], session_options=trt_backend.SessionOptions(emulate=True))
+
+
+def test_samples_without_a_profile_make_one_at_every_door(paths, tmp_path, capsys) -> None:
+    """``run`` of a model with a dynamic batch and ``--inputs`` takes the batch from the file (it
+    asked for --shapes before, where ``compare`` and ``bench`` took them from the file), and its
+    outputs are ONNX Runtime's; ``trt_backend.compare`` with feeds and no profile passes."""
+    feed = dict(np.load(paths["good"]))
+    out = str(tmp_path / "out.npz")
+    assert main(["run", paths["model"], "--inputs", paths["good"], "--outputs", out, "--emulate"]) == 0
+    ref = inference_session(paths["model"]).run(None, feed)[0]
+    np.testing.assert_array_equal(np.load(out)["z"], ref)
+    report = trt_backend.compare(paths["model"], feeds=[feed], session_options=trt_backend.SessionOptions(emulate=True))
+    assert report.passed and report.outputs[0].elements == 8
+    capsys.readouterr()
+    assert main(["compare", paths["model"], "--inputs", paths["good"], "--emulate"]) == 0
+    assert "inputs from" in capsys.readouterr().out
