@@ -183,7 +183,7 @@ def handle(args: argparse.Namespace) -> int:
 def _handle(args: argparse.Namespace) -> int:
     options, session = options_from_args(args)
     _check_outputs(args)
-    printer = None if args.no_progress else ProgressPrinter()
+    printer = None if args.no_progress or args.quiet else ProgressPrinter()  # -q: no progress lines
     try:
         result = run_bench(args.model, options, session, printer)
     finally:

@@ -219,3 +219,17 @@ def test_cpu_session_flags_reach_the_session_options() -> None:
     assert (so.ort.thread_pool, so.ort.share_arena, so.ort.intra_op_threads) == ("global", True, 2)
     _, so = options_from_args(build_parser().parse_args(["bench", DEMO_PATH]))
     assert (so.ort.thread_pool, so.ort.share_arena, so.ort.intra_op_threads) == ("session", False, 0)
+
+
+def test_quiet_prints_no_progress_lines(monkeypatch, capsys) -> None:
+    """``-q`` means only results and errors: bench's progress lines go with it (they printed before)."""
+    import trt_backend.commands.bench as bench_command
+
+    monkeypatch.setattr(bench_command, "PROGRESS_AFTER_S", 0.0)  # (progress from the first event)
+    args = ["bench", DEMO_PATH, "--shapes", "image:1x3x32x32", "--emulate", "--baselines", "ort-cpu", "--no-build",
+            "--warmup-ms", "10", "--duration-s", "0.05", "--iterations", "2", "--rounds", "1"]
+    assert main(args) == 0
+    assert "bench: trt-backend" in capsys.readouterr().err
+    assert main(["-q", *args]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "trt-backend" in captured.out
