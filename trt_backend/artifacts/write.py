@@ -95,17 +95,19 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
     if isinstance(model, (str, os.PathLike)) and opts.oracle is None and opts.partition == with_shipped_plugins() \
             and not head_start.pending_for(os.fspath(model)):  # (other partition options seldom plan it whole)
         head_start.launch(os.fspath(model), out_dir, opts.flavor, profiles or [], opts.build)
+    # The build's time counts from its head start where one began (its engine's time is in it).
+    began = head_start.started_for(os.fspath(model)) if isinstance(model, (str, os.PathLike)) else None
     try:
         with output_lock(out_dir):  # A second build into the same folder is refused, not lost.
-            return _build_locked(model, out_dir, profiles, opts, flv, key, progress, reference)
+            return _build_locked(model, out_dir, profiles, opts, flv, key, progress, reference, began)
     finally:
         head_start.discard()  # One the build did not take (see trt_backend.engines.head_start).
 
 
 def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None,
                   opts: SessionOptions, flv: Flavor, key: bytes | None, progress: BuildProgress | None,
-                  reference: str | None) -> dict[str, Any]:
-    start = time.perf_counter()
+                  reference: str | None, began: float | None = None) -> dict[str, Any]:
+    start = min(time.perf_counter(), began) if began is not None else time.perf_counter()
     builds, build_key = _build_cache(model, profiles, opts, flv)
     if builds is not None and build_key is not None:
         path = os.fspath(cast("str | os.PathLike[str]", model))

@@ -72,12 +72,14 @@ class HeadStart:
         self.engine: tuple[str, str, int] | None = None  # its file, SHA-256 and size, once built
         self.layers = 0
         self.seconds = 0.0
+        self.started: float | None = None  # time.perf_counter() when it began
         self.problem: str | None = None  # why there is no engine
         self._cancelled = threading.Event()
         self._thread = threading.Thread(target=self._run, name="head-start-build", daemon=True)
 
     def begin(self) -> None:
         previous = threading.stack_size(STACK_BYTES)  # (for the threads made meanwhile: this one)
+        self.started = time.perf_counter()
         try:
             self._thread.start()
         finally:
@@ -266,6 +268,14 @@ def pending_for(path: str) -> bool:
     """Whether a head start of the file ``path`` is pending."""
     with _lock:
         return _pending is not None and _pending.path == os.path.abspath(path)
+
+
+def started_for(path: str) -> float | None:
+    """When (``time.perf_counter()``) the pending head start of the file ``path`` began; None
+    without one. A build's own time counts from there: its engine may be built by then."""
+    with _lock:
+        head = _pending if _pending is not None and _pending.path == os.path.abspath(path) else None
+    return head.started if head is not None else None
 
 
 def claim(model: Any, segment: Any, segment_model: Any, ranges: Sequence[Mapping[str, Any]], options: Any,

@@ -5,6 +5,7 @@ folder is compared byte for byte with the folder the same build writes without a
 engine is built, never what is built."""
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -62,6 +63,8 @@ def test_cli_build_takes_the_head_start_engine_and_writes_the_same_folder(tmp_pa
     assert len(spy["started"]) == 1 and spy["started"][0] is not None
     assert spy["claimed"] == [spy["started"][0]]  # the one segment's engine came from the head start
     no_scratch(str(tmp_path))
+    manifest = json.load(open(tmp_path / "head" / "manifest.json"))  # the build's time holds its engine's
+    assert manifest["build_seconds"] >= manifest["segments"][0]["build_seconds"] > 0
     assert main(["build", model, "-o", str(tmp_path / "referring"), *SHAPES, "--weights-by-reference"]) == 0
     assert spy["claimed"][-1] is spy["started"][-1] is not None  # where the folder's weights go: the same engine
     with open(tmp_path / "head" / "segment_0.engine", "rb") as a, open(tmp_path / "referring" / "segment_0.engine",
