@@ -458,8 +458,7 @@ class Seen:
             list(value.values()) if isinstance(value, dict) else [host(value)]
         size = 0
         for arr in arrays:
-            if isinstance(arr, dict):
-                size += len(arr)
+            if isinstance(arr, dict):  # a map's entries: its values, counted once below
                 arr = np.asarray(list(arr.values()))
             if not isinstance(arr, np.ndarray):
                 size += 0 if arr is None else 1

@@ -50,7 +50,10 @@ _overflow = lazy_module("trt_backend.accuracy.overflow")
 def stats_line(value: Any) -> str:
     """Shape, dtype and summary numbers of an output (for reports)."""
     if isinstance(value, list):
-        return f"sequence of {len(value)} tensor(s)"
+        kinds = {"map" if isinstance(v, dict) else "tensor" for v in value}
+        return f"sequence of {len(value)} {kinds.pop() if len(kinds) == 1 else 'value'}(s)"
+    if isinstance(value, dict):
+        return f"map of {len(value)} entr{'y' if len(value) == 1 else 'ies'}"
     if value is None:
         return "empty optional"
     arr = np.asarray(value)

@@ -119,3 +119,11 @@ def test_demo_out_that_is_a_file_is_one_line(tmp_path, capsys) -> None:
     assert main(["demo", "--out", str(existing)]) == 1
     assert (capsys.readouterr().err.strip()
             == f"trt-backend: error: cannot write --out {existing}: exists and is not a folder")
+
+
+def test_a_sequence_of_maps_is_named_as_such() -> None:
+    from trt_backend.commands.run import stats_line
+
+    assert stats_line([{0: 0.5, 1: 0.5}, {0: 0.2, 1: 0.8}]) == "sequence of 2 map(s)"
+    assert stats_line([np.zeros(2), np.ones(3)]) == "sequence of 2 tensor(s)"
+    assert stats_line({"a": 1.0}) == "map of 1 entry"

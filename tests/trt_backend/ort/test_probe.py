@@ -92,6 +92,8 @@ def test_compare_checks_sequence_of_maps_outputs(flavor) -> None:
                      session_options=SessionOptions(emulate=True))
     assert report.passed and [o.name for o in report.outputs] == ["output_label", "output_probability"]
     assert report.skipped_outputs == []
+    # what was compared, counted once: 4 samples (the opt shape), a map of 3 classes each
+    assert [o.elements for o in report.outputs] == [4, 12]
     opts = CompareOptions()
     same = [{0: 0.25, 1: 0.75}, {0: 0.5, 1: 0.5}]
     assert side_errors("p", same, [dict(d) for d in same], opts).passed
