@@ -89,3 +89,16 @@ def test_samples_without_a_profile_make_one_at_every_door(paths, tmp_path, capsy
     capsys.readouterr()
     assert main(["compare", paths["model"], "--inputs", paths["good"], "--emulate"]) == 0
     assert "inputs from" in capsys.readouterr().out
+
+
+def test_an_inputs_file_that_is_no_npz_is_one_line(paths, tmp_path, capsys) -> None:
+    """A single .npy array (a traceback before: numpy hands back an array, not an archive) and a
+    text file (numpy's answer spoke of pickled data) each get one line saying what to give."""
+    npy, text = tmp_path / "x.npy", tmp_path / "notes.npz"
+    np.save(npy, np.zeros((2, 4), np.float32))
+    text.write_text("x,y\n1,2\n")
+    for path, what in ((npy, "a single .npy array, which names no input"), (text, "not an .npz file")):
+        assert main(["run", paths["model"], "--inputs", str(path), "--emulate"]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err == (f"trt-backend: error: --inputs {path}: {what}; give an .npz of arrays by input name, as "
+                       "numpy.savez(path, name=array) writes")

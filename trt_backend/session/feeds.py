@@ -264,7 +264,21 @@ def write_run(path: str, feeds: Sequence[Mapping[str, Any]], outputs: Sequence[M
     return kept
 
 
+_NPZ_HOW = "an .npz of arrays by input name, as numpy.savez(path, name=array) writes"
+
+
 def _read_runs(path: str, what: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except FileNotFoundError:
+        raise FeedError(f"{what} {path}: no such file") from None
+    except OSError as e:
+        raise FeedError(f"{what} {path}: cannot read it ({e.strerror or e})") from None
+    if head == b"\x93NUMPY":
+        raise FeedError(f"{what} {path}: a single .npy array, which names no input; give {_NPZ_HOW}")
+    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # (a zip archive's first bytes; an empty one's)
+        raise FeedError(f"{what} {path}: not an .npz file; give {_NPZ_HOW}")
     try:
         with np.load(path, allow_pickle=False) as data:
             _check_npz_sizes(data, path)
