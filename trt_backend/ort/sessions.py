@@ -34,6 +34,17 @@ def ort_errors() -> tuple[type[BaseException], ...]:
     return tuple(found) + (RuntimeError, ValueError, TypeError)
 
 
+@functools.lru_cache(maxsize=1)
+def quiet_run() -> Any:
+    """``onnxruntime.RunOptions`` for a run given none: a kernel's failure is not also logged in
+    red on stderr (it comes back as the exception, which the caller turns into its one error)."""
+    import onnxruntime as ort
+
+    run = ort.RunOptions()
+    run.log_severity_level = 4  # fatal only
+    return run
+
+
 def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str, *,
                 weights_dir: str | None = None) -> Any:
     """An ``onnxruntime.InferenceSession`` for ``model``; SegmentLoadError if ORT refuses it.

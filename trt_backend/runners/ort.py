@@ -9,7 +9,7 @@ import onnx
 from partitioner import Segment
 from trt_backend.errors import SegmentRunError
 from trt_backend.ort.options import OrtOptions
-from trt_backend.ort.sessions import first_line, ort_errors, ort_session
+from trt_backend.ort.sessions import first_line, ort_errors, ort_session, quiet_run
 from trt_backend.ort.values import NO_NUMPY_TYPES, to_ort_value
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import EMULATED, ONNXRUNTIME, SegmentRunner
@@ -37,6 +37,7 @@ class OnnxRuntimeRunner(SegmentRunner):
         if session is None:
             raise SegmentRunError(f"{self.label} is closed (its Session was closed, or the runner replaced)")
         inputs = [v.to_host() if hasattr(v, "to_host") else v for v in inputs]  # device arrays: to the CPU
+        ort_run_options = ort_run_options if ort_run_options is not None else quiet_run()
         try:
             if self._ort_values:
                 feeds = {n: to_ort_value(v) for n, v in zip(self.input_names, inputs)}

@@ -127,3 +127,22 @@ def test_a_sequence_of_maps_is_named_as_such() -> None:
     assert stats_line([{0: 0.5, 1: 0.5}, {0: 0.2, 1: 0.8}]) == "sequence of 2 map(s)"
     assert stats_line([np.zeros(2), np.ones(3)]) == "sequence of 2 tensor(s)"
     assert stats_line({"a": 1.0}) == "map of 1 entry"
+
+
+def test_a_kernel_failure_is_one_line_not_also_onnx_runtimes_log(tmp_path, capfd) -> None:
+    """An index out of range fails ONNX Runtime's Gather: our one line says so, and ONNX Runtime's
+    own red log line of the same failure (written to the process's stderr) is not printed too."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    graph = h.make_graph([h.make_node("Gather", ["table", "ids"], ["y"], name="lookup")], "g",
+                         [h.make_tensor_value_info("ids", T.INT64, [2])], [h.make_tensor_value_info("y", T.FLOAT, [2])],
+                         [nh.from_array(np.zeros(3, np.float32), "table")])
+    path = str(tmp_path / "gather.onnx")
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8), path)
+    np.savez(tmp_path / "ids.npz", ids=np.array([0, 9], np.int64))
+    assert main(["-q", "run", path, "--inputs", str(tmp_path / "ids.npz"), "--emulate"]) == 1
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("trt-backend: error: segment 0") and "out of data bounds" in err[0]
