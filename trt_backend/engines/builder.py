@@ -40,6 +40,7 @@ from trt_backend.engines.precision_plan import pinned_of
 from trt_backend.engines.quantize import (
     QDQ_OPS,
     carries_qdq,
+    int8_or_fp16,
     with_fp16_remainder,
 )
 from trt_backend.errors import PrecisionError, SegmentBuildError
@@ -233,7 +234,8 @@ def prepared_segment(segment_model: onnx.ModelProto, options: BuildOptions,
         if quantize is None:
             raise OptionsError("an int8 build needs the segment's quantizer (build through build_engines, or pass "
                                "quantize=SegmentQuantizer(...))")
-        return (quantize(segment_model, pinned) if pinned else quantize(segment_model)), precision
+        with_qdq = quantize(segment_model, pinned) if pinned else quantize(segment_model)
+        return with_qdq, int8_or_fp16(with_qdq)
     if precision in ("fp16", "bf16"):
         quantized = quantized_nodes(segment_model)
         if quantized:
