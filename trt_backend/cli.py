@@ -134,6 +134,7 @@ def script_main() -> NoReturn:
     if gc.isenabled():
         gc.disable()
         _collector_held = True
+    _own_stderr()
     rc = main()
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         sys.exit(rc)
@@ -144,6 +145,21 @@ def script_main() -> NoReturn:
         except (OSError, ValueError):  # Closed or gone: nothing more can reach it.
             pass
     os._exit(rc)
+
+
+def _own_stderr() -> None:
+    """Python's stderr (log lines, progress, errors) on a copy of file descriptor 2, so that while
+    an engine builds, what TensorRT's native code writes to descriptor 2 itself can go to the debug
+    log (:func:`trt_backend.tensorrt.flavor.native_stderr`) without taking our own lines with it."""
+    try:
+        if sys.stderr is None or sys.stderr.fileno() != 2:
+            return
+        sys.stderr.flush()
+        copy = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no usable descriptor 2: nothing to keep apart
+        return
+    sys.stderr = open(copy, "w", encoding=sys.stderr.encoding, errors=sys.stderr.errors,
+                      buffering=1)
 
 
 def _modules_loaded() -> None:

@@ -40,6 +40,7 @@ from trt_backend.engines.precision_plan import pinned_of
 from trt_backend.engines.quantize import (
     QDQ_OPS,
     carries_qdq,
+    int8_or_fp16,
     with_fp16_remainder,
 )
 from trt_backend.errors import PrecisionError, SegmentBuildError
@@ -48,7 +49,9 @@ from trt_backend.tensorrt.flavor import (
     Flavor,
     captured_messages,
     create_builder,
+    failure_reasons,
     load_flavor,
+    native_stderr,
     network_flags,
     quiet_messages,
     shared_logger,
@@ -233,7 +236,8 @@ def prepared_segment(segment_model: onnx.ModelProto, options: BuildOptions,
         if quantize is None:
             raise OptionsError("an int8 build needs the segment's quantizer (build through build_engines, or pass "
                                "quantize=SegmentQuantizer(...))")
-        return (quantize(segment_model, pinned) if pinned else quantize(segment_model)), precision
+        with_qdq = quantize(segment_model, pinned) if pinned else quantize(segment_model)
+        return with_qdq, int8_or_fp16(with_qdq)
     if precision in ("fp16", "bf16"):
         quantized = quantized_nodes(segment_model)
         if quantized:
@@ -322,13 +326,15 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
         add_profiles(builder, config, network, ranges)
         cache = timing.attach(config) if timing is not None else None
         if engine_path is not None and flavor.has("Builder.build_serialized_network_to_stream"):
-            streamed = stream_engine(trt, builder, network, config, engine_path)
+            with native_stderr():
+                streamed = stream_engine(trt, builder, network, config, engine_path)
             if streamed is None:
                 raise _build_error(names_from or model, errors)
             if cache is not None:
                 timing.merge(config, cache)
             return streamed, int(network.num_layers)
-        serialized = builder.build_serialized_network(network, config)
+        with native_stderr():
+            serialized = builder.build_serialized_network(network, config)
         if serialized is None:
             raise _build_error(names_from or model, errors)
         for message in errors:  # Captured, and not reported by a failure: say them here.
@@ -343,7 +349,7 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
 
 
 def _build_error(source: onnx.ModelProto, errors: Sequence[str]) -> SegmentBuildError:
-    message = "; ".join(errors) or "the TensorRT builder made no engine"
+    message = "; ".join(failure_reasons(list(errors))) or "the TensorRT builder made no engine"
     blamed = _blame(source, errors)
     return SegmentBuildError("build", blamed, message, [source.graph.node[k].name for k in blamed])
 

@@ -27,6 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 from partitioner.graph import fresh_name
 from trt_backend.engines.builder import BuildOptions, segment_precision
 from trt_backend.engines.precision import LOW_TYPES, PrecisionResult, apply_precision
+from trt_backend.engines.quantize import int8_or_fp16
 from trt_backend.ort.options import OrtOptions
 
 BF16, F32 = TensorProto.BFLOAT16, TensorProto.FLOAT
@@ -141,7 +142,7 @@ def emulation_model(segment: onnx.ModelProto, precision: str, keep_fp32_ops: tup
         if quantizer is None:
             raise ValueError("int8 emulation needs a quantizer")  # An internal call error, not a user's.
         quantized = quantizer(segment, pinned) if pinned else quantizer(segment)
-        return Emulation(rounded_in_fp32(quantized, TensorProto.FLOAT16), "int8")
+        return Emulation(rounded_in_fp32(quantized, TensorProto.FLOAT16), int8_or_fp16(quantized))
     if precision not in ("fp16", "bf16"):
         return Emulation(segment, "fp32")
     result: PrecisionResult = apply_precision(segment, precision, keep_fp32_ops, pinned)

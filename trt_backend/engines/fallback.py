@@ -123,10 +123,11 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
                     blamed = (found,)
                     reason += (f" (narrowed by bisection: the segment's nodes before it build; "
                                f"{narrowing.builds} trial build(s) so far)")
-                    log.warning("segment %d: TensorRT's builder failed (%s) naming no node; bisection blames node %d "
-                                "'%s' (%s): it goes to ONNX Runtime and the rest is planned again (the "
-                                "partition's rules decide what stays TensorRT)", seg.id, failure.message,
-                                found, plan.nodes[found].name, plan.nodes[found].op_type)
+                    # The failure's text was logged once, when it came (see _collect).
+                    log.warning("segment %d: the build failure names no node; bisection blames node %d '%s' (%s): "
+                                "it goes to ONNX Runtime and the rest is planned again (the partition's rules "
+                                "decide what stays TensorRT)", seg.id, found, plan.nodes[found].name,
+                                plan.nodes[found].op_type)
                     narrowed = True
             for i in blamed:
                 verdicts[i] = Verdict("onnxruntime", reason)

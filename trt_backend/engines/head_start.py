@@ -39,6 +39,7 @@ from trt_backend.tensorrt.flavor import (
     Flavor,
     create_builder,
     load_flavor,
+    native_stderr,
     network_flags,
 )
 
@@ -132,7 +133,8 @@ class HeadStart:
         self.settings = add_profiles(builder, config, network, ranges)
         # Built into memory, then written from here: a Python stream writer or progress monitor
         # would make TensorRT wait for the GIL the planning thread holds, at every call.
-        serialized = builder.build_serialized_network(network, config)
+        with native_stderr():  # (Myelin prints its internal errors there; the compile path reports a failure)
+            serialized = builder.build_serialized_network(network, config)
         if serialized is None:
             self.problem = "TensorRT's builder made no engine"
             return

@@ -28,7 +28,7 @@ DEFAULT_KEEP_FP32 = ("LayerNormalization", "InstanceNormalization", "GroupNormal
                      "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
                      "ReduceProd")
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
-QUANTIZER_VERSION = 2  # part of engine cache keys: bump when the Q/DQ placement changes (2: fp16 remainder)
+QUANTIZER_VERSION = 3  # part of engine cache keys: bump when the Q/DQ placement changes (3: one scale dtype per op)
 HARDWARE_LEVELS = ("none", "ampere_plus", "same_compute_capability")
 
 

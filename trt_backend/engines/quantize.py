@@ -13,7 +13,10 @@ strongly typed network that is the Q/DQ graph with its float tensors in fp16 (th
 QuantizeLinear/DequantizeLinear take fp16 scales). What stays float32: the ops of ``keep_fp32_ops``
 (LayerNorm, Softmax, reductions), the nodes pinned to fp32, and any Q/DQ node whose scale fp16
 cannot hold as a normal number (below 2^-14 or above 65504: such a scale would flush or round
-coarsely; the node then runs in fp32 between casts).
+coarsely; the node then runs in fp32 between casts). TensorRT fuses the Q/DQ pairs in front of a
+compute op into one int8 kernel and requires their scales to share a dtype (Myelin refuses a
+MatMul whose operand scales are fp32 and fp16), so such a node takes with it every Q/DQ node whose
+scale meets its own in a compute op, and those compute ops: all keep fp32 together.
 
 A segment is calibrated on its own inputs: the whole model runs on the calibration batches with
 the segment's inputs tapped (fp32, as the reference computes them). Quantized segments are kept
@@ -61,6 +64,13 @@ TAP_CACHE_BYTES = 256 << 20  # segment inputs of every calibration batch kept up
 
 def carries_qdq(model: onnx.ModelProto) -> bool:
     return any(n.op_type in QDQ_OPS for n in model.graph.node)
+
+
+def int8_or_fp16(quantized: onnx.ModelProto) -> str:
+    """The precision a segment the int8 quantizer made computes in: int8 where it holds Q/DQ. One
+    with nothing quantized (no compute op, or every one pinned fp32) is only the fp16 remainder:
+    fp16, and recorded so."""
+    return "int8" if carries_qdq(quantized) else "fp16"
 
 
 class SegmentQuantizer:
@@ -185,11 +195,42 @@ def with_fp16_remainder(quantized: onnx.ModelProto, keep_fp32_ops: Sequence[str]
     ops of ``keep_fp32_ops``, the ``pinned`` nodes and the Q/DQ nodes whose scales fp16 cannot hold
     (see the module doc). PrecisionError when the fp16 transform fails."""
     model = with_opset(quantized, QDQ_FP16_OPSET)
-    kept = set(pinned) | set(fp32_scaled_qdq(model))
+    scaled = fp32_scale_groups(model)
+    kept = set(pinned) | {n.name for n in scaled}
     if kept - set(pinned):
-        log.info("%s: %d Q/DQ node(s) keep fp32 scales (beyond fp16's normal range)", model.graph.name,
-                 len(kept - set(pinned)))
+        log.info("%s: %d Q/DQ node(s) keep fp32 scales (beyond fp16's normal range, or meeting such a scale "
+                 "in a compute op), %d other node(s) with them", model.graph.name,
+                 sum(n.op_type in QDQ_OPS for n in scaled), sum(n.op_type not in QDQ_OPS for n in scaled))
     return apply_precision(model, "fp16", keep_fp32_ops, kept).model
+
+
+def fp32_scale_groups(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The nodes that keep fp32 for the sake of the Q/DQ scales fp16 cannot hold
+    (:func:`fp32_scaled_qdq`): such a Q/DQ node, the Q/DQ nodes whose scales TensorRT combines with
+    its own (a QuantizeLinear and its DequantizeLinears, the DequantizeLinears a node reads
+    together) and the nodes reading those DequantizeLinears, so that every compute op sees operand
+    scales of one dtype, computing in fp32 right after them (no cast between a DQ and its reader)."""
+    nodes = list(model.graph.node)
+    root = list(range(len(nodes)))
+
+    def find(k: int) -> int:
+        while root[k] != k:
+            root[k] = root[root[k]]
+            k = root[k]
+        return k
+
+    def join(a: int, b: int) -> None:
+        root[find(a)] = find(b)
+
+    made = {o: k for k, n in enumerate(nodes) if n.op_type in QDQ_OPS for o in n.output if o}
+    for k, node in enumerate(nodes):
+        for name in node.input:
+            src = made.get(name)
+            if src is not None and (node.op_type == "DequantizeLinear" or nodes[src].op_type == "DequantizeLinear"):
+                join(k, src)  # A DQ and its Q, a reader and the DQs it reads.
+    fp32 = set(fp32_scaled_qdq(model))
+    groups = {find(k) for k, n in enumerate(nodes) if n.name in fp32}
+    return [n for k, n in enumerate(nodes) if find(k) in groups]
 
 
 def fp32_scaled_qdq(model: onnx.ModelProto) -> list[str]:

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
+import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -86,6 +89,23 @@ def load_flavor(choice: str = "auto") -> Flavor:
                                    "'tensorrt' (GPU) or 'tensorrt-rtx-cu13' (CPU-capable parser/builder)")
 
 
+# Messages that only say this machine has no usable CUDA driver or device (a CPU-only build
+# machine). A builder failure reports them beside its real reason; they do not explain it.
+_NO_DEVICE_MESSAGES = ("cudaError 35", "cudaError 100", "CUDA driver version is insufficient",
+                       "no CUDA-capable device")
+
+
+def failure_reasons(messages: list[str] | tuple[str, ...]) -> list[str]:
+    """``messages`` TensorRT gave with a failure, less those that only say no CUDA driver or device
+    is usable, unless nothing else is left (then that is the reason); each once, in order."""
+    once = list(dict.fromkeys(m.strip() for m in messages if m.strip()))
+    relevant = [m for m in once if not any(n in m for n in _NO_DEVICE_MESSAGES)]
+    for m in once:
+        if relevant and m not in relevant:
+            log.debug("TensorRT, beside the failure: %s", m)
+    return relevant or once
+
+
 # One logger per flavor per process: TensorRT warns when a builder gets a logger other than the
 # first one it saw, and messages arrive on the thread that called into TensorRT, so per-call
 # quieting and capturing are thread-local instead of per-logger.
@@ -165,3 +185,44 @@ def quiet_messages() -> Iterator[None]:
         yield
     finally:
         _local.quiet -= 1
+
+
+_native_lock = threading.Lock()
+_native: dict[str, Any] = {"depth": 0, "saved": -1, "sink": None}
+
+
+@contextmanager
+def native_stderr() -> Iterator[None]:
+    """While inside, what native code writes straight to file descriptor 2 (TensorRT's parser,
+    Myelin's "Internal Error" lines: outside TensorRT's logger, so beyond ``-q``) goes to the
+    debug log instead of the user's terminal. Its logger's messages are reported where they
+    belong, once. Process-wide and nested across threads: the first to enter redirects, the last
+    to leave restores and logs what came. Python's own stderr writes in the meantime land there
+    too, unless sys.stderr writes elsewhere than descriptor 2 (the CLI gives it its own copy)."""
+    with _native_lock:
+        if _native["depth"] == 0:
+            try:
+                sys.stderr.flush()
+                saved = os.dup(2)
+            except (OSError, ValueError):  # no usable fd 2 (embedded interpreters): nothing to capture
+                saved = -1
+            if saved >= 0:
+                sink = tempfile.TemporaryFile()
+                os.dup2(sink.fileno(), 2)
+                _native.update(saved=saved, sink=sink)
+        _native["depth"] += 1
+    try:
+        yield
+    finally:
+        with _native_lock:
+            _native["depth"] -= 1
+            if _native["depth"] == 0 and _native["saved"] >= 0:
+                os.dup2(_native["saved"], 2)
+                os.close(_native["saved"])
+                sink = _native["sink"]
+                _native.update(saved=-1, sink=None)
+                sink.seek(0)
+                text = sink.read().decode(errors="replace").strip()
+                sink.close()
+                if text:
+                    log.debug("TensorRT wrote to stderr: %s", text)

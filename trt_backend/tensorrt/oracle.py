@@ -1,13 +1,10 @@
 """The TensorRT ONNX parser as a capability oracle (partitioner.CapabilityOracle)."""
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
-import sys
 import tempfile
-from collections.abc import Iterator
 from typing import Any
 
 import onnx
@@ -20,6 +17,7 @@ from trt_backend.tensorrt.flavor import (
     Flavor,
     create_builder,
     load_flavor,
+    native_stderr,
     network_flags,
 )
 
@@ -71,7 +69,7 @@ class ParserOracle:
         network = self._builder.create_network(network_flags(self.flavor))
         parser: Any = trt.OnnxParser(network, self._logger)
         data, path = self._question(model)
-        with _captured_stderr():
+        with native_stderr():
             supported = bool(parser.supports_model_v2(data, path))
         pieces = tuple(Piece(tuple(int(k) for k in parser.get_subgraph_nodes(i)), bool(parser.is_subgraph_supported(i)))
                        for i in range(parser.num_subgraphs))
@@ -92,7 +90,7 @@ class ParserOracle:
         parser: Any = trt.OnnxParser(network, self._logger)
         errors: dict[int, str] = {}
         data, path = self._question(model)
-        with _captured_stderr():
+        with native_stderr():
             parsed = bool(parser.parse(data, path))
         if not parsed:
             for i in range(parser.num_errors):
@@ -168,29 +166,6 @@ def _stand_in_length(t: onnx.TensorProto) -> int | None:
 
 
 _ASSERT_MESSAGE = re.compile(r'&&\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\s*$')
-
-
-@contextlib.contextmanager
-def _captured_stderr() -> Iterator[None]:
-    """The parser writes some complaints ("Unsupported ONNX data type ...") straight to file
-    descriptor 2, outside its logger; route them to the debug log instead of the user's terminal."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no usable fd 2 (embedded interpreters): nothing to capture
-        yield
-        return
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            text = sink.read().decode(errors="replace").strip()
-            if text:
-                log.debug("TensorRT parser: %s", text)
 
 
 def describe_parser_error(err: Any) -> str:

@@ -14,7 +14,7 @@ import pytest
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from partitioner import plan_model
+from partitioner import PartitionOptions, plan_model
 from tests.helpers import vi
 from tests.support.graphs import cnn
 from trt_backend.accuracy.compare import compare
@@ -210,7 +210,9 @@ def test_scales_fp16_cannot_hold_keep_their_qdq_in_fp32(tmp_path, oracle) -> Non
     kept = set(fp32_scaled_qdq(quantized))
     assert {"x_QuantizeLinear", "x_DequantizeLinear"} <= kept
     scales = {t.name: t.data_type for t in quantized.graph.initializer if t.name.endswith("_scale")}
-    assert scales["x_scale"] == onnx.TensorProto.FLOAT and scales["w0_scale"] == onnx.TensorProto.FLOAT16
+    # conv0's weight scale meets x's in conv0: one dtype for both; conv1 keeps fp16 scales
+    assert scales["x_scale"] == scales["w0_scale"] == onnx.TensorProto.FLOAT
+    assert scales["w1_scale"] == onnx.TensorProto.FLOAT16
     assert any(n.op_type == "Cast" for n in quantized.graph.node)
     replanned = plan_model(load(quantized), oracle)
     assert all(n.verdict == "tensorrt" for n in replanned.nodes)
@@ -272,3 +274,80 @@ def test_int8_emulation_is_the_qdq_arithmetic_with_fp16_between_layers(tmp_path)
     ours = sess.run(None, {"x": x})[0]
     ulp = np.spacing(np.abs(expected).astype(np.float16)).astype(np.float32)
     assert np.all(np.abs(ours - expected) <= ulp) and np.abs(ours - x @ w).max() > 1e-3
+
+
+def _tiny_channel_matmul() -> onnx.ModelProto:
+    """x [N, T, 16] -> Relu -> MatMul(w) -> Add -> Tanh, one output channel of w 1e-5 times the
+    rest: that channel's int8 scale (~2e-7) is below fp16's normal range, the others' are not."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    w[:, 0] *= 1e-5
+    nodes = [h.make_node("Relu", ["x"], ["r"], name="relu"), h.make_node("MatMul", ["r", "w"], ["m"], name="mm"),
+             h.make_node("Add", ["m", "b"], ["a"], name="add"), h.make_node("Tanh", ["a"], ["y"], name="tanh")]
+    inits = [nh.from_array(w, "w"), nh.from_array((rng.standard_normal(8) * 0.1).astype(np.float32), "b")]
+    m = h.make_model(h.make_graph(nodes, "tiny", [vi("x", ["N", "T", 16])], [vi("y", ["N", "T", 8])], inits),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_operand_scales_of_a_matmul_share_one_dtype(tmp_path, flavor) -> None:
+    """A weight scale fp16 cannot hold keeps its DQ in fp32, and with it the activation's Q/DQ
+    in front of the same MatMul and the MatMul itself: TensorRT-RTX (Myelin) refuses a MatMul whose
+    operand scales are fp32 and fp16. The int8 build takes the MatMul (nothing demoted), and the
+    emulated output is within int8's error of fp32."""
+    model, data = str(tmp_path / "tiny.onnx"), str(tmp_path / "cal.npz")
+    onnx.save(_tiny_channel_matmul(), model)
+    np.savez(data, x=np.random.default_rng(1).standard_normal((32, 5, 16)).astype(np.float32))
+    profile = [{"x": ((1, 1, 16), (4, 5, 16), (8, 64, 16))}]
+    out = str(tmp_path / "build")
+    manifest = build_folder_build(model, out, profile, SessionOptions(
+        build=BuildOptions(precision="int8", calibration_data=data)))
+    assert not manifest["demoted"]
+    assert [(s["backend"], s["precision"]) for s in manifest["segments"]] == [("tensorrt", "int8")]
+    built = onnx.load(os.path.join(out, "segment_0.onnx"))
+    scales = {t.name: t.data_type for t in built.graph.initializer if t.name.endswith("_scale")}
+    assert scales == {"r_scale": onnx.TensorProto.FLOAT, "w_scale": onnx.TensorProto.FLOAT}
+    made = {o: n.op_type for n in built.graph.node for o in n.output}
+    mm = next(n for n in built.graph.node if n.op_type == "MatMul")
+    assert [made[i] for i in mm.input] == ["DequantizeLinear", "DequantizeLinear"]  # no cast between
+    x = np.random.default_rng(4).standard_normal((2, 7, 16)).astype(np.float32)
+    ours = Session.load(out, SessionOptions(emulate=True)).run(None, {"x": x})[0]
+    ref = Session(model, profile, SessionOptions(emulate=True)).run(None, {"x": x})[0]
+    err = float(np.abs(ours - ref).max())
+    assert 1e-4 < err < 0.1, err  # int8's error (outputs in [-1, 1]), not fp32's and not a wreck
+
+
+def test_a_segment_with_nothing_quantized_is_recorded_as_the_fp16_it_is(tmp_path) -> None:
+    """int8 asked, but the TensorRT segment's only compute op goes to ONNX Runtime: the quantizer
+    inserts no Q/DQ, and the segment runs as int8's fp16 remainder. The manifest, the build's
+    summary, the emulated session and compare all say fp16, not int8."""
+    from trt_backend.accuracy.compare import compare
+
+    rng = np.random.default_rng(0)
+    nodes = [h.make_node("Relu", ["x"], ["r"], name="relu"), h.make_node("Sigmoid", ["r"], ["s"], name="sig"),
+             h.make_node("Tanh", ["s"], ["t"], name="tanh"), h.make_node("MatMul", ["t", "w"], ["y"], name="mm")]
+    m = h.make_model(h.make_graph(nodes, "chain", [vi("x", ["N", 16])], [vi("y", ["N", 8])],
+                                  [nh.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w")]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    model, data, out = str(tmp_path / "chain.onnx"), str(tmp_path / "cal.npz"), str(tmp_path / "build")
+    onnx.save(m, model)
+    np.savez(data, x=rng.standard_normal((32, 16)).astype(np.float32))
+    profile = [{"x": ((1, 16), (4, 16), (8, 16))}]
+    options = SessionOptions(build=BuildOptions(precision="int8", calibration_data=data),
+                             partition=PartitionOptions(exclude_nodes=("mm",), min_segment_size=1, boundary_cost=None))
+    manifest = build_folder_build(model, out, profile, options)
+    assert [(s["backend"], s.get("precision")) for s in manifest["segments"]] == [("tensorrt", "fp16"),
+                                                                                ("onnxruntime", None)]
+    assert manifest["build"]["summary"] == "fp16"
+    built = onnx.load(os.path.join(out, "segment_0.onnx"))
+    assert not any(n.op_type in QDQ_OPS for n in built.graph.node)
+    assert any(t.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for t in
+               onnx.shape_inference.infer_shapes(built).graph.value_info)  # what fp16 says: it computes in fp16
+    assert Session.load(out, SessionOptions(emulate=True)).emulated_precisions == {0: "fp16"}
+    report = compare(out, atol=1e-2, rtol=1e-2)
+    assert report.precision == "fp16" and report.passed
+    sess = Session(model, profile, SessionOptions(emulate=True, precision="int8", calibration_data=data,
+                                                  partition=options.partition))
+    assert sess.emulated_precisions == {0: "fp16"}  # emulating from the model says the same

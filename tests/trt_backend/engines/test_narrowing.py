@@ -112,3 +112,51 @@ def test_an_int8_folder_whose_every_segment_went_to_onnx_runtime_runs(tmp_path, 
     np.testing.assert_allclose(sess.run(None, feeds)[0], ref.run(None, feeds)[0], atol=1e-6)
     assert main(["run", folder, "--inputs", str(tmp_path / "in.npz")]) == 0
     assert main(["compare", folder, "--inputs", str(tmp_path / "in.npz")]) == 0
+
+
+def mixed_scale_matmul() -> onnx.ModelProto:
+    """fp16 x [N, T, 16] -> Relu -> Q/DQ (fp16 scale) -> MatMul with an int8 weight whose DQ has an
+    fp32 scale, cast to fp16: TensorRT-RTX's builder (Myelin) fails on it with an internal check
+    ("type mismatch between matmul operand scales") naming no node, and its native code prints
+    that check to stderr as well."""
+    w = np.random.default_rng(0).integers(-127, 128, (16, 8)).astype(np.int8)
+    nodes = [h.make_node("Relu", ["x"], ["r"], name="relu"),
+             h.make_node("QuantizeLinear", ["r", "xs", "xz"], ["rq"], name="q"),
+             h.make_node("DequantizeLinear", ["rq", "xs", "xz"], ["rd"], name="dq"),
+             h.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], name="wdq"),
+             h.make_node("Cast", ["wd"], ["wf"], to=T.FLOAT16, name="wcast"),
+             h.make_node("MatMul", ["rd", "wf"], ["m"], name="mm"), h.make_node("Tanh", ["m"], ["y"], name="tanh")]
+    inits = [nh.from_array(np.array(0.02, np.float16), "xs"), nh.from_array(np.array(0, np.int8), "xz"),
+             nh.from_array(w, "w"), nh.from_array(np.full(8, 0.01, np.float32), "ws"),
+             nh.from_array(np.zeros(8, np.int8), "wz")]
+    graph = h.make_graph(nodes, "mixed", [h.make_tensor_value_info("x", T.FLOAT16, ["N", "T", 16])],
+                         [h.make_tensor_value_info("y", T.FLOAT16, ["N", "T", 8])], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 19)])
+    m.ir_version = 9
+    return m
+
+
+def test_a_build_failure_is_told_once_and_quiet_means_quiet(tmp_path, flavor) -> None:
+    """The build command on a model whose build fails naming no node: the reason is one warning
+    on stderr (the bisection's warning names the node, not the reason again) and one line of the
+    report on stdout; TensorRT's note that this machine has no CUDA driver is not part of it;
+    Myelin's own print to stderr goes to the debug log. With -q stderr is empty."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "mixed.onnx")
+    onnx.save(mixed_scale_matmul(), path)
+    check = "type mismatch between matmul operand scales"
+    for quiet in (False, True):
+        out = str(tmp_path / f"b{int(quiet)}")
+        command = ["build", path, "-o", out, *(["-q"] if quiet else []),
+                   "--min-shapes", "x:1x1x16", "--opt-shapes", "x:4x5x16", "--max-shapes", "x:8x64x16"]
+        proc = subprocess.run([sys.executable, "-m", "trt_backend", *command], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.count(check) == 1 and "demoted 1 node of segment 0 (round 1: MatMul x1)" in proc.stdout
+        assert "cudaError" not in proc.stdout + proc.stderr and "Internal Error" not in proc.stderr
+        if quiet:
+            assert proc.stderr == ""
+        else:
+            assert proc.stderr.count(check) == 1, proc.stderr
+            assert "bisection blames node 5 'mm' (MatMul)" in proc.stderr
