@@ -84,7 +84,7 @@ class Rules:
             return f"excluded by user (node name '{node.name}')"
         if node.op_type in self.exclude_ops:
             return f"excluded by user (op type {node.op_type})"
-        reason = self._op_problem(node)
+        reason = self.op_problem(node)
         if reason:
             return reason
         if self._found is None or self._found[0] is not index:
@@ -101,7 +101,9 @@ class Rules:
                 return f"{node.op_type} body: {reason}"
         return _too_many_elements(node, huge) if huge else None
 
-    def _op_problem(self, node: onnx.NodeProto) -> str | None:
+    def op_problem(self, node: onnx.NodeProto) -> str | None:
+        """Why ``node``'s op never goes to TensorRT (its domain, a sequence op), whatever the types
+        of its tensors; None if TensorRT may try it."""
         domain = node.domain
         if (domain, node.op_type) in self.local_functions:
             return None
@@ -118,7 +120,7 @@ class Rules:
         for node in graph.node:
             if node.op_type in self.exclude_ops:
                 return f"contains {node.op_type}, excluded by user"
-            reason = self._op_problem(node)
+            reason = self.op_problem(node)
             if reason:
                 return f"node '{node.name or node.op_type}': {reason}"
             for name in list(node.input) + list(node.output):
@@ -130,3 +132,27 @@ class Rules:
                 if reason:
                     return reason
         return None
+
+
+def types_planning_reads(index: GraphIndex, names: Collection[str], rules: Rules) -> list[str]:
+    """Of the tensors ``names``, those whose types planning can read: a tensor whose producer,
+    or a node that reads it, is a node TensorRT may try (one ``rules.op_problem`` does not send
+    to ONNX Runtime) or has one upstream, or from which such a node can be reached. Any other
+    tensor is written and read only by nodes that run on ONNX Runtime in the first ONNX Runtime
+    group of every plan (nothing TensorRT may take comes before them), and nothing TensorRT may
+    take depends on it: no verdict, size estimate or segment boundary reads its type."""
+    nodes = index.graph.node
+    candidate = [rules.op_problem(node) is None for node in nodes]
+    upstream = [False] * len(nodes)  # a candidate, or reads what one of them computed
+    for i in index.order:
+        upstream[i] = candidate[i] or any(upstream[p] for name in index.reads[i]
+                                          if (p := index.producer.get(name)) is not None)
+    downstream = [False] * len(nodes)  # a candidate, or feeds one
+    for i in reversed(index.order):
+        downstream[i] = candidate[i] or any(downstream[c] for c in index.successors(i))
+    out = []
+    for name in names:
+        p = index.producer.get(name)
+        if (p is not None and upstream[p]) or any(upstream[c] or downstream[c] for c in index.consumers.get(name, ())):
+            out.append(name)
+    return out

@@ -26,6 +26,7 @@ from partitioner import (
     plan_model,
 )
 from partitioner.capability import CapabilityOracle, Verdict
+from partitioner.cost import si_bytes
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource, learn_types, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
@@ -86,6 +87,8 @@ def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_r
         if shapes and source.learned and probe_key(shapes) != source.probe_shapes and max_ir_version() is not None:
             learn_unknown_types(source, shapes)
         return source
+    if isinstance(source, (str, os.PathLike)) and os.path.isfile(source):
+        progress("loading %s (%s)", os.fspath(source), si_bytes(os.path.getsize(source)))
     model = load_model(source, base_dir=base_dir, max_ir_version=max_ir_version())
     rewrite_qdq(model, qdq_rewrite)
     if learned is not None:

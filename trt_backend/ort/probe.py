@@ -10,7 +10,13 @@ is given that name, any other stays unknown: a static dim is written only where 
 shape tried (a text recognizer's width / 8 is 1 at widths 2 and 3, and 40 at 320). Tensors typed
 only by the model's own value_info (``partitioner.model.DECLARED``) are checked the same way. The
 partitioner records the tensors as learned (``partitioner.model.learn_types``); a probe that fails
-is logged with the tensors it could not learn, whose consumers then stay on ONNX Runtime."""
+is logged with the tensors it could not learn, whose consumers then stay on ONNX Runtime.
+
+The model is not run where planning reads none of those types
+(:func:`partitioner.rules.types_planning_reads`): only nodes that run on ONNX Runtime anyway
+(``ai.onnx.ml``, custom domains) write and read them, with nothing TensorRT may take before or
+after them. A large tree ensemble with its ZipMap is such a model, and its ONNX Runtime session
+alone takes longer than the rest of planning."""
 from __future__ import annotations
 
 import logging
@@ -22,7 +28,9 @@ import onnx
 
 from partitioner import Model
 from partitioner.model import DECLARED, forget_types, learn_types, unknown_tensor_types
+from partitioner.rules import Rules, types_planning_reads
 from trt_backend._lazy import lazy_module
+from trt_backend._progress import progress
 from trt_backend.errors import TrtBackendError
 from trt_backend.ort.sessions import tapped_session
 
@@ -48,12 +56,15 @@ def probe_key(shapes: ProbeShapes) -> tuple[tuple[tuple[str, tuple[int, ...]], .
 def learn_unknown_types(model: Model, shapes: ProbeShapes = ()) -> list[str]:
     """Learn the types of ``model``'s tensors of unknown dtype or rank, and check those typed by
     the model's value_info alone, by probe runs at ``shapes`` (see the module's docstring);
-    returns the tensors learned. Nothing to learn: no run at all. Types learned before at other
-    shapes are learned again at these."""
+    returns the tensors learned. Nothing to learn, or nothing planning reads: no run at all.
+    Types learned before at other shapes are learned again at these."""
     key = probe_key(shapes)
     wanted = set(model.index.consumers) | set(model.index.graph_outputs)
     again = [n for n, how in model.learned.items() if n in wanted and (how == DECLARED or
                                                                        (how == HOW and key != model.probe_shapes))]
+    if not _planning_reads(model, unknown_tensor_types(model) + again):
+        model.probe_shapes = key
+        return []
     before = {vi.name: (onnx.TypeProto.FromString(vi.type.SerializeToString()), model.learned[vi.name])
               for vi in model.proto.graph.value_info if vi.name in again}
     forget_types(model, again)  # The probe must not run the model with the types it checks.
@@ -84,6 +95,23 @@ def learn_unknown_types(model: Model, shapes: ProbeShapes = ()) -> list[str]:
     return list(types)
 
 
+def _planning_reads(model: Model, names: Sequence[str]) -> bool:
+    """Whether planning reads the type of any of ``names`` (see
+    :func:`partitioner.rules.types_planning_reads`). Where it reads none (the model's ONNX-ML
+    nodes and what only they read: a tree ensemble and its ZipMap), the probe would build an ONNX
+    Runtime session of the whole model, which for a large tree ensemble takes longer than
+    everything else planning does, to learn what nothing uses."""
+    if not names:
+        return False
+    rules = Rules(local_functions={(f.domain, f.name) for f in model.proto.functions})
+    read = types_planning_reads(model.index, names, rules)
+    if not read:
+        log.info("%s: the types of %d tensor(s) are unknown after shape inference (%s), but only nodes that run "
+                 "on ONNX Runtime anyway read them: the model is not run to learn them", model.source, len(names),
+                 _names(names))
+    return bool(read)
+
+
 def _restore(model: Model, before: Mapping[str, tuple[onnx.TypeProto, str]]) -> None:
     """Give back the types a probe could not check (they were forgotten for its runs)."""
     for how in sorted({h for _, h in before.values()}):
@@ -108,6 +136,8 @@ def _probe(model: Model, names: Sequence[str], key: Sequence[Sequence[tuple[str,
     # took most of the session's start on a ViT (0.2 s of its 0.3 s). A probe may fail where the model
     # needs other shapes: the warning says so, and ONNX Runtime's own error log line would only repeat it.
     options = _options.OrtOptions(graph_optimization_level="disable", log_severity=4)
+    progress("learning the types of %d tensor(s) shape inference left unknown (%s): running %s in ONNX Runtime",
+             len(names), _names(names, 3), model.source)
     run = tapped_session(model, names, options, f"probe run of {model.source}")
     given = [dict(entry) for entry in key] or [{} for _ in PROBE_DIMS]
     runs, symbols = [], []

@@ -12,7 +12,9 @@ import onnx
 
 from partitioner import Model
 from partitioner.errors import OptionsError
+from partitioner.cost import si_bytes
 from partitioner.model import serialize
+from trt_backend._progress import progress
 from trt_backend._files import write_atomic
 from trt_backend.errors import SegmentLoadError, SegmentRunError
 from trt_backend.ort.threads import (
@@ -43,6 +45,11 @@ def quiet_run() -> Any:
     run = ort.RunOptions()
     run.log_severity_level = 4  # fatal only
     return run
+
+
+# A session of a model this large is worth a progress line: ONNX Runtime spends seconds on one of
+# hundreds of MB (a large tree ensemble: ~6 s for 194 MB), and well under one on a smaller model.
+_SHOWN_BYTES = 1 << 20
 
 
 def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str, *,
@@ -82,6 +89,8 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str, 
         so.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                     os.path.abspath(weights_dir))
     data = model if isinstance(model, bytes) else serialize(model, what)
+    if len(data) >= _SHOWN_BYTES:
+        progress("loading an ONNX Runtime session for %s (%s)", what, si_bytes(len(data)))
     try:
         return inference_session(data, so, options.providers, options.disabled_optimizers)
     except ort_errors() as e:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -165,3 +166,72 @@ def test_an_attention_reshape_needs_no_probe_and_runs_as_onnx_runtime_runs_it(fl
     feeds = {"x": np.random.default_rng(0).standard_normal((3, 5, 8)).astype(np.float32)}
     sess = Session(model, [{"x": ((1, 5, 8), (3, 5, 8), (4, 5, 8))}], SessionOptions(emulate=True))
     assert_same(sess.run(None, feeds), ort_reference(model, feeds))
+
+
+def _tree_classifier(extra: list[onnx.NodeProto], outputs: list[onnx.ValueInfoProto]) -> onnx.ModelProto:
+    """A one-tree TreeEnsembleClassifier on x (2 classes: x[:, 0] <= 0.5 or not), whose label and
+    probabilities ONNX's shape inference gives no rank, then ZipMap, then the ``extra`` nodes."""
+    x = h.make_tensor_value_info("x", T.FLOAT, ["batch", 3])
+    tree = h.make_node(
+        "TreeEnsembleClassifier", ["x"], ["label", "prob"], domain="ai.onnx.ml", nodes_treeids=[0, 0, 0],
+        nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0], nodes_values=[0.5, 0.0, 0.0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+        class_treeids=[0, 0], class_nodeids=[1, 2], class_ids=[0, 1], class_weights=[1.0, 1.0],
+        classlabels_int64s=[0, 1])
+    zipmap = h.make_node("ZipMap", ["prob"], ["probabilities"], domain="ai.onnx.ml", classlabels_int64s=[0, 1])
+    maps = h.make_value_info("probabilities", h.make_sequence_type_proto(h.make_map_type_proto(
+        T.INT64, h.make_tensor_type_proto(T.FLOAT, None))))
+    graph = h.make_graph([tree, zipmap, *extra], "trees", [x], [*outputs, maps])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.ml", 1)])
+
+
+def test_no_probe_where_only_onnx_ml_nodes_read_the_unknown_types(flavor, caplog) -> None:
+    """A tree ensemble and its ZipMap: only ai.onnx.ml nodes read the tensors of unknown rank, so no
+    verdict, estimate or boundary reads their types, the model is not run to learn them, and the
+    plan is the one ONNX Runtime segment it is with them learned."""
+    from trt_backend.planning import load_normalized as load
+
+    m = _tree_classifier([], [h.make_tensor_value_info("label", T.INT64, None)])
+    with caplog.at_level(logging.INFO, logger="trt_backend.ort.probe"):
+        model = load(m)
+    assert model.learned == {}
+    assert "prob" not in model.index.types  # not learned: unknown
+    assert "the model is not run to learn them" in caplog.text and "'prob'" in caplog.text
+    plan = make_plan(m)
+    assert [s.backend for s in plan.segments] == ["onnxruntime"] and plan.learned == {}
+    assert '"learned_types"' not in plan.to_json()
+    sess = Session(m, options=SessionOptions(emulate=True))
+    feeds = {"x": np.array([[0.2, 1, 1], [0.9, 1, 1], [0.4, 0, 0]], np.float32)}
+    got = sess.run(None, feeds)
+    assert_same(got, ort_reference(m, feeds))
+
+
+def test_probe_still_runs_where_a_standard_node_reads_an_unknown_type(flavor) -> None:
+    """The same trees with a Cast of the label after them (a node TensorRT may take): the probe
+    runs and learns the label's rank and dtype, as it does for every tensor of unknown type."""
+    from trt_backend.planning import load_normalized as load
+
+    cast = h.make_node("Cast", ["label"], ["label_f"], to=T.FLOAT)
+    m = _tree_classifier([cast], [h.make_tensor_value_info("label_f", T.FLOAT, None)])
+    model = load(m)
+    assert model.learned == {"label": HOW, "prob": HOW, "label_f": HOW}
+    dims = model.index.types["label"].tensor_type.shape.dim
+    assert model.index.types["label"].tensor_type.elem_type == T.INT64 and [d.dim_param for d in dims] == ["batch"]
+
+
+def test_probe_runs_where_an_onnx_ml_reader_also_reads_what_tensorrt_may_take(flavor) -> None:
+    """A Scaler's output (of unknown rank) read only by a FeatureVectorizer, an ai.onnx.ml node,
+    that also reads a Relu chain TensorRT may take: that reader runs after the chain, in a later
+    ONNX Runtime segment than the Scaler, so the Scaler's output crosses a boundary and its type
+    is learned."""
+    from trt_backend.planning import load_normalized as load
+
+    x = h.make_tensor_value_info("x", T.FLOAT, ["batch", 4])
+    nodes = [h.make_node("Scaler", ["x"], ["s"], domain="ai.onnx.ml", offset=[0.5] * 4, scale=[2.0] * 4),
+             h.make_node("Relu", ["x"], ["r"]), h.make_node("Neg", ["r"], ["n"]), h.make_node("Abs", ["n"], ["a"]),
+             h.make_node("FeatureVectorizer", ["s", "a"], ["y"], domain="ai.onnx.ml", inputdimensions=[4, 4])]
+    m = h.make_model(h.make_graph(nodes, "g", [x], [h.make_tensor_value_info("y", T.FLOAT, None)]),
+                     opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.ml", 3)])
+    model = load(m)
+    assert model.learned.get("s") == HOW
+    assert [d.dim_value for d in model.index.types["s"].tensor_type.shape.dim] == [0, 4]
