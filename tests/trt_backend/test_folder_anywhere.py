@@ -177,7 +177,8 @@ def test_cli_on_a_folder_from_another_directory(kind, models, placed, tmp_path, 
     np.savez(inputs, **x)
     assert main(["run", folder, "--inputs", inputs, "--outputs", outputs]) == 0
     got = np.load(outputs)["y"]
-    assert np.abs(got - run_ort(models[kind], x)).max() <= tolerance(models, kind)
+    # (emulated, a quantized model's Q/DQ compute as ONNX defines them: ONNX Runtime unoptimised)
+    assert np.abs(got - run_ort(models[kind], x, "disable" if kind in QUANTIZED else "all")).max() <= 1e-5
     capsys.readouterr()
     report = str(tmp_path / "compare.json")
     assert main(["compare", folder, "--json", report]) == 0

@@ -353,7 +353,7 @@ def value_ranges(texts: Sequence[str], kind: type, flag: str) -> Any:
     return named or whole
 
 
-def profiles_from_feeds(model: str, feeds: Sequence[Mapping[str, Any]], where: str) -> list[dict[str, Any]]:
+def sample_profiles(model: str, feeds: Sequence[Mapping[str, Any]], where: str) -> list[dict[str, Any]]:
     """For samples of a model file given with ``--inputs`` and no profile: their names checked
     against the model's inputs (a missing input is named as missing), then one profile spanning
     their shapes (:func:`trt_backend.session.feeds.profiles_from_feeds`)."""

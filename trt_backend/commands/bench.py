@@ -29,7 +29,7 @@ from trt_backend.commands._args import (
     max_memory,
     ort_options,
     precision_fields,
-    profiles_from_feeds,
+    sample_profiles,
     refuse_build_flags,
     session_options,
 )
@@ -126,7 +126,7 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
         if len(samples) > 1:
             print(f"--inputs {args.inputs}: {len(samples)} samples; bench times the first", file=sys.stderr)
         if not profiles and not is_build_folder(args.model):
-            profiles = profiles_from_feeds(args.model, [feeds], f"--inputs {args.inputs}")
+            profiles = sample_profiles(args.model, [feeds], f"--inputs {args.inputs}")
     options = BenchOptions(shapes=shapes, profiles=profiles or None, baselines=_baselines(args.baselines),
                            timing=timing, build=not args.no_build, seed=args.seed, feeds=feeds)
     session = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,

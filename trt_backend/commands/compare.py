@@ -25,7 +25,7 @@ from trt_backend.commands._args import (
     add_sign_key_argument,
     is_folder_arg,
     max_memory,
-    profiles_from_feeds,
+    sample_profiles,
     refuse_build_flags,
     session_options,
     value_ranges,
@@ -127,7 +127,7 @@ def _handle(args: argparse.Namespace) -> int:
         profiles = []
     else:
         if feeds and not profiles:  # Real samples and no profile: one spanning their shapes.
-            profiles = profiles_from_feeds(args.model, feeds, f"--inputs {args.inputs or args.load_outputs}")
+            profiles = sample_profiles(args.model, feeds, f"--inputs {args.inputs or args.load_outputs}")
         so = options_with(so, build_fields(args, args.model, profiles or None, so, feeds))
     report = compare(args.model, options, profiles=profiles or None, session_options=so, feeds=feeds,
                      reference_outputs=reference, save_outputs=args.save_outputs)

@@ -16,7 +16,7 @@ from trt_backend._files import write_atomic
 from trt_backend._lazy import lazy_module
 from trt_backend.artifacts.read import is_build_folder
 from trt_backend.commands._args import (
-    profiles_from_feeds,
+    sample_profiles,
     add_build_memory_argument,
     add_cpu_session_arguments,
     add_device_argument,
@@ -131,7 +131,7 @@ def _handle(args: argparse.Namespace) -> int:
                             "bench take several)")
         given = inputs[0]
         if not profiles and not is_build_folder(args.model):  # Real samples and no profile: their shapes.
-            profiles = profiles_from_feeds(args.model, inputs, f"--inputs {args.inputs}")
+            profiles = sample_profiles(args.model, inputs, f"--inputs {args.inputs}")
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
                               ort=ort_options(args))
     given_model = None if is_build_folder(args.model) else profiles or None
