@@ -70,6 +70,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    _own_stderr()  # (before a build's thread may point descriptor 2 elsewhere: our lines keep theirs)
     args_list = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in args_list if not a.startswith("-")), None)
     build_index = None
@@ -134,7 +135,6 @@ def script_main() -> NoReturn:
     if gc.isenabled():
         gc.disable()
         _collector_held = True
-    _own_stderr()
     rc = main()
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         sys.exit(rc)
@@ -150,7 +150,9 @@ def script_main() -> NoReturn:
 def _own_stderr() -> None:
     """Python's stderr (log lines, progress, errors) on a copy of file descriptor 2, so that while
     an engine builds, what TensorRT's native code writes to descriptor 2 itself can go to the debug
-    log (:func:`trt_backend.tensorrt.flavor.native_stderr`) without taking our own lines with it."""
+    log (:func:`trt_backend.tensorrt.flavor.native_stderr`) without taking our own lines with it.
+    Once per process, kept (a logging handler made meanwhile writes to it); a stderr that is not
+    descriptor 2 (a test's capture, a caller's own stream) is left as it is."""
     try:
         if sys.stderr is None or sys.stderr.fileno() != 2:
             return

@@ -198,3 +198,44 @@ def test_an_engine_from_the_cache_leaves_no_head_start_behind(tmp_path, spy) -> 
     with open(tmp_path / "first" / "segment_0.engine", "rb") as a, open(tmp_path / "second" / "segment_0.engine",
                                                                          "rb") as b:
         assert a.read() == b.read()
+
+
+_HOLD = """
+import sys, threading
+from trt_backend.commands import _args
+from trt_backend.tensorrt import flavor
+held = threading.Event()
+
+def hold():  # as the head start's thread does while TensorRT parses and builds
+    with flavor.native_stderr():
+        held.set()
+        threading.Event().wait(30)
+
+check = _args.check_output_paths
+
+def check_while_held(args):
+    threading.Thread(target=hold, daemon=True).start()
+    held.wait(10)
+    return check(args)
+
+_args.check_output_paths = check_while_held
+"""
+
+
+@pytest.mark.parametrize("entry", ["from trt_backend.cli import main as run",
+                                   "from trt_backend.cli import script_main as run"])
+def test_an_error_while_a_build_thread_holds_stderr_is_said(tmp_path, entry) -> None:
+    """While TensorRT builds, a thread points descriptor 2 at a scratch file (its native prints go
+    to the debug log); an error the command meets meanwhile is still said on stderr, by ``main``
+    as by the script's ``script_main`` (with ``main`` it was lost: exit 1, nothing printed)."""
+    import subprocess
+    import sys
+
+    model = small_cnn(str(tmp_path / "cnn.onnx"))
+    existing = tmp_path / "existing.txt"
+    existing.write_text("x")
+    code = (f"{_HOLD}\n{entry}\nsys.argv[1:] = {['build', model, '-o', str(existing), *SHAPES]!r}\n"
+            "sys.exit(run())")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"trt-backend: error: cannot write -o {existing}: exists and is not a folder"
