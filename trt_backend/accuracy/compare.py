@@ -147,10 +147,11 @@ def reference_session(model: Model | None, options: OrtOptions) -> Any:
         raise ReferenceRunError(str(e)) from None
 
 
-def _notes(sess: Session, reports: Sequence[OutputReport]) -> list[str]:
+def _notes(sess: Session, reports: Sequence[OutputReport], saved: bool = False) -> list[str]:
     """What a verdict rests on where it says less than it seems: outputs with nothing to compare,
     and a comparison that cannot differ (TensorRT segments emulated in fp32 against the same
-    ONNX Runtime: it checks the partition and the stitching, not TensorRT's numbers)."""
+    ONNX Runtime: it checks the partition and the stitching, not TensorRT's numbers). ``saved``:
+    the reference is outputs saved from another run, of which neither holds."""
     notes = [f"output '{r.name}' was empty on every input: not compared (give inputs that produce some)"
              for r in reports if not r.compared]
     executors = sess.segment_executors
@@ -160,11 +161,11 @@ def _notes(sess: Session, reports: Sequence[OutputReport]) -> list[str]:
     if requantized:
         notes.append("the model's Q/DQ were re-quantized to symmetric int8 (--qdq-rewrite int8); the reference is the "
                      "model as written: the comparison measures that re-quantization")
-    if is_quantized(sess.model.proto) or sess.model.rewritten:
+    if (is_quantized(sess.model.proto) or sess.model.rewritten) and not saved:
         notes.append("the reference computes the model's quantization as ONNX defines it (ONNX Runtime with graph "
                      "optimisations off); at its default level ONNX Runtime runs such a model through its "
                      "own fused int8 kernels, whose numbers can differ")
-    if "emulated" in executors and "tensorrt" not in executors and fp32 and not requantized:
+    if "emulated" in executors and "tensorrt" not in executors and fp32 and not requantized and not saved:
         notes.append("TensorRT segments ran emulated in fp32 through ONNX Runtime, as the reference does: the "
                      "comparison checks the partition and stitching (equal by construction otherwise), not "
                      "TensorRT's kernels; build in a reduced precision, or compare on a GPU, to measure those")
@@ -214,7 +215,7 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
     tasks = run_checks(opts.checks, run.ours, run.reference, names)
     compared = [r for r in reports if r.compared]
     passed = bool(compared) and all(r.error.passed for r in reports) and all(t.passed for t in tasks)
-    notes = _notes(sess, reports)
+    notes = _notes(sess, reports, saved=isinstance(reference, SavedReference))
     if opts.atol_of_range:
         notes.append(f"atol of each output: at least {opts.atol_of_range:g} x the largest magnitude the reference "
                      "gave it (the atol column shows what applied)")

@@ -3,9 +3,11 @@ error. A detector whose boxes move by a pixel, or a classifier whose logits move
 fail any absolute tolerance and still give every user the same result; these checks say so.
 
 - ``top1[:OUT]``: per row, the arg-max over the last axis agrees (classification).
-- ``argmax-sequence[:OUT]``: per row, the greedy token sequence agrees: the arg-max over the
-  last axis along the sequence axis (axis 1), repeats merged and the blank (token 0) dropped, as
-  CTC decoding does (text recognition, speech).
+- ``argmax-sequence[:OUT][;time=AXIS][;blank=ID]``: per sequence, the greedy token sequence
+  agrees: the arg-max over the last axis along the sequence axis (``time=``, default 1: outputs
+  laid out [batch, time, classes]; 0 for [time, batch, classes]), repeats merged and the blank
+  token (``blank=``, default 0) dropped, as CTC decoding does (text recognition, speech). The
+  report line names the axis and the blank it used.
 - ``boxes:BOXES,SCORES[,CLASSES]``: detections (boxes as x1, y1, x2, y2) with a score at or above
   the threshold (``score=``, default 0.3) match one to one when their IoU reaches ``iou=``
   (default 0.5) and their classes agree; the agreement is matched / max(ours, reference).
@@ -37,6 +39,8 @@ class TaskCheck:
     minimum: float = 1.0
     score: float = 0.3
     iou: float = 0.5
+    time: int = 1  # argmax-sequence: the sequence axis
+    blank: int = 0  # argmax-sequence: the CTC blank token
 
     @classmethod
     def parse(cls, spec: str | TaskCheck) -> TaskCheck:
@@ -53,12 +57,15 @@ class TaskCheck:
         if kind not in KINDS:
             raise OptionsError(f"unknown task check {kind!r} in {spec!r}; choose one of {', '.join(KINDS)}")
         outputs = tuple(n.strip() for n in names.split(",") if n.strip())
-        kw: dict[str, float] = {}
+        kw: dict[str, Any] = {}
+        takes = {"boxes": ("score", "iou"), "argmax-sequence": ("time", "blank")}.get(kind, ())
         for option in options:
             key, _, value = option.partition("=")
-            if key not in ("score", "iou") or kind != "boxes":
-                raise OptionsError(f"task check {spec!r}: unknown option {option!r} (boxes takes score= and iou=)")
-            kw[key] = _fraction(value, spec)
+            if key not in takes:
+                raise OptionsError(f"task check {spec!r}: unknown option {option!r} (boxes takes score= and iou=, "
+                                   "argmax-sequence time= and blank=)")
+            kw[key] = _fraction(value, spec) if kind == "boxes" else \
+                number_option(value, f"task check {spec!r}: {key}", low=0, whole=True, text=True)
         if kind == "boxes" and len(outputs) not in (2, 3):
             raise OptionsError(f"task check {spec!r}: boxes names its outputs: boxes:BOXES,SCORES[,CLASSES]")
         if kind != "boxes" and len(outputs) > 1:
@@ -90,10 +97,12 @@ class TaskResult:
         return self.total > 0 and self.agreement >= self.check.minimum - 1e-12
 
     def line(self) -> str:
-        unit = "detection(s)" if self.check.kind == "boxes" else "row(s)"
+        unit = {"boxes": "detection(s)", "argmax-sequence": "sequence(s)"}.get(self.check.kind, "row(s)")
         if not self.total:
             return f"{self.check.label:<28} nothing to check ({self.note or 'no ' + unit}): NOT COMPARED"
         verdict = "PASSED" if self.passed else "FAILED"
+        if self.check.kind == "argmax-sequence":
+            unit += f" (time axis {self.check.time}, blank {self.check.blank})"
         return (f"{self.check.label:<28} agreement {self.agreement:.4f} over {self.total} {unit} "
                 f"(needs {self.check.minimum:g}) {verdict}" + (f" ({self.note})" if self.note else ""))
 
@@ -146,19 +155,24 @@ def _rows(result: TaskResult, ours: np.ndarray, ref: np.ndarray) -> None:
         result.agreed += float(np.sum(rows_a == rows_b))
         result.total += rows_b.size
         return
-    rows_a, rows_b = a.reshape(a.shape[0], -1), b.reshape(b.shape[0], -1)
+    axis = result.check.time
+    if axis >= a.ndim:
+        result.note = f"time axis {axis}, but the tokens of shape {ref.shape} have {a.ndim} axes"
+        return
+    rows_a = np.moveaxis(a, axis, -1).reshape(-1, a.shape[axis])
+    rows_b = np.moveaxis(b, axis, -1).reshape(-1, b.shape[axis])
     for x, y in zip(rows_a, rows_b):
-        same = _collapse(x) == _collapse(y)
+        same = _collapse(x, result.check.blank) == _collapse(y, result.check.blank)
         result.agreed += float(same)
         result.total += 1
 
 
-def _collapse(tokens: np.ndarray) -> tuple[int, ...]:
-    """Greedy CTC: repeats merged, blanks (0) dropped."""
+def _collapse(tokens: np.ndarray, blank: int = 0) -> tuple[int, ...]:
+    """Greedy CTC: repeats merged, blanks dropped."""
     out: list[int] = []
     last = -1
     for t in tokens.tolist():
-        if t != last and t != 0:
+        if t != last and t != blank:
             out.append(int(t))
         last = t
     return tuple(out)

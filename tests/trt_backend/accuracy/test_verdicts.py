@@ -87,6 +87,16 @@ def test_task_checks_count_what_users_see() -> None:
     ref = np.eye(3, dtype=np.float32)[[[1, 0, 0, 2], [1, 0, 2, 2], [2, 0, 1, 1]]]
     [seq] = run_checks([TaskCheck.parse("argmax-sequence:s")], [{"s": steps}], [{"s": ref}], ["s"])
     assert (seq.agreed, seq.total, seq.passed) == (3, 3, True)
+    # time-first outputs [time, batch, classes] with the blank last (a CRNN's): read along axis 0
+    # with blank 2, sample 1 reads "1 0" against the reference's "0"; read as [batch, time], the 4
+    # time steps would be taken for the rows (the check said PASSED over them before it took time=)
+    first = np.ascontiguousarray(steps.transpose(1, 0, 2))
+    ref_first = first.copy()
+    ref_first[0, 1] = np.eye(3, dtype=np.float32)[0]  # sample 1, step 0: token 0 where ours has 1
+    [tf] = run_checks([TaskCheck.parse("argmax-sequence:s;time=0;blank=2")], [{"s": first}], [{"s": ref_first}],
+                      ["s"])
+    assert (tf.agreed, tf.total, tf.passed) == (2, 3, False)
+    assert "over 3 sequence(s) (time axis 0, blank 2)" in tf.line()
     boxes_ref = np.array([[0, 0, 10, 10], [50, 50, 80, 90], [0, 0, 1, 1]], np.float32)
     scores_ref = np.array([0.9, 0.8, 0.1], np.float32)
     boxes = boxes_ref + np.array([[1, 1, 1, 1], [40, 40, 40, 40], [0, 0, 0, 0]], np.float32)  # second one moved off
