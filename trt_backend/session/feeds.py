@@ -73,6 +73,7 @@ class FeedValidator:
             out[arg.name] = value
         if problems:
             raise FeedError("; ".join(problems))
+        _check_shared_dims(self.inputs, out)
         self.check_profiles({n: tuple(v.shape) for n, v in out.items() if _is_array(v)})
         return out
 
@@ -136,6 +137,24 @@ def _check_value(arg: NodeArg, value: Any) -> tuple[Any, str | None]:
                 return value, (f"input '{arg.name}': dim {axis} must be {want} (shape {shape_text(arg.shape)}), "
                                f"got shape {tuple(value.shape)}")
     return value, None
+
+
+def _check_shared_dims(inputs: Sequence[NodeArg], feeds: Mapping[str, Any]) -> None:
+    """Dims the model names alike are one size (ONNX: a dim_param names one value throughout the
+    graph): inputs fed otherwise (a token sequence of 18 beside a mask of 10) are one error naming
+    both, where the run would fail deep inside with the runtime's broadcast error."""
+    seen: dict[str, tuple[str, int, int]] = {}
+    for arg in inputs:
+        value = feeds.get(arg.name)
+        if arg.rank is None or not _is_array(value) or len(value.shape) != len(arg.shape):
+            continue
+        for axis, (dim, size) in enumerate(zip(arg.shape, value.shape)):
+            if not isinstance(dim, str) or not dim or dim.startswith("unk__"):
+                continue
+            first = seen.setdefault(dim, (arg.name, axis, int(size)))
+            if first[2] != int(size):
+                raise FeedError(f"inputs '{first[0]}' and '{arg.name}' share the dim '{dim}' (dim {first[1]} of "
+                                f"'{first[0]}', dim {axis} of '{arg.name}'), given as {first[2]} and {int(size)}")
 
 
 def _is_array(value: Any) -> bool:
