@@ -22,6 +22,10 @@ scale grows at most about twofold), and each constant DequantizeLinear with a no
 values; an int32 bias is folded as in the exact rewrite (TensorRT takes float biases). Its error
 against the original is measured with ``trt-backend compare``.
 
+Both rewrites also fold a Cast of a constant int8/uint8 tensor to float (weights kept in 8 bits
+and scaled by a Mul, without DequantizeLinear), which TensorRT's builder refuses: an 8-bit constant
+only goes before a DequantizeLinear there. The float initializer holds the same values.
+
 What TensorRT already takes (symmetric int8, per-channel weights) and what cannot be rewritten
 exactly (non-constant scales, blocked quantization, float8/int4, non-float32 scales, unknown
 ranks) stays as it was. ``requires`` -> ``call`` -> ``ensures``, like an onnx_ir pass."""
@@ -147,6 +151,10 @@ def rewrite_qdq(model: Model, mode: str = "exact") -> QdqResult:
 
 
 _FLOAT_Q = "emulated in float32"
+_CAST_FOLD = "folded into a float initializer"
+# 8-bit constants TensorRT takes only before a DequantizeLinear, and the float types a Cast of one is folded to
+_CAST_FOLDED = frozenset({TensorProto.INT8, TensorProto.UINT8})
+_FLOAT_TYPES: dict[int, type[np.floating[Any]]] = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16}
 _INT8_Q = "re-quantized to symmetric int8"
 _STEP = re.compile(r"step x([0-9.]+)")
 
@@ -160,6 +168,7 @@ def rewrite_summary(rewritten: Mapping[str, str]) -> list[str]:
     requantized = [t for t in texts if t.startswith("QuantizeLinear") and _INT8_Q in t]
     folded = sum("folded into float32" in t for t in texts)
     weights = sum(t.startswith("constant DequantizeLinear") and _INT8_Q in t for t in texts)
+    casts = sum(_CAST_FOLD in t for t in texts)
     lines = []
     if floated:
         lines.append(f"{floated} asymmetric Q/DQ pair(s) TensorRT refuses emulated in float32 (exact; TensorRT "
@@ -174,6 +183,9 @@ def rewrite_summary(rewritten: Mapping[str, str]) -> list[str]:
     if folded:
         lines.append(f"{folded} constant DequantizeLinear(s) (int32 bias, nonzero zero point) folded into float32 "
                      "initializers (exact)")
+    if casts:
+        lines.append(f"{casts} Cast(s) of constant 8-bit weights folded into float initializers (exact; TensorRT "
+                     "takes 8-bit constants only before a DequantizeLinear)")
     return lines
 
 
@@ -210,6 +222,8 @@ class _Rewrite:
                 self._plan_fold(i, node)
             elif node.op_type == "QuantizeLinear":
                 self._plan_pair(i, node)
+            elif node.op_type == "Cast":
+                self._plan_cast(i, node)
         return bool(self.folds or self.pairs or self.requantized)
 
     def _plan_fold(self, i: int, node: onnx.NodeProto) -> None:
@@ -231,6 +245,25 @@ class _Rewrite:
             return
         self.rewritten[node.name] = (f"constant DequantizeLinear ({why}) folded into float32 initializer "
                                      f"'{node.output[0]}'")
+
+    def _plan_cast(self, i: int, node: onnx.NodeProto) -> None:
+        """A Cast of a constant int8/uint8 tensor to a float type (weights stored in int8 and scaled by
+        a Mul: a weight-only quantization some exporters write without DequantizeLinear). TensorRT
+        takes an 8-bit constant only where a DequantizeLinear reads it: its builder refuses the
+        whole segment ("Quantized constant ... is only allowed before DQ"). Folded into an
+        initializer of the Cast's type: the same values, exactly."""
+        to = _attr(node, "to", 0)
+        xp = self.constant_proto(node.input[0]) if node.input else None
+        if xp is None or xp.data_type not in _CAST_FOLDED or to not in _FLOAT_TYPES or not node.output[0] \
+                or node.output[0] in self.outputs:
+            return
+        x = self.constant(node.input[0])
+        if x is None:
+            return
+        self.folds[i] = x.astype(_FLOAT_TYPES[to])
+        self.rewritten[node.name] = (f"Cast of constant {onnx.helper.tensor_dtype_to_string(xp.data_type)} "
+                                     f"'{node.input[0]}' (TensorRT takes 8-bit constants only before a "
+                                     f"DequantizeLinear) {_CAST_FOLD} '{node.output[0]}'")
 
     def _plan_pair(self, i: int, node: onnx.NodeProto) -> None:
         if self.opset < ROUND_OPSET or not node.output[0] or node.output[0] in self.outputs:

@@ -325,3 +325,40 @@ def trt_backend_compare(path: str):  # type: ignore[no-untyped-def]
     from trt_backend.accuracy.compare import compare
 
     return compare(path, profiles=PROFILE, session_options=SessionOptions(emulate=True))
+
+
+def int8_weights_by_cast() -> onnx.ModelProto:
+    """x [N, 16] -> MatMul(x, Cast(w_int8) * scale) -> Relu -> MatMul(.., Cast(w2_int8) * scale2) -> y:
+    weights kept in int8 and scaled by a Mul, without DequantizeLinear (as some exporters write)."""
+    rng = np.random.default_rng(5)
+    inits = [nh.from_array(rng.integers(-127, 128, (16, 32), dtype=np.int8), "w_q"),
+             nh.from_array(np.float32(0.01), "w_scale"),
+             nh.from_array(rng.integers(-127, 128, (32, 8), dtype=np.int8), "w2_q"),
+             nh.from_array(np.float32(0.02), "w2_scale")]
+    nodes = [h.make_node("Cast", ["w_q"], ["w_f"], to=onnx.TensorProto.FLOAT, name="cast_w"),
+             h.make_node("Mul", ["w_f", "w_scale"], ["w"]), h.make_node("MatMul", ["x", "w"], ["m"]),
+             h.make_node("Relu", ["m"], ["r"]),
+             h.make_node("Cast", ["w2_q"], ["w2_f"], to=onnx.TensorProto.FLOAT, name="cast_w2"),
+             h.make_node("Mul", ["w2_f", "w2_scale"], ["w2"]), h.make_node("MatMul", ["r", "w2"], ["y"])]
+    m = h.make_model(h.make_graph(nodes, "int8_by_cast", [vi("x", ["N", 16])], [vi("y", ["N", 8])], inits),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_int8_weights_cast_to_float_are_folded_and_build(flavor, tmp_path) -> None:
+    """TensorRT's builder refuses an int8 constant that no DequantizeLinear reads ("Quantized
+    constant ... is only allowed before DQ"): the whole segment was demoted to ONNX Runtime. The
+    Cast of such a constant is folded into a float initializer at load (the same values), and the
+    model builds into one engine whose emulated outputs equal ONNX Runtime's on the original."""
+    path = str(tmp_path / "m.onnx")
+    onnx.save(int8_weights_by_cast(), path)
+    loaded = load(path)
+    assert sorted(loaded.rewritten) == ["cast_w", "cast_w2"]
+    assert not [n for n in loaded.proto.graph.node if n.op_type == "Cast"]
+    manifest = build_folder_build(path, str(tmp_path / "b"), [{"x": ((1, 16), (4, 16), (8, 16))}], SessionOptions())
+    assert [s["backend"] for s in manifest["segments"]] == ["tensorrt"] and not manifest["demoted"]
+    assert manifest["segments"][0]["engine_bytes"] > 0
+    x = np.random.default_rng(6).standard_normal((4, 16)).astype(np.float32)
+    got = Session.load(str(tmp_path / "b"), SessionOptions(emulate=True)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, inference_session(path).run(None, {"x": x})[0], rtol=1e-6, atol=1e-6)

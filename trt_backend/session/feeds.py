@@ -145,7 +145,7 @@ def _check_shared_dims(inputs: Sequence[NodeArg], feeds: Mapping[str, Any]) -> N
     both, where the run would fail deep inside with the runtime's broadcast error."""
     seen: dict[str, tuple[str, int, int]] = {}
     for arg in inputs:
-        value = feeds.get(arg.name)
+        value: Any = feeds.get(arg.name)
         if arg.rank is None or not _is_array(value) or len(value.shape) != len(arg.shape):
             continue
         for axis, (dim, size) in enumerate(zip(arg.shape, value.shape)):

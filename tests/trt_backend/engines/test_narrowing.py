@@ -5,6 +5,8 @@ the segment's topological order (real trial builds of its prefixes) blames the I
 to ONNX Runtime, every other node builds in TensorRT, and the emulated run equals ONNX Runtime."""
 from __future__ import annotations
 
+import json
+
 import logging
 from typing import Any
 
@@ -160,3 +162,25 @@ def test_a_build_failure_is_told_once_and_quiet_means_quiet(tmp_path, flavor) ->
         else:
             assert proc.stderr.count(check) == 1, proc.stderr
             assert "bisection blames node 5 'mm' (MatMul)" in proc.stderr
+
+
+def test_compare_of_a_model_runs_what_a_build_of_it_keeps(tmp_path, flavor, capsys) -> None:
+    """TensorRT's builder refuses a segment its parser took (the MatMul above): a build demotes
+    the MatMul to ONNX Runtime. ``compare`` of the model file builds the engines as the build does
+    (on the CPU with TensorRT-RTX), so it runs and judges what the folder holds: the same
+    executors and the same errors from the model as from the folder (it emulated the refused
+    segment whole before, as if it had built)."""
+    from trt_backend.cli import main
+
+    path, folder = str(tmp_path / "mixed.onnx"), str(tmp_path / "b")
+    onnx.save(mixed_scale_matmul(), path)
+    shapes = ["--min-shapes", "x:1x1x16", "--opt-shapes", "x:4x5x16", "--max-shapes", "x:8x64x16"]
+    assert main(["-q", "build", path, "-o", folder, *shapes]) == 0
+    capsys.readouterr()
+    outputs = []
+    for target in (path, folder):
+        rc = main(["-q", "compare", target, *(shapes if target == path else []), "--json", str(tmp_path / "c.json")])
+        header = capsys.readouterr().out.splitlines()[0]
+        report = json.load(open(tmp_path / "c.json"))
+        outputs.append((rc, header.split("|")[1].strip(), report["outputs"][0]["max_abs_error"]))
+    assert outputs[0] == outputs[1] and "onnxruntime x1" in outputs[0][1], outputs
