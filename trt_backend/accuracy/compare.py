@@ -179,7 +179,7 @@ def _notes(sess: Session, reports: Sequence[OutputReport], saved: bool = False) 
     if requantized:
         notes.append("the model's Q/DQ were re-quantized to symmetric int8 (--qdq-rewrite int8); the reference is the "
                      "model as written: the comparison measures that re-quantization")
-    if (is_quantized(sess.model.proto) or sess.model.rewritten) and not saved:
+    if is_quantized(sess.model.proto) and not saved:  # (as reference_ort_options decides)
         notes.append("the reference computes the model's quantization as ONNX defines it (ONNX Runtime with graph "
                      "optimisations off); at its default level ONNX Runtime runs such a model through its "
                      "own fused int8 kernels, whose numbers can differ")
