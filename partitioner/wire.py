@@ -117,19 +117,20 @@ def main_graph_nodes(view: Buffer) -> int | None:
         return None
 
 
-def graph_input_names(view: Buffer) -> list[str] | None:
+def graph_inputs(view: Buffer) -> list[tuple[str, bytes]] | None:
     """The inputs a caller feeds to the main graph of the ModelProto serialized in ``view``: its
-    declared inputs that no initializer (dense or sparse) gives a value, in order. None where the
-    bytes hold anything this reader does not follow (or a name that is not UTF-8)."""
+    declared inputs that no initializer (dense or sparse) gives a value, in order, each as its name
+    and its serialized ValueInfoProto (a few bytes: parse it for the type). None where the bytes
+    hold anything this reader does not follow (or a name that is not UTF-8)."""
     try:
-        declared: list[str] = []
+        declared: list[tuple[str, bytes]] = []
         valued: set[str] = set()
         for start, end in _length_delimited(view, 0, len(view), _MODEL_GRAPH):
             for number, wire, a, b in fields(view, start, end):
                 if wire != _LENGTH_DELIMITED:
                     continue
                 if number == _GRAPH_INPUT:
-                    declared.append(_last_string(view, a, b, _VALUE_INFO_NAME))
+                    declared.append((_last_string(view, a, b, _VALUE_INFO_NAME), bytes(view[a:b])))
                 elif number == _GRAPH_INITIALIZER:
                     valued.add(_last_string(view, a, b, _TENSOR_NAME))
                 elif number == _GRAPH_SPARSE_INITIALIZER:
@@ -137,7 +138,13 @@ def graph_input_names(view: Buffer) -> list[str] | None:
                         valued.add(_last_string(view, v_start, v_end, _TENSOR_NAME))
     except (_Unfollowed, UnicodeDecodeError):
         return None
-    return [name for name in declared if name not in valued]
+    return [(name, info) for name, info in declared if name not in valued]
+
+
+def graph_input_names(view: Buffer) -> list[str] | None:
+    """The names of :func:`graph_inputs`, in order; None where that is None."""
+    found = graph_inputs(view)
+    return None if found is None else [name for name, _ in found]
 
 
 def _last_string(view: Buffer, start: int, end: int, wanted: int) -> str:

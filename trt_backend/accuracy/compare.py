@@ -42,7 +42,8 @@ from trt_backend.ort.sessions import ort_session
 from trt_backend.planning import load_normalized
 from trt_backend.profiles import Profile
 from trt_backend.profiles.given import profile_shapes
-from trt_backend.session.feeds import check_feed_names, profiles_from_feeds, write_run
+from trt_backend.profiles.node_arg import node_arg
+from trt_backend.session.feeds import check_samples, profiles_from_feeds, write_run
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 from trt_backend.tensorrt.flavor import load_flavor
@@ -93,7 +94,8 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
                 # input is named as missing first).
                 samples = [feeds] if isinstance(feeds, Mapping) else list(feeds)
                 index = plan.model.index
-                check_feed_names([n for n in index.graph_inputs if n not in index.initializers], samples, "feeds")
+                fed = [node_arg(n, index.types.get(n)) for n in index.graph_inputs if n not in index.initializers]
+                check_samples(fed, samples, "feeds")
                 profiles = profiles_from_feeds(samples)
             # The reference first: a model ONNX Runtime cannot load is reported as such, not as a
             # failure to derive profiles. Q/DQ re-quantized to int8 is measured against the model

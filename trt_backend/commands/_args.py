@@ -354,10 +354,11 @@ def value_ranges(texts: Sequence[str], kind: type, flag: str) -> Any:
 
 
 def sample_profiles(model: str, feeds: Sequence[Mapping[str, Any]], where: str) -> list[dict[str, Any]]:
-    """For samples of a model file given with ``--inputs`` and no profile: their names checked
-    against the model's inputs (a missing input is named as missing), then one profile spanning
-    their shapes (:func:`trt_backend.session.feeds.profiles_from_feeds`)."""
-    names = _feeds.model_file_inputs(model)
-    if names is not None:
-        _feeds.check_feed_names(names, feeds, where)
+    """For samples of a model file given with ``--inputs`` and no profile: checked against the
+    model's inputs as a run checks them (a missing input is named as missing, a wrong rank as a
+    wrong rank), then one profile spanning their shapes
+    (:func:`trt_backend.session.feeds.profiles_from_feeds`)."""
+    inputs = _feeds.model_file_inputs(model)
+    if inputs is not None:
+        _feeds.check_samples(inputs, feeds, where)
     return _feeds.profiles_from_feeds(feeds)

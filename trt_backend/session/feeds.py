@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from partitioner.wire import graph_input_names
+from partitioner.wire import graph_inputs
 from trt_backend._files import write_atomic
 from trt_backend.errors import FeedError
 from trt_backend.gpu.memory import as_device_array
 from trt_backend.ort.random_data import random_feed
 from trt_backend.ort.values import check_allocation
-from trt_backend.profiles.node_arg import NodeArg, shape_text
+from trt_backend.profiles.node_arg import NodeArg, node_arg, shape_text
 from trt_backend.profiles.profile import Profile, describe_profile
 
 
@@ -210,14 +210,34 @@ def check_feed_names(inputs: Sequence[str], feeds: Sequence[Mapping[str, Any]], 
             raise FeedError(f"{where}{which}: missing input {', '.join(repr(n) for n in missing)}")
 
 
-def model_file_inputs(path: str) -> list[str] | None:
-    """The inputs the ONNX file at ``path`` takes, read from its bytes without parsing the model
-    (:func:`partitioner.wire.graph_input_names`); None where the file cannot be read that way (the
-    model's own load then says what is wrong with it)."""
+def check_samples(inputs: Sequence[NodeArg], feeds: Sequence[Mapping[str, Any]], where: str) -> None:
+    """``feeds`` held to the model's ``inputs`` before profiles are made from them: names
+    (:func:`check_feed_names`), then each value as a run checks it (dtype, rank, fixed dims; the
+    same words as :class:`FeedValidator`'s), so that a sample of the wrong rank is named as such,
+    not as a profile of the wrong rank."""
+    check_feed_names([a.name for a in inputs], feeds, where)
+    for k, feed in enumerate(feeds):
+        which = f" (input set {k})" if len(feeds) > 1 else ""
+        problems = [p for a in inputs if (p := _check_value(a, feed[a.name])[1])]
+        if problems:
+            raise FeedError(f"{where}{which}: " + "; ".join(problems))
+
+
+def model_file_inputs(path: str) -> list[NodeArg] | None:
+    """The inputs the ONNX file at ``path`` takes, as :class:`NodeArg`, read from its bytes
+    without parsing the whole model (:func:`partitioner.wire.graph_inputs`: only the inputs' own
+    few bytes are parsed); None where the file cannot be read that way (the model's own load then
+    says what is wrong with it)."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            return graph_input_names(view)
-    except (OSError, ValueError):
+            found = graph_inputs(view)
+        if found is None:
+            return None
+        return [node_arg(name, onnx.ValueInfoProto.FromString(info).type) for name, info in found]
+    except (OSError, ValueError, DecodeError):
         return None
 
 
