@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from partitioner import Plan, Segment
+from trt_backend.engines.builder import is_held
 from trt_backend.engines.emulation import emulation_of, emulation_ort_options, is_quantized
 from trt_backend.engines.report import BuiltSegment
 from trt_backend.errors import TensorRTUnavailableError
@@ -105,9 +106,12 @@ class RunnerFactory:
         if emulate:
             if b.precision == "tf32":
                 log.warning("segment %d: tf32 is a TensorRT builder flag; emulated, it computes in fp32", seg.id)
-            model = emulation_of(b.model, b.precision)
+            source = b.model
+            if any(is_held(t) for t in source.graph.initializer):  # built from weights it held by reference
+                source = plan.extract(seg.id)  # (the same segment, as planned, with its weights)
+            model = emulation_of(source, b.precision)
             out.precisions[seg.id] = b.precision if b.precision in ("fp16", "bf16", "int8") else "fp32"
-            opts = emulation_ort_options(ort, model) if model is not b.model or is_quantized(model) else ort
+            opts = emulation_ort_options(ort, model) if model is not source or is_quantized(model) else ort
             return EmulatedTensorRTRunner(seg, model, opts, b.profiles, b.shape_tensors, weights_dir=weights_dir)
         return self.tensorrt_runner(seg, b.engine, b.profiles, b.shape_tensors, **device_kw)
 

@@ -262,3 +262,27 @@ def test_bf16_is_emulated_and_measured() -> None:
     e16 = {o.name: o.error.max_abs_error for o in fp16.outputs}
     eb = {o.name: o.error.max_abs_error for o in bf16.outputs}
     assert all(0 < e16[n] < eb[n] < 1.0 for n in ("y", "z")), (e16, eb)
+
+
+@pytest.mark.usefixtures("flavor")
+def test_a_model_with_large_weights_compares_as_built(tmp_path) -> None:
+    """compare of a model file builds its engines (as ``build`` does) and emulates what was built:
+    an fp32 segment is built from its large weights held by reference (no copy), and the
+    emulation reads them from the model (it looked for the placeholder's data file and failed
+    to load). fp32 and fp16 both compare, from the file and from a ModelProto."""
+    import onnx
+    from onnx import numpy_helper as nh
+
+    w = nh.from_array(np.random.default_rng(0).standard_normal((256, 128)).astype(np.float32) * 0.1, "w")  # 128 KiB
+    graph = h.make_graph([h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Relu", ["m"], ["y"])], "big",
+                         [h.make_tensor_value_info("x", T.FLOAT, ["N", 256])],
+                         [h.make_tensor_value_info("y", T.FLOAT, ["N", 128])], [w])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    path = str(tmp_path / "big.onnx")
+    onnx.save(model, path)
+    profiles = [{"x": ((1, 256), (4, 256), (8, 256))}]
+    for precision in ("fp32", "fp16"):
+        report = compare(path, profiles=profiles, session_options=SessionOptions(emulate=True, precision=precision))
+        assert report.passed or precision == "fp16", report.lines()
+        assert report.outputs[0].elements == 4 * 128 and report.precision.startswith(precision)
+    assert compare(model, profiles=profiles, session_options=SessionOptions(emulate=True)).passed
