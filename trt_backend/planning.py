@@ -182,24 +182,11 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
                               "plan without isolation") from None
     progress("planning %s: %d node(s), the TensorRT parser in a child process", model.source,
              len(model.proto.graph.node))
-    import multiprocessing  # (only here: planning in-process never loads it)
-
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, serialize(model.proto, model.source), model.source, flavor, options,
-                                            model.max_ir_version, model.base_dir))
-    proc.start()
-    child.close()
-    try:
-        result: dict[str, Any] = parent.recv()
-    except EOFError:
-        result = {}
-    proc.join()
+    result, how = _run_isolated((serialize(model.proto, model.source), model.source, flavor, options,
+                                 model.max_ir_version, model.base_dir))
     if "error" in result:
         raise result["error"]
     if "verdicts" not in result:
-        code = proc.exitcode
-        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         raise ParserCrashError(f"{model.source}: the TensorRT parser crashed ({how}) while checking capability")
     verdicts = [Verdict(b, r) for b, r in result["verdicts"]]
     plan = build_plan(model, verdicts, result["target"], options.min_segment_size, target=result["plan_target"],
@@ -209,15 +196,51 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
     return plan
 
 
-def _child(conn: Any, data: bytes, name: str, flavor: str, options: PartitionOptions,
-           ir_cap: int | None, base_dir: str | None = None) -> None:
+# The isolated planner: a fresh interpreter (not multiprocessing, whose spawned children import the
+# caller's main module again, which without an ``if __name__ == "__main__"`` guard fails in the
+# child and left the caller waiting forever) reads its arguments from stdin, the caller's import
+# path first so that plugins defined anywhere unpickle, and writes its answer to a file.
+_CHILD = "import trt_backend.planning as p; p.isolated_child()"
+
+
+def _run_isolated(args: tuple[Any, ...]) -> tuple[dict[str, Any], str]:
+    """(the child's answer, how it ended in words) for :func:`isolated_child` run on ``args``."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="trt-backend-isolated-") as tmp:
+        answer = os.path.join(tmp, "answer.pickle")
+        proc = subprocess.run([sys.executable, "-c", _CHILD, answer],
+                              input=pickle.dumps(list(sys.path)) + pickle.dumps(args), capture_output=True)
+        code = proc.returncode
+        how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        if proc.stderr:
+            log.debug("isolated planner: %s", proc.stderr.decode(errors="replace").strip())
+        try:
+            with open(answer, "rb") as f:
+                return pickle.load(f), how
+        except (OSError, EOFError, pickle.UnpicklingError):
+            return {}, how
+
+
+def isolated_child() -> None:
+    """The child of :func:`make_plan` with ``isolate``: the caller's import path, then (model
+    bytes, name, flavor, options, IR cap, weights folder) on stdin; verdicts, or our error, pickled
+    to the file named by its one argument."""
+    import sys
+
+    stdin = sys.stdin.buffer
+    sys.path[:0] = [p for p in pickle.load(stdin) if p not in sys.path]
+    data, name, flavor, options, ir_cap, base_dir = pickle.load(stdin)
     try:
         oracle = ParserOracle(load_flavor(flavor))
         verdicts, stats = assess_model(load_model(data, base_dir=base_dir, max_ir_version=ir_cap), oracle, options)
-        conn.send({"verdicts": [(v.backend, v.reason) for v in verdicts], "target": oracle.target,
-                   "plan_target": plan_target(options, oracle), "oracle_calls": stats.oracle_calls})
+        result: dict[str, Any] = {"verdicts": [(v.backend, v.reason) for v in verdicts], "target": oracle.target,
+                                  "plan_target": plan_target(options, oracle), "oracle_calls": stats.oracle_calls}
     except TrtBackendError as e:
-        conn.send({"error": type(e)(str(e).replace("<bytes>", name))})
-    finally:
-        conn.close()
-        os._exit(0)
+        result = {"error": type(e)(str(e).replace("<bytes>", name))}
+    with open(sys.argv[1], "wb") as f:
+        pickle.dump(result, f)
+    sys.stdout.flush()
+    os._exit(0)

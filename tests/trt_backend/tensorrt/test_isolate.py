@@ -74,3 +74,16 @@ def test_without_isolation_the_same_claim_kills_the_process() -> None:
             "print('survived')\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGABRT and "survived" not in proc.stdout
+
+
+def test_isolation_works_from_a_script_without_a_main_guard(tmp_path) -> None:
+    """A plain script (no ``if __name__ == "__main__":``) planning in isolation: the child is a
+    fresh interpreter that does not import the script again (a multiprocessing child did, failed
+    in its bootstrapping, and the script waited forever)."""
+    script = tmp_path / "plan_it.py"
+    script.write_text("import trt_backend\n"
+                      f"plan = trt_backend.make_plan({DEMO_PATH!r}, isolate=True)\n"
+                      "print([s.backend for s in plan.segments])\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['tensorrt', 'onnxruntime', 'tensorrt']"
