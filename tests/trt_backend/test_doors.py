@@ -60,6 +60,7 @@ def material(request, tmp_path_factory):
         json.dump(plan.to_dict(), f)
     return {"name": request.param, "path": path, "profile": profile, "cal": cal, "x": x, "inputs": inputs,
             "plan": plan, "plan_path": plan_path, "folder": folder}
+KEEP = "fp16, Conv and Softmax kept fp32"  # --keep-fp32-ops through every door
 
 
 def _build_options(m, precision: str) -> BuildOptions:
@@ -67,10 +68,14 @@ def _build_options(m, precision: str) -> BuildOptions:
         return BuildOptions(precision="auto", precision_plan=m["plan"], calibration_data=m["cal"])
     if precision == "int8":
         return BuildOptions(precision="int8", calibration_data=m["cal"])
+    if precision == KEEP:
+        return BuildOptions(precision="fp16", keep_fp32_ops=("Conv", "Softmax"))
     return BuildOptions(precision=precision)
 
 
 def _cli_precision(m, precision: str) -> list[str]:
+    if precision == KEEP:
+        return ["--precision", "fp16", "--keep-fp32-ops", "Conv,Softmax"]
     flags = ["--precision", precision]
     if precision in ("int8", "auto"):
         flags += ["--calibration-data", m["cal"]]
@@ -106,7 +111,7 @@ def _max_abs(report) -> float:
     return max(o.error.max_abs_error for o in report.outputs)
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("precision", (*PRECISIONS, KEEP))
 def test_every_door_builds_and_runs_the_same(material, precision, tmp_path, capsys) -> None:
     m = material
     options = SessionOptions(emulate=True, build=_build_options(m, precision))

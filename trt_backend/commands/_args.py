@@ -143,7 +143,8 @@ BUILD_FLAGS: dict[str, tuple[Any, str]] = {
     "launch_cost_us": (BoundaryCost().launch_us, "--launch-cost-us"), "no_boundary_cost": (False, "--no-boundary-cost"),
     "target": (None, "--target"), "no_plugins": (False, "--no-plugins"), "plugin_ops": ((), "--plugin-ops"),
     "isolate": (False, "--isolate"), "flavor": ("auto", "--flavor"), "qdq_rewrite": ("exact", "--qdq-rewrite"),
-    "precision": ("fp32", "--precision"), "calibration_data": (None, "--calibration-data"),
+    "precision": ("fp32", "--precision"), "keep_fp32_ops": (None, "--keep-fp32-ops"),
+    "calibration_data": (None, "--calibration-data"),
     "calibration_method": ("minmax", "--calibration-method"), "precision_plan": (None, "--precision-plan"),
     "allow": (("fp16", "bf16", "int8"), "--allow"), "compute_capabilities": (None, "--compute-capabilities"),
     "workspace_mb": (None, "--workspace-mb"), "builder_optimization_level": (None, "--builder-optimization-level"),
@@ -294,12 +295,18 @@ def add_precision_arguments(p: argparse.ArgumentParser, what: str = "TensorRT se
                         "files); 'random' for a smoke test (not a calibration)")
     p.add_argument("--calibration-method", choices=_options.CALIBRATION_METHODS, default="minmax",
                    help="int8: how activation ranges are chosen from the calibration data (default minmax)")
+    p.add_argument("--keep-fp32-ops", type=split_list, default=None, metavar="OP,OP",
+                   help="fp16/bf16/int8: op types kept in fp32 (replaces the default list: normalizations, "
+                        "Softmax, reductions, Exp/Log/Pow...)")
 
 
 def precision_fields(args: argparse.Namespace) -> dict[str, Any]:
     """BuildOptions fields from :func:`add_precision_arguments`."""
-    _options.validate_precision(args.precision)
+    keep = getattr(args, "keep_fp32_ops", None)
+    _options.validate_precision(args.precision, keep or ())
     fields: dict[str, Any] = {"precision": args.precision}
+    if keep is not None:
+        fields["keep_fp32_ops"] = tuple(keep)
     if args.calibration_data is not None:
         fields["calibration_data"] = args.calibration_data
         fields["calibration_method"] = args.calibration_method

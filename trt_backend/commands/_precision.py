@@ -41,6 +41,8 @@ def build_fields(args: argparse.Namespace, model: Any, profiles: Sequence[Mappin
     ``feeds`` (real inputs, ``--inputs``) where given."""
     fields = precision_fields(args)
     if args.precision != "auto":
+        if args.precision_plan:  # (BuildOptions refuses it, in the words the Python door gets)
+            return {**fields, "precision_plan": read_precision_plan(args.precision_plan)}
         return fields
     if args.precision_plan:
         plan = read_precision_plan(args.precision_plan)
