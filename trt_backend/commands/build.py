@@ -31,6 +31,7 @@ from trt_backend.commands._precision import (
     options_with,
 )
 from trt_backend.engines.report import group_demotions
+from partitioner.errors import OptionsError
 from trt_backend.ort.values import memory_limit
 from trt_backend.session.feeds import read_feeds
 
@@ -73,6 +74,9 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    if args.shapes and (args.min_shapes or args.opt_shapes or args.max_shapes):
+        raise OptionsError("--shapes builds one fixed profile; --min/--opt/--max-shapes build ranges: give one or "
+                           "the other (a build keeps no shape to run at)")
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     so = session_options(args)
     builder = builder_fields(args)  # Checked before a precision search, which can take minutes.

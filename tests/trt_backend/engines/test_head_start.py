@@ -239,3 +239,15 @@ def test_an_error_while_a_build_thread_holds_stderr_is_said(tmp_path, entry) -> 
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"trt-backend: error: cannot write -o {existing}: exists and is not a folder"
+
+
+def test_build_refuses_shapes_beside_ranges(tmp_path, capsys) -> None:
+    """``build --shapes`` with ``--min/--opt/--max-shapes``: one line (``--shapes`` was dropped
+    silently, and a run at its shape then fell outside the folder's profile); nothing written."""
+    model = small_cnn(str(tmp_path / "cnn.onnx"))
+    out = tmp_path / "b"
+    assert main(["build", model, "-o", str(out), "--shapes", "x:2x3x16x16", "--min-shapes", "x:1x3x16x16",
+                 "--opt-shapes", "x:1x3x16x16", "--max-shapes", "x:1x3x16x16"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("trt-backend: error: --shapes builds one fixed profile") and "\n" not in err
+    assert not out.exists() and not [n for n in os.listdir(tmp_path) if n.startswith(".head-start-")]
