@@ -159,6 +159,7 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
         plan = _cut_for_memory(plan, opts, max_weights)
     the_model = plan.model
     assert the_model is not None
+    _check_precision_plan(opts.build, the_model)
     graph = the_model.proto.graph
     inputs = [node_arg(vi.name, vi.type) for vi in graph.input]
     trt = plan.tensorrt_segments()
@@ -280,6 +281,22 @@ def _cut_for_memory(plan: Plan, options: SessionOptions, limit: int) -> Plan:
              "budget may; cut into %d TensorRT segment(s)", plan.model_name, len(over), si_bytes(limit),
              len(cut.tensorrt_segments()))
     return cut
+
+
+def _check_precision_plan(build: BuildOptions, model: Model) -> None:
+    """An OptionsError where the precision plan ``auto`` is given names nodes ``model`` does not
+    have: it was searched on another model (or this one changed), and would apply to none of its
+    segments, which then built in fp32 without a word."""
+    plan = build.precision_plan
+    if build.precision != "auto" or plan is None:
+        return
+    names = {n.name for n in model.proto.graph.node}
+    foreign = [n for s in plan.segments for n in s.nodes if n not in names]
+    if foreign:
+        raise OptionsError(f"{model.source}: the precision plan names {len(foreign)} node(s) this model does not have "
+                           f"({', '.join(repr(n) for n in foreign[:3])}{', ...' if len(foreign) > 3 else ''}): it "
+                           "was searched on another model, or this one changed; search again (--precision auto "
+                           "without --precision-plan)")
 
 
 def _uses_int8(build: BuildOptions) -> bool:

@@ -268,3 +268,20 @@ def test_every_door_offers_the_same_plugins(no_plugins, tmp_path, capsys) -> Non
     verdicts = [n["verdict"] for n in api["nodes"] if n["op_type"] == "Resize"]
     assert verdicts == (["onnxruntime"] if no_plugins else ["plugin:resize"])
     assert len(api["segments"]) == (3 if no_plugins else 1)
+
+
+def test_a_precision_plan_for_another_model_is_refused(material, tmp_path, capsys) -> None:
+    """A precision plan searched on one model, given to a build of another: one error naming the
+    nodes it has and the model does not, from the CLI and from Python (it built in fp32 and stored
+    the foreign plan in the manifest)."""
+    from trt_backend.data.demo import DEMO_PATH
+
+    out = str(tmp_path / "b")
+    assert main(["build", DEMO_PATH, "-o", out, "--shapes", "image:1x3x32x32", "--precision", "auto",
+                 "--precision-plan", material["plan_path"], "--calibration-data", "random"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "the precision plan names" in err and "this model does not have" in err and not os.path.exists(out)
+    options = SessionOptions(build=BuildOptions(precision="auto", precision_plan=material["plan"],
+                                                calibration_data="random"))
+    with pytest.raises(trt_backend.errors.OptionsError, match="the precision plan names .* this model does not have"):
+        trt_backend.build(DEMO_PATH, out, [{"image": ((1, 3, 32, 32),) * 3}], options)
