@@ -8,6 +8,8 @@ import os
 import shutil
 from typing import TYPE_CHECKING, Any
 
+import onnx
+
 from partitioner import OptionsError, Plan
 from partitioner.report import annotate, summary
 from trt_backend._files import (
@@ -36,6 +38,7 @@ _folder = lazy_module("trt_backend.commands._inspect_folder")
 _picture = lazy_module("partitioner.picture")
 _given = lazy_module("trt_backend.profiles.given")  # Only where shapes are given.
 _precision_plan = lazy_module("trt_backend.engines.precision_plan")
+_references = lazy_module("trt_backend.artifacts.references")  # Only exporting a folder's segments.
 _plan_cache = lazy_module("trt_backend.artifacts.plan_cache")  # Only with --cache-dir.
 
 
@@ -69,16 +72,24 @@ def check_picture_name(args: argparse.Namespace) -> None:
         raise OptionsError(f"--picture {args.picture}: use a .svg or .html file name")
 
 
-def export_segments(plan: Plan, folder: str) -> list[str]:
-    """Write every segment model; into a fresh temp folder renamed into place when ``folder`` is new."""
+def export_segments(plan: Plan, folder: str, built: tuple[str, dict[str, Any]] | None = None) -> list[str]:
+    """Write every segment model; into a fresh temp folder renamed into place when ``folder`` is new.
+    ``built``: (a build folder, its manifest): its segments as built (the models its engines were
+    built from: casts, Q/DQ), not as planned."""
     fresh = not os.path.exists(folder)
     target = new_folder(os.path.dirname(os.path.abspath(folder)), ".segments-") if fresh else folder
     written = []
     weights = plan.model.base_dir if plan.model is not None else None
+    files = {int(e["id"]): e["model"] for e in built[1]["segments"]} if built is not None else {}
     try:
         for seg in plan.segments:
             path = os.path.join(target, f"segment_{seg.id}.onnx")
-            save_model_with_data(plan.extract(seg.id), path, weights)
+            if built is not None and seg.id in files:  # (its weights are in files of the folder, or referred to)
+                where = _references.weights_dir(built[1]) or built[0]
+                save_model_with_data(onnx.load_model(os.path.join(built[0], os.path.basename(files[seg.id])),
+                                                     load_external_data=False), path, where)
+            else:
+                save_model_with_data(plan.extract(seg.id), path, weights)
             written.append(os.path.join(folder, f"segment_{seg.id}.onnx"))
         if fresh:
             os.replace(target, folder)
@@ -160,7 +171,8 @@ def handle(args: argparse.Namespace) -> int:
         write_atomic(args.json, json.dumps(manifest["plan"], indent=1) if manifest is not None else plan.to_json())
         print(f"plan written to {args.json}")
     if args.export_segments:
-        files = export_segments(plan, args.export_segments)
+        files = export_segments(plan, args.export_segments,
+                                (os.fspath(args.model), manifest) if manifest is not None else None)
         print(f"{len(files)} segment model(s) written to {args.export_segments}")
     if args.annotated:
         save_model_with_data(annotate(plan), args.annotated, plan.model.base_dir if plan.model else None)

@@ -186,3 +186,34 @@ def test_inspect_at_the_profile_shapes_plans_what_build_builds(tmp_path, capsys)
         default = json.load(f)
     assert verdicts(at) == verdicts(built) and verdicts(at)["matmul"] == "tensorrt"
     assert verdicts(default)["matmul"] == "onnxruntime"
+
+
+@pytest.mark.usefixtures("flavor")
+def test_export_segments_of_a_folder_writes_them_as_built(tmp_path, capsys) -> None:
+    """``inspect DIR --export-segments`` writes the segment models the folder's engines were built
+    from (fp16: its casts; its weights in the folder's data file, copied beside), not the segments
+    as planned (fp32) that it wrote before; each runs in ONNX Runtime as the folder's emulation does."""
+    from onnx import numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((256, 128)).astype(np.float32) * 0.1, "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+                              "big", [vi("x", ["N", 256])], [vi("y", ["N", 128])], [w])
+    path, folder, out = str(tmp_path / "big.onnx"), str(tmp_path / "b"), str(tmp_path / "segs")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    assert main(["build", path, "-o", folder, "--shapes", "x:4x256", "--precision", "fp16"]) == 0
+    assert main(["inspect", folder, "--export-segments", out]) == 0
+    capsys.readouterr()
+    manifest = json.load(open(os.path.join(folder, "manifest.json")))
+    [seg] = manifest["segments"]
+    with open(os.path.join(out, "segment_0.onnx"), "rb") as a, open(os.path.join(folder, seg["model"]), "rb") as b:
+        assert a.read() == b.read()
+    exported = onnx.load(os.path.join(out, "segment_0.onnx"))  # (its external weights found beside it)
+    assert any(n.op_type == "Cast" for n in exported.graph.node)
+    x = np.random.default_rng(1).standard_normal((4, 256)).astype(np.float32)
+    sess = ort.InferenceSession(os.path.join(out, "segment_0.onnx"), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {"x": x})
+    from trt_backend.session.options import SessionOptions
+    from trt_backend.session.session import Session
+
+    want = Session.load(folder, SessionOptions(emulate=True)).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-3, atol=1e-3)
