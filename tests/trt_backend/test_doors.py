@@ -285,3 +285,22 @@ def test_a_precision_plan_for_another_model_is_refused(material, tmp_path, capsy
                                                 calibration_data="random"))
     with pytest.raises(trt_backend.errors.OptionsError, match="the precision plan names .* this model does not have"):
         trt_backend.build(DEMO_PATH, out, [{"image": ((1, 3, 32, 32),) * 3}], options)
+
+
+def test_auto_flags_beside_another_precision_are_refused(material, tmp_path, capsys) -> None:
+    """``--precision-plan`` or ``--allow`` beside a precision other than auto: one line each, the
+    plan's in the words the Python door's BuildOptions gives (both were ignored: an fp16 or fp32
+    build, exit 0)."""
+    m, out = material, str(tmp_path / "b")
+    for flags, message in ((["--precision", "fp16", "--precision-plan", m["plan_path"]],
+                            "a precision plan applies to precision 'auto', not 'fp16'"),
+                           (["--precision-plan", m["plan_path"]], "a precision plan applies to precision 'auto', not "
+                                                                  "'fp32'"),
+                           (["--precision", "fp16", "--allow", "int8"], "--allow chooses among precisions for "
+                                                                        "--precision auto")):
+        assert main(["build", m["path"], "-o", out, *_shape_flags(m["profile"]), *flags]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("trt-backend: error: ") and message in err and "\n" not in err and not os.path.exists(out)
+    refused = "a precision plan applies to precision 'auto', not 'fp16'"
+    with pytest.raises(trt_backend.errors.OptionsError, match=refused):
+        BuildOptions(precision="fp16", precision_plan=m["plan"])

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from partitioner.errors import OptionsError
 from trt_backend._lazy import lazy_module
 from trt_backend.accuracy.options import AUTO_PRECISIONS, DEFAULT_TOLERANCE
 from trt_backend.commands._args import precision_fields, split_list
@@ -15,6 +16,9 @@ from trt_backend.engines.precision_plan import PrecisionPlan, read_precision_pla
 from trt_backend.session.options import SessionOptions
 
 _auto = lazy_module("trt_backend.accuracy.auto_precision")  # The search loads only for --precision auto.
+
+
+DEFAULT_ALLOW = ("fp16", "bf16", "int8")  # what --precision auto may choose unless --allow says otherwise
 
 
 def add_auto_arguments(p: argparse.ArgumentParser, tolerances: bool = True) -> None:
@@ -27,7 +31,7 @@ def add_auto_arguments(p: argparse.ArgumentParser, tolerances: bool = True) -> N
                        help=f"--precision auto: relative tolerance (default {DEFAULT_TOLERANCE:g})")
         p.add_argument("--atol-of-range", default=None, metavar="F",
                        help="--precision auto: each output's atol at least F x its largest |value| on the reference")
-    p.add_argument("--allow", type=split_list, default=("fp16", "bf16", "int8"),
+    p.add_argument("--allow", type=split_list, default=DEFAULT_ALLOW,
                    metavar=",".join(AUTO_PRECISIONS[::-1]),
                    help="--precision auto: precisions it may choose (int8 needs --calibration-data)")
     p.add_argument("--precision-plan", metavar="PLAN.json|DIR", default=None,
@@ -41,6 +45,9 @@ def build_fields(args: argparse.Namespace, model: Any, profiles: Sequence[Mappin
     ``feeds`` (real inputs, ``--inputs``) where given."""
     fields = precision_fields(args)
     if args.precision != "auto":
+        if tuple(args.allow) != DEFAULT_ALLOW:
+            raise OptionsError(f"--allow chooses among precisions for --precision auto; with --precision "
+                               f"{args.precision} it would do nothing")
         if args.precision_plan:  # (BuildOptions refuses it, in the words the Python door gets)
             return {**fields, "precision_plan": read_precision_plan(args.precision_plan)}
         return fields
