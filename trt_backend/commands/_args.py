@@ -37,6 +37,7 @@ OUTPUT_PATHS: dict[str, tuple[str, str]] = {
     "report": ("--report", "file"), "timing_cache": ("--timing-cache", "file"),
     "save_outputs": ("--save-outputs", "either"),
     "export_segments": ("--export-segments", "folder"), "output": ("-o", "folder"), "out": ("--out", "tree"),
+    "cache_dir": ("--cache-dir", "tree"),
 }
 
 

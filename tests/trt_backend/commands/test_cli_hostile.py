@@ -72,6 +72,8 @@ OUTPUTS = [
     (["compare", DEMO_PATH, *SHAPES, "--emulate", "--json", "PATH"], "--json", "file"),
     (["export-triton", DEMO_PATH, *SHAPES, "-o", "PATH"], "-o", "folder"),
     (["demo", "--out", "PATH"], "--out", "tree"),
+    (["build", DEMO_PATH, *SHAPES, "-o", "OK", "--cache-dir", "PATH"], "--cache-dir", "tree"),
+    (["inspect", DEMO_PATH, "--cache-dir", "PATH"], "--cache-dir", "tree"),
 ]
 
 
