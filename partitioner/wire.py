@@ -141,12 +141,6 @@ def graph_inputs(view: Buffer) -> list[tuple[str, bytes]] | None:
     return [(name, info) for name, info in declared if name not in valued]
 
 
-def graph_input_names(view: Buffer) -> list[str] | None:
-    """The names of :func:`graph_inputs`, in order; None where that is None."""
-    found = graph_inputs(view)
-    return None if found is None else [name for name, _ in found]
-
-
 def _last_string(view: Buffer, start: int, end: int, wanted: int) -> str:
     """The string field ``wanted`` of the message in ``view[start:end]`` (its last occurrence, as
     protobuf keeps it; "" where it has none)."""

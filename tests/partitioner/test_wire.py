@@ -118,11 +118,15 @@ def test_external_data_is_seen_without_parsing(tmp_path) -> None:
     assert keeps_external_data(b"\x00\x01garbage") is None
 
 
-def test_graph_input_names_are_the_inputs_no_initializer_gives() -> None:
+def test_graph_inputs_are_the_inputs_no_initializer_gives() -> None:
     """The declared inputs minus those a dense or sparse initializer gives (older exporters
-    declare every weight as an input too), in order, as the parsed model says; None for bytes the
-    reader does not follow."""
-    from partitioner.wire import graph_input_names
+    declare every weight as an input too), in order, each with its ValueInfoProto's bytes, as the
+    parsed model says; None for bytes the reader does not follow."""
+    from partitioner.wire import graph_inputs
+
+    def graph_input_names(data: bytes) -> list[str] | None:
+        found = graph_inputs(data)
+        return None if found is None else [name for name, _ in found]
 
     w = onnx.numpy_helper.from_array(np.ones(4, np.float32), "w")
     sparse_values = onnx.numpy_helper.from_array(np.ones(1, np.float32), "s")
@@ -138,5 +142,5 @@ def test_graph_input_names_are_the_inputs_no_initializer_gives() -> None:
             raw = f.read()
         proto = onnx.ModelProto.FromString(raw)
         inits = {t.name for t in proto.graph.initializer}
-        assert graph_input_names(raw) == [i.name for i in proto.graph.input if i.name not in inits]
+        assert graph_inputs(raw) == [(i.name, i.SerializeToString()) for i in proto.graph.input if i.name not in inits]
     assert graph_input_names(b"\x3b\x00") is None  # (wire type 3, a group: not followed)

@@ -195,32 +195,18 @@ def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]],
 
 
 
-def check_feed_names(inputs: Sequence[str], feeds: Sequence[Mapping[str, Any]], where: str) -> None:
-    """A :class:`FeedError` where a feed lacks one of the model's ``inputs`` or holds a name that
-    is none of them: checked before profiles are made from the feeds, so that a missing input is
-    named as missing, not as an input without a profile. ``where``: what the feeds came from."""
-    for k, feed in enumerate(feeds):
-        which = f" (input set {k})" if len(feeds) > 1 else ""
-        unknown = [n for n in feed if n not in inputs]
-        if unknown:
-            raise FeedError(f"{where}{which}: unknown input {', '.join(repr(n) for n in unknown)}; the model's "
-                            f"inputs are: {', '.join(repr(n) for n in inputs)}")
-        missing = [n for n in inputs if n not in feed]
-        if missing:
-            raise FeedError(f"{where}{which}: missing input {', '.join(repr(n) for n in missing)}")
-
-
 def check_samples(inputs: Sequence[NodeArg], feeds: Sequence[Mapping[str, Any]], where: str) -> None:
-    """``feeds`` held to the model's ``inputs`` before profiles are made from them: names
-    (:func:`check_feed_names`), then each value as a run checks it (dtype, rank, fixed dims; the
-    same words as :class:`FeedValidator`'s), so that a sample of the wrong rank is named as such,
-    not as a profile of the wrong rank."""
-    check_feed_names([a.name for a in inputs], feeds, where)
+    """``feeds`` held to the model's ``inputs`` before profiles are made from them, as a run checks
+    feeds (:class:`FeedValidator`, no profile yet: names, dtypes, ranks, fixed and shared dims), so
+    that a missing input is named as missing and a sample of the wrong rank as such, not as a
+    profile without that input or of the wrong rank. ``where``: what the feeds came from."""
+    validator = FeedValidator(inputs, (), ())
     for k, feed in enumerate(feeds):
-        which = f" (input set {k})" if len(feeds) > 1 else ""
-        problems = [p for a in inputs if (p := _check_value(a, feed[a.name])[1])]
-        if problems:
-            raise FeedError(f"{where}{which}: " + "; ".join(problems))
+        try:
+            validator.validate(feed)
+        except FeedError as e:
+            which = f" (input set {k})" if len(feeds) > 1 else ""
+            raise FeedError(f"{where}{which}: {e}") from None
 
 
 def model_file_inputs(path: str) -> list[NodeArg] | None:
