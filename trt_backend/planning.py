@@ -101,6 +101,17 @@ def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_r
     return model
 
 
+def as_written(source: ModelSource | Model | Plan, loaded: Model, qdq_rewrite: str,
+               shapes: ProbeShapes = ()) -> Model | None:
+    """``source`` as its author wrote it (Q/DQ rewritten only where ONNX's numerics are kept to the
+    bit), where ``loaded`` (``source`` loaded with ``qdq_rewrite``) re-quantized Q/DQ to int8: what
+    comparisons measure such a model against. None where nothing was re-quantized, or where
+    ``source`` came loaded (there is nothing to load again)."""
+    if qdq_rewrite == "exact" or not loaded.rewritten or isinstance(source, (Model, Plan)):
+        return None
+    return load_normalized(source, shapes, "exact")
+
+
 def learned_types(model: Model) -> dict[str, dict[str, onnx.TypeProto]]:
     """The types ``model`` was given beyond shape inference (by a probe run, or by its own
     value_info alone), by how each was learned: what :func:`load_normalized` takes as ``learned``."""

@@ -39,7 +39,7 @@ from trt_backend.compiler import compile as compile_model
 from trt_backend.errors import ReferenceRunError, SegmentLoadError, TensorRTUnavailableError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import ort_session
-from trt_backend.planning import load_normalized
+from trt_backend.planning import as_written, load_normalized
 from trt_backend.profiles import Profile
 from trt_backend.profiles.given import profile_shapes
 from trt_backend.profiles.node_arg import node_arg
@@ -101,8 +101,8 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
             # failure to derive profiles. Q/DQ re-quantized to int8 is measured against the model
             # as it was (the exact rewrite: the original's numerics).
             original = plan.model
-            if so.partition.qdq_rewrite != "exact" and plan.rewritten and not isinstance(model, (Plan, Model)):
-                original = load_normalized(model, profile_shapes(profiles))
+            if original is not None:
+                original = as_written(model, original, so.partition.qdq_rewrite, profile_shapes(profiles)) or original
             reference = reference_session(original, so.ort_for(len(plan.segments) + 1))
             sess, owned = Session(_as_built(plan, profiles, so), profiles, so), True
     if reference_outputs is not None:

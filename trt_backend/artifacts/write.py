@@ -54,6 +54,7 @@ from trt_backend.engines.targets import build_target, current_sm
 from trt_backend.errors import ArtifactError
 from trt_backend.gpu.device import check_device, use_device
 from trt_backend.ort.sessions import installed_version
+from trt_backend.planning import as_written
 from trt_backend.planning import load_normalized as load_for_planning
 from trt_backend.planning import with_shipped_plugins
 from trt_backend.profiles.given import profile_shapes
@@ -123,7 +124,8 @@ def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[M
     try:
         compiled = compile(kept if kept is not None else loaded, profiles, opts, build=True, progress=progress,
                            engine_dir=stage.engine_dir(), plan_entry=entry)
-        manifest = _write_into(stage, compiled, flv, start, _exact_model(model, profiles, compiled))
+        exact = as_written(model, compiled.model, compiled.options.partition.qdq_rewrite, profile_shapes(profiles))
+        manifest = _write_into(stage, compiled, flv, start, exact)
         if build_key is not None:
             manifest["build_cache"] = {"key": build_key, "hit": False}
         seal(manifest, key)
@@ -156,23 +158,12 @@ def _build_cache(model: ModelSource | Model, profiles: Sequence[Mapping[str, Any
         return None, None
 
 
-def _exact_model(model: ModelSource | Model, profiles: Sequence[Mapping[str, Any]] | None,
-                 compiled: Compiled) -> Model | None:
-    """The model as its author wrote it (Q/DQ rewritten only where ONNX's numerics are kept to
-    the bit) when the build re-quantized Q/DQ to int8 (``qdq_rewrite="int8"``): what ``compare``
-    of the folder measures the folder against, since the folder's own model is the re-quantized
-    one. None otherwise, or where ``model`` was handed over already loaded (nothing to reload)."""
-    if compiled.options.partition.qdq_rewrite == "exact" or not compiled.model.rewritten \
-            or isinstance(model, Model):
-        return None
-    return load_for_planning(model, profile_shapes(profiles), "exact")
-
-
 def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
                 exact: Model | None = None) -> dict[str, Any]:
     """Put the model, segment and engine files of ``compiled`` in ``stage``; the manifest. Each
     TensorRT segment's model file is the model its engine was built from. ``exact``: the model
-    before an int8 re-quantization of its Q/DQ (:func:`_exact_model`), kept as the reference."""
+    before an int8 re-quantization of its Q/DQ (:func:`~trt_backend.planning.as_written`), kept as the
+    reference."""
     plan, bopts = compiled.plan, compiled.options.build
     report = compiled.report if compiled.report is not None else BuildReport(flv.target)  # No TensorRT segment.
     seconds = {r.segment: r.seconds for r in report.segments}
