@@ -30,7 +30,7 @@ setup(
         "cpu": ["onnxruntime>=1.18", "tensorrt-rtx-cu13>=1.7", "polygraphy>=0.53.4,<0.54"],
         "gpu": ["onnxruntime-gpu>=1.18", "tensorrt>=10.0", "cuda-python>=12.6", "nvidia-cuda-nvrtc>=13.0",
                 "polygraphy>=0.53.4,<0.54"],
-        "test": ["pytest>=7", "onnxscript>=0.1", "cuda-python>=12.6", "nvidia-cuda-nvrtc>=13.0",
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "onnxscript>=0.1", "cuda-python>=12.6", "nvidia-cuda-nvrtc>=13.0",
                  "scikit-learn", "skl2onnx", "matplotlib", "tritonclient[grpc]", "tensorrt-cu13-bindings>=11.1"],
         "bench": ["onnx-graphsurgeon", "matplotlib"],
         "serve": ["ray[serve]>=2.60"],

@@ -55,6 +55,7 @@ from trt_backend.tensorrt.flavor import (
     network_flags,
     quiet_messages,
     shared_logger,
+    tensorrt_lock,
 )
 from trt_backend.tensorrt.oracle import describe_parser_error
 
@@ -311,40 +312,47 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
     With ``engine_path`` (and a builder that streams) the engine goes into that file."""
     trt = flavor.module
     logger = shared_logger(flavor)
-    with captured_messages() as errors:
-        builder = create_builder(flavor, logger)
-        network = builder.create_network(network_flags(flavor))
-        parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
-        with quiet_messages():  # the parser's complaints come back as get_error() and are reported
-            parsed, held = parse_into(parser, model, flavor, weights_dir, weights)
-        if not parsed:
-            raise _parse_error(parser, model)
-        if parse_only:
-            return b"", network.num_layers
-        config = builder.create_builder_config()
-        configure(config, options, flavor)
-        add_profiles(builder, config, network, ranges)
-        cache = timing.attach(config) if timing is not None else None
-        if engine_path is not None and flavor.has("Builder.build_serialized_network_to_stream"):
+    # One thread in TensorRT at a time (see tensorrt_lock); what TensorRT made is released inside
+    # it, also when the build fails (the error's traceback must not keep it to a later moment).
+    with tensorrt_lock, captured_messages() as errors:
+        builder = network = parser = config = cache = held = None
+        try:
+            builder = create_builder(flavor, logger)
+            network = builder.create_network(network_flags(flavor))
+            parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
+            with quiet_messages():  # the parser's complaints come back as get_error() and are reported
+                parsed, held = parse_into(parser, model, flavor, weights_dir, weights)
+            if not parsed:
+                raise _parse_error(parser, model)
+            if parse_only:
+                return b"", network.num_layers
+            config = builder.create_builder_config()
+            configure(config, options, flavor)
+            add_profiles(builder, config, network, ranges)
+            cache = timing.attach(config) if timing is not None else None
+            if engine_path is not None and flavor.has("Builder.build_serialized_network_to_stream"):
+                with native_stderr():
+                    streamed = stream_engine(trt, builder, network, config, engine_path)
+                if streamed is None:
+                    raise _build_error(names_from or model, errors)
+                if cache is not None:
+                    timing.merge(config, cache)
+                return streamed, int(network.num_layers)
             with native_stderr():
-                streamed = stream_engine(trt, builder, network, config, engine_path)
-            if streamed is None:
+                serialized = builder.build_serialized_network(network, config)
+            if serialized is None:
                 raise _build_error(names_from or model, errors)
+            for message in errors:  # Captured, and not reported by a failure: say them here.
+                log.warning("%s: TensorRT built the engine but reported: %s", model.graph.name, message)
             if cache is not None:
                 timing.merge(config, cache)
-            return streamed, int(network.num_layers)
-        with native_stderr():
-            serialized = builder.build_serialized_network(network, config)
-        if serialized is None:
-            raise _build_error(names_from or model, errors)
-        for message in errors:  # Captured, and not reported by a failure: say them here.
-            log.warning("%s: TensorRT built the engine but reported: %s", model.graph.name, message)
-        if cache is not None:
-            timing.merge(config, cache)
-        layers = int(network.num_layers)
-        del config, parser, network, builder, held  # the parser's weights go before the engine is copied out
-        engine = bytes(serialized)
-        del serialized
+            layers = int(network.num_layers)
+            # the parser's weights go before the engine is copied out
+            config = parser = network = builder = cache = held = None
+            engine = bytes(serialized)
+            del serialized
+        finally:
+            del config, parser, network, builder, cache, held
     return engine, layers
 
 

@@ -46,9 +46,9 @@ from trt_backend.engines.report import (
     SegmentFailure,
     SegmentReport,
 )
-from trt_backend.engines.targets import build_slot, build_target
+from trt_backend.engines.targets import build_target
 from trt_backend.errors import SegmentBuildError
-from trt_backend.tensorrt.flavor import Flavor, load_flavor
+from trt_backend.tensorrt.flavor import Flavor, load_flavor, tensorrt_lock
 
 log = logging.getLogger(__name__)
 
@@ -369,9 +369,9 @@ def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavo
             log.info("%s: engine built from the model file as it is, while the model was planned", head.path)
             built = SegmentEngine(head.take(engine_path), head.layers, head.seconds, options.precision, (), model)
         else:
-            with build_slot(flavor):
-                built = compile_segment(model, ranges, options, flavor, timing, quantize,
-                                        weights_dir=weights_dir, weights=held, engine_path=engine_path)
+            # (its TensorRT part one build at a time: see tensorrt_lock)
+            built = compile_segment(model, ranges, options, flavor, timing, quantize,
+                                    weights_dir=weights_dir, weights=held, engine_path=engine_path)
         if forms is not None and built.model is not None:
             forms[key] = built.model
         return built.engine, {"layers": built.layers, "build_seconds": built.seconds, "precision": built.precision,
@@ -448,6 +448,7 @@ _registered: set[str] = set()
 
 def _register_plugins(flv: Flavor) -> None:
     """TensorRT's plugin registry is per process: register ours there once."""
-    if flv.target not in _registered:
-        register_with(flv.module)
-        _registered.add(flv.target)
+    with tensorrt_lock:
+        if flv.target not in _registered:
+            register_with(flv.module)
+            _registered.add(flv.target)

@@ -20,6 +20,7 @@ model files of at most :data:`MAX_BYTES` (and a quarter of the memory available)
 or tf32."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -41,6 +42,8 @@ from trt_backend.tensorrt.flavor import (
     load_flavor,
     native_stderr,
     network_flags,
+    python_logger_made,
+    tensorrt_lock,
 )
 
 log = logging.getLogger(__name__)
@@ -113,38 +116,53 @@ class HeadStart:
         if nodes is None or nodes > MAX_NODES:
             self.problem = f"{nodes} nodes: more than a head start takes ({MAX_NODES})"
             return
-        builder = create_builder(flavor, logger)
-        network = builder.create_network(network_flags(flavor))
-        parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
-        parsed = bool(parser.parse(data, self.path))
-        del data
-        if not parsed or self._cancelled.is_set():
-            self.problem = "TensorRT's parser did not take the file as it is" if not parsed else "cancelled"
-            return
-        self.inputs = tuple(network.get_input(i).name for i in range(network.num_inputs))
-        self.outputs = tuple(network.get_output(i).name for i in range(network.num_outputs))
-        self.dynamic = dynamic_inputs(network)
-        options = self.options if self.options is not None else BuildOptions()
-        self.options = options
-        ranges = [{n: _shape_range(v, f"profile {k} for '{n}'") for n, v in p.items()}
-                  for k, p in enumerate(self.profiles)]
-        config = builder.create_builder_config()
-        configure(config, options, flavor)
-        self.settings = add_profiles(builder, config, network, ranges)
-        # Built into memory, then written from here: a Python stream writer or progress monitor
-        # would make TensorRT wait for the GIL the planning thread holds, at every call.
-        with native_stderr():  # (Myelin prints its internal errors there; the compile path reports a failure)
-            serialized = builder.build_serialized_network(network, config)
-        if serialized is None:
-            self.problem = "TensorRT's builder made no engine"
-            return
-        path = os.path.join(self.scratch, "engine")
-        with open(path, "wb") as out:
-            out.write(serialized)
-        engine = (path, hashlib.sha256(serialized).hexdigest(), serialized.nbytes)
-        del serialized
-        self.engine, self.layers = engine, int(network.num_layers)
-        del config, parser, network, builder
+        # One thread in TensorRT at a time (see tensorrt_lock), but for the build itself where it
+        # cannot wait for the GIL: with this native logger, built into memory (a Python stream
+        # writer or progress monitor would call into Python at every step), and before this process
+        # gave TensorRT a Python logger (its first logger is TensorRT's global one). The planner's
+        # parser questions then go on beside it.
+        with tensorrt_lock:
+            builder = create_builder(flavor, logger)
+            network = builder.create_network(network_flags(flavor))
+            parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
+            config: Any = None
+            try:
+                parsed = bool(parser.parse(data, self.path))
+                del data
+                if not parsed or self._cancelled.is_set():
+                    self.problem = "TensorRT's parser did not take the file as it is" if not parsed else "cancelled"
+                    del config, parser, network, builder
+                    return
+                self.inputs = tuple(network.get_input(i).name for i in range(network.num_inputs))
+                self.outputs = tuple(network.get_output(i).name for i in range(network.num_outputs))
+                self.dynamic = dynamic_inputs(network)
+                options = self.options if self.options is not None else BuildOptions()
+                self.options = options
+                ranges = [{n: _shape_range(v, f"profile {k} for '{n}'") for n, v in p.items()}
+                          for k, p in enumerate(self.profiles)]
+                config = builder.create_builder_config()
+                configure(config, options, flavor)
+                self.settings = add_profiles(builder, config, network, ranges)
+            except BaseException:
+                del config, parser, network, builder
+                raise
+        try:
+            with tensorrt_lock if python_logger_made() else contextlib.nullcontext(), native_stderr():
+                # (Myelin prints its internal errors to stderr; the compile path reports a failure)
+                serialized = builder.build_serialized_network(network, config)
+            with tensorrt_lock:
+                if serialized is None:
+                    self.problem = "TensorRT's builder made no engine"
+                    return
+                path = os.path.join(self.scratch, "engine")
+                with open(path, "wb") as out:
+                    out.write(serialized)
+                engine = (path, hashlib.sha256(serialized).hexdigest(), serialized.nbytes)
+                del serialized
+                self.engine, self.layers = engine, int(network.num_layers)
+        finally:
+            with tensorrt_lock:
+                del config, parser, network, builder
 
     def wait(self) -> None:
         self._thread.join()

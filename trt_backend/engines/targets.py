@@ -3,9 +3,6 @@ build records (cache keys, build folders), whether a GPU is covered by it, and w
 run at the same time."""
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Protocol
 
 from trt_backend.errors import CudaError
@@ -79,23 +76,6 @@ def describe_target(target: str | None) -> str:
         return {"ampere_plus": "any GPU from Ampere (SM 8.0) on"}.get(
             value, "GPUs of the build GPU's compute capability")
     return f"SM {value[:-1]}.{value[-1:]}" if kind == "sm" and value.isdigit() else str(target)
-
-
-_gpu_builds = threading.Lock()
-
-
-@contextmanager
-def build_slot(flavor: Flavor) -> Iterator[None]:
-    """Where a build may run. Full TensorRT times its tactics on the GPU while building, so two
-    builds at once skew each other's timings and compete for its memory: builds run one at a
-    time in the process, as trtexec, Polygraphy and Torch-TensorRT build (ONNX Runtime's TensorRT
-    provider has ``trt_force_sequential_engine_build`` for it). TensorRT-RTX builds ahead of time
-    on the CPU, without timing on a GPU: its builds run in parallel."""
-    if flavor.is_rtx:
-        yield
-        return
-    with _gpu_builds:
-        yield
 
 
 def current_sm() -> str | None:

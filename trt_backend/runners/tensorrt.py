@@ -32,7 +32,7 @@ from trt_backend.runners.tensorrt_contexts import (
     PooledContext,
     RuntimeCacheFile,
 )
-from trt_backend.tensorrt.flavor import Flavor, captured_messages, shared_logger
+from trt_backend.tensorrt.flavor import Flavor, captured_messages, shared_logger, tensorrt_lock
 
 log = logging.getLogger(__name__)
 
@@ -93,17 +93,18 @@ class TensorRTRunner(SegmentRunner):
               lean_runtime: str | None) -> None:
         trt = self.trt
         self.logger = shared_logger(flavor)
-        runtime = trt.Runtime(self.logger)
-        if flavor.has("Runtime.engine_host_code_allowed"):
-            runtime.engine_host_code_allowed = allow_host_code
-        if lean_runtime:
-            runtime = runtime.load_runtime(lean_runtime)
-            if runtime is None:
-                raise SegmentLoadError(f"{self.label}: TensorRT could not load the lean runtime {lean_runtime}")
-        self._runtime = runtime
-        self._check_validity(flavor, engine)
-        with captured_messages() as errors:
-            self.engine = runtime.deserialize_cuda_engine(engine)
+        with tensorrt_lock:  # (loading logs, as building does: see tensorrt_lock)
+            runtime = trt.Runtime(self.logger)
+            if flavor.has("Runtime.engine_host_code_allowed"):
+                runtime.engine_host_code_allowed = allow_host_code
+            if lean_runtime:
+                runtime = runtime.load_runtime(lean_runtime)
+                if runtime is None:
+                    raise SegmentLoadError(f"{self.label}: TensorRT could not load the lean runtime {lean_runtime}")
+            self._runtime = runtime
+            self._check_validity(flavor, engine)
+            with captured_messages() as errors:
+                self.engine = runtime.deserialize_cuda_engine(engine)
         if self.engine is None:
             raise SegmentLoadError(f"{self.label}: TensorRT could not deserialize the engine: "
                                    f"{'; '.join(errors) or 'built for another TensorRT version or GPU?'}")
@@ -297,8 +298,9 @@ class _HostOutput:
 def engine_io_summary(engine_bytes: bytes, flavor: Flavor) -> dict[str, Any]:
     """Names, modes and dtypes of an engine's I/O tensors (needs a GPU to deserialize)."""
     trt = flavor.module
-    runtime = trt.Runtime(shared_logger(flavor))
-    engine = runtime.deserialize_cuda_engine(engine_bytes)
+    with tensorrt_lock:
+        runtime = trt.Runtime(shared_logger(flavor))
+        engine = runtime.deserialize_cuda_engine(engine_bytes)
     if engine is None:
         raise SegmentLoadError("TensorRT could not deserialize the engine")
     out = {}

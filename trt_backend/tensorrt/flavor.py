@@ -127,16 +127,35 @@ def shared_logger(flavor: Flavor) -> Any:
         return _shared[flavor.name]
 
 
-_builder_lock = threading.Lock()
+# One thread in TensorRT at a time, process-wide (reentrant). TensorRT calls a logger while it
+# holds locks of its own, and the Python logger needs the GIL, which most binding calls keep while
+# they wait for those locks: with two threads in TensorRT, one can hold the GIL waiting for
+# TensorRT's lock while the other holds that lock waiting for the GIL, and the process hangs
+# (seen: two segment builds at once; a build beside the planner's parser questions; a builder
+# made while another thread's builder logged). Waiting for this lock releases the GIL.
+# Every parse, build and engine load of trt-backend's, and the release of what they made, is
+# inside it (running an engine is not: its enqueue does not log).
+# So engines build one at a time in the process with every flavor, as trtexec, Polygraphy and
+# Torch-TensorRT build them (full TensorRT times tactics on the GPU while it builds: two builds at
+# once would also skew each other's timings); a segment's other work (its precision transform,
+# calibration, cache lookups) goes on in parallel beside a build.
+tensorrt_lock = threading.RLock()
 
 
 def create_builder(flavor: Flavor, logger: Any) -> Any:
-    """``trt.Builder(logger)``, one thread at a time. Making a builder takes a lock inside
-    TensorRT and may log through ``logger`` (a Python callback, which needs the GIL) while
-    holding it, and the binding keeps the GIL while it waits for that lock: two threads making
-    builders at once deadlock (seen with parallel segment builds). Waiting here releases the GIL."""
-    with _builder_lock:
+    """``trt.Builder(logger)`` inside :data:`tensorrt_lock` (its caller holds it too while it uses
+    the builder)."""
+    with tensorrt_lock:
         return flavor.module.Builder(logger)
+
+
+def python_logger_made() -> bool:
+    """Whether this process has made the shared Python logger (:func:`shared_logger`) yet. Until
+    then TensorRT's global logger (the first one it was given) is not ours in Python, and a build
+    with a native logger, into memory, never waits for the GIL: it may run outside
+    :data:`tensorrt_lock` (the head start's build does)."""
+    with _shared_lock:
+        return bool(_shared)
 
 
 def _make_shared(flavor: Flavor) -> Any:

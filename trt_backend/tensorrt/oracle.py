@@ -19,6 +19,7 @@ from trt_backend.tensorrt.flavor import (
     load_flavor,
     native_stderr,
     network_flags,
+    tensorrt_lock,
 )
 
 log = logging.getLogger(__name__)
@@ -65,10 +66,17 @@ class ParserOracle:
 
     def query(self, model: onnx.ModelProto) -> QueryResult:
         progress("planning: asking the TensorRT parser about %d node(s)", len(model.graph.node))
+        data, path = self._question(model)
+        with tensorrt_lock:  # (see tensorrt_lock: the network and parser also go inside it)
+            supported, pieces, errors = self._supported(data, path)
+        if not supported and not errors:
+            errors = self._parse_errors(data, path)  # some versions reject a model without naming a node
+        return QueryResult(supported, pieces, errors)
+
+    def _supported(self, data: bytes, path: str | None) -> tuple[bool, tuple[Piece, ...], dict[int, str]]:
         trt = self.flavor.module
         network = self._builder.create_network(network_flags(self.flavor))
         parser: Any = trt.OnnxParser(network, self._logger)
-        data, path = self._question(model)
         with native_stderr():
             supported = bool(parser.supports_model_v2(data, path))
         pieces = tuple(Piece(tuple(int(k) for k in parser.get_subgraph_nodes(i)), bool(parser.is_subgraph_supported(i)))
@@ -79,25 +87,27 @@ class ParserOracle:
             node = int(err.node())
             if node >= 0 and node not in errors:
                 errors[node] = describe_parser_error(err)
-        del parser, network
-        if not supported and not errors:
-            errors = self._parse_errors(model)  # some versions reject a model without naming a node
-        return QueryResult(supported, pieces, errors)
+        return supported, pieces, errors
 
-    def _parse_errors(self, model: onnx.ModelProto) -> dict[int, str]:
+    def _parse_errors(self, data: bytes, path: str | None) -> dict[int, str]:
         trt = self.flavor.module
-        network = self._builder.create_network(network_flags(self.flavor))
-        parser: Any = trt.OnnxParser(network, self._logger)
         errors: dict[int, str] = {}
-        data, path = self._question(model)
-        with native_stderr():
-            parsed = bool(parser.parse(data, path))
-        if not parsed:
-            for i in range(parser.num_errors):
-                err = parser.get_error(i)
-                if int(err.node()) >= 0:
-                    errors.setdefault(int(err.node()), describe_parser_error(err))
+        with tensorrt_lock:
+            network = self._builder.create_network(network_flags(self.flavor))
+            parser: Any = trt.OnnxParser(network, self._logger)
+            with native_stderr():
+                parsed = bool(parser.parse(data, path))
+            if not parsed:
+                for i in range(parser.num_errors):
+                    err = parser.get_error(i)
+                    if int(err.node()) >= 0:
+                        errors.setdefault(int(err.node()), describe_parser_error(err))
+            del parser, network
         return errors
+
+    def __del__(self) -> None:
+        with tensorrt_lock:  # The builder goes inside it, in whichever thread lets the oracle go.
+            self.__dict__.pop("_builder", None)
 
 
 _ZEROABLE = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,

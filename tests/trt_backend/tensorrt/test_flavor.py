@@ -2,9 +2,15 @@
 logs through the Python logger it is given while holding it (a logger other than the first one
 registered is announced), and the binding keeps the GIL while it waits for that lock: eight
 threads making builders with Python loggers deadlocked here every time (the whole process, so
-the check runs in a child process with a timeout). create_builder makes them one at a time."""
+the check runs in a child process with a timeout). create_builder makes them one at a time.
+
+The same lock-and-GIL inversion hung whole builds: a segment build logging through the Python
+logger while another thread's GIL-holding TensorRT call (a parser, a network, an object's release)
+waited for TensorRT's lock. Every parse, build and question of trt-backend's holds
+``tensorrt_lock``, so that only one thread is in TensorRT at a time."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -42,3 +48,74 @@ def test_builders_made_from_many_threads_at_once(flavor) -> None:
     proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "MADE 160" in proc.stdout
+
+
+WORKERS = textwrap.dedent("""
+    import logging, os, sys, tempfile, threading, time
+    logging.basicConfig(level=logging.DEBUG, stream=open(os.devnull, "w"))  # every message through Python
+    import onnx
+    from tests.support.graphs import cnn
+    from trt_backend.engines.builder import BuildOptions, compile_segment
+    from trt_backend.engines.head_start import HeadStart
+    from trt_backend.planning import make_plan
+    from trt_backend.tensorrt.flavor import load_flavor
+    from trt_backend.tensorrt.oracle import ParserOracle
+
+    flavor = load_flavor("auto")
+    model = cnn()
+    plan = make_plan(model)
+    segment = plan.extract(plan.tensorrt_segments()[0].id)
+    ranges = [{"x": ((1, 3, 16, 16), (2, 3, 16, 16), (4, 3, 16, 16))}]
+    tmp = tempfile.mkdtemp()
+    whole, part = os.path.join(tmp, "cnn.onnx"), os.path.join(tmp, "segment.onnx")
+    onnx.save(model, whole)  # (its Resize is refused: a head start of it ends at the parse)
+    onnx.save(segment, part)  # a model TensorRT takes whole: a head start builds its engine
+    done = {"builds": 0, "questions": 0, "head_starts": 0}
+    until = time.monotonic() + 10  # each thread goes on this long
+
+    def builds(precision):
+        while time.monotonic() < until:
+            compile_segment(segment, ranges, BuildOptions(precision=precision), flavor)
+            done["builds"] += 1
+
+    def questions():
+        oracle = ParserOracle(flavor)
+        while time.monotonic() < until:
+            oracle.query(model)
+            done["questions"] += 1
+
+    def head_starts():
+        k = 0
+        while time.monotonic() < until:
+            path = part if k % 10 == 0 else whole
+            head = HeadStart(path, "auto", ranges, None, tempfile.mkdtemp(dir=tmp))
+            head.begin()
+            head.wait()
+            assert (head.engine is not None) == (path == part), head.problem
+            head.remove()
+            done["head_starts"] += 1
+            k += 1
+
+    threads = [threading.Thread(target=builds, args=("fp32",)), threading.Thread(target=builds, args=("fp16",)),
+               threading.Thread(target=questions), threading.Thread(target=head_starts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print("DONE", *(f"{k}={v}" for k, v in sorted(done.items())))
+""")
+
+
+def test_builds_questions_and_head_starts_from_many_threads_at_once(flavor) -> None:
+    """Two segment builds (fp32 and fp16), the planner's parser questions and head starts, each in
+    its own thread for 10 s, every TensorRT message forwarded to Python logging: all go on and
+    finish. Without the one lock the same threads hung here within those seconds."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    try:
+        proc = subprocess.run([sys.executable, "-c", WORKERS], capture_output=True, text=True, timeout=300, cwd=root)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("threads using TensorRT at once did not finish in 300 s (deadlocked)") from None
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("DONE")]
+    done = dict(item.split("=") for item in line.split()[1:])
+    assert sorted(done) == ["builds", "head_starts", "questions"] and all(int(v) >= 5 for v in done.values()), line
