@@ -126,7 +126,9 @@ def search_precision(model: ModelSource | Model | Plan, profiles: Sequence[Mappi
     so = dataclasses.replace(so, emulate=True, build=base_build)
     allowed = [p for p in ORDER if p in opts.allow]
     if "int8" in allowed and not so.build.calibration_data:
-        log.info("int8 left out of the search: no calibration data")
+        # Asked for by name (an allow list other than the default): said where it is seen.
+        say = log.info if opts.allow == AutoOptions().allow else log.warning
+        say("int8 left out of the precision search: it needs calibration data (--calibration-data FILE)")
         allowed.remove("int8")
     if not allowed:
         raise OptionsError("--precision auto has no precision to try: allow fp16 or bf16, or give calibration data "

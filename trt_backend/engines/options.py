@@ -4,14 +4,14 @@ them (:mod:`trt_backend.engines.head_start`), before those load."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from partitioner.errors import OptionsError
 from partitioner.options_check import number_option
 from trt_backend._lazy import lazy_module
-from trt_backend.engines.precision_plan import PrecisionPlan
+from trt_backend.engines.precision_plan import PrecisionPlan, read_precision_plan
 from trt_backend.errors import CalibrationDataError
 from trt_backend.ort.sizes import parse_size
 
@@ -59,7 +59,9 @@ class BuildOptions:
     keep_fp32_ops: tuple[str, ...] = DEFAULT_KEEP_FP32
     calibration_data: str | None = None  # int8: FILE.npz | a folder of them | "random" (a smoke test)
     calibration_method: str = "minmax"  # int8: minmax | entropy | percentile
-    precision_plan: PrecisionPlan | None = None  # auto: what the search found (accuracy.auto_precision)
+    # auto: what the search found (accuracy.auto_precision); a plan file, a build folder made with
+    # auto or the plan's JSON are read into one
+    precision_plan: PrecisionPlan | None = None
     workspace_bytes: int | None = None
     builder_optimization_level: int | None = None  # TensorRT builder optimisation level, 0..5
     timing_cache: str | None = None  # file: loaded, merged, saved (no-op in TensorRT-RTX)
@@ -86,6 +88,9 @@ class BuildOptions:
         if self.calibration_data is not None:
             object.__setattr__(self, "calibration_data", os.fspath(self.calibration_data))
         require_calibration(self.precision, self.calibration_data)
+        plan: Any = self.precision_plan
+        if isinstance(plan, (str, os.PathLike, Mapping)):  # as --precision-plan takes it: a file, a folder, its JSON
+            object.__setattr__(self, "precision_plan", read_precision_plan(plan))
         if self.precision == "auto" and not isinstance(self.precision_plan, PrecisionPlan):
             raise OptionsError("precision 'auto' builds from a precision plan: let trt-backend build --precision auto "
                                "search one, or pass --precision-plan (a plan JSON or a build folder made with auto)")

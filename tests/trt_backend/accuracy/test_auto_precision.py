@@ -20,7 +20,7 @@ from trt_backend.accuracy.compare import compare
 from trt_backend.cli import main
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.precision_plan import PrecisionPlan, read_precision_plan
-from trt_backend.errors import PrecisionSearchError
+from trt_backend.errors import PrecisionError, PrecisionSearchError
 from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
 
@@ -85,6 +85,14 @@ def test_the_plan_round_trips_and_builds_without_searching(model_path, plan, fla
     (seg,) = [s for s in manifest["segments"] if s["engine"]]
     assert seg["precision"] == "fp16" and manifest["precision_plan"]["segments"][0]["precision"] == "fp16"
     assert read_precision_plan(out).segments == plan.segments
+    # the Python door takes what --precision-plan takes: a plan file, a build folder, the plan's JSON
+    plan_file = str(tmp_path / "plan.json")
+    with open(plan_file, "w") as f:
+        json.dump(plan.to_dict(), f)
+    for given in (plan_file, tmp_path / "plan.json", out, plan.to_dict()):
+        assert BuildOptions(precision="auto", precision_plan=given).precision_plan.segments == plan.segments
+    with pytest.raises(PrecisionError, match="cannot read precision plan .*missing.json"):
+        BuildOptions(precision="auto", precision_plan=str(tmp_path / "missing.json"))
     rc = main(["build", model_path, "-o", str(tmp_path / "again"), "--min-shapes", "x:1x8", "--opt-shapes", "x:4x8",
                "--max-shapes", "x:8x8", "--precision", "auto", "--precision-plan", out])
     captured = capsys.readouterr()
@@ -121,6 +129,22 @@ def test_an_output_no_precision_can_meet_is_named(tmp_path) -> None:
         search_precision(path, PROFILE)
     rc = main(["build", path, "-o", str(tmp_path / "b"), "--shapes", "x:4x8", "--precision", "auto"])
     assert rc == 1 and not os.path.exists(tmp_path / "b")
+
+
+def test_int8_asked_for_without_calibration_data_is_said_and_left_out(model_path, caplog) -> None:
+    """int8 needs calibration data: asked for by name without it, the search says so in a warning
+    (shown by the CLI's default level) and tries what is left; the default allow list only notes it."""
+    with caplog.at_level("INFO", logger="trt_backend.accuracy.auto_precision"):
+        plan = search_precision(model_path, PROFILE, SessionOptions(), AutoOptions(allow=("fp16", "int8")))
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "int8 left out" in r.getMessage()]
+    assert said == [("WARNING", "int8 left out of the precision search: it needs calibration data "
+                                "(--calibration-data FILE)")]
+    assert plan.allowed == ("fp16",)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="trt_backend.accuracy.auto_precision"):
+        plan = search_precision(model_path, PROFILE, SessionOptions(), AutoOptions(allow=("fp16", "bf16", "int8")))
+    assert [r.levelname for r in caplog.records if "int8 left out" in r.getMessage()] == ["INFO"]
+    assert plan.allowed == ("bf16", "fp16")
 
 
 def test_bad_auto_options() -> None:
