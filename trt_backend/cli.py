@@ -52,11 +52,20 @@ def _verbosity(p: argparse.ArgumentParser, after: bool) -> None:
     p.add_argument("-q", "--quiet", action="store_true", dest="quiet" + suffix, help=VERBOSITY_HELP[1])
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but a command line it refuses (an unknown option, a missing argument) is
+    one line on stderr, naming where the usage is, instead of the whole usage block; exit 2, as
+    argparse tools exit (for ``compare``, 1 would read as "the outputs differ")."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} -h)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``command`` (a subcommand name), only that subcommand's module is
     imported and given its arguments (the others are listed by name and help only), so a
     command starts without loading what the others need."""
-    parser = argparse.ArgumentParser(prog="trt-backend", description="TensorRT engines with ONNX Runtime fallback.")
+    parser = _Parser(prog="trt-backend", description="TensorRT engines with ONNX Runtime fallback.")
     _verbosity(parser, after=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

@@ -246,3 +246,16 @@ def test_written_files_follow_the_umask(tmp_path, umask, folder_mode, file_mode)
         modes = _modes(str(tmp_path / folder))
         assert modes <= {oct(folder_mode), oct(file_mode)} and oct(folder_mode) in modes, (folder, modes)
     assert _modes(str(tmp_path / "r.json")) == {oct(file_mode)}
+
+
+@pytest.mark.parametrize("argv", [["build", "--bogus"], ["inspect"], ["nosuch"], ["compare", "m.onnx", "--atol"],
+                                  ["run", "m.onnx", "--shapes"], ["export-triton"]])
+def test_a_command_line_the_parser_refuses_is_one_line_and_exit_2(argv, capsys) -> None:
+    """An unknown option, a missing argument or value: one line naming it and where the usage is
+    (not argparse's whole usage block), exit 2 (for compare, 1 would read as "outputs differ")."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert stop.value.code == 2 and out == ""
+    (line,) = err.splitlines()
+    assert re.fullmatch(r"trt-backend( [a-z-]+)?: error: .+ \(usage: trt-backend( [a-z-]+)? -h\)", line), line
