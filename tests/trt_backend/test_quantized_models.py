@@ -235,6 +235,22 @@ def test_int8_rewrite_keeps_int8_measured_against_the_original(quantized, flavor
     manifest = build_folder_build(quantized["default"], str(tmp_path / "b"), PROFILE,
                                   SessionOptions(qdq_rewrite="int8"))
     assert [s["engine_bytes"] > 10_000 for s in manifest["segments"]] == [True] and not manifest["demoted"]
+    # built "fp32", but TensorRT computes int8 at the model's Q/DQ: the folder and the CLI say so
+    (seg,) = manifest["segments"]
+    assert seg["precision"] == "fp32" and seg["qdq_nodes"] == 8 + 8 + 5
+
+
+def test_the_build_says_an_fp32_build_computes_int8_at_the_models_q_dq(quantized, flavor, tmp_path, capsys) -> None:
+    from trt_backend.cli import main
+
+    assert main(["build", quantized["trt"], "-o", str(tmp_path / "q"), "--shapes", "x:4x3x16x16"]) == 0
+    assert main(["build", quantized["float"], "-o", str(tmp_path / "f"), "--shapes", "x:4x3x16x16"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  segment 0:")]
+    with open(tmp_path / "q" / "manifest.json") as f:
+        count = json.load(f)["segments"][0]["qdq_nodes"]
+    assert count == sum(n.op_type in QDQ for n in onnx.load(quantized["trt"]).graph.node) > 0
+    assert f"tensorrt    fp32 (int8 at the model's {count} Q/DQ nodes) segment_0.onnx" in lines[0]
+    assert "tensorrt    fp32 segment_0.onnx" in lines[1]  # (a float model: nothing to say)
 
 
 def test_compare_measures_the_int8_rewrite_against_the_original(quantized, capsys) -> None:

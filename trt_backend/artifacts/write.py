@@ -49,6 +49,7 @@ from trt_backend.engines import head_start
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.config import check_build_options
 from trt_backend.engines.memory import EngineFile
+from trt_backend.engines.quantize import QDQ_OPS
 from trt_backend.engines.report import BuildProgress, BuildReport
 from trt_backend.engines.targets import build_target, current_sm
 from trt_backend.errors import ArtifactError
@@ -183,9 +184,10 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
         model_file = f"segment_{seg.id}.onnx"
         built = compiled.segments.get(seg.id)
         if built is None or built.precision in ("fp32", "tf32"):  # The segment as planned: weights shared.
-            files[model_file] = serialize(plan.extract(seg.id, lambda t: refer(t.name)), model_file)
+            form = plan.extract(seg.id, lambda t: refer(t.name))
         else:  # Its own weights: cast to 16 bits, or beside their Q/DQ.
-            files[model_file] = serialize(built.model, model_file)
+            form = built.model
+        files[model_file] = serialize(form, model_file)
         entry: dict[str, Any] = {"id": seg.id, "backend": seg.backend, "model": model_file,
                                  "model_sha256": sha256_bytes(files[model_file]), "engine": None, "engine_sha256": None,
                                  "engine_bytes": None, "build_seconds": None}
@@ -203,6 +205,11 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
             entry.update(engine=name, engine_sha256=digest, engine_bytes=len(engine),
                          build_seconds=round(float(seconds.get(seg.id, 0.0)), 4), precision=built.precision,
                          pinned=list(built.pinned))
+            # Q/DQ in the built form: TensorRT computes int8 there whatever the precision (the
+            # model's own, or an int8 build's)
+            qdq = sum(n.op_type in QDQ_OPS for n in form.graph.node)
+            if qdq:
+                entry["qdq_nodes"] = qdq
         segments.append(entry)
     stage.write(files)
     manifest = {
