@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import numpy as np
 import onnx
@@ -89,10 +90,13 @@ def test_the_plan_round_trips_and_builds_without_searching(model_path, plan, fla
     plan_file = str(tmp_path / "plan.json")
     with open(plan_file, "w") as f:
         json.dump(plan.to_dict(), f)
-    for given in (plan_file, tmp_path / "plan.json", out, plan.to_dict()):
-        assert BuildOptions(precision="auto", precision_plan=given).precision_plan.segments == plan.segments
+    # (typed PrecisionPlan, for the code that reads the field; the others are read into one)
+    sources: list[Any] = [plan_file, tmp_path / "plan.json", out, plan.to_dict(), str(tmp_path / "missing.json")]
+    for given in sources[:-1]:
+        read = BuildOptions(precision="auto", precision_plan=given).precision_plan
+        assert read is not None and read.segments == plan.segments
     with pytest.raises(PrecisionError, match="cannot read precision plan .*missing.json"):
-        BuildOptions(precision="auto", precision_plan=str(tmp_path / "missing.json"))
+        BuildOptions(precision="auto", precision_plan=sources[-1])
     rc = main(["build", model_path, "-o", str(tmp_path / "again"), "--min-shapes", "x:1x8", "--opt-shapes", "x:4x8",
                "--max-shapes", "x:8x8", "--precision", "auto", "--precision-plan", out])
     captured = capsys.readouterr()
