@@ -250,6 +250,13 @@ def _check_declared_types(graph: onnx.GraphProto, name: str, scope: str = "") ->
                                         "passes int64 (2^63 - 1)")
 
 
+def declared_unknown(d: onnx.TensorShapeProto.Dimension) -> bool:
+    """Whether a declared dim means "unknown" (see :func:`_unknown_dims`): a number of 0 or less,
+    or the name "?". Every reader of a model's declared shapes takes them so."""
+    which = d.WhichOneof("value")
+    return (which == "dim_value" and d.dim_value <= 0) or (which == "dim_param" and d.dim_param == "?")
+
+
 def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: list[str]) -> None:
     """Dims declared as a negative number or 0 (Paddle2ONNX and older tf2onnx write -1 for a
     dynamic batch; some exporters write 0), in graph inputs, outputs and value_info, subgraphs'
@@ -269,12 +276,10 @@ def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: list[str]) -> None:
             if vi.type.WhichOneof("value") != "tensor_type":
                 continue
             for axis, d in enumerate(vi.type.tensor_type.shape.dim):
-                if d.WhichOneof("value") == "dim_value" and d.dim_value <= 0:
-                    found.append(f"{scope}{vi.name}[{axis}]={d.dim_value}")
-                    d.ClearField("dim_value")
-                elif d.WhichOneof("value") == "dim_param" and d.dim_param == "?":
-                    found.append(f"{scope}{vi.name}[{axis}]='?'")
-                    d.ClearField("dim_param")
+                if declared_unknown(d):
+                    declared = repr(d.dim_param) if d.dim_param else str(d.dim_value)
+                    found.append(f"{scope}{vi.name}[{axis}]={declared}")
+                    d.Clear()
 
     visit(graph, "")
     if found:

@@ -105,3 +105,29 @@ def test_an_inputs_file_that_is_no_npz_is_one_line(paths, tmp_path, capsys) -> N
         err = capsys.readouterr().err.strip()
         assert err == (f"trt-backend: error: --inputs {path}: {what}; give an .npz of arrays by input name, as "
                        "numpy.savez(path, name=array) writes")
+
+
+def paddle_style() -> onnx.ModelProto:
+    """x: float [-1, 3, '?', '?'] -> Relu -> y, as Paddle2ONNX declares a dynamic batch (-1) and
+    every other dynamic dim ('?'): each means "unknown", not -1 and not one dim held equal."""
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "paddle_style",
+                         [h.make_tensor_value_info("x", T.FLOAT, [-1, 3, "?", "?"])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [-1, 3, "?", "?"])])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+
+
+def test_dims_declared_as_minus_one_or_question_mark_are_unknown_at_every_door(tmp_path, capsys) -> None:
+    """The model's load takes -1, 0 and '?' as unknown dims; the check of an --inputs file against
+    the model's declared inputs (read from the file's bytes) took -1 as a fixed -1 and the two '?'
+    as one dim that must agree (48 against 192), refusing what ONNX Runtime runs."""
+    model, inputs = str(tmp_path / "p.onnx"), str(tmp_path / "in.npz")
+    onnx.save(paddle_style(), model)
+    x = np.random.default_rng(0).standard_normal((2, 3, 48, 192)).astype(np.float32)
+    np.savez(inputs, x=x)
+    out = str(tmp_path / "out.npz")
+    assert main(["run", model, "--inputs", inputs, "--outputs", out, "--emulate"]) == 0
+    np.testing.assert_array_equal(np.load(out)["y"], np.maximum(x, 0))
+    assert main(["compare", model, "--inputs", inputs, "--emulate"]) == 0
+    assert "PASSED" in capsys.readouterr().out
+    report = trt_backend.compare(model, feeds=[{"x": x}], session_options=trt_backend.SessionOptions(emulate=True))
+    assert report.passed and report.outputs[0].elements == x.size

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from partitioner.model import declared_unknown
 from partitioner.wire import graph_inputs
 from trt_backend._files import write_atomic
 from trt_backend.errors import FeedError
@@ -222,7 +223,13 @@ def model_file_inputs(path: str) -> list[NodeArg] | None:
             found = graph_inputs(view)
         if found is None:
             return None
-        return [node_arg(name, onnx.ValueInfoProto.FromString(info).type) for name, info in found]
+        infos = [onnx.ValueInfoProto.FromString(info) for _, info in found]
+        for vi in infos:  # dims declared as -1, 0 or '?' are unknown, as the model's own load takes them
+            if vi.type.WhichOneof("value") == "tensor_type":
+                for d in vi.type.tensor_type.shape.dim:
+                    if declared_unknown(d):
+                        d.Clear()
+        return [node_arg(name, vi.type) for (name, _), vi in zip(found, infos)]
     except (OSError, ValueError, DecodeError):
         return None
 
