@@ -172,8 +172,9 @@ def _notes(sess: Session, reports: Sequence[OutputReport], saved: bool = False) 
     and a comparison that cannot differ (TensorRT segments emulated in fp32 against the same
     ONNX Runtime: it checks the partition and the stitching, not TensorRT's numbers). ``saved``:
     the reference is outputs saved from another run, of which neither holds."""
-    notes = [f"output '{r.name}' was empty on every input: not compared (give inputs that produce some)"
-             for r in reports if not r.compared]
+    notes = [(f"output '{r.name}' was empty on every input: not compared (give inputs that produce some)"
+              if r.elements == 0 else f"output '{r.name}' was NaN/inf in every element of the reference on every "
+              "input: not compared (give inputs that produce finite values)") for r in reports if not r.compared]
     executors = sess.segment_executors
     fp32 = all(p in ("fp32", "tf32") for p in sess.compiled.precisions.values())
     requantized = bool((sess.folder_manifest or {}).get(REFERENCE_KEY)) or (
@@ -185,7 +186,12 @@ def _notes(sess: Session, reports: Sequence[OutputReport], saved: bool = False) 
         notes.append("the reference computes the model's quantization as ONNX defines it (ONNX Runtime with graph "
                      "optimisations off); at its default level ONNX Runtime runs such a model through its "
                      "own fused int8 kernels, whose numbers can differ")
-    if "emulated" in executors and "tensorrt" not in executors and fp32 and not requantized and not saved:
+    if not sess.plan.tensorrt_segments() and not saved:
+        notes.append("the plan has no TensorRT segment: ONNX Runtime ran the whole model on both sides, so the "
+                     "comparison is equal by construction" + (f" (the precision asked for, "
+                     f"{sess.options.build.precision}, applies to TensorRT segments only)"
+                     if sess.options.build.precision not in ("fp32", "tf32") else ""))
+    elif "emulated" in executors and "tensorrt" not in executors and fp32 and not requantized and not saved:
         notes.append("TensorRT segments ran emulated in fp32 through ONNX Runtime, as the reference does: the "
                      "comparison checks the partition and stitching (equal by construction otherwise), not "
                      "TensorRT's kernels; build in a reduced precision, or compare on a GPU, to measure those")
@@ -230,6 +236,7 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
         s = run.seen[name]
         reports.append(OutputReport(name, TensorError.worst(per_iteration), atol, rtol,
                                     sum(not e.passed for e in per_iteration), elements=s.elements,
+                                    finite_elements=s.finite,
                                     value_range=(s.low, s.high) if s.low <= s.high else None,
                                     compared_text=s.describe()))
     tasks = run_checks(opts.checks, run.ours, run.reference, names)

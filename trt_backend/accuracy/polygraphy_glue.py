@@ -447,6 +447,7 @@ class Seen:
     how many iterations it was empty. An output empty in every iteration was not compared at all."""
 
     elements: int = 0
+    finite: int = 0  # elements that are not NaN or inf (every non-float one)
     iterations: int = 0
     empty: int = 0
     low: float = math.inf
@@ -462,8 +463,10 @@ class Seen:
                 arr = np.asarray(list(arr.values()))
             if not isinstance(arr, np.ndarray):
                 size += 0 if arr is None else 1
+                self.finite += 0 if arr is None else 1
                 continue
             size += int(arr.size)
+            self.finite += int(np.isfinite(arr).sum()) if arr.dtype.kind in "fc" else int(arr.size)
             if arr.size and arr.dtype.kind in "fiub":
                 finite = arr[np.isfinite(arr)] if arr.dtype.kind == "f" else arr
                 if finite.size:
@@ -474,11 +477,15 @@ class Seen:
 
     @property
     def compared(self) -> bool:
-        return self.elements > 0
+        """Something was compared: an element, and one that is not NaN/inf in the reference (NaN
+        against NaN in every element compares nothing)."""
+        return self.elements > 0 and self.finite > 0
 
     def describe(self) -> str:
-        if not self.compared:
+        if not self.elements:
             return f"empty in all {self.iterations} comparison(s)"
+        if not self.finite:
+            return f"all {self.elements} element(s) NaN/inf in the reference: nothing finite to compare"
         span = f", values {self.low:.4g}..{self.high:.4g}" if self.low <= self.high else ""
         empty = f", empty in {self.empty} of {self.iterations}" if self.empty else ""
         return f"{self.elements} element(s){span}{empty}"

@@ -57,13 +57,15 @@ class OutputReport:
     rtol: float
     failed_iterations: int = 0
     elements: int = -1  # elements of the reference compared over every comparison (-1: not counted)
+    finite_elements: int = -1  # those of them not NaN/inf in the reference (-1: not counted)
     value_range: tuple[float, float] | None = None  # finite reference values, low..high
     compared_text: str = ""  # what was compared, in words
 
     @property
     def compared(self) -> bool:
-        """False when the reference held nothing to compare in every comparison (an empty output)."""
-        return self.elements != 0
+        """False when the reference held nothing to compare in every comparison: an empty output,
+        or one NaN/inf in every element (NaN against NaN compares nothing)."""
+        return self.elements != 0 and self.finite_elements != 0
 
     @property
     def passed(self) -> bool:
@@ -76,7 +78,8 @@ class OutputReport:
                 "median_abs_error": e.median_abs_error, "required_atol": e.required_atol,
                 "required_rtol": e.required_rtol, "failed_iterations": self.failed_iterations,
                 "nonfinite_matched": e.nonfinite_matched, "nonfinite_mismatched": e.nonfinite_mismatched,
-                "note": e.note, "elements": self.elements, "compared": self.compared,
+                "note": e.note, "elements": self.elements, "finite_elements": self.finite_elements,
+                "compared": self.compared,
                 "value_range": list(self.value_range) if self.value_range is not None else None}
 
 
@@ -226,7 +229,8 @@ class ComparisonReport:
             out.append(f"note: {note}")
         compared = sum(o.compared for o in self.outputs)
         if self.outputs and not compared:
-            verdict = "NOTHING COMPARED (every output was empty on every input: give inputs that produce some)"
+            verdict = ("NOTHING COMPARED (every output was empty, or NaN/inf in every element, on every input: "
+                       "give inputs that produce finite values)")
         elif self.passed:
             verdict = ("PASSED" if compared == len(self.outputs)
                        else f"PASSED ({compared} of {len(self.outputs)} output(s) compared)")

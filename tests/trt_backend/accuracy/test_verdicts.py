@@ -197,3 +197,40 @@ def test_bench_and_auto_take_real_inputs(det_path, tmp_path, capsys) -> None:
     assert main(["build", det_path, "-o", folder, *RANGE, "--precision", "auto", "--allow", "fp16", "--inputs", x,
                  "--atol-of-range", "2e-3"]) == 0
     assert os.path.exists(os.path.join(folder, "manifest.json"))
+
+
+def test_nan_against_nan_in_every_element_is_not_a_pass(tmp_path, capsys) -> None:
+    """Inputs that make every output element NaN on both sides compare nothing (it read PASSED,
+    "4 NaN/inf equal in both"); a NaN on one side only still fails; finite elements beside
+    matching NaNs are compared as before."""
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["r"]), h.make_node("Mul", ["r", "x"], ["y"])], "g",
+                         [h.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [2, 4])])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8), path)
+    nan, half = str(tmp_path / "nan.npz"), str(tmp_path / "half.npz")
+    np.savez(nan, x=np.full((2, 4), np.nan, np.float32))
+    np.savez(half, x=np.array([[np.nan] * 4, [1, 2, 3, 4]], np.float32))
+    assert main(["compare", path, "--emulate", "--inputs", nan, "--json", str(tmp_path / "r.json")]) == 1
+    out = capsys.readouterr().out
+    report = json.load(open(tmp_path / "r.json"))
+    assert not report["passed"] and report["compared_outputs"] == 0
+    assert report["outputs"][0]["elements"] == 8 and report["outputs"][0]["finite_elements"] == 0
+    assert "NOTHING COMPARED" in out and "nothing finite to compare" in out
+    assert main(["compare", path, "--emulate", "--inputs", half, "--json", str(tmp_path / "r2.json")]) == 0
+    second = json.load(open(tmp_path / "r2.json"))
+    assert second["passed"] and second["outputs"][0]["finite_elements"] == 4
+
+
+def test_a_plan_without_a_tensorrt_segment_says_it_compared_onnx_runtime_with_itself(tmp_path, capsys) -> None:
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g",
+                         [h.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [2, 4])])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8), path)
+    assert main(["compare", path, "--emulate", "--exclude-ops", "Relu", "--precision", "fp16"]) == 0
+    out = capsys.readouterr().out
+    assert ("note: the plan has no TensorRT segment: ONNX Runtime ran the whole model on both sides, so the "
+            "comparison is equal by construction (the precision asked for, fp16, applies to TensorRT segments only)"
+            ) in out
+    assert "TensorRT segments ran emulated in fp32" not in out
