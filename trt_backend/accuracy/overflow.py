@@ -139,7 +139,10 @@ def _segment_overflow(runner: EmulatedTensorRTRunner, precision: str, ref: Mappi
         # magnitudes from SENTINEL on are stand-ins for infinity (masks), which fp16 may clip
         magnitude = np.abs(high)
         fine = np.isfinite(high) & (magnitude < (SENTINEL if limit < SENTINEL else np.inf))
-        clamped = (np.abs(low) >= limit) & ((magnitude < limit / 2) | (magnitude > limit * 1.001))
+        # (a tensor the built form keeps in fp32, a Paddle BatchNormalization's variance of 1e8, holds
+        # such values as they are: only a reduced-precision one can be clamped)
+        clamped = (np.abs(low) >= limit) & ((magnitude < limit / 2) | (magnitude > limit * 1.001)) \
+            if low.dtype.itemsize < 4 else np.zeros(low.shape, bool)
         lost = fine & (~np.isfinite(low) | clamped)
         count = int(lost.sum())
         if count:
