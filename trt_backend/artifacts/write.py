@@ -125,6 +125,9 @@ def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[M
     try:
         compiled = compile(kept if kept is not None else loaded, profiles, opts, build=True, progress=progress,
                            engine_dir=stage.engine_dir(), plan_entry=entry)
+        if opts.build.precision not in ("fp32", "tf32") and not compiled.plan.tensorrt_segments():
+            log.warning("--precision %s applies to TensorRT segments, and the plan has none: ONNX Runtime runs the "
+                        "whole model in the precision it has", opts.build.precision)
         exact = as_written(model, compiled.model, compiled.options.partition.qdq_rewrite, profile_shapes(profiles))
         manifest = _write_into(stage, compiled, flv, start, exact)
         if build_key is not None:

@@ -61,11 +61,15 @@ def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str
     opts = m.get("build_options", {})
     caps = ",".join(opts.get("compute_capabilities") or ()) or "the builder's default"
     workspace = f"{opts['workspace_bytes'] >> 20} MiB" if opts.get("workspace_bytes") else "default"
+    # What the engines compute in (what compare and run report), and what was asked where it differs
+    # (auto; or a reduced precision on a plan with no TensorRT segment, which builds nothing in it)
+    built_in = (m.get("build") or {}).get("summary") or opts.get("precision")
+    asked = f" (asked: {opts.get('precision')})" if opts.get("precision") not in (built_in, None) else ""
     lines = [f"build folder {folder} | manifest {m.get('digest')} | "
              + ("signed (HMAC-SHA256)" if "signature" in m else "unsigned")
              + f" | trt-backend {m.get('trt_backend')} | from {m.get('model')}",
              f"engines for {m.get('tensorrt')} | GPU target {m.get('gpu_target')} (compute capabilities: {caps}) | "
-             f"precision {opts.get('precision')} | workspace {workspace} | built in {m.get('build_seconds')} s",
+             f"precision {built_in}{asked} | workspace {workspace} | built in {m.get('build_seconds')} s",
              *_builder_line(opts), *_weights_line(m),
              f"this machine: {_here(m)}", ""]
     lines.append(summary(built.plan).rstrip("\n"))

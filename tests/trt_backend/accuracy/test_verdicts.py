@@ -222,7 +222,8 @@ def test_nan_against_nan_in_every_element_is_not_a_pass(tmp_path, capsys) -> Non
     assert second["passed"] and second["outputs"][0]["finite_elements"] == 4
 
 
-def test_a_plan_without_a_tensorrt_segment_says_it_compared_onnx_runtime_with_itself(tmp_path, capsys) -> None:
+def test_a_plan_without_a_tensorrt_segment_says_it_compared_onnx_runtime_with_itself(tmp_path, capsys,
+                                                                                     caplog) -> None:
     graph = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g",
                          [h.make_tensor_value_info("x", T.FLOAT, [2, 4])],
                          [h.make_tensor_value_info("y", T.FLOAT, [2, 4])])
@@ -234,3 +235,10 @@ def test_a_plan_without_a_tensorrt_segment_says_it_compared_onnx_runtime_with_it
             "comparison is equal by construction (the precision asked for, fp16, applies to TensorRT segments only)"
             ) in out
     assert "TensorRT segments ran emulated in fp32" not in out
+    # the build says so too, and the folder shows what was built beside what was asked
+    folder = str(tmp_path / "b")
+    assert main(["build", path, "-o", folder, "--exclude-ops", "Relu", "--precision", "fp16"]) == 0
+    assert "--precision fp16 applies to TensorRT segments, and the plan has none" in caplog.text
+    capsys.readouterr()
+    assert main(["inspect", folder]) == 0
+    assert "| precision fp32 (asked: fp16) |" in capsys.readouterr().out
