@@ -17,6 +17,7 @@ from onnx import numpy_helper as nh
 from trt_backend.accuracy.compare import compare
 from trt_backend.accuracy.overflow import range_overflows
 from trt_backend.cli import main
+from trt_backend.runners.ort import EmulatedTensorRTRunner
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 
@@ -113,6 +114,7 @@ def test_a_large_constant_the_build_keeps_in_fp32_is_no_overflow() -> None:
     sess = Session(paddle_batchnorm(), profile, SessionOptions(emulate=True, precision="fp16"))
     try:
         (runner,) = [r for r in sess.runners if r.segment.id == 0]
+        assert isinstance(runner, EmulatedTensorRTRunner)
         held = {n.output[0]: n for n in runner.model.graph.node if n.op_type == "Constant"}
         assert nh.to_array(held["var"].attribute[0].t).dtype == np.float32  # kept fp32 by the transform
         assert range_overflows(sess, feeds) == []
