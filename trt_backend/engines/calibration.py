@@ -235,8 +235,14 @@ def _flush(path: str, pending: dict[str, np.ndarray], inputs: Sequence[InputSpec
         yield path, _checked(path, pending, inputs, ranges)  # outside the profiles in more than its batch: the error
     else:
         batched = [a for s in inputs if s.dims and (a := pending[s.name]).ndim == len(s.dims)]
-        log.warning("calibration data %s: %d sample(s) short of a whole batch left out (the batch is fixed "
-                    "by the model or the profiles)", path, len(batched[0]) if batched else 1)
+        left = len(batched[0]) if batched else 1
+        if (path, left) not in _said_short:  # (the data is read once per pass over it: said once)
+            _said_short.add((path, left))
+            log.warning("calibration data %s: %d sample(s) short of a whole batch left out (the batch is fixed "
+                        "by the model or the profiles)", path, left)
+
+
+_said_short: set[tuple[str, int]] = set()
 
 
 def _fits(feed: Mapping[str, np.ndarray], ranges: ShapeRanges, whole_batch: bool = False) -> bool:

@@ -174,9 +174,10 @@ def test_samples_short_of_a_batch_the_profiles_fix_are_left_out(tmp_path, caplog
     with caplog.at_level("WARNING", logger="trt_backend.engines.calibration"):
         data = load_calibration(str(tmp_path / "cal.npz"), spec, {"x": 32}, ranges=[{"x": fixed[0]}])
         batches = list(data.batches)
-    assert [b["x"].shape[0] for b in batches] == [32, 32]
+        again = list(data.batches)  # (a second pass over the data, as int8 calibration makes: said once)
+    assert [b["x"].shape[0] for b in batches] == [b["x"].shape[0] for b in again] == [32, 32]
     assert data.samples == 64
-    assert "4 sample(s) short of a whole batch left out" in caplog.text
+    assert caplog.text.count("4 sample(s) short of a whole batch left out") == 1
     # within a profile that takes batches 1..32, the short batch is fed as it is
     ranged = (((1, 3, 16, 16), (32, 3, 16, 16), (32, 3, 16, 16)),)
     data = load_calibration(str(tmp_path / "cal.npz"), spec, {"x": 32}, ranges=[{"x": ranged[0]}])
