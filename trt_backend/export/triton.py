@@ -75,7 +75,9 @@ def tensor_config(vi: onnx.ValueInfoProto, *, batched: bool, what: str, is_shape
     configuration cannot declare."""
     if not vi.type.HasField("tensor_type"):
         raise ExportError(f"{what} '{vi.name}' is a {vi.type.WhichOneof('value') or 'value of unknown type'}, not a "
-                          "tensor; Triton passes only tensors between models")
+                          "tensor; a Triton model configuration declares tensors only, as inputs, outputs and what "
+                          "an ensemble passes between its models (an ONNX Runtime model's sequence or map output, "
+                          "such as skl2onnx's ZipMap, has no Triton type: export the model without it)")
     tt = vi.type.tensor_type
     if tt.elem_type not in DATA_TYPES:
         name = onnx.TensorProto.DataType.Name(tt.elem_type) if tt.elem_type else "unknown"

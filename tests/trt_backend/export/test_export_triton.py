@@ -450,3 +450,20 @@ def test_a_segment_of_constants_only_is_scheduled_by_a_model_input(tmp_path) -> 
     assert [dict(s.input_map) for s in ens.config.ensemble_scheduling.step] == [{"x": "x"}, {"x": "x"}]
     x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
     _check_against_ort(repo, m, [{"x": x}])
+
+
+def test_a_sequence_output_is_one_line_saying_triton_declares_tensors_only(tmp_path, capsys) -> None:
+    """A model whose output is a sequence (as skl2onnx's ZipMap makes maps): Triton's model
+    configuration has no type for it; the refusal says so of the output, not of a hand-over."""
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["r"]), h.make_node("SequenceConstruct", ["r", "x"], ["s"])],
+                         "seq", [h.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+                         [h.make_value_info("s", h.make_sequence_type_proto(h.make_tensor_type_proto(T.FLOAT, None)))])
+    path = str(tmp_path / "seq.onnx")
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8), path)
+    folder = str(tmp_path / "b")
+    assert main(["build", path, "-o", folder]) == 0
+    capsys.readouterr()
+    assert main(["export-triton", folder, "-o", str(tmp_path / "repo")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'s' is a sequence_type, not a tensor" in err, err
+    assert "declares tensors only" in err and not os.path.exists(tmp_path / "repo")
