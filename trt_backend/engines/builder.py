@@ -55,7 +55,8 @@ from trt_backend.tensorrt.flavor import (
     network_flags,
     quiet_messages,
     shared_logger,
-    tensorrt_lock,
+    tensorrt_entered,
+    waited_for_tensorrt,
 )
 from trt_backend.tensorrt.oracle import describe_parser_error
 
@@ -127,7 +128,7 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[ProfileSp
     also those the segment holds by reference only (``weights``, see :func:`by_reference`)."""
     options = options or BuildOptions()
     fl = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
-    start = time.perf_counter()
+    start, waited = time.perf_counter(), waited_for_tensorrt()
     ranges = segment_ranges(segment_model, profiles)
     form = prepare_segment(segment_model, options, fl, quantize, weights_dir)
     segment_model, prepared, precision = form.source, form.model, form.precision
@@ -147,7 +148,9 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[ProfileSp
             raise
     if precision == "fp32" and form.precision != "fp32":  # TensorRT rejected the reduced form.
         form = Prepared(segment_model, segment_model, "fp32", ())
-    return SegmentEngine(engine, layers, time.perf_counter() - start, form.precision, form.pinned, form.model)
+    # (its own time: not the wait for another segment's build, see tensorrt_lock)
+    seconds = time.perf_counter() - start - (waited_for_tensorrt() - waited)
+    return SegmentEngine(engine, layers, seconds, form.precision, form.pinned, form.model)
 
 
 @dataclass(frozen=True)
@@ -314,7 +317,7 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
     logger = shared_logger(flavor)
     # One thread in TensorRT at a time (see tensorrt_lock); what TensorRT made is released inside
     # it, also when the build fails (the error's traceback must not keep it to a later moment).
-    with tensorrt_lock, captured_messages() as errors:
+    with tensorrt_entered(), captured_messages() as errors:
         builder = network = parser = config = cache = held = None
         try:
             builder = create_builder(flavor, logger)

@@ -1,5 +1,7 @@
-"""Engines for a whole plan: every TensorRT segment built in parallel (bounded threads), through
-the engine cache when one is given; and the fallback loop that sends the nodes of a segment
+"""Engines for a whole plan: every TensorRT segment prepared in parallel (bounded threads: its
+extraction, precision transform, calibration, cache lookup) and built, one build at a time in the
+process (see :data:`trt_backend.tensorrt.flavor.tensorrt_lock`), through the engine cache when one
+is given; and the fallback loop that sends the nodes of a segment
 TensorRT refuses back to ONNX Runtime, re-plans, and builds again (bounded), so the caller always
 ends with a plan whose TensorRT segments all have engines."""
 from __future__ import annotations
@@ -293,7 +295,8 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
                                 plain=rewrite is None and quantize is None)
     workers = max(1, min(_workers(plan, segments, options), len(jobs)))
     if jobs:
-        _progress.progress("building %d engine(s) with %s (%d at a time)", len(jobs), flavor.target, workers)
+        _progress.progress("building %d engine(s) with %s, one at a time (%d segment(s) prepared at once)",
+                           len(jobs), flavor.target, workers)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures: dict[Future[tuple[bytes | EngineFile, dict[str, Any], bool]], tuple[Segment, str]] = {}
         for seg, model, ranges, key in jobs:

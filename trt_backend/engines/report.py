@@ -148,7 +148,7 @@ class BuildReport:
 
     @property
     def build_seconds(self) -> float:
-        """Sum of per-segment build seconds (exceeds wall time when segments build in parallel)."""
+        """Sum of per-segment build seconds (can exceed wall time: segments are prepared in parallel)."""
         return sum(s.seconds for s in self.segments)
 
     def to_dict(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -140,6 +141,24 @@ def shared_logger(flavor: Flavor) -> Any:
 # once would also skew each other's timings); a segment's other work (its precision transform,
 # calibration, cache lookups) goes on in parallel beside a build.
 tensorrt_lock = threading.RLock()
+
+
+_waits = threading.local()
+
+
+@contextmanager
+def tensorrt_entered() -> Iterator[None]:
+    """Inside :data:`tensorrt_lock`; the seconds this thread waited for it are added to
+    :func:`waited_for_tensorrt` (a segment's build time leaves out the wait for another's build)."""
+    start = time.perf_counter()
+    with tensorrt_lock:
+        _waits.seconds = getattr(_waits, "seconds", 0.0) + time.perf_counter() - start
+        yield
+
+
+def waited_for_tensorrt() -> float:
+    """Seconds this thread has waited for :data:`tensorrt_lock` in :func:`tensorrt_entered`."""
+    return float(getattr(_waits, "seconds", 0.0))
 
 
 def create_builder(flavor: Flavor, logger: Any) -> Any:

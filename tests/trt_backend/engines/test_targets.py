@@ -195,3 +195,7 @@ def test_engines_build_one_at_a_time_with_every_flavor(name, flavor) -> None:
     assert [s.backend for s in plan.segments] == ["tensorrt", "onnxruntime", "tensorrt"]
     result = build_engines(plan, [], BuildOptions(max_workers=4), flavor=fl)
     assert sorted(result.engines) == [0, 2] and counting.most == most
+    # each segment's seconds are its own build's: the one that waited for the other's (0.2 s of
+    # sleep inside it) does not count that wait
+    own = [s.seconds for s in result.report.segments]
+    assert len(own) == 2 and max(own) < result.report.seconds - 0.15, (own, result.report.seconds)
