@@ -103,10 +103,6 @@ class HeadStart:
         flavor = load_flavor(self.flavor_name)
         self.flavor = flavor
         trt = flavor.module
-        # A native logger that keeps all but internal errors to itself: the shared one forwards every
-        # message to Python, and each call would wait for the GIL the planning thread holds (a
-        # failure here is said by the compile path's own build).
-        logger = trt.Logger(trt.Logger.INTERNAL_ERROR)
         with open(self.path, "rb") as f:
             data = f.read()
         if keeps_external_data(data) is not False:
@@ -122,6 +118,10 @@ class HeadStart:
         # gave TensorRT a Python logger (its first logger is TensorRT's global one). The planner's
         # parser questions then go on beside it.
         with tensorrt_lock:
+            # A native logger that keeps all but internal errors to itself: the shared one forwards every
+            # message to Python, and each call would wait for the GIL the planning thread holds (a
+            # failure here is said by the compile path's own build).
+            logger = trt.Logger(trt.Logger.INTERNAL_ERROR)
             builder = create_builder(flavor, logger)
             network = builder.create_network(network_flags(flavor))
             parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
@@ -131,7 +131,7 @@ class HeadStart:
                 del data
                 if not parsed or self._cancelled.is_set():
                     self.problem = "TensorRT's parser did not take the file as it is" if not parsed else "cancelled"
-                    del config, parser, network, builder
+                    del config, parser, network, builder, logger
                     return
                 self.inputs = tuple(network.get_input(i).name for i in range(network.num_inputs))
                 self.outputs = tuple(network.get_output(i).name for i in range(network.num_outputs))
@@ -144,7 +144,7 @@ class HeadStart:
                 configure(config, options, flavor)
                 self.settings = add_profiles(builder, config, network, ranges)
             except BaseException:
-                del config, parser, network, builder
+                del config, parser, network, builder, logger
                 raise
         try:
             with tensorrt_lock if python_logger_made() else contextlib.nullcontext(), native_stderr():
@@ -162,7 +162,7 @@ class HeadStart:
                 self.engine, self.layers = engine, int(network.num_layers)
         finally:
             with tensorrt_lock:
-                del config, parser, network, builder
+                del config, parser, network, builder, logger
 
     def wait(self) -> None:
         self._thread.join()

@@ -1,6 +1,7 @@
 """Which TensorRT is here: ``tensorrt`` (preferred) or ``tensorrt_rtx``, imported on first use."""
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
@@ -140,7 +141,36 @@ def shared_logger(flavor: Flavor) -> Any:
 # Torch-TensorRT build them (full TensorRT times tactics on the GPU while it builds: two builds at
 # once would also skew each other's timings); a segment's other work (its precision transform,
 # calibration, cache lookups) goes on in parallel beside a build.
-tensorrt_lock = threading.RLock()
+# While a thread holds it, Python's cyclic garbage collector is off: a collection runs in whichever
+# thread allocates, with the GIL, and releasing a TensorRT object it finds (a parser or builder in
+# a reference cycle) waits for TensorRT's lock, which the holder may have while it waits for the
+# GIL to log (seen: the main thread collecting inside ThreadPoolExecutor.submit while a worker
+# made a builder). What trt-backend makes it releases inside the lock itself.
+
+
+class _TensorRTLock:
+    """A reentrant lock that turns the cyclic collector off while held (see above)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._depth = 0  # the holder's nesting (only the holder reads or writes it)
+        self._collector_was_on = False
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self._depth += 1
+        if self._depth == 1:
+            self._collector_was_on = gc.isenabled()
+            gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth == 0 and self._collector_was_on:
+            gc.enable()
+        self._lock.release()
+
+
+tensorrt_lock = _TensorRTLock()
 
 
 _waits = threading.local()

@@ -106,8 +106,9 @@ class ParserOracle:
         return errors
 
     def __del__(self) -> None:
-        with tensorrt_lock:  # The builder goes inside it, in whichever thread lets the oracle go.
+        with tensorrt_lock:  # The builder and logger go inside it, in whichever thread lets the oracle go.
             self.__dict__.pop("_builder", None)
+            self.__dict__.pop("_logger", None)
 
 
 _ZEROABLE = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
