@@ -137,12 +137,15 @@ def _segment_overflow(runner: EmulatedTensorRTRunner, precision: str, ref: Mappi
             continue
         # inf/nan where fp32 is finite, or held at the limit where fp32 is not (a clamp); fp32
         # magnitudes from SENTINEL on are stand-ins for infinity (masks), which fp16 may clip
-        magnitude = np.abs(high)
-        fine = np.isfinite(high) & (magnitude < (SENTINEL if limit < SENTINEL else np.inf))
         # (a tensor the built form keeps in fp32, a Paddle BatchNormalization's variance of 1e8, holds
         # such values as they are: only a reduced-precision one can be clamped)
+        reduced = low.dtype.itemsize < 4
+        # compared in fp32 (a model stored in fp16 gives fp16 on both sides: the limits overflow it)
+        low, high = low.astype(np.float32), high.astype(np.float32)
+        magnitude = np.abs(high)
+        fine = np.isfinite(high) & (magnitude < (SENTINEL if limit < SENTINEL else np.inf))
         clamped = (np.abs(low) >= limit) & ((magnitude < limit / 2) | (magnitude > limit * 1.001)) \
-            if low.dtype.itemsize < 4 else np.zeros(low.shape, bool)
+            if reduced else np.zeros(low.shape, bool)
         lost = fine & (~np.isfinite(low) | clamped)
         count = int(lost.sum())
         if count:
