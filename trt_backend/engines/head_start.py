@@ -118,9 +118,7 @@ class HeadStart:
         # gave TensorRT a Python logger (its first logger is TensorRT's global one). The planner's
         # parser questions then go on beside it.
         with tensorrt_lock:
-            # A native logger that keeps all but internal errors to itself: the shared one forwards every
-            # message to Python, and each call would wait for the GIL the planning thread holds (a
-            # failure here is said by the compile path's own build).
+            # (all but internal errors kept to itself; a failure is said by the compile path's own build)
             logger = trt.Logger(trt.Logger.INTERNAL_ERROR)
             builder = create_builder(flavor, logger)
             network = builder.create_network(network_flags(flavor))
