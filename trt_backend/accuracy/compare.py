@@ -243,6 +243,10 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
     compared = [r for r in reports if r.compared]
     passed = bool(compared) and all(r.error.passed for r in reports) and all(t.passed for t in tasks)
     notes = _notes(sess, reports, saved=isinstance(reference, SavedReference))
+    overridden = [n for n in opts.output_tolerances if n in run.seen and run.seen[n].by_equality]
+    if overridden:
+        notes.append(f"{', '.join(map(repr, overridden))} held integers or booleans: judged by equality, so the "
+                     "tolerance given for them did not apply (a task check such as top1@0.99 judges agreement)")
     if opts.atol_of_range:
         notes.append(f"atol of each output: at least {opts.atol_of_range:g} x the largest magnitude the reference "
                      "gave it (the atol column shows what applied)")

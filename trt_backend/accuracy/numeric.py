@@ -27,6 +27,24 @@ def is_float(arr: Any) -> bool:
     return isinstance(arr, np.ndarray) and (arr.dtype.kind in "fc" or arr.dtype.name.startswith(("float", "bfloat")))
 
 
+def compared_for_equality(ref: Any) -> bool:
+    """Whether a reference value is judged by equality rather than by tolerances: integers and
+    booleans (class ids, token ids, arg-max and top-k indices, counts, masks). Their values are
+    labels, not measurements: index 5 against 3 is as wrong as 5 against 4000, so no atol or rtol
+    (nor ``atol_of_range``) applies to them, in ``compare`` and in ``--precision auto`` alike; the
+    error reported is how many elements differ. A model whose answer may change (an arg-max over
+    near-ties) is judged by a task check (``top1@0.99``, ``argmax-sequence``) instead."""
+    return isinstance(ref, np.ndarray) and ref.dtype.kind in "biu"
+
+
+def differing(ours: Any, ref: Any) -> int | None:
+    """How many elements of ``ours`` differ from ``ref`` (None: shapes differ)."""
+    x, y = np.asarray(ours), np.asarray(ref)
+    if x.shape != y.shape:
+        return None
+    return int(np.count_nonzero(x != y))
+
+
 def mask_nonfinite(ours: Any, ref: Any) -> tuple[Any, Any, int, int]:
     """(ours, ref, matched, mismatched). NaN against NaN and inf against the same inf are equal;
     every other place where either is NaN/inf is a mismatch no tolerance forgives. Both kinds are
@@ -68,13 +86,16 @@ def _failed(value: float, tol: float) -> bool:
 
 def tensor_error(ours: np.ndarray, ref: np.ndarray, atol: float, rtol: float, error_stat: str = "elemwise",
                  quantile: float = 0.99) -> TensorError:
-    """Errors of ``ours`` against ``ref`` and the verdict at (atol, rtol) for ``error_stat``."""
+    """Errors of ``ours`` against ``ref`` and the verdict at (atol, rtol) for ``error_stat``;
+    integers and booleans by equality (:func:`compared_for_equality`), with the same statistics."""
     if ours.shape != ref.shape:
         return TensorError(_INF, _INF, _INF, _INF, _INF, _INF, False,
                            note=f"shape {ours.shape} vs reference {ref.shape}: not comparable")
+    by_equality = compared_for_equality(ref)
     x, y, matched, mismatched = prepare_pair(ours, ref)
     if x.size == 0:
-        return TensorError(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, mismatched == 0, matched, mismatched)
+        return TensorError(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, mismatched == 0, matched, mismatched,
+                           differing=0 if by_equality else None)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         absdiff = np.abs(_widen(x) - _widen(y))
         base = _widen(y).copy()
@@ -86,7 +107,10 @@ def tensor_error(ours: np.ndarray, ref: np.ndarray, atol: float, rtol: float, er
                  "median": (float(np.median(absdiff)), float(np.median(reldiff)))}
         if error_stat == "quantile":
             stats["quantile"] = (float(np.quantile(absdiff, quantile)), float(np.quantile(reldiff, quantile)))
-        if error_stat == "elemwise":
+        if by_equality:  # every element equal, whatever the tolerance and statistic
+            need = stats["max" if error_stat == "elemwise" else error_stat]
+            passed = differing(ours, ref) == 0
+        elif error_stat == "elemwise":
             bad = (np.greater(absdiff, atol) | np.isnan(absdiff)) & (np.greater(reldiff, rtol) | np.isnan(reldiff))
             passed = not bool(np.any(bad))
             need = stats["max"]
@@ -94,7 +118,8 @@ def tensor_error(ours: np.ndarray, ref: np.ndarray, atol: float, rtol: float, er
             need = stats[error_stat]
             passed = not (_failed(need[0], atol) and _failed(need[1], rtol))
     return tidy(TensorError(stats["max"][0], stats["max"][1], stats["mean"][0], stats["median"][0], need[0], need[1],
-                            passed and mismatched == 0, matched, mismatched))
+                            passed and mismatched == 0, matched, mismatched,
+                            differing=differing(ours, ref) if by_equality else None))
 
 
 def tolerance_ratio(ours: Any, ref: Any, atol: float, rtol: float) -> float:
@@ -113,6 +138,8 @@ def tolerance_ratio(ours: Any, ref: Any, atol: float, rtol: float) -> float:
         return 0.0 if np.array_equal(x, y) else _INF
     if not x.size:
         return 0.0
+    if compared_for_equality(y):
+        return 0.0 if np.array_equal(x, y) else _INF
     a, b = _widen(x).astype(np.float64), _widen(y).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         same = (a == b) | (np.isnan(a) & np.isnan(b))

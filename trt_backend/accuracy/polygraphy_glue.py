@@ -18,7 +18,7 @@ import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -404,7 +404,7 @@ def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[s
             for name in output_names:
                 if name in values:
                     seen[name].add(values[name])
-        options = range_tolerances(options, seen)
+        options = judged_tolerances(options, seen)
         counts: list[dict[str, tuple[int, int]]] = []
         shapes: list[dict[str, tuple[Any, Any]]] = []
         for it0, it1 in zip(ours, ref):
@@ -422,21 +422,31 @@ def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[s
                polygraphy_tensor_error(match.get(n, False), options, *counts[i].get(n, (0, 0)),
                                        shapes[i].get(n, (None, None)))
                for n in output_names} for i, match in enumerate(per_iteration)]
+    for i, it in enumerate(errors):  # integers and booleans: the count of differing elements beside the verdict
+        for n in output_names:
+            x, y = ours_values[i].get(n), ref_values[i].get(n)
+            if seen[n].by_equality and n not in ours_side[i] and isinstance(x, np.ndarray) \
+                    and isinstance(y, np.ndarray):
+                it[n] = numeric_tensor_error(x, y, 0.0, 0.0, options.error_stat, options.error_quantile)
     timing = {name: 1000.0 * float(np.mean([r.runtime or 0.0 for r in iters])) for name, iters in results}
     return ComparisonRun(errors, timing, seen, ours_values, ref_values, options)
 
 
-def range_tolerances(options: CompareOptions, seen: Mapping[str, Seen]) -> CompareOptions:
-    """``options`` with, for each output, atol raised to ``atol_of_range`` times the largest
-    magnitude the reference produced for it (an output given its own tolerance keeps it)."""
-    if not options.atol_of_range:
-        return options
+def judged_tolerances(options: CompareOptions, seen: Mapping[str, Seen]) -> CompareOptions:
+    """``options`` with each output's tolerance as it is judged: zero for an output the reference
+    gave integers or booleans (judged by equality, :func:`~trt_backend.accuracy.numeric.compared_for_equality`,
+    whatever tolerance was asked for), and, where ``atol_of_range`` asks for it, atol raised to
+    that times the largest magnitude the reference produced (an output given its own tolerance
+    keeps it)."""
     tolerances = dict(options.output_tolerances)
     for name, s in seen.items():
-        if name in tolerances or not s.compared or s.low > s.high:
-            continue
-        scale = max(abs(s.low), abs(s.high))
-        tolerances[name] = (max(options.atol, options.atol_of_range * scale), options.rtol)
+        if s.by_equality:
+            tolerances[name] = (0.0, 0.0)
+        elif options.atol_of_range and name not in tolerances and s.compared and s.low <= s.high:
+            scale = max(abs(s.low), abs(s.high))
+            tolerances[name] = (max(options.atol, options.atol_of_range * scale), options.rtol)
+    if tolerances == dict(options.output_tolerances):
+        return options
     return dataclasses.replace(options, tolerances=tolerances)
 
 
@@ -452,6 +462,12 @@ class Seen:
     empty: int = 0
     low: float = math.inf
     high: float = -math.inf
+    kinds: set[str] = field(default_factory=set)  # numpy dtype kinds of the reference's arrays
+
+    @property
+    def by_equality(self) -> bool:
+        """The reference gave only integers or booleans: judged by equality, not tolerance."""
+        return bool(self.kinds) and self.kinds <= set("biu")
 
     def add(self, value: Any) -> None:
         self.iterations += 1
@@ -466,6 +482,7 @@ class Seen:
                 self.finite += 0 if arr is None else 1
                 continue
             size += int(arr.size)
+            self.kinds.add(arr.dtype.kind)
             self.finite += int(np.isfinite(arr).sum()) if arr.dtype.kind in "fc" else int(arr.size)
             if arr.size and arr.dtype.kind in "fiub":
                 finite = arr[np.isfinite(arr)] if arr.dtype.kind == "f" else arr

@@ -32,6 +32,7 @@ class TensorError:
     nonfinite_matched: int = 0
     nonfinite_mismatched: int = 0
     note: str | None = None  # why it could not be compared (shape or dtype mismatch)
+    differing: int | None = None  # judged by equality (integers, booleans): elements that differ; None: by tolerance
 
     @staticmethod
     def worst(errors: list[TensorError]) -> TensorError:
@@ -44,7 +45,9 @@ class TensorError:
                            top("required_atol"), top("required_rtol"), passed=all(e.passed for e in errors),
                            nonfinite_matched=max(e.nonfinite_matched for e in errors),
                            nonfinite_mismatched=max(e.nonfinite_mismatched for e in errors),
-                           note=notes[0] if notes else None)
+                           note=notes[0] if notes else None,
+                           differing=(sum(e.differing or 0 for e in errors)
+                                      if any(e.differing is not None for e in errors) else None))
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ class OutputReport:
                 "required_rtol": e.required_rtol, "failed_iterations": self.failed_iterations,
                 "nonfinite_matched": e.nonfinite_matched, "nonfinite_mismatched": e.nonfinite_mismatched,
                 "note": e.note, "elements": self.elements, "finite_elements": self.finite_elements,
-                "compared": self.compared,
+                "compared": self.compared, "compared_by": "tolerance" if e.differing is None else "equality",
+                "differing_elements": e.differing,
                 "value_range": list(self.value_range) if self.value_range is not None else None}
 
 
@@ -182,6 +186,11 @@ class ComparisonReport:
         for o in self.outputs:
             e = o.error
             needs = f"abs={e.required_atol:.3g} or rel={e.required_rtol:.3g}"
+            tolerances = f"{o.atol:>8.2g} {o.rtol:>8.2g}"
+            if e.differing is not None:  # integers and booleans: equal or not, no tolerance
+                needs = f"equal: {e.differing} of {o.elements} differ" if o.elements >= 0 else \
+                    f"equal: {e.differing} differ"
+                tolerances = f"{'-':>8} {'-':>8}"
             verdict = "PASSED" if o.passed else "FAILED"
             extra = []
             if e.nonfinite_mismatched:
@@ -196,7 +205,7 @@ class ComparisonReport:
                 verdict = "NOT COMPARED"
             if o.compared_text:
                 extra.append(o.compared_text)
-            out.append(f"{o.name:<28} {e.max_abs_error:>10.3g} {e.max_rel_error:>10.3g} {o.atol:>8.2g} {o.rtol:>8.2g}  "
+            out.append(f"{o.name:<28} {e.max_abs_error:>10.3g} {e.max_rel_error:>10.3g} {tolerances}  "
                        f"{needs:<30} {verdict}" + (f" ({'; '.join(extra)})" if extra else ""))
         for name in self.skipped_outputs:
             out.append(f"{name:<28} not compared (not a tensor)")

@@ -1,6 +1,8 @@
 """The numpy error statistics used by localisation agree with Polygraphy's simple compare function
 (what the model outputs are checked with): same numbers, same verdicts, for every error statistic,
-float/half/integer/boolean tensors, zeros in the reference, NaN/inf, shape mismatches."""
+float/half/integer/boolean tensors, zeros in the reference, NaN/inf, shape mismatches; integers and
+booleans pass only where every element is equal, under every statistic and tolerance (Polygraphy's
+mean/median/quantile checks let differing integers through)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from trt_backend.accuracy.numeric import tensor_error
+from trt_backend.accuracy.numeric import compared_for_equality, tensor_error
 from trt_backend.accuracy.options import ERROR_STATS, CompareOptions
 from trt_backend.accuracy.polygraphy_glue import compare_func, compare_tensors
 
@@ -48,7 +50,13 @@ def test_numpy_statistics_match_polygraphy(stat: str, tol: float) -> None:
     for label, ours, ref in _cases():
         theirs = compare_tensors({"t": ours}, {"t": ref}, func, options)["t"]
         mine = tensor_error(ours, ref, tol, tol, stat)
-        assert mine.passed == theirs.passed, (label, mine, theirs)
+        if compared_for_equality(ref):  # integers and booleans: equal or not, under every statistic
+            assert mine.passed == bool(np.array_equal(ours, ref)), (label, mine)
+            assert mine.differing == (0 if mine.passed else int(np.count_nonzero(ours != ref))), (label, mine)
+            assert not theirs.passed or mine.passed or stat in ("mean", "median", "quantile"), (label, theirs)
+        else:
+            assert mine.passed == theirs.passed, (label, mine, theirs)
+            assert mine.differing is None
         for f in ("max_abs_error", "max_rel_error", "mean_abs_error", "median_abs_error", "required_atol",
                   "required_rtol", "nonfinite_matched", "nonfinite_mismatched"):
             assert _close(getattr(mine, f), getattr(theirs, f)), (label, f, mine, theirs)

@@ -51,3 +51,63 @@ def test_an_auto_build_passes_compare_at_its_tolerances(name, tmp_path) -> None:
     report = trt_backend.compare(folder, trt_backend.CompareOptions(atol=atol, rtol=rtol, iterations=2),
                                  session_options=SessionOptions(emulate=True))
     assert report.passed, report.lines()
+
+
+def _near_tie_classifier(path: str) -> np.ndarray:
+    """Logits over 1,000 classes where the last two columns nearly tie (3e-4 apart, below fp16's
+    resolution) and dominate, and the ArgMax label: fp16 flips the label of many rows while the
+    logits stay within 1% of their range. Returns the inputs."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 1000)).astype(np.float32) * 0.1
+    w[:, 998] = np.abs(w[:, 998]) + 1.0
+    w[:, 999] = w[:, 998] * (1 + 3e-4) + rng.standard_normal(64).astype(np.float32) * 1e-4
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["logits"]),
+         helper.make_node("ArgMax", ["logits"], ["label"], axis=1, keepdims=0)], "near_tie",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [64, 1000]),
+         helper.make_tensor_value_info("label", TensorProto.INT64, [64])], [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return rng.random((64, 64)).astype(np.float32)
+
+
+@pytest.mark.usefixtures("flavor")
+def test_integer_outputs_are_judged_by_equality_in_compare_and_auto_alike(tmp_path, capsys) -> None:
+    """Class labels are not measurements: a tolerance scaled to their range (``atol_of_range``
+    0.01 of label 999 is 9.99) once let fp16 flip most labels and still PASS. Compare and the
+    precision search judge them by equality, and the report counts the labels that differ."""
+    from trt_backend.cli import main
+
+    path = str(tmp_path / "m.onnx")
+    x = _near_tie_classifier(path)
+    feeds = [{"x": x}]
+    so = SessionOptions(emulate=True)
+    folder = str(tmp_path / "fp16")
+    trt_backend.build(path, folder, None, SessionOptions(build=BuildOptions(precision="fp16")))
+    report = trt_backend.compare(folder, trt_backend.CompareOptions(atol_of_range=0.01, atol=5.0),
+                                 session_options=so, feeds=feeds)
+    by_name = {o.name: o for o in report.outputs}
+    assert by_name["logits"].passed  # within 1% of the logits' range
+    label = by_name["label"]
+    assert not label.passed and not report.passed
+    assert (label.atol, label.rtol) == (0.0, 0.0)
+    ours = trt_backend.Session(folder, options=so).run(["label"], {"x": x})[0]
+    import onnxruntime as ort
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(["label"], {"x": x})[0]
+    flipped = int(np.count_nonzero(ours != ref))
+    assert flipped > 0 and label.error.differing == flipped
+    assert report.to_dict()["outputs"][1]["compared_by"] == "equality"
+    np.savez(tmp_path / "x.npz", x=x)
+    assert main(["compare", folder, "--inputs", str(tmp_path / "x.npz"), "--atol-of-range", "0.01"]) == 1
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("label"))
+    assert f"equal: {flipped} of 64 differ" in line and "FAILED" in line
+    # The search judges the label by the same rule: it keeps what fp16 would flip in fp32.
+    plan = trt_backend.search_precision(path, None, so, AutoOptions(atol_of_range=0.01, allow=("fp16",)), feeds=feeds)
+    auto = str(tmp_path / "auto")
+    trt_backend.build(path, auto, None, SessionOptions(build=BuildOptions(precision="auto", precision_plan=plan)))
+    assert trt_backend.compare(auto, trt_backend.CompareOptions(atol_of_range=0.01), session_options=so,
+                               feeds=feeds).passed
