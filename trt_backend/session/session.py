@@ -93,6 +93,10 @@ class Session:
             compiled = compile(model, profiles, self.options, build=executes, saved_plan=plan,
                                calibration_feeds=calibration_feeds, engines=engines, progress=progress)
         self._start(compiled, executes)
+        # TensorRT segments emulated as planned, never built (a model, not a folder, with nothing
+        # to execute them): one TensorRT's builder refuses is emulated too, where a build demotes it.
+        self.planned_only = not executes and compiled.report is None and bool(compiled.plan.tensorrt_segments()) \
+            and not isinstance(model, Compiled) and not is_build_folder(model)
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str], options: SessionOptions | None = None, *,
@@ -153,9 +157,13 @@ class Session:
         self._outputs = compiled.outputs()
         trt = compiled.plan.tensorrt_segments()
         emulate = not executes or not trt
+        self.planned_only = False
         if not executes and trt and self.options.emulate == "auto":
             log.warning("TensorRT cannot execute here (%s); running %d TensorRT segment(s) of %s emulated through "
-                        "ONNX Runtime", self._why_not, len(trt), self.model.source)
+                        "ONNX Runtime%s", self._why_not, len(trt), self.model.source,
+                        " as planned (not built: a segment TensorRT's builder would refuse is emulated too; "
+                        "`trt-backend build` and `compare` build and demote it)" if compiled.report is None and
+                        self.folder_manifest is None else "")
         self.build_report: BuildReport | None = compiled.report
         if not emulate:
             # device_id None is the device current now, pinned: threads start on GPU 0, and each

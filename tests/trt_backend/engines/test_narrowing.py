@@ -184,3 +184,28 @@ def test_compare_of_a_model_runs_what_a_build_of_it_keeps(tmp_path, flavor, caps
         report = json.load(open(tmp_path / "c.json"))
         outputs.append((rc, header.split("|")[1].strip(), report["outputs"][0]["max_abs_error"]))
     assert outputs[0] == outputs[1] and "onnxruntime x1" in outputs[0][1], outputs
+
+
+def test_run_of_a_model_says_its_segments_were_planned_not_built(tmp_path, flavor, capsys, caplog) -> None:
+    """``run`` of a model file emulates what was planned, without building (a build of every
+    segment for one run would cost more than the run): a segment the builder refuses (the MatMul
+    above) is emulated where a build demotes it. The run says so, once; a folder's run, whose
+    segments were built, does not."""
+    from trt_backend.cli import main
+
+    path, folder = str(tmp_path / "mixed.onnx"), str(tmp_path / "b")
+    onnx.save(mixed_scale_matmul(), path)
+    shapes = ["--min-shapes", "x:1x1x16", "--opt-shapes", "x:4x5x16", "--max-shapes", "x:8x64x16"]
+    assert main(["-q", "build", path, "-o", folder, *shapes]) == 0
+    said = "emulated as planned, not built"
+    for target, extra, planned in ((path, shapes, True), (folder, [], False)):
+        for emulate in ([], ["--emulate"]):
+            caplog.clear()
+            capsys.readouterr()
+            assert main(["run", target, *extra, *emulate]) == 0
+            out = capsys.readouterr().out
+            warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+            told = out.count(said) + sum("as planned (not built" in w for w in warned)
+            assert told == (1 if planned else 0), (target, emulate, out, warned)
+            executors = out.split("executors: ")[1].splitlines()[0]
+            assert executors == ("emulated x1" if planned else "onnxruntime x1"), (target, executors)
