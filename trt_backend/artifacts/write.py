@@ -49,6 +49,7 @@ from trt_backend.engines import head_start
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.config import check_build_options
 from trt_backend.engines.memory import EngineFile
+from trt_backend.engines.precision import stored_reduced
 from trt_backend.engines.quantize import QDQ_OPS
 from trt_backend.engines.report import BuildProgress, BuildReport
 from trt_backend.engines.targets import build_target, current_sm
@@ -213,6 +214,9 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
             qdq = sum(n.op_type in QDQ_OPS for n in form.graph.node)
             if qdq:
                 entry["qdq_nodes"] = qdq
+            stored = stored_reduced(form) if built.precision in ("fp32", "tf32") else {}
+            if stored:  # a model stored in fp16: TensorRT computes its types, whatever the build asked
+                entry["stored_types"] = stored
         segments.append(entry)
     stage.write(files)
     manifest = {

@@ -251,6 +251,8 @@ def print_build(model: str, output: str, manifest: Mapping[str, Any], verbose: b
         precision = f" {s['precision']}" if s.get("precision") else ""
         if s.get("qdq_nodes") and s.get("precision") != "int8":  # (an int8 build's own Q/DQ: "int8" says it)
             precision += f" (int8 at the model's {s['qdq_nodes']} Q/DQ nodes)"
+        if s.get("stored_types"):
+            precision += f" ({_report.stored_label(s['stored_types'])})"
         print(f"  segment {s['id']}: {s['backend']:<11}{precision} {s['model']}  {what}")
     if manifest.get("demoted"):
         for line in _report.demotion_lines(manifest["demoted"], verbose=verbose):

@@ -38,6 +38,26 @@ _FP16_MAX = float(np.finfo(np.float16).max)
 F32 = TensorProto.FLOAT
 
 
+def stored_reduced(model: onnx.ModelProto) -> dict[str, int]:
+    """The 16-bit float types ``model`` itself holds ("fp16", "bf16": tensors of its main graph's
+    inputs, outputs, initializers and value_info), with how many tensors each, and "fp32" with
+    its count beside them; empty where it holds none. TensorRT's strongly typed networks compute
+    a model stored in fp16 in fp16 whatever precision the build asks for, which the segment's
+    label says (:func:`trt_backend.engines.report.stored_label`)."""
+    graph = model.graph
+    names = {TensorProto.FLOAT: "fp32", TensorProto.FLOAT16: "fp16", TensorProto.BFLOAT16: "bf16"}
+    counts: dict[str, int] = {}
+    for vi in (*graph.input, *graph.output, *graph.value_info):
+        name = names.get(vi.type.tensor_type.elem_type) if vi.type.HasField("tensor_type") else None
+        if name:
+            counts[name] = counts.get(name, 0) + 1
+    for t in graph.initializer:
+        name = names.get(t.data_type)
+        if name:
+            counts[name] = counts.get(name, 0) + 1
+    return counts if any(k != "fp32" for k in counts) else {}
+
+
 @dataclass(frozen=True)
 class PrecisionResult:
     """The transformed model and what changed (``modified`` False for fp32/tf32)."""

@@ -178,3 +178,15 @@ class BuildResult:
     # segment id -> the form its engine was built from, for engines built in this call (a cached
     # engine's form is made again: see :func:`trt_backend.engines.builder.built_form`)
     models: dict[int, Any] = field(default_factory=dict)
+
+
+def stored_label(counts: Mapping[str, int]) -> str:
+    """:func:`~trt_backend.engines.precision.stored_reduced`'s counts in words, for a segment built
+    in fp32: "" where the model holds no 16-bit floats."""
+    low = [k for k in ("fp16", "bf16") if counts.get(k)]
+    if not low:
+        return ""
+    if not counts.get("fp32"):
+        return f"computes in {' and '.join(low)}: the model's own types"
+    total = sum(counts.values())
+    return f"{' and '.join(low)} in {sum(counts[k] for k in low)} of {total} float tensors: the model's own types"

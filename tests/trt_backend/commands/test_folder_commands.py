@@ -172,3 +172,48 @@ def test_an_inputs_file_claiming_a_huge_array_is_refused_before_numpy_allocates(
     assert "input 'image' in" in capsys.readouterr().err
     assert main(["run", built, "--inputs", str(tmp_path / "ok.npz"), "--emulate", "--max-memory", "32K"]) == 0
     assert "probs: shape (2, 10) float32" in capsys.readouterr().out
+
+
+def _conv_model(path: str, stored: int, cast_in: bool) -> None:
+    """x -> Conv -> Relu -> y with the Conv's weights and tensors in ``stored`` (FLOAT16 or FLOAT);
+    ``cast_in``: fp32 input and output around it, cast to and from ``stored``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    dtype = np.float16 if stored == TensorProto.FLOAT16 else np.float32
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(dtype), "w")
+    io = TensorProto.FLOAT if cast_in else stored
+    nodes = [helper.make_node("Conv", ["xs", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["ys"])]
+    if cast_in:
+        nodes = [helper.make_node("Cast", ["x"], ["xs"], to=stored), *nodes,
+                 helper.make_node("Cast", ["ys"], ["y"], to=TensorProto.FLOAT)]
+    else:
+        nodes[0].input[0], nodes[-1].output[0] = "x", "y"
+    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", io, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", io, [1, 4, 8, 8])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_a_model_stored_in_fp16_is_not_labelled_by_the_build_option_alone(tmp_path, capsys) -> None:
+    """A model stored in fp16 built "fp32": TensorRT computes the model's own types, so the build
+    line, the manifest and ``inspect DIR`` say so (the label said fp32 alone); an fp32 model says
+    nothing more."""
+    from onnx import TensorProto
+
+    cases = {"fp16": (TensorProto.FLOAT16, False), "casts": (TensorProto.FLOAT16, True),
+             "fp32": (TensorProto.FLOAT, False)}
+    said = {"fp16": "fp32 (computes in fp16: the model's own types)",
+            "casts": "fp32 (fp16 in 4 of 6 float tensors: the model's own types)", "fp32": "fp32 segment_0.onnx"}
+    for name, (stored, cast_in) in cases.items():
+        path, folder = str(tmp_path / f"{name}.onnx"), str(tmp_path / name)
+        _conv_model(path, stored, cast_in)
+        capsys.readouterr()
+        assert main(["build", path, "-o", folder]) == 0
+        line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  segment 0:"))
+        assert said[name] in line, line
+        with open(os.path.join(folder, "manifest.json")) as f:
+            seg = json.load(f)["segments"][0]
+        assert seg["precision"] == "fp32" and (("stored_types" in seg) == (name != "fp32")), seg
+        assert main(["inspect", folder]) == 0
+        header = capsys.readouterr().out.splitlines()[1]
+        assert ("(segment 0 " in header) == (name != "fp32"), header
