@@ -54,8 +54,9 @@ def test_static_inputs_fill_in_and_dynamic_ones_must_be_given() -> None:
     assert full["k"] == TensorProfile((2,), (2,), (2,), "static")
     with pytest.raises(MissingProfileError,
                        match=r"input 'x' has dynamic shape \['N', 3, 8\] and no profile gives one; "
-                             r"pass profiles=\[\{'x': \(min_shape, opt_shape, max_shape\)\}\], e.g. "
-                             r"\{'x': \(\(1, 3, 8\), \(1, 3, 8\), \(1, 3, 8\)\)\} \(CLI: --shapes x:1x3x8"):
+                             r"CLI: --shapes x:1x3x8 \(dims the model leaves open set to 1; a range with "
+                             r"--min-shapes/--opt-shapes/--max-shapes\); "
+                             r"Python: profiles=\[\{'x': \(min_shape, opt_shape, max_shape\)\}\]"):
         complete_profiles([], [X, K], required=True)
     assert complete_profiles([], [X], required=False) == []
 

@@ -31,9 +31,15 @@ STRINGS: tuple[str, ...] = ("a", "b", "c")
 
 def random_array(dtype: np.dtype, shape: Sequence[int], rng: np.random.Generator,
                  what: str = "a random tensor", value_range: tuple[Any, Any] | None = None) -> np.ndarray:
-    """Random data of ``dtype`` and ``shape`` from ``rng``, drawn as the module doc says.
-    MemoryLimitError (naming ``what``) where the array would not fit in the memory limits."""
-    dtype = np.dtype(dtype)
+    """Random data of ``dtype`` and ``shape`` from ``rng``, drawn as the module doc says: an
+    ndarray also for a scalar (shape ``()``: a 0-d array; numpy's draws give a bare numpy scalar
+    there, which ONNX Runtime refuses). MemoryLimitError (naming ``what``) where the array would
+    not fit in the memory limits."""
+    return np.asarray(_draw(np.dtype(dtype), shape, rng, what, value_range))
+
+
+def _draw(dtype: np.dtype, shape: Sequence[int], rng: np.random.Generator, what: str,
+          value_range: tuple[Any, Any] | None) -> Any:
     shape = tuple(int(d) for d in shape)
     check_allocation(shape, dtype, what)
     if dtype == np.bool_:

@@ -137,12 +137,11 @@ def _missing_message(missing: Sequence[NodeArg], k: int, count: int) -> str:
     where = "no profile gives one" if count <= 1 else f"profile {k} gives none"
     cli = ",".join(f"{a.name}:{'x'.join(str(d) for d in _example(a))}" for a in missing)
     python = ", ".join(f"'{a.name}': (min_shape, opt_shape, max_shape)" for a in missing)
-    ex = _example(missing[0])
     if len(missing) == 1:
         arg = missing[0]
-        return (f"input '{arg.name}' has dynamic shape {shape(arg)} and {where}; pass profiles=[{{{python}}}], "
-                f"e.g. {{'{arg.name}': ({ex}, {ex}, {ex})}} "
-                f"(CLI: --shapes {cli}, or a range with --min-shapes/--opt-shapes/--max-shapes)")
+        return (f"input '{arg.name}' has dynamic shape {shape(arg)} and {where}; CLI: --shapes {cli} (dims the model "
+                f"leaves open set to 1; a range with --min-shapes/--opt-shapes/--max-shapes); Python: "
+                f"profiles=[{{{python}}}]")
     listed = ", ".join(f"'{a.name}' {shape(a)}" for a in missing)
     return (f"{len(missing)} inputs have dynamic shapes and {where}: {listed}; CLI: --shapes {cli} (dims the model "
             f"leaves open set to 1; a range with --min-shapes/--opt-shapes/--max-shapes); Python: "

@@ -119,3 +119,27 @@ def test_random_feeds_need_shapes_for_dynamic_inputs(sess) -> None:
     with pytest.raises(FeedError, match=r"input 'image' has dynamic shape \[batch, 3, 32, 32\]; give its shape "
                                         r"\(e.g. --shapes image:1x3x32x32\)"):
         random_feeds(sess.get_inputs(), {})
+
+
+def test_a_scalar_input_gets_random_data_as_a_0d_array_at_every_door(tmp_path, capsys) -> None:
+    """numpy draws a bare scalar for shape (); ONNX Runtime refuses one ("Unable to handle object
+    of type numpy.float32"), so compare, bench and an auto build of a model with a scalar input
+    failed (bench with a traceback) unless real inputs were given."""
+    import onnx
+
+    from trt_backend.cli import main
+    from trt_backend.ort.random_data import random_array
+
+    for dtype in (np.float32, np.float16, np.int64, np.bool_):
+        value = random_array(np.dtype(dtype), (), np.random.default_rng(0))
+        assert isinstance(value, np.ndarray) and value.shape == () and value.dtype == dtype
+    graph = h.make_graph([h.make_node("Mul", ["x", "t"], ["y"])], "scaled",
+                         [h.make_tensor_value_info("x", T.FLOAT, [2, 8]), h.make_tensor_value_info("t", T.FLOAT, [])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [2, 8])])
+    path = str(tmp_path / "scalar.onnx")
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), path)
+    assert main(["compare", path]) == 0
+    assert main(["bench", path, "--warmup-ms", "20", "--duration-s", "0.1", "--iterations", "3", "--rounds", "1",
+                 "--no-progress"]) == 0
+    assert main(["build", path, "-o", str(tmp_path / "auto"), "--precision", "auto"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
