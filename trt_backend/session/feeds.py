@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import mmap
 import os
+import re
 import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -321,21 +322,24 @@ def _read_runs(path: str, what: str) -> tuple[list[dict[str, Any]], list[dict[st
         raise FeedError(f"{what} {path}: cannot read it as .npz ({e})") from None
     if not arrays:
         raise FeedError(f"{what} {path}: holds no arrays")
-    if not any("/" in k for k in arrays):
+    numbered = {k: _RUN_KEY.fullmatch(k) for k in arrays}
+    if not any(numbered.values()):  # one feed by input name (names may hold "/": TensorFlow's do)
         return [arrays], []
     feeds: dict[int, dict[str, Any]] = {}
     outputs: dict[int, dict[str, Any]] = {}
     for key, value in arrays.items():
-        parts = key.split("/")
-        side = feeds
-        if parts[0] in ("inputs", "outputs") and len(parts) == 3:
-            side = feeds if parts[0] == "inputs" else outputs
-            parts = parts[1:]
-        if len(parts) != 2 or not parts[0].isdigit():
-            raise FeedError(f"{what} {path}: array '{key}' is neither an input name nor <k>/<name> or "
-                            "inputs/<k>/<name>")
-        side.setdefault(int(parts[0]), {})[parts[1]] = value
+        match = numbered[key]
+        if match is None:
+            raise FeedError(f"{what} {path}: array '{key}' is not <k>/<name> or inputs/<k>/<name> (or outputs/...), "
+                            "as the file's other arrays are; a file of one input set names its arrays by input "
+                            "name alone")
+        side = outputs if match.group("side") == "outputs" else feeds
+        side.setdefault(int(match.group("k")), {})[match.group("name")] = value
     return [feeds[k] for k in sorted(feeds)], [outputs[k] for k in sorted(outputs)]
+
+
+# <k>/<name> or inputs/<k>/<name> or outputs/<k>/<name>; the name itself may hold "/"
+_RUN_KEY = re.compile(r"(?:(?P<side>inputs|outputs)/)?(?P<k>[0-9]+)/(?P<name>.+)", re.DOTALL)
 
 
 def _check_npz_sizes(data: Any, path: str) -> None:
