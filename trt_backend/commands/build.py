@@ -21,6 +21,7 @@ from trt_backend.commands._args import (
     add_sign_key_argument,
     builder_fields,
     max_memory,
+    sample_profiles,
     session_options,
 )
 from trt_backend.commands._shapes import cli_profiles
@@ -51,8 +52,8 @@ def register(p: argparse.ArgumentParser) -> None:
     add_precision_arguments(p)
     add_auto_arguments(p)
     p.add_argument("--inputs", metavar="FILE.npz|DIR",
-                   help="--precision auto: real inputs the search validates on (default: the calibration data's "
-                        "first batches, else seeded random data)")
+                   help="real inputs: --precision auto validates on them (default: the calibration data's first "
+                        "batches, else seeded random data); without shapes, one profile spans their shapes")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="engine and build cache: the same model file built with the same options is a copy of the "
                         "earlier folder (DIR/builds); otherwise unchanged segments are not rebuilt")
@@ -81,6 +82,8 @@ def _handle(args: argparse.Namespace) -> int:
     so = session_options(args)
     builder = builder_fields(args)  # Checked before a precision search, which can take minutes.
     feeds = read_feeds(args.inputs) if args.inputs else None
+    if feeds and not profiles:  # Real samples and no profile: one spanning their shapes, as run and compare make.
+        profiles = sample_profiles(args.model, feeds, f"--inputs {args.inputs}")
     kw: dict[str, Any] = {**build_fields(args, args.model, profiles or None, so, feeds), **builder}
     options = dataclasses.replace(options_with(so, kw), cache_dir=args.cache_dir)
     manifest = build(args.model, args.output, profiles or None, options)

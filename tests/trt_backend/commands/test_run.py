@@ -146,3 +146,30 @@ def test_a_kernel_failure_is_one_line_not_also_onnx_runtimes_log(tmp_path, capfd
     assert main(["-q", "run", path, "--inputs", str(tmp_path / "ids.npz"), "--emulate"]) == 1
     err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("trt-backend: error: segment 0") and "out of data bounds" in err[0]
+
+
+def test_inputs_without_shapes_give_one_profile_at_run_compare_and_build_alike(tmp_path, capsys) -> None:
+    """Samples of different shapes in a folder and no shapes: run, compare and build (plain and
+    --precision auto) each take one profile spanning them; build refused before ("no profile
+    gives one")."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["wav"], ["y"])], "audio",
+                              [helper.make_tensor_value_info("wav", TensorProto.FLOAT, ["B", "N"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "N"])])
+    path = str(tmp_path / "audio.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    rng = np.random.default_rng(0)
+    for k, shape in enumerate([(1, 4000), (3, 16000)]):
+        np.savez(samples / f"{k}.npz", wav=rng.standard_normal(shape).astype(np.float32))
+    assert main(["compare", path, "--inputs", str(samples)]) == 0
+    for extra in ([], ["--precision", "auto"]):
+        folder = tmp_path / f"built{len(extra)}"
+        assert main(["build", path, "-o", str(folder), "--inputs", str(samples), *extra]) == 0
+        with open(folder / "manifest.json") as f:
+            (profile,) = json.load(f)["plan"]["input_profiles"]
+        assert (profile["wav"]["min"], profile["wav"]["max"]) == ([1, 4000], [3, 16000])
+        assert main(["run", str(folder), "--inputs", str(samples / "1.npz")]) == 0
