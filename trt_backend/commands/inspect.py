@@ -143,6 +143,19 @@ def _planned(args: argparse.Namespace, shapes: list[dict[str, Any]]) -> Plan:
     return plan
 
 
+def _check_profiles(profiles: list[dict[str, Any]], plan: Plan) -> None:
+    """The shapes given, checked against the model as a build checks them: each names a model
+    input (or a TensorRT segment's input), with its rank and fixed dims; ProfileError otherwise."""
+    from trt_backend.profiles.node_arg import node_arg
+
+    assert plan.model is not None
+    graph = plan.model.proto.graph
+    _given.check_profile_names(profiles, graph)
+    inputs = [node_arg(vi.name, vi.type) for vi in graph.input]
+    extra = {n for s in plan.tensorrt_segments() for n in s.inputs} - {a.name for a in inputs}
+    _given.normalize_profiles(profiles, inputs, extra)
+
+
 def handle(args: argparse.Namespace) -> int:
     check_picture_name(args)
     precision = _precision_plan.read_precision_plan(args.precision_plan) if args.precision_plan else None
@@ -159,6 +172,8 @@ def handle(args: argparse.Namespace) -> int:
         profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
         shapes = _given.profile_shapes(profiles) if profiles else []
         plan = _planned(args, shapes)
+        if profiles and plan.model is not None:  # held to the model as build and run hold them
+            _check_profiles(profiles, plan)
         print(summary(plan))
     if precision is None and manifest is not None and manifest.get("precision_plan"):
         precision = _precision_plan.PrecisionPlan.from_dict(manifest["precision_plan"])

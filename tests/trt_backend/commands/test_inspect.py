@@ -217,3 +217,19 @@ def test_export_segments_of_a_folder_writes_them_as_built(tmp_path, capsys) -> N
 
     want = Session.load(folder, SessionOptions(emulate=True)).run(None, {"x": x})
     np.testing.assert_allclose(got[0], want[0], rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("shapes, message", [
+    ("imagez:1x3x32x32", "profile 0: 'imagez' is not a model input (inputs: image)"),
+    ("image:1x3x32", "profile 0, input 'image': expected rank 4"),
+])
+def test_inspect_refuses_shapes_that_build_and_run_refuse(tmp_path, capsys, shapes, message) -> None:
+    """The same --shapes, the same one-line error and exit status from inspect, build and run
+    (inspect planned with a misspelt input name and said nothing)."""
+    answers = []
+    for command in (["inspect", DEMO_PATH], ["build", DEMO_PATH, "-o", str(tmp_path / "b")], ["run", DEMO_PATH]):
+        rc = main([*command, "--shapes", shapes])
+        err = capsys.readouterr().err.strip().splitlines()
+        answers.append((rc, err[-1]))
+    assert answers[0][0] != 0 and len(set(answers)) == 1 and message in answers[0][1], answers
+    assert not os.path.exists(tmp_path / "b")
