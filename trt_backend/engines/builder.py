@@ -102,7 +102,7 @@ class SegmentEngine:
     layers: int
     seconds: float
     precision: str  # what was applied ("fp32" when a transform failed and the build fell back)
-    pinned: tuple[str, ...] = ()  # nodes TensorRT refused in that precision, kept fp32
+    pinned: tuple[str, ...] = ()  # nodes kept fp32: the precision plan's, and those TensorRT refused in it
     model: onnx.ModelProto | None = None  # the form the engine was built from (see :func:`prepare_segment`)
 
 
@@ -172,7 +172,7 @@ def prepare_segment(segment_model: onnx.ModelProto, options: BuildOptions, flavo
     emulation use. In a reduced precision, nodes ``flavor``'s parser refuses there are kept fp32
     (no flavor: no parser asked); a transform that fails, or weights that cannot be read in for
     it, leave the whole segment fp32, with a warning, as the build does."""
-    precision = segment_precision(segment_model, options)[0]
+    precision, planned = segment_precision(segment_model, options)
     if precision in ("fp32", "tf32"):
         return Prepared(segment_model, segment_model, precision, ())
     name = segment_model.graph.name
@@ -186,7 +186,8 @@ def prepare_segment(segment_model: onnx.ModelProto, options: BuildOptions, flavo
     except PrecisionError as e:
         log.warning("%s: %s; building it in fp32", name, e)
         return Prepared(source, source, "fp32", ())
-    return Prepared(source, prepared, precision, tuple(refused) if precision != "fp32" else ())
+    pinned = tuple(dict.fromkeys((*planned, *refused)))  # the precision plan's pins, then TensorRT's refusals
+    return Prepared(source, prepared, precision, pinned if precision != "fp32" else ())
 
 
 def built_form(segment_model: onnx.ModelProto, options: BuildOptions, precision: str, pinned: Sequence[str],

@@ -129,4 +129,5 @@ def pinned_of(plan: PrecisionPlan | None, node_names: Sequence[str]) -> tuple[st
     entry = plan.for_segment(node_names) if plan is not None else None
     if entry is None:
         return "fp32", ()
-    return entry.precision, entry.pinned_names
+    names = set(node_names)  # (an entry can match segments the plan's one was cut into since)
+    return entry.precision, tuple(n for n in entry.pinned_names if n in names)

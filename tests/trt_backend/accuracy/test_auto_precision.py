@@ -262,3 +262,30 @@ def test_when_pins_stop_helping_a_bisected_tail_beats_fp32(model_path) -> None:
                                                                             for n in "cdefghij"), 2, 0),),
                          1e-3, 1e-3, ("fp16",))
     assert long.lines() == [f"segment 0: fp16, 2/10 node(s) reduced, 8 pinned to fp32: c ... j {why}"]
+
+
+
+def test_the_manifest_lists_the_nodes_the_precision_plan_pinned(tmp_path) -> None:
+    """An auto build keeps the plan's pinned nodes fp32; the folder's segment entry lists them as
+    ``pinned`` (it listed only the nodes TensorRT refused, so the plan said one thing and the
+    segment none), and the segment model the engine was built from computes them in fp32."""
+    from tests.support.graphs import cnn
+
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(cnn(), path)
+    names = [n.name for n in cnn().graph.node]
+    plan = PrecisionPlan.from_dict({"format": 1, "atol": 1e-3, "rtol": 1e-3, "allowed": ["fp16"], "segments": [
+        {"segment": 0, "precision": "fp16", "reduced": 8, "nodes": names,
+         "pinned": [{"node": "conv1", "op_type": "Conv", "tensor": "y", "error": 2.0, "round": 1}]}]})
+    folder = str(tmp_path / "b")
+    manifest = build_folder_build(path, folder, [{"x": ((1, 3, 16, 16), (2, 3, 16, 16), (4, 3, 16, 16))}],
+                                  SessionOptions(build=BuildOptions(precision="auto", precision_plan=plan)))
+    built = {s["id"]: onnx.load(os.path.join(folder, s["model"])) for s in manifest["segments"] if s["engine"]}
+    holding = [s for s in manifest["segments"] if s["id"] in built
+               and any(n.name == "conv1" for n in built[s["id"]].graph.node)]
+    assert len(holding) == 1 and holding[0]["precision"] == "fp16" and holding[0]["pinned"] == ["conv1"], holding
+    assert all(s["pinned"] == [] for s in manifest["segments"] if s["id"] in built and s not in holding)
+    graph = built[holding[0]["id"]].graph
+    weights = {t.name: t.data_type for t in graph.initializer}
+    convs = {n.name: weights[n.input[1]] for n in graph.node if n.op_type == "Conv"}
+    assert convs["conv1"] == T.FLOAT and all(t == T.FLOAT16 for n, t in convs.items() if n != "conv1"), convs

@@ -155,13 +155,13 @@ def test_input_names_with_slashes_read_from_npz_files(tmp_path, capsys) -> None:
     from trt_backend.session.feeds import read_feeds, read_run, write_run
 
     x = np.arange(32, dtype=np.float32).reshape(4, 8)
-    np.savez(tmp_path / "one.npz", **{"enc/x:0": x, "mask": x > 3})
+    np.savez(tmp_path / "one.npz", **{"enc/x:0": x, "mask": x > 3})  # type: ignore[arg-type]
     (feed,) = read_feeds(str(tmp_path / "one.npz"))
     assert sorted(feed) == ["enc/x:0", "mask"] and np.array_equal(feed["enc/x:0"], x)
     write_run(str(tmp_path / "run.npz"), [{"enc/x:0": x}, {"enc/x:0": x + 1}], [{"dec/y:0": x * 2}, {"dec/y:0": x}])
     feeds, outputs = read_run(str(tmp_path / "run.npz"))
     assert [sorted(f) for f in feeds] == [["enc/x:0"]] * 2 and np.array_equal(outputs[0]["dec/y:0"], x * 2)
-    np.savez(tmp_path / "mixed.npz", **{"0/enc/x:0": x, "enc/x:0": x})
+    np.savez(tmp_path / "mixed.npz", **{"0/enc/x:0": x, "enc/x:0": x})  # type: ignore[arg-type]
     with pytest.raises(FeedError, match=r"array 'enc/x:0' is not <k>/<name>"):
         read_feeds(str(tmp_path / "mixed.npz"))
     graph = h.make_graph([h.make_node("Relu", ["enc/x:0"], ["dec/y:0"])], "slashes",
@@ -169,7 +169,7 @@ def test_input_names_with_slashes_read_from_npz_files(tmp_path, capsys) -> None:
                          [h.make_tensor_value_info("dec/y:0", T.FLOAT, [4, 8])])
     path = str(tmp_path / "slash.onnx")
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), path)
-    np.savez(tmp_path / "in.npz", **{"enc/x:0": x})
+    np.savez(tmp_path / "in.npz", **{"enc/x:0": x})  # type: ignore[arg-type]
     assert main(["run", path, "--inputs", str(tmp_path / "in.npz")]) == 0
     saved = str(tmp_path / "saved.npz")
     assert main(["compare", path, "--inputs", str(tmp_path / "in.npz"), "--save-outputs", saved]) == 0
