@@ -544,8 +544,13 @@ class _Search:
         proto = self.protos[i]
         precision = self._name(state)
         names = tuple(n.name for n in proto.graph.node)
-        return SegmentPrecision(precision, names, tuple(state.pinned.values()),
-                                self.reduced(i, precision, state.pinned), self.sess.runners[i].segment.id)
+        reduced = self.reduced(i, precision, state.pinned)
+        if precision != "fp32" and not reduced:  # (a model stored in fp16: nothing of it computes lower in bf16)
+            self.note(f"segment {self.sess.runners[i].segment.id}: {precision} reduces none of its nodes; "
+                      "recorded as fp32")
+            return SegmentPrecision("fp32", names, (), 0, self.sess.runners[i].segment.id)
+        return SegmentPrecision(precision, names, tuple(state.pinned.values()), reduced,
+                                self.sess.runners[i].segment.id)
 
 
 def _flavor(sess: Session) -> Flavor | None:

@@ -34,6 +34,7 @@ from trt_backend.accuracy.tasks import run_checks
 from trt_backend.artifacts.read import REFERENCE_KEY, is_build_folder
 from trt_backend.artifacts.references import weights_dir
 from trt_backend.engines.emulation import is_quantized, reference_ort_options
+from trt_backend.engines.precision import stored_reduced
 from trt_backend.compiler import Compiled
 from trt_backend.compiler import compile as compile_model
 from trt_backend.errors import ReferenceRunError, SegmentLoadError, TensorRTUnavailableError
@@ -192,7 +193,9 @@ def _notes(sess: Session, reports: Sequence[OutputReport], saved: bool = False) 
                      f"{sess.options.build.precision}, applies to TensorRT segments only)"
                      if sess.options.build.precision not in ("fp32", "tf32") else ""))
     elif "emulated" in executors and "tensorrt" not in executors and fp32 and not requantized and not saved:
-        notes.append("TensorRT segments ran emulated in fp32 through ONNX Runtime, as the reference does: the "
+        low = [k for k in ("fp16", "bf16") if stored_reduced(sess.model.proto).get(k)]
+        how = (f"with no precision reduced (in the model's own {' and '.join(low)} types)" if low else "in fp32")
+        notes.append(f"TensorRT segments ran emulated {how} through ONNX Runtime, as the reference does: the "
                      "comparison checks the partition and stitching (equal by construction otherwise), not "
                      "TensorRT's kernels; build in a reduced precision, or compare on a GPU, to measure those")
     return notes

@@ -289,3 +289,22 @@ def test_the_manifest_lists_the_nodes_the_precision_plan_pinned(tmp_path) -> Non
     weights = {t.name: t.data_type for t in graph.initializer}
     convs = {n.name: weights[n.input[1]] for n in graph.node if n.op_type == "Conv"}
     assert convs["conv1"] == T.FLOAT and all(t == T.FLOAT16 for n, t in convs.items() if n != "conv1"), convs
+
+
+def test_auto_on_a_model_stored_in_fp16_records_fp32_not_a_precision_that_reduced_nothing(tmp_path, capsys) -> None:
+    """bf16 lowers none of an fp16 model's nodes, so its search "passes" bf16 at error 0; the plan,
+    the folder and compare said bf16 though nothing computed in it. The segment is recorded as
+    fp32, and the build line says the model computes in its own fp16."""
+    w = nh.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float16), "w")
+    graph = h.make_graph([h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c"], ["y"])],
+                         "fp16net", [h.make_tensor_value_info("x", T.FLOAT16, ["N", 3, 8, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT16, ["N", 4, 8, 8])], [w])
+    path = str(tmp_path / "fp16net.onnx")
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), path)
+    profile = [{"x": ((1, 3, 8, 8), (2, 3, 8, 8), (4, 3, 8, 8))}]
+    plan = search_precision(path, profile, SessionOptions(emulate=True), AutoOptions(allow=("bf16",)))
+    assert [(s.precision, s.reduced) for s in plan.segments] == [("fp32", 0)]
+    assert any("bf16 reduces none of its nodes; recorded as fp32" in line for line in plan.rounds)
+    assert main(["build", path, "-o", str(tmp_path / "b"), "--shapes", "x:2x3x8x8", "--precision", "auto"]) == 0
+    out = capsys.readouterr().out
+    assert "tensorrt    fp32 (computes in fp16: the model's own types)" in out, out
