@@ -47,6 +47,7 @@ class SegmentRunner(ABC):
         self.profiles = list(profiles)
         self.shape_tensors = shape_tensors
         self._fits: dict[Any, int] = {}  # input shapes (and shape-tensor values) -> fitting profile
+        self._fits_by_shapes: dict[tuple[Any, ...], int] = {}  # the same for numpy inputs, by their shapes alone
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} segment {self.segment.id} ({self.segment.backend}, {self.executor})>"
@@ -76,6 +77,12 @@ class SegmentRunner(ABC):
 
     def select_profile(self, inputs: Sequence[Any]) -> int:
         """Index of the first profile that fits every input; ProfileError when none does."""
+        fast = None
+        if not self.shape_tensors and all(type(v) is np.ndarray for v in inputs):  # (the serving loop's case)
+            fast = tuple(v.shape for v in inputs)
+            k = self._fits_by_shapes.get(fast)
+            if k is not None:
+                return k
         shapes: dict[str, tuple[int, ...]] = {}
         values: dict[str, tuple[int, ...]] = {}
         for name, value in zip(self.input_names, inputs):
@@ -94,6 +101,8 @@ class SegmentRunner(ABC):
         if k is not None:
             if len(self._fits) < 256:  # a serving loop sees few distinct shapes; bounded all the same
                 self._fits[key] = k
+                if fast is not None:
+                    self._fits_by_shapes[fast] = k
             return k
 
         def misfits(n: str, p: Profile) -> bool:

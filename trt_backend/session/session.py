@@ -239,17 +239,25 @@ class Session:
             self._check_feed_devices(feeds)
         env: dict[str, Any] = dict(self._constants)
         env.update(feeds)
-        with memory_limit(self.options.max_memory):  # host buffers of outputs held to the session's limit
-            for step in self.schedule(names):
-                inputs = [env[n] for n in step.inputs]
-                values = step.runner.run(inputs) if run.ort is None else step.runner.run(inputs, run.ort)
-                env.update(zip(step.outputs, values))
-                for n in step.free:
-                    del env[n]
+        steps = self._schedules.get(names) or self.schedule(names)
+        if self.options.max_memory is None:
+            self._run_steps(steps, env, run)
+        else:
+            with memory_limit(self.options.max_memory):  # host buffers of outputs held to the session's limit
+                self._run_steps(steps, env, run)
         on_device = self.options.outputs_on_device if run.outputs_on_device is None else run.outputs_on_device
         if on_device:
             return [env[n] for n in names]
         return [env[n].to_host() if hasattr(env[n], "to_host") else to_numpy(env[n]) for n in names]
+
+    @staticmethod
+    def _run_steps(steps: Sequence[Step], env: dict[str, Any], run: RunOptions) -> None:
+        for step in steps:
+            inputs = [env[n] for n in step.inputs]
+            values = step.runner.run(inputs) if run.ort is None else step.runner.run(inputs, run.ort)
+            env.update(zip(step.outputs, values))
+            for n in step.free:
+                del env[n]
 
     def check_feeds(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
         """``input_feed`` checked as :meth:`run` checks it (names, dtypes, ranks, fixed dims, the

@@ -174,3 +174,22 @@ def test_input_names_with_slashes_read_from_npz_files(tmp_path, capsys) -> None:
     saved = str(tmp_path / "saved.npz")
     assert main(["compare", path, "--inputs", str(tmp_path / "in.npz"), "--save-outputs", saved]) == 0
     assert main(["compare", path, "--load-outputs", saved]) == 0
+
+
+def test_a_feed_of_a_kind_that_passed_before_is_not_checked_again_but_others_are(sess) -> None:
+    """A serving loop feeds the same dtypes and shapes again and again: once such a feed passed,
+    its like passes without the checks; any other kind (a dtype, a shape outside the profiles, a
+    missing or extra input, a list) is still checked and refused."""
+    good = {"image": np.zeros((2, 3, 32, 32), np.float32)}
+    first = sess.run(None, good)
+    validator = sess._validator
+    assert validator._key(good) in validator._passed
+    again = sess.run(None, {"image": np.zeros((2, 3, 32, 32), np.float32)})
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    for bad, message in [({"image": np.zeros((2, 3, 32, 32), np.float64)}, "expected dtype float32"),
+                         ({"image": np.zeros((5, 3, 32, 32), np.float32)}, "outside every profile"),
+                         ({}, "missing input 'image'"),
+                         ({"image": np.zeros((2, 3, 32, 32), np.float32), "x": np.zeros(1)}, "unknown input 'x'"),
+                         ({"image": np.zeros((2, 3, 32, 32), np.float32).tolist()}, "expected a numpy array")]:
+        with pytest.raises(FeedError, match=message):
+            sess.run(None, bad)
