@@ -272,11 +272,15 @@ def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: list[str]) -> None:
             for attr in node.attribute:
                 for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
                     visit(sub, f"{scope}{node.name or node.op_type}/")
+        interface = {id(vi) for vi in (*g.input, *g.output)}
         for vi in (*g.input, *g.output, *g.value_info):
             if vi.type.WhichOneof("value") != "tensor_type":
                 continue
             for axis, d in enumerate(vi.type.tensor_type.shape.dim):
-                if declared_unknown(d):
+                # (a 0 inside the graph can be a real empty tensor, as shape inference writes one; one
+                # that is not yields there to what the ops compute, see _infer_shapes)
+                if declared_unknown(d) and (id(vi) in interface or d.WhichOneof("value") != "dim_value"
+                                            or d.dim_value < 0):
                     declared = repr(d.dim_param) if d.dim_param else str(d.dim_value)
                     found.append(f"{scope}{vi.name}[{axis}]={declared}")
                     d.Clear()

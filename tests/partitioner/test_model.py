@@ -273,8 +273,9 @@ def test_a_shape_at_the_int64_limit_loads() -> None:
 def test_minus_one_and_zero_dims_are_unknown_dims_with_one_warning(caplog) -> None:
     """Paddle2ONNX and older tf2onnx declare a dynamic batch as -1, other exporters as 0; ONNX
     Runtime runs such a model at any batch. Each such dim becomes an unknown dim (inputs, outputs,
-    value_info, subgraphs), said in one warning, and shape inference then keeps the batch dynamic
-    downstream instead of computing with -1."""
+    value_info, subgraphs; a 0 in value_info is left to shape inference, as it can be a real empty
+    tensor), said in one warning, and shape inference then keeps the batch dynamic downstream
+    instead of computing with -1 or 0."""
     w = const("w", np.ones((4, 3, 3, 3), np.float32))
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("GlobalAveragePool", ["c"], ["g"]), helper.make_node("Flatten", ["g"], ["y"])]
@@ -282,7 +283,8 @@ def test_minus_one_and_zero_dims_are_unknown_dims_with_one_warning(caplog) -> No
     m.graph.value_info.append(vi("c", [0, 4, -1, -1]))
     with caplog.at_level("WARNING", logger="partitioner.model"):
         loaded = load_model(m)
-    assert caplog.text.count("taken as unknown dims") == 1 and "7 dim(s) declared as -1, 0 or '?'" in caplog.text
+    # (c's 0 is inside the graph: kept there, where it yields to what the ops compute, below)
+    assert caplog.text.count("taken as unknown dims") == 1 and "6 dim(s) declared as -1, 0 or '?'" in caplog.text
 
     def dims(tp):
         return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tp.tensor_type.shape.dim]
@@ -433,3 +435,20 @@ def test_shape_inference_saying_nothing_says_what_ran_and_which_onnx(monkeypatch
     assert str(raised.value) == (f"m.onnx: invalid ONNX model: ONNX's shape inference (onnx {onnx.__version__}) "
                                  "rejected it with InferenceError and no message; no name, string or single node "
                                  "of the main graph is at fault on its own")
+
+
+def test_a_real_empty_tensor_in_value_info_is_kept_without_a_warning(caplog) -> None:
+    """Shape inference writes a Slice to nothing as [2, 0]; a model saved with it (a build
+    folder's model.onnx, or a user's after onnx.shape_inference) was warned about on every load
+    ("declared as -1, 0 or '?'") and its empty dim made unknown."""
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a"], ["empty"]),
+             helper.make_node("Concat", ["x", "empty"], ["c"], axis=1), helper.make_node("Relu", ["c"], ["y"])]
+    m = model(nodes, [vi("x", [2, 8])], [vi("y", [2, 8])],
+              [const("s", np.array([8], np.int64)), const("e", np.array([8], np.int64)),
+               const("a", np.array([1], np.int64))])
+    inferred = onnx.shape_inference.infer_shapes(m)
+    assert any(v.name == "empty" for v in inferred.graph.value_info)
+    with caplog.at_level("WARNING", logger="partitioner.model"):
+        loaded = load_model(inferred)
+    assert "taken as unknown" not in caplog.text
+    assert [d.dim_value for d in loaded.index.types["empty"].tensor_type.shape.dim] == [2, 0]
