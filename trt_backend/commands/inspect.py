@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 _folder = lazy_module("trt_backend.commands._inspect_folder")
 _picture = lazy_module("partitioner.picture")
 _given = lazy_module("trt_backend.profiles.given")  # Only where shapes are given.
+_node_arg = lazy_module("trt_backend.profiles.node_arg")
 _precision_plan = lazy_module("trt_backend.engines.precision_plan")
 _references = lazy_module("trt_backend.artifacts.references")  # Only exporting a folder's segments.
 _plan_cache = lazy_module("trt_backend.artifacts.plan_cache")  # Only with --cache-dir.
@@ -146,12 +147,10 @@ def _planned(args: argparse.Namespace, shapes: list[dict[str, Any]]) -> Plan:
 def _check_profiles(profiles: list[dict[str, Any]], plan: Plan) -> None:
     """The shapes given, checked against the model as a build checks them: each names a model
     input (or a TensorRT segment's input), with its rank and fixed dims; ProfileError otherwise."""
-    from trt_backend.profiles.node_arg import node_arg
-
     assert plan.model is not None
     graph = plan.model.proto.graph
     _given.check_profile_names(profiles, graph)
-    inputs = [node_arg(vi.name, vi.type) for vi in graph.input]
+    inputs = [_node_arg.node_arg(vi.name, vi.type) for vi in graph.input]
     extra = {n for s in plan.tensorrt_segments() for n in s.inputs} - {a.name for a in inputs}
     _given.normalize_profiles(profiles, inputs, extra)
 

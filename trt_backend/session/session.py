@@ -64,7 +64,9 @@ class Session:
         (as :meth:`load`), or a :class:`~trt_backend.compiler.Compiled`. A model is compiled
         (:func:`trt_backend.compiler.compile`) with ``profiles`` and ``options``: engines are built
         where TensorRT executes here, otherwise every TensorRT segment is put in the form it would
-        be built in and emulated through ONNX Runtime. ``plan``: a plan JSON (dict, text or path)
+        be built in and emulated through ONNX Runtime, as planned: ``planned_only`` is then True (a
+        segment TensorRT's builder would refuse is emulated too; a build, or :func:`trt_backend.compare`,
+        demotes it to ONNX Runtime). ``plan``: a plan JSON (dict, text or path)
         written earlier (``Session.plan.to_json()``), whose derived profiles are reused after checking the model
         still plans the same. ``calibration_feeds``: real inputs to derive profiles with where
         random data would not do. ``engines``: built engines by segment id. ``runners``: the
@@ -93,10 +95,6 @@ class Session:
             compiled = compile(model, profiles, self.options, build=executes, saved_plan=plan,
                                calibration_feeds=calibration_feeds, engines=engines, progress=progress)
         self._start(compiled, executes)
-        # TensorRT segments emulated as planned, never built (a model, not a folder, with nothing
-        # to execute them): one TensorRT's builder refuses is emulated too, where a build demotes it.
-        self.planned_only = not executes and compiled.report is None and bool(compiled.plan.tensorrt_segments()) \
-            and not isinstance(model, Compiled) and not is_build_folder(model)
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str], options: SessionOptions | None = None, *,
@@ -157,13 +155,14 @@ class Session:
         self._outputs = compiled.outputs()
         trt = compiled.plan.tensorrt_segments()
         emulate = not executes or not trt
-        self.planned_only = False
+        # TensorRT segments emulated as planned, never built (a model, not a folder, and nothing to
+        # execute them): one TensorRT's builder refuses is emulated too, where a build demotes it.
+        self.planned_only = not executes and bool(trt) and compiled.report is None and self.folder_manifest is None
         if not executes and trt and self.options.emulate == "auto":
             log.warning("TensorRT cannot execute here (%s); running %d TensorRT segment(s) of %s emulated through "
                         "ONNX Runtime%s", self._why_not, len(trt), self.model.source,
                         " as planned (not built: a segment TensorRT's builder would refuse is emulated too; "
-                        "`trt-backend build` and `compare` build and demote it)" if compiled.report is None and
-                        self.folder_manifest is None else "")
+                        "`trt-backend build` and `compare` build and demote it)" if self.planned_only else "")
         self.build_report: BuildReport | None = compiled.report
         if not emulate:
             # device_id None is the device current now, pinned: threads start on GPU 0, and each
