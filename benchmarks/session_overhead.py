@@ -50,9 +50,25 @@ def light(name: str) -> Callable[[], onnx.ModelProto]:
     return lambda: onnx.load(os.path.join(LIGHT, f"light_{name}.onnx"))
 
 
+def tiny_mlp() -> onnx.ModelProto:
+    """x[1, 16] -> MatMul -> Relu -> MatMul -> Softmax: a tabular model of some 20 us a run, where
+    what the Session does around a segment run weighs most."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+               for n, s in (("w1", (16, 32)), ("w2", (32, 3)))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["logits"]), helper.make_node("Softmax", ["logits"], ["p"])]
+    graph = helper.make_graph(nodes, "tiny_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("p", TensorProto.FLOAT, [1, 3])], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 # name, model factory, session options, profiles, input shapes
 CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, Any], list[dict[str, Any]] | None,
                   dict[str, tuple]]] = [
+    ("tiny MLP (one segment)", tiny_mlp, {}, None, {}),
     ("resnet50", light("resnet50"), {}, None, {}),
     ("inception_v1", light("inception_v1"), {}, None, {}),
     ("densenet121", light("densenet121"), {}, None, {}),

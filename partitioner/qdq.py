@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,6 +158,7 @@ _CAST_FOLDED = frozenset({TensorProto.INT8, TensorProto.UINT8})
 _FLOAT_TYPES: dict[int, type[np.floating[Any]]] = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16}
 _INT8_Q = "re-quantized to symmetric int8"
 _STEP = re.compile(r"step x([0-9.]+)")
+_FOLD_WHY = re.compile(r"^constant DequantizeLinear \((.+?)\) folded")
 
 
 def rewrite_summary(rewritten: Mapping[str, str]) -> list[str]:
@@ -166,7 +168,7 @@ def rewrite_summary(rewritten: Mapping[str, str]) -> list[str]:
     texts = list(rewritten.values())
     floated = sum(t.startswith("QuantizeLinear") and _FLOAT_Q in t for t in texts)
     requantized = [t for t in texts if t.startswith("QuantizeLinear") and _INT8_Q in t]
-    folded = sum("folded into float32" in t for t in texts)
+    folded = [t for t in texts if "folded into float32" in t]
     weights = sum(t.startswith("constant DequantizeLinear") and _INT8_Q in t for t in texts)
     casts = sum(_CAST_FOLD in t for t in texts)
     lines = []
@@ -180,8 +182,10 @@ def rewrite_summary(rewritten: Mapping[str, str]) -> list[str]:
                      "compare measures the error)")
     if weights:
         lines.append(f"{weights} constant DequantizeLinear(s) re-quantized to symmetric int8 weights (int8 kept)")
-    if folded:
-        lines.append(f"{folded} constant DequantizeLinear(s) (int32 bias, nonzero zero point) folded into float32 "
+    if folded:  # why TensorRT refused each, as found: "int32", "nonzero zero point", another type
+        why = Counter(m.group(1) for t in folded if (m := _FOLD_WHY.search(t)))
+        reasons = ", ".join(f"{n} {w}" for w, n in sorted(why.items(), key=lambda item: -item[1]))
+        lines.append(f"{len(folded)} constant DequantizeLinear(s) TensorRT refuses ({reasons}) folded into float32 "
                      "initializers (exact)")
     if casts:
         lines.append(f"{casts} Cast(s) of constant 8-bit weights folded into float initializers (exact; TensorRT "

@@ -119,8 +119,8 @@ def _main(args_list: list[str], command: str | None, build_index: str | None) ->
         return error_exit
     except BrokenPipeError:
         return _closed_stdout()
-    except KeyboardInterrupt:
-        _error("interrupted", prefix="trt-backend: ")
+    except KeyboardInterrupt as e:  # (a command may say what it had finished: see build)
+        _error(str(e) or "interrupted", prefix="trt-backend: ")
         return 130
     finally:
         _stop_progress(handler, streams)

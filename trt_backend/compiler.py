@@ -114,6 +114,22 @@ class Compiled:
         return _quantizer(self.model, b, self.input_profiles, self.options, self.quantizers)
 
 
+def compile_as_built(plan: Plan, profiles: Sequence[Mapping[str, Any]] | None,
+                     options: SessionOptions, progress: BuildProgress | None = None) -> Plan | Compiled:
+    """``plan`` compiled as ``trt-backend build`` compiles it, its TensorRT engines built, where a
+    TensorRT builder is here (TensorRT-RTX builds on the CPU): what TensorRT's builder refuses is
+    demoted as a build demotes it, and an emulation runs the forms the engines were built from.
+    What ``compare`` judges and ``bench`` times of a model is then what a build of it holds (a
+    segment the builder refuses was run as if it had built). Else ``plan`` as it is."""
+    if not plan.tensorrt_segments():
+        return plan
+    try:
+        load_flavor(options.flavor)
+    except TensorRTUnavailableError:
+        return plan
+    return compile(plan, profiles, options, build=True, progress=progress)
+
+
 def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, Any]] | None = None,
             options: SessionOptions | None = None, *, build: bool = True,
             saved_plan: Mapping[str, Any] | str | os.PathLike[str] | None = None,

@@ -14,7 +14,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from partitioner import Plan, load_model
-from partitioner.qdq import QdqPass, rewrite_qdq
+from partitioner.qdq import QdqPass, rewrite_qdq, rewrite_summary
 from tests.helpers import const, model, vi
 from trt_backend.ort.threads import inference_session
 
@@ -96,6 +96,12 @@ def test_constant_dequantize_folds_per_axis_and_int32_bias_exactly() -> None:
     result = rewrite_qdq(loaded)
     assert set(result.rewritten) == {"w_DQ", "b_DQ"}
     assert "int32" in result.rewritten["b_DQ"] and "nonzero zero point" in result.rewritten["w_DQ"]
+    # the summary counts each reason found (it named "int32 bias, nonzero zero point" whatever was found)
+    assert rewrite_summary(result.rewritten) == [
+        "2 constant DequantizeLinear(s) TensorRT refuses (1 nonzero zero point, 1 int32) folded into float32 "
+        "initializers (exact)"]
+    assert rewrite_summary({"b_DQ": result.rewritten["b_DQ"]})[0].startswith(
+        "1 constant DequantizeLinear(s) TensorRT refuses (1 int32) folded")
     assert [n.op_type for n in loaded.proto.graph.node] == ["Conv"]
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in loaded.proto.graph.initializer}
     assert set(inits) == {"w", "b"}  # the quantized tensors and their scales went with their readers

@@ -2,6 +2,8 @@
 TensorRT segment inputs (symbolic, calibrated, shape-tensor values, data-dependent dims)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -218,3 +220,17 @@ def test_a_profile_name_that_is_no_tensor_fails_before_planning(capsys) -> None:
     graph = onnx.load(DEMO_PATH).graph
     inner = graph.node[0].output[0]
     check_profile_names([{"image": (1, 3, 32, 32), inner: (1, 3, 32, 32)}], graph)  # (no error: the plan decides)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("image:-1x3x224x224", "dim '-1' of 'image' is not a whole number of 0 or more"),
+    ("image:1.5x3", "dim '1.5' of 'image' is not a whole number of 0 or more"),
+    ("a:1x2,image:1xBx3", "dim 'B' of 'image' is not a whole number of 0 or more"),
+    ("x:[1,-2]", "dim '-2' of 'x' is not a whole number of 0 or more"),
+    ("image=1x3", "'image=1x3' has no 'name:' before its dims"),
+])
+def test_a_shape_that_cannot_be_read_is_named_with_what_is_wrong(text, says) -> None:
+    """The error named the whole text twice and not what was wrong; a negative dim in brackets
+    was taken."""
+    with pytest.raises(OptionsError, match=f"cannot read shapes {re.escape(repr(text))}: {re.escape(says)}; write"):
+        parse_shapes(text)

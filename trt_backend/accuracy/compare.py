@@ -35,9 +35,8 @@ from trt_backend.artifacts.read import REFERENCE_KEY, is_build_folder
 from trt_backend.artifacts.references import weights_dir
 from trt_backend.engines.emulation import is_quantized, reference_ort_options
 from trt_backend.engines.precision import stored_reduced
-from trt_backend.compiler import Compiled
-from trt_backend.compiler import compile as compile_model
-from trt_backend.errors import ReferenceRunError, SegmentLoadError, TensorRTUnavailableError
+from trt_backend.compiler import compile_as_built
+from trt_backend.errors import ReferenceRunError, SegmentLoadError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import ort_session
 from trt_backend.planning import as_written, load_normalized
@@ -47,7 +46,6 @@ from trt_backend.profiles.node_arg import node_arg
 from trt_backend.session.feeds import check_samples, profiles_from_feeds, write_run
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
-from trt_backend.tensorrt.flavor import load_flavor
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +103,7 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
             if original is not None:
                 original = as_written(model, original, so.partition.qdq_rewrite, profile_shapes(profiles)) or original
             reference = reference_session(original, so.ort_for(len(plan.segments) + 1))
-            sess, owned = Session(_as_built(plan, profiles, so), profiles, so), True
+            sess, owned = Session(compile_as_built(plan, profiles, so), profiles, so), True
     if reference_outputs is not None:
         if feeds is None or len(list(feeds)) != len(reference_outputs):
             raise OptionsError("reference_outputs need the feeds they were made from, one feed per set of outputs")
@@ -115,21 +113,6 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
     finally:
         if owned:
             sess.close()
-
-
-def _as_built(plan: Plan, profiles: Sequence[Mapping[str, Any]] | None, so: SessionOptions) -> Plan | Compiled:
-    """``plan`` compiled as ``trt-backend build`` compiles it, its TensorRT engines built, where a
-    TensorRT builder is here (TensorRT-RTX builds on the CPU): what TensorRT's builder refuses is
-    demoted as a build demotes it, and the emulation runs the forms the engines were built from.
-    The verdict of a model is then the verdict of the folder a build of it writes (a segment the
-    builder refuses was compared as if it had built). Else ``plan`` as it is."""
-    if not plan.tensorrt_segments():
-        return plan
-    try:
-        load_flavor(so.flavor)
-    except TensorRTUnavailableError:
-        return plan
-    return compile_model(plan, profiles, so, build=True)
 
 
 def folder_reference(folder: str, sess: Session) -> Model | None:

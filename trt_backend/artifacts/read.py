@@ -109,6 +109,10 @@ def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
     weights, the files it refers to checked against their size, time and digest
     (:func:`~trt_backend.artifacts.references.check_references`)."""
     path = os.path.join(folder, MANIFEST)
+    if os.path.isfile(folder):
+        raise ArtifactError(f"{folder}: a file, not a trt-backend build folder" + (
+            "; a model file is opened with Session(path), or built into a folder with trt-backend build"
+            if folder.endswith(".onnx") else ""))
     try:
         with open(path, encoding="utf-8") as f:
             manifest = json.load(f)

@@ -88,6 +88,13 @@ def check_saved(saved: Mapping[str, Any], plan: Plan, user: list[Profile]) -> No
     then = [{k: s.get(k, [] if k == "copies" else None) for k in keys} for s in saved["segments"]]
     src = plan.model.source if plan.model is not None else plan.model_name
     again = "; drop the saved plan to derive profiles again"
+    fp = saved.get("fingerprint")
+    now_fp = model_fingerprint(plan.model.proto) if fp and plan.model is not None else None
+    if now_fp is not None and fp != now_fp:
+        made_for = saved.get("model")
+        if made_for and made_for != src:  # another model's plan: said so, before how its segments differ
+            raise ProfileError(f"the saved plan was made for {made_for} (fingerprint {fp}), not for {src} "
+                               f"(fingerprint {now_fp}){again}")
     if len(now) != len(then):
         raise ProfileError(f"the plan of {src} changed since its profiles were derived: {len(then)} segment(s) then, "
                            f"{len(now)} now{again}")
@@ -95,14 +102,20 @@ def check_saved(saved: Mapping[str, Any], plan: Plan, user: list[Profile]) -> No
         for key in keys[1:]:
             if a[key] != b[key]:
                 raise ProfileError(f"the plan of {src} changed since its profiles were derived: segment {b['id']} "
-                                   f"{key} were {a[key]}, now {b[key]}{again}")
-    fp = saved.get("fingerprint")
-    if fp and plan.model is not None and fp != model_fingerprint(plan.model.proto):
+                                   f"{key} were {_short(a[key])}, now {_short(b[key])}{again}")
+    if now_fp is not None and fp != now_fp:
         raise ProfileError(f"the model {src} changed since its profiles were derived (fingerprint {fp}, now "
-                           f"{model_fingerprint(plan.model.proto)}){again}")
+                           f"{now_fp}){again}")
     if user and _strip(user) != _strip(profiles_from_json(saved.get("input_profiles", []))):
         raise ProfileError("the profiles given differ from those the saved plan's profiles were derived from; "
                            "drop the saved plan or pass its profiles")
+
+
+def _short(value: Any, shown: int = 8) -> str:
+    """A list as text, its first ``shown`` items and how many in all where longer."""
+    if isinstance(value, list) and len(value) > shown:
+        return f"[{', '.join(map(str, value[:shown]))}, ... ({len(value)} in all)]"
+    return str(value)
 
 
 def saved_segment_profiles(saved: Mapping[str, Any]) -> dict[int, list[Profile]]:

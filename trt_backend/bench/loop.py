@@ -35,6 +35,7 @@ from trt_backend.bench.candidates import (
 from trt_backend.bench.gpu_phases import attach_phase_recorders
 from trt_backend.bench.report import BenchResult, RunnerResult
 from trt_backend.bench.stats import LatencyStats, throughput_qps
+from trt_backend.compiler import compile_as_built
 from trt_backend.bench.timing import (
     BenchProgress,
     Measurement,
@@ -105,7 +106,11 @@ def run_bench(model: ModelSource, options: BenchOptions | None = None, session_o
     candidates: list[Candidate] = []
     try:
         t0 = time.perf_counter()
-        sess = Session(model, profiles, so)  # without profiles, the shapes to run are a fixed one
+        source: Any = model
+        if options.build and not is_build_folder(model):  # what a build holds: refused segments demoted
+            source = compile_as_built(Session.make_plan(model, so, profiles), profiles, so,
+                                      _build_progress(OURS, progress))
+        sess = Session(source, profiles, so)  # without profiles, the shapes to run are a fixed one
         setup_s = time.perf_counter() - t0
     except BaseException:
         if temp_cache:

@@ -22,7 +22,7 @@ def parse_shapes(text: str) -> dict[str, Shape]:
     while pos < len(text):
         m = _SPEC.match(text, pos)
         if not m or m.end() == pos:
-            raise OptionsError(f"cannot read shapes {text!r} at {text[pos:]!r}; "
+            raise OptionsError(f"cannot read shapes {text!r}: {_what_is_wrong(text[pos:])}; "
                                "write name:1x3x224x224 or name:[1,3,224,224], separated by commas")
         shape = m.group("shape")
         try:
@@ -31,10 +31,26 @@ def parse_shapes(text: str) -> dict[str, Shape]:
             else:
                 dims = tuple(int(d) for d in shape.split("x")) if shape else ()
         except ValueError:
-            raise OptionsError(f"bad shape {shape!r} for '{m.group('name')}' in {text!r}") from None
+            dims = (-1,)
+        if any(d < 0 for d in dims):
+            raise OptionsError(f"cannot read shapes {text!r}: {_what_is_wrong(m.group(0).rstrip(', '))}; "
+                               "write name:1x3x224x224 or name:[1,3,224,224], separated by commas")
         out[m.group("name").strip()] = dims
         pos = m.end()
     return out
+
+
+def _what_is_wrong(rest: str) -> str:
+    """What is wrong with the first entry of ``rest``, which the shape syntax did not match."""
+    entry = rest.split(",")[0].strip() if not rest.lstrip().split(":", 1)[-1].startswith("[") else rest.strip()
+    name, colon, dims = entry.rpartition(":")
+    if not colon or not name.strip():
+        return f"{entry!r} has no 'name:' before its dims"
+    tokens = [t.strip() for t in re.split(r"[x,]", dims.strip().strip("[]"))]
+    bad = next((t for t in tokens if not t.isdigit()), None)
+    if bad is not None:
+        return f"dim {bad!r} of '{name.strip()}' is not a whole number of 0 or more"
+    return f"{entry!r} is not name:dims"
 
 
 def cli_profiles(min_shapes: Sequence[str], opt_shapes: Sequence[str], max_shapes: Sequence[str],

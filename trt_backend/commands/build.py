@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -75,6 +77,22 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    started = time.time()
+    try:
+        return _build(args)
+    except KeyboardInterrupt:
+        manifest = os.path.join(args.output, "manifest.json")
+        try:
+            written = os.path.getmtime(manifest) >= started  # (the folder is committed whole, by one rename)
+        except OSError:
+            written = False
+        if written:
+            raise KeyboardInterrupt(f"interrupted after {args.output} was written whole (its manifest is "
+                                    f"sealed; trt-backend inspect {args.output} shows it)") from None
+        raise
+
+
+def _build(args: argparse.Namespace) -> int:
     if args.shapes and (args.min_shapes or args.opt_shapes or args.max_shapes):
         raise OptionsError("--shapes builds one fixed profile; --min/--opt/--max-shapes build ranges: give one or "
                            "the other (a build keeps no shape to run at)")

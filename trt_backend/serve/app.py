@@ -10,6 +10,7 @@ import dataclasses
 import errno
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -276,8 +277,10 @@ def check_port(host: str, port: int) -> None:
 def start(source: str | os.PathLike[str], options: ServeOptions | None = None, *,
           address: str | None = None) -> ServeClient:
     """Serve ``source`` (a build folder or a model) on Ray Serve: connects to the Ray cluster at
-    ``address`` (None: the one this process is connected to, or a new local one), starts HTTP on
-    ``options.host:options.port`` and the application; returns a :class:`ServeClient`."""
+    ``address`` (None: the one this process is connected to, or a new local one, never a cluster
+    Ray would find on its own, which may be serving another application at the same route or
+    port), starts HTTP on ``options.host:options.port`` and the application; returns a
+    :class:`ServeClient`."""
     serve = import_serve()
     import ray
 
@@ -287,14 +290,32 @@ def start(source: str | os.PathLike[str], options: ServeOptions | None = None, *
         check_port(opts.host, opts.port)
     _check_source(src, opts)
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+        ray.init(address=address if address is not None else "local", include_dashboard=False,
+                 logging_level=logging.WARNING)
+    from ray.serve.exceptions import RayServeException
+
     serve.start(http_options={"host": opts.host, "port": opts.port}, proxy_location="HeadOnly")
     try:
         serve.run(build_app(src, opts), name=opts.name, route_prefix=opts.route_prefix)
-    except RuntimeError as e:
-        first_line = str(e).splitlines()[0] if str(e) else repr(e)
-        raise ServeError(f"the deployment of {src} did not start: {first_line}") from None
+    except (RuntimeError, RayServeException) as e:  # (RayServeException: a route another application holds)
+        raise ServeError(f"the deployment of {src} did not start: {ray_reason(e)}") from None
     return ServeClient(opts.name, opts.retries)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def ray_reason(error: BaseException) -> str:
+    """The line of a Ray error that says what went wrong. An error raised in one of Ray's actors
+    comes as the actor's description (colour codes, pid, actor id), its traceback, then the
+    exception itself: that last line, without its class's module path."""
+    lines = [_ANSI.sub("", ln).strip() for ln in str(error).splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith(("ray::", "File ", "Traceback", "^", "~"))]
+    if not lines:
+        return repr(error)
+    last = lines[-1]
+    head, sep, tail = last.partition(": ")
+    return tail if sep and "." in head and " " not in head else last
 
 
 def stop() -> None:

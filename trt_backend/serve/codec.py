@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from trt_backend.errors import RequestError
+from trt_backend.errors import MemoryLimitError, RequestError
 from trt_backend.profiles.node_arg import NodeArg
+from trt_backend.session.feeds import check_npz_sizes
 
 NPZ = "application/x-npz"
 JSON = "application/json"
@@ -29,10 +31,19 @@ def is_npz(content_type: str | None) -> bool:
 def decode_request(body: bytes, content_type: str | None, inputs: Sequence[NodeArg]) -> dict[str, np.ndarray]:
     """Feeds from an HTTP body; :class:`RequestError` naming what cannot be read."""
     if is_npz(content_type):
+        if body[:6] == b"\x93NUMPY":
+            raise RequestError("the request body is a single .npy array, which names no input; send an .npz of "
+                               "arrays by input name (numpy.savez)")
+        if not body.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # (a zip archive's first bytes; an empty one's)
+            raise RequestError("the request body is not an .npz (a zip archive of arrays by input name, as "
+                               "numpy.savez writes); send one, or JSON with Content-Type application/json")
         try:
             with np.load(io.BytesIO(body), allow_pickle=False) as data:
+                check_npz_sizes(data, "the request body")  # (a header can claim any shape: before numpy allocates)
                 return {k: data[k] for k in data.files}
-        except (OSError, ValueError, EOFError) as e:
+        except MemoryLimitError as e:
+            raise RequestError(str(e)) from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
             raise RequestError(f"cannot read the request body as .npz: {e}") from None
     try:
         doc = json.loads(body or b"null")

@@ -344,7 +344,7 @@ def _read_runs(path: str, what: str) -> tuple[list[dict[str, Any]], list[dict[st
         raise FeedError(f"{what} {path}: not an .npz file; give {_NPZ_HOW}")
     try:
         with np.load(path, allow_pickle=False) as data:
-            _check_npz_sizes(data, path)
+            check_npz_sizes(data, path)
             arrays = {k: data[k] for k in data.files}
     except FileNotFoundError:
         raise FeedError(f"{what} {path}: no such file") from None
@@ -372,7 +372,7 @@ def _read_runs(path: str, what: str) -> tuple[list[dict[str, Any]], list[dict[st
 _RUN_KEY = re.compile(r"(?:(?P<side>inputs|outputs)/)?(?P<k>[0-9]+)/(?P<name>.+)", re.DOTALL)
 
 
-def _check_npz_sizes(data: Any, path: str) -> None:
+def check_npz_sizes(data: Any, path: str) -> None:
     """Each array's size from its header, held to the memory limits before numpy allocates it
     (a header may claim any shape, whatever the file's size)."""
     members = set(data.zip.namelist())

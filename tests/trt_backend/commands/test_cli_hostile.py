@@ -259,3 +259,26 @@ def test_a_command_line_the_parser_refuses_is_one_line_and_exit_2(argv, capsys) 
     assert stop.value.code == 2 and out == ""
     (line,) = err.splitlines()
     assert re.fullmatch(r"trt-backend( [a-z-]+)?: error: .+ \(usage: trt-backend( [a-z-]+)? -h\)", line), line
+
+
+def test_ctrl_c_after_the_folder_was_written_says_it_is_whole(tmp_path, capsys, monkeypatch) -> None:
+    """Ctrl-C while build prints its summary: the folder was committed whole by then, and the
+    error line says so (it said "interrupted" over a complete folder); before the commit, nothing
+    is left and the line is the plain one."""
+    import trt_backend.commands.build as build_command
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    out = str(tmp_path / "b")
+    monkeypatch.setattr(build_command, "print_build", interrupt)
+    assert main(["build", DEMO_PATH, "-o", out, "--shapes", "image:2x3x32x32"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"trt-backend: interrupted after {out} was written whole (its manifest is sealed; "
+                       f"trt-backend inspect {out} shows it)")
+    assert main(["inspect", out]) == 0
+    monkeypatch.setattr(build_command, "build", interrupt)
+    other = str(tmp_path / "c")
+    assert main(["build", DEMO_PATH, "-o", other, "--shapes", "image:2x3x32x32"]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "trt-backend: interrupted"
+    assert not os.path.exists(other)

@@ -173,3 +173,23 @@ def test_inputs_without_shapes_give_one_profile_at_run_compare_and_build_alike(t
             (profile,) = json.load(f)["plan"]["input_profiles"]
         assert (profile["wav"]["min"], profile["wav"]["max"]) == ([1, 4000], [3, 16000])
         assert main(["run", str(folder), "--inputs", str(samples / "1.npz")]) == 0
+
+
+def test_a_saved_plan_of_another_model_says_so(tmp_path, capsys) -> None:
+    """--saved-plan written for one model, given with another: the error names the model the plan
+    was made for (it spoke of "the plan changed" and listed every node index of both)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    other = str(tmp_path / "other.onnx")
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "other",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), other)
+    plan = str(tmp_path / "p.json")
+    assert main(["run", other, "--plan-json", plan, "--emulate"]) == 0
+    capsys.readouterr()
+    assert main(["run", DEMO_PATH, "--saved-plan", plan, "--emulate"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert f"the saved plan was made for {other} (fingerprint " in err and f"not for {DEMO_PATH}" in err, err
+    assert "\n" not in err

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import logging
+import os
 from typing import Any
 
 import numpy as np
@@ -209,3 +210,27 @@ def test_run_of_a_model_says_its_segments_were_planned_not_built(tmp_path, flavo
             assert told == (1 if planned else 0), (target, emulate, out, warned)
             executors = out.split("executors: ")[1].splitlines()[0]
             assert executors == ("emulated x1" if planned else "onnxruntime x1"), (target, executors)
+
+
+def test_bench_of_a_model_times_what_a_build_of_it_keeps(tmp_path, flavor, capsys) -> None:
+    """bench of a model file timed the segment TensorRT's builder refuses as a TensorRT segment
+    (emulated) while its own build line said it failed; it now times the plan a build keeps, as
+    compare judges it: the refused MatMul on ONNX Runtime, one failure warning."""
+    from trt_backend.cli import main
+
+    path, folder = str(tmp_path / "mixed.onnx"), str(tmp_path / "b")
+    onnx.save(mixed_scale_matmul(), path)
+    shapes = ["--min-shapes", "x:1x1x16", "--opt-shapes", "x:4x5x16", "--max-shapes", "x:8x64x16"]
+    assert main(["-q", "build", path, "-o", folder, *shapes]) == 0
+    with open(os.path.join(folder, "manifest.json")) as f:
+        built = [(s["backend"], s["engine"] is not None) for s in json.load(f)["segments"]]
+    capsys.readouterr()
+    report = str(tmp_path / "bench.json")
+    assert main(["bench", path, *shapes, "--warmup-ms", "10", "--duration-s", "0.1", "--iterations", "3",
+                 "--rounds", "1", "--no-progress", "--baselines", "ort-cpu", "--json", report]) == 0
+    err = capsys.readouterr().err
+    with open(report) as f:
+        ours = next(r for r in json.load(f)["runners"] if r["name"] == "trt-backend")
+    timed = [(s["backend"], s["executor"]) for s in ours["segments"]]
+    assert [b for b, _ in timed] == [b for b, _ in built], (timed, built)
+    assert ("onnxruntime", "onnxruntime") in timed and err.count("TensorRT build failed") <= 1, (timed, err)

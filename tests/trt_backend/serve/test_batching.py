@@ -103,12 +103,36 @@ def test_http_bodies_both_ways(session) -> None:
         (b'{"inputs": {"image": {"data": [1, 2], "dtype": "float99"}}}', None, "unknown dtype 'float99'"),
         (b'{"inputs": {"image": {"data": [1, 2, 3], "shape": [2, 2]}}}', None, "3 values do not fill shape (2, 2)"),
         (b'{"inputs": {"image": [[1], [2, 3]]}}', None, "cannot read the values as float32"),
-        (b"PK not a zip", "application/x-npz", "cannot read the request body as .npz"),
+        (b"PK\x03\x04 not a zip", "application/x-npz", "cannot read the request body as .npz"),
+        # numpy read other bytes as a pickle and answered "...load it unsafely using allow_pickle=..."
+        (b"garbage", "application/x-npz", "the request body is not an .npz (a zip archive of arrays by input name"),
+        (_npy(x), "application/x-npz", "the request body is a single .npy array, which names no input"),
+        (_huge_npz(), "application/x-npz", "input 'image' in the request body: shape (1073741824, 3, 32, 32) of "
+                                           "float32 needs 12.0 TiB"),
     ]:
         with pytest.raises(RequestError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
                            .replace("{", r"\{").replace("}", r"\}").replace(".", r"\.")):
             decode_request(body, body_type, inputs)
     assert io.BytesIO(npz_request({"image": x})).read(2) == b"PK"
+
+
+def _npy(x: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, x)
+    return buffer.getvalue()
+
+
+def _huge_npz() -> bytes:
+    """An .npz whose member's header claims 12 TiB (a few bytes long)."""
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": (1 << 30, 3, 32, 32)})
+    body = io.BytesIO()
+    with zipfile.ZipFile(body, "w") as z:
+        z.writestr("image.npy", b"\x93NUMPY\x01\x00" + header.getvalue()[8:] + b"\x00" * 64)
+    return body.getvalue()
 
 
 @pytest.mark.parametrize("kw, message", [

@@ -204,3 +204,16 @@ def test_a_killed_replica_is_replaced_and_no_accepted_request_is_lost(served, re
     x = image(5, 77)
     check(client.infer({"image": x}), x, reference)
     assert os.path.isdir(served[2])
+
+
+def test_a_route_another_application_holds_is_one_error_and_that_application_keeps_serving(served, reference) -> None:
+    """Starting a second application at the route the first one serves: Ray refuses it with its
+    own exception (a traceback from ``trt-backend serve`` before); it is one ServeError naming the
+    folder, and the first application answers as before."""
+    from trt_backend.errors import ServeError
+
+    client, _url, folder = served
+    with pytest.raises(ServeError, match=r"the deployment of .*demo_build did not start: .*Prefix / is being used"):
+        start(folder, ServeOptions(name="another-app", port=free_port()))
+    x = image(3, 5)
+    check(client.infer({"image": x}), x, reference)

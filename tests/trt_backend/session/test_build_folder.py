@@ -208,3 +208,14 @@ def test_a_folder_takes_the_partition_options_it_was_built_with_in_another_proce
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "refused:" in done.stdout and "--exclude-ops" in done.stdout
+
+
+def test_load_of_a_model_file_says_it_is_a_model_file(tmp_path) -> None:
+    """Session.load of an .onnx file said "manifest.json: unreadable (Not a directory)"."""
+    with pytest.raises(ArtifactError, match=r"demo.onnx: a file, not a trt-backend build folder; a model file is "
+                                            r"opened with Session\(path\)"):
+        Session.load(DEMO_PATH)
+    other = tmp_path / "notes.txt"
+    other.write_text("x")
+    with pytest.raises(ArtifactError, match=r"notes.txt: a file, not a trt-backend build folder$"):
+        Session.load(str(other))
