@@ -258,13 +258,15 @@ def declared_unknown(d: onnx.TensorShapeProto.Dimension) -> bool:
 
 
 def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: list[str]) -> None:
-    """Dims declared as a negative number or 0 (Paddle2ONNX and older tf2onnx write -1 for a
-    dynamic batch; some exporters write 0), in graph inputs, outputs and value_info, subgraphs'
-    too, become unknown dims, as ONNX Runtime takes them; one warning says so. A real 0 dim
-    would make an empty tensor, which no deployed model declares. So do dims named "?", which
-    Paddle2ONNX writes for every dynamic dim: a name says that the dims holding it are equal, and
-    TensorRT holds a model to that (an image's height and width both named "?" cannot differ), while
-    ONNX Runtime does not."""
+    """Dims declared as a negative number (Paddle2ONNX and older tf2onnx write -1 for a dynamic
+    batch) in graph inputs, outputs and value_info, subgraphs' too, and 0 in graph inputs and
+    outputs (some exporters write 0 there), become unknown dims, as ONNX Runtime takes them; one
+    warning says so. A 0 in value_info is left to shape inference, which computes a real empty
+    tensor as one and overrides a declaration that contradicts the ops (a declaration it cannot
+    check, of a tensor it cannot type, has its 0 dims made unknown: see _infer_shapes). Dims named
+    "?", which Paddle2ONNX writes for every dynamic dim, become unknown too: a name says that the
+    dims holding it are equal, and TensorRT holds a model to that (an image's height and width both
+    named "?" cannot differ), while ONNX Runtime does not."""
     found: list[str] = []
 
     def visit(g: onnx.GraphProto, scope: str) -> None:
@@ -663,7 +665,7 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: list[str] | None = N
             constants = [vi for vi in inferred.graph.value_info if vi.name not in held]  # (the folded nodes')
             copy, inferred = folded, again
             typed = typed_again | {vi.name for vi in constants}
-    fallback = [vi for n, vi in declared.items() if n not in typed]
+    fallback = [_zero_dims_unknown(vi) for n, vi in declared.items() if n not in typed]
     if fallback:
         copy.graph.value_info.extend(fallback)
         inferred = _run_inference(copy, name) or inferred
@@ -680,6 +682,20 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: list[str] | None = N
             fixes.append(f"graph output '{mine.name}' declared as {_shape_text(before)}, computed as "
                          f"{_shape_text(theirs.type)}: the computed shape kept")
     return [vi.name for vi in fallback]
+
+
+def _zero_dims_unknown(vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    """A declaration taken on faith (inference could not type its tensor), its 0 dims unknown: an
+    exporter's 0 there says "dynamic" as often as "empty", and nothing computed says which."""
+    if vi.type.WhichOneof("value") != "tensor_type" or not any(
+            d.WhichOneof("value") == "dim_value" and d.dim_value == 0 for d in vi.type.tensor_type.shape.dim):
+        return vi
+    out = onnx.ValueInfoProto()
+    out.CopyFrom(vi)
+    for d in out.type.tensor_type.shape.dim:
+        if d.WhichOneof("value") == "dim_value" and d.dim_value == 0:
+            d.Clear()
+    return out
 
 
 def _run_inference(proto: onnx.ModelProto, name: str) -> onnx.ModelProto | None:

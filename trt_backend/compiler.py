@@ -33,6 +33,7 @@ from trt_backend.engines.options import require_calibration
 from trt_backend.engines.quantize import SegmentQuantizer
 from trt_backend.engines.report import BuildProgress, BuildReport, BuiltSegment
 from trt_backend.errors import TensorRTUnavailableError
+from trt_backend.gpu.device import check_device, use_device
 from trt_backend.ort.sessions import tapped_session
 from trt_backend.ort.threads import use_global_thread_pool
 from trt_backend.ort.values import memory_limit
@@ -114,20 +115,26 @@ class Compiled:
         return _quantizer(self.model, b, self.input_profiles, self.options, self.quantizers)
 
 
-def compile_as_built(plan: Plan, profiles: Sequence[Mapping[str, Any]] | None,
-                     options: SessionOptions, progress: BuildProgress | None = None) -> Plan | Compiled:
-    """``plan`` compiled as ``trt-backend build`` compiles it, its TensorRT engines built, where a
-    TensorRT builder is here (TensorRT-RTX builds on the CPU): what TensorRT's builder refuses is
-    demoted as a build demotes it, and an emulation runs the forms the engines were built from.
-    What ``compare`` judges and ``bench`` times of a model is then what a build of it holds (a
-    segment the builder refuses was run as if it had built). Else ``plan`` as it is."""
-    if not plan.tensorrt_segments():
-        return plan
+def compile_as_built(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, Any]] | None,
+                     options: SessionOptions, progress: BuildProgress | None = None
+                     ) -> ModelSource | Model | Plan | Compiled:
+    """``model`` (a model, or its plan) compiled as ``trt-backend build`` compiles it, its TensorRT
+    engines built, where a TensorRT builder is here (TensorRT-RTX builds on the CPU): what
+    TensorRT's builder refuses is demoted as a build demotes it, and an emulation runs the forms
+    the engines were built from. What ``compare`` judges and ``bench`` times of a model is then
+    what a build of it holds (a segment the builder refuses was run as if it had built). Else
+    ``model`` as it is. A GPU the options name is checked and made current first, as a Session
+    does before it builds; a model file's plan comes from the plan cache where one is kept."""
+    if isinstance(model, Plan) and not model.tensorrt_segments():
+        return model
     try:
         load_flavor(options.flavor)
     except TensorRTUnavailableError:
-        return plan
-    return compile(plan, profiles, options, build=True, progress=progress)
+        return model
+    if options.device_id is not None and options.emulate is not True:
+        check_device(options.device_id)
+        use_device(options.device_id)
+    return compile(model, profiles, options, build=True, progress=progress)
 
 
 def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, Any]] | None = None,

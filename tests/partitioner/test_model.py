@@ -452,3 +452,21 @@ def test_a_real_empty_tensor_in_value_info_is_kept_without_a_warning(caplog) -> 
         loaded = load_model(inferred)
     assert "taken as unknown" not in caplog.text
     assert [d.dim_value for d in loaded.index.types["empty"].tensor_type.shape.dim] == [2, 0]
+
+
+def test_a_0_dim_declared_for_a_tensor_inference_cannot_type_stays_unknown() -> None:
+    """A custom op's output declared [0, 4] in value_info: shape inference cannot type it, so the
+    declaration is taken on faith, and its 0 (an exporter's "dynamic") must not become a fixed
+    empty dim that spreads downstream."""
+    nodes = [helper.make_node("Foo", ["x"], ["t"], domain="com.example"), helper.make_node("Relu", ["t"], ["u"]),
+             helper.make_node("Concat", ["x", "u"], ["y"], axis=1)]
+    m = model(nodes, [vi("x", ["B", 4])], [vi("y", None)])
+    m.opset_import.append(helper.make_opsetid("com.example", 1))
+    m.graph.value_info.append(vi("t", [0, 4]))
+    loaded = load_model(m)
+
+    def dims(name):
+        return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                for d in loaded.index.types[name].tensor_type.shape.dim]
+
+    assert dims("t")[1] == 4 and dims("t")[0] != 0 and dims("u")[0] != 0 and dims("y")[0] != 0, (dims("t"), dims("y"))

@@ -92,7 +92,7 @@ def check_saved(saved: Mapping[str, Any], plan: Plan, user: list[Profile]) -> No
     now_fp = model_fingerprint(plan.model.proto) if fp and plan.model is not None else None
     if now_fp is not None and fp != now_fp:
         made_for = saved.get("model")
-        if made_for and made_for != src:  # another model's plan: said so, before how its segments differ
+        if made_for and not _same_file(made_for, src):  # another model's plan: said so, before how its segments differ
             raise ProfileError(f"the saved plan was made for {made_for} (fingerprint {fp}), not for {src} "
                                f"(fingerprint {now_fp}){again}")
     if len(now) != len(then):
@@ -109,6 +109,16 @@ def check_saved(saved: Mapping[str, Any], plan: Plan, user: list[Profile]) -> No
     if user and _strip(user) != _strip(profiles_from_json(saved.get("input_profiles", []))):
         raise ProfileError("the profiles given differ from those the saved plan's profiles were derived from; "
                            "drop the saved plan or pass its profiles")
+
+
+def _same_file(a: Any, b: Any) -> bool:
+    """Whether two names of models name one file (a path given relative once, absolute once)."""
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(str(a), str(b))
+    except OSError:  # one is gone, or is no path ("<ModelProto>"): by their names
+        return os.path.realpath(str(a)) == os.path.realpath(str(b))
 
 
 def _short(value: Any, shown: int = 8) -> str:

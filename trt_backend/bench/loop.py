@@ -108,8 +108,7 @@ def run_bench(model: ModelSource, options: BenchOptions | None = None, session_o
         t0 = time.perf_counter()
         source: Any = model
         if options.build and not is_build_folder(model):  # what a build holds: refused segments demoted
-            source = compile_as_built(Session.make_plan(model, so, profiles), profiles, so,
-                                      _build_progress(OURS, progress))
+            source = compile_as_built(model, profiles, so, _build_progress(OURS, progress))
         sess = Session(source, profiles, so)  # without profiles, the shapes to run are a fixed one
         setup_s = time.perf_counter() - t0
     except BaseException:

@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 import json
 import os
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -76,17 +75,22 @@ def handle(args: argparse.Namespace) -> int:
         return _handle(args)
 
 
+def _manifest_stamp(folder: str) -> tuple[int, int, int] | None:
+    """Which manifest ``folder`` holds now (inode, size, time), None where it holds none."""
+    try:
+        st = os.stat(os.path.join(folder, "manifest.json"))
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def _handle(args: argparse.Namespace) -> int:
-    started = time.time()
+    before = _manifest_stamp(args.output)
     try:
         return _build(args)
     except KeyboardInterrupt:
-        manifest = os.path.join(args.output, "manifest.json")
-        try:
-            written = os.path.getmtime(manifest) >= started  # (the folder is committed whole, by one rename)
-        except OSError:
-            written = False
-        if written:
+        now = _manifest_stamp(args.output)  # another manifest: this build's folder, committed whole by one rename
+        if now is not None and now != before:
             raise KeyboardInterrupt(f"interrupted after {args.output} was written whole (its manifest is "
                                     f"sealed; trt-backend inspect {args.output} shows it)") from None
         raise

@@ -162,8 +162,7 @@ def _handle(args: argparse.Namespace) -> int:
     if sess.emulated_precisions:
         print("  emulated in: " + ", ".join(f"segment {k} {p}" for k, p in sess.emulated_precisions.items()))
     if sess.planned_only and options.emulate is True:  # (with emulate "auto" the session's warning said so)
-        print("  TensorRT segments emulated as planned, not built: one TensorRT's builder refuses would run on "
-              "ONNX Runtime in a build (trt-backend build, or compare, builds them)")
+        print(f"  TensorRT segments emulated as planned ({sess.planned_why()})")
     start = time.perf_counter()
     outputs = sess.run(None, feeds)
     took = time.perf_counter() - start

@@ -46,7 +46,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-cpus", type=float, default=1.0, metavar="C", help="CPUs per replica (default 1)")
     p.add_argument("--cache-dir", metavar="DIR", help="engine cache folder all replicas share (models built here)")
     p.add_argument("--emulate", action="store_true", help="run TensorRT segments through ONNX Runtime")
-    p.add_argument("--address", default=None, help="Ray cluster to join (default: a new local one)")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster to join (default: the one RAY_ADDRESS names, else a new local one)")
     add_shape_arguments(p, "serve (a model, not a build folder: its profiles)")
     add_precision_arguments(p, "TensorRT segments of a model served (a build folder serves as it was built)")
     add_auto_arguments(p)

@@ -23,7 +23,7 @@ class SegmentReport:
     cached: bool
     precision: str
     key: str | None = None
-    pinned: tuple[str, ...] = ()  # nodes kept fp32 because TensorRT refused them in ``precision``
+    pinned: tuple[str, ...] = ()  # nodes kept fp32: the precision plan's, and those TensorRT refused in ``precision``
 
 
 @dataclass(frozen=True)

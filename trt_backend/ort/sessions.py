@@ -39,20 +39,12 @@ def ort_errors() -> tuple[type[BaseException], ...]:
 @functools.lru_cache(maxsize=1)
 def quiet_run() -> Any:
     """``onnxruntime.RunOptions`` for a run given none: a kernel's failure is not also logged in
-    red on stderr (it comes back as the exception, which the caller turns into its one error).
-    One, made once and shared: ONNX Runtime only reads a run's options (nothing here terminates
-    through them), and making one per run cost a few microseconds of every small model's run."""
-    global _QUIET_RUN
-    if _QUIET_RUN is None:
-        import onnxruntime as ort
+    red on stderr (it comes back as the exception, which the caller turns into its one error)."""
+    import onnxruntime as ort
 
-        run = ort.RunOptions()
-        run.log_severity_level = 4  # fatal only
-        _QUIET_RUN = run
-    return _QUIET_RUN
-
-
-_QUIET_RUN: Any = None
+    run = ort.RunOptions()
+    run.log_severity_level = 4  # fatal only
+    return run
 
 
 # A session of a model this large is worth a progress line: ONNX Runtime spends seconds on one of

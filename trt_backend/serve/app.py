@@ -277,9 +277,9 @@ def check_port(host: str, port: int) -> None:
 def start(source: str | os.PathLike[str], options: ServeOptions | None = None, *,
           address: str | None = None) -> ServeClient:
     """Serve ``source`` (a build folder or a model) on Ray Serve: connects to the Ray cluster at
-    ``address`` (None: the one this process is connected to, or a new local one, never a cluster
-    Ray would find on its own, which may be serving another application at the same route or
-    port), starts HTTP on ``options.host:options.port`` and the application; returns a
+    ``address`` (None: the one this process is connected to, else the one ``RAY_ADDRESS`` names,
+    else a new local one: never a cluster Ray would find on its own, which may be serving another
+    application at the same route or port), starts HTTP on ``options.host:options.port`` and the application; returns a
     :class:`ServeClient`."""
     serve = import_serve()
     import ray
@@ -290,8 +290,8 @@ def start(source: str | os.PathLike[str], options: ServeOptions | None = None, *
         check_port(opts.host, opts.port)
     _check_source(src, opts)
     if not ray.is_initialized():
-        ray.init(address=address if address is not None else "local", include_dashboard=False,
-                 logging_level=logging.WARNING)
+        ray.init(address=address if address is not None else os.environ.get("RAY_ADDRESS") or "local",
+                 include_dashboard=False, logging_level=logging.WARNING)
     from ray.serve.exceptions import RayServeException
 
     serve.start(http_options={"host": opts.host, "port": opts.port}, proxy_location="HeadOnly")

@@ -33,6 +33,7 @@ from trt_backend.runners.base import SegmentRunner
 from trt_backend.runners.factory import RunnerFactory
 from trt_backend.session.feeds import FeedValidator
 from trt_backend.session.options import RunOptions, SessionOptions, is_ort_run_options
+from trt_backend.tensorrt.flavor import load_flavor
 
 log = logging.getLogger(__package__)  # "trt_backend.session": the stage's logger, as users see it
 
@@ -95,6 +96,15 @@ class Session:
             compiled = compile(model, profiles, self.options, build=executes, saved_plan=plan,
                                calibration_feeds=calibration_feeds, engines=engines, progress=progress)
         self._start(compiled, executes)
+
+    def planned_why(self) -> str:
+        """What running TensorRT segments as planned, not built, means here (see ``planned_only``)."""
+        try:
+            load_flavor(self.options.flavor)
+        except TensorRTUnavailableError:
+            return "no TensorRT builder here to build them: a segment its builder would refuse is emulated too"
+        return ("not built: a segment TensorRT's builder would refuse is emulated too; `trt-backend build` and "
+                "`compare` build and demote it")
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str], options: SessionOptions | None = None, *,
@@ -161,8 +171,7 @@ class Session:
         if not executes and trt and self.options.emulate == "auto":
             log.warning("TensorRT cannot execute here (%s); running %d TensorRT segment(s) of %s emulated through "
                         "ONNX Runtime%s", self._why_not, len(trt), self.model.source,
-                        " as planned (not built: a segment TensorRT's builder would refuse is emulated too; "
-                        "`trt-backend build` and `compare` build and demote it)" if self.planned_only else "")
+                        f" as planned ({self.planned_why()})" if self.planned_only else "")
         self.build_report: BuildReport | None = compiled.report
         if not emulate:
             # device_id None is the device current now, pinned: threads start on GPU 0, and each

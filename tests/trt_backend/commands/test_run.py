@@ -3,6 +3,7 @@ plans reused, and user errors as one line with exit code 1."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -193,3 +194,11 @@ def test_a_saved_plan_of_another_model_says_so(tmp_path, capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert f"the saved plan was made for {other} (fingerprint " in err and f"not for {DEMO_PATH}" in err, err
     assert "\n" not in err
+    # The same file named another way, changed since: the plan is of this model, which changed.
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node("Sigmoid", ["x"], ["y"])], "other",
+                                                  list(graph.input), list(graph.output)),
+                                opset_imports=[helper.make_opsetid("", 17)]), other)
+    relative = os.path.relpath(other)
+    assert main(["run", relative, "--saved-plan", plan, "--emulate"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "changed since its profiles were derived" in err and "made for" not in err, err

@@ -198,7 +198,7 @@ def test_run_of_a_model_says_its_segments_were_planned_not_built(tmp_path, flavo
     onnx.save(mixed_scale_matmul(), path)
     shapes = ["--min-shapes", "x:1x1x16", "--opt-shapes", "x:4x5x16", "--max-shapes", "x:8x64x16"]
     assert main(["-q", "build", path, "-o", folder, *shapes]) == 0
-    said = "emulated as planned, not built"
+    said = "emulated as planned (not built"
     for target, extra, planned in ((path, shapes, True), (folder, [], False)):
         for emulate in ([], ["--emulate"]):
             caplog.clear()
@@ -206,7 +206,7 @@ def test_run_of_a_model_says_its_segments_were_planned_not_built(tmp_path, flavo
             assert main(["run", target, *extra, *emulate]) == 0
             out = capsys.readouterr().out
             warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-            told = out.count(said) + sum("as planned (not built" in w for w in warned)
+            told = out.count(said) + sum(said in w for w in warned)
             assert told == (1 if planned else 0), (target, emulate, out, warned)
             executors = out.split("executors: ")[1].splitlines()[0]
             assert executors == ("emulated x1" if planned else "onnxruntime x1"), (target, executors)

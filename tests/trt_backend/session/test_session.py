@@ -347,3 +347,22 @@ def test_run_options_per_run() -> None:
         sess.run(None, {"image": x}, {"outputs_on_device": True})  # type: ignore[arg-type]
     with pytest.raises(OptionsError, match="RunOptions.ort must be an onnxruntime.RunOptions"):
         RunOptions(ort="fast")
+
+
+def test_planned_only_says_what_it_means_with_and_without_a_builder(monkeypatch, caplog) -> None:
+    """A Session of a model that runs its TensorRT segments as planned says a build (or compare)
+    would demote what the builder refuses, where a builder is here; where none is, it does not
+    promise a build that cannot happen (compare of such a model makes this very Session)."""
+    import trt_backend.session.session as session_module
+    from trt_backend.errors import TensorRTUnavailableError
+
+    with caplog.at_level(logging.WARNING, logger="trt_backend.session"):
+        sess = Session(DEMO_PATH, [{"image": ((1, 3, 32, 32),) * 3}], SessionOptions(emulate="auto"))
+    assert sess.planned_only and "`trt-backend build` and `compare` build and demote it" in caplog.text
+
+    def missing(flavor):
+        raise TensorRTUnavailableError("no TensorRT here")
+
+    monkeypatch.setattr(session_module, "load_flavor", missing)
+    assert sess.planned_why() == ("no TensorRT builder here to build them: a segment its builder would refuse is "
+                                  "emulated too")
