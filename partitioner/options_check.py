@@ -3,9 +3,11 @@ user gives goes through :func:`number_option`, which names the option, what it t
 it got."""
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import numbers
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from partitioner.errors import OptionsError
 
@@ -58,3 +60,24 @@ def _expected(whole: bool, low: float | None, high: float | None, above: float |
     if high is not None:
         bounds.append(f"<= {high:g}")
     return " ".join([noun, " and ".join(bounds)]).strip()
+
+
+_Options = TypeVar("_Options", bound=type)
+
+
+def keyword_checked(cls: _Options) -> _Options:
+    """A dataclass of options whose constructor names an option it does not have as an
+    OptionsError listing the ones it has (Python's own TypeError names only the bad keyword),
+    as every options class of the package answers. Put above ``@dataclass``."""
+    init = cls.__init__  # type: ignore[misc]
+    names = [f.name for f in dataclasses.fields(cls)]
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        unknown = [k for k in kwargs if k not in names]
+        if unknown:
+            raise OptionsError(f"{cls.__name__} has no option {unknown[0]!r} (its options: {', '.join(names)})")
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls

@@ -21,7 +21,7 @@ from partitioner.cost import BoundaryCost
 from partitioner.errors import OptionsError
 from partitioner.extract import boundary, extract
 from partitioner.model import Model, ModelSource, load_model
-from partitioner.options_check import number_option
+from partitioner.options_check import keyword_checked, number_option
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE, partition
 from partitioner.rules import Rules
 
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 TARGETS = ("tensorrt", "tensorrt_rtx")
 
 
+@keyword_checked
 @dataclass(frozen=True)
 class PartitionOptions:
     """How to cut a model. Exclusions send nodes to ONNX Runtime whatever TensorRT says."""

@@ -26,6 +26,7 @@ from trt_backend.errors import (
     ProfileError,
 )
 from trt_backend.gpu.status import tensorrt_status
+from trt_backend.session.feeds import fed_initializers
 from trt_backend.session.options import OPTION_NAMES, RENAMED_OPTIONS, SessionOptions
 from trt_backend.session.session import Session
 
@@ -102,6 +103,10 @@ class TrtBackendRep(BackendRep):
         else:
             raise FeedError(f"pass a list or dict of inputs; the model has {len(names)}: {', '.join(names)}")
         feeds = {k: (np.asarray(v) if isinstance(v, np.generic) else v) for k, v in feeds.items()}
+        assert self.plan.model is not None
+        fixed = [k for k in feeds if k not in names and k in {t.name for t in self.plan.model.proto.graph.initializer}]
+        if fixed:  # (before a session is made for these feeds: its profiles would name it first)
+            raise fed_initializers(fixed)
         sess = self._session_for(feeds)
         try:
             outputs = sess.run(None, feeds)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import numbers
 import os
 import pickle
 import threading
@@ -66,6 +67,27 @@ def with_shipped_plugins(options: PartitionOptions | None = None) -> PartitionOp
     if options.plugin_ops:
         registry.select(options.plugin_ops)  # (only to name an op type no plugin covers)
     return replace(options, plugins=registry.claims())
+
+
+def checked_shapes(shapes: Any) -> ProbeShapes:
+    """``shapes`` as the planner takes them: input shapes to learn unknown types at, a list of
+    ``{input name: shape}`` (one such dict alone is taken as a list of one); OptionsError naming
+    what is wrong otherwise."""
+    if shapes is None:
+        return ()
+    runs = [shapes] if isinstance(shapes, Mapping) else shapes
+    if isinstance(runs, (str, bytes)) or not isinstance(runs, (list, tuple)):
+        raise OptionsError("shapes must be a dict of input name -> shape, or a list of them, got "
+                           f"{type(shapes).__name__}")
+    for run in runs:
+        if not isinstance(run, Mapping):
+            raise OptionsError(f"shapes must be a dict of input name -> shape, or a list of them; got an entry of "
+                               f"type {type(run).__name__}")
+        for name, shape in run.items():
+            if isinstance(shape, (str, bytes)) or not isinstance(shape, (list, tuple)) or not all(
+                    isinstance(d, numbers.Integral) and not isinstance(d, bool) and int(d) >= 0 for d in shape):
+                raise OptionsError(f"shape of '{name}' must be a list of whole numbers >= 0, got {shape!r}")
+    return list(runs)
 
 
 def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_rewrite: str = "exact", *,
@@ -154,6 +176,7 @@ def plan_for(source: ModelSource | Model, options: PartitionOptions | None = Non
     of the profiles (see :func:`load_normalized`). ``options.plugins`` left unset: the shipped
     plugins (:func:`with_shipped_plugins`)."""
     options = with_shipped_plugins(options)
+    shapes = checked_shapes(shapes)
     if oracle is not None:
         return plan_model(load_normalized(source, shapes, _qdq_rewrite(options)), oracle, options)
     if flavor != "none":
@@ -179,6 +202,7 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
     With ``isolate`` the capability queries run in a child process and only the plan comes back;
     a native crash there becomes a :class:`ParserCrashError`."""
     options = with_shipped_plugins(options)
+    shapes = checked_shapes(shapes)
     start = time.perf_counter()
     model = load_normalized(source, shapes, _qdq_rewrite(options))
     if not isolate:

@@ -51,3 +51,17 @@ def test_the_options_classes_use_it() -> None:
         OrtOptions(intra_op_threads=-1)
     with pytest.raises(BenchOptionsError, match=r"^--warmup-ms must be a finite number > 0, got -5.0$"):
         TimingConfig(warmup_s=-0.005)
+
+
+def test_every_options_class_names_an_option_it_does_not_have() -> None:
+    """Python's TypeError ("unexpected keyword argument") from BuildOptions and its like, where
+    SessionOptions answered with an OptionsError listing its options: now all answer alike."""
+    import trt_backend
+    from partitioner import PartitionOptions
+    from trt_backend.accuracy.auto_precision import AutoOptions
+    from trt_backend.serve.options import ServeOptions
+
+    for cls in (trt_backend.BuildOptions, trt_backend.CompareOptions, trt_backend.OrtOptions, PartitionOptions,
+                AutoOptions, ServeOptions, trt_backend.BenchOptions, trt_backend.SessionOptions):
+        with pytest.raises(OptionsError, match=rf"{cls.__name__} has no option 'workspace_mbx' \(its"):
+            cls(workspace_mbx=256)  # type: ignore[call-arg]

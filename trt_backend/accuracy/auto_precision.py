@@ -34,7 +34,7 @@ import onnx
 from partitioner import Model, Plan
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
-from partitioner.options_check import number_option
+from partitioner.options_check import keyword_checked, number_option
 from trt_backend._progress import progress
 from trt_backend.accuracy.localize import boundary_names, reference_with_boundaries
 from trt_backend.accuracy.numeric import tolerance_ratio
@@ -79,6 +79,7 @@ MAX_STALLS = 2  # ...and after this many rounds that did not, pinning gives way 
 PINNABLE = 16.0  # a precision whose worst error, unpinned, exceeds this many tolerances is not searched
 
 
+@keyword_checked
 @dataclass(frozen=True)
 class AutoOptions:
     """How the search runs: tolerances, allowed precisions, bounded rounds, validation inputs

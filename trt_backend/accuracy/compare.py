@@ -197,7 +197,8 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
              save_outputs: str | None = None) -> ComparisonReport:
     outputs = sess.get_outputs()
     opts.check_output_names([a.name for a in outputs])
-    names = [a.name for a in outputs]  # Sequences, maps and optionals are compared by side_errors.
+    # (each output once, where the model lists one twice; sequences, maps and optionals are compared by side_errors)
+    names = list(dict.fromkeys(a.name for a in outputs))
     skipped: list[str] = []
     precisions = {r.segment.id: sess.compiled.precisions.get(r.segment.id, "fp32") for r in sess.runners}
     if feeds is None:

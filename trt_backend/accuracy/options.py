@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 from partitioner.errors import OptionsError
-from partitioner.options_check import number_option
+from partitioner.options_check import keyword_checked, number_option
 from trt_backend.accuracy.tasks import TaskCheck
 
 ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
@@ -39,6 +39,7 @@ def _int_value(value: Any, what: str, lowest: int) -> int:
     return number_option(value, what, whole=True, low=lowest, text=True)
 
 
+@keyword_checked
 @dataclass(frozen=True)
 class CompareOptions:
     """How :func:`trt_backend.compare` compares a Session with the reference.

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from partitioner.options_check import keyword_checked
 from partitioner import Plan
 from partitioner.model import ModelSource
 from trt_backend.artifacts.read import is_build_folder
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 
 
 
+@keyword_checked
 @dataclass(frozen=True)
 class BenchOptions:
     """What to benchmark and how. ``shapes``: input shapes to run (default: the opt shapes of

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from partitioner.errors import OptionsError
-from partitioner.options_check import number_option
+from partitioner.options_check import keyword_checked, number_option
 from trt_backend._lazy import lazy_module
 from trt_backend.engines.precision_plan import PrecisionPlan, read_precision_plan
 from trt_backend.errors import CalibrationDataError
@@ -47,6 +47,7 @@ def require_calibration(precision: str, data: str | None) -> None:
                                    "(random data is not a calibration)")
 
 
+@keyword_checked
 @dataclass(frozen=True)
 class BuildOptions:
     """How engines are built. Profiles are not here: they are per segment, passed beside.

@@ -409,7 +409,7 @@ def _ensemble(source: ExportSource, name: str, models: list[ComposingModel], bat
         notes.append(f"model input(s) {', '.join(unused)} feed no segment; the ensemble leaves them out "
                      "(Triton refuses unused ensemble inputs)")
     outputs = []
-    for vi in graph.output:
+    for vi in {v.name: v for v in graph.output}.values():  # (an output the model lists twice: once)
         if vi.name not in producers:
             raise ExportError(f"model output '{vi.name}' is not computed by any segment (a model input or a constant "
                               "passed through); a Triton ensemble can only return what a step produces")

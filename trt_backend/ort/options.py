@@ -4,12 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from partitioner.errors import OptionsError
-from partitioner.options_check import number_option
+from partitioner.options_check import keyword_checked, number_option
 
 GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 THREAD_POOLS = ("session", "global")
 
 
+@keyword_checked
 @dataclass(frozen=True)
 class OrtOptions:
     """ONNX Runtime settings shared by every ONNX Runtime session of a Session.

@@ -5,7 +5,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from partitioner.options_check import number_option
+from partitioner.options_check import keyword_checked, number_option
 from trt_backend.errors import OptionsError
 from trt_backend.session.options import SessionOptions
 
@@ -13,6 +13,7 @@ DEFAULT_MAX_BATCH = 8
 DEFAULT_WAIT_MS = 5.0
 
 
+@keyword_checked
 @dataclass(frozen=True)
 class ServeOptions:
     """``replicas``: session replicas (each holds one Session). ``batching``: requests are

@@ -35,8 +35,12 @@ def _given(value: Any) -> str:
 class FeedValidator:
     """Checks a feed dict against the model's inputs and profiles; returns arrays ready to run."""
 
-    def __init__(self, inputs: Sequence[NodeArg], outputs: Sequence[NodeArg], profiles: Sequence[Profile]) -> None:
+    def __init__(self, inputs: Sequence[NodeArg], outputs: Sequence[NodeArg], profiles: Sequence[Profile],
+                 initializers: frozenset[str] = frozenset()) -> None:
+        """``initializers``: the model's initializer names, named as such where a feed gives one
+        (a graph input with a default, which ONNX Runtime lets a caller override)."""
         self.inputs = list(inputs)
+        self.initializers = initializers
         self.outputs = list(outputs)
         self.profiles = list(profiles)
         self._by_name = {a.name: a for a in self.inputs}
@@ -48,7 +52,8 @@ class FeedValidator:
         self._passed: dict[tuple[tuple[str, np.dtype, tuple[int, ...]], ...], None] = {}
 
     def output_names(self, requested: Sequence[str] | None) -> tuple[str, ...]:
-        if requested is None:
+        """The outputs asked for; None or an empty list: every output, as ONNX Runtime takes them."""
+        if requested is None or (isinstance(requested, (list, tuple)) and not requested):
             return self._all_outputs
         if isinstance(requested, str) or not isinstance(requested, Sequence):
             raise FeedError(f"output names must be a list of names or None, got {type(requested).__name__}")
@@ -86,6 +91,9 @@ class FeedValidator:
         if not isinstance(feeds, Mapping):
             raise FeedError(f"feeds must be a dict of input name -> numpy array, got {type(feeds).__name__}")
         unknown = [k for k in feeds if k not in self._by_name]
+        fixed = [k for k in unknown if k in self.initializers]
+        if fixed:
+            raise fed_initializers(fixed)
         if unknown:
             raise FeedError(f"unknown input {', '.join(repr(k) for k in unknown)}; the model's inputs are: "
                             + ", ".join(f"'{a.name}' {a.type} {shape_text(a.shape)}" for a in self.inputs))
@@ -124,6 +132,14 @@ class FeedValidator:
         raise FeedError("the feeds fit no profile: " + "; ".join(
             f"profile {k}: input '{n}' has shape {s}, allowed {describe_profile(self.profiles[k][n])}"
             for k, n, s in misses))
+
+
+def fed_initializers(names: Sequence[str]) -> FeedError:
+    """The error for feeds that give the model's initializers."""
+    return FeedError(f"{', '.join(repr(k) for k in names)}: the model's initializer(s) (a graph input with a default "
+                     "value, or a weight), which trt-backend builds in as the model stores them: they cannot be fed "
+                     "(ONNX Runtime lets a feed override a graph input's default); drop them from the feeds, or "
+                     "change the model's initializer")
 
 
 _PASSED_KEPT = 64  # feed kinds remembered as passed (beyond: forgotten, checked again)

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from partitioner import Model, Plan
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
@@ -191,9 +193,13 @@ class Session:
         self.plan = SessionPlan.of(compiled.plan, executors=[r.executor for r in self.runners],
                                    input_profiles=compiled.input_profiles,
                                    segment_profiles=compiled.segment_profiles)
-        self._validator = FeedValidator(self._inputs, self._outputs, compiled.input_profiles)
+        self._validator = FeedValidator(self._inputs, self._outputs, compiled.input_profiles,
+                                        frozenset(t.name for t in graph.initializer))
         self._constants = {t.name: tensor_array(t, self.model.base_dir) for t in graph.initializer
                            if t.name in {o.name for o in graph.output}}
+        # Outputs a run would hand back as an array it did not make: the caller's own input, or the
+        # session's constant. Each run returns a copy of those.
+        self._aliased = frozenset(self._constants) | ({a.name for a in self._inputs} & {a.name for a in self._outputs})
         self._schedules: dict[tuple[str, ...], tuple[Step, ...]] = {}
         self._lock = threading.Lock()
 
@@ -235,7 +241,7 @@ class Session:
 
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
             run_options: RunOptions | None = None) -> list[Any]:
-        """Outputs (numpy arrays; lists for sequences) for ``output_names`` (None: all, in graph
+        """Outputs (numpy arrays; lists for sequences) for ``output_names`` (None or empty: all, in graph
         order). Everything is validated before any segment runs. ``run_options``: a
         :class:`RunOptions` (or, as with onnxruntime, an ``onnxruntime.RunOptions``, which is
         handed to every ONNX Runtime segment run)."""
@@ -256,7 +262,10 @@ class Session:
         on_device = self.options.outputs_on_device if run.outputs_on_device is None else run.outputs_on_device
         if on_device:
             return [env[n] for n in names]
-        return [env[n].to_host() if hasattr(env[n], "to_host") else to_numpy(env[n]) for n in names]
+        out = [env[n].to_host() if hasattr(env[n], "to_host") else to_numpy(env[n]) for n in names]
+        if self._aliased:  # an output that is an input or an initializer: a copy, as ONNX Runtime returns one
+            out = [v.copy() if n in self._aliased and isinstance(v, np.ndarray) else v for n, v in zip(names, out)]
+        return out
 
     @staticmethod
     def _run_steps(steps: Sequence[Step], env: dict[str, Any], run: RunOptions) -> None:
