@@ -60,6 +60,16 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} -h)\n")
 
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """As argparse's, but options no parser knows are refused by the command's own parser, so
+        the line names that command's usage (argparse's top-level parser names its own)."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            sub = getattr(parsed, "_command_parser", None)
+            (sub if isinstance(sub, argparse.ArgumentParser) else self).error(
+                f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
+
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``command`` (a subcommand name), only that subcommand's module is
@@ -71,6 +81,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub.required = True
     for name, text in COMMANDS.items():
         p = sub.add_parser(name, help=text)
+        p.set_defaults(_command_parser=p)
         _verbosity(p, after=True)
         if command is None or name == command:
             # An import error is raised, not reported as a bad command.

@@ -282,3 +282,16 @@ def test_ctrl_c_after_the_folder_was_written_says_it_is_whole(tmp_path, capsys, 
     assert main(["build", DEMO_PATH, "-o", other, "--shapes", "image:2x3x32x32"]) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == "trt-backend: interrupted"
     assert not os.path.exists(other)
+
+
+@pytest.mark.parametrize("argv, command", [(["run", "m.onnx", "--bogus"], "run"),
+                                           (["inspect", "--bogus", "m.onnx"], "inspect"),
+                                           (["export-triton", "DIR", "-o", "R", "--nope", "1"], "export-triton")])
+def test_an_unknown_option_names_its_commands_usage(argv, command, capsys) -> None:
+    """argparse's top-level parser refused options no parser knew, naming its own usage
+    ("trt-backend -h"), where the command's is the one that lists them."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2 and line.startswith(f"trt-backend {command}: error: unrecognized arguments: ")
+    assert line.endswith(f"(usage: trt-backend {command} -h)")
