@@ -96,8 +96,11 @@ def profile_settings(dynamic: Dynamic,
             if r is None:
                 raise OptionsError(f"profile {k} gives no shape range for dynamic segment input '{name}' {shape}")
             if is_shape_tensor and r.values is None:
-                raise OptionsError(f"profile {k}: segment input '{name}' is a shape tensor; give its "
-                                   "min/opt/max values")
+                raise OptionsError(f"profile {k}: input '{name}' is a shape tensor to TensorRT (its values "
+                                   "are read as a shape), so its profile needs the values it takes: give real "
+                                   "inputs (--inputs FILE.npz: the profile made from them spans their values), or "
+                                   f"in Python {{'{name}': {{'min': ..., 'opt': ..., 'max': ..., "
+                                   "'values': (lowest, typical, highest)}}")
             entry[name] = (r.min, r.opt, r.max, r.values if is_shape_tensor else None)
         settings.append(entry)
     return settings

@@ -94,6 +94,17 @@ def as_shape(value: Any, what: str) -> Shape:
     return tuple(int(d) for d in dims)
 
 
+def as_values(value: Any, what: str) -> Shape:
+    """``value`` as a shape tensor's contents (whole numbers of any sign: a Range's step, a
+    Reshape's -1); ProfileError naming ``what`` otherwise."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ProfileError(f"{what}: expected a sequence of ints, got {value!r}")
+    items = list(value)
+    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in items):
+        raise ProfileError(f"{what}: shape-tensor values must be whole numbers, got {tuple(items)!r}")
+    return tuple(int(d) for d in items)
+
+
 def tensor_profile(value: Any, what: str) -> TensorProfile:
     """A profile entry as a :class:`TensorProfile`. Takes a TensorProfile, ``(min, opt, max)``,
     one shape (min = opt = max), or ``{"min", "opt", "max"[, "values"]}``; checked for equal
@@ -108,9 +119,11 @@ def tensor_profile(value: Any, what: str) -> TensorProfile:
         if values is not None:
             if isinstance(values, Mapping):
                 values = [values.get(k, ()) for k in ("min", "opt", "max")]
-            values = tuple(as_shape(v, f"{what} values") for v in values)
-            if len(values) != 3:
-                raise ProfileError(f"{what}: values must be (min, opt, max), got {value['values']!r}")
+            values = tuple(as_values(v, f"{what} values") for v in values)
+            if len(values) != 3 or len({len(v) for v in values}) != 1:
+                raise ProfileError(f"{what}: values must be (min, opt, max) of one length, got {value['values']!r}")
+            if not all(a <= b <= c for a, b, c in zip(*values)):
+                raise ProfileError(f"{what}: values need min <= opt <= max in every element, got {values!r}")
         tp = TensorProfile(as_shape(value["min"], what), as_shape(value["opt"], what), as_shape(value["max"], what),
                            values=values)
     elif isinstance(value, (str, bytes)) or not isinstance(value, Iterable):

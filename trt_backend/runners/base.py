@@ -118,6 +118,10 @@ class SegmentRunner(ABC):
         allowed = "; ".join(f"profile {i}: {describe_profile(p[name])}"
                             for i, p in enumerate(self.profiles) if name in p)
         got = f"shape {shapes[name]}" + (f" and values {values[name]}" if name in values else "")
+        if name in values and all(p[name].covers(shapes[name]) for p in self.profiles if name in p):
+            raise ProfileError(f"{self.label}: input '{name}' has values {values[name]}, outside those its profiles "
+                               f"were built for ({allowed}): TensorRT reads it as a shape, so its values are part of "
+                               "the engine's profile; build with inputs (or profile values) that span them")
         raise ProfileError(f"{self.label}: input '{name}' has {got}, outside its profiles ({allowed}). Its shape "
                            f"depends on data or on inputs the profiles do not bound; give '{name}' a profile, e.g. "
                            f"profiles=[{{..., '{name}': (min_shape, opt_shape, max_shape)}}]")

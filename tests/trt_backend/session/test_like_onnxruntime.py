@@ -101,3 +101,46 @@ def test_the_onnx_backend_names_a_fed_initializer_as_the_session_does(path) -> N
     with pytest.raises(FeedError, match=r"'bias': the model's initializer\(s\)"):
         rep.run(feeds)
     assert np.array_equal(rep.run({k: v for k, v in feeds.items() if k != "bias"})[1], feeds["mask"])
+
+
+def _range_model(path: str) -> None:
+    """y = float(Range(start, limit, delta)): three int64 scalars TensorRT reads as shape tensors."""
+    graph = h.make_graph([h.make_node("Range", ["start", "limit", "delta"], ["r"]),
+                          h.make_node("Cast", ["r"], ["rf"], to=T.FLOAT), h.make_node("Relu", ["rf"], ["y"])], "rng",
+                         [h.make_tensor_value_info(n, T.INT64, []) for n in ("start", "limit", "delta")],
+                         [h.make_tensor_value_info("y", T.FLOAT, None)])
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), path)
+
+
+def test_inputs_tensorrt_reads_as_shapes_take_their_values_from_the_samples(tmp_path, capsys) -> None:
+    """A Range's limits as model inputs are shape tensors to TensorRT, whose profile must hold
+    their values: build, compare and bench with --inputs refused them ("give its min/opt/max
+    values", with no way to from the command line); a profile made from the samples now spans
+    their values (a negative step too, which values-as-dims refused), a run outside them is
+    refused naming the values, and without samples the error says how to give them."""
+    from trt_backend.cli import main
+
+    path = str(tmp_path / "range.onnx")
+    _range_model(path)
+    np.savez(tmp_path / "down.npz", start=np.array(10, np.int64), limit=np.array(4, np.int64),
+             delta=np.array(-3, np.int64))
+    inputs = str(tmp_path / "down.npz")
+    assert main(["build", path, "-o", str(tmp_path / "plain")]) == 1
+    assert "input 'start' is a shape tensor to TensorRT" in capsys.readouterr().err
+    folder = str(tmp_path / "b")
+    assert main(["build", path, "-o", folder, "--inputs", inputs]) == 0
+    assert main(["compare", path, "--inputs", inputs]) == 0
+    assert main(["bench", path, "--inputs", inputs, "--warmup-ms", "10", "--duration-s", "0.1", "--iterations", "3",
+                 "--rounds", "1", "--no-progress"]) == 0
+    capsys.readouterr()
+    sess = Session.load(folder, SessionOptions(emulate=True))
+    feed = {"start": np.array(10, np.int64), "limit": np.array(4, np.int64), "delta": np.array(-3, np.int64)}
+    assert sess.run(None, feed)[0].tolist() == [10.0, 7.0]
+    with pytest.raises(trt_backend.errors.ProfileError, match=r"input 'limit' has values \(0,\), outside those its "
+                                                              r"profiles were built for"):
+        sess.run(None, {**feed, "limit": np.array(0, np.int64)})
+    # In Python, values of any sign: a step from -5 to 5.
+    profile = {n: {"min": (), "opt": (), "max": (), "values": ((lo,), (mid,), (hi,))}
+               for n, lo, mid, hi in (("start", 0, 10, 20), ("limit", 0, 4, 20), ("delta", -5, -3, 5))}
+    built = trt_backend.build(path, str(tmp_path / "py"), [profile])
+    assert built["plan"]["input_profiles"][0]["delta"]["values"] == {"min": [-5], "opt": [-3], "max": [5]}
