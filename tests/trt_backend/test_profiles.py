@@ -235,3 +235,15 @@ def test_a_shape_that_cannot_be_read_is_named_with_what_is_wrong(text, says) -> 
     was taken."""
     with pytest.raises(OptionsError, match=f"cannot read shapes {re.escape(repr(text))}: {re.escape(says)}; write"):
         parse_shapes(text)
+
+
+def test_a_profile_giving_dims_named_alike_different_ranges_is_refused() -> None:
+    """ids [B, T] beside mask [B, T] with T to 128 for one and to 64 for the other: the model takes
+    them at one size only (feeds that differ are refused); the profile was accepted."""
+    ids = node_arg("ids", h.make_tensor_type_proto(T.INT64, ["B", "T"]))
+    mask = node_arg("mask", h.make_tensor_type_proto(T.FLOAT, ["B", "T"]))
+    good = {"ids": ((1, 8), (2, 64), (4, 128)), "mask": ((1, 8), (2, 64), (4, 128))}
+    assert normalize_profiles([good], [ids, mask])[0][0]["mask"].max == (4, 128)
+    with pytest.raises(ProfileError, match=r"profile 0: inputs 'ids' and 'mask' share the dim 'T' \(dim 1 of 'ids', "
+                                           r"dim 1 of 'mask'\), given as min/opt/max \(8, 64, 128\) and \(8, 32, 64\)"):
+        normalize_profiles([{**good, "mask": ((1, 8), (2, 32), (4, 64))}], [ids, mask])

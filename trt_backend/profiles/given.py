@@ -84,9 +84,31 @@ def normalize_profiles(user: Sequence[Mapping[str, Any]] | None, inputs: Sequenc
             else:
                 raise ProfileError(f"{where}: '{name}' is not a model input (inputs: "
                                    f"{', '.join(a.name for a in inputs)}) nor an input of a TensorRT segment")
+        _check_shared_dims(prof, by_name, where)
         out.append(prof)
         overrides.append(over)
     return out, overrides
+
+
+def _check_shared_dims(prof: Profile, by_name: Mapping[str, NodeArg], where: str) -> None:
+    """Dims the model names alike are one size (ONNX: a dim_param names one value throughout the
+    graph): a profile giving them different ranges (a token sequence to 128 beside a mask to 64)
+    is one error naming both, as feeds that do are (the engine would be built for sizes the model
+    never takes together)."""
+    seen: dict[str, tuple[str, int, tuple[int, int, int]]] = {}
+    for name, tp in prof.items():
+        arg = by_name.get(name)
+        if arg is None or arg.rank is None or len(arg.shape) != len(tp.min):
+            continue
+        for axis, dim in enumerate(arg.shape):
+            if not isinstance(dim, str) or not dim or dim.startswith("unk__"):
+                continue
+            span = (tp.min[axis], tp.opt[axis], tp.max[axis])
+            first = seen.setdefault(dim, (name, axis, span))
+            if first[2] != span:
+                raise ProfileError(f"{where}: inputs '{first[0]}' and '{name}' share the dim '{dim}' (dim {first[1]} "
+                                   f"of '{first[0]}', dim {axis} of '{name}'), given as min/opt/max {first[2]} and "
+                                   f"{span}")
 
 
 def _check_against(arg: NodeArg, tp: TensorProfile, where: str) -> None:
