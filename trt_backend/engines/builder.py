@@ -250,7 +250,10 @@ def prepared_segment(segment_model: onnx.ModelProto, options: BuildOptions,
             if precision == "fp16" and carries_qdq(segment_model):  # Q/DQ kept, as int8 keeps its own.
                 return with_fp16_remainder(segment_model, options.keep_fp32_ops, (*pinned, *quantized)), precision
             pinned = (*pinned, *quantized)
-        return apply_precision(segment_model, precision, options.keep_fp32_ops, pinned).model, precision
+        result = apply_precision(segment_model, precision, options.keep_fp32_ops, pinned)
+        if not result.lowered:  # (a model stored in fp16: nothing of it computes lower; built, labelled and
+            return segment_model, "fp32"  # emulated as the fp32 build of it is, the model's own types)
+        return result.model, precision
     return segment_model, precision
 
 

@@ -217,3 +217,26 @@ def test_a_model_stored_in_fp16_is_not_labelled_by_the_build_option_alone(tmp_pa
         assert main(["inspect", folder]) == 0
         header = capsys.readouterr().out.splitlines()[1]
         assert ("(segment 0 " in header) == (name != "fp32"), header
+
+
+def test_fp16_of_a_model_stored_in_fp16_is_its_fp32_build(tmp_path, capsys) -> None:
+    """--precision fp16 lowers nothing of a model stored in fp16: the folder was labelled fp16 and
+    its emulation ran at another ONNX Runtime level than the reference, so the very engine of the
+    fp32 build (same size, same nodes) compared FAILED there and PASSED here."""
+    from onnx import TensorProto
+
+    path = str(tmp_path / "fp16.onnx")
+    _conv_model(path, TensorProto.FLOAT16, False)
+    lines, reports = [], []
+    for precision in ("fp32", "fp16"):
+        folder = str(tmp_path / precision)
+        assert main(["build", path, "-o", folder, "--precision", precision]) == 0
+        lines.append(next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  segment 0:")))
+        assert main(["compare", folder, "--json", str(tmp_path / f"{precision}.json")]) == 0
+        capsys.readouterr()
+        with open(tmp_path / f"{precision}.json") as f:
+            reports.append(json.load(f))
+    assert lines[0].split(" engine ")[0] == lines[1].split(" engine ")[0]  # (both: fp32, the model's own fp16)
+    assert "fp32 (computes in fp16: the model's own types)" in lines[1]
+    assert [r["precision"] for r in reports] == ["fp32", "fp32"]
+    assert reports[0]["outputs"][0]["max_abs_error"] == reports[1]["outputs"][0]["max_abs_error"] == 0
