@@ -91,6 +91,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     _own_stderr()  # (before a build's thread may point descriptor 2 elsewhere: our lines keep theirs)
+    _own_stdout()
     args_list = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in args_list if not a.startswith("-")), None)
     build_index = None
@@ -165,6 +166,23 @@ def script_main() -> NoReturn:
         except (OSError, ValueError):  # Closed or gone: nothing more can reach it.
             pass
     os._exit(rc)
+
+
+def _own_stdout() -> None:
+    """Python's stdout on a copy of file descriptor 1, as :func:`_own_stderr` does for stderr, so
+    that what TensorRT's native code prints to descriptor 1 while it parses or builds (TensorRT-RTX
+    prints some parser warnings there) can go to the debug log
+    (:func:`trt_backend.tensorrt.flavor.native_stderr`) without our results. Once per process; a
+    stdout that is not descriptor 1 is left as it is."""
+    try:
+        if sys.stdout is None or sys.stdout.fileno() != 1:
+            return
+        sys.stdout.flush()
+        copy = os.dup(1)
+    except (OSError, ValueError, AttributeError):
+        return
+    sys.stdout = open(copy, "w", encoding=sys.stdout.encoding, errors=sys.stdout.errors,
+                      buffering=1 if sys.stdout.isatty() else -1)
 
 
 def _own_stderr() -> None:

@@ -177,10 +177,13 @@ def _notes(sess: Session, reports: Sequence[OutputReport], saved: bool = False) 
                      if sess.options.build.precision not in ("fp32", "tf32") else ""))
     elif "emulated" in executors and "tensorrt" not in executors and fp32 and not requantized and not saved:
         low = [k for k in ("fp16", "bf16") if stored_reduced(sess.model.proto).get(k)]
-        how = (f"with no precision reduced (in the model's own {' and '.join(low)} types)" if low else "in fp32")
+        quantized = is_quantized(sess.model.proto)
+        how = ("as built, int8 at the model's own Q/DQ as ONNX defines it," if quantized else
+               f"with no precision reduced (in the model's own {' and '.join(low)} types)" if low else "in fp32")
         notes.append(f"TensorRT segments ran emulated {how} through ONNX Runtime, as the reference does: the "
                      "comparison checks the partition and stitching (equal by construction otherwise), not "
-                     "TensorRT's kernels; build in a reduced precision, or compare on a GPU, to measure those")
+                     "TensorRT's kernels; " + ("compare on a GPU to measure those" if quantized else
+                                               "build in a reduced precision, or compare on a GPU, to measure those"))
     return notes
 
 

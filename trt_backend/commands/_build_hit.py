@@ -253,6 +253,8 @@ def print_build(model: str, output: str, manifest: Mapping[str, Any], verbose: b
             precision += f" (int8 at the model's {s['qdq_nodes']} Q/DQ nodes)"
         if s.get("stored_types"):
             precision += f" ({_report.stored_label(s['stored_types'])})"
+        if s.get("pinned") and s.get("precision") not in (None, "fp32", "tf32"):  # (how much of it is reduced)
+            precision += f" ({len(s['pinned'])} node(s) kept fp32)"
         print(f"  segment {s['id']}: {s['backend']:<11}{precision} {s['model']}  {what}")
     if manifest.get("demoted"):
         for line in _report.demotion_lines(manifest["demoted"], verbose=verbose):

@@ -67,6 +67,10 @@ def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str
     asked = f" (asked: {opts.get('precision')})" if opts.get("precision") not in (built_in, None) else ""
     stored = [f"segment {s.get('id')} {stored_label(s['stored_types'])}" for s in m.get("segments", ())
               if isinstance(s, dict) and s.get("stored_types")]
+    stored += [f"segment {s.get('id')}: {len(s['pinned'])} node(s) kept fp32" for s in m.get("segments", ())
+               if isinstance(s, dict) and s.get("pinned") and s.get("precision") not in (None, "fp32", "tf32")]
+    stored += [f"segment {s.get('id')}: int8 at the model's {s['qdq_nodes']} Q/DQ nodes" for s in m.get("segments", ())
+               if isinstance(s, dict) and s.get("qdq_nodes") and s.get("precision") != "int8"]
     asked += f" ({'; '.join(stored)})" if stored else ""
     lines = [f"build folder {folder} | manifest {m.get('digest')} | "
              + ("signed (HMAC-SHA256)" if "signature" in m else "unsigned")

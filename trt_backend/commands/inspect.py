@@ -174,6 +174,9 @@ def handle(args: argparse.Namespace) -> int:
         if profiles and plan.model is not None:  # held to the model as build and run hold them
             _check_profiles(profiles, plan)
         print(summary(plan))
+        if plan.tensorrt_segments():
+            print("note: planned by TensorRT's parser; its builder can still refuse a node the parser took (a build "
+                  "then runs it on ONNX Runtime: `trt-backend build` or `compare` shows what a build keeps)")
     if precision is None and manifest is not None and manifest.get("precision_plan"):
         precision = _precision_plan.PrecisionPlan.from_dict(manifest["precision_plan"])
     if precision is not None:

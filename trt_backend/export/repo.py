@@ -183,6 +183,12 @@ def triton_repo(source: ExportSource, options: TritonOptions | None = None) -> T
         why = ("asked for with --trt-format onnx" if opts.trt_format == ONNX else _no_plan_reason(source))
         notes.append(f"TensorRT segment(s) {', '.join(map(str, onnx_trt))} exported as ONNX Runtime models with "
                      f"Triton's TensorRT execution accelerator: {why}")
+    pinned = [k for k in onnx_trt if source.segment_pinned.get(k)
+              and source.segment_precisions.get(k, source.precision) == "fp16"]
+    if pinned:
+        notes.append(f"TensorRT segment(s) {', '.join(map(str, pinned))} keep nodes pinned to fp32 in fp16: exported "
+                     "without the accelerator's precision_mode FP16, which would let TensorRT lower them too; the "
+                     "segment models' fp16 casts carry what was reduced")
     unmatched = sorted({source.segment_precisions.get(k, source.precision) for k in onnx_trt} & {"bf16", "tf32"})
     if unmatched:
         notes.append(f"the build's precision {', '.join(unmatched)} has no counterpart in the TensorRT accelerator's "
@@ -347,6 +353,8 @@ def _accelerator(source: ExportSource, seg: Segment) -> dict[str, str]:
     # the segment model is the built form (fp16 casts, or Q/DQ with an fp16 remainder): the
     # accelerator builds it in the same precision
     mode = {"fp16": "FP16", "int8": "INT8"}.get(source.segment_precisions.get(seg.id, source.precision))
+    if mode == "FP16" and source.segment_pinned.get(seg.id):
+        mode = None  # FP16 would let TensorRT lower the pinned nodes too; the form's casts carry the fp16 part
     if mode is not None:
         params["precision_mode"] = mode
     return params

@@ -50,6 +50,8 @@ class ExportSource:
     external_weights: bool = False
     # TensorRT segment id -> the precision its model (the built form) was built in
     segment_precisions: dict[int, str] = field(default_factory=dict)
+    # TensorRT segment id -> its nodes kept fp32 in that precision (a precision plan's pins, refusals)
+    segment_pinned: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def is_rtx(self) -> bool:
@@ -136,7 +138,9 @@ def from_build_folders(folders: Sequence[str], *, name: str | None = None, exter
                 precision=str(manifest.get("build_options", {}).get("precision", "fp32")),
                 external_weights=external if external_weights is None else external_weights,
                 segment_precisions={int(s["id"]): str(s.get("precision") or "fp32") for s in manifest["segments"]
-                                    if s["backend"] == "tensorrt"})
+                                    if s["backend"] == "tensorrt"},
+                segment_pinned={int(s["id"]): tuple(s.get("pinned") or ()) for s in manifest["segments"]
+                                if s["backend"] == "tensorrt"})
         else:
             _check_same_plan(first, built.plan, manifest, folder, folders[0])
         for seg_id, engine in engines.items():
@@ -193,4 +197,5 @@ def from_session(session: Session, *, name: str | None = None, engines: Mapping[
         segment_profiles=dict(session.segment_profiles), input_profiles=list(session.input_profiles),
         engines={k: dict(v) for k, v in (engines or {}).items()}, runtime=runtime,
         precision=session.options.build.precision, external_weights=external_weights,
-        segment_precisions=dict(session.compiled.precisions))
+        segment_precisions=dict(session.compiled.precisions),
+        segment_pinned={k: tuple(b.pinned) for k, b in session.compiled.segments.items()})

@@ -256,7 +256,16 @@ def quiet_messages() -> Iterator[None]:
 
 
 _native_lock = threading.Lock()
-_native: dict[str, Any] = {"depth": 0, "saved": -1, "sink": None}
+_native: dict[str, Any] = {"depth": 0, "saved": -1, "sink": None, "saved_out": -1}
+
+
+def _stdout_elsewhere() -> bool:
+    """Whether Python's stdout writes somewhere else than descriptor 1 (the CLI gives it its own
+    copy): only then is descriptor 1 captured too, so a program's own prints are never taken."""
+    try:
+        return sys.stdout is not None and sys.stdout.fileno() != 1
+    except (OSError, ValueError, AttributeError):  # (a stream with no descriptor: a test's capture)
+        return False
 
 
 @contextmanager
@@ -278,6 +287,13 @@ def native_stderr() -> Iterator[None]:
                 sink = tempfile.TemporaryFile()
                 os.dup2(sink.fileno(), 2)
                 _native.update(saved=saved, sink=sink)
+                if _stdout_elsewhere():  # (TensorRT-RTX prints some parser warnings to descriptor 1)
+                    try:
+                        sys.stdout.flush()
+                        _native["saved_out"] = os.dup(1)
+                        os.dup2(sink.fileno(), 1)
+                    except (OSError, ValueError):
+                        _native["saved_out"] = -1
         _native["depth"] += 1
     try:
         yield
@@ -287,10 +303,14 @@ def native_stderr() -> Iterator[None]:
             if _native["depth"] == 0 and _native["saved"] >= 0:
                 os.dup2(_native["saved"], 2)
                 os.close(_native["saved"])
+                if _native["saved_out"] >= 0:
+                    os.dup2(_native["saved_out"], 1)
+                    os.close(_native["saved_out"])
+                    _native["saved_out"] = -1
                 sink = _native["sink"]
                 _native.update(saved=-1, sink=None)
                 sink.seek(0)
                 text = sink.read().decode(errors="replace").strip()
                 sink.close()
                 if text:
-                    log.debug("TensorRT wrote to stderr: %s", text)
+                    log.debug("TensorRT wrote to stderr (or stdout): %s", text)

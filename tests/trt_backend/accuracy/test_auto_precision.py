@@ -289,6 +289,13 @@ def test_the_manifest_lists_the_nodes_the_precision_plan_pinned(tmp_path) -> Non
     weights = {t.name: t.data_type for t in graph.initializer}
     convs = {n.name: weights[n.input[1]] for n in graph.node if n.op_type == "Conv"}
     assert convs["conv1"] == T.FLOAT and all(t == T.FLOAT16 for n, t in convs.items() if n != "conv1"), convs
+    # Triton's TensorRT accelerator is not told FP16 for a segment with pins (it would lower them
+    # too): the exported segment model's casts carry what was reduced; the others are told FP16.
+    repo = str(tmp_path / "repo")
+    assert main(["export-triton", folder, "-o", repo]) == 0
+    configs = {d: open(os.path.join(repo, d, "config.pbtxt")).read() for d in os.listdir(repo) if d.endswith("_trt")}
+    told = {int(d.rsplit("_", 2)[-2]): '"precision_mode"' in c for d, c in configs.items()}
+    assert told == {s["id"]: not s["pinned"] for s in manifest["segments"] if s["id"] in built}, (told, configs)
 
 
 def test_auto_on_a_model_stored_in_fp16_records_fp32_not_a_precision_that_reduced_nothing(tmp_path, capsys) -> None:

@@ -233,3 +233,11 @@ def test_inspect_refuses_shapes_that_build_and_run_refuse(tmp_path, capsys, shap
         answers.append((rc, err[-1]))
     assert answers[0][0] != 0 and len(set(answers)) == 1 and message in answers[0][1], answers
     assert not os.path.exists(tmp_path / "b")
+
+
+def test_inspect_of_a_model_says_a_build_can_still_demote(capsys) -> None:
+    """inspect plans with the parser alone; where the builder refuses a node the parser took, a
+    build differs (a Loop, NonMaxSuppression on TensorRT-RTX): the output says so, once."""
+    assert main(["inspect", DEMO_PATH]) == 0
+    out = capsys.readouterr().out
+    assert out.count("note: planned by TensorRT's parser; its builder can still refuse a node") == 1

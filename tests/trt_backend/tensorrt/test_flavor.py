@@ -119,3 +119,24 @@ def test_builds_questions_and_head_starts_from_many_threads_at_once(flavor) -> N
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("DONE")]
     done = dict(item.split("=") for item in line.split()[1:])
     assert sorted(done) == ["builds", "head_starts", "questions"] and all(int(v) >= 5 for v in done.values()), line
+
+
+def test_native_writes_to_stdout_go_to_the_debug_log_where_python_writes_elsewhere() -> None:
+    """TensorRT-RTX prints some parser warnings to descriptor 1 ("WARNING: in op ... requires
+    precision-lose casting"): on stdout they broke -q and the results there. Where Python's stdout
+    writes to its own copy (the CLI's), descriptor 1 is captured with descriptor 2 while TensorRT
+    parses or builds; a program whose stdout is descriptor 1 keeps every print."""
+    child = (
+        "import os, sys, logging\n"
+        "from trt_backend.tensorrt.flavor import native_stderr\n"
+        "logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format='%(message)s')\n"
+        "if sys.argv[1] == 'cli':\n"
+        "    sys.stdout = open(os.dup(1), 'w', buffering=1)\n"
+        "with native_stderr():\n"
+        "    os.write(1, b'native to 1\\n'); os.write(2, b'native to 2\\n')\n"
+        "print('ours')\n")
+    for mode, native_on_stdout in (("cli", False), ("library", True)):
+        proc = subprocess.run([sys.executable, "-c", child, mode], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "ours" in proc.stdout and ("native to 1" in proc.stdout) == native_on_stdout, (mode, proc.stdout)
+        assert "native to 2" not in proc.stdout and "TensorRT wrote to stderr (or stdout): native to" in proc.stderr
