@@ -249,12 +249,7 @@ def print_build(model: str, output: str, manifest: Mapping[str, Any], verbose: b
         what = (f"engine {s['engine']} {s['engine_bytes']} bytes, built in {s['build_seconds']:.2f} s"
                 if s["engine"] else "runs in ONNX Runtime")
         precision = f" {s['precision']}" if s.get("precision") else ""
-        if s.get("qdq_nodes") and s.get("precision") != "int8":  # (an int8 build's own Q/DQ: "int8" says it)
-            precision += f" (int8 at the model's {s['qdq_nodes']} Q/DQ nodes)"
-        if s.get("stored_types"):
-            precision += f" ({_report.stored_label(s['stored_types'])})"
-        if s.get("pinned") and s.get("precision") not in (None, "fp32", "tf32"):  # (how much of it is reduced)
-            precision += f" ({len(s['pinned'])} node(s) kept fp32)"
+        precision += "".join(f" ({note})" for note in _report.precision_notes(s))
         print(f"  segment {s['id']}: {s['backend']:<11}{precision} {s['model']}  {what}")
     if manifest.get("demoted"):
         for line in _report.demotion_lines(manifest["demoted"], verbose=verbose):

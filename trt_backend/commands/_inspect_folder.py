@@ -9,7 +9,7 @@ from partitioner.report import summary, table
 from trt_backend.artifacts.read import BuiltFolder, open_folder, runtime_mismatch
 from trt_backend.artifacts.references import KEY as REFERENCES_KEY
 from trt_backend.artifacts.seal import sign_key as read_sign_key
-from trt_backend.engines.report import demotion_lines, stored_label
+from trt_backend.engines.report import demotion_lines, precision_notes
 from trt_backend.gpu.status import tensorrt_status
 
 
@@ -65,13 +65,9 @@ def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str
     # (auto; or a reduced precision on a plan with no TensorRT segment, which builds nothing in it)
     built_in = (m.get("build") or {}).get("summary") or opts.get("precision")
     asked = f" (asked: {opts.get('precision')})" if opts.get("precision") not in (built_in, None) else ""
-    stored = [f"segment {s.get('id')} {stored_label(s['stored_types'])}" for s in m.get("segments", ())
-              if isinstance(s, dict) and s.get("stored_types")]
-    stored += [f"segment {s.get('id')}: {len(s['pinned'])} node(s) kept fp32" for s in m.get("segments", ())
-               if isinstance(s, dict) and s.get("pinned") and s.get("precision") not in (None, "fp32", "tf32")]
-    stored += [f"segment {s.get('id')}: int8 at the model's {s['qdq_nodes']} Q/DQ nodes" for s in m.get("segments", ())
-               if isinstance(s, dict) and s.get("qdq_nodes") and s.get("precision") != "int8"]
-    asked += f" ({'; '.join(stored)})" if stored else ""
+    notes = [f"segment {s.get('id')}: {note}" for s in m.get("segments", ()) if isinstance(s, dict)
+             for note in precision_notes(s)]
+    asked += f" ({'; '.join(notes)})" if notes else ""
     lines = [f"build folder {folder} | manifest {m.get('digest')} | "
              + ("signed (HMAC-SHA256)" if "signature" in m else "unsigned")
              + f" | trt-backend {m.get('trt_backend')} | from {m.get('model')}",

@@ -216,7 +216,7 @@ def test_a_model_stored_in_fp16_is_not_labelled_by_the_build_option_alone(tmp_pa
         assert seg["precision"] == "fp32" and (("stored_types" in seg) == (name != "fp32")), seg
         assert main(["inspect", folder]) == 0
         header = capsys.readouterr().out.splitlines()[1]
-        assert ("(segment 0 " in header) == (name != "fp32"), header
+        assert ("(segment 0: " in header) == (name != "fp32"), header
 
 
 def test_fp16_of_a_model_stored_in_fp16_is_its_fp32_build(tmp_path, capsys) -> None:
