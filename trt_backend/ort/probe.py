@@ -145,6 +145,12 @@ def _probe(model: Model, names: Sequence[str], key: Sequence[Sequence[tuple[str,
         size = PROBE_DIMS[k % len(PROBE_DIMS)]
         rng = np.random.default_rng(k)
         feeds, named = {}, {}
+        # dims the given shapes fix by name: an input given none takes them where it shares the name
+        # (a mask beside the token ids it was not given a shape with)
+        given_dims = {d.dim_param: int(shapes[vi.name][axis]) for vi in model.proto.graph.input
+                      if vi.name in shapes and vi.type.HasField("tensor_type")
+                      and len(vi.type.tensor_type.shape.dim) == len(shapes[vi.name])
+                      for axis, d in enumerate(vi.type.tensor_type.shape.dim) if d.WhichOneof("value") == "dim_param"}
         for vi in model.proto.graph.input:
             tp = vi.type
             if tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.elem_type \
@@ -162,7 +168,7 @@ def _probe(model: Model, names: Sequence[str], key: Sequence[Sequence[tuple[str,
                 elif d.WhichOneof("value") == "dim_value":
                     shape.append(int(d.dim_value))
                 else:
-                    shape.append(size)
+                    shape.append(given_dims.get(d.dim_param, size) if d.WhichOneof("value") == "dim_param" else size)
                 if d.WhichOneof("value") == "dim_param":
                     named[d.dim_param] = shape[-1]
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tp.tensor_type.elem_type))
