@@ -44,6 +44,7 @@ from trt_backend.artifacts.build_cache import (
     reference_status,
 )
 from trt_backend.artifacts.seal import sign_key
+from trt_backend.commands._segment_notes import precision_notes
 
 log = logging.getLogger(__name__)
 _report = lazy_module("trt_backend.engines.report")  # A build that demoted nodes only.
@@ -249,7 +250,7 @@ def print_build(model: str, output: str, manifest: Mapping[str, Any], verbose: b
         what = (f"engine {s['engine']} {s['engine_bytes']} bytes, built in {s['build_seconds']:.2f} s"
                 if s["engine"] else "runs in ONNX Runtime")
         precision = f" {s['precision']}" if s.get("precision") else ""
-        precision += "".join(f" ({note})" for note in _report.precision_notes(s))
+        precision += "".join(f" ({note})" for note in precision_notes(s))
         print(f"  segment {s['id']}: {s['backend']:<11}{precision} {s['model']}  {what}")
     if manifest.get("demoted"):
         for line in _report.demotion_lines(manifest["demoted"], verbose=verbose):

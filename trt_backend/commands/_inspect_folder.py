@@ -9,7 +9,8 @@ from partitioner.report import summary, table
 from trt_backend.artifacts.read import BuiltFolder, open_folder, runtime_mismatch
 from trt_backend.artifacts.references import KEY as REFERENCES_KEY
 from trt_backend.artifacts.seal import sign_key as read_sign_key
-from trt_backend.engines.report import demotion_lines, precision_notes
+from trt_backend.commands._segment_notes import precision_notes
+from trt_backend.engines.report import demotion_lines
 from trt_backend.gpu.status import tensorrt_status
 
 

@@ -43,7 +43,7 @@ def stored_reduced(model: onnx.ModelProto) -> dict[str, int]:
     inputs, outputs, initializers and value_info), with how many tensors each, and "fp32" with
     its count beside them; empty where it holds none. TensorRT's strongly typed networks compute
     a model stored in fp16 in fp16 whatever precision the build asks for, which the segment's
-    label says (:func:`trt_backend.engines.report.stored_label`)."""
+    label says (:func:`trt_backend.commands._segment_notes.stored_label`)."""
     graph = model.graph
     names = {TensorProto.FLOAT: "fp32", TensorProto.FLOAT16: "fp16", TensorProto.BFLOAT16: "bf16"}
     counts: dict[str, int] = {}

@@ -1,0 +1,34 @@
+"""What a build folder's segment entry says about the precision it computes in, in words: read by
+``build``'s summary and ``inspect DIR``. Plain text work on the manifest only: ``build`` prints it
+also where its build index answered before onnx or numpy loaded."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def stored_label(counts: Mapping[str, int]) -> str:
+    """:func:`trt_backend.engines.precision.stored_reduced`'s counts in words, for a segment built
+    in fp32: "" where the model holds no 16-bit floats."""
+    low = [k for k in ("fp16", "bf16") if counts.get(k)]
+    if not low:
+        return ""
+    if not counts.get("fp32"):
+        return f"computes in {' and '.join(low)}: the model's own types"
+    total = sum(counts.values())
+    return f"{' and '.join(low)} in {sum(counts[k] for k in low)} of {total} float tensors: the model's own types"
+
+
+def precision_notes(segment: Mapping[str, Any]) -> list[str]:
+    """What a build folder's segment entry says about the precision it computes in beyond its
+    label: int8 at the model's own Q/DQ in a build of another precision, the model's own 16-bit
+    types in an fp32 build (:func:`stored_label`), the nodes a reduced build kept fp32."""
+    notes = []
+    precision = segment.get("precision")
+    if segment.get("qdq_nodes") and precision != "int8":  # (an int8 build's own Q/DQ: "int8" says it)
+        notes.append(f"int8 at the model's {segment['qdq_nodes']} Q/DQ nodes")
+    if segment.get("stored_types"):
+        notes.append(stored_label(segment["stored_types"]))
+    if segment.get("pinned") and precision not in (None, "fp32", "tf32"):
+        notes.append(f"{len(segment['pinned'])} node(s) kept fp32")
+    return notes
