@@ -100,9 +100,7 @@ def _check_shared_dims(prof: Profile, by_name: Mapping[str, NodeArg], where: str
         arg = by_name.get(name)
         if arg is None or arg.rank is None or len(arg.shape) != len(tp.min):
             continue
-        for axis, dim in enumerate(arg.shape):
-            if not isinstance(dim, str) or not dim or dim.startswith("unk__"):
-                continue
+        for axis, dim in arg.named_dims():
             span = (tp.min[axis], tp.opt[axis], tp.max[axis])
             first = seen.setdefault(dim, (name, axis, span))
             if first[2] != span:

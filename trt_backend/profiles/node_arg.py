@@ -29,6 +29,15 @@ class NodeArg:
         """``tensor``, ``seq``, ``optional``, ``map`` or ``unknown`` (the head of ``type``)."""
         return self.type.split("(", 1)[0] if "(" in self.type else "unknown"
 
+    def named_dims(self) -> list[tuple[int, str]]:
+        """(axis, name) of each dim named by the model: ONNX's dim_param names one size throughout
+        the graph, so inputs holding the same name must agree on it (exporters' placeholder names,
+        ``unk__N``, name nothing shared)."""
+        if self.rank is None:
+            return []
+        return [(axis, d) for axis, d in enumerate(self.shape)
+                if isinstance(d, str) and d and not d.startswith("unk__")]
+
     @property
     def is_dynamic(self) -> bool:
         return self.kind == "tensor" and (self.rank is None or any(not isinstance(d, int) for d in self.shape))

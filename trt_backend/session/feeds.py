@@ -196,9 +196,8 @@ def _check_shared_dims(inputs: Sequence[NodeArg], feeds: Mapping[str, Any]) -> N
         value: Any = feeds.get(arg.name)
         if arg.rank is None or not _is_array(value) or len(value.shape) != len(arg.shape):
             continue
-        for axis, (dim, size) in enumerate(zip(arg.shape, value.shape)):
-            if not isinstance(dim, str) or not dim or dim.startswith("unk__"):
-                continue
+        for axis, dim in arg.named_dims():
+            size = value.shape[axis]
             first = seen.setdefault(dim, (arg.name, axis, int(size)))
             if first[2] != int(size):
                 raise FeedError(f"inputs '{first[0]}' and '{arg.name}' share the dim '{dim}' (dim {first[1]} of "
