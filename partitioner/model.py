@@ -49,6 +49,8 @@ class Model:
     base_dir: str | None
     index: GraphIndex
     fixes: list[str] = field(default_factory=list)
+    # what kinds of fix ``fixes`` holds (the FIX_* names below)
+    fix_kinds: set[str] = field(default_factory=set)
     # Highest IR version the caller's runtime accepts (None: the onnx package's own); extracted
     # segments are written within it too.
     max_ir_version: int | None = None
@@ -179,7 +181,7 @@ def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: s
     graph = proto.graph
     if len(graph.node) == 0:
         raise InvalidModelError(f"{name}: the graph has no nodes")
-    fixes: list[str] = []
+    fixes = _Fixes()
     _unknown_dims(graph, name, fixes)
     _check_declared_types(graph, name)
     _unique_node_names(graph, fixes)
@@ -191,8 +193,29 @@ def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: s
     index.refresh_types()
     if fixes:
         log.info("%s: %s", name, "; ".join(fixes))
-    return Model(proto=proto, source=name, base_dir=base_dir, index=index, fixes=fixes, max_ir_version=max_ir_version,
+    return Model(proto=proto, source=name, base_dir=base_dir, index=index, fixes=list(fixes),
+                 fix_kinds=set(fixes.kinds), max_ir_version=max_ir_version,
                  learned=dict.fromkeys(declared, DECLARED))
+
+
+# The kinds of fix loading makes. The first three leave what TensorRT's parser makes of the model as
+# the file's own: node names (the parser names nodes by index), the IR version, and weights an old
+# exporter also listed as graph inputs (the parser takes such an input as its initializer).
+FIX_NODE_NAMES, FIX_IR_VERSION, FIX_CONSTANT_INPUTS = "node names", "IR version", "constant inputs"
+FIX_UNKNOWN_DIMS, FIX_OUTPUT_SHAPES, FIX_QDQ = "unknown dims", "output shapes", "Q/DQ rewrite"
+PARSER_NEUTRAL_FIXES = frozenset({FIX_NODE_NAMES, FIX_IR_VERSION, FIX_CONSTANT_INPUTS})
+
+
+class _Fixes(list[str]):
+    """What loading fixed, in words, and the kinds of fix that are (``FIX_*``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kinds: set[str] = set()
+
+    def add(self, kind: str, text: str) -> None:
+        self.append(text)
+        self.kinds.add(kind)
 
 
 def reindex(model: Model) -> None:
@@ -257,7 +280,7 @@ def declared_unknown(d: onnx.TensorShapeProto.Dimension) -> bool:
     return (which == "dim_value" and d.dim_value <= 0) or (which == "dim_param" and d.dim_param == "?")
 
 
-def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: list[str]) -> None:
+def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: _Fixes) -> None:
     """Dims declared as a negative number (Paddle2ONNX and older tf2onnx write -1 for a dynamic
     batch) in graph inputs, outputs and value_info, subgraphs' too, and 0 in graph inputs and
     outputs (some exporters write 0 there), become unknown dims, as ONNX Runtime takes them; one
@@ -292,10 +315,10 @@ def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: list[str]) -> None:
         shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
         log.warning("%s: %d dim(s) declared as -1, 0 or '?' (%s) taken as unknown dims, as ONNX Runtime takes them",
                     name, len(found), shown)
-        fixes.append(f"{len(found)} dim(s) declared as -1, 0 or '?' taken as unknown")
+        fixes.add(FIX_UNKNOWN_DIMS, f"{len(found)} dim(s) declared as -1, 0 or '?' taken as unknown")
 
 
-def _unique_node_names(graph: onnx.GraphProto, fixes: list[str]) -> None:
+def _unique_node_names(graph: onnx.GraphProto, fixes: _Fixes) -> None:
     taken = {n.name for n in graph.node if n.name}
     seen: set[str] = set()
     renamed = 0
@@ -312,16 +335,17 @@ def _unique_node_names(graph: onnx.GraphProto, fixes: list[str]) -> None:
         taken.add(candidate)
         renamed += 1
     if renamed:
-        fixes.append(f"named {renamed} unnamed or duplicate-named node(s)")
+        fixes.add(FIX_NODE_NAMES, f"named {renamed} unnamed or duplicate-named node(s)")
 
 
-def _constant_initializer_inputs(graph: onnx.GraphProto, fixes: list[str]) -> None:
+def _constant_initializer_inputs(graph: onnx.GraphProto, fixes: _Fixes) -> None:
     """Graph inputs that are also initializers (IR 3 exporters list every weight as an input) are
     taken as constants: TensorRT cannot build weights that arrive at run time."""
     init = {t.name for t in graph.initializer}
     keep = [vi for vi in graph.input if vi.name not in init]
     if len(keep) != len(graph.input):
-        fixes.append(f"{len(graph.input) - len(keep)} graph input(s) with an initializer taken as constant(s)")
+        fixes.add(FIX_CONSTANT_INPUTS,
+                  f"{len(graph.input) - len(keep)} graph input(s) with an initializer taken as constant(s)")
         del graph.input[:]
         graph.input.extend(keep)
 
@@ -347,10 +371,10 @@ def fitting_ir_version(proto: onnx.ModelProto, max_ir_version: int | None = None
     return ir
 
 
-def _fit_ir_version(proto: onnx.ModelProto, fixes: list[str], max_ir_version: int | None) -> None:
+def _fit_ir_version(proto: onnx.ModelProto, fixes: _Fixes, max_ir_version: int | None) -> None:
     ir = fitting_ir_version(proto, max_ir_version)
     if ir != proto.ir_version:
-        fixes.append(f"IR version {proto.ir_version} changed to {ir} to fit opset imports "
+        fixes.add(FIX_IR_VERSION, f"IR version {proto.ir_version} changed to {ir} to fit opset imports "
                      + ", ".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in proto.opset_import))
         proto.ir_version = ir
 
@@ -630,7 +654,7 @@ def unknown_tensor_types(model: Model) -> list[str]:
     return out
 
 
-def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: list[str] | None = None) -> list[str]:
+def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: _Fixes | None = None) -> list[str]:
     """Annotate value_info with inferred types and (symbolic) shapes; never fatal. Shape inference
     runs without the model's own value_info first (ONNX keeps a declared shape that contradicts
     what the ops compute: an exporter's wrong dim would survive into every segment); a declared
@@ -679,7 +703,7 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: list[str] | None = N
         merged, conflict = _merge_declared(theirs.type, before, symbols)
         mine.type.CopyFrom(merged)
         if conflict and fixes is not None:
-            fixes.append(f"graph output '{mine.name}' declared as {_shape_text(before)}, computed as "
+            fixes.add(FIX_OUTPUT_SHAPES, f"graph output '{mine.name}' declared as {_shape_text(before)}, computed as "
                          f"{_shape_text(theirs.type)}: the computed shape kept")
     return [vi.name for vi in fallback]
 

@@ -44,7 +44,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from partitioner.errors import InvalidModelError, OptionsError
 from partitioner.graph import fresh_name, node_reads
-from partitioner.model import Model, check_model, reindex
+from partitioner.model import FIX_QDQ, Model, check_model, reindex
 from partitioner.weights import tensor_array
 
 log = logging.getLogger(__name__)
@@ -141,6 +141,7 @@ class QdqPass:
         rewrite.apply()
         reindex(model)
         model.fixes.append("; ".join(rewrite_summary(rewrite.rewritten)))
+        model.fix_kinds.add(FIX_QDQ)
         model.rewritten.update(rewrite.rewritten)
         log.info("%s: %s", model.source, model.fixes[-1])
         return QdqResult(model, True, dict(rewrite.rewritten))

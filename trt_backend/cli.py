@@ -25,6 +25,7 @@ _args = lazy_module("trt_backend.commands._args")  # Loaded after a build the in
 _build_hit = lazy_module("trt_backend.commands._build_hit")
 _head_start = lazy_module("trt_backend.commands._head_start")  # build only
 _early_engine = lazy_module("trt_backend.engines.head_start")
+_early_parse = lazy_module("trt_backend.tensorrt.early_parse")  # inspect only
 
 COMMANDS = {  # name -> one-line help, in --help order; module trt_backend.commands.<name with "-" as "_">
     "inspect": "plan a model: which nodes run in TensorRT, which in ONNX Runtime",
@@ -99,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         answered, build_index = _build_from_index(args_list)
         if answered:
             return 0
+    if command == "inspect":
+        _start_early_parse(args_list)  # TensorRT's parser asked about the file while onnx and the model load.
     if command != "build":
         return _main(args_list, command, None)
     _head_start.start_from_argv(args_list)  # The engine of a model TensorRT takes whole, while it is planned.
@@ -106,6 +109,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(args_list, command, build_index)
     finally:
         _early_engine.discard()  # A head start the build did not take (an error, or another plan).
+
+
+_VERBOSITY = frozenset({"-v", "--verbose", "-q", "--quiet", "-vv", "-vvv"})
+# inspect's options that take a value and its flags, less --isolate (which plans in a child of its
+# own): a command line with any other option starts no early parse
+_INSPECT_VALUES = frozenset({
+    "--cache-dir", "--json", "--export-segments", "--annotated", "--picture", "--precision-plan", "--shapes",
+    "--min-shapes", "--opt-shapes", "--max-shapes", "--sign-key", "--exclude-ops", "--exclude-nodes",
+    "--min-segment-size", "--launch-cost-us", "--flavor", "--target", "--plugin-ops", "--qdq-rewrite"})
+_INSPECT_FLAGS = _VERBOSITY | {"--no-boundary-cost", "--no-plugins"}
+
+
+def _start_early_parse(argv: Sequence[str]) -> None:
+    """For ``inspect MODEL`` of a model file: a child process asks TensorRT's parser about it while
+    this one loads (:mod:`trt_backend.tensorrt.early_parse`, which says where one starts and where
+    the planner takes its answer)."""
+    model, flavor, command = None, "auto", False
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        name, eq, value = token.partition("=")
+        if not command:
+            if token not in _VERBOSITY:
+                command = token == "inspect"
+                if not command:
+                    return
+        elif name in _INSPECT_VALUES:
+            if not eq:
+                i += 1
+                if i == len(argv):
+                    return
+                value = argv[i]
+            flavor = value if name == "--flavor" else flavor
+        elif token.startswith("-") or model is not None:
+            if token not in _INSPECT_FLAGS:
+                return
+        else:
+            model = token
+        i += 1
+    if model is not None and os.path.isfile(model):
+        _early_parse.fork_question(model, flavor)
 
 
 def _main(args_list: list[str], command: str | None, build_index: str | None) -> int:

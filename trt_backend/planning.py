@@ -26,10 +26,10 @@ from partitioner import (
     load_model,
     plan_model,
 )
-from partitioner.capability import CapabilityOracle, Verdict
+from partitioner.capability import CapabilityOracle, Piece, QueryResult, Verdict
 from partitioner.cost import si_bytes
 from partitioner.errors import OptionsError
-from partitioner.model import ModelSource, learn_types, serialize
+from partitioner.model import PARSER_NEUTRAL_FIXES, ModelSource, learn_types, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
 from partitioner.qdq import rewrite_qdq
 from plugins import default_registry
@@ -37,6 +37,7 @@ from trt_backend._progress import progress
 from trt_backend.errors import ParserCrashError, TensorRTUnavailableError
 from trt_backend.ort.probe import ProbeShapes, learn_unknown_types, probe_key
 from trt_backend.ort.sessions import max_ir_version
+from trt_backend.tensorrt import early_parse
 from trt_backend.tensorrt.flavor import load_flavor
 from trt_backend.tensorrt.oracle import ParserOracle
 
@@ -157,14 +158,66 @@ def plan_with_parser(model: ModelSource | Model, flavor: str, options: Partition
                      shapes: ProbeShapes = ()) -> Plan:
     """``plan_model`` with the shared parser oracle of ``flavor``, one caller at a time."""
     options = with_shipped_plugins(options)
-    oracle = parser_oracle(flavor)
     loaded = load_normalized(model, shapes, _qdq_rewrite(options))
+    oracle = _oracle_for(loaded, flavor)
     progress("planning %s: %d node(s)", loaded.source, len(loaded.proto.graph.node))
     with _oracle_lock:
         plan = plan_model(loaded, oracle, options)
     progress("planned %s: %d segment(s) (%d TensorRT) after %d parser call(s)", loaded.source, len(plan.segments),
              len(plan.tensorrt_segments()), plan.oracle_calls)
     return plan
+
+
+def _oracle_for(model: Model, flavor: str) -> CapabilityOracle:
+    """The parser oracle of ``flavor`` that plans ``model``: the shared one, unless the CLI asked
+    TensorRT's parser about the model's file early (:mod:`trt_backend.tensorrt.early_parse`) and
+    that answer holds for this model: the parser took the file whole, and loading changed nothing
+    the parser reads (no fix but of node names, the IR version or weights listed as inputs too, no
+    Q/DQ rewrite) in a file unchanged since. The oracle then answers a question about the whole
+    model with it (:class:`_FileAnswered`)."""
+    early = early_parse.take(model.source, flavor)
+    if early is None:
+        return parser_oracle(flavor)
+    if model.rewritten or not model.fix_kinds <= PARSER_NEUTRAL_FIXES:
+        early.discard()
+        return parser_oracle(flavor)
+    answer = early.answer()
+    if answer is None or not answer["supported"] or not early.unchanged(answer):
+        return parser_oracle(flavor)
+    return _FileAnswered(answer, model, flavor)
+
+
+class _FileAnswered:
+    """The parser oracle of ``flavor`` for ``model``, whose first question, where it holds every
+    node of ``model`` in order with its inputs and outputs, is answered by ``answer``: the
+    parser's, about the model's file as it is (see :func:`_oracle_for`). Any other question goes
+    to the shared oracle."""
+
+    takes_stand_ins = True
+
+    def __init__(self, answer: dict[str, Any], model: Model, flavor: str) -> None:
+        self._answer: dict[str, Any] | None = answer
+        self._model, self._flavor = model, flavor
+        self.target = str(answer["target"])
+        self.weights_dir: str | None = None
+
+    def query(self, model: onnx.ModelProto) -> QueryResult:
+        answer, self._answer = self._answer, None
+        if answer is not None and _whole(model.graph, self._model.proto.graph):
+            log.debug("the TensorRT parser's answer about %s came from its early parse", self._model.source)
+            return QueryResult(True, tuple(Piece(tuple(nodes), bool(verified)) for nodes, verified in answer["pieces"]))
+        oracle = parser_oracle(self._flavor)
+        oracle.weights_dir = self.weights_dir
+        return oracle.query(model)
+
+
+def _whole(question: onnx.GraphProto, graph: onnx.GraphProto) -> bool:
+    """Whether ``question`` holds the nodes of ``graph`` in the same order, with its inputs and outputs."""
+    return (len(question.node) == len(graph.node)
+            and all(a.op_type == b.op_type and a.domain == b.domain and a.input == b.input and a.output == b.output
+                    for a, b in zip(question.node, graph.node))
+            and {v.name for v in question.input} == {v.name for v in graph.input}
+            and [v.name for v in question.output] == [v.name for v in graph.output])
 
 
 def plan_for(source: ModelSource | Model, options: PartitionOptions | None = None, *, flavor: str = "auto",

@@ -39,6 +39,7 @@ from trt_backend.ort.probe import ProbeShapes, probe_key
 from trt_backend.ort.sessions import installed_version, max_ir_version
 from trt_backend.planning import learned_types, load_normalized, with_shipped_plugins
 from trt_backend.profiles import Profile, profiles_from_json, profiles_to_json
+from trt_backend.tensorrt import early_parse
 from trt_backend.tensorrt.flavor import load_flavor
 
 log = logging.getLogger(__name__)
@@ -60,11 +61,15 @@ def plan_entry(cache_dir: str, model_path: str, options: PartitionOptions, flavo
         return None
     parser = [flavor]  # ("none": every node goes to ONNX Runtime)
     if flavor != "none":
-        try:
-            flv = load_flavor(flavor)
-        except TensorRTUnavailableError:
-            return None  # (planning says so, or plans without TensorRT with a warning: nothing to keep)
-        parser += [flv.name, flv.version, flv.parser_version]
+        early = early_parse.pending(model_path, flavor)  # (the CLI's child imported it: not imported here)
+        found = early.tensorrt() if early is not None else None
+        if found is None:
+            try:
+                flv = load_flavor(flavor)
+            except TensorRTUnavailableError:
+                return None  # (planning says so, or plans without TensorRT with a warning: nothing to keep)
+            found = (flv.name, flv.version, flv.parser_version)
+        parser += list(found)
     options = with_shipped_plugins(options)
     material = {"plan_cache_format": PLAN_CACHE_FORMAT, "trt_backend": __version__, "source": source_digest(),
                 "model": model, "options": jsonable(options), "parser": parser, "onnx": onnx.__version__,

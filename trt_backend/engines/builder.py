@@ -58,7 +58,7 @@ from trt_backend.tensorrt.flavor import (
     tensorrt_entered,
     waited_for_tensorrt,
 )
-from trt_backend.tensorrt.oracle import describe_parser_error
+from trt_backend.tensorrt.questions import describe_parser_error
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import tempfile
 from typing import Any
 
@@ -21,6 +20,7 @@ from trt_backend.tensorrt.flavor import (
     network_flags,
     tensorrt_lock,
 )
+from trt_backend.tensorrt.questions import describe_parser_error, supports
 
 log = logging.getLogger(__name__)
 
@@ -74,20 +74,8 @@ class ParserOracle:
         return QueryResult(supported, pieces, errors)
 
     def _supported(self, data: bytes, path: str | None) -> tuple[bool, tuple[Piece, ...], dict[int, str]]:
-        trt = self.flavor.module
-        network = self._builder.create_network(network_flags(self.flavor))
-        parser: Any = trt.OnnxParser(network, self._logger)
-        with native_stderr():
-            supported = bool(parser.supports_model_v2(data, path))
-        pieces = tuple(Piece(tuple(int(k) for k in parser.get_subgraph_nodes(i)), bool(parser.is_subgraph_supported(i)))
-                       for i in range(parser.num_subgraphs))
-        errors: dict[int, str] = {}
-        for i in range(parser.num_errors):
-            err = parser.get_error(i)
-            node = int(err.node())
-            if node >= 0 and node not in errors:
-                errors[node] = describe_parser_error(err)
-        return supported, pieces, errors
+        supported, pieces, errors = supports(self.flavor, self._builder, self._logger, data, path)
+        return supported, tuple(Piece(nodes, verified) for nodes, verified in pieces), errors
 
     def _parse_errors(self, data: bytes, path: str | None) -> dict[int, str]:
         trt = self.flavor.module
@@ -174,18 +162,3 @@ def _stand_in_length(t: onnx.TensorProto) -> int | None:
     if is_stand_in(t):
         return int(next(e.value for e in t.external_data if e.key == "length"))
     return raw_nbytes(t) if _zeroable(t) else None
-
-
-_ASSERT_MESSAGE = re.compile(r'&&\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\s*$')
-
-
-def describe_parser_error(err: Any) -> str:
-    code = str(err.code()).rsplit(".", 1)[-1]
-    desc = str(err.desc()).strip()
-    match = _ASSERT_MESSAGE.search(desc)  # "(cond) && "message"": the message says it better
-    if match:
-        desc = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', match.group(1))).strip()
-    func = str(err.func()).strip()
-    if desc in ("", "false", "true"):
-        return f"{code} in {func}" if func else code
-    return f"{code}: {desc}"

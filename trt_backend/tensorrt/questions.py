@@ -1,0 +1,47 @@
+"""One question to TensorRT's ONNX parser about a model's bytes (``OnnxParser.supports_model_v2``),
+answered in plain values. The capability oracle asks it in this process, the early parse of a
+model file in a child process (:mod:`trt_backend.tensorrt.early_parse`); neither needs onnx here."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from trt_backend.tensorrt.flavor import Flavor, native_stderr, network_flags
+
+# (whether the parser takes every node, its pieces as (node indices, verified), node index -> why not)
+Answer = tuple[bool, tuple[tuple[tuple[int, ...], bool], ...], dict[int, str]]
+
+
+def supports(flavor: Flavor, builder: Any, logger: Any, data: bytes, path: str | None) -> Answer:
+    """The parser's answer about the model ``data`` (external data relative to ``path``), on a
+    fresh network of ``builder``; the caller holds :data:`~trt_backend.tensorrt.flavor.tensorrt_lock`
+    where other threads may use TensorRT."""
+    network = builder.create_network(network_flags(flavor))
+    parser: Any = flavor.module.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
+    with native_stderr():
+        supported = bool(parser.supports_model_v2(data, path))
+    pieces = tuple((tuple(int(k) for k in parser.get_subgraph_nodes(i)), bool(parser.is_subgraph_supported(i)))
+                   for i in range(parser.num_subgraphs))
+    errors: dict[int, str] = {}
+    for i in range(parser.num_errors):
+        err = parser.get_error(i)
+        node = int(err.node())
+        if node >= 0 and node not in errors:
+            errors[node] = describe_parser_error(err)
+    del parser, network
+    return supported, pieces, errors
+
+
+_ASSERT_MESSAGE = re.compile(r'&&\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\s*$')
+
+
+def describe_parser_error(err: Any) -> str:
+    code = str(err.code()).rsplit(".", 1)[-1]
+    desc = str(err.desc()).strip()
+    match = _ASSERT_MESSAGE.search(desc)  # "(cond) && "message"": the message says it better
+    if match:
+        desc = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', match.group(1))).strip()
+    func = str(err.func()).strip()
+    if desc in ("", "false", "true"):
+        return f"{code} in {func}" if func else code
+    return f"{code}: {desc}"
