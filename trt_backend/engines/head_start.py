@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 from partitioner.wire import keeps_external_data, main_graph_nodes
 from trt_backend._files import new_folder
+from trt_backend._forked import Forked, Send
 from trt_backend._lazy import lazy_module
 from trt_backend.engines.config import add_profiles, configure, dynamic_inputs, profile_settings
 from trt_backend.engines.options import BuildOptions
@@ -69,6 +70,7 @@ class HeadStart:
         self.options = options
         self.scratch = scratch
         self.flavor: Flavor | None = None
+        self.target: str | None = None  # the flavor's target, once imported
         self.settings: ProfileSettings | None = None
         self.inputs: tuple[str, ...] = ()
         self.outputs: tuple[str, ...] = ()
@@ -80,14 +82,44 @@ class HeadStart:
         self.problem: str | None = None  # why there is no engine
         self._cancelled = threading.Event()
         self._thread = threading.Thread(target=self._run, name="head-start-build", daemon=True)
+        self._child: Forked | None = None  # the child process building it, where one was forked
+        self._collected = False
 
     def begin(self) -> None:
-        previous = threading.stack_size(STACK_BYTES)  # (for the threads made meanwhile: this one)
+        """Start the build: in a forked child where this process may fork one (the ``build``
+        command at its start: the child builds on another CPU without waiting for the GIL while
+        this process imports and plans, see :mod:`trt_backend._forked`), else in a thread."""
         self.started = time.perf_counter()
+        self._child = Forked.start(self._in_child, f"head start of {self.path}")
+        if self._child is not None:
+            return
+        previous = threading.stack_size(STACK_BYTES)  # (for the threads made meanwhile: this one)
         try:
             self._thread.start()
         finally:
             threading.stack_size(previous)
+
+    def _in_child(self, send: Send) -> dict[str, Any]:
+        """The child's work: the build, and what the parent needs of it (see :meth:`_collect`)."""
+        self._run()
+        return {"problem": self.problem, "target": self.target, "inputs": self.inputs, "outputs": self.outputs,
+                "dynamic": self.dynamic, "settings": self.settings, "engine": self.engine, "layers": self.layers,
+                "seconds": self.seconds}
+
+    def _collect(self, done: dict[str, Any] | None) -> None:
+        """The child's account of its build (JSON: lists where the build made tuples)."""
+        if done is None or "failed" in done:
+            self.problem = done["failed"] if done is not None else "its process ended without an engine"
+            return
+        self.problem, self.target, self.layers, self.seconds = done["problem"], done["target"], done["layers"], \
+            done["seconds"]
+        self.inputs, self.outputs = tuple(done["inputs"]), tuple(done["outputs"])
+        self.dynamic = [(str(name), tuple(shape), bool(shape_tensor)) for name, shape, shape_tensor in done["dynamic"]]
+        self.settings = [{name: _tuples(v) for name, v in profile.items()} for profile in done["settings"]] \
+            if done["settings"] is not None else None
+        self.engine = tuple(done["engine"]) if done["engine"] is not None else None  # type: ignore[assignment]
+        if self.options is None:
+            self.options = BuildOptions()  # (as the child made them)
 
     def _run(self) -> None:
         start = time.perf_counter()
@@ -101,7 +133,7 @@ class HeadStart:
 
     def _build(self) -> None:
         flavor = load_flavor(self.flavor_name)
-        self.flavor = flavor
+        self.flavor, self.target = flavor, flavor.target
         trt = flavor.module
         with open(self.path, "rb") as f:
             data = f.read()
@@ -163,10 +195,18 @@ class HeadStart:
                 del config, parser, network, builder, logger
 
     def wait(self) -> None:
-        self._thread.join()
+        if self._child is None:
+            self._thread.join()
+        elif not self._collected:
+            self._collected = True
+            self._collect(self._child.message(0))
+            log.debug("head start of %s: built in child process %d (%s)", self.path, self._child.pid,
+                      self.problem or "an engine")
 
     def cancel(self) -> None:
         self._cancelled.set()
+        if self._child is not None:
+            self._child.kill()  # (a build in a process can be stopped)
 
     def fits(self, model: Any, segment: Any, segment_model: Any, ranges: Sequence[Mapping[str, Any]],
              options: Any, flavor: Flavor, plain: bool) -> str | None:
@@ -183,9 +223,9 @@ class HeadStart:
         if len(segment.nodes) != len(graph.node) or len(segment_model.graph.node) != len(graph.node):
             return "the segment is not the whole model"
         self.wait()
-        if self.engine is None or self.flavor is None or self.settings is None:
+        if self.engine is None or self.target is None or self.settings is None:
             return self.problem or "no engine"
-        if flavor.target != self.flavor.target:
+        if flavor.target != self.target:
             return "another TensorRT"
         if options != self.options:
             return "other build options"
@@ -240,6 +280,11 @@ class _ShapeRange(NamedTuple):
     opt: tuple[int, ...]
     max: tuple[int, ...]
     values: tuple[tuple[int, ...], ...] | None = None
+
+
+def _tuples(value: Any) -> Any:
+    """``value`` read from JSON with its lists as the tuples they were."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def _shape_range(value: Any, what: str) -> Any:

@@ -88,14 +88,7 @@ def test_a_plan_that_is_not_the_whole_model_builds_without_it(tmp_path, spy, mon
     """TensorRT takes this two-node model whole, but a TensorRT segment of two nodes is below the
     partition's minimum: the plan runs it on ONNX Runtime, does not take the head start's engine,
     and the folder is the one written without a head start."""
-    nodes = [helper.make_node("Add", ["x", "x"], ["s"], name="add"),
-             helper.make_node("Relu", ["s"], ["y"], name="relu")]
-    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])])
-    two = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    two.ir_version = 8
-    path = str(tmp_path / "two.onnx")
-    onnx.save(two, path)
+    path = _two_nodes(str(tmp_path / "two.onnx"))
     manifest = build(path, str(tmp_path / "head"), [{"x": ((1, 8), (2, 8), (4, 8))}])
     assert spy["started"] and spy["started"][0] is not None and spy["started"][0].problem is None
     assert spy["claimed"] == []  # no TensorRT segment to build
@@ -251,3 +244,44 @@ def test_build_refuses_shapes_beside_ranges(tmp_path, capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert err.startswith("trt-backend: error: --shapes builds one fixed profile") and "\n" not in err
     assert not out.exists() and not [n for n in os.listdir(tmp_path) if n.startswith(".head-start-")]
+
+
+FORKS = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2
+
+
+def _two_nodes(path: str) -> str:
+    """Add then Relu: TensorRT takes it whole, the partition's minimum segment size does not."""
+    nodes = [helper.make_node("Add", ["x", "x"], ["s"], name="add"),
+             helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])])
+    two = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    two.ir_version = 8
+    onnx.save(two, path)
+    return path
+
+
+@pytest.mark.skipif(not FORKS, reason="a head start is forked only with a second CPU")
+@pytest.mark.parametrize("whole", [True, False])
+def test_the_build_command_builds_its_head_start_in_a_child_process(whole, tmp_path, monkeypatch) -> None:
+    """``trt-backend build`` forks its head start (it runs one thread at its start); the folder is
+    byte for byte the one built here without a head start, where the child's engine is taken
+    (``whole``) and where the plan leaves it (a model below the minimum segment size: the child is
+    ended, its scratch gone)."""
+    import subprocess
+    import sys
+
+    if whole:
+        model, shapes = small_cnn(str(tmp_path / "cnn.onnx")), SHAPES
+    else:
+        model, shapes = _two_nodes(str(tmp_path / "two.onnx")), ["--min-shapes", "x:1x8", "--opt-shapes", "x:2x8",
+                                                                 "--max-shapes", "x:4x8"]
+    proc = subprocess.run([sys.executable, "-m", "trt_backend", "-vv", "build", model, "-o", str(tmp_path / "cli"),
+                           *shapes], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "built in child process" in proc.stderr
+    assert ("engine built from the model file as it is" in proc.stderr) == whole
+    no_scratch(str(tmp_path))
+    without_head_start(monkeypatch)
+    assert main(["build", model, "-o", str(tmp_path / "here"), *shapes]) == 0
+    assert folder(str(tmp_path / "cli")) == folder(str(tmp_path / "here"))

@@ -106,7 +106,7 @@ CHILD = textwrap.dedent("""
         info = os.stat(path)
         os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))
     elif what == "died":
-        os.kill(early.pid, signal.SIGKILL)
+        os.kill(early.child.pid, signal.SIGKILL)
     from trt_backend.planning import make_plan
     plan = make_plan(path)
     print("SEGMENTS", [s.backend for s in plan.segments], "CALLS", plan.oracle_calls)
