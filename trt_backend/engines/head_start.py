@@ -36,7 +36,7 @@ from trt_backend._forked import Forked, Send
 from trt_backend._lazy import lazy_module
 from trt_backend.engines.config import add_profiles, configure, dynamic_inputs, profile_settings
 from trt_backend.engines.options import BuildOptions
-from trt_backend.ort.sizes import available_memory
+from trt_backend.ort.sizes import room_beside
 from trt_backend.tensorrt.flavor import (
     Flavor,
     create_builder,
@@ -317,9 +317,7 @@ def launch(path: str, out_dir: str, flavor: str, profiles: Sequence[Mapping[str,
     if not os.path.isfile(path) or getattr(options, "precision", "fp32") not in ("fp32", "tf32") \
             or getattr(options, "max_build_memory", None) is not None:  # (its memory is not in the budget)
         return None
-    size = os.path.getsize(path)
-    available = available_memory()
-    if size > MAX_BYTES or (available is not None and 4 * size > available):
+    if not room_beside(os.path.getsize(path), MAX_BYTES):
         return None  # A build beside the planner's would hold too much at once.
     try:
         scratch = new_folder(os.path.dirname(os.path.abspath(out_dir)), ".head-start-")

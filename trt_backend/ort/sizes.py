@@ -45,3 +45,11 @@ def proc_bytes(path: str, field: str) -> int | None:
 def available_memory() -> int | None:
     """Bytes of memory available to allocate now (Linux: MemAvailable), None where unknown."""
     return proc_bytes("/proc/meminfo", "MemAvailable")
+
+
+def room_beside(size: int, limit: int) -> bool:
+    """Whether a model file of ``size`` bytes may be worked on a second time beside this process's
+    own work on it (a head start's build, an early parse): at most ``limit`` bytes, and a quarter of
+    the memory available where that is known (the two copies and what each makes of them)."""
+    available = available_memory()
+    return 0 < size <= limit and (available is None or 4 * size <= available)

@@ -25,7 +25,7 @@ import stat
 from typing import Any
 
 from trt_backend._forked import Forked, Send
-from trt_backend.ort.sizes import available_memory
+from trt_backend.ort.sizes import room_beside
 from trt_backend.tensorrt.flavor import load_flavor
 from trt_backend.tensorrt.questions import supports
 
@@ -80,9 +80,7 @@ def fork_question(path: str, flavor: str = "auto") -> EarlyParse | None:
         info = os.stat(path)
     except OSError:
         return None
-    available = available_memory()
-    if (not stat.S_ISREG(info.st_mode) or not 0 < info.st_size <= MAX_BYTES
-            or (available is not None and 4 * info.st_size > available)):
+    if not stat.S_ISREG(info.st_mode) or not room_beside(info.st_size, MAX_BYTES):
         return None
     path = os.path.abspath(path)
     child = Forked.start(lambda send: _ask(path, flavor, send), f"early parse of {path}")
