@@ -22,6 +22,7 @@ from trt_backend._progress import PROGRESS, ClearingStream, ProgressHandler
 from trt_backend.errors import TrtBackendError
 
 _args = lazy_module("trt_backend.commands._args")  # Loaded after a build the index answers: not at all.
+_argv = lazy_module("trt_backend.commands._argv")
 _build_hit = lazy_module("trt_backend.commands._build_hit")
 _head_start = lazy_module("trt_backend.commands._head_start")  # build only
 _early_engine = lazy_module("trt_backend.engines.head_start")
@@ -111,44 +112,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         _early_engine.discard()  # A head start the build did not take (an error, or another plan).
 
 
-_VERBOSITY = frozenset({"-v", "--verbose", "-q", "--quiet", "-vv", "-vvv"})
 # inspect's options that take a value and its flags, less --isolate (which plans in a child of its
 # own): a command line with any other option starts no early parse
 _INSPECT_VALUES = frozenset({
     "--cache-dir", "--json", "--export-segments", "--annotated", "--picture", "--precision-plan", "--shapes",
     "--min-shapes", "--opt-shapes", "--max-shapes", "--sign-key", "--exclude-ops", "--exclude-nodes",
     "--min-segment-size", "--launch-cost-us", "--flavor", "--target", "--plugin-ops", "--qdq-rewrite"})
-_INSPECT_FLAGS = _VERBOSITY | {"--no-boundary-cost", "--no-plugins"}
+_INSPECT_FLAGS = frozenset({"--no-boundary-cost", "--no-plugins"})
 
 
 def _start_early_parse(argv: Sequence[str]) -> None:
     """For ``inspect MODEL`` of a model file: a child process asks TensorRT's parser about it while
     this one loads (:mod:`trt_backend.tensorrt.early_parse`, which says where one starts and where
     the planner takes its answer)."""
-    model, flavor, command = None, "auto", False
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        name, eq, value = token.partition("=")
-        if not command:
-            if token not in _VERBOSITY:
-                command = token == "inspect"
-                if not command:
-                    return
-        elif name in _INSPECT_VALUES:
-            if not eq:
-                i += 1
-                if i == len(argv):
-                    return
-                value = argv[i]
-            flavor = value if name == "--flavor" else flavor
-        elif token.startswith("-") or model is not None:
-            if token not in _INSPECT_FLAGS:
-                return
-        else:
-            model = token
-        i += 1
-    if model is not None and os.path.isfile(model):
+    line = _argv.scan(argv, "inspect", _INSPECT_VALUES, _INSPECT_FLAGS)
+    model = next((value for name, value in line or () if name is None), None)
+    flavor = next((value for name, value in reversed(line or ()) if name == "--flavor"), "auto")
+    if model is not None and flavor is not None and os.path.isfile(model):
         _early_parse.fork_question(model, flavor)
 
 

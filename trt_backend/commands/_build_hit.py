@@ -36,6 +36,7 @@ from typing import Any
 
 from trt_backend._files import output_lock, write_atomic
 from trt_backend._lazy import lazy_module
+from trt_backend.commands._argv import scan
 from trt_backend.artifacts.build_cache import (
     SOURCE_PACKAGES,
     BuildCache,
@@ -60,7 +61,6 @@ _VALUE_OPTIONS = frozenset({
     "--flavor", "--target", "--plugin-ops", "--qdq-rewrite"})
 _FLAGS = frozenset({"--version-compatible", "--include-lean-runtime", "--no-boundary-cost", "--isolate",
                     "--no-plugins", "--weights-by-reference"})
-_VERBOSITY = frozenset({"-v", "--verbose", "-q", "--quiet", "-vv", "-vvv"})
 _ENV_PREFIXES = ("TRT_BACKEND", "TENSORRT", "TRT_", "CUDA", "NVIDIA", "ORT_", "ONNX", "POLYGRAPHY", "LD_LIBRARY_PATH",
                  "OMP_")
 
@@ -83,44 +83,24 @@ class Call:
 def parse(argv: Sequence[str], *, need_cache: bool = True) -> Call | None:
     """The build command line ``argv`` (as the CLI got it) if every argument is one this path
     knows (and, with ``need_cache``, names one --cache-dir); else None (the command goes the usual way)."""
-    args = list(argv)
-    kept: list[str] = []
+    line = scan(argv, "build", _VALUE_OPTIONS | {"-o", "--output"}, _FLAGS)
+    if line is None:
+        return None
+    kept = ["build"]
     model = output = cache_dir = None
-    seen_command = False
-    i = 0
-    while i < len(args):
-        token = args[i]
-        name, eq, inline = token.partition("=")
-        if token in _VERBOSITY:
-            pass
-        elif not seen_command:
-            if token != "build":
-                return None
-            seen_command = True
-            kept.append(token)
-        elif name in ("-o", "--output") or name in _VALUE_OPTIONS:
-            if eq:
-                value = inline
-            elif i + 1 < len(args):
-                i += 1
-                value = args[i]
-            else:
-                return None
-            if name in ("-o", "--output"):
-                output = value
-            elif name == "--precision" and value == "auto":
-                return None  # The usual path searches a precision plan first; its result is not in this key.
-            else:
-                cache_dir = value if name == "--cache-dir" else cache_dir
-                kept += [name, value]
-        elif token in _FLAGS:
-            kept.append(token)
-        elif token.startswith("-") or model is not None:
-            return None  # An option this path does not take, a short form, or a second positional.
-        else:
-            model = token
+    for name, value in line:
+        if name is None:
+            model = value
             kept.append("<model>")
-        i += 1
+        elif name in ("-o", "--output"):
+            output = value
+        elif value is None:
+            kept.append(name)
+        elif name == "--precision" and value == "auto":
+            return None  # The usual path searches a precision plan first; its result is not in this key.
+        else:
+            cache_dir = value if name == "--cache-dir" else cache_dir
+            kept += [name, value]
     if not model or not output or kept.count("--cache-dir") > 1 or (need_cache and not cache_dir):
         return None
     return Call(model, output, cache_dir, kept)
