@@ -14,17 +14,21 @@ overridable):
   (``speedup`` - 1) x its TensorRT time;
 - its boundaries cost ``launch_us`` per neighbouring segment plus crossing bytes / ``handover_gbps``.
 
-Dims the model leaves symbolic (a batch, a sequence) count as ``symbolic_dim``; dims nothing
-knows (data-dependent counts after NonZero, or no shape at all) as ``unknown_dim``. A group
-with a tensor of unknown rank or type is not judged (kept): an estimate needs sizes."""
+Dims the model leaves symbolic (a batch, a sequence) count as ``symbolic_dim``, except those named
+in ``dims``: the sizes the model's input shapes give its named dims where the shapes it runs at are
+known (:meth:`BoundaryCost.at_shapes`; trt_backend gives the first profile's opt shapes). Dims
+nothing knows (data-dependent counts after NonZero, or no shape at all) count as ``unknown_dim``. A
+group with a tensor of unknown rank or type is not judged (kept): an estimate needs sizes."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 import onnx
 
+from partitioner.errors import OptionsError
 from partitioner.options_check import number_option
 from partitioner.graph import GraphIndex
 
@@ -51,6 +55,9 @@ class BoundaryCost:
     speedup: float = 2.0
     symbolic_dim: int = 8
     unknown_dim: int = 64
+    # the sizes of named dims where the shapes the model runs at are known: (name, size) pairs,
+    # sorted (a mapping given is made one); the rest of the named dims count as symbolic_dim
+    dims: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         number_option(self.launch_us, "boundary cost launch_us", low=0)
@@ -59,6 +66,23 @@ class BoundaryCost:
         number_option(self.speedup, "boundary cost speedup (TensorRT at least as fast)", low=1)
         for name in ("symbolic_dim", "unknown_dim"):
             number_option(getattr(self, name), f"boundary cost {name}", whole=True, low=1)
+        pairs = self.dims.items() if isinstance(self.dims, Mapping) else self.dims
+        try:
+            dims = tuple(sorted((str(k), v) for k, v in pairs))
+        except (TypeError, ValueError):
+            raise OptionsError(f"boundary cost dims must be named sizes (name -> size), got {self.dims!r}") from None
+        object.__setattr__(self, "dims", tuple((k, number_option(v, f"boundary cost dims['{k}']", whole=True, low=0))
+                                               for k, v in dims))
+
+    @cached_property
+    def sizes(self) -> dict[str, int]:
+        """``dims`` as a mapping."""
+        return dict(self.dims)
+
+    def at_shapes(self, index: GraphIndex, shapes: Mapping[str, Sequence[int]]) -> BoundaryCost:
+        """These constants, with the sizes ``shapes`` (model input -> its shape) give the named
+        dims of the model's inputs: a name given two sizes keeps the stand-in."""
+        return replace(self, dims=named_dim_sizes(index, shapes))
 
 
 @dataclass(frozen=True)
@@ -103,13 +127,40 @@ def tensor_bytes(index: GraphIndex, name: str, cost: BoundaryCost) -> float | No
     return None if item is None else float(math.prod(shape)) * item
 
 
+def named_dim_sizes(index: GraphIndex, shapes: Mapping[str, Sequence[int]]) -> tuple[tuple[str, int], ...]:
+    """(name, size) of every named dim of the model's inputs that ``shapes`` (input -> shape) give
+    one size, sorted; a name the shapes give two sizes is left out."""
+    sizes: dict[str, int | None] = {}
+    for vi in index.graph.input:
+        shape, names = shapes.get(vi.name), dim_names(index, vi.name)
+        if shape is None or names is None or len(shape) != len(names):
+            continue
+        for name, size in zip(names, shape):
+            if name is not None:
+                sizes[name] = int(size) if sizes.get(name, size) == size else None
+    return tuple(sorted((k, v) for k, v in sizes.items() if v is not None))
+
+
+def dim_names(index: GraphIndex, name: str) -> tuple[str | None, ...] | None:
+    """The names of tensor ``name``'s dims (None for a dim without one, or one shape inference
+    made up); None without a shape."""
+    tp = index.types.get(name)
+    if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+        return None
+    return tuple(d.dim_param if d.WhichOneof("value") == "dim_param" and d.dim_param
+                 and not d.dim_param.startswith("unk__") else None for d in tp.tensor_type.shape.dim)
+
+
 def tensor_shape(index: GraphIndex, name: str, cost: BoundaryCost) -> tuple[int, ...] | None:
     dims = index.dims_of(name)
     if dims is None:
         return None
     if min(dims, default=0) >= 0:
         return dims
-    return tuple(d if d >= 0 else cost.symbolic_dim if d == -1 else cost.unknown_dim for d in dims)
+    sizes, names = cost.sizes, dim_names(index, name) if cost.dims and -1 in dims else None
+    return tuple(d if d >= 0 else cost.unknown_dim if d != -1 else
+                 sizes.get(names[k] or "", cost.symbolic_dim) if names is not None else cost.symbolic_dim
+                 for k, d in enumerate(dims))
 
 
 def node_flops(index: GraphIndex, i: int, cost: BoundaryCost) -> float | None:
@@ -182,19 +233,24 @@ def group_cost(index: GraphIndex, nodes: Iterable[int], group_of: Sequence[int],
     return GroupCost(flops, moved, len(neighbours), crossing_bytes, saved, cost_us)
 
 
+def crossing_tensors(index: GraphIndex, group_of: Sequence[int], skip: frozenset[int] = frozenset()
+                     ) -> Iterator[str]:
+    """The tensors handed from one group to another per run (their producers not in ``skip``)."""
+    for name, p in index.producer.items():
+        if p not in skip and any(group_of[c] != group_of[p] for c in index.consumers.get(name, ())):
+            yield name
+
+
 def crossing(index: GraphIndex, group_of: Sequence[int], cost: BoundaryCost,
              skip: frozenset[int] = frozenset()) -> tuple[int, float, int]:
     """Tensors handed from one group to another per run: (count, bytes, of them of unknown size)."""
     count = unknown = 0
     total = 0.0
-    for name, p in index.producer.items():
-        if p in skip:
-            continue
-        if any(group_of[c] != group_of[p] for c in index.consumers.get(name, ())):
-            count += 1
-            b = tensor_bytes(index, name, cost)
-            if b is None:
-                unknown += 1
-            else:
-                total += b
+    for name in crossing_tensors(index, group_of, skip):
+        count += 1
+        b = tensor_bytes(index, name, cost)
+        if b is None:
+            unknown += 1
+        else:
+            total += b
     return count, total, unknown

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import onnx
 
 from partitioner.capability import ONNXRUNTIME, PLUGIN_PREFIX
-from partitioner.cost import BoundaryCost, crossing, si_bytes
+from partitioner.cost import BoundaryCost, crossing, crossing_tensors, dim_names, si_bytes
 from partitioner.errors import OptionsError
 from partitioner.plan import Plan, Segment
 from partitioner.qdq import rewrite_summary
@@ -154,38 +154,61 @@ def header_line(plan: Plan) -> str:
 @dataclass(frozen=True)
 class Crossing:
     """Tensors handed from one segment to another per run, and their bytes (estimated with
-    :class:`BoundaryCost`'s stand-ins for symbolic and unknown dims)."""
+    :class:`BoundaryCost`'s sizes: those of named dims the shapes given fix, stand-ins for the rest
+    of the symbolic dims and for unknown ones)."""
 
     tensors: int
     bytes: float
     unknown: int  # tensors of unknown size, not in ``bytes``
     symbolic_dim: int
+    given: tuple[tuple[str, int], ...] = ()  # named dims of crossing tensors sized by the shapes given
+    stand_ins: tuple[str, ...] = ()  # which stand-ins they needed: "symbolic", "unknown"
+    unknown_dim: int = 64
 
     def describe(self) -> str:
-        unknown = f", {self.unknown} of unknown size not counted" if self.unknown else ""
+        sizes = [f"at the shapes given: {', '.join(f'{k}={v}' for k, v in self.given)}"] if self.given else []
+        if "symbolic" in self.stand_ins or not (self.given or self.stand_ins):
+            sizes.append(f"{'other ' if self.given else ''}symbolic dims counted as {self.symbolic_dim}")
+        if "unknown" in self.stand_ins:
+            sizes.append(f"unknown dims counted as {self.unknown_dim}")
+        unknown = f"; {self.unknown} of unknown size not counted" if self.unknown else ""
         return (f"Boundaries: {plural(self.tensors, 'tensor')} handed between segments per run, "
-                f"{si_bytes(self.bytes)} (symbolic dims counted as {self.symbolic_dim}{unknown})")
+                f"{si_bytes(self.bytes)} ({'; '.join(sizes)}{unknown})")
 
 
 def boundary_crossing(plan: Plan, cost: BoundaryCost | None = None) -> Crossing | None:
-    """What crosses segment boundaries per run (None: a plan read without its model)."""
+    """What crosses segment boundaries per run (None: a plan read without its model), sized with
+    ``cost`` (default: the plan's options' stand-ins, no dims given)."""
     if plan.model is None:
         return None
     cost = cost or BoundaryCost()
+    index = plan.model.index
     group_of = [n.segment for n in plan.nodes]
     copied = frozenset(i for s in plan.segments for i in s.copies)
-    tensors, total, unknown = crossing(plan.model.index, group_of, cost, copied)
-    return Crossing(tensors, total, unknown, cost.symbolic_dim)
+    tensors, total, unknown = crossing(index, group_of, cost, copied)
+    given: set[tuple[str, int]] = set()
+    stand_ins: set[str] = set()
+    for name in crossing_tensors(index, group_of, copied):
+        dims, names = index.dims_of(name) or (), dim_names(index, name) or ()
+        for k, d in enumerate(dims):
+            named = names[k] if k < len(names) else None
+            if d == -1 and named is not None and named in cost.sizes:
+                given.add((named, cost.sizes[named]))
+            elif d < 0:
+                stand_ins.add("symbolic" if d == -1 else "unknown")
+    return Crossing(tensors, total, unknown, cost.symbolic_dim, tuple(sorted(given)), tuple(sorted(stand_ins)),
+                    cost.unknown_dim)
 
 
-def summary(plan: Plan) -> str:
-    """The plan as a CLI prints it: header, segment table, fallback census."""
+def summary(plan: Plan, cost: BoundaryCost | None = None) -> str:
+    """The plan as a CLI prints it: header, segment table, what crosses its boundaries (sized
+    with ``cost``, see :func:`boundary_crossing`), fallback census."""
     lines = [header_line(plan), "", "Segments"]
     seg_rows = [(s.id, backend_label(s.backend), len(s.nodes), len(s.inputs), len(s.outputs),
                  format_ops(op_counts(plan, s))) for s in plan.segments]
     lines += table(("id", "backend", "nodes", "inputs", "outputs", "ops"), seg_rows,
                    (True, False, True, True, True, False))
-    crossing = boundary_crossing(plan)
+    crossing = boundary_crossing(plan, cost)
     if crossing is not None:
         lines += ["", crossing.describe()]
     rows = census(plan)

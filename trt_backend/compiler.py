@@ -9,6 +9,7 @@ search. The result, a :class:`Compiled`, holds per TensorRT segment the very mod
 built from; emulation runs that model, and a build folder stores it."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -38,7 +39,7 @@ from trt_backend.ort.sessions import tapped_session
 from trt_backend.ort.threads import use_global_thread_pool
 from trt_backend.ort.values import memory_limit
 from trt_backend.planning import load_normalized as load_for_planning
-from trt_backend.planning import plan_for
+from trt_backend.planning import plan_for, sized_options
 from trt_backend.profiles import (
     NodeArg,
     Profile,
@@ -170,6 +171,9 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
         check_profile_names(profiles, model.proto.graph)  # Before planning, which can take long.
     elif model.model is not None and profiles is not None:
         load_for_planning(model.model, profile_shapes(profiles))
+    loaded = model.model if isinstance(model, Plan) else model
+    if loaded is not None and profiles:  # Boundaries priced at the profiles' shapes, in every plan made here.
+        opts = dataclasses.replace(opts, partition=sized_options(opts.partition, loaded, profile_shapes(profiles)))
     plan = model if isinstance(model, Plan) else plan_for(model, opts.partition, flavor=opts.flavor,
                                                           oracle=opts.oracle, isolate=opts.isolate_parser)
     if plan.model is None:

@@ -27,7 +27,7 @@ from partitioner import (
     plan_model,
 )
 from partitioner.capability import CapabilityOracle, Piece, QueryResult, Verdict
-from partitioner.cost import si_bytes
+from partitioner.cost import BoundaryCost, si_bytes
 from partitioner.errors import OptionsError
 from partitioner.model import PARSER_NEUTRAL_FIXES, ModelSource, learn_types, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
@@ -154,11 +154,30 @@ def _qdq_rewrite(options: Any) -> str:
     return options.qdq_rewrite
 
 
+def sized_cost(cost: BoundaryCost | None, model: Model, shapes: ProbeShapes) -> BoundaryCost:
+    """``cost`` (None: the default constants) with the named dims of the model's inputs sized at
+    the shapes it runs at, where ``shapes`` are given and ``cost`` sizes none itself: the second
+    entry where there are three or more (the first profile's opt shapes: profiles are given as
+    each one's min, opt and max shapes), else the first."""
+    cost = cost if cost is not None else BoundaryCost()
+    if not shapes or cost.dims:
+        return cost
+    return cost.at_shapes(model.index, shapes[1] if len(shapes) >= 3 else shapes[0])
+
+
+def sized_options(options: PartitionOptions, model: Model, shapes: ProbeShapes) -> PartitionOptions:
+    """``options`` with their boundary cost sized at ``shapes`` (see :func:`sized_cost`)."""
+    if options.boundary_cost is None or not shapes or options.boundary_cost.dims:
+        return options
+    return replace(options, boundary_cost=sized_cost(options.boundary_cost, model, shapes))
+
+
 def plan_with_parser(model: ModelSource | Model, flavor: str, options: PartitionOptions,
                      shapes: ProbeShapes = ()) -> Plan:
     """``plan_model`` with the shared parser oracle of ``flavor``, one caller at a time."""
     options = with_shipped_plugins(options)
     loaded = load_normalized(model, shapes, _qdq_rewrite(options))
+    options = sized_options(options, loaded, shapes)
     oracle = _oracle_for(loaded, flavor)
     progress("planning %s: %d node(s)", loaded.source, len(loaded.proto.graph.node))
     with _oracle_lock:
@@ -231,7 +250,8 @@ def plan_for(source: ModelSource | Model, options: PartitionOptions | None = Non
     options = with_shipped_plugins(options)
     shapes = checked_shapes(shapes)
     if oracle is not None:
-        return plan_model(load_normalized(source, shapes, _qdq_rewrite(options)), oracle, options)
+        loaded = load_normalized(source, shapes, _qdq_rewrite(options))
+        return plan_model(loaded, oracle, sized_options(options, loaded, shapes))
     if flavor != "none":
         if isolate:
             return make_plan(source, options, flavor=flavor, isolate=True, shapes=shapes)
@@ -258,6 +278,7 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
     shapes = checked_shapes(shapes)
     start = time.perf_counter()
     model = load_normalized(source, shapes, _qdq_rewrite(options))
+    options = sized_options(options, model, shapes)
     if not isolate:
         plan = plan_with_parser(model, flavor, options)
         plan.seconds = time.perf_counter() - start

@@ -113,3 +113,36 @@ def test_inspect_prints_what_crosses_per_run() -> None:
 def test_bad_constants_are_one_clear_error(bad) -> None:
     with pytest.raises(OptionsError, match="boundary cost"):
         BoundaryCost(**bad)
+
+
+def test_the_shapes_given_size_the_named_dims_of_the_estimate_and_the_report() -> None:
+    # 12 element-wise ops on N x 64 KiB: with N at its stand-in 8 the group saves 97 x 8 x 16384 / 1e6 =
+    # 12.7 us against 20 + 10.5 us of hand-overs; at N = 128 it saves 203 us against 188 us
+    m = sandwich(12, ["N", 1024, 16])
+    assert backends(plan_model(m, None, options())) == ["onnxruntime"]
+    index = load_model(m).index
+    at_128 = BoundaryCost().at_shapes(index, {"x": (128, 1024, 16)})
+    assert at_128.dims == (("N", 128),)
+    plan = plan_model(m, None, options(boundary_cost=at_128))
+    assert backends(plan) == ["onnxruntime", "tensorrt", "onnxruntime"]
+    crossing = boundary_crossing(plan, at_128)
+    assert crossing is not None and crossing.bytes == 2 * 128 * 1024 * 16 * 4
+    assert "16.8 MB (at the shapes given: N=128)" in summary(plan, at_128)
+    # without the shapes: the stand-in, said
+    assert "1.05 MB (symbolic dims counted as 8)" in summary(plan)
+
+
+def test_a_named_dim_the_shapes_size_twice_keeps_its_stand_in_and_unknown_dims_are_said() -> None:
+    nodes = [helper.make_node("Sin", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Add", ["b", "z"], ["c"]), helper.make_node("Sin", ["c"], ["y"])]
+    m = model(nodes, [vi("x", ["N", 4]), vi("z", [None, "N"])], [vi("y", None)])
+    index = load_model(m).index
+    assert BoundaryCost().at_shapes(index, {"x": (2, 4), "z": (2, 2)}).dims == (("N", 2),)
+    assert BoundaryCost().at_shapes(index, {"x": (2, 4), "z": (2, 3)}).dims == ()
+    plan = plan_model(m, None, options(boundary_cost=None, min_segment_size=1))
+    assert backends(plan) == ["onnxruntime", "tensorrt", "onnxruntime"]
+    # a [N, 4] at N = 2: 32 B; c, Add's broadcast of [N, 4] and [?, N], has an unknown first dim: 64 x 4 x 4 B
+    assert ("2 tensors handed between segments per run, 1.06 kB (at the shapes given: N=2; unknown dims counted as "
+            "64)") in summary(plan, BoundaryCost(dims={"N": 2}))
+    with pytest.raises(OptionsError, match=r"boundary cost dims\['N'\] must be"):
+        BoundaryCost(dims={"N": -1})

@@ -254,9 +254,13 @@ def refused_on_folder(options: SessionOptions, folder: str, manifest: Mapping[st
             raise OptionsError(f"{folder}: {flag} ({name}) would change what was built; a build folder runs as it "
                                "was built (give it to trt-backend build instead)")
     planned = (manifest or {}).get("build", {}).get("partition")
+    given = jsonable(options.partition)
+    cost = planned.get("boundary_cost") if isinstance(planned, dict) else None
+    if isinstance(cost, dict) and not (given.get("boundary_cost") or {}).get("dims"):
+        # (the named dims a build priced boundaries at come from its profiles, not from options given)
+        planned = {**planned, "boundary_cost": {**cost, "dims": []}}
     for name, flag in PARTITION_FIELDS.items():
-        if getattr(options.partition, name) != getattr(default_partition, name) and \
-                jsonable(options.partition) != planned:
+        if getattr(options.partition, name) != getattr(default_partition, name) and given != planned:
             raise OptionsError(f"{folder}: {flag} ({name}) would change what was built; a build folder runs as it "
                                "was planned (give it to trt-backend build instead)")
     if options.oracle is not None:

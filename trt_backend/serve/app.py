@@ -29,6 +29,7 @@ from trt_backend.profiles import (
     node_arg,
     normalize_profiles,
 )
+from trt_backend.profiles.given import profile_shapes
 from trt_backend.serve.batching import BatchRunner, Reply
 from trt_backend.serve.codec import (
     JSON,
@@ -253,7 +254,8 @@ def check_profiles(source: str, options: ServeOptions) -> None:
     if not dynamic or (listed and all(isinstance(p, Mapping) and all(n in p for n in dynamic) for p in listed)):
         return
     so = options.session
-    plan = plan_for(model, so.partition, flavor=so.flavor, oracle=so.oracle, isolate=so.isolate_parser)
+    plan = plan_for(model, so.partition, flavor=so.flavor, oracle=so.oracle, isolate=so.isolate_parser,
+                    shapes=profile_shapes(listed))  # (planned as a replica's Session plans it)
     trt = plan.tensorrt_segments()
     user, _ = normalize_profiles(given, inputs, {n for seg in trt for n in seg.inputs} - {a.name for a in inputs})
     complete_profiles(user, inputs, required=bool(trt))

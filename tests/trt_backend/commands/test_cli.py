@@ -44,8 +44,8 @@ def test_a_command_loads_only_its_own_module(flavor) -> None:
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("LOADED"))
     _, rc, loaded = line.split(" ", 2)
     assert rc == "0"
-    assert loaded.split(",") == ["trt_backend.commands._args", "trt_backend.commands._shapes",
-                                 "trt_backend.commands.inspect"]
+    assert loaded.split(",") == ["trt_backend.commands._args", "trt_backend.commands._argv",
+                                 "trt_backend.commands._shapes", "trt_backend.commands.inspect"]
 
 
 def test_a_command_module_that_fails_to_import_fails_loudly(monkeypatch) -> None:

@@ -241,3 +241,45 @@ def test_inspect_of_a_model_says_a_build_can_still_demote(capsys) -> None:
     assert main(["inspect", DEMO_PATH]) == 0
     out = capsys.readouterr().out
     assert out.count("note: planned by TensorRT's parser; its builder can still refuse a node") == 1
+
+
+@pytest.mark.usefixtures("flavor")
+def test_inspect_and_build_size_boundaries_at_the_shapes_given(tmp_path, capsys) -> None:
+    """Twelve element-wise nodes between two excluded Sins on [N, 1024, 16]: at N's stand-in 8 the
+    group does not pay for its two hand-overs, at N = 128 (--shapes) it does; inspect plans, and
+    says, what the build at those shapes builds."""
+    nodes = [helper.make_node("Sin", ["x"], ["a"], name="sin_in")]
+    prev = "a"
+    for k in range(12):
+        nodes.append(helper.make_node("Relu" if k % 2 == 0 else "Neg", [prev], [f"l{k}"], name=f"light{k}"))
+        prev = f"l{k}"
+    nodes.append(helper.make_node("Sin", [prev], ["y"], name="sin_out"))
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model(nodes, [vi("x", ["N", 1024, 16])], [vi("y", ["N", 1024, 16])]), path)
+    common = ["--exclude-ops", "Sin", "--flavor", "tensorrt_rtx"]
+
+    def backends(plan: dict) -> list[str]:
+        return [s["backend"] for s in plan["segments"]]
+
+    assert main(["inspect", path, *common, "--json", str(tmp_path / "default.json")]) == 0
+    assert "Boundaries: 0 tensors" in capsys.readouterr().out
+    assert main(["inspect", path, *common, "--shapes", "x:128x1024x16", "--json", str(tmp_path / "at.json")]) == 0
+    assert ("Boundaries: 2 tensors handed between segments per run, 16.8 MB (at the shapes given: N=128)"
+            in capsys.readouterr().out)
+    assert main(["build", path, *common, "--shapes", "x:128x1024x16", "-o", str(tmp_path / "b")]) == 0
+    with open(tmp_path / "b" / "manifest.json") as f:
+        built = json.load(f)["plan"]
+    with open(tmp_path / "at.json") as f:
+        at = json.load(f)
+    with open(tmp_path / "default.json") as f:
+        default = json.load(f)
+    assert backends(default) == ["onnxruntime"]
+    assert backends(at) == backends(built) == ["onnxruntime", "tensorrt", "onnxruntime"]
+    # the folder records the sizes it priced boundaries at, and opens with the options it was built with
+    with open(tmp_path / "b" / "manifest.json") as f:
+        assert json.load(f)["build"]["partition"]["boundary_cost"]["dims"] == [["N", 128]]
+    from partitioner import PartitionOptions
+    from trt_backend import Session, SessionOptions
+
+    Session(str(tmp_path / "b"), options=SessionOptions(partition=PartitionOptions(exclude_ops=("Sin",)),
+                                                        emulate=True)).close()
