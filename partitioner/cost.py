@@ -57,7 +57,7 @@ class BoundaryCost:
     unknown_dim: int = 64
     # the sizes of named dims where the shapes the model runs at are known: (name, size) pairs,
     # sorted (a mapping given is made one); the rest of the named dims count as symbolic_dim
-    dims: tuple[tuple[str, int], ...] = ()
+    dims: tuple[tuple[str, int], ...] | Mapping[str, int] = ()
 
     def __post_init__(self) -> None:
         number_option(self.launch_us, "boundary cost launch_us", low=0)
