@@ -33,8 +33,9 @@ from trt_backend.engines.memory import EngineFile, build_room, engine_bytes
 from trt_backend.engines.options import require_calibration
 from trt_backend.engines.quantize import SegmentQuantizer
 from trt_backend.engines.report import BuildProgress, BuildReport, BuiltSegment
-from trt_backend.errors import TensorRTUnavailableError
+from trt_backend.errors import ProfileError, TensorRTUnavailableError
 from trt_backend.gpu.device import check_device, use_device
+from trt_backend.ort.probe import run_failure
 from trt_backend.ort.sessions import tapped_session
 from trt_backend.ort.threads import use_global_thread_pool
 from trt_backend.ort.values import memory_limit
@@ -241,6 +242,7 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
                                      progress=progress, quantizer=quantizer, max_segment_weights=max_weights,
                                      engine_dir=engine_dir)
         plan, derived, given, report = result.plan, profiles_of(result.plan), dict(result.engines), result.report
+        _check_runs_at_profiles(the_model, profiles, report)
         if rewrite is None:  # A plugin rewrite's form runs only in TensorRT: made again below, without it.
             fresh = dict(result.models)
     elif trt and opts.build.precision not in ("fp32", "tf32"):
@@ -291,6 +293,22 @@ def _weight_limit(options: SessionOptions, plan: Plan) -> int | None:
                                                       for s in plan.tensorrt_segments()):
         return None  # No budget given and everything fits what is free: plans stay as planned.
     return limit
+
+
+def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] | None, report: BuildReport
+                            ) -> None:
+    """Where TensorRT's builder refused nodes, the model run once in ONNX Runtime at each
+    profile's opt shapes: a ProfileError where it fails there too. Such shapes are ones the model
+    itself cannot run at (a Reshape to a fixed size given another batch), and a folder built for
+    them would fail at every run; a builder's refusal at shapes the model runs at stays a demotion."""
+    if not profiles or not any(d.reason.startswith("TensorRT build failed") for d in report.demoted):
+        return
+    for k, opt in enumerate(profile_shapes(profiles)[1::3]):
+        why = run_failure(model, opt)
+        if why is not None:
+            given = ", ".join(f"{name} {'x'.join(str(d) for d in shape)}" for name, shape in opt.items())
+            raise ProfileError(f"{model.source}: the model cannot run at the opt shapes of profile {k} ({given}): "
+                               f"TensorRT's builder refused nodes there and ONNX Runtime fails there too: {why}")
 
 
 def _cut_for_memory(plan: Plan, options: SessionOptions, limit: int) -> Plan:

@@ -142,37 +142,7 @@ def _probe(model: Model, names: Sequence[str], key: Sequence[Sequence[tuple[str,
     given = [dict(entry) for entry in key] or [{} for _ in PROBE_DIMS]
     runs, symbols = [], []
     for k, shapes in enumerate(given):
-        size = PROBE_DIMS[k % len(PROBE_DIMS)]
-        rng = np.random.default_rng(k)
-        feeds, named = {}, {}
-        # dims the given shapes fix by name: an input given none takes them where it shares the name
-        # (a mask beside the token ids it was not given a shape with)
-        given_dims = {d.dim_param: int(shapes[vi.name][axis]) for vi in model.proto.graph.input
-                      if vi.name in shapes and vi.type.HasField("tensor_type")
-                      and len(vi.type.tensor_type.shape.dim) == len(shapes[vi.name])
-                      for axis, d in enumerate(vi.type.tensor_type.shape.dim) if d.WhichOneof("value") == "dim_param"}
-        for vi in model.proto.graph.input:
-            tp = vi.type
-            if tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.elem_type \
-                    or not tp.tensor_type.HasField("shape"):
-                raise _Unprobeable(f"input '{vi.name}' is not a tensor of known dtype and rank")
-            dims = tp.tensor_type.shape.dim
-            want = shapes.get(vi.name)
-            if want is not None and len(want) != len(dims):
-                raise _Unprobeable(f"input '{vi.name}' has rank {len(dims)}, its profile shape {list(want)} "
-                                   f"rank {len(want)}")
-            shape = []
-            for axis, d in enumerate(dims):
-                if want is not None:
-                    shape.append(int(want[axis]))
-                elif d.WhichOneof("value") == "dim_value":
-                    shape.append(int(d.dim_value))
-                else:
-                    shape.append(given_dims.get(d.dim_param, size) if d.WhichOneof("value") == "dim_param" else size)
-                if d.WhichOneof("value") == "dim_param":
-                    named[d.dim_param] = shape[-1]
-            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tp.tensor_type.elem_type))
-            feeds[vi.name] = _random_data.random_array(dtype, tuple(shape), rng, f"probe input '{vi.name}'")
+        feeds, named = _feeds(model, shapes, PROBE_DIMS[k % len(PROBE_DIMS)], np.random.default_rng(k))
         runs.append(run(feeds, names))
         by_size: dict[int, set[str]] = {}
         for sym, value in named.items():
@@ -180,6 +150,66 @@ def _probe(model: Model, names: Sequence[str], key: Sequence[Sequence[tuple[str,
         # a size that two names share is neither name's
         symbols.append({v: next(iter(syms)) for v, syms in by_size.items() if len(syms) == 1})
     return runs, symbols
+
+
+def _feeds(model: Model, shapes: Mapping[str, Sequence[int]], size: int, rng: np.random.Generator
+           ) -> tuple[dict[str, Any], dict[str, int]]:
+    """Random feeds of every model input at ``shapes`` (input -> shape), dims not given by them
+    ``size``; and the size each named dim took. _Unprobeable where an input cannot be fed."""
+    feeds, named = {}, {}
+    # dims the given shapes fix by name: an input given none takes them where it shares the name
+    # (a mask beside the token ids it was not given a shape with)
+    given_dims = {d.dim_param: int(shapes[vi.name][axis]) for vi in model.proto.graph.input
+                  if vi.name in shapes and vi.type.HasField("tensor_type")
+                  and len(vi.type.tensor_type.shape.dim) == len(shapes[vi.name])
+                  for axis, d in enumerate(vi.type.tensor_type.shape.dim) if d.WhichOneof("value") == "dim_param"}
+    for vi in model.proto.graph.input:
+        tp = vi.type
+        if tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.elem_type \
+                or not tp.tensor_type.HasField("shape"):
+            raise _Unprobeable(f"input '{vi.name}' is not a tensor of known dtype and rank")
+        dims = tp.tensor_type.shape.dim
+        want = shapes.get(vi.name)
+        if want is not None and len(want) != len(dims):
+            raise _Unprobeable(f"input '{vi.name}' has rank {len(dims)}, its profile shape {list(want)} "
+                               f"rank {len(want)}")
+        shape = []
+        for axis, d in enumerate(dims):
+            if want is not None:
+                shape.append(int(want[axis]))
+            elif d.WhichOneof("value") == "dim_value":
+                shape.append(int(d.dim_value))
+            else:
+                shape.append(given_dims.get(d.dim_param, size) if d.WhichOneof("value") == "dim_param" else size)
+            if d.WhichOneof("value") == "dim_param":
+                named[d.dim_param] = shape[-1]
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tp.tensor_type.elem_type))
+        feeds[vi.name] = _random_data.random_array(dtype, tuple(shape), rng, f"probe input '{vi.name}'")
+    return feeds, named
+
+
+def run_failure(model: Model, shapes: Mapping[str, Sequence[int]]) -> str | None:
+    """ONNX Runtime's error (its first line) where the whole ``model`` fails to run once at
+    ``shapes`` (input -> shape; every input's dims given, by its shape or by a named dim another
+    input's shape gives) on seeded random inputs; None where it runs, or where it cannot be told
+    (an input not fed at those shapes, a model ONNX Runtime does not load)."""
+    try:
+        feeds, _ = _feeds(model, shapes, 0, np.random.default_rng(0))
+    except (TrtBackendError, _Unprobeable):
+        return None
+    if any(0 in np.shape(v) for name, v in feeds.items() if name not in shapes):
+        return None  # A dim nothing gave: the run would say nothing about the shapes given.
+    options = _options.OrtOptions(graph_optimization_level="disable", log_severity=4)
+    try:
+        run = tapped_session(model, [], options, f"run of {model.source} at the shapes given")
+    except TrtBackendError:
+        return None
+    outputs = [o.name for o in model.proto.graph.output]
+    try:
+        run(feeds, outputs)
+    except TrtBackendError as e:
+        return str(e)
+    return None
 
 
 def _type_of(name: str, values: Sequence[Any], symbols: Sequence[dict[int, str]]) -> onnx.TypeProto | None:

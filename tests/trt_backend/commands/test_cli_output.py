@@ -116,6 +116,46 @@ def test_a_refused_segment_is_one_line_with_its_reason_once(demoted_build) -> No
     assert "workspace" in group["reason"] and {"node", "name", "op_type"} == set(group["nodes"][0])
 
 
+def reshape_to_one_row() -> onnx.ModelProto:
+    """x [N, 4] -> Relu -> Reshape to a fixed [1, 4] -> Relu -> Relu: it runs at N = 1 only."""
+    from onnx import numpy_helper
+
+    nodes = [h.make_node("Relu", ["x"], ["a"], name="relu0"), h.make_node("Reshape", ["a", "s"], ["b"], name="row"),
+             h.make_node("Relu", ["b"], ["c"], name="relu1"), h.make_node("Relu", ["c"], ["y"], name="relu2")]
+    row = numpy_helper.from_array(np.array([1, 4], np.int64), "s")
+    return model(nodes, [vi("x", ["N", 4])], [vi("y", None)], [row])
+
+
+def test_shapes_the_model_cannot_run_at_are_one_error_not_a_folder_that_fails_every_run(tmp_path) -> None:
+    path, out = str(tmp_path / "row.onnx"), str(tmp_path / "row")
+    onnx.save(reshape_to_one_row(), path)
+    proc = _cli("build", path, "-o", out, "--shapes", "x:2x4")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"trt-backend: error: {path}: the model cannot run at the opt shapes of profile 0 (x 2x4): "
+                           "TensorRT's builder refused nodes there and ONNX Runtime fails there too: ")
+    assert "Reshape_1" not in last and "'row'" in last and "{2,4}" in last
+    assert not os.path.exists(out) and os.listdir(tmp_path) == ["row.onnx"]  # (nothing half-written)
+    # the Python door says the same
+    import trt_backend
+    from trt_backend.errors import ProfileError
+
+    with pytest.raises(ProfileError, match=r"cannot run at the opt shapes of profile 0 \(x 2x4\)"):
+        trt_backend.build(path, out, profiles=[{"x": ((2, 4), (2, 4), (2, 4))}])
+    assert not os.path.exists(out)
+    # at the shapes it runs at, the build is TensorRT's
+    assert _cli("build", path, "-o", out, "--shapes", "x:1x4").returncode == 0
+    with open(os.path.join(out, "manifest.json")) as f:
+        assert [s["backend"] for s in json.load(f)["segments"]] == ["tensorrt"]
+
+
+def test_a_builder_refusal_at_shapes_the_model_runs_at_stays_a_demotion(tmp_path) -> None:
+    out = str(tmp_path / "squeeze")
+    proc = _cli("build", _light("light_squeezenet"), "-o", out, "--workspace-mb", "0", "--shapes", "data_0:1x3x224x224")
+    assert proc.returncode == 0, proc.stderr
+    assert "demoted 105 nodes of segment 0" in proc.stdout
+
+
 def test_inspect_of_the_folder_says_it_once_too_and_verbose_lists_every_node(demoted_build, capsys) -> None:
     out, _ = demoted_build
     assert main(["inspect", out]) == 0
