@@ -189,7 +189,8 @@ def plan_with_parser(model: ModelSource | Model, flavor: str, options: Partition
 
 def _oracle_for(model: Model, flavor: str) -> CapabilityOracle:
     """The parser oracle of ``flavor`` that plans ``model``: the shared one, unless the CLI asked
-    TensorRT's parser about the model's file early (:mod:`trt_backend.tensorrt.early_parse`) and
+    TensorRT's parser about the model's file early (:mod:`trt_backend.tensorrt.early_parse`; a
+    build's head start asks the same question before it builds, :mod:`trt_backend.engines.head_start`) and
     that answer holds for this model: the parser took the file whole, and loading changed nothing
     the parser reads (no fix but of node names, the IR version or weights listed as inputs too, no
     Q/DQ rewrite) in a file unchanged since. The oracle then answers a question about the whole
@@ -223,7 +224,8 @@ class _FileAnswered:
     def query(self, model: onnx.ModelProto) -> QueryResult:
         answer, self._answer = self._answer, None
         if answer is not None and _whole(model.graph, self._model.proto.graph):
-            log.debug("the TensorRT parser's answer about %s came from its early parse", self._model.source)
+            log.debug("the TensorRT parser's answer about %s came from its early parse (asked of the file as it is)",
+                      self._model.source)
             return QueryResult(True, tuple(Piece(tuple(nodes), bool(verified)) for nodes, verified in answer["pieces"]))
         oracle = parser_oracle(self._flavor)
         oracle.weights_dir = self.weights_dir

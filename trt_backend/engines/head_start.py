@@ -6,7 +6,10 @@ A build can therefore hand the file to TensorRT first, and build while the model
 and planned in Python: the TensorRT parser and builder release the GIL, so the two run side by
 side. The ``build`` command starts one from its command line before it loads onnx, numpy or the
 planner (:func:`launch`); ``trt_backend.build`` starts one for a model file once its options are
-known.
+known. It asks TensorRT's parser the planner's question about the file as it is
+(``supports_model_v2``, whose network is then built) and leaves the answer to the planner
+(:func:`trt_backend.tensorrt.early_parse.offer`), which takes it as it takes an early parse's: the
+planner does not parse the model again.
 
 Nothing is decided here. The compile path plans the model as always, and its engine build takes
 the head start's engine (:func:`claim`) only where what it would build is exactly what was built:
@@ -37,6 +40,8 @@ from trt_backend._lazy import lazy_module
 from trt_backend.engines.config import add_profiles, configure, dynamic_inputs, profile_settings
 from trt_backend.engines.options import BuildOptions
 from trt_backend.ort.sizes import room_beside
+from trt_backend.tensorrt import early_parse
+from trt_backend.tensorrt.early_parse import answer_of, file_unchanged
 from trt_backend.tensorrt.flavor import (
     Flavor,
     create_builder,
@@ -46,6 +51,7 @@ from trt_backend.tensorrt.flavor import (
     python_logger_made,
     tensorrt_lock,
 )
+from trt_backend.tensorrt.questions import supports_into
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +90,9 @@ class HeadStart:
         self._thread = threading.Thread(target=self._run, name="head-start-build", daemon=True)
         self._child: Forked | None = None  # the child process building it, where one was forked
         self._collected = False
+        self._send: Send | None = None  # in the child: its messages to this process
+        self._answered = threading.Event()  # (a thread's) the parser's answer, or its failure, is in
+        self._answer: dict[str, Any] | None = None  # the parser's answer about the file (early_parse's form)
 
     def begin(self) -> None:
         """Start the build: in a forked child where this process may fork one (the ``build``
@@ -102,7 +111,9 @@ class HeadStart:
             threading.stack_size(previous)
 
     def _in_child(self, send: Send) -> dict[str, Any]:
-        """The child's work: the build, and what the parent needs of it (see :meth:`_collect`)."""
+        """The child's work: the parser's answer about the file as its first message, then the
+        build, and what the parent needs of it (see :meth:`_collect`) as its last."""
+        self._send = send
         self._run()
         return {"problem": self.problem, "target": self.target, "inputs": self.inputs, "outputs": self.outputs,
                 "dynamic": self.dynamic, "settings": self.settings, "engine": self.engine, "layers": self.layers,
@@ -129,6 +140,8 @@ class HeadStart:
             self._build()
         except Exception as e:  # noqa: BLE001 - a head start that fails leaves the build to the compile path
             self.problem = f"{type(e).__name__}: {e}"
+        finally:
+            self._answered.set()  # (none came: the planner asks TensorRT itself)
         self.seconds = time.perf_counter() - start
         if self.problem is not None:
             log.debug("head start of %s: %s", self.path, self.problem)
@@ -138,6 +151,7 @@ class HeadStart:
         self.flavor, self.target = flavor, flavor.target
         trt = flavor.module
         with open(self.path, "rb") as f:
+            info = os.fstat(f.fileno())
             data = f.read()
         if keeps_external_data(data) is not False:
             self.problem = "the model keeps weights in external data files (or its file is not read here)"
@@ -156,11 +170,15 @@ class HeadStart:
             logger = trt.Logger(trt.Logger.INTERNAL_ERROR)
             builder = create_builder(flavor, logger)
             network = builder.create_network(network_flags(flavor))
-            parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
             config: Any = None
+            parser: Any = None
             try:
-                parsed = bool(parser.parse(data, self.path))
+                # (the planner's question about the file as it is, whose answer it takes: the network
+                # holds the model as parse would make it where the parser takes every node)
+                asked, parser = supports_into(flavor, network, logger, data, self.path)
                 del data
+                self._give_answer(answer_of(flavor.target, asked, info))
+                parsed = asked[0]
                 if not parsed or self._cancelled.is_set():
                     self.problem = "TensorRT's parser did not take the file as it is" if not parsed else "cancelled"
                     del config, parser, network, builder, logger
@@ -196,12 +214,31 @@ class HeadStart:
             with tensorrt_lock:
                 del config, parser, network, builder, logger
 
+    def _give_answer(self, answer: dict[str, Any]) -> None:
+        """Hand the parser's answer about the file to the planner: to the parent, where this is
+        a child (its first message), else for :meth:`answer`."""
+        if self._send is not None:
+            self._send({"answer": answer})
+        self._answer = answer
+        self._answered.set()
+
+    def answer(self) -> dict[str, Any] | None:
+        """The parser's answer about the file as it is (see
+        :meth:`trt_backend.tensorrt.early_parse.EarlyParse.answer`), waiting for the parse (not the
+        build); None where the head start ended without one."""
+        if self._child is None:
+            self._answered.wait()
+            return self._answer
+        first = self._child.message(0)
+        return first.get("answer") if first is not None else None
+
     def wait(self) -> None:
         if self._child is None:
             self._thread.join()
         elif not self._collected:
             self._collected = True
-            self._collect(self._child.message(0))
+            first = self._child.message(0)
+            self._collect(self._child.message(1) if first is not None and "answer" in first else first)
             log.debug("head start of %s: built in child process %d (%s)", self.path, self._child.pid,
                       self.problem or "an engine")
 
@@ -304,8 +341,30 @@ def _shape_range(value: Any, what: str) -> Any:
     return _profiles.tensor_profile(value, what)
 
 
+class _Answer:
+    """A head start's parser answer about its file, offered to the planner (see
+    :class:`trt_backend.tensorrt.early_parse.FileAnswer`): the question it asked before it built
+    is the one the planner would ask about the whole model."""
+
+    def __init__(self, head: HeadStart) -> None:
+        self.head, self.path, self.flavor = head, head.path, head.flavor_name
+
+    def tensorrt(self) -> tuple[str, str, str] | None:
+        return None  # (the build imports TensorRT in this process anyway)
+
+    def answer(self) -> dict[str, Any] | None:
+        return self.head.answer()
+
+    def unchanged(self, answer: dict[str, Any]) -> bool:
+        return file_unchanged(self.path, answer)
+
+    def discard(self) -> None:
+        """Nothing to stop: the build goes on for :func:`claim` to take or :func:`discard` to end."""
+
+
 _lock = threading.Lock()
 _pending: HeadStart | None = None
+_offered: _Answer | None = None
 
 
 def launch(path: str, out_dir: str, flavor: str, profiles: Sequence[Mapping[str, Any]], options: Any = None
@@ -323,12 +382,18 @@ def launch(path: str, out_dir: str, flavor: str, profiles: Sequence[Mapping[str,
         scratch = new_folder(os.path.dirname(os.path.abspath(out_dir)), ".head-start-")
     except OSError:
         return None
+    global _offered
     head = HeadStart(path, flavor, profiles, options, scratch)
     with _lock:
         previous, _pending = _pending, head
     if previous is not None:
         previous.remove()
     head.begin()
+    with _lock:
+        if _offered is not None:
+            early_parse.withdraw(_offered)
+        _offered = _Answer(head)
+        early_parse.offer(_offered)
     return head
 
 
@@ -369,8 +434,11 @@ def claim(model: Any, segment: Any, segment_model: Any, ranges: Sequence[Mapping
 
 def discard() -> None:
     """Cancel and remove the pending head start, if any (the build is over or went another way)."""
-    global _pending
+    global _pending, _offered
     with _lock:
         head, _pending = _pending, None
+        if _offered is not None:
+            early_parse.withdraw(_offered)
+            _offered = None
     if head is not None:
         head.remove()

@@ -13,7 +13,9 @@ about the file unchanged: the parser took the file whole, loading changed nothin
 inputs as the constants the parser takes them for; no other fix, no Q/DQ rewrite), the file is the
 one the child read, and the question holds every node of it in the file's order, with the file's
 inputs and outputs (see ``trt_backend.planning``). Anything else, and the planner asks TensorRT
-in this process as it always does; the child's answer is dropped.
+in this process as it always does; the child's answer is dropped. A build's head start
+(``trt_backend.engines.head_start``) asks the same question before it builds and offers its answer
+the same way (:func:`offer`, :class:`FileAnswer`).
 
 A child is forked where :mod:`trt_backend._forked` may fork one (a process running one thread, a
 second CPU), for a regular file of at most :data:`MAX_BYTES` and a quarter of the memory
@@ -22,12 +24,12 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any
+from typing import Any, Protocol
 
 from trt_backend._forked import Forked, Send
 from trt_backend.ort.sizes import room_beside
 from trt_backend.tensorrt.flavor import load_flavor
-from trt_backend.tensorrt.questions import supports
+from trt_backend.tensorrt.questions import Answer, supports
 
 MAX_BYTES = 256 * 2**20  # a larger file's own loading outlasts what the child saves
 
@@ -56,18 +58,72 @@ class EarlyParse:
 
     def unchanged(self, answer: dict[str, Any]) -> bool:
         """Whether the file is still the one the child read."""
-        try:
-            info = os.stat(self.path)
-        except OSError:
-            return False
-        return list(answer.get("file", ())) == [info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev]
+        return file_unchanged(self.path, answer)
 
     def discard(self) -> None:
         """End the child where it still runs (its answer not wanted)."""
         self.child.kill()
 
 
-_current: EarlyParse | None = None
+class FileAnswer(Protocol):
+    """An answer of TensorRT's parser about a model file as it is, left for the planner: an early
+    parse's, or a build's head start's (``trt_backend.engines.head_start``), which asked the same
+    question before it built."""
+
+    path: str
+    flavor: str
+
+    def tensorrt(self) -> tuple[str, str, str] | None:
+        """See :meth:`EarlyParse.tensorrt` (None: the caller imports TensorRT to tell)."""
+
+    def answer(self) -> dict[str, Any] | None:
+        """See :meth:`EarlyParse.answer`."""
+
+    def unchanged(self, answer: dict[str, Any]) -> bool:
+        """Whether the file is still the one the answer is about."""
+
+    def discard(self) -> None:
+        """The answer is not wanted (what asked it may stop)."""
+
+
+def file_status(info: os.stat_result) -> list[int]:
+    """What an answer records of the file it is about (see :func:`file_unchanged`)."""
+    return [info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev]
+
+
+def file_unchanged(path: str, answer: dict[str, Any]) -> bool:
+    """Whether the file ``path`` is still the one ``answer`` is about (size, modification time,
+    inode, device)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    return list(answer.get("file", ())) == file_status(info)
+
+
+def answer_of(target: str, asked: Answer, info: os.stat_result) -> dict[str, Any]:
+    """The parser's answer ``asked`` (see :func:`~trt_backend.tensorrt.questions.supports`) about
+    a file as JSON-able values, as :meth:`EarlyParse.answer` gives it."""
+    supported, pieces, errors = asked
+    return {"target": target, "supported": supported, "pieces": [[list(n), v] for n, v in pieces],
+            "errors": {str(k): v for k, v in errors.items()}, "file": file_status(info)}
+
+
+_current: FileAnswer | None = None
+
+
+def offer(answer: FileAnswer) -> None:
+    """Leave ``answer`` for the planner (see :func:`take`), where no other is pending."""
+    global _current
+    if _current is None:
+        _current = answer
+
+
+def withdraw(answer: FileAnswer) -> None:
+    """Take ``answer`` back where the planner did not take it."""
+    global _current
+    if _current is answer:
+        _current = None
 
 
 def fork_question(path: str, flavor: str = "auto") -> EarlyParse | None:
@@ -86,11 +142,12 @@ def fork_question(path: str, flavor: str = "auto") -> EarlyParse | None:
     child = Forked.start(lambda send: _ask(path, flavor, send), f"early parse of {path}")
     if child is None:
         return None
-    _current = EarlyParse(child, path, flavor)
-    return _current
+    early = EarlyParse(child, path, flavor)
+    _current = early
+    return early
 
 
-def pending(path: Any, flavor: str) -> EarlyParse | None:
+def pending(path: Any, flavor: str) -> FileAnswer | None:
     """The early parse of the model file ``path`` with ``flavor``, left for :func:`take`."""
     early = _current
     if early is None or early.flavor != flavor or not isinstance(path, (str, os.PathLike)):
@@ -101,7 +158,7 @@ def pending(path: Any, flavor: str) -> EarlyParse | None:
         return None
 
 
-def take(path: Any, flavor: str) -> EarlyParse | None:
+def take(path: Any, flavor: str) -> FileAnswer | None:
     """The early parse of the model file ``path`` with ``flavor``, once (the next call gets None)."""
     global _current
     early = pending(path, flavor)
@@ -120,7 +177,4 @@ def _ask(path: str, flavor_name: str, send: Send) -> dict[str, Any]:
     with open(path, "rb") as f:
         info = os.fstat(f.fileno())
         data = f.read()
-    supported, pieces, errors = supports(flavor, builder, logger, data, path)
-    return {"target": flavor.target, "supported": supported, "pieces": [[list(n), v] for n, v in pieces],
-            "errors": {str(k): v for k, v in errors.items()},
-            "file": [info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev]}
+    return answer_of(flavor.target, supports(flavor, builder, logger, data, path), info)

@@ -17,6 +17,15 @@ def supports(flavor: Flavor, builder: Any, logger: Any, data: bytes, path: str |
     fresh network of ``builder``; the caller holds :data:`~trt_backend.tensorrt.flavor.tensorrt_lock`
     where other threads may use TensorRT."""
     network = builder.create_network(network_flags(flavor))
+    answer, parser = supports_into(flavor, network, logger, data, path)
+    del parser, network
+    return answer
+
+
+def supports_into(flavor: Flavor, network: Any, logger: Any, data: bytes, path: str | None) -> tuple[Answer, Any]:
+    """The parser's answer about the model ``data``, asked on ``network``, and the parser (keep it
+    while ``network`` is used). Where the parser takes every node, ``network`` holds the model as
+    ``parse`` would have made it, ready to build (``supports_model_v2``'s documented contract)."""
     parser: Any = flavor.module.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
     with native_stderr():
         supported = bool(parser.supports_model_v2(data, path))
@@ -28,8 +37,7 @@ def supports(flavor: Flavor, builder: Any, logger: Any, data: bytes, path: str |
         node = int(err.node())
         if node >= 0 and node not in errors:
             errors[node] = describe_parser_error(err)
-    del parser, network
-    return supported, pieces, errors
+    return (supported, pieces, errors), parser
 
 
 _ASSERT_MESSAGE = re.compile(r'&&\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\s*$')

@@ -6,6 +6,7 @@ engine is built, never what is built."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -57,9 +58,13 @@ def no_scratch(parent: str) -> None:
     assert not [n for n in os.listdir(parent) if n.startswith(".head-start-")]
 
 
-def test_cli_build_takes_the_head_start_engine_and_writes_the_same_folder(tmp_path, spy, monkeypatch) -> None:
+def test_cli_build_takes_the_head_start_engine_and_writes_the_same_folder(tmp_path, spy, monkeypatch,
+                                                                          caplog) -> None:
     model = small_cnn(str(tmp_path / "cnn.onnx"))
+    caplog.set_level(logging.DEBUG, logger="trt_backend.planning")
     assert main(["build", model, "-o", str(tmp_path / "head"), *SHAPES]) == 0
+    # the planner took the parser's answer the head start asked before it built: no parse of its own
+    assert [r.message for r in caplog.records if "came from its early parse" in r.message]
     assert len(spy["started"]) == 1 and spy["started"][0] is not None
     assert spy["claimed"] == [spy["started"][0]]  # the one segment's engine came from the head start
     no_scratch(str(tmp_path))
@@ -72,8 +77,10 @@ def test_cli_build_takes_the_head_start_engine_and_writes_the_same_folder(tmp_pa
         assert a.read() == b.read()
 
     without_head_start(monkeypatch)
+    caplog.clear()
     assert main(["build", model, "-o", str(tmp_path / "plain"), *SHAPES]) == 0
     assert spy["claimed"][-1] is None
+    assert not [r for r in caplog.records if "came from its early parse" in r.message]
     head, plain = folder(str(tmp_path / "head")), folder(str(tmp_path / "plain"))
     assert head.keys() == plain.keys() and "segment_0.engine" in head
     assert head == plain  # the engine, the segment and model files and the manifest, byte for byte
@@ -280,6 +287,7 @@ def test_the_build_command_builds_its_head_start_in_a_child_process(whole, tmp_p
                            *shapes], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "built in child process" in proc.stderr
+    assert "came from its early parse" in proc.stderr  # (the child's answer, its first message)
     assert ("engine built from the model file as it is" in proc.stderr) == whole
     no_scratch(str(tmp_path))
     without_head_start(monkeypatch)
