@@ -178,7 +178,7 @@ class Crossing:
 
 def boundary_crossing(plan: Plan, cost: BoundaryCost | None = None) -> Crossing | None:
     """What crosses segment boundaries per run (None: a plan read without its model), sized with
-    ``cost`` (default: the plan's options' stand-ins, no dims given)."""
+    ``cost`` (default: the default constants, no named dim sized)."""
     if plan.model is None:
         return None
     cost = cost or BoundaryCost()

@@ -308,7 +308,8 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
         if why is not None:
             given = ", ".join(f"{name} {'x'.join(str(d) for d in shape)}" for name, shape in opt.items())
             raise ProfileError(f"{model.source}: the model cannot run at the opt shapes of profile {k} ({given}): "
-                               f"TensorRT's builder refused nodes there and ONNX Runtime fails there too: {why}")
+                               "TensorRT's builder refused nodes there and ONNX Runtime fails there too (on seeded "
+                               f"random inputs, as run and compare draw them): {why}")
 
 
 def _cut_for_memory(plan: Plan, options: SessionOptions, limit: int) -> Plan:

@@ -133,7 +133,8 @@ def test_shapes_the_model_cannot_run_at_are_one_error_not_a_folder_that_fails_ev
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"trt-backend: error: {path}: the model cannot run at the opt shapes of profile 0 (x 2x4): "
-                           "TensorRT's builder refused nodes there and ONNX Runtime fails there too: ")
+                           "TensorRT's builder refused nodes there and ONNX Runtime fails there too (on seeded "
+                           "random inputs, as run and compare draw them): ")
     assert "Reshape_1" not in last and "'row'" in last and "{2,4}" in last
     assert not os.path.exists(out) and os.listdir(tmp_path) == ["row.onnx"]  # (nothing half-written)
     # the Python door says the same
