@@ -163,6 +163,18 @@ def probe_needs_profile_shapes() -> onnx.ModelProto:
     return m
 
 
+def plans(tmp_path) -> tuple[dict, dict, dict]:
+    """The plans inspect wrote at the shapes given (at.json) and without them (default.json), and
+    the plan of the build folder ``b``."""
+    with open(tmp_path / "at.json") as f:
+        at = json.load(f)
+    with open(tmp_path / "default.json") as f:
+        default = json.load(f)
+    with open(tmp_path / "b" / "manifest.json") as f:
+        built = json.load(f)["plan"]
+    return at, default, built
+
+
 def test_inspect_at_the_profile_shapes_plans_what_build_builds(tmp_path, capsys) -> None:
     """inspect takes --shapes as build does, so its probe runs where the model runs and its plan is
     the build's; without them the probe fails at its default dims and the MatMul, reading a tensor
@@ -178,12 +190,7 @@ def test_inspect_at_the_profile_shapes_plans_what_build_builds(tmp_path, capsys)
     assert main(["inspect", path, *common, "--json", str(tmp_path / "default.json")]) == 0
     assert main(["build", path, *common, "--shapes", "x:1x8", "-o", str(tmp_path / "b")]) == 0
     capsys.readouterr()
-    with open(tmp_path / "b" / "manifest.json") as f:
-        built = json.load(f)["plan"]
-    with open(tmp_path / "at.json") as f:
-        at = json.load(f)
-    with open(tmp_path / "default.json") as f:
-        default = json.load(f)
+    at, default, built = plans(tmp_path)
     assert verdicts(at) == verdicts(built) and verdicts(at)["matmul"] == "tensorrt"
     assert verdicts(default)["matmul"] == "onnxruntime"
 
@@ -267,12 +274,7 @@ def test_inspect_and_build_size_boundaries_at_the_shapes_given(tmp_path, capsys)
     assert ("Boundaries: 2 tensors handed between segments per run, 16.8 MB (at the shapes given: N=128)"
             in capsys.readouterr().out)
     assert main(["build", path, *common, "--shapes", "x:128x1024x16", "-o", str(tmp_path / "b")]) == 0
-    with open(tmp_path / "b" / "manifest.json") as f:
-        built = json.load(f)["plan"]
-    with open(tmp_path / "at.json") as f:
-        at = json.load(f)
-    with open(tmp_path / "default.json") as f:
-        default = json.load(f)
+    at, default, built = plans(tmp_path)
     assert backends(default) == ["onnxruntime"]
     assert backends(at) == backends(built) == ["onnxruntime", "tensorrt", "onnxruntime"]
     # the folder records the sizes it priced boundaries at, and opens with the options it was built with
