@@ -128,7 +128,7 @@ def _start_early_parse(argv: Sequence[str]) -> None:
     line = _argv.scan(argv, "inspect", _INSPECT_VALUES, _INSPECT_FLAGS)
     model = next((value for name, value in line or () if name is None), None)
     flavor = next((value for name, value in reversed(line or ()) if name == "--flavor"), "auto")
-    if model is not None and flavor is not None and os.path.isfile(model):
+    if model is not None and os.path.isfile(model):
         _early_parse.fork_question(model, flavor)
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from partitioner import OptionsError, Plan
+from partitioner import OptionsError, PartitionOptions, Plan
 from partitioner.report import annotate, summary
 from trt_backend._files import (
     new_folder,
@@ -130,9 +130,8 @@ def _with_precision(page: str, plan: Plan, precision: PrecisionPlan) -> str:
     return page.replace("</body></html>", "\n".join(rows) + "</body></html>", 1)
 
 
-def _planned(args: argparse.Namespace, shapes: list[dict[str, Any]]) -> Plan:
+def _planned(args: argparse.Namespace, shapes: list[dict[str, Any]], options: PartitionOptions) -> Plan:
     """The plan of the model file, from the plan cache under --cache-dir where it was kept."""
-    options = partition_options(args)
     path = os.fspath(args.model)
     entry = _plan_cache.plan_entry(args.cache_dir, path, options, args.flavor, shapes) \
         if args.cache_dir and os.path.isfile(path) else None
@@ -170,10 +169,11 @@ def handle(args: argparse.Namespace) -> int:
     else:
         profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
         shapes = _given.profile_shapes(profiles) if profiles else []
-        plan = _planned(args, shapes)
+        options = partition_options(args)
+        plan = _planned(args, shapes, options)
         if profiles and plan.model is not None:  # held to the model as build and run hold them
             _check_profiles(profiles, plan)
-        cost = sized_cost(partition_options(args).boundary_cost, plan.model, shapes) if plan.model is not None else None
+        cost = sized_cost(options.boundary_cost, plan.model, shapes) if plan.model is not None else None
         print(summary(plan, cost))  # (its boundary bytes at the shapes given, as the plan was made)
         if plan.tensorrt_segments():
             print("note: planned by TensorRT's parser; its builder can still refuse a node the parser took (a build "
