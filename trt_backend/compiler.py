@@ -242,7 +242,7 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
                                      progress=progress, quantizer=quantizer, max_segment_weights=max_weights,
                                      engine_dir=engine_dir)
         plan, derived, given, report = result.plan, profiles_of(result.plan), dict(result.engines), result.report
-        _check_runs_at_profiles(the_model, profiles, report)
+        _check_runs_at_profiles(the_model, profiles, report, opts)
         if rewrite is None:  # A plugin rewrite's form runs only in TensorRT: made again below, without it.
             fresh = dict(result.models)
     elif trt and opts.build.precision not in ("fp32", "tf32"):
@@ -295,13 +295,26 @@ def _weight_limit(options: SessionOptions, plan: Plan) -> int | None:
     return limit
 
 
-def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] | None, report: BuildReport
-                            ) -> None:
+def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] | None, report: BuildReport,
+                            options: SessionOptions) -> None:
     """Where TensorRT's builder refused nodes, the model run once in ONNX Runtime at each
     profile's opt shapes: a ProfileError where it fails there too. Such shapes are ones the model
     itself cannot run at (a Reshape to a fixed size given another batch), and a folder built for
-    them would fail at every run; a builder's refusal at shapes the model runs at stays a demotion."""
+    them would fail at every run; a builder's refusal at shapes the model runs at stays a demotion.
+    Not run where the model's weights, held twice (its own and ONNX Runtime's), would not fit the
+    build's memory budget or what is free."""
     if not profiles or not any(d.reason.startswith("TensorRT build failed") for d in report.demoted):
+        return
+    try:
+        room = build_room(options.build.max_build_memory, 0)
+    except OptionsError:
+        room = None
+    weights = weight_bytes(model.index, range(len(model.proto.graph.node)))
+    if room is None:
+        return  # (nothing tells what would fit)
+    if 2 * weights > room.room:
+        log.info("%s: not run in ONNX Runtime at the profiles' shapes: its %s of weights would not fit the build's "
+                 "memory", model.source, si_bytes(weights))
         return
     for k, opt in enumerate(profile_shapes(profiles)[1::3]):
         why = run_failure(model, opt)
