@@ -134,7 +134,9 @@ def plural(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def header_line(plan: Plan) -> str:
+def header_line(plan: Plan, origin: str | None = None) -> str:
+    """The plan's one-line header; ``origin`` says where a plan not planned here comes from (a
+    build folder's), in place of how long planning took."""
     target = f"TensorRT target {plan.tensorrt}" if plan.tensorrt else "no TensorRT parser"
     per_backend = Counter(s.backend for s in plan.segments)
     order = sorted(per_backend, key=lambda b: (BACKEND_ORDER.get(b, len(BACKEND_ORDER)), b))
@@ -144,7 +146,9 @@ def header_line(plan: Plan) -> str:
              plural(len(plan.segments), "segment") + (f" ({split})" if split else "")]
     if plugins:
         parts.append(plural(plugins, "plugin node"))
-    if plan.cached:
+    if origin is not None:
+        parts.append(origin)
+    elif plan.cached:
         parts.append(f"plan from the plan cache, loaded in {plan.seconds:.3f} s")
     else:
         parts.append(f"planned in {plan.seconds:.3f} s ({plural(plan.oracle_calls, 'parser call')})")
@@ -200,10 +204,10 @@ def boundary_crossing(plan: Plan, cost: BoundaryCost | None = None) -> Crossing 
                     cost.unknown_dim)
 
 
-def summary(plan: Plan, cost: BoundaryCost | None = None) -> str:
-    """The plan as a CLI prints it: header, segment table, what crosses its boundaries (sized
-    with ``cost``, see :func:`boundary_crossing`), fallback census."""
-    lines = [header_line(plan), "", "Segments"]
+def summary(plan: Plan, cost: BoundaryCost | None = None, origin: str | None = None) -> str:
+    """The plan as a CLI prints it: header (``origin``: see :func:`header_line`), segment table,
+    what crosses its boundaries (sized with ``cost``, see :func:`boundary_crossing`), fallback census."""
+    lines = [header_line(plan, origin), "", "Segments"]
     seg_rows = [(s.id, backend_label(s.backend), len(s.nodes), len(s.inputs), len(s.outputs),
                  format_ops(op_counts(plan, s))) for s in plan.segments]
     lines += table(("id", "backend", "nodes", "inputs", "outputs", "ops"), seg_rows,

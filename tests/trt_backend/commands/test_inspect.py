@@ -277,9 +277,15 @@ def test_inspect_and_build_size_boundaries_at_the_shapes_given(tmp_path, capsys)
     at, default, built = plans(tmp_path)
     assert backends(default) == ["onnxruntime"]
     assert backends(at) == backends(built) == ["onnxruntime", "tensorrt", "onnxruntime"]
-    # the folder records the sizes it priced boundaries at, and opens with the options it was built with
+    # the folder records the sizes it priced boundaries at (inspect DIR says what inspect said), and
+    # opens with the options it was built with
     with open(tmp_path / "b" / "manifest.json") as f:
         assert json.load(f)["build"]["partition"]["boundary_cost"]["dims"] == [["N", 128]]
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "b")]) == 0
+    text = capsys.readouterr().out
+    assert "Boundaries: 2 tensors handed between segments per run, 16.8 MB (at the shapes given: N=128)" in text
+    assert "3 segments (1 TensorRT, 2 ONNX Runtime) | the plan as built" in text
     from partitioner import PartitionOptions
     from trt_backend import Session, SessionOptions
 
