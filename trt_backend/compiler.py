@@ -309,9 +309,9 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
         room = build_room(options.build.max_build_memory, 0)
     except OptionsError:
         room = None
-    weights = weight_bytes(model.index, range(len(model.proto.graph.node)))
     if room is None:
         return  # (nothing tells what would fit)
+    weights = weight_bytes(model.index, range(len(model.proto.graph.node)))
     if 2 * weights > room.room:
         log.info("%s: not run in ONNX Runtime at the profiles' shapes: its %s of weights would not fit the build's "
                  "memory", model.source, si_bytes(weights))

@@ -167,9 +167,10 @@ def sized_cost(cost: BoundaryCost | None, model: Model, shapes: ProbeShapes) -> 
 
 def sized_options(options: PartitionOptions, model: Model, shapes: ProbeShapes) -> PartitionOptions:
     """``options`` with their boundary cost sized at ``shapes`` (see :func:`sized_cost`)."""
-    if options.boundary_cost is None or not shapes or options.boundary_cost.dims:
+    if options.boundary_cost is None:
         return options
-    return replace(options, boundary_cost=sized_cost(options.boundary_cost, model, shapes))
+    cost = sized_cost(options.boundary_cost, model, shapes)
+    return options if cost is options.boundary_cost else replace(options, boundary_cost=cost)
 
 
 def plan_with_parser(model: ModelSource | Model, flavor: str, options: PartitionOptions,
