@@ -143,6 +143,7 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
                           cost=boundary_cost, max_segment_weights=max_segment_weights)
     report = result.report
     report.demoted, report.rounds, report.seconds = demoted, rounds, time.perf_counter() - start
+    report.max_segment_weights = max_segment_weights
     return BuildResult(plan, result.engines, report, result.models)
 
 

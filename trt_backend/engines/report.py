@@ -145,6 +145,9 @@ class BuildReport:
     demoted: list[Demotion] = field(default_factory=list)
     rounds: int = 1
     seconds: float = 0.0  # wall time of the whole build, all rounds
+    # The most weights a TensorRT segment could hold to build within the memory budget, where
+    # segments were cut to it (see :mod:`trt_backend.engines.memory`); None where none were.
+    max_segment_weights: int | None = None
 
     @property
     def build_seconds(self) -> float:
@@ -153,7 +156,8 @@ class BuildReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"flavor": self.flavor, "rounds": self.rounds, "seconds": self.seconds,
-                "segments": [asdict(s) for s in self.segments], "failures": [asdict(f) for f in self.failures],
+                "max_segment_weights": self.max_segment_weights, "segments": [asdict(s) for s in self.segments],
+                "failures": [asdict(f) for f in self.failures],
                 "demoted": [asdict(d) for d in self.demoted]}
 
     def table(self) -> str:

@@ -25,8 +25,9 @@ from trt_backend.session.session import Session
 
 pytestmark = pytest.mark.usefixtures("flavor")
 MIB = 1 << 20
-WIDTH = 1024  # a [1024, 1024] fp32 weight: 4 MiB
+WIDTH = 2048  # a [2048, 2048] fp32 weight: 16 MiB
 BLOCKS = 6
+BLOCK = WIDTH * WIDTH * 4
 PROFILE = [{"x": ((1, WIDTH), (2, WIDTH), (4, WIDTH))}]
 
 
@@ -53,17 +54,27 @@ def test_a_segment_past_the_budget_is_cut_and_builds_the_same_model(tmp_path) ->
     m = mlp_model()
     whole = str(tmp_path / "whole")
     build(m, whole, PROFILE, SessionOptions(flavor="tensorrt_rtx"))
-    assert trt_weights(whole) == [BLOCKS * 4 * MIB]  # the budget by default (what is free) holds it whole
+    assert trt_weights(whole) == [BLOCKS * BLOCK]  # the budget by default (what is free) holds it whole
 
-    gc.collect()  # (garbage of earlier tests freed now, not during the build: the budget counts from here)
+    # The budget counts from what the process holds when the build measures it, which is not
+    # what it holds here: the build's own copies of the model may land in memory the C heap kept
+    # from earlier work or in memory newly taken (seen: 0 and +96 MiB), and a process can shrink.
+    # The room asked for here is three and a half of the six weights, so that the model is cut
+    # whether the process grows by 100 MiB or shrinks by 80 MiB before the build measures; the
+    # build records the limit it cut to, and the pieces are checked against that.
+    gc.collect()
     before = process_memory()
-    budget = before + BUILD_OVERHEAD + int(BUILD_WEIGHT_FACTOR * 10 * MIB)  # room for about two of the six weights
+    budget = before + BUILD_OVERHEAD + int(BUILD_WEIGHT_FACTOR * 3.5 * BLOCK)
     cut = str(tmp_path / "cut")
     manifest = build(m, cut, PROFILE, SessionOptions(flavor="tensorrt_rtx", max_build_memory=budget))
-    pieces = trt_weights(cut)
-    assert len(pieces) >= 3 and sum(pieces) == BLOCKS * 4 * MIB  # cut, and no weight read twice here
-    assert max(pieces) <= (budget - before - BUILD_OVERHEAD) / BUILD_WEIGHT_FACTOR  # each within what the budget left
     assert manifest["build"]["max_build_memory"] == budget
+    limit = manifest["build"]["max_segment_weights"]
+    assert 0 < limit <= (budget - BUILD_OVERHEAD) / BUILD_WEIGHT_FACTOR  # (nothing is counted as held twice)
+    pieces = trt_weights(cut)
+    assert sum(pieces) == BLOCKS * BLOCK and len(pieces) >= 2  # cut, and no weight read twice here
+    # The fewest pieces within the limit (a block whose weight alone is past it is a piece of its own).
+    per_piece = max(1, limit // BLOCK)
+    assert len(pieces) == -(-BLOCKS // per_piece) and max(pieces) <= max(limit, BLOCK)
     engines = [s for s in manifest["segments"] if s["engine"]]
     assert len(engines) == len(pieces)
     for s in engines:  # streamed into the folder as built: the hash is of the file's bytes
