@@ -1,6 +1,7 @@
 """Files written whole or not at all (trt_backend._files): atomic writes, models, pictures."""
 from __future__ import annotations
 
+import hashlib
 import os
 
 import onnx
@@ -10,7 +11,7 @@ from partitioner import OptionsError, PartitionOptions, Plan, plan_model
 from partitioner.picture import render_html, render_svg
 from partitioner.report import annotate
 from tests.helpers import conv_resize_chain
-from trt_backend._files import save_model_atomic, write_atomic, write_picture
+from trt_backend._files import save_model_atomic, write_atomic, write_hashed, write_picture
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +95,15 @@ def test_one_canonical_json_hash_for_engine_keys_build_keys_and_manifest_digests
             return "opaque"
 
     assert json_sha256({"f": Opaque()}, default=repr) == hashlib.sha256(b'{"f":"opaque"}').hexdigest()
+
+
+@pytest.mark.parametrize("size", [0, 1000, (4 << 20) + 1, 9 << 20])
+def test_write_hashed_writes_the_bytes_and_returns_their_sha256(tmp_path, size) -> None:
+    """Small data hashed after the write; more than 4 MiB in a thread beside it: the same file
+    and digest either way, from bytes or from another buffer (a serialized engine is one)."""
+    data = os.urandom(size)
+    for given in (data, bytearray(data), memoryview(data)):
+        path = str(tmp_path / f"f{size}")
+        assert write_hashed(path, given) == hashlib.sha256(data).hexdigest()
+        assert open(path, "rb").read() == data
+        os.unlink(path)

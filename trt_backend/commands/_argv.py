@@ -43,3 +43,58 @@ def scan(argv: Sequence[str], command: str, values: frozenset[str], flags: froze
             out.append((None, token))
         i += 1
     return out if seen_command else None
+
+
+# build's options that take a plain value (no file whose content matters), and its flags
+BUILD_VALUES = frozenset({
+    "--shapes", "--min-shapes", "--opt-shapes", "--max-shapes", "--precision", "--calibration-method", "--atol",
+    "--rtol", "--atol-of-range", "--allow", "--cache-dir", "--workspace-mb", "--builder-optimization-level",
+    "--max-aux-streams", "--hardware-compatibility", "--compute-capabilities", "--max-memory",
+    "--max-build-memory", "--exclude-ops", "--exclude-nodes", "--min-segment-size", "--launch-cost-us",
+    "--flavor", "--target", "--plugin-ops", "--qdq-rewrite"})
+BUILD_FLAGS = frozenset({"--version-compatible", "--include-lean-runtime", "--no-boundary-cost", "--isolate",
+                         "--no-plugins", "--weights-by-reference"})
+
+
+class Call:
+    """A ``build`` command line made of options :func:`parse` knows: its model, output, cache and
+    the arguments as given, less the output folder and the verbosity flags (the build index's key
+    material)."""
+
+    def __init__(self, model: str, output: str, cache_dir: str | None, argv: list[str]) -> None:
+        self.model, self.output, self.cache_dir, self.argv = model, output, cache_dir, argv
+
+    def values(self, name: str) -> list[str]:
+        """The values given to option ``name``, in order."""
+        return [self.argv[k + 1] for k, token in enumerate(self.argv[:-1]) if token == name]
+
+    def options(self) -> set[str]:
+        """The options and flags given."""
+        return {token for token in self.argv if token.startswith("--")}
+
+
+def parse(argv: Sequence[str], *, need_cache: bool = True) -> Call | None:
+    """The build command line ``argv`` (as the CLI got it) if every argument is one of
+    :data:`BUILD_VALUES` and :data:`BUILD_FLAGS` (and, with ``need_cache``, it names one
+    --cache-dir); else None (the command goes the usual way)."""
+    line = scan(argv, "build", BUILD_VALUES | {"-o", "--output"}, BUILD_FLAGS)
+    if line is None:
+        return None
+    kept = ["build"]
+    model = output = cache_dir = None
+    for name, value in line:
+        if name is None:
+            model = value
+            kept.append("<model>")
+        elif name in ("-o", "--output"):
+            output = value
+        elif value is None:
+            kept.append(name)
+        elif name == "--precision" and value == "auto":
+            return None  # The usual path searches a precision plan first; its result is not in this key.
+        else:
+            cache_dir = value if name == "--cache-dir" else cache_dir
+            kept += [name, value]
+    if not model or not output or kept.count("--cache-dir") > 1 or (need_cache and not cache_dir):
+        return None
+    return Call(model, output, cache_dir, kept)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from partitioner.errors import OptionsError
-from trt_backend.commands._build_hit import parse
+from trt_backend.commands._argv import parse
 from trt_backend.commands._shapes import cli_profiles
 from trt_backend.engines import head_start
 

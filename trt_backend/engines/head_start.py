@@ -24,34 +24,21 @@ or tf32."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import shutil
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from partitioner.wire import keeps_external_data, main_graph_nodes
-from trt_backend._files import new_folder
 from trt_backend._forked import Forked, Send
 from trt_backend._lazy import lazy_module
-from trt_backend.engines.config import add_profiles, configure, dynamic_inputs, profile_settings
-from trt_backend.engines.options import BuildOptions
 from trt_backend.ort.sizes import room_beside
 from trt_backend.tensorrt import early_parse
-from trt_backend.tensorrt.early_parse import answer_of, file_unchanged
-from trt_backend.tensorrt.flavor import (
-    Flavor,
-    create_builder,
-    load_flavor,
-    native_stderr,
-    network_flags,
-    python_logger_made,
-    tensorrt_lock,
-)
-from trt_backend.tensorrt.questions import supports_into
+
+if TYPE_CHECKING:
+    from trt_backend.tensorrt.flavor import Flavor
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +46,14 @@ log = logging.getLogger(__name__)
 # (min, opt, max) shapes are read by trt_backend.profiles (the Python door, where those are loaded).
 _memory = lazy_module("trt_backend.engines.memory")
 _profiles = lazy_module("trt_backend.profiles")
+# Loaded by the build itself, in the child or thread where it runs: a head start begins before
+# the command loads them (the build's way to TensorRT, its options, the file's reader).
+_config = lazy_module("trt_backend.engines.config")
+_options = lazy_module("trt_backend.engines.options")
+_flavor = lazy_module("trt_backend.tensorrt.flavor")
+_questions = lazy_module("trt_backend.tensorrt.questions")
+_wire = lazy_module("partitioner.wire")
+_files = lazy_module("trt_backend._files")
 
 ProfileSettings = list[dict[str, tuple[Any, ...]]]  # per profile: dynamic input -> (min, opt, max, values)
 
@@ -132,7 +127,7 @@ class HeadStart:
             if done["settings"] is not None else None
         self.engine = tuple(done["engine"]) if done["engine"] is not None else None  # type: ignore[assignment]
         if self.options is None:
-            self.options = BuildOptions()  # (as the child made them)
+            self.options = _options.BuildOptions()  # (as the child made them)
 
     def _run(self) -> None:
         start = time.perf_counter()
@@ -147,16 +142,16 @@ class HeadStart:
             log.debug("head start of %s: %s", self.path, self.problem)
 
     def _build(self) -> None:
-        flavor = load_flavor(self.flavor_name)
+        flavor = _flavor.load_flavor(self.flavor_name)
         self.flavor, self.target = flavor, flavor.target
         trt = flavor.module
         with open(self.path, "rb") as f:
             info = os.fstat(f.fileno())
             data = f.read()
-        if keeps_external_data(data) is not False:
+        if _wire.keeps_external_data(data) is not False:
             self.problem = "the model keeps weights in external data files (or its file is not read here)"
             return
-        nodes = main_graph_nodes(data)
+        nodes = _wire.main_graph_nodes(data)
         if nodes is None or nodes > MAX_NODES:
             self.problem = f"{nodes} nodes: more than a head start takes ({MAX_NODES})"
             return
@@ -165,19 +160,19 @@ class HeadStart:
         # writer or progress monitor would call into Python at every step), and before this process
         # gave TensorRT a Python logger (its first logger is TensorRT's global one). The planner's
         # parser questions then go on beside it.
-        with tensorrt_lock:
+        with _flavor.tensorrt_lock:
             # (all but internal errors kept to itself; a failure is said by the compile path's own build)
             logger = trt.Logger(trt.Logger.INTERNAL_ERROR)
-            builder = create_builder(flavor, logger)
-            network = builder.create_network(network_flags(flavor))
+            builder = _flavor.create_builder(flavor, logger)
+            network = builder.create_network(_flavor.network_flags(flavor))
             config: Any = None
             parser: Any = None
             try:
                 # (the planner's question about the file as it is, whose answer it takes: the network
                 # holds the model as parse would make it where the parser takes every node)
-                asked, parser = supports_into(flavor, network, logger, data, self.path)
+                asked, parser = _questions.supports_into(flavor, network, logger, data, self.path)
                 del data
-                self._give_answer(answer_of(flavor.target, asked, info))
+                self._give_answer(early_parse.answer_of(flavor.target, asked, info))
                 parsed = asked[0]
                 if not parsed or self._cancelled.is_set():
                     self.problem = "TensorRT's parser did not take the file as it is" if not parsed else "cancelled"
@@ -185,33 +180,32 @@ class HeadStart:
                     return
                 self.inputs = tuple(network.get_input(i).name for i in range(network.num_inputs))
                 self.outputs = tuple(network.get_output(i).name for i in range(network.num_outputs))
-                self.dynamic = dynamic_inputs(network)
-                options = self.options if self.options is not None else BuildOptions()
+                self.dynamic = _config.dynamic_inputs(network)
+                options = self.options if self.options is not None else _options.BuildOptions()
                 self.options = options
                 ranges = [{n: _shape_range(v, f"profile {k} for '{n}'") for n, v in p.items()}
                           for k, p in enumerate(self.profiles)]
                 config = builder.create_builder_config()
-                configure(config, options, flavor)
-                self.settings = add_profiles(builder, config, network, ranges)
+                _config.configure(config, options, flavor)
+                self.settings = _config.add_profiles(builder, config, network, ranges)
             except BaseException:
                 del config, parser, network, builder, logger
                 raise
         try:
-            with tensorrt_lock if python_logger_made() else contextlib.nullcontext(), native_stderr():
+            lock = _flavor.tensorrt_lock if _flavor.python_logger_made() else contextlib.nullcontext()
+            with lock, _flavor.native_stderr():
                 # (Myelin prints its internal errors to stderr; the compile path reports a failure)
                 serialized = builder.build_serialized_network(network, config)
-            with tensorrt_lock:
+            with _flavor.tensorrt_lock:
                 if serialized is None:
                     self.problem = "TensorRT's builder made no engine"
                     return
                 path = os.path.join(self.scratch, "engine")
-                with open(path, "wb") as out:
-                    out.write(serialized)
-                engine = (path, hashlib.sha256(serialized).hexdigest(), serialized.nbytes)
+                engine = (path, _files.write_hashed(path, serialized), serialized.nbytes)
                 del serialized
                 self.engine, self.layers = engine, int(network.num_layers)
         finally:
-            with tensorrt_lock:
+            with _flavor.tensorrt_lock:
                 del config, parser, network, builder, logger
 
     def _give_answer(self, answer: dict[str, Any]) -> None:
@@ -272,7 +266,7 @@ class HeadStart:
                 or tuple(v.name for v in segment_model.graph.output) != self.outputs):
             return "other inputs or outputs"
         try:
-            settings = profile_settings(self.dynamic, ranges)
+            settings = _config.profile_settings(self.dynamic, ranges)
         except Exception as e:  # noqa: BLE001 - the compile path's own build says it
             return f"profiles: {e}"
         if settings != self.settings:
@@ -356,7 +350,7 @@ class _Answer:
         return self.head.answer()
 
     def unchanged(self, answer: dict[str, Any]) -> bool:
-        return file_unchanged(self.path, answer)
+        return early_parse.file_unchanged(self.path, answer)
 
     def discard(self) -> None:
         """Nothing to stop: the build goes on for :func:`claim` to take or :func:`discard` to end."""
@@ -379,7 +373,7 @@ def launch(path: str, out_dir: str, flavor: str, profiles: Sequence[Mapping[str,
     if not room_beside(os.path.getsize(path), MAX_BYTES):
         return None  # A build beside the planner's would hold too much at once.
     try:
-        scratch = new_folder(os.path.dirname(os.path.abspath(out_dir)), ".head-start-")
+        scratch = _files.new_folder(os.path.dirname(os.path.abspath(out_dir)), ".head-start-")
     except OSError:
         return None
     global _offered

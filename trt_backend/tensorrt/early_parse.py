@@ -24,12 +24,18 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trt_backend._forked import Forked, Send
+from trt_backend._lazy import lazy_module
 from trt_backend.ort.sizes import room_beside
-from trt_backend.tensorrt.flavor import load_flavor
-from trt_backend.tensorrt.questions import Answer, supports
+
+if TYPE_CHECKING:
+    from trt_backend.tensorrt.questions import Answer
+
+# Loaded in the child, after the fork: the parent goes on at once.
+_flavor = lazy_module("trt_backend.tensorrt.flavor")
+_questions = lazy_module("trt_backend.tensorrt.questions")
 
 MAX_BYTES = 256 * 2**20  # a larger file's own loading outlasts what the child saves
 
@@ -169,7 +175,7 @@ def take(path: Any, flavor: str) -> FileAnswer | None:
 
 def _ask(path: str, flavor_name: str, send: Send) -> dict[str, Any]:
     """The child's work: which TensorRT it imported, then the parser's answer about ``path``."""
-    flavor = load_flavor(flavor_name)
+    flavor = _flavor.load_flavor(flavor_name)
     send({"tensorrt": [flavor.name, flavor.version, flavor.parser_version]})
     trt = flavor.module
     logger = trt.Logger(trt.Logger.INTERNAL_ERROR)
@@ -177,4 +183,4 @@ def _ask(path: str, flavor_name: str, send: Send) -> dict[str, Any]:
     with open(path, "rb") as f:
         info = os.fstat(f.fileno())
         data = f.read()
-    return answer_of(flavor.target, supports(flavor, builder, logger, data, path), info)
+    return answer_of(flavor.target, _questions.supports(flavor, builder, logger, data, path), info)

@@ -17,7 +17,8 @@ import pytest
 from tests.support.external_mlp import write_mlp
 from trt_backend.artifacts.build_cache import BUILDS
 from trt_backend.cli import main
-from trt_backend.commands._build_hit import INDEX, parse
+from trt_backend.commands._argv import parse
+from trt_backend.commands._build_hit import INDEX
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session

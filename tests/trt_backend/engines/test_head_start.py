@@ -293,3 +293,35 @@ def test_the_build_command_builds_its_head_start_in_a_child_process(whole, tmp_p
     without_head_start(monkeypatch)
     assert main(["build", model, "-o", str(tmp_path / "here"), *shapes]) == 0
     assert folder(str(tmp_path / "cli")) == folder(str(tmp_path / "here"))
+
+
+STARTS = """
+import sys
+from trt_backend.commands import _head_start
+from trt_backend.engines import head_start
+started = _head_start.start_from_argv(sys.argv[1:])
+loaded = sorted(sys.modules)
+head_start.discard()
+print("STARTED", started, ",".join(loaded))
+"""
+
+
+@pytest.mark.skipif(not FORKS, reason="a head start is forked only with a second CPU")
+def test_the_head_start_forks_before_the_build_loads_its_own_modules(tmp_path) -> None:
+    """The child begins before this process loads what only the build uses (TensorRT and the
+    modules that wrap it, the build's options, the build cache, onnx, numpy): the child loads what
+    it needs itself, beside this process."""
+    import subprocess
+    import sys
+
+    model = small_cnn(str(tmp_path / "cnn.onnx"))
+    proc = subprocess.run([sys.executable, "-c", STARTS, "build", model, "-o", str(tmp_path / "out"), *SHAPES],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, started, loaded = next(ln for ln in proc.stdout.splitlines() if ln.startswith("STARTED")).split(" ", 2)
+    assert started == "True"
+    unwanted = {"onnx", "numpy", "tensorrt_rtx", "trt_backend.engines.options", "trt_backend.engines.config",
+                "trt_backend.tensorrt.flavor", "trt_backend.tensorrt.questions", "trt_backend.artifacts.build_cache",
+                "trt_backend.commands._build_hit", "partitioner.wire"}
+    assert unwanted & set(loaded.split(",")) == set()
+    no_scratch(str(tmp_path))
