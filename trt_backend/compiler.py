@@ -35,7 +35,7 @@ from trt_backend.engines.quantize import SegmentQuantizer
 from trt_backend.engines.report import BuildProgress, BuildReport, BuiltSegment
 from trt_backend.errors import ProfileError, TensorRTUnavailableError
 from trt_backend.gpu.device import check_device, use_device
-from trt_backend.ort.probe import run_failure
+from trt_backend.ort.probe import opt_shapes, run_failure
 from trt_backend.ort.sessions import tapped_session
 from trt_backend.ort.threads import use_global_thread_pool
 from trt_backend.ort.values import memory_limit
@@ -316,7 +316,7 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
         log.info("%s: not run in ONNX Runtime at the profiles' shapes: its %s of weights would not fit the build's "
                  "memory", model.source, si_bytes(weights))
         return
-    for k, opt in enumerate(profile_shapes(profiles)[1::3]):
+    for k, opt in enumerate(opt_shapes(profile_shapes(profiles))):
         why = run_failure(model, opt)
         if why is not None:
             given = ", ".join(f"{name} {'x'.join(str(d) for d in shape)}" for name, shape in opt.items())

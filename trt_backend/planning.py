@@ -35,7 +35,7 @@ from partitioner.qdq import rewrite_qdq
 from plugins import default_registry
 from trt_backend._progress import progress
 from trt_backend.errors import ParserCrashError, TensorRTUnavailableError
-from trt_backend.ort.probe import ProbeShapes, learn_unknown_types, probe_key
+from trt_backend.ort.probe import ProbeShapes, learn_unknown_types, opt_shapes, probe_key
 from trt_backend.ort.sessions import max_ir_version
 from trt_backend.tensorrt import early_parse
 from trt_backend.tensorrt.flavor import load_flavor
@@ -156,13 +156,12 @@ def _qdq_rewrite(options: Any) -> str:
 
 def sized_cost(cost: BoundaryCost | None, model: Model, shapes: ProbeShapes) -> BoundaryCost:
     """``cost`` (None: the default constants) with the named dims of the model's inputs sized at
-    the shapes it runs at, where ``shapes`` are given and ``cost`` sizes none itself: the second
-    entry where there are three or more (the first profile's opt shapes: profiles are given as
-    each one's min, opt and max shapes), else the first."""
+    the shapes it runs at, where ``shapes`` are given and ``cost`` sizes none itself: the first
+    profile's opt shapes (:func:`~trt_backend.ort.probe.opt_shapes`)."""
     cost = cost if cost is not None else BoundaryCost()
     if not shapes or cost.dims:
         return cost
-    return cost.at_shapes(model.index, shapes[1] if len(shapes) >= 3 else shapes[0])
+    return cost.at_shapes(model.index, opt_shapes(shapes)[0])
 
 
 def sized_options(options: PartitionOptions, model: Model, shapes: ProbeShapes) -> PartitionOptions:

@@ -47,6 +47,13 @@ PROBE_DIMS = (2, 3)  # each dynamic input dim without a given shape, in the firs
 ProbeShapes = Sequence[Mapping[str, tuple[int, ...]]]
 
 
+def opt_shapes(shapes: ProbeShapes) -> list[Mapping[str, tuple[int, ...]]]:
+    """The opt shapes of each profile in ``shapes`` as profiles give them (each one's min, opt and
+    max shapes in turn, see :func:`trt_backend.profiles.profile_shapes`); fewer than three entries
+    are shapes given as they are, each its own."""
+    return list(shapes[1::3]) if len(shapes) >= 3 else list(shapes)
+
+
 def probe_key(shapes: ProbeShapes) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], ...]:
     """``shapes`` as a hashable value, each run once, in order (what ``Model.probe_shapes`` holds)."""
     runs = [tuple(sorted((n, tuple(int(d) for d in s)) for n, s in run.items())) for run in shapes]

@@ -14,7 +14,8 @@ from onnx import helper as h
 from tests.support.attention import attention_reshape
 from tests.support.graphs import assert_same, ort_reference
 from tests.support.pipelines import mlp_pipeline
-from trt_backend.ort.probe import HOW
+from trt_backend.ort.probe import HOW, opt_shapes
+from trt_backend.profiles.given import profile_shapes
 from trt_backend.planning import make_plan
 from trt_backend.artifacts.write import build as build_folder_build
 from trt_backend.session.options import SessionOptions
@@ -235,3 +236,10 @@ def test_probe_runs_where_an_onnx_ml_reader_also_reads_what_tensorrt_may_take(fl
     model = load(m)
     assert model.learned.get("s") == HOW
     assert [d.dim_value for d in model.index.types["s"].tensor_type.shape.dim] == [0, 4]
+
+
+def test_opt_shapes_are_each_profiles_second_shapes() -> None:
+    profiles = [{"x": ((1, 3), (2, 3), (4, 3))}, {"x": ((5, 3), (6, 3), (8, 3))}]
+    assert opt_shapes(profile_shapes(profiles)) == [{"x": (2, 3)}, {"x": (6, 3)}]
+    assert opt_shapes([{"x": (7, 3)}]) == [{"x": (7, 3)}]  # shapes given once: as they are
+    assert opt_shapes([]) == []
