@@ -269,24 +269,41 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def write_hashed(path: str, data: Any) -> str:
-    """Write ``data`` (bytes or any buffer: a serialized engine) to a new file ``path``; its hex
-    SHA-256, computed in a thread beside the write for data of more than a few MiB (both let go of
-    the GIL: on a 100 MiB engine the hash no longer follows the write)."""
+    """Write ``data`` (bytes or any buffer: a serialized engine) into the file ``path`` (made or
+    truncated; not atomic: for a file of a folder being staged) and return its hex SHA-256,
+    computed in a thread beside the write for data of more than a few MiB (both let go of the GIL:
+    on a 100 MiB engine the hash no longer follows the write). Where either fails, the file is
+    removed and the failure raised."""
     import hashlib
 
     view = memoryview(data).cast("B")
-    if view.nbytes <= 4 << 20:
-        with open(path, "wb") as out:
-            out.write(view)
-        return hashlib.sha256(view).hexdigest()
     digest: list[str] = []
-    hasher = threading.Thread(target=lambda: digest.append(hashlib.sha256(view).hexdigest()), name="hash")
-    hasher.start()
+    failed: list[BaseException] = []
+
+    def hash_it() -> None:
+        try:
+            digest.append(hashlib.sha256(view).hexdigest())
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread below
+            failed.append(e)
+
+    hasher = threading.Thread(target=hash_it, name="hash") if view.nbytes > 4 << 20 else None
+    if hasher is not None:
+        hasher.start()
     try:
-        with open(path, "wb") as out:
-            out.write(view)
-    finally:
-        hasher.join()
+        try:
+            with open(path, "wb") as out:
+                out.write(view)
+        finally:
+            if hasher is not None:
+                hasher.join()
+        if hasher is None:
+            hash_it()
+        if failed:
+            raise failed[0]
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
     return digest[0]
 
 

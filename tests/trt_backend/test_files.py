@@ -105,5 +105,21 @@ def test_write_hashed_writes_the_bytes_and_returns_their_sha256(tmp_path, size) 
     for given in (data, bytearray(data), memoryview(data)):
         path = str(tmp_path / f"f{size}")
         assert write_hashed(path, given) == hashlib.sha256(data).hexdigest()
-        assert open(path, "rb").read() == data
+        with open(path, "rb") as f:
+            assert f.read() == data
         os.unlink(path)
+
+
+def test_write_hashed_removes_its_file_where_the_hash_fails(tmp_path, monkeypatch) -> None:
+    """A failure in the hashing thread is raised in the caller's thread, as it was, and the file
+    written beside it is removed."""
+    def broken(data: object) -> object:
+        raise MemoryError("no room to hash")
+
+    monkeypatch.setattr(hashlib, "sha256", broken)
+    path = tmp_path / "engine"
+    with pytest.raises(MemoryError, match="no room to hash"):
+        write_hashed(str(path), os.urandom(5 << 20))
+    assert not path.exists()
+    with pytest.raises(IsADirectoryError):  # (a write that fails: nothing made)
+        write_hashed(str(tmp_path), b"x")

@@ -46,14 +46,14 @@ def scan(argv: Sequence[str], command: str, values: frozenset[str], flags: froze
 
 
 # build's options that take a plain value (no file whose content matters), and its flags
-BUILD_VALUES = frozenset({
+BUILD_LINE_VALUES = frozenset({
     "--shapes", "--min-shapes", "--opt-shapes", "--max-shapes", "--precision", "--calibration-method", "--atol",
     "--rtol", "--atol-of-range", "--allow", "--cache-dir", "--workspace-mb", "--builder-optimization-level",
     "--max-aux-streams", "--hardware-compatibility", "--compute-capabilities", "--max-memory",
     "--max-build-memory", "--exclude-ops", "--exclude-nodes", "--min-segment-size", "--launch-cost-us",
     "--flavor", "--target", "--plugin-ops", "--qdq-rewrite"})
-BUILD_FLAGS = frozenset({"--version-compatible", "--include-lean-runtime", "--no-boundary-cost", "--isolate",
-                         "--no-plugins", "--weights-by-reference"})
+BUILD_LINE_FLAGS = frozenset({"--version-compatible", "--include-lean-runtime", "--no-boundary-cost", "--isolate",
+                              "--no-plugins", "--weights-by-reference"})
 
 
 class Call:
@@ -75,9 +75,9 @@ class Call:
 
 def parse(argv: Sequence[str], *, need_cache: bool = True) -> Call | None:
     """The build command line ``argv`` (as the CLI got it) if every argument is one of
-    :data:`BUILD_VALUES` and :data:`BUILD_FLAGS` (and, with ``need_cache``, it names one
+    :data:`BUILD_LINE_VALUES` and :data:`BUILD_LINE_FLAGS` (and, with ``need_cache``, it names one
     --cache-dir); else None (the command goes the usual way)."""
-    line = scan(argv, "build", BUILD_VALUES | {"-o", "--output"}, BUILD_FLAGS)
+    line = scan(argv, "build", BUILD_LINE_VALUES | {"-o", "--output"}, BUILD_LINE_FLAGS)
     if line is None:
         return None
     kept = ["build"]

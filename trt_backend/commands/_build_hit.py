@@ -16,7 +16,8 @@ entry's key. Its key is made of what decides the options and the folder without 
   NVIDIA driver's view of the GPUs and the environment variables that steer TensorRT, CUDA,
   ONNX Runtime or trt-backend.
 
-Only arguments known to carry plain values take this path: one naming a file whose content
+Only arguments known to carry plain values (:data:`trt_backend.commands._argv.BUILD_LINE_VALUES`
+and its flags) take this path: one naming a file whose content
 matters (calibration data, inputs, a precision plan, a timing cache, a signing key, a report)
 or a device, and ``--precision auto`` (whose search runs before the options exist), send the
 command the usual way. The index is written after a build that went the usual way; a hit

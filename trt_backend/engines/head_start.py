@@ -32,6 +32,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from trt_backend._files import new_folder, write_hashed
 from trt_backend._forked import Forked, Send
 from trt_backend._lazy import lazy_module
 from trt_backend.ort.sizes import room_beside
@@ -47,13 +48,13 @@ log = logging.getLogger(__name__)
 _memory = lazy_module("trt_backend.engines.memory")
 _profiles = lazy_module("trt_backend.profiles")
 # Loaded by the build itself, in the child or thread where it runs: a head start begins before
-# the command loads them (the build's way to TensorRT, its options, the file's reader).
+# the command loads them (the build's way to TensorRT, the file's reader; the build options
+# are read in this process too, once the child's account comes).
 _config = lazy_module("trt_backend.engines.config")
 _options = lazy_module("trt_backend.engines.options")
 _flavor = lazy_module("trt_backend.tensorrt.flavor")
 _questions = lazy_module("trt_backend.tensorrt.questions")
 _wire = lazy_module("partitioner.wire")
-_files = lazy_module("trt_backend._files")
 
 ProfileSettings = list[dict[str, tuple[Any, ...]]]  # per profile: dynamic input -> (min, opt, max, values)
 
@@ -201,7 +202,7 @@ class HeadStart:
                     self.problem = "TensorRT's builder made no engine"
                     return
                 path = os.path.join(self.scratch, "engine")
-                engine = (path, _files.write_hashed(path, serialized), serialized.nbytes)
+                engine = (path, write_hashed(path, serialized), serialized.nbytes)
                 del serialized
                 self.engine, self.layers = engine, int(network.num_layers)
         finally:
@@ -373,7 +374,7 @@ def launch(path: str, out_dir: str, flavor: str, profiles: Sequence[Mapping[str,
     if not room_beside(os.path.getsize(path), MAX_BYTES):
         return None  # A build beside the planner's would hold too much at once.
     try:
-        scratch = _files.new_folder(os.path.dirname(os.path.abspath(out_dir)), ".head-start-")
+        scratch = new_folder(os.path.dirname(os.path.abspath(out_dir)), ".head-start-")
     except OSError:
         return None
     global _offered

@@ -145,8 +145,9 @@ class BuildReport:
     demoted: list[Demotion] = field(default_factory=list)
     rounds: int = 1
     seconds: float = 0.0  # wall time of the whole build, all rounds
-    # The most weights a TensorRT segment could hold to build within the memory budget, where
-    # segments were cut to it (see :mod:`trt_backend.engines.memory`); None where none were.
+    # The most weights a TensorRT segment could hold to build within the memory budget: the limit
+    # the build held segments to, where a budget was given or what was free was too little for a
+    # segment as planned (see :mod:`trt_backend.engines.memory`); None where it held them to none.
     max_segment_weights: int | None = None
 
     @property

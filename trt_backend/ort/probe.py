@@ -49,8 +49,8 @@ ProbeShapes = Sequence[Mapping[str, tuple[int, ...]]]
 
 def opt_shapes(shapes: ProbeShapes) -> list[Mapping[str, tuple[int, ...]]]:
     """The opt shapes of each profile in ``shapes`` as profiles give them (each one's min, opt and
-    max shapes in turn, see :func:`trt_backend.profiles.profile_shapes`); fewer than three entries
-    are shapes given as they are, each its own."""
+    max shapes in turn, see :func:`trt_backend.profiles.profile_shapes`: three entries a profile);
+    fewer than three entries are shapes given as they are, each its own."""
     return list(shapes[1::3]) if len(shapes) >= 3 else list(shapes)
 
 
