@@ -102,7 +102,9 @@ class NodeInfo:
 @dataclass
 class Plan:
     """Segments in execution order and a verdict per node. ``model`` is the normalized model
-    the plan was made from (absent for a plan read back from JSON)."""
+    the plan was made from (absent for a plan read back from JSON). ``cost``: how its boundaries
+    are priced, in the partition and in its report (the partition's boundary cost, with the
+    sizes of the dims the shapes it was planned at fix; None: the defaults)."""
 
     model_name: str
     tensorrt: str | None
@@ -115,6 +117,7 @@ class Plan:
     target: str | None = None  # runtime the plan is for ("tensorrt" | "tensorrt_rtx"); plugins depend on it
     learned: dict[str, str] = field(default_factory=dict)  # tensor -> how its type was learned (not inferred)
     rewritten: dict[str, str] = field(default_factory=dict)  # original node name -> what a rewrite made of it
+    cost: BoundaryCost | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"model": self.model_name, "tensorrt": self.tensorrt, "target": self.target}
@@ -251,4 +254,4 @@ def build_plan(model: Model, verdicts: Sequence[Verdict], tensorrt: str | None,
     nodes = [NodeInfo(i, n.name, n.op_type, segment_of[i], final[i].backend, final[i].reason)
              for i, n in enumerate(model.proto.graph.node)]
     return Plan(model.source, tensorrt, segments, nodes, model=model, target=target, learned=dict(model.learned),
-                rewritten=dict(model.rewritten))
+                rewritten=dict(model.rewritten), cost=cost)

@@ -182,10 +182,10 @@ class Crossing:
 
 def boundary_crossing(plan: Plan, cost: BoundaryCost | None = None) -> Crossing | None:
     """What crosses segment boundaries per run (None: a plan read without its model), sized with
-    ``cost`` (default: the default constants, no named dim sized)."""
+    ``cost`` (default: the plan's own, see :class:`~partitioner.plan.Plan`)."""
     if plan.model is None:
         return None
-    cost = cost or BoundaryCost()
+    cost = cost or plan.cost or BoundaryCost()
     index = plan.model.index
     group_of = [n.segment for n in plan.nodes]
     copied = frozenset(i for s in plan.segments for i in s.copies)
@@ -206,7 +206,8 @@ def boundary_crossing(plan: Plan, cost: BoundaryCost | None = None) -> Crossing 
 
 def summary(plan: Plan, cost: BoundaryCost | None = None, origin: str | None = None) -> str:
     """The plan as a CLI prints it: header (``origin``: see :func:`header_line`), segment table,
-    what crosses its boundaries (sized with ``cost``, see :func:`boundary_crossing`), fallback census."""
+    what crosses its boundaries (priced as the plan was, or with ``cost``, see
+    :func:`boundary_crossing`), fallback census."""
     lines = [header_line(plan, origin), "", "Segments"]
     seg_rows = [(s.id, backend_label(s.backend), len(s.nodes), len(s.inputs), len(s.outputs),
                  format_ops(op_counts(plan, s))) for s in plan.segments]

@@ -164,6 +164,15 @@ def sized_cost(cost: BoundaryCost | None, model: Model, shapes: ProbeShapes) -> 
     return cost.at_shapes(model.index, opt_shapes(shapes)[0])
 
 
+def priced(plan: Plan, cost: BoundaryCost | None, shapes: ProbeShapes) -> Plan:
+    """``plan``, its boundaries priced as planning with the boundary cost ``cost`` at ``shapes``
+    prices them (:func:`sized_cost`; where ``cost`` is None, the partition priced none and its
+    report prices with the defaults so sized): ``plan.cost``, which its report uses."""
+    if plan.model is not None:
+        plan.cost = sized_cost(cost, plan.model, shapes)
+    return plan
+
+
 def sized_options(options: PartitionOptions, model: Model, shapes: ProbeShapes) -> PartitionOptions:
     """``options`` with their boundary cost sized at ``shapes`` (see :func:`sized_cost`)."""
     if options.boundary_cost is None:
@@ -280,11 +289,12 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
     shapes = checked_shapes(shapes)
     start = time.perf_counter()
     model = load_normalized(source, shapes, _qdq_rewrite(options))
+    cost = options.boundary_cost
     options = sized_options(options, model, shapes)
     if not isolate:
         plan = plan_with_parser(model, flavor, options)
         plan.seconds = time.perf_counter() - start
-        return plan
+        return priced(plan, cost, shapes)
     validate_options(model, options)
     try:  # plugins travel to the child by pickle (registry records hold module-level functions)
         pickle.dumps(options)
@@ -304,7 +314,7 @@ def make_plan(source: ModelSource | Model, options: PartitionOptions | None = No
                       cost=options.boundary_cost)
     plan.oracle_calls = result["oracle_calls"]
     plan.seconds = time.perf_counter() - start
-    return plan
+    return priced(plan, cost, shapes)
 
 
 # The isolated planner: a fresh interpreter (not multiprocessing, whose spawned children import the

@@ -31,13 +31,14 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from partitioner import PartitionOptions, Plan
+from partitioner.cost import BoundaryCost
 from trt_backend._files import json_sha256, write_atomic
 from trt_backend._version import __version__
 from trt_backend.artifacts.build_cache import BuildCache, jsonable, source_digest
 from trt_backend.errors import TensorRTUnavailableError
 from trt_backend.ort.probe import ProbeShapes, probe_key
 from trt_backend.ort.sessions import installed_version, max_ir_version
-from trt_backend.planning import learned_types, load_normalized, with_shipped_plugins
+from trt_backend.planning import learned_types, load_normalized, priced, with_shipped_plugins
 from trt_backend.profiles import Profile, profiles_from_json, profiles_to_json
 from trt_backend.tensorrt import early_parse
 from trt_backend.tensorrt.flavor import load_flavor
@@ -77,14 +78,17 @@ def plan_entry(cache_dir: str, model_path: str, options: PartitionOptions, flavo
                 "shapes": [[[name, list(dims)] for name, dims in run] for run in probe_key(shapes)]}
     key = json_sha256(material, default=repr)
     return PlanEntry(os.path.join(os.path.abspath(cache_dir), PLANS, key + ".json"), model_path,
-                     options.qdq_rewrite, shapes)
+                     options.qdq_rewrite, shapes, options.boundary_cost)
 
 
 class PlanEntry:
-    """One plan cache entry (a file ``path``): the plan of ``model_path`` and its derived profiles."""
+    """One plan cache entry (a file ``path``): the plan of ``model_path`` and its derived profiles.
+    ``boundary_cost``: the partition options' (its plan's boundaries are priced with it again)."""
 
-    def __init__(self, path: str, model_path: str, qdq_rewrite: str, shapes: ProbeShapes) -> None:
+    def __init__(self, path: str, model_path: str, qdq_rewrite: str, shapes: ProbeShapes,
+                 boundary_cost: BoundaryCost | None) -> None:
         self.path, self.model_path, self.qdq_rewrite, self.shapes = path, model_path, qdq_rewrite, shapes
+        self.boundary_cost = boundary_cost
         # the entry as this object last read, wrote or dropped it: one compile reads the file once
         self._held: tuple[dict[str, Any] | None] | None = None
 
@@ -147,6 +151,7 @@ class PlanEntry:
             return None
         # (the key is the content: the same bytes at another path are this model, named as given)
         plan.model_name, plan.model, plan.cached = model.source, model, True
+        priced(plan, self.boundary_cost, self.shapes)
         plan.seconds = time.perf_counter() - start
         log.info("%s: plan taken from the plan cache (%s)", self.model_path, self.path)
         return plan

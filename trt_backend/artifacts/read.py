@@ -22,6 +22,7 @@ from typing import Any, TypeGuard
 import onnx
 
 from partitioner import Plan, TrtBackendError
+from partitioner.cost import BoundaryCost
 from partitioner.errors import OptionsError
 from partitioner.weights import check_location, file_sha256
 from trt_backend.artifacts.build_cache import jsonable
@@ -95,12 +96,25 @@ def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool
                                     int(seg["engine_bytes"]))
                 engines[int(seg["id"])] = engine.read() if executes else engine
     plan = Plan.from_dict(manifest["plan"])
+    plan.cost = recorded_cost(manifest)
     shapes = [{n: getattr(tp, which) for n, tp in p.items()}  # Types learned again at the profiles' shapes.
               for p in profiles_from_json(manifest["plan"].get("input_profiles", []))
               for which in ("min", "opt", "max")]
     # A folder that refers to its model's weights reads them from the model's own folder.
     plan.model = load(os.path.join(folder, manifest["model_file"]), shapes, base_dir=weights_dir(manifest))
     return BuiltFolder(plan, manifest, engines)
+
+
+def recorded_cost(manifest: Mapping[str, Any]) -> BoundaryCost:
+    """The boundary cost a folder was planned with (its constants and the dims its profiles
+    sized), as its manifest records it; the defaults where it records none."""
+    recorded = ((manifest.get("build") or {}).get("partition") or {}).get("boundary_cost")
+    if not isinstance(recorded, dict):
+        return BoundaryCost()
+    try:
+        return BoundaryCost(**recorded)
+    except (OptionsError, TypeError):  # (a manifest of another version: its report uses the defaults)
+        return BoundaryCost()
 
 
 def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from partitioner import BoundaryCost, OptionsError, Plan
+from partitioner import Plan
 from partitioner.report import summary, table
 from trt_backend.artifacts.read import BuiltFolder, open_folder, runtime_mismatch
 from trt_backend.artifacts.references import KEY as REFERENCES_KEY
@@ -76,7 +76,7 @@ def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str
              f"precision {built_in}{asked} | workspace {workspace} | built in {m.get('build_seconds')} s",
              *_builder_line(opts), *_weights_line(m),
              f"this machine: {_here(m)}", ""]
-    lines.append(summary(built.plan, _planned_cost(m), "the plan as built").rstrip("\n"))
+    lines.append(summary(built.plan, origin="the plan as built").rstrip("\n"))
     lines += ["", "Profiles of TensorRT segments (min / opt / max)"]
     rows = []
     for seg in m["plan"]["segments"]:
@@ -95,13 +95,3 @@ def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str
     return "\n".join(lines) + "\n"
 
 
-def _planned_cost(manifest: dict[str, Any]) -> BoundaryCost:
-    """The boundary cost the folder was planned with (its constants and the dims its profiles
-    sized), as its manifest records it; the defaults where it records none."""
-    recorded = ((manifest.get("build") or {}).get("partition") or {}).get("boundary_cost")
-    if not isinstance(recorded, dict):
-        return BoundaryCost()
-    try:
-        return BoundaryCost(**recorded)
-    except (OptionsError, TypeError):  # (a manifest of another version: its line uses the defaults)
-        return BoundaryCost()

@@ -28,7 +28,7 @@ from trt_backend.commands._args import (
     refuse_build_flags,
 )
 from trt_backend.commands._shapes import cli_profiles
-from trt_backend.planning import make_plan, sized_cost
+from trt_backend.planning import make_plan
 
 if TYPE_CHECKING:
     from trt_backend.engines.precision_plan import PrecisionPlan, SegmentPrecision
@@ -173,8 +173,7 @@ def handle(args: argparse.Namespace) -> int:
         plan = _planned(args, shapes, options)
         if profiles and plan.model is not None:  # held to the model as build and run hold them
             _check_profiles(profiles, plan)
-        cost = sized_cost(options.boundary_cost, plan.model, shapes) if plan.model is not None else None
-        print(summary(plan, cost))  # (its boundary bytes at the shapes given, as the plan was made)
+        print(summary(plan))  # (its boundary bytes priced as the plan was, at the shapes given)
         if plan.tensorrt_segments():
             print("note: planned by TensorRT's parser; its builder can still refuse a node the parser took (a build "
                   "then runs it on ONNX Runtime: `trt-backend build` or `compare` shows what a build keeps)")

@@ -270,9 +270,14 @@ def test_inspect_and_build_size_boundaries_at_the_shapes_given(tmp_path, capsys)
 
     assert main(["inspect", path, *common, "--json", str(tmp_path / "default.json")]) == 0
     assert "Boundaries: 0 tensors" in capsys.readouterr().out
+    line = "Boundaries: 2 tensors handed between segments per run, 16.8 MB (at the shapes given: N=128)"
     assert main(["inspect", path, *common, "--shapes", "x:128x1024x16", "--json", str(tmp_path / "at.json")]) == 0
-    assert ("Boundaries: 2 tensors handed between segments per run, 16.8 MB (at the shapes given: N=128)"
-            in capsys.readouterr().out)
+    assert line in capsys.readouterr().out
+    for cached in (False, True):  # the plan cache's plan is priced as it was planned
+        cache = ["--cache-dir", str(tmp_path / "cache")]
+        assert main(["inspect", path, *common, "--shapes", "x:128x1024x16", *cache]) == 0
+        out = capsys.readouterr().out
+        assert line in out and ("plan from the plan cache" in out) == cached
     assert main(["build", path, *common, "--shapes", "x:128x1024x16", "-o", str(tmp_path / "b")]) == 0
     at, default, built = plans(tmp_path)
     assert backends(default) == ["onnxruntime"]
@@ -284,7 +289,7 @@ def test_inspect_and_build_size_boundaries_at_the_shapes_given(tmp_path, capsys)
     capsys.readouterr()
     assert main(["inspect", str(tmp_path / "b")]) == 0
     text = capsys.readouterr().out
-    assert "Boundaries: 2 tensors handed between segments per run, 16.8 MB (at the shapes given: N=128)" in text
+    assert line in text
     assert "3 segments (1 TensorRT, 2 ONNX Runtime) | the plan as built" in text
     from partitioner import PartitionOptions
     from trt_backend import Session, SessionOptions
