@@ -92,6 +92,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:  # (before a command's own handling: while its modules load, or its arguments)
+        _error("interrupted", prefix="trt-backend: ")
+        return 130
+
+
+def _run(argv: Sequence[str] | None) -> int:
     _own_stderr()  # (before a build's thread may point descriptor 2 elsewhere: our lines keep theirs)
     _own_stdout()
     args_list = list(sys.argv[1:] if argv is None else argv)

@@ -71,6 +71,7 @@ def _runner_classes() -> tuple[type, type]:
     from polygraphy.backend.base import BaseRunner
     from polygraphy.backend.onnxrt import OnnxrtRunner
     from polygraphy.common import TensorMetadata
+    from polygraphy.datatype import DataType
 
     class SessionRunner(BaseRunner):  # type: ignore[misc]
         """Runs a :class:`trt_backend.Session` (TensorRT segments, emulated or not, and ONNX
@@ -92,7 +93,9 @@ def _runner_classes() -> tuple[type, type]:
             for arg in self.session.get_inputs():
                 shape = ([None] * self._ranks.get(arg.name, 0) if arg.rank is None
                          else [d if isinstance(d, int) else None for d in arg.shape])
-                meta.add(arg.name, dtype=arg.dtype, shape=shape)
+                # (a string tensor's numpy dtype is object, which Polygraphy cannot place: its own name)
+                dtype = DataType.STRING if arg.type == "tensor(string)" else arg.dtype
+                meta.add(arg.name, dtype=dtype, shape=shape)
             return meta
 
         def infer_impl(self, feed_dict: Mapping[str, Any]) -> OrderedDict[str, Any]:
@@ -382,6 +385,26 @@ class ComparisonRun:
     options: CompareOptions
 
 
+def _run(comparator: Any, runners: Sequence[Any], feeds: Sequence[Mapping[str, Any]]) -> Any:
+    """``Comparator.run`` of ``runners`` on ``feeds``; where a feed holds strings, which
+    Polygraphy's data loader cannot hold (it has no type for numpy's object arrays), each runner
+    is fed them as they are, in the same order, into the same results."""
+    if not any(np.asarray(v).dtype.kind in "OSU" for feed in feeds for v in feed.values()):
+        return comparator.run(runners, data_loader=[dict(f) for f in feeds])
+    from polygraphy.comparator import IterationResult, RunResults
+
+    results = RunResults()
+    for runner in runners:
+        with runner as active:
+            iterations = []
+            for feed in feeds:
+                outputs = active.infer(feed_dict=dict(feed), check_inputs=False)
+                iterations.append(IterationResult(outputs=outputs, runtime=active.last_inference_time(),
+                                                  runner_name=active.name))
+            results.append((active.name, iterations))
+    return results
+
+
 def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[str, Any]], output_names: Sequence[str],
                    options: CompareOptions) -> ComparisonRun:
     """Polygraphy's ``Comparator.run`` (our Session, then the reference) on ``feeds`` and
@@ -394,7 +417,7 @@ def run_comparison(session: Session, ort_session: Any, feeds: Sequence[Mapping[s
     ours_runner = session_runner(session, output_names, ranks)
     runners = [ours_runner, _runner_classes()[1](reference, name=REFERENCE)]
     with polygraphy_logging():
-        results = Comparator.run(runners, data_loader=[dict(f) for f in feeds])
+        results = _run(Comparator, runners, feeds)
         ours, ref = results[0][1], results[1][1]
         ours_side, ref_side = ours_runner.side_outputs, reference.side_outputs
         ours_values = [{**{n: host(v) for n, v in it.items()}, **side} for it, side in zip(ours, ours_side)]

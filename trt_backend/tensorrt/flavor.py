@@ -83,6 +83,8 @@ def load_flavor(choice: str = "auto") -> Flavor:
             module = importlib.import_module(name)
             version = str(module.__version__)
         except (ImportError, OSError, AttributeError) as e:  # OSError: wheel present, libs missing
+            if isinstance(e.__cause__ or e.__context__, KeyboardInterrupt):
+                raise KeyboardInterrupt from None  # (a Ctrl-C during the import: not a missing TensorRT)
             errors.append(f"{name}: {e}")
             continue
         _cache[name] = Flavor(name, version, module)

@@ -225,6 +225,53 @@ def test_an_input_of_unknown_rank_is_compared_at_the_given_shape() -> None:
     assert report.outputs[0].to_dict()["max_abs_error"] == 0.0
 
 
+def string_input_model() -> Any:
+    """A string column encoded by ai.onnx.ml's LabelEncoder beside a float input that TensorRT
+    takes (Add and seven element-wise ops): the kind of model scikit-learn pipelines export."""
+    nodes = [h.make_node("LabelEncoder", ["city"], ["code"], domain="ai.onnx.ml", keys_strings=["a", "b", "c"],
+                         values_floats=[0.5, -1.0, 2.0], default_float=0.0),
+             h.make_node("Add", ["x", "code"], ["t0"])]
+    for k, op in enumerate(["Relu", "Sigmoid", "Neg", "Exp", "Tanh", "Abs", "Sqrt"]):
+        nodes.append(h.make_node(op, [f"t{k}"], [f"t{k + 1}"]))
+    nodes[-1].output[0] = "y"
+    m = h.make_model(h.make_graph(nodes, "strings", [h.make_tensor_value_info("x", T.FLOAT, ["N", 4]),
+                                                     h.make_tensor_value_info("city", T.STRING, ["N", 1])],
+                                  [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])]),
+                     opset_imports=[h.make_opsetid("", 18), h.make_opsetid("ai.onnx.ml", 3)])
+    m.ir_version = 9
+    return m
+
+
+def test_a_model_with_a_string_input_is_compared(tmp_path, capsys) -> None:
+    """Polygraphy's data loader has no type for numpy's object arrays (string tensors): it was an
+    AttributeError traceback from Polygraphy's TensorRT type table; the runners are fed them as
+    they are."""
+    import onnx
+
+    from trt_backend.cli import main
+
+    from partitioner import PartitionOptions
+
+    m = string_input_model()
+    # (the boundary cost would keep eight small nodes on ONNX Runtime: TensorRT gets them here)
+    options = SessionOptions(emulate=True, partition=PartitionOptions(boundary_cost=None))
+    rng = np.random.default_rng(0)
+    feed = {"x": rng.standard_normal((5, 4)).astype(np.float32),
+            "city": np.array([["a"], ["c"], ["b"], ["z"], ["a"]], dtype=object)}
+    report = compare(m, feeds=[feed], session_options=options)
+    assert report.passed and [o.name for o in report.outputs] == ["y"]
+    assert report.outputs[0].to_dict()["elements"] == 20
+    assert report.executors == ["onnxruntime", "emulated"]  # (a TensorRT segment emulated and compared)
+    random = compare(m, profiles=[{"x": ((3, 4),) * 3, "city": ((3, 1),) * 3}], session_options=options)
+    assert random.passed
+    path, inputs = str(tmp_path / "m.onnx"), str(tmp_path / "in.npz")
+    onnx.save(m, path)
+    np.savez(inputs, x=feed["x"], city=feed["city"].astype(str))  # (an .npz holds strings as unicode arrays)
+    assert main(["compare", path, "--inputs", inputs, "--no-boundary-cost"]) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and out.rstrip().splitlines()[-1].startswith("PASSED")
+
+
 def test_a_model_the_reference_cannot_run() -> None:
     with pytest.raises(ReferenceRunError, match=r"the reference \(ONNX Runtime on the whole model .*cannot load it"):
         compare(custom_op_model(), session_options=SessionOptions(flavor="none"))

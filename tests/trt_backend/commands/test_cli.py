@@ -142,3 +142,14 @@ def test_main_leaves_its_callers_collector_as_it_is() -> None:
     frozen = gc.get_freeze_count()
     assert cli.main(["inspect", DEMO_PATH]) == 0
     assert gc.isenabled() and gc.get_freeze_count() == frozen
+
+
+def test_an_interrupt_while_the_command_loads_is_one_line(monkeypatch, capsys) -> None:
+    """Ctrl-C while a command's modules load or its arguments are read (before the command's own
+    handling) ends as later ones do: one line, exit 130, no traceback."""
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["compare", DEMO_PATH]) == 130
+    assert capsys.readouterr().err == "trt-backend: interrupted\n"
