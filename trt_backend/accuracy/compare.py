@@ -215,9 +215,11 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
             raise OptionsError("feeds is empty: give at least one dict of input name -> array")
         # Checked as a run checks them, before either side runs: names, dtypes, ranks, profiles.
         data = [sess.check_feeds(f) for f in feeds]
+    if isinstance(reference, SavedReference) and reference.unsaved:
+        skipped = [n for n in names if n in reference.unsaved]
+        names = [n for n in names if n not in reference.unsaved]
     run = run_comparison(sess, reference, data, names, opts)
-    if save_outputs is not None:
-        write_run(save_outputs, data, run.ours)
+    left = write_run(save_outputs, data, run.ours) if save_outputs is not None else []
     errors, judged = run.errors, run.options
     reports = []
     for name in names:
@@ -233,6 +235,12 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
     compared = [r for r in reports if r.compared]
     passed = bool(compared) and all(r.error.passed for r in reports) and all(t.passed for t in tasks)
     notes = _notes(sess, reports, saved=isinstance(reference, SavedReference))
+    if skipped:
+        notes.append(f"{', '.join(map(repr, skipped))}: not in the saved outputs (an .npz holds tensors: sequences "
+                     "and maps are not saved), so not compared")
+    if left:
+        notes.append(f"{', '.join(map(repr, left))}: compared, but not saved in {save_outputs} (an .npz holds "
+                     "tensors: sequences and maps are not saved)")
     overridden = [n for n in opts.output_tolerances if n in run.seen and run.seen[n].by_equality]
     if overridden:
         notes.append(f"{', '.join(map(repr, overridden))} held integers or booleans: judged by equality, so the "

@@ -177,9 +177,12 @@ class SavedReference:
         self._outputs = [_InputArg(a.name, a.type, list(a.shape)) for a in outputs]
         self._runs = list(runs)
         self._next = 0
-        missing = sorted({o.name for o in outputs if o.type.startswith("tensor(")} - set().union(*map(set, self._runs)))
+        saved = set().union(*map(set, self._runs))
+        missing = sorted({o.name for o in outputs if o.type.startswith("tensor(")} - saved)
         if missing:
             raise FeedError(f"the saved outputs lack {', '.join(missing)}: save them with the same model")
+        # outputs an .npz cannot hold (sequences, maps): not saved, so not compared
+        self.unsaved = [o.name for o in outputs if not o.type.startswith("tensor(") and o.name not in saved]
 
     def get_inputs(self) -> Any:
         return list(self._inputs)

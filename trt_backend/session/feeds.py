@@ -338,22 +338,38 @@ def read_run(path: str, what: str = "--load-outputs") -> tuple[list[dict[str, An
     return feeds, outputs
 
 
-def write_run(path: str, feeds: Sequence[Mapping[str, Any]], outputs: Sequence[Mapping[str, Any]]) -> int:
+def write_run(path: str, feeds: Sequence[Mapping[str, Any]], outputs: Sequence[Mapping[str, Any]]) -> list[str]:
     """Write feeds and outputs (``inputs/<k>/<name>``, ``outputs/<k>/<name>``) to ``path``
-    atomically; returns how many output values were numeric tensors (the others are left out)."""
+    atomically, string tensors as unicode arrays (what :func:`read_run` reads back); returns the
+    names of the outputs left out, which an .npz cannot hold without pickling (sequences, maps,
+    empty optionals)."""
     arrays: dict[str, np.ndarray] = {}
     for k, feed in enumerate(feeds):
-        arrays.update({f"inputs/{k}/{n}": np.asarray(v) for n, v in feed.items() if isinstance(v, np.ndarray)})
-    kept = 0
+        arrays.update({f"inputs/{k}/{n}": a for n, v in feed.items() if (a := _storable(v)) is not None})
+    left: dict[str, None] = {}
     for k, out in enumerate(outputs):
         for n, v in out.items():
-            if isinstance(v, np.ndarray) and v.dtype != object:
-                arrays[f"outputs/{k}/{n}"] = v
-                kept += 1
+            stored = _storable(v)
+            if stored is None:
+                left[n] = None
+            else:
+                arrays[f"outputs/{k}/{n}"] = stored
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)  # type: ignore[arg-type]
     write_atomic(path, buffer.getvalue())
-    return kept
+    return list(left)
+
+
+def _storable(value: Any) -> np.ndarray | None:
+    """``value`` as an array an .npz holds without pickling (strings as unicode); None where it
+    is not a tensor."""
+    if not isinstance(value, np.ndarray):
+        return None
+    if value.dtype != object:
+        return value
+    if all(isinstance(x, str) for x in value.flat):
+        return value.astype(str)
+    return None
 
 
 _NPZ_HOW = "an .npz of arrays by input name, as numpy.savez(path, name=array) writes"
