@@ -71,6 +71,7 @@ class Site:
     attrs: dict[str, Any]
     axis: int = 0
     rank: int = 0
+    out: int = 0  # which of the node's outputs is asked about
 
     def rank_of(self, tensor: str) -> int | None:
         return self.facts.rank(tensor) if tensor else None
@@ -319,6 +320,23 @@ def _det(s: Site) -> Bound | Need:
     return follow(s.ins[0], s.axis)
 
 
+def _if(s: Site) -> Bound:
+    """An If's output dim as its branches declare their outputs: the size both give (shape
+    inference gives it already); where they give different sizes, the branch the data takes
+    decides: data-dependent, at most the larger; else (a branch leaves it open) unknown."""
+    sizes = []
+    for branch in ("then_branch", "else_branch"):
+        graph = s.attrs.get(branch)
+        if graph is None or s.out >= len(graph.output):
+            return UNKNOWN
+        declared = graph.output[s.out].type.tensor_type
+        if not declared.HasField("shape") or s.axis >= len(declared.shape.dim) \
+                or not declared.shape.dim[s.axis].HasField("dim_value"):
+            return UNKNOWN
+        sizes.append(int(declared.shape.dim[s.axis].dim_value))
+    return (sizes[0], False) if sizes[0] == sizes[1] else (max(sizes), True)
+
+
 def _non_zero(s: Site) -> Bound | Need:
     r_in = s.rank_of(s.ins[0])
     if s.axis == 0:
@@ -378,6 +396,7 @@ DIM_RULES: dict[str, DimRule] = {
     "Det": _det,
     "NonZero": _non_zero,
     "NonMaxSuppression": _non_max_suppression,
+    "If": _if,
     "Compress": _compress,
     "Unique": _unique,
 }

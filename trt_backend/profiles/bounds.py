@@ -176,7 +176,8 @@ class DimBounds:
         rule = DIM_RULES.get(node.op_type)
         if rule is None:  # an op without a rule: no bound
             return None, self.after_data_dependent(tensor)
-        return rule(Site(self, node.op_type, list(node.input), _attrs(node), axis, rank))
+        out = list(node.output).index(tensor)
+        return rule(Site(self, node.op_type, list(node.input), _attrs(node), axis, rank, out))
 
     def _value_step(self, tensor: str) -> Any:
         c = self.const(tensor)

@@ -206,3 +206,45 @@ def test_a_slice_with_constant_ends_bounds_what_it_keeps() -> None:
     assert bounds.bound("r", 0) == (5, True) and bounds.bound("r", 2) == (2, False)
     assert bounds.value_bounds("plus_one") == [(6, True), (3, False)]
     assert bounds.value_bounds("diff") == [(None, True), (None, False)]
+
+
+def branching(n: int = 8):
+    """An If on the data (is x's mean above 0?) whose then branch keeps x [N, 4, 8, 8] and whose
+    else branch halves its last two dims (a strided Slice), then a TensorRT tail; the If runs on
+    ONNX Runtime (excluded), so the tail's input is the If's output."""
+    starts, ends, axes, steps = ([0, 0], [8, 8], [2, 3], [2, 2])
+    consts = [h.make_node("Constant", [], [name], value=nh.from_array(np.array(v, np.int64), name))
+              for name, v in (("s", starts), ("e", ends), ("a", axes), ("t", steps))]
+    then = h.make_graph([h.make_node("Identity", ["x"], ["big"])], "then", [],
+                        [h.make_tensor_value_info("big", T.FLOAT, ["N", 4, 8, 8])])
+    other = h.make_graph(consts + [h.make_node("Slice", ["x", "s", "e", "a", "t"], ["small"])], "else", [],
+                         [h.make_tensor_value_info("small", T.FLOAT, ["N", 4, 4, 4])])
+    nodes = [h.make_node("ReduceMean", ["x"], ["mean"], keepdims=0),
+             h.make_node("Greater", ["mean", "zero"], ["cond"]),
+             h.make_node("If", ["cond"], ["chosen"], then_branch=then, else_branch=other),
+             h.make_node("Relu", ["chosen"], ["r"]), h.make_node("Sigmoid", ["r"], ["g"]),
+             h.make_node("Neg", ["g"], ["y"])]
+    graph = h.make_graph(nodes, "branching", [h.make_tensor_value_info("x", T.FLOAT, ["N", 4, 8, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, None)],
+                         [nh.from_array(np.array(0.0, np.float32), "zero")])
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_an_if_whose_branches_differ_in_size_gives_a_data_dependent_dim() -> None:
+    """Calibration's random data takes one branch; the dims where the branches' outputs differ
+    (8 against 4) depend on the data: from 0 to the larger branch's size, where the profile was
+    the calibrated branch's alone and an input taking the other branch was refused at run time."""
+    m = branching()
+    opts = SessionOptions(emulate=True, exclude_ops=("If",), min_segment_size=1)
+    sess = Session(m, [{"x": ((1, 4, 8, 8), (2, 4, 8, 8), (4, 4, 8, 8))}], opts)
+    tail = sess.plan.segments[-1]
+    assert tail.backend == "tensorrt" and tail.inputs == ("chosen",)
+    prof = sess.segment_profiles[tail.id][0]["chosen"]
+    assert prof.data_dependent == (2, 3) and prof.observed == ()
+    assert (prof.min[2:], prof.max[2:]) == ((0, 0), (8, 8))
+    rng = np.random.default_rng(0)
+    for shift in (3.0, -3.0):  # above 0: the then branch (8 x 8); below: the else branch (4 x 4)
+        x = (rng.standard_normal((3, 4, 8, 8)) + shift).astype(np.float32)
+        assert_same(sess.run(None, {"x": x}), ort_reference(m, {"x": x}))
