@@ -63,6 +63,22 @@ def test_static_inputs_fill_in_and_dynamic_ones_must_be_given() -> None:
     assert complete_profiles([], [X], required=False) == []
 
 
+def test_the_shapes_line_to_paste_takes_the_sizes_given_for_shared_dims() -> None:
+    """ids [batch, seq] given 3 x 30, mask [batch, seq] missing: the line suggests 3x30 (it said
+    1x1, which the check that shared dims agree then refused); the random feeds' message too."""
+    from trt_backend.errors import FeedError
+    from trt_backend.session.feeds import random_feeds
+
+    ids = node_arg("ids", h.make_tensor_type_proto(T.INT64, ["batch", "seq"]))
+    mask = node_arg("mask", h.make_tensor_type_proto(T.INT64, ["batch", "seq", "heads"]))
+    with pytest.raises(MissingProfileError, match=r"CLI: --shapes mask:3x30x1 "):
+        complete_profiles([{"ids": TensorProfile((3, 30), (3, 30), (3, 30))}], [ids, mask], required=True)
+    with pytest.raises(FeedError, match=r"\(e\.g\. --shapes mask:3x30x1\)"):
+        random_feeds([ids, mask], {"ids": (3, 30)})
+    pasted, _ = normalize_profiles([{"ids": ((3, 30),) * 3, "mask": ((3, 30, 1),) * 3}], [ids, mask])
+    assert pasted[0]["mask"].opt == (3, 30, 1)  # what it suggests is taken
+
+
 def test_shape_specs() -> None:
     assert parse_shapes("x:1x3x224x224,gpu_0/data:[2, 5],s:[],t:") == {
         "x": (1, 3, 224, 224), "gpu_0/data": (2, 5), "s": (), "t": ()}

@@ -139,23 +139,40 @@ def complete_profiles(profiles: list[Profile], inputs: Sequence[NodeArg], *, req
         full.update(prof)
         missing = [arg for arg in dynamic if arg.name not in full] if required else []
         if missing:
-            raise MissingProfileError(_missing_message(missing, k, len(profiles)))
+            given = {n: tp.opt for n, tp in prof.items() if isinstance(tp, TensorProfile)}
+            example = example_shapes(missing, inputs, given)
+            raise MissingProfileError(_missing_message(missing, k, len(profiles), example))
         done.append(full)
     return done
 
 
-def _example(arg: NodeArg) -> tuple[int, ...]:
-    """A shape for ``arg`` with every dim the model leaves open set to 1."""
-    return tuple(d if isinstance(d, int) else 1 for d in arg.shape) if arg.rank is not None else (1,)
+def example_shapes(missing: Sequence[NodeArg], inputs: Sequence[NodeArg] = (),
+                   given: Mapping[str, Sequence[int]] | None = None) -> str:
+    """A ``--shapes`` value for the inputs ``missing``, to paste: a dim the model names takes the
+    size the shapes ``given`` (of other ``inputs``) give that name, so that inputs sharing a dim
+    agree; any other dim the model leaves open is 1."""
+    by_name = {a.name: a for a in inputs}
+    sizes: dict[str, int] = {}
+    for name, shape in (given or {}).items():
+        arg = by_name.get(name)
+        if arg is not None and arg.rank is not None and len(arg.shape) == len(shape):
+            for axis, dim in arg.named_dims():
+                sizes.setdefault(dim, int(shape[axis]))
+
+    def dims(arg: NodeArg) -> list[int]:
+        if arg.rank is None:
+            return [1]
+        return [d if isinstance(d, int) else sizes.get(d, 1) if isinstance(d, str) else 1 for d in arg.shape]
+
+    return ",".join(f"{a.name}:{'x'.join(str(d) for d in dims(a)) or '1'}" for a in missing)
 
 
-def _missing_message(missing: Sequence[NodeArg], k: int, count: int) -> str:
-    """Every dynamic input a profile lacks, in one message, with a ``--shapes`` line to paste."""
+def _missing_message(missing: Sequence[NodeArg], k: int, count: int, cli: str) -> str:
+    """Every dynamic input a profile lacks, in one message, with a ``--shapes`` line to paste (``cli``)."""
     def shape(arg: NodeArg) -> str:
         return str(list(arg.shape)) if arg.rank is not None else "(unknown rank)"
 
     where = "no profile gives one" if count <= 1 else f"profile {k} gives none"
-    cli = ",".join(f"{a.name}:{'x'.join(str(d) for d in _example(a))}" for a in missing)
     python = ", ".join(f"'{a.name}': (min_shape, opt_shape, max_shape)" for a in missing)
     if len(missing) == 1:
         arg = missing[0]

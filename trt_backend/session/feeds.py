@@ -22,6 +22,7 @@ from trt_backend.errors import FeedError
 from trt_backend.gpu.memory import as_device_array
 from trt_backend.ort.random_data import random_feed
 from trt_backend.ort.values import check_allocation
+from trt_backend.profiles.given import example_shapes
 from trt_backend.profiles.node_arg import NodeArg, node_arg, shape_text
 from trt_backend.profiles.profile import Profile, describe_profile
 
@@ -222,8 +223,7 @@ def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]],
                             "pass this input explicitly")
     missing = [a for a in inputs if a.name not in shapes and (a.rank is None or a.is_dynamic)]
     if missing:  # all of them in one message, with a --shapes line to paste
-        example = ",".join(f"{a.name}:{'x'.join(str(d) if isinstance(d, int) else '1' for d in a.shape) or '1'}"
-                           for a in missing)
+        example = example_shapes(missing, inputs, shapes)
         if len(missing) == 1:
             raise FeedError(f"input '{missing[0].name}' has dynamic shape {shape_text(missing[0].shape)}; give its "
                             f"shape (e.g. --shapes {example})")
