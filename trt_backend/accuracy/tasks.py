@@ -126,9 +126,19 @@ def run_checks(checks: Sequence[TaskCheck], ours: Sequence[Mapping[str, Any]], r
             if check.kind == "boxes":
                 _boxes(result, [np.asarray(a[n]) for n in names], [np.asarray(b[n]) for n in names])
             else:
-                _rows(result, np.asarray(a[names[0]]), np.asarray(b[names[0]]))
+                _rows(result, _as_rows(a[names[0]]), _as_rows(b[names[0]]))
         results.append(result)
     return results
+
+
+def _as_rows(value: Any) -> np.ndarray:
+    """An output as rows of scores: a sequence of maps (ZipMap's label -> probability, one map a
+    row) becomes one row per map, its scores in the order of the labels; anything else as it is."""
+    if isinstance(value, (list, tuple)) and value and all(isinstance(m, Mapping) for m in value):
+        labels = sorted(value[0])
+        if all(sorted(m) == labels for m in value):
+            return np.array([[m[k] for k in labels] for m in value], dtype=np.float64)
+    return np.asarray(value)
 
 
 def _default_output(check: TaskCheck, ref: Sequence[Mapping[str, Any]], names: Sequence[str]) -> tuple[str, ...]:

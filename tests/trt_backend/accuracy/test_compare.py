@@ -279,7 +279,7 @@ def test_a_model_with_a_string_input_is_compared(tmp_path, capsys) -> None:
 def test_outputs_an_npz_cannot_hold_are_said_on_save_and_on_load(tmp_path, capsys) -> None:
     """ZipMap's sequence of maps: compared, but left out of --save-outputs with a note (it was
     left out silently), and on --load-outputs said to be missing from the file (it was compared
-    as an empty optional there and FAILED)."""
+    as an empty optional there and FAILED); a top1 check reads its maps as rows (it found none)."""
     import onnx
 
     from trt_backend.cli import main
@@ -295,9 +295,10 @@ def test_outputs_an_npz_cannot_hold_are_said_on_save_and_on_load(tmp_path, capsy
     path, inputs, saved = str(tmp_path / "m.onnx"), str(tmp_path / "in.npz"), str(tmp_path / "run.npz")
     onnx.save(m, path)
     np.savez(inputs, x=np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32))
-    assert main(["compare", path, "--inputs", inputs, "--save-outputs", saved]) == 0
+    assert main(["compare", path, "--inputs", inputs, "--save-outputs", saved, "--check", "top1:probs"]) == 0
     out = capsys.readouterr().out
     assert f"note: 'probs': compared, but not saved in {saved}" in out
+    assert "top1:probs" in out and "agreement 1.0000 over 4 row(s)" in out  # one row per map, by label
     assert np.load(saved).files == ["inputs/0/x", "outputs/0/y"]
     assert main(["compare", path, "--load-outputs", saved]) == 0
     out = capsys.readouterr().out
