@@ -392,7 +392,8 @@ def _run(comparator: Any, runners: Sequence[Any], feeds: Sequence[Mapping[str, A
     """``Comparator.run`` of ``runners`` on ``feeds``; where a feed holds strings, which
     Polygraphy's data loader cannot hold (it has no type for numpy's object arrays), each runner
     is fed them as they are, in the same order, into the same results."""
-    if not any(np.asarray(v).dtype.kind in "OSU" for feed in feeds for v in feed.values()):
+    if not any(getattr(getattr(v, "dtype", None), "kind", None) in ("O", "S", "U")  # (device arrays: never strings)
+               for feed in feeds for v in feed.values()):
         return comparator.run(runners, data_loader=[dict(f) for f in feeds])
     from polygraphy.comparator import IterationResult, RunResults
 
