@@ -244,9 +244,14 @@ def crossing_tensors(index: GraphIndex, group_of: Sequence[int], skip: frozenset
 def crossing(index: GraphIndex, group_of: Sequence[int], cost: BoundaryCost,
              skip: frozenset[int] = frozenset()) -> tuple[int, float, int]:
     """Tensors handed from one group to another per run: (count, bytes, of them of unknown size)."""
+    return tally(index, crossing_tensors(index, group_of, skip), cost)
+
+
+def tally(index: GraphIndex, names: Iterable[str], cost: BoundaryCost) -> tuple[int, float, int]:
+    """(count, bytes, of them of unknown size) of the tensors ``names``."""
     count = unknown = 0
     total = 0.0
-    for name in crossing_tensors(index, group_of, skip):
+    for name in names:
         count += 1
         b = tensor_bytes(index, name, cost)
         if b is None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import onnx
 
 from partitioner.capability import ONNXRUNTIME, PLUGIN_PREFIX
-from partitioner.cost import BoundaryCost, crossing, crossing_tensors, dim_names, si_bytes
+from partitioner.cost import BoundaryCost, crossing_tensors, dim_names, si_bytes, tally
 from partitioner.errors import OptionsError
 from partitioner.plan import Plan, Segment
 from partitioner.qdq import rewrite_summary
@@ -189,10 +189,11 @@ def boundary_crossing(plan: Plan, cost: BoundaryCost | None = None) -> Crossing 
     index = plan.model.index
     group_of = [n.segment for n in plan.nodes]
     copied = frozenset(i for s in plan.segments for i in s.copies)
-    tensors, total, unknown = crossing(index, group_of, cost, copied)
+    crossing = list(crossing_tensors(index, group_of, copied))
+    tensors, total, unknown = tally(index, crossing, cost)
     given: set[tuple[str, int]] = set()
     stand_ins: set[str] = set()
-    for name in crossing_tensors(index, group_of, copied):
+    for name in crossing:
         dims, names = index.dims_of(name) or (), dim_names(index, name) or ()
         for k, d in enumerate(dims):
             named = names[k] if k < len(names) else None
