@@ -22,7 +22,8 @@ _UNSET = object()
 
 @dataclass(frozen=True)
 class TimingConfig:
-    """How long each runner is timed. ``warmup_s`` and ``duration_s`` must be > 0,
+    """How long each runner is timed. ``warmup_s`` must be >= 0 (0: one untimed call, which
+    every runner gets, as its first call pays for what loads lazily), ``duration_s`` > 0,
     ``min_iterations`` and ``rounds`` >= 1; ``pause_s`` is slept before every timed block so
     idle threads of the runtime timed before (ONNX Runtime's spin) stop competing. Each runner's
     duration and iterations are split over ``rounds`` blocks that alternate between runners;
@@ -35,11 +36,11 @@ class TimingConfig:
     pause_s: float = 0.05
 
     def __post_init__(self) -> None:
-        for name, flag in (("warmup_s", "--warmup-ms"), ("duration_s", "--duration-s")):
-            value = getattr(self, name)
-            if name == "warmup_s" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                value = value * 1000  # checked as the flag gives it, in milliseconds
-            number_option(value, flag, above=0, error=BenchOptionsError)
+        warmup = self.warmup_s
+        if isinstance(warmup, (int, float)) and not isinstance(warmup, bool):
+            warmup = warmup * 1000  # checked as the flag gives it, in milliseconds
+        number_option(warmup, "--warmup-ms", low=0, error=BenchOptionsError)
+        number_option(self.duration_s, "--duration-s", above=0, error=BenchOptionsError)
         for name, flag in (("min_iterations", "--iterations"), ("rounds", "--rounds")):
             number_option(getattr(self, name), flag, whole=True, low=1, error=BenchOptionsError)
         number_option(self.pause_s, "pause_s", low=0, error=BenchOptionsError)

@@ -80,8 +80,8 @@ def test_throughput_and_spread() -> None:
 @pytest.mark.parametrize("kwargs, message", [
     ({"duration_s": 0}, "--duration-s must be a finite number > 0, got 0"),
     ({"duration_s": -1.5}, "--duration-s must be a finite number > 0"),
-    ({"warmup_s": 0}, "--warmup-ms must be a finite number > 0, got 0"),
-    ({"warmup_s": -0.2}, "--warmup-ms must be a finite number > 0, got -200"),
+    ({"warmup_s": -0.2}, "--warmup-ms must be a finite number >= 0, got -200"),
+    ({"warmup_s": float("nan")}, "--warmup-ms must be a finite number >= 0"),
     ({"duration_s": float("inf")}, "--duration-s must be a finite number > 0"),
     ({"min_iterations": 0}, "--iterations must be a whole number >= 1, got 0"),
     ({"min_iterations": 2.5}, "--iterations must be a whole number"),
@@ -90,6 +90,14 @@ def test_throughput_and_spread() -> None:
 def test_timing_config_rejects_bad_values(kwargs, message) -> None:
     with pytest.raises(BenchOptionsError, match=message.replace("(", r"\(")):
         TimingConfig(**kwargs)
+
+
+def test_no_warm_up_is_one_untimed_call() -> None:
+    """--warmup-ms 0 (trtexec's --warmUp=0, Polygraphy's default): the one untimed first call
+    every runner gets, as it pays for what loads lazily."""
+    assert TimingConfig(warmup_s=0).block(0)[0] == 0
+    calls: list[int] = []
+    assert warm_up(lambda: calls.append(1), 0.0) == 1 and calls == [1]
 
 
 def test_rounds_split_duration_and_iterations() -> None:
