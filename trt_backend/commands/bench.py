@@ -55,7 +55,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inputs", metavar="FILE.npz|DIR", help="real inputs to time with (an .npz of arrays by input "
                    "name; the first sample of several) instead of seeded random data")
     add_precision_arguments(p, "TensorRT engine builds and of the TensorRT EP")
-    p.add_argument("--warmup-ms", default="200", metavar="MS", help="warm-up time per runner (default 200; 0: one untimed call)")
+    p.add_argument("--warmup-ms", default="200", metavar="MS",
+                   help="warm-up time per runner (default 200; 0: one untimed call)")
     p.add_argument("--duration-s", default="3", metavar="S", help="minimum timed seconds per runner (default 3)")
     p.add_argument("--iterations", default="10", metavar="N", help="minimum timed runs per runner (default 10)")
     p.add_argument("--rounds", default="3", metavar="N",
