@@ -232,6 +232,19 @@ def test_build_options_are_refused_on_a_folder_in_one_line(material, tmp_path, c
     assert main(["run", folder, "--seed", "3", "--max-memory", "1G", "--emulate"]) == 0
     shape = "x".join(map(str, m["x"][next(iter(m["x"]))].shape))
     assert main(["compare", folder, "--shapes", f"{next(iter(m['x']))}:{shape}", "--emulate", "--atol", "1"]) == 0
+    # a build setting equal to the folder's own changes nothing: taken by every command, as by the
+    # Python door (the command line refused it while Session.load took it)
+    fp16 = str(tmp_path / "fp16")
+    assert main(["build", m["path"], "-o", fp16, "--precision", "fp16", *_shape_flags(m["profile"])]) == 0
+    Session.load(fp16, SessionOptions(precision="fp16", emulate=True)).close()
+    for command in ("run", "compare", "bench"):
+        extra = ["--atol", "1"] if command == "compare" else ["--iterations", "1", "--duration-s", "0.01",
+                                                               "--warmup-ms", "0", "--no-progress",
+                                                               "--baselines", "none"] if command == "bench" else []
+        capsys.readouterr()
+        assert main([command, fp16, "--precision", "fp16", "--emulate", *extra]) == 0, capsys.readouterr().err
+        assert main([command, fp16, "--precision", "bf16", "--emulate", *extra]) == (2 if command == "compare" else 1)
+        assert "--precision would change what was built" in capsys.readouterr().err
 
 
 def test_build_reads_every_setting_from_its_options(material, tmp_path) -> None:

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from partitioner import BoundaryCost, OptionsError, PartitionOptions
+from partitioner import BoundaryCost, OptionsError, PartitionOptions, TrtBackendError
 from partitioner.options_check import number_option
 from partitioner.partition import DEFAULT_MIN_SEGMENT_SIZE
 from partitioner.qdq import QDQ_REWRITES
@@ -26,6 +27,7 @@ _ort_options = lazy_module("trt_backend.ort.options")
 _session_options = lazy_module("trt_backend.session.options")
 _planning = lazy_module("trt_backend.planning")  # (it loads onnx: not before a command plans)
 _feeds = lazy_module("trt_backend.session.feeds")
+_read = lazy_module("trt_backend.artifacts.read")  # (a folder's manifest: read where a build flag is given)
 
 # Every flag that names something a command writes: its argparse dest -> (flag, what it is: a
 # "file", a "folder" replaced or filled whole, a "tree" (a folder made with its parents), or
@@ -209,17 +211,40 @@ def builder_fields(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
+# Build flags whose value is the BuildOptions field of the same name as the folder records it:
+# given equal to the folder's own, they change nothing and pass (as they do through the Python door,
+# :func:`trt_backend.artifacts.read.refused_on_folder`).
+_SAME_AS_BUILT = ("precision", "calibration_method", "builder_optimization_level", "max_aux_streams",
+                  "hardware_compatibility", "version_compatible")
+
+
 def refuse_build_flags(args: argparse.Namespace, folder: str, allow: tuple[str, ...] = ()) -> None:
     """One OptionsError naming the first flag given that would change what ``folder`` was built
-    with; run-time flags (threads, device, seeds, inputs, --shapes within its profiles) and the
-    fields in ``allow`` pass. Commands call it before reading anything else of their flags."""
+    with; run-time flags (threads, device, seeds, inputs, --shapes within its profiles), the
+    fields in ``allow`` and flags equal to the folder's own setting (:data:`_SAME_AS_BUILT`) pass.
+    Commands call it before reading anything else of their flags."""
+    built: Any = None
     for attr, (default, flag) in BUILD_FLAGS.items():
         if attr in allow:
             continue
         value = getattr(args, attr, default)
         if value != default and not (isinstance(default, tuple) and tuple(value) == default):
+            if attr in _SAME_AS_BUILT:
+                built = built if built is not None else _built_options(folder)
+                if built is not None and getattr(built, attr) == value:
+                    continue
             raise OptionsError(f"{folder}: {flag} would change what was built; a build folder runs as it was "
                                f"built (give {flag} to trt-backend build)")
+
+
+def _built_options(folder: str) -> Any:
+    """The BuildOptions ``folder``'s manifest records; None where it cannot be read (opening the
+    folder names that problem)."""
+    try:
+        with open(os.path.join(folder, _read.MANIFEST), encoding="utf-8") as f:
+            return _read.folder_build_options(json.load(f))
+    except (OSError, ValueError, AttributeError, TrtBackendError):
+        return None
 
 
 def is_folder_arg(args: argparse.Namespace) -> bool:
