@@ -93,8 +93,10 @@ class BuildOptions:
         if isinstance(plan, (str, os.PathLike, Mapping)):  # as --precision-plan takes it: a file, a folder, its JSON
             object.__setattr__(self, "precision_plan", read_precision_plan(plan))
         if self.precision == "auto" and not isinstance(self.precision_plan, PrecisionPlan):
-            raise OptionsError("precision 'auto' builds from a precision plan: let trt-backend build --precision auto "
-                               "search one, or pass --precision-plan (a plan JSON or a build folder made with auto)")
+            raise OptionsError("precision 'auto' builds from a precision plan: search one (trt-backend build "
+                               "--precision auto; in Python trt_backend.search_precision(model, ...)), or give one "
+                               "(--precision-plan; BuildOptions(precision_plan=...)): a plan JSON or a build folder "
+                               "made with auto")
         if self.precision_plan is not None and self.precision != "auto":
             raise OptionsError(f"a precision plan applies to precision 'auto', not {self.precision!r}")
         if self.precision == "auto" and self.precision_plan is not None and not self.calibration_data and any(
