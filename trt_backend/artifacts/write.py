@@ -219,13 +219,15 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
                 entry["stored_types"] = stored
         segments.append(entry)
     stage.write(files)
+    searched = bopts.precision_plan.after_build([d.name for d in report.demoted]) \
+        if bopts.precision_plan is not None else None
     manifest = {
         "format": FORMAT, "trt_backend": __version__, "model": compiled.model.source,
         "model_file": MODEL_FILE, "model_sha256": sha256_bytes(files[MODEL_FILE]),
         "tensorrt": flv.target, "gpu_target": build_target(flv, bopts), "built_on_sm": current_sm(),
         "versions": _versions(flv), "build_options": bopts.key_fields(),
         "build": {"precision": bopts.precision, "keep_fp32_ops": list(bopts.keep_fp32_ops),
-                  "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,
+                  "precision_plan": searched.to_dict() if searched is not None else None,
                   "calibration": compiled.calibration or _asked_calibration(bopts),
                   "summary": compiled.precision_summary(),
                   "partition": jsonable(compiled.options.partition),
@@ -233,7 +235,7 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
                   "max_segment_weights": report.max_segment_weights},
         "plan": session_plan.to_dict(), "segments": segments,
         "demoted": [d.__dict__ for d in report.demoted] if report.demoted else [],
-        "precision_plan": bopts.precision_plan.to_dict() if bopts.precision_plan is not None else None,
+        "precision_plan": searched.to_dict() if searched is not None else None,
         "build_seconds": round(time.perf_counter() - start, 4),
     }
     if exact is not None:  # Absent unless Q/DQ were re-quantized to int8: manifests unchanged.

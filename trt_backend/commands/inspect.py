@@ -184,6 +184,9 @@ def handle(args: argparse.Namespace) -> int:
         for seg in plan.tensorrt_segments():
             entry = precision.for_segment(plan.nodes[i].name for i in seg.nodes)
             print(f"  segment {seg.id}: " + (_precision_text(entry) if entry is not None else "fp32 (not in the plan)"))
+        moved = precision.moved_line()
+        if moved:
+            print(f"  {moved}")
     if args.json:
         write_atomic(args.json, json.dumps(manifest["plan"], indent=1) if manifest is not None else plan.to_json())
         print(f"plan written to {args.json}")

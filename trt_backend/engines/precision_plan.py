@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trt_backend.errors import PrecisionError
@@ -52,6 +52,23 @@ class PrecisionPlan:
     rounds: tuple[str, ...] = ()  # one line per round: what was measured and decided
     seconds: float = 0.0
     worst: Mapping[str, float] = field(default_factory=dict)  # output -> error / tolerance at the end
+    # Nodes a build ran on ONNX Runtime after the search (TensorRT's builder refused them): the
+    # search measured ``rounds`` and ``worst`` with them in TensorRT segments (see :meth:`after_build`).
+    moved: tuple[str, ...] = ()
+
+    def after_build(self, moved: Sequence[str]) -> PrecisionPlan:
+        """This plan as a build that moved the nodes ``moved`` to ONNX Runtime records it: the
+        search's entries as they were (a rebuild from them moves the same nodes), and what moved."""
+        return replace(self, moved=tuple(dict.fromkeys((*self.moved, *moved)))) if moved else self
+
+    def moved_line(self) -> str | None:
+        """What a build moved after the search, in words (None: nothing)."""
+        if not self.moved:
+            return None
+        names = ", ".join(self.moved[:6]) + (f" and {len(self.moved) - 6} more" if len(self.moved) > 6 else "")
+        return (f"searched before the build: TensorRT's builder then refused {len(self.moved)} node(s) ({names}), "
+                "which run on ONNX Runtime; the errors above were measured with them in TensorRT segments "
+                "(compare the folder to measure what was built)")
 
     def for_segment(self, node_names: Iterable[str]) -> SegmentPrecision | None:
         """The entry whose nodes overlap ``node_names`` most (None: no overlap, built fp32)."""
@@ -66,6 +83,7 @@ class PrecisionPlan:
     def to_dict(self) -> dict[str, Any]:
         return {"format": PLAN_FORMAT, "atol": self.atol, "rtol": self.rtol, "allowed": list(self.allowed),
                 "seconds": round(self.seconds, 3), "worst": dict(self.worst), "rounds": list(self.rounds),
+                **({"moved_after_search": list(self.moved)} if self.moved else {}),
                 "segments": [{"segment": s.segment, "precision": s.precision, "reduced": s.reduced,
                               "nodes": list(s.nodes),
                               "pinned": [p.__dict__ for p in s.pinned]} for s in self.segments]}
@@ -84,7 +102,8 @@ class PrecisionPlan:
                                               int(s.get("segment", -1)))
                              for s in data["segments"])
             return cls(segments, float(data["atol"]), float(data["rtol"]), tuple(data["allowed"]),
-                       tuple(data.get("rounds", ())), float(data.get("seconds", 0.0)), dict(data.get("worst", {})))
+                       tuple(data.get("rounds", ())), float(data.get("seconds", 0.0)), dict(data.get("worst", {})),
+                       tuple(data.get("moved_after_search", ())))
         except (KeyError, TypeError, ValueError) as e:
             raise PrecisionError(f"{where}: not a format-{PLAN_FORMAT} precision plan ({e})") from None
 

@@ -85,6 +85,28 @@ def test_a_builder_failure_naming_no_node_is_narrowed_to_the_if(tmp_path, flavor
         np.testing.assert_allclose(sess.run(None, feeds)[0], ref.run(None, feeds)[0], atol=1e-5)
 
 
+def test_a_precision_search_before_the_builder_moved_a_node_says_so(tmp_path, flavor, capsys) -> None:
+    """--precision auto searches on the plan the parser made; the builder then refuses the If,
+    which runs on ONNX Runtime. The folder's precision plan keeps the search's entries (a rebuild
+    from them moves the same node) and records what moved after it; inspect DIR says the search's
+    errors were measured with it in a TensorRT segment."""
+    from trt_backend.cli import main
+    from trt_backend.engines.precision_plan import read_precision_plan
+
+    path, folder = str(tmp_path / "vad.onnx"), str(tmp_path / "auto")
+    onnx.save(lstm_in_if(), path)
+    shapes = ["--min-shapes", "x:1x64,sr:", "--opt-shapes", "x:2x512,sr:", "--max-shapes", "x:4x1024,sr:"]
+    assert main(["build", path, "-o", folder, "--precision", "auto", "--allow", "fp16", *shapes]) == 0
+    manifest = json.load(open(os.path.join(folder, "manifest.json")))
+    assert [d["name"] for d in manifest["demoted"]] == ["rnn_if"]
+    assert manifest["precision_plan"]["moved_after_search"] == ["rnn_if"]
+    assert read_precision_plan(folder).moved == ("rnn_if",)
+    capsys.readouterr()
+    assert main(["inspect", folder]) == 0
+    out = capsys.readouterr().out
+    assert "searched before the build: TensorRT's builder then refused 1 node(s) (rnn_if)" in out
+
+
 def test_past_the_budget_the_segment_is_demoted_whole(flavor) -> None:
     """With no trial builds allowed the failing segment goes to ONNX Runtime whole, as before."""
     from trt_backend.compiler import compile as compile_model
