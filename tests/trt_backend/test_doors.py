@@ -211,7 +211,8 @@ def test_build_options_are_refused_on_a_folder_in_one_line(material, tmp_path, c
     folder = str(tmp_path / "built")
     assert main(["build", m["path"], "-o", folder, *_shape_flags(m["profile"])]) == 0
     refused = [["--precision", "fp16"], ["--calibration-data", m["cal"]], ["--exclude-ops", "Relu"],
-               ["--min-segment-size", "1"], ["--no-boundary-cost"], ["--flavor", "tensorrt_rtx"],
+               ["--min-segment-size", "1"], ["--no-boundary-cost"], ["--flavor", "tensorrt"],
+               ["--qdq-rewrite", "int8"], ["--isolate"], ["--max-build-memory", "1G"],
                ["--min-shapes", "x:1x1", "--opt-shapes", "x:1x1", "--max-shapes", "x:1x1"]]
     for command in ("run", "compare", "bench"):
         for flags in refused:
@@ -224,25 +225,41 @@ def test_build_options_are_refused_on_a_folder_in_one_line(material, tmp_path, c
         assert main(["export-triton", folder, "-o", str(tmp_path / "repo"), *flags]) == 1
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "would change" in err, err
-    for options in (SessionOptions(precision="fp16"), SessionOptions(exclude_ops=("Relu",)),
-                    SessionOptions(build=BuildOptions(workspace_bytes=1 << 20))):
-        with pytest.raises(trt_backend.errors.OptionsError, match="would change"):
+    # the Python door by the same rule, in the same words (the command line's flag named)
+    for options, flag in ((SessionOptions(precision="fp16"), "--precision"),
+                          (SessionOptions(exclude_ops=("Relu",)), "--exclude-ops"),
+                          (SessionOptions(build=BuildOptions(workspace_bytes=1 << 20)), "--workspace-mb"),
+                          (SessionOptions(qdq_rewrite="int8"), "--qdq-rewrite"),
+                          (SessionOptions(flavor="tensorrt"), "--flavor"),
+                          (SessionOptions(isolate_parser=True), "--isolate"),
+                          (SessionOptions(max_build_memory="1G"), "--max-build-memory")):
+        with pytest.raises(trt_backend.errors.OptionsError, match=f"{flag}.* would change what was built"):
             Session.load(folder, options)
     # run-time options are taken: threads, seeds, shapes inside the folder's profiles
     assert main(["run", folder, "--seed", "3", "--max-memory", "1G", "--emulate"]) == 0
+    # the flavor the folder's engines were built with is its own: taken by both doors
+    assert main(["run", folder, "--flavor", "tensorrt_rtx", "--emulate"]) == 0
+    Session.load(folder, SessionOptions(flavor="tensorrt_rtx", emulate=True)).close()
     shape = "x".join(map(str, m["x"][next(iter(m["x"]))].shape))
     assert main(["compare", folder, "--shapes", f"{next(iter(m['x']))}:{shape}", "--emulate", "--atol", "1"]) == 0
     # a build setting equal to the folder's own changes nothing: taken by every command, as by the
     # Python door (the command line refused it while Session.load took it)
     fp16 = str(tmp_path / "fp16")
-    assert main(["build", m["path"], "-o", fp16, "--precision", "fp16", *_shape_flags(m["profile"])]) == 0
-    Session.load(fp16, SessionOptions(precision="fp16", emulate=True)).close()
+    assert main(["build", m["path"], "-o", fp16, "--precision", "fp16", "--exclude-ops", "Relu",
+                 *_shape_flags(m["profile"])]) == 0
+    Session.load(fp16, SessionOptions(precision="fp16", exclude_ops=("Relu",), emulate=True)).close()
+    with pytest.raises(trt_backend.errors.OptionsError, match="--exclude-ops would change"):
+        Session.load(fp16, SessionOptions(precision="fp16", exclude_ops=("Relu", "Conv"), emulate=True))
     for command in ("run", "compare", "bench"):
         extra = ["--atol", "1"] if command == "compare" else ["--iterations", "1", "--duration-s", "0.01",
                                                                "--warmup-ms", "0", "--no-progress",
                                                                "--baselines", "none"] if command == "bench" else []
         capsys.readouterr()
-        assert main([command, fp16, "--precision", "fp16", "--emulate", *extra]) == 0, capsys.readouterr().err
+        assert main([command, fp16, "--precision", "fp16", "--exclude-ops", "Relu", "--emulate", *extra]) == 0, \
+            capsys.readouterr().err
+        assert main([command, fp16, "--exclude-ops", "Relu,Conv", "--emulate", *extra]) == \
+            (2 if command == "compare" else 1)
+        assert "--exclude-ops would change what was built" in capsys.readouterr().err
         assert main([command, fp16, "--precision", "bf16", "--emulate", *extra]) == (2 if command == "compare" else 1)
         assert "--precision would change what was built" in capsys.readouterr().err
 

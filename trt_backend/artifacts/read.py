@@ -242,44 +242,64 @@ class OpenedBuild:
 
 
 # Options a folder was built with: changing them would change what was built, so a folder refuses
-# them (say them to ``trt-backend build`` instead). Field -> the CLI flag a user gave it with.
+# them (say them to ``trt-backend build`` instead). Field -> the CLI flag a user gives it with.
 BUILD_FIELDS = {"precision": "--precision", "keep_fp32_ops": "--keep-fp32-ops",
                 "calibration_data": "--calibration-data",
                 "calibration_method": "--calibration-method", "precision_plan": "--precision-plan",
                 "workspace_bytes": "--workspace-mb", "builder_optimization_level": "--builder-optimization-level",
                 "hardware_compatibility": "--hardware-compatibility", "compute_capabilities": "--compute-capabilities",
                 "max_aux_streams": "--max-aux-streams", "version_compatible": "--version-compatible",
-                "exclude_lean_runtime": "--include-lean-runtime", "timing_cache": "--timing-cache"}
+                "exclude_lean_runtime": "--include-lean-runtime", "timing_cache": "--timing-cache",
+                "max_build_memory": "--max-build-memory"}
 PARTITION_FIELDS = {"exclude_ops": "--exclude-ops", "exclude_nodes": "--exclude-nodes",
                     "min_segment_size": "--min-segment-size", "boundary_cost": "--launch-cost-us/--no-boundary-cost",
-                    "plugins": "--no-plugins", "plugin_ops": "--plugin-ops", "target": "--target"}
+                    "plugins": "--no-plugins", "plugin_ops": "--plugin-ops", "target": "--target",
+                    "qdq_rewrite": "--qdq-rewrite"}
+# How a plan is made (whose parser decides, in which process): a folder's plan is made already.
+PLANNING_FIELDS = {"flavor": "--flavor", "isolate_parser": "--isolate"}
 
 
-def refused_on_folder(options: SessionOptions, folder: str, manifest: Mapping[str, Any] | None = None) -> None:
-    """OptionsError naming the first option in ``options`` that would change what the folder's
-    engines were built from: partition and build options pass when left at their defaults or
-    equal to what the folder was built with (``manifest``); run-time ones (threads, device,
-    emulation, memory) always do."""
+def refusal(folder: str, flag: str, field: str | None = None) -> OptionsError:
+    """The one error every door gives for an option a build folder refuses: the folder, the flag
+    (and the option's field where its name differs), where it belongs instead."""
+    named = flag if field is None or flag == "--" + field.replace("_", "-") else f"{flag} ({field})"
+    return OptionsError(f"{folder}: {named} would change what was built; a build folder runs as it was built "
+                        f"(give {flag.split('/')[0]} to trt-backend build)")
+
+
+def refused_on_folder(options: SessionOptions, folder: str, manifest: Mapping[str, Any] | None = None, *,
+                      build: Mapping[str, Any] | None = None, skip: tuple[str, ...] = ()) -> None:
+    """The rule every door follows on a build folder (the Python door's Session.load and the
+    command line's flags alike): the :func:`refusal` of the first option that would change what
+    the folder's engines were built from. Planning, partition and build options pass when left at
+    their defaults or equal to what the folder records (``manifest``; None: every one not at its
+    default is refused); run-time ones (threads, device, emulation, memory) always do.
+    ``build``: the build fields as given where they are no BuildOptions (the command line's:
+    precision 'auto' without its plan is none), default ``options.build``'s; ``skip``: fields the
+    caller reads for a purpose of its own (inspect's precision plan)."""
     built = folder_build_options(manifest) if manifest is not None else BuildOptions()
     default_build, default_partition = BuildOptions(), with_shipped_plugins()
     for name, flag in BUILD_FIELDS.items():
-        value = getattr(options.build, name)
-        if value != getattr(default_build, name) and value != getattr(built, name):
-            raise OptionsError(f"{folder}: {flag} ({name}) would change what was built; a build folder runs as it "
-                               "was built (give it to trt-backend build instead)")
-    planned = (manifest or {}).get("build", {}).get("partition")
+        value = build.get(name, getattr(default_build, name)) if build is not None else getattr(options.build, name)
+        if name not in skip and value != getattr(default_build, name) and value != getattr(built, name):
+            raise refusal(folder, flag, name)
+    recorded = manifest.get("build", {}) if manifest is not None else {}
+    planned = recorded.get("partition") if isinstance(recorded.get("partition"), dict) else {}
     given = jsonable(options.partition)
-    cost = planned.get("boundary_cost") if isinstance(planned, dict) else None
-    if isinstance(cost, dict) and not (given.get("boundary_cost") or {}).get("dims"):
+    if isinstance(planned.get("boundary_cost"), dict) and not (given.get("boundary_cost") or {}).get("dims"):
         # (the named dims a build priced boundaries at come from its profiles, not from options given)
-        planned = {**planned, "boundary_cost": {**cost, "dims": []}}
+        planned = {**planned, "boundary_cost": {**planned["boundary_cost"], "dims": []}}
     for name, flag in PARTITION_FIELDS.items():
-        if getattr(options.partition, name) != getattr(default_partition, name) and given != planned:
-            raise OptionsError(f"{folder}: {flag} ({name}) would change what was built; a build folder runs as it "
-                               "was planned (give it to trt-backend build instead)")
+        if getattr(options.partition, name) != getattr(default_partition, name) and given[name] != planned.get(name):
+            raise refusal(folder, flag, name)
+    engines = str((manifest or {}).get("tensorrt") or "").partition(" ")[0]
+    if options.flavor not in ("auto", engines):
+        raise refusal(folder, PLANNING_FIELDS["flavor"], "flavor")
+    if options.isolate_parser:
+        raise refusal(folder, PLANNING_FIELDS["isolate_parser"], "isolate_parser")
     if options.oracle is not None:
-        raise OptionsError(f"{folder}: a capability oracle would change what was built; a build folder runs as it "
-                           "was planned")
+        raise OptionsError(f"{folder}: a capability oracle would change what was built; a build folder runs as it was "
+                           "planned")
 
 
 def folder_build_options(manifest: Mapping[str, Any]) -> BuildOptions:
@@ -298,6 +318,8 @@ def folder_build_options(manifest: Mapping[str, Any]) -> BuildOptions:
             kw[name] = tuple(fields[name]) if name == "compute_capabilities" else fields[name]
     if "optimization_level" in fields:
         kw["builder_optimization_level"] = fields["optimization_level"]
+    if rec.get("max_build_memory") is not None:
+        kw["max_build_memory"] = rec["max_build_memory"]
     try:
         return BuildOptions(**kw)
     except (TypeError, TrtBackendError) as e:

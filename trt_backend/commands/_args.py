@@ -28,6 +28,7 @@ _session_options = lazy_module("trt_backend.session.options")
 _planning = lazy_module("trt_backend.planning")  # (it loads onnx: not before a command plans)
 _feeds = lazy_module("trt_backend.session.feeds")
 _read = lazy_module("trt_backend.artifacts.read")  # (a folder's manifest: read where a build flag is given)
+_precision_plan = lazy_module("trt_backend.engines.precision_plan")
 
 # Every flag that names something a command writes: its argparse dest -> (flag, what it is: a
 # "file", a "folder" replaced or filled whole, a "tree" (a folder made with its parents), or
@@ -138,25 +139,11 @@ def partition_options(args: argparse.Namespace) -> PartitionOptions:
     return resolved
 
 
-# Flags that change what is built (the plan, the precision, the engines), with their defaults: a
-# build folder runs, compares, benches and exports as it was built, so these are refused on one.
-BUILD_FLAGS: dict[str, tuple[Any, str]] = {
-    "exclude_ops": ((), "--exclude-ops"), "exclude_nodes": ((), "--exclude-nodes"),
-    "min_segment_size": (DEFAULT_MIN_SEGMENT_SIZE, "--min-segment-size"),
-    "launch_cost_us": (BoundaryCost().launch_us, "--launch-cost-us"), "no_boundary_cost": (False, "--no-boundary-cost"),
-    "target": (None, "--target"), "no_plugins": (False, "--no-plugins"), "plugin_ops": ((), "--plugin-ops"),
-    "isolate": (False, "--isolate"), "flavor": ("auto", "--flavor"), "qdq_rewrite": ("exact", "--qdq-rewrite"),
-    "precision": ("fp32", "--precision"), "keep_fp32_ops": (None, "--keep-fp32-ops"),
-    "calibration_data": (None, "--calibration-data"),
-    "calibration_method": ("minmax", "--calibration-method"), "precision_plan": (None, "--precision-plan"),
-    "allow": (("fp16", "bf16", "int8"), "--allow"), "compute_capabilities": (None, "--compute-capabilities"),
-    "workspace_mb": (None, "--workspace-mb"), "builder_optimization_level": (None, "--builder-optimization-level"),
-    "max_aux_streams": (None, "--max-aux-streams"), "timing_cache": (None, "--timing-cache"),
-    "hardware_compatibility": ("none", "--hardware-compatibility"),
-    "version_compatible": (False, "--version-compatible"),
-    "include_lean_runtime": (False, "--include-lean-runtime"), "max_build_memory": (None, "--max-build-memory"),
+# Flags only a build reads that set no session option (its profiles, a saved plan, the precision
+# search's candidates): given on a build folder, each is refused as changing what was built.
+BUILD_ONLY_FLAGS: dict[str, tuple[Any, str]] = {
     "min_shapes": ([], "--min-shapes"), "opt_shapes": ([], "--opt-shapes"), "max_shapes": ([], "--max-shapes"),
-    "saved_plan": (None, "--saved-plan"),
+    "saved_plan": (None, "--saved-plan"), "allow": (("fp16", "bf16", "int8"), "--allow"),
 }
 
 
@@ -211,40 +198,46 @@ def builder_fields(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
-# Build flags whose value is the BuildOptions field of the same name as the folder records it:
-# given equal to the folder's own, they change nothing and pass (as they do through the Python door,
-# :func:`trt_backend.artifacts.read.refused_on_folder`).
-_SAME_AS_BUILT = ("precision", "calibration_method", "builder_optimization_level", "max_aux_streams",
-                  "hardware_compatibility", "version_compatible")
-
-
 def refuse_build_flags(args: argparse.Namespace, folder: str, allow: tuple[str, ...] = ()) -> None:
     """One OptionsError naming the first flag given that would change what ``folder`` was built
-    with; run-time flags (threads, device, seeds, inputs, --shapes within its profiles), the
-    fields in ``allow`` and flags equal to the folder's own setting (:data:`_SAME_AS_BUILT`) pass.
-    Commands call it before reading anything else of their flags."""
-    built: Any = None
-    for attr, (default, flag) in BUILD_FLAGS.items():
-        if attr in allow:
-            continue
+    with, by the rule the Python door follows (:func:`trt_backend.artifacts.read.refused_on_folder`):
+    planning, partition and build flags pass at their defaults or equal to the folder's own setting;
+    run-time flags (threads, device, seeds, inputs, --shapes within its profiles) and the option
+    fields in ``allow`` always do. Commands call it before reading anything else of their flags."""
+    for attr, (default, flag) in BUILD_ONLY_FLAGS.items():
         value = getattr(args, attr, default)
         if value != default and not (isinstance(default, tuple) and tuple(value) == default):
-            if attr in _SAME_AS_BUILT:
-                built = built if built is not None else _built_options(folder)
-                if built is not None and getattr(built, attr) == value:
-                    continue
-            raise OptionsError(f"{folder}: {flag} would change what was built; a build folder runs as it was "
-                               f"built (give {flag} to trt-backend build)")
+            raise _read.refusal(folder, flag)
+    build: dict[str, Any] = {"precision": getattr(args, "precision", "fp32"),
+                             "calibration_method": getattr(args, "calibration_method", "minmax")}
+    for name in ("keep_fp32_ops", "calibration_data"):
+        if getattr(args, name, None) is not None:
+            build[name] = tuple(args.keep_fp32_ops) if name == "keep_fp32_ops" else args.calibration_data
+    if getattr(args, "precision_plan", None) and "precision_plan" not in allow:
+        build["precision_plan"] = _precision_plan.read_precision_plan(args.precision_plan)
+    if hasattr(args, "workspace_mb"):
+        build.update(builder_fields(args))
+    if getattr(args, "max_build_memory", None) is not None:
+        build["max_build_memory"] = parse_size(args.max_build_memory, "--max-build-memory")
+    try:  # (as a BuildOptions holds them, where they make one: sizes and names normalized)
+        made = _options.BuildOptions(**build)
+        build = {name: getattr(made, name) for name in build}
+    except TrtBackendError:
+        pass  # (precision 'auto' without its plan, say: judged as given)
+    given = _session_options.SessionOptions(
+        partition=partition_options(args) if hasattr(args, "exclude_ops") else None,
+        flavor=getattr(args, "flavor", "auto"), isolate_parser=bool(getattr(args, "isolate", False)))
+    _read.refused_on_folder(given, folder, _folder_manifest(folder), build=build, skip=allow)
 
 
-def _built_options(folder: str) -> Any:
-    """The BuildOptions ``folder``'s manifest records; None where it cannot be read (opening the
-    folder names that problem)."""
+def _folder_manifest(folder: str) -> dict[str, Any] | None:
+    """``folder``'s manifest; None where it cannot be read (opening the folder names that problem)."""
     try:
         with open(os.path.join(folder, _read.MANIFEST), encoding="utf-8") as f:
-            return _read.folder_build_options(json.load(f))
-    except (OSError, ValueError, AttributeError, TrtBackendError):
+            manifest = json.load(f)
+    except (OSError, ValueError):
         return None
+    return manifest if isinstance(manifest, dict) else None
 
 
 def is_folder_arg(args: argparse.Namespace) -> bool:
