@@ -284,7 +284,8 @@ def refused_on_folder(options: SessionOptions, folder: str, manifest: Mapping[st
         if name not in skip and value != getattr(default_build, name) and value != getattr(built, name):
             raise refusal(folder, flag, name)
     recorded = manifest.get("build", {}) if manifest is not None else {}
-    planned = recorded.get("partition") if isinstance(recorded.get("partition"), dict) else {}
+    partition = recorded.get("partition")
+    planned: dict[str, Any] = partition if isinstance(partition, dict) else {}
     given = jsonable(options.partition)
     if isinstance(planned.get("boundary_cost"), dict) and not (given.get("boundary_cost") or {}).get("dims"):
         # (the named dims a build priced boundaries at come from its profiles, not from options given)
