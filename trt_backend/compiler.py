@@ -47,6 +47,7 @@ from trt_backend.profiles import (
     check_profile_names,
     complete_profiles,
     derive_profiles,
+    graph_inputs,
     node_arg,
     normalize_profiles,
     profiles_from_json,
@@ -95,7 +96,7 @@ class Compiled:
         return {k: engine_bytes(s.engine) for k, s in self.segments.items() if s.engine is not None}
 
     def inputs(self) -> list[NodeArg]:
-        return [node_arg(vi.name, vi.type) for vi in self.model.proto.graph.input]
+        return graph_inputs(self.model.proto.graph)
 
     def outputs(self) -> list[NodeArg]:
         return [node_arg(vi.name, vi.type) for vi in self.model.proto.graph.output]
@@ -189,7 +190,7 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
     assert the_model is not None
     _check_precision_plan(opts.build, the_model)
     graph = the_model.proto.graph
-    inputs = [node_arg(vi.name, vi.type) for vi in graph.input]
+    inputs = graph_inputs(graph)
     trt = plan.tensorrt_segments()
     extra = {n for s in trt for n in s.inputs} - {a.name for a in inputs}
     user, overrides = normalize_profiles(profiles, inputs, extra)

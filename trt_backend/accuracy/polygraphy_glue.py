@@ -299,14 +299,15 @@ def generate_feeds(inputs: Sequence[NodeArg], points: Sequence[tuple[Mapping[str
 
 def _value_ranges(inputs: Sequence[NodeArg], val_range: Any, int_range: Any) -> dict[str, tuple[Any, Any]] | None:
     """The value range per input name: integer inputs from ``int_range``, the rest from
-    ``val_range`` (each one pair, or a pair per input name)."""
-    if val_range is None and int_range is None:
-        return None
+    ``val_range`` (each one pair, or a pair per input name); an integer input given none takes
+    its own ``int_range`` where it has one (the rows of a table it indexes)."""
     out: dict[str, tuple[Any, Any]] = {}
     for arg in inputs:
         integer = arg.dtype is not None and arg.dtype.kind in "iu"
         given = int_range if integer else val_range
         pick = given.get(arg.name) if isinstance(given, Mapping) else given
+        if pick is None and integer:
+            pick = arg.int_range
         if pick is not None:
             out[arg.name] = tuple(pick)  # type: ignore[assignment]
     for given in (val_range, int_range):

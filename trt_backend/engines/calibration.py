@@ -26,6 +26,7 @@ import itertools
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, overload
 
@@ -33,7 +34,7 @@ import numpy as np
 import onnx
 
 from trt_backend.errors import CalibrationDataError
-from trt_backend.ort.random_data import random_feed
+from trt_backend.ort.random_data import index_ranges, random_feed
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class InputSpec:
     name: str
     dtype: np.dtype
     dims: tuple[int | None, ...]
+    int_range: tuple[int, int] | None = None  # random integers' range (the rows of a table it indexes)
 
     @classmethod
     def of(cls, value: onnx.ValueInfoProto) -> InputSpec:
@@ -106,7 +108,9 @@ class CalibrationData:
 
 def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
     inits = {t.name for t in model.graph.initializer}
-    return [InputSpec.of(v) for v in model.graph.input if v.name not in inits]
+    ranges = index_ranges(model.graph)
+    return [dataclasses.replace(InputSpec.of(v), int_range=ranges.get(v.name))
+            for v in model.graph.input if v.name not in inits]
 
 
 def calibration_files(source: str) -> list[str]:
@@ -364,4 +368,5 @@ def _random_batches(inputs: Sequence[InputSpec], sizes: Mapping[str, int], seed:
     tensors = [(spec.name, spec.dtype, tuple(opt[spec.name][1]) if spec.name in opt else tuple(
                 _batch(spec, sizes) if k == 0 else (d if d is not None else 1) for k, d in enumerate(spec.dims)))
                for spec in inputs]
-    return tuple(random_feed(tensors, seed + k, what="calibration input") for k in range(RANDOM_SAMPLES))
+    limits = {spec.name: spec.int_range for spec in inputs if spec.int_range is not None}
+    return tuple(random_feed(tensors, seed + k, limits, what="calibration input") for k in range(RANDOM_SAMPLES))

@@ -12,7 +12,7 @@ from trt_backend.errors import ExportError, FeedError, SegmentLoadError, Segment
 from trt_backend.export.source import ExportSource
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import tapped_session
-from trt_backend.profiles.node_arg import node_arg
+from trt_backend.profiles.node_arg import graph_inputs
 from trt_backend.session.feeds import random_feeds
 
 
@@ -24,7 +24,7 @@ def observed_shapes(source: ExportSource, names: Sequence[str], batches: Sequenc
     model = source.plan.model
     if model is None:
         raise ExportError(f"{what}: the build's plan has no model to run")
-    args = [node_arg(vi.name, vi.type) for vi in model.proto.graph.input]
+    args = graph_inputs(model.proto.graph)
     first = source.input_profiles[0] if source.input_profiles else {}
     run = tapped_session(model, list(names), OrtOptions(), what)
     out = []

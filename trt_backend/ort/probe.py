@@ -164,6 +164,7 @@ def _feeds(model: Model, shapes: Mapping[str, Sequence[int]], size: int, rng: np
     """Random feeds of every model input at ``shapes`` (input -> shape), dims not given by them
     ``size``; and the size each named dim took. _Unprobeable where an input cannot be fed."""
     feeds, named = {}, {}
+    ranges = _random_data.index_ranges(model.proto.graph)  # (token ids within their tables)
     # dims the given shapes fix by name: an input given none takes them where it shares the name
     # (a mask beside the token ids it was not given a shape with)
     given_dims = {d.dim_param: int(shapes[vi.name][axis]) for vi in model.proto.graph.input
@@ -191,7 +192,8 @@ def _feeds(model: Model, shapes: Mapping[str, Sequence[int]], size: int, rng: np
             if d.WhichOneof("value") == "dim_param":
                 named[d.dim_param] = shape[-1]
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tp.tensor_type.elem_type))
-        feeds[vi.name] = _random_data.random_array(dtype, tuple(shape), rng, f"probe input '{vi.name}'")
+        feeds[vi.name] = _random_data.random_array(dtype, tuple(shape), rng, f"probe input '{vi.name}'",
+                                                   ranges.get(vi.name))
     return feeds, named
 
 

@@ -7,7 +7,9 @@ What is drawn, per dtype (``value_range`` overrides the default range):
 - floating point: uniform in ``[lo, hi)``, default ``FLOAT_RANGE`` ``[0, 1)``; complex numbers
   draw their real and imaginary parts so;
 - integers: uniform over ``lo..hi`` with both ends included, default ``INT_RANGE`` ``0..2``
-  (small enough to be a valid index or axis in most graphs);
+  (small enough to be a valid index or axis in most graphs); an input the graph gathers rows
+  with takes at most the last row of its smallest table (:func:`index_ranges`: BERT's token
+  types, 2 rows, take 0..1);
 - booleans: False and True with equal odds;
 - strings: one of ``STRINGS`` ("a", "b", "c") with equal odds.
 
@@ -67,6 +69,62 @@ def random_feed(tensors: Sequence[tuple[str, np.dtype, Sequence[int]]], seed: in
     ranges = value_ranges or {}
     return {name: random_array(dtype, shape, rng, f"{what} '{name}'", ranges.get(name))
             for name, dtype, shape in tensors}
+
+
+# Ops that hand their first input's values on unchanged (moved, repeated, sliced, retyped): an
+# index that reaches Gather through them is still an index into its table.
+_SAME_VALUES = frozenset({"Cast", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand", "Transpose",
+                          "Slice", "Tile", "Gather", "GatherElements", "GatherND"})
+
+
+def index_ranges(graph: Any) -> dict[str, tuple[int, int]]:
+    """The default range of each integer graph input whose values reach the indices of a Gather
+    from a table of known size (an embedding lookup), directly or through ops that move values
+    without changing them: ``0..rows-1`` of its smallest such table, capped at ``INT_RANGE``'s
+    high end. Inputs used otherwise keep the default; subgraphs are not followed."""
+    integer = {vi.name for vi in graph.input if vi.type.HasField("tensor_type")
+               and vi.type.tensor_type.elem_type in _INTEGER_TYPES}
+    if not integer:
+        return {}
+    sizes: dict[str, list[int]] = {t.name: list(t.dims) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            for a in node.attribute:
+                if a.name == "value":
+                    sizes[node.output[0]] = list(a.t.dims)
+    for vi in list(graph.value_info) + list(graph.input):
+        if vi.name not in sizes and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            dims = vi.type.tensor_type.shape.dim
+            if all(d.WhichOneof("value") == "dim_value" for d in dims):
+                sizes[vi.name] = [int(d.dim_value) for d in dims]
+    consumers: dict[str, list[tuple[Any, int]]] = {}
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            if name:
+                consumers.setdefault(name, []).append((node, k))
+    out: dict[str, tuple[int, int]] = {}
+    for name in integer:
+        rows: list[int] = []
+        seen, todo = {name}, [name]
+        while todo:  # (a walk of its own: graph depth costs no recursion)
+            for node, k in consumers.get(todo.pop(), ()):
+                if node.op_type == "Gather" and k == 1:
+                    table = sizes.get(node.input[0])
+                    axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
+                    if table and -len(table) <= axis < len(table) and table[axis] > 0:
+                        rows.append(table[axis])
+                elif node.op_type in _SAME_VALUES and k == 0:
+                    for o in node.output:
+                        if o and o not in seen:
+                            seen.add(o)
+                            todo.append(o)
+        if rows:
+            out[name] = (INT_RANGE[0], min(INT_RANGE[1], min(rows) - 1))
+    return out
+
+
+# onnx.TensorProto's integer element types (INT8..UINT64): the inputs random ints are drawn for
+_INTEGER_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})
 
 
 def _checked_range(pair: Any, what: str, kind: type) -> tuple[Any, Any]:

@@ -16,7 +16,7 @@ from trt_backend.profiles.given import (
     complete_profiles,
     normalize_profiles,
 )
-from trt_backend.profiles.node_arg import NodeArg, node_arg
+from trt_backend.profiles.node_arg import NodeArg, graph_inputs, node_arg
 from trt_backend.profiles.profile import (
     CALIBRATED,
     STATIC,
@@ -34,5 +34,5 @@ from trt_backend.profiles.profile import (
 
 __all__ = ["CALIBRATED", "STATIC", "SYMBOLIC", "USER", "NodeArg", "Profile", "Shape", "TensorProfile",
            "check_profile_names", "complete_profiles", "covering_profile", "derive_profiles", "describe_profile",
-           "node_arg", "normalize_profiles", "profiles_from_json", "profiles_to_json", "shape_tensor_inputs",
-           "tensor_profile"]
+           "graph_inputs", "node_arg", "normalize_profiles", "profiles_from_json", "profiles_to_json",
+           "shape_tensor_inputs", "tensor_profile"]

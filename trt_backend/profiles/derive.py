@@ -218,7 +218,9 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
                                        f"({arg.type}) has no profile to calibrate with; give these tensors profiles")
         tensors = [(arg.name, arg.dtype, want[arg.name]) for arg in inputs]
         drawn += 1
-        return dict(random_feed(tensors, seed + drawn - 1, what="calibration input"))  # type: ignore[arg-type]
+        ranges = {arg.name: arg.int_range for arg in inputs if arg.int_range is not None}
+        return dict(random_feed(tensors, seed + drawn - 1, ranges,  # type: ignore[arg-type]
+                                what="calibration input"))
 
     out: list[dict[str, TensorProfile]] = []
     for k, prof in enumerate(input_profiles):

@@ -3,11 +3,13 @@ profiles are checked against, and what feed validation reads."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import onnx
+
+from trt_backend.ort.random_data import index_ranges
 
 Dim = int | str | None
 
@@ -23,6 +25,9 @@ class NodeArg:
     type: str
     rank: int | None = None  # None: unknown rank (or not a tensor)
     dtype: np.dtype | None = None  # numpy dtype of a tensor value; None when not a tensor
+    # ours, not onnxruntime's: the range random integers for this input are drawn from by default
+    # where the graph gathers table rows with it (trt_backend.ort.random_data.index_ranges)
+    int_range: tuple[int, int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def kind(self) -> str:
@@ -82,6 +87,13 @@ def node_arg(name: str, tp: onnx.TypeProto | None) -> NodeArg:
         which = d.WhichOneof("value")
         dims.append(int(d.dim_value) if which == "dim_value" else d.dim_param if which == "dim_param" else None)
     return NodeArg(name, dims, type_string(tp), len(dims), dtype)
+
+
+def graph_inputs(graph: onnx.GraphProto) -> list[NodeArg]:
+    """The NodeArg of each input of ``graph``, with the range random integers are drawn from for
+    the inputs it gathers table rows with."""
+    ranges = index_ranges(graph)
+    return [replace(node_arg(vi.name, vi.type), int_range=ranges.get(vi.name)) for vi in graph.input]
 
 
 def shape_text(shape: Sequence[Any]) -> str:

@@ -216,7 +216,8 @@ def _is_ort_value(value: Any) -> bool:
 
 def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]], seed: int = 0) -> dict[str, Any]:
     """Seeded random tensors drawn by :func:`trt_backend.ort.random_data.random_feed` (its module
-    doc gives the ranges). ``shapes`` gives the shape of every input whose shape is not fully fixed."""
+    doc gives the ranges; an input's own ``int_range`` where it has one). ``shapes`` gives the
+    shape of every input whose shape is not fully fixed."""
     for arg in inputs:
         if arg.kind != "tensor" or arg.dtype is None:
             raise FeedError(f"input '{arg.name}' is {arg.type}; random data is only made for tensors, "
@@ -234,7 +235,8 @@ def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]],
                 tuple(int(d) for d in (shapes[arg.name] if arg.name in shapes  # type: ignore[arg-type]
                                        else arg.shape)))
                for arg in inputs]
-    return dict(random_feed(tensors, seed))  # type: ignore[arg-type]
+    ranges = {arg.name: arg.int_range for arg in inputs if arg.int_range is not None}
+    return dict(random_feed(tensors, seed, ranges))  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ user profiles of model inputs
