@@ -54,6 +54,7 @@ from trt_backend.profiles import (
     profiles_to_json,
     shape_tensor_inputs,
 )
+from trt_backend.profiles.bounds import DimBounds
 from trt_backend.profiles.derive import Runner
 from trt_backend.profiles.given import profile_shapes
 from trt_backend.session.options import SessionOptions
@@ -298,13 +299,18 @@ def _weight_limit(options: SessionOptions, plan: Plan) -> int | None:
 
 def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] | None, report: BuildReport,
                             options: SessionOptions) -> None:
-    """Where TensorRT's builder refused nodes, the model run once in ONNX Runtime at each
-    profile's opt shapes: a ProfileError where it fails there too. Such shapes are ones the model
-    itself cannot run at (a Reshape to a fixed size given another batch), and a folder built for
-    them would fail at every run; a builder's refusal at shapes the model runs at stays a demotion.
-    Not run where the model's weights, held twice (its own and ONNX Runtime's), would not fit the
-    build's memory budget or what is free."""
-    if not profiles or not any(d.reason.startswith("TensorRT build failed") for d in report.demoted):
+    """A ProfileError where the model cannot run at the shapes a build was made for, told by one
+    run of the whole model in ONNX Runtime there: at each profile's opt shapes where TensorRT's
+    builder refused nodes (a Reshape to a fixed size given another batch), at its max shapes where
+    the graph's position ids may reach past their table there (:meth:`DimBounds.table_overruns`:
+    GPT-2 given more positions than it has). A folder built for such shapes would fail at every
+    run; a builder's refusal at shapes the model runs at stays a demotion. Not run where the
+    model's weights, held twice (its own and ONNX Runtime's), would not fit the build's memory
+    budget or what is free."""
+    shapes = profile_shapes(profiles)
+    refused = bool(profiles) and any(d.reason.startswith("TensorRT build failed") for d in report.demoted)
+    overruns = [DimBounds(model, top).table_overruns() for top in shapes[2::3]]
+    if not refused and not any(overruns):
         return
     try:
         room = build_room(options.build.max_build_memory, 0)
@@ -317,13 +323,24 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
         log.info("%s: not run in ONNX Runtime at the profiles' shapes: its %s of weights would not fit the build's "
                  "memory", model.source, si_bytes(weights))
         return
-    for k, opt in enumerate(opt_shapes(profile_shapes(profiles))):
-        why = run_failure(model, opt)
+    for k, opt in enumerate(opt_shapes(shapes)):
+        why = run_failure(model, opt) if refused else None
         if why is not None:
-            given = ", ".join(f"{name} {'x'.join(str(d) for d in shape)}" for name, shape in opt.items())
-            raise ProfileError(f"{model.source}: the model cannot run at the opt shapes of profile {k} ({given}): "
-                               "TensorRT's builder refused nodes there and ONNX Runtime fails there too (on seeded "
-                               f"random inputs, as run and compare draw them): {why}")
+            raise ProfileError(f"{model.source}: the model cannot run at the opt shapes of profile {k} "
+                               f"({_shapes(opt)}): TensorRT's builder refused nodes there and ONNX Runtime fails there "
+                               f"too (on seeded random inputs, as run and compare draw them): {why}")
+        if k < len(overruns) and overruns[k]:
+            top = shapes[3 * k + 2]
+            why = run_failure(model, top)
+            if why is not None:
+                name, rows, index = overruns[k][0]
+                raise ProfileError(f"{model.source}: the model cannot run at the max shapes of profile {k} "
+                                   f"({_shapes(top)}): Gather '{name}' indexes its {rows}-row table up to {index} "
+                                   f"there, and ONNX Runtime fails there: {why}")
+
+
+def _shapes(shapes: Mapping[str, Sequence[int]]) -> str:
+    return ", ".join(f"{name} {'x'.join(str(d) for d in shape)}" for name, shape in shapes.items())
 
 
 def _cut_for_memory(plan: Plan, options: SessionOptions, limit: int) -> Plan:

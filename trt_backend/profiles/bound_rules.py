@@ -242,6 +242,8 @@ def _constant_of_shape(s: Site) -> Bound | Need:
 
 def _reshape(s: Site) -> Bound | Need:
     target = s.const(s.input(1))
+    if target is None and len(s.ins) > 1:  # a target computed from shapes: its element, where positive
+        return Need((value(s.ins[1]),), lambda found: _computed_target(found[0], s.axis))
     if target is None or s.axis >= target.size:
         return UNKNOWN
     wanted = [int(v) for v in target.reshape(-1)]
@@ -261,6 +263,16 @@ def _reshape(s: Site) -> Bound | Need:
             return total
         return -(-total[0] // max(1, math.prod(others))), total[1]
     return _all_dims(s.ins[0], in_rank, inferred)
+
+
+def _computed_target(found: ValueBounds, axis: int) -> Bound:
+    """A Reshape's dim from the bound of its computed target's element (``[-1, seq]`` made from
+    the input's Shape): that bound where it is 1 or more; unknown where it may be 0 (copy the
+    input's dim) or -1 (inferred), or is not known."""
+    if found is None or axis >= len(found):
+        return UNKNOWN
+    bound, through = found[axis]
+    return (bound, through) if bound is not None and bound >= 1 else (None, through)
 
 
 def _expand(s: Site) -> Bound | Need:

@@ -42,6 +42,11 @@ from trt_backend.profiles.bound_rules import (
 
 __all__ = ["Bound", "DATA_DEPENDENT", "DimBounds", "ELEMENTWISE"]
 
+# Ops an index passes through unchanged on its way from a Range to a Gather (moved, repeated, retyped).
+_MOVES = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Cast", "Identity", "Expand", "Transpose", "Tile",
+                    "Slice"})
+MAX_INDEX_STEPS = 32
+
 
 class DimBounds:
     """Upper bounds of ``model``'s tensor dims; model inputs bounded by ``input_max`` (their
@@ -70,6 +75,68 @@ class DimBounds:
         another op computes it (its values are then only observed)."""
         result: ValueBounds = self._solve(value(tensor))
         return result
+
+    def index_bound(self, tensor: str) -> int | None:
+        """Upper bound of every element of an integer tensor of indices made from shapes, as
+        position ids are: a Range (step 1 or more) up to a limit computed from shapes, moved
+        (Unsqueeze, Reshape, Cast, Expand...) and offset by shape-computed values (Add); a
+        constant's or a shape-computed tensor's own bound. None where another op makes it."""
+        offset = 0
+        for _ in range(MAX_INDEX_STEPS):
+            top = self._max_value(tensor)
+            if top is not None:
+                return top + offset
+            node = self._producer(tensor)
+            if node is None:
+                return None
+            if node.op_type in _MOVES and node.input:
+                tensor = node.input[0]
+            elif node.op_type == "Range" and len(node.input) == 3:
+                step, limit = self.const(node.input[2]), self._max_value(node.input[1])
+                if step is None or step.size != 1 or step.dtype.kind not in "iu" or int(step.reshape(-1)[0]) < 1 \
+                        or limit is None:
+                    return None
+                return limit - 1 + offset
+            elif node.op_type == "Add" and len(node.input) == 2:
+                a, b = node.input
+                known = self._max_value(b)
+                if known is None:
+                    a, b, known = b, a, self._max_value(a)
+                if known is None:
+                    return None
+                offset, tensor = offset + known, a
+            else:
+                return None
+        return None  # (position ids are a few ops long: a longer chain is not that pattern)
+
+    def _max_value(self, tensor: str) -> int | None:
+        """The largest element of a constant integer tensor, or the bound of every element of a
+        tensor computed from shapes (:meth:`value_bounds`, none of them data-dependent)."""
+        c = self.const(tensor)
+        if c is not None:
+            return int(c.max()) if c.dtype.kind in "iu" and c.size else None
+        found = self.value_bounds(tensor)
+        if not found or any(v is None or through for v, through in found):
+            return None
+        return max(int(v) for v, _ in found if v is not None)
+
+    def table_overruns(self) -> list[tuple[str, int, int]]:
+        """(node name, rows, index bound) of each Gather from a constant table whose indices,
+        made from shapes (:meth:`index_bound`), may reach past its rows at the bounded shapes:
+        position ids past a model's largest position, say."""
+        index, out = self.model.index, []
+        for k, node in enumerate(self.model.proto.graph.node):
+            if node.op_type != "Gather" or len(node.input) < 2 or node.input[0] not in index.initializer_protos:
+                continue
+            dims = list(index.initializer_protos[node.input[0]].dims)
+            axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
+            if not -len(dims) <= axis < len(dims):
+                continue
+            rows = int(dims[axis])
+            top = self.index_bound(node.input[1])
+            if top is not None and top >= rows:
+                out.append((node.name or f"node {k}", rows, top))
+        return out
 
     # ------------------------------------------------------------------ what is known without walking
 

@@ -150,6 +150,49 @@ def test_shapes_the_model_cannot_run_at_are_one_error_not_a_folder_that_fails_ev
         assert [s["backend"] for s in json.load(f)["segments"]] == ["tensorrt"]
 
 
+def positions_past_the_table() -> onnx.ModelProto:
+    """GPT-2's embeddings with a cache: token ids into a 50-row table; position ids Range(0, S)
+    offset by the cached length P (Shape of past), into an 8-row table: it runs at P + S <= 8."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    consts = [numpy_helper.from_array(rng.standard_normal((rows, 4)).astype(np.float32), name)
+              for name, rows in (("wte", 50), ("wpe", 8))]
+    consts += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+               (("zero", 0), ("one", 1), ("i1", [1]), ("ax0", [0]), ("ax1", 1))]
+    nodes = [h.make_node("Shape", ["ids"], ["ids_shape"]), h.make_node("Gather", ["ids_shape", "one"], ["seq"]),
+             h.make_node("Range", ["zero", "seq", "one"], ["steps"]),
+             h.make_node("Shape", ["past"], ["past_shape"]), h.make_node("Gather", ["past_shape", "one"], ["cached"]),
+             h.make_node("Add", ["steps", "cached"], ["positions"]),
+             h.make_node("Unsqueeze", ["positions", "ax0"], ["pos2"]),
+             h.make_node("Gather", ["wpe", "pos2"], ["p"], name="position_lookup"),
+             h.make_node("Gather", ["wte", "ids"], ["w"], name="token_lookup"), h.make_node("Add", ["w", "p"], ["y"])]
+    return model(nodes, [vi("ids", [1, "S"], T.INT64), vi("past", [1, "P", 4])], [vi("y", [1, "S", 4])], consts)
+
+
+def test_positions_past_the_models_last_are_one_error_at_build(tmp_path) -> None:
+    """TensorRT builds such a model at any shapes (an index is data); a folder built for more
+    positions than its table has failed at every run. The build runs it once at the max shapes
+    where the graph's position ids may pass the table's rows, and says so."""
+    path, out = str(tmp_path / "gpt.onnx"), str(tmp_path / "gpt")
+    onnx.save(positions_past_the_table(), path)
+    proc = _cli("build", path, "-o", out, "--shapes", "ids:1x6,past:1x3x4")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"trt-backend: error: {path}: the model cannot run at the max shapes of profile 0 "
+                           "(ids 1x6, past 1x3x4): Gather 'position_lookup' indexes its 8-row table up to 8 there, "
+                           "and ONNX Runtime fails there: "), last
+    assert "out of data bounds" in last and not os.path.exists(out)
+    import trt_backend
+    from trt_backend.errors import ProfileError
+
+    ranges = [{"ids": ((1, 1), (1, 4), (1, 6)), "past": ((1, 0, 4), (1, 2, 4), (1, 3, 4))}]
+    with pytest.raises(ProfileError, match=r"max shapes of profile 0 \(ids 1x6, past 1x3x4\)"):
+        trt_backend.build(path, out, profiles=ranges)
+    assert not os.path.exists(out)
+    assert _cli("build", path, "-o", out, "--shapes", "ids:1x5,past:1x3x4").returncode == 0  # 8 positions: its last
+
+
 def test_a_builder_refusal_at_shapes_the_model_runs_at_stays_a_demotion(tmp_path) -> None:
     out = str(tmp_path / "squeeze")
     proc = _cli("build", _light("light_squeezenet"), "-o", out, "--workspace-mb", "0", "--shapes", "data_0:1x3x224x224")
