@@ -248,3 +248,33 @@ def test_an_if_whose_branches_differ_in_size_gives_a_data_dependent_dim() -> Non
     for shift in (3.0, -3.0):  # above 0: the then branch (8 x 8); below: the else branch (4 x 4)
         x = (rng.standard_normal((3, 4, 8, 8)) + shift).astype(np.float32)
         assert_same(sess.run(None, {"x": x}), ort_reference(m, {"x": x}))
+
+
+def test_a_reshape_to_a_target_made_from_shapes_and_indices_made_by_range() -> None:
+    """Exporters reshape token ids to ``[-1, S]`` with S read from a Shape, and make position ids
+    as Range(0, S) offset by a cached length: the reshaped dim is bounded by S, the positions by
+    S + P - 1, and a Gather from a table of fewer rows is named as one they may pass."""
+    from partitioner import load_model
+
+    inits = [nh.from_array(np.array([-1], np.int64), "minus1"), nh.from_array(np.array(1, np.int64), "one"),
+             nh.from_array(np.array(0, np.int64), "zero"), nh.from_array(np.array([0], np.int64), "ax0"),
+             nh.from_array(np.zeros((6, 2), np.float32), "table")]
+    nodes = [h.make_node("Shape", ["ids"], ["s"]), h.make_node("Gather", ["s", "one"], ["seq"]),
+             h.make_node("Unsqueeze", ["seq", "ax0"], ["seq1"]),
+             h.make_node("Concat", ["minus1", "seq1"], ["target"], axis=0),
+             h.make_node("Reshape", ["ids", "target"], ["flat"]),                 # [?, <= S]
+             h.make_node("Shape", ["past"], ["ps"]), h.make_node("Gather", ["ps", "one"], ["cached"]),
+             h.make_node("Range", ["zero", "seq", "one"], ["steps"]),
+             h.make_node("Add", ["steps", "cached"], ["positions"]),              # values <= S + P - 1
+             h.make_node("Cast", ["positions"], ["pos32"], to=T.INT32),
+             h.make_node("Gather", ["table", "pos32"], ["p"], name="lookup")]
+    graph = h.make_graph(nodes, "positions", [h.make_tensor_value_info("ids", T.INT64, ["B", "S"]),
+                                              h.make_tensor_value_info("past", T.FLOAT, ["B", "P"])],
+                         [h.make_tensor_value_info("flat", T.INT64, None), h.make_tensor_value_info("p", T.FLOAT, None)],
+                         inits)
+    m = load_model(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+    bounds = DimBounds(m, {"ids": (2, 5), "past": (2, 3)})
+    assert bounds.bound("flat", 1) == (5, False)
+    assert bounds.index_bound("pos32") == 7 and bounds.index_bound("ids") is None
+    assert bounds.table_overruns() == [("lookup", 6, 7)]
+    assert DimBounds(m, {"ids": (2, 3), "past": (2, 3)}).table_overruns() == []  # positions 0..5: the last row
