@@ -270,8 +270,8 @@ def test_a_reshape_to_a_target_made_from_shapes_and_indices_made_by_range() -> N
              h.make_node("Gather", ["table", "pos32"], ["p"], name="lookup")]
     graph = h.make_graph(nodes, "positions", [h.make_tensor_value_info("ids", T.INT64, ["B", "S"]),
                                               h.make_tensor_value_info("past", T.FLOAT, ["B", "P"])],
-                         [h.make_tensor_value_info("flat", T.INT64, None), h.make_tensor_value_info("p", T.FLOAT, None)],
-                         inits)
+                         [h.make_tensor_value_info("flat", T.INT64, None),
+                          h.make_tensor_value_info("p", T.FLOAT, None)], inits)
     m = load_model(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
     bounds = DimBounds(m, {"ids": (2, 5), "past": (2, 3)})
     assert bounds.bound("flat", 1) == (5, False)
