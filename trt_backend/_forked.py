@@ -14,6 +14,7 @@ import atexit
 import json
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -90,6 +91,14 @@ class Forked:
                     log.debug("%s: %s", self.what, message["failed"])
             self._messages.append(message if isinstance(message, dict) else None)
         return self._messages[k] if k < len(self._messages) else None
+
+    def arrived(self, k: int) -> bool:
+        """Whether message ``k`` of the child is here, read without waiting for one not begun."""
+        while len(self._messages) <= k and not self._ended:
+            if b"\n" not in self._pending and not select.select([self._fd], [], [], 0)[0]:
+                return False
+            self.message(len(self._messages))  # (a line begun is read whole: it is being written)
+        return k < len(self._messages) and self._messages[k] is not None
 
     def kill(self) -> None:
         """End the child where it still runs (what it would say is not wanted)."""

@@ -323,9 +323,15 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
         log.info("%s: not run in ONNX Runtime at the profiles' shapes: its %s of weights would not fit the build's "
                  "memory", model.source, si_bytes(weights))
         return
+    chooser = _branch_on_values(model) if refused else None
     for k, opt in enumerate(opt_shapes(shapes)):
         why = run_failure(model, opt) if refused else None
-        if why is not None:
+        if why is not None and chooser is not None:  # (random data may take a branch real data never takes)
+            log.warning("%s: ONNX Runtime fails at the opt shapes of profile %d (%s) on seeded random inputs, where "
+                        "TensorRT's builder refused nodes too; the model's %s chooses on its inputs' values, so "
+                        "real inputs may run there (check the folder with trt-backend run DIR --inputs REAL.npz): "
+                        "%s", model.source, k, _shapes(opt), chooser, why)
+        elif why is not None:
             raise ProfileError(f"{model.source}: the model cannot run at the opt shapes of profile {k} "
                                f"({_shapes(opt)}): TensorRT's builder refused nodes there and ONNX Runtime fails there "
                                f"too (on seeded random inputs, as run and compare draw them): {why}")
@@ -337,6 +343,20 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
                 raise ProfileError(f"{model.source}: the model cannot run at the max shapes of profile {k} "
                                    f"({_shapes(top)}): Gather '{name}' indexes its {rows}-row table up to {index} "
                                    f"there, and ONNX Runtime fails there: {why}")
+
+
+def _branch_on_values(model: Model) -> str | None:
+    """The first If or Loop of ``model`` whose condition (or trip count) is computed from its
+    inputs' values rather than their shapes, in words; None where none is."""
+    graph = model.proto.graph
+    valued = {vi.name for vi in graph.input} - model.index.initializers
+    for i in model.index.order:
+        node = graph.node[i]
+        if node.op_type in ("If", "Loop") and any(name in valued for name in node.input[:2] if name):
+            return f"{node.op_type} '{node.name}'" if node.name else node.op_type
+        if node.op_type not in ("Shape", "Size") and any(name in valued for name in model.index.reads[i]):
+            valued.update(o for o in node.output if o)
+    return None
 
 
 def _shapes(shapes: Mapping[str, Sequence[int]]) -> str:

@@ -266,8 +266,8 @@ def plan_for(source: ModelSource | Model, options: PartitionOptions | None = Non
     if flavor != "none":
         if isolate:
             return make_plan(source, options, flavor=flavor, isolate=True, shapes=shapes)
-        try:
-            parser_oracle(flavor)  # Only a missing TensorRT falls back; planning errors propagate.
+        try:  # Only a missing TensorRT falls back; planning errors propagate.
+            load_flavor(flavor)  # (its parser is made where a question needs it: see _oracle_for)
         except TensorRTUnavailableError as e:
             if flavor != "auto":
                 raise

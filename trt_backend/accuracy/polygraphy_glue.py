@@ -33,6 +33,7 @@ from trt_backend.ort.random_data import random_feed
 from trt_backend.ort.values import to_numpy
 from trt_backend.profiles import Profile
 from trt_backend.profiles.node_arg import NodeArg, shape_text
+from trt_backend.session.feeds import value_ranges
 from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)
@@ -271,7 +272,7 @@ def generate_feeds(inputs: Sequence[NodeArg], points: Sequence[tuple[Mapping[str
     module doc gives the default ranges; ``val_range``/``int_range``: one (lo, hi) or one per
     input name for float/integer inputs), feed ``j`` of the series seeded with ``seed + j``;
     shape-tensor inputs get their profile values."""
-    ranges = _value_ranges(inputs, val_range, int_range)
+    ranges = value_ranges(inputs, val_range, int_range)
     feeds: list[dict[str, Any]] = []
     for k, (dims, values) in enumerate(points):
         tensors = []
@@ -296,27 +297,6 @@ def generate_feeds(inputs: Sequence[NodeArg], points: Sequence[tuple[Mapping[str
 
 
 # ------------------------------------------------------------------ comparing
-
-def _value_ranges(inputs: Sequence[NodeArg], val_range: Any, int_range: Any) -> dict[str, tuple[Any, Any]] | None:
-    """The value range per input name: integer inputs from ``int_range``, the rest from
-    ``val_range`` (each one pair, or a pair per input name); an integer input given none takes
-    its own ``int_range`` where it has one (the rows of a table it indexes)."""
-    out: dict[str, tuple[Any, Any]] = {}
-    for arg in inputs:
-        integer = arg.dtype is not None and arg.dtype.kind in "iu"
-        given = int_range if integer else val_range
-        pick = given.get(arg.name) if isinstance(given, Mapping) else given
-        if pick is None and integer:
-            pick = arg.int_range
-        if pick is not None:
-            out[arg.name] = tuple(pick)  # type: ignore[assignment]
-    for given in (val_range, int_range):
-        unknown = [n for n in given if n not in {a.name for a in inputs}] if isinstance(given, Mapping) else []
-        if unknown:
-            raise FeedError(f"value range for unknown input(s) {', '.join(unknown)}; the model's inputs are "
-                            f"{', '.join(a.name for a in inputs)}")
-    return out or None
-
 
 def compare_func(options: CompareOptions) -> Any:
     """Polygraphy's simple compare function with our global and per-output tolerances."""

@@ -92,6 +92,8 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
     opts = dataclasses.replace(opts, emulate=True)  # Building needs no GPU: profiles come from ONNX Runtime.
     if opts.flavor == "none":
         raise OptionsError("a build needs TensorRT: flavor 'none' plans everything on ONNX Runtime")
+    if isinstance(model, (str, os.PathLike)):  # (its head start's TensorRT, where it runs in a child)
+        head_start.adopt_flavor(os.fspath(model), opts.flavor)
     flv = load_flavor(opts.flavor)
     check_build_options(opts.build, flv)  # Before planning: a setting this TensorRT refuses is said at once.
     check_build_folder(out_dir)

@@ -77,6 +77,9 @@ class BenchOptions:
     build: bool = True
     seed: int = 0
     feeds: Mapping[str, Any] | None = None  # real inputs to time with (instead of seeded random ones)
+    # the ranges random inputs are drawn from (trt_backend.session.feeds.value_ranges)
+    val_range: Any = None
+    int_range: Any = None
 
     def __post_init__(self) -> None:
         names = (self.baselines,) if isinstance(self.baselines, str) else tuple(self.baselines)
@@ -152,7 +155,7 @@ def _feeds(sess: Session, options: BenchOptions) -> dict[str, Any]:
     if sess.input_profiles:
         for n, tp in sess.input_profiles[0].items():
             shapes.setdefault(n, tp.opt)
-    return random_feeds(sess.get_inputs(), shapes, options.seed)
+    return random_feeds(sess.get_inputs(), shapes, options.seed, options.val_range, options.int_range)
 
 
 def _build_progress(name: str, progress: BenchProgress | None) -> Any:

@@ -341,11 +341,7 @@ def add_data_arguments(p: argparse.ArgumentParser, saves: bool = False) -> None:
     p.add_argument("--inputs", metavar="FILE.npz|DIR",
                    help="real inputs: an .npz of arrays by input name (one sample; or <k>/<name> for several), or a "
                         "folder of such files (samples of different shapes in separate files)")
-    p.add_argument("--val-range", action="append", default=[], metavar="[NAME:]LO,HI",
-                   help="random float inputs drawn uniformly from [LO, HI) (default 0,1); repeat with NAME: per input")
-    p.add_argument("--int-range", action="append", default=[], metavar="[NAME:]LO,HI",
-                   help="random integer inputs drawn uniformly from LO..HI, both included (default 0,2); repeat with "
-                        "NAME: per input")
+    add_range_arguments(p)
     if saves:
         p.add_argument("--save-outputs", metavar="RUN.npz",
                        help="write the inputs and trt-backend's outputs here (compare them elsewhere with "
@@ -353,6 +349,22 @@ def add_data_arguments(p: argparse.ArgumentParser, saves: bool = False) -> None:
         p.add_argument("--load-outputs", metavar="RUN.npz",
                        help="compare against the outputs saved in RUN.npz (on its inputs) "
                             "instead of running ONNX Runtime")
+
+
+def add_range_arguments(p: argparse.ArgumentParser) -> None:
+    """``--val-range``/``--int-range``: the ranges random inputs are drawn from (run, bench,
+    compare; :func:`random_ranges` reads them)."""
+    p.add_argument("--val-range", action="append", default=[], metavar="[NAME:]LO,HI",
+                   help="random float inputs drawn uniformly from [LO, HI) (default 0,1); repeat with NAME: per input")
+    p.add_argument("--int-range", action="append", default=[], metavar="[NAME:]LO,HI",
+                   help="random integer inputs drawn uniformly from LO..HI, both included (default 0,2, or the rows "
+                        "of a table the model indexes with the input); repeat with NAME: per input")
+
+
+def random_ranges(args: argparse.Namespace) -> dict[str, Any]:
+    """``val_range`` and ``int_range`` from :func:`add_range_arguments`'s flags."""
+    return {"val_range": value_ranges(args.val_range, float, "--val-range"),
+            "int_range": value_ranges(args.int_range, int, "--int-range")}
 
 
 def value_ranges(texts: Sequence[str], kind: type, flag: str) -> Any:

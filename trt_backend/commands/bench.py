@@ -23,12 +23,14 @@ from trt_backend.commands._args import (
     add_memory_argument,
     add_partition_arguments,
     add_precision_arguments,
+    add_range_arguments,
     add_shape_arguments,
     add_sign_key_argument,
     is_folder_arg,
     max_memory,
     ort_options,
     precision_fields,
+    random_ranges,
     sample_profiles,
     refuse_build_flags,
     session_options,
@@ -70,6 +72,7 @@ def register(p: argparse.ArgumentParser) -> None:
                                                                "(default 0: ONNX Runtime's choice)")
     add_cpu_session_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    add_range_arguments(p)
     p.add_argument("--no-build", action="store_true", help="do not build TensorRT engines (no build times)")
     p.add_argument("--cache-dir", metavar="DIR", help="engine cache to build through (default: a temporary one)")
     p.add_argument("--json", metavar="OUT.json", help="write every number as JSON")
@@ -129,7 +132,7 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
         if not profiles and not is_build_folder(args.model):
             profiles = sample_profiles(args.model, [feeds], f"--inputs {args.inputs}")
     options = BenchOptions(shapes=shapes, profiles=profiles or None, baselines=_baselines(args.baselines),
-                           timing=timing, build=not args.no_build, seed=args.seed, feeds=feeds)
+                           timing=timing, build=not args.no_build, seed=args.seed, feeds=feeds, **random_ranges(args))
     session = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
                               ort=ort_options(args, intra_op_threads=threads), cache_dir=args.cache_dir)
     if not is_build_folder(args.model):

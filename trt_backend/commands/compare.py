@@ -28,7 +28,7 @@ from trt_backend.commands._args import (
     sample_profiles,
     refuse_build_flags,
     session_options,
-    value_ranges,
+    random_ranges,
 )
 from trt_backend.commands._shapes import cli_profiles, parse_shapes
 from trt_backend.commands._precision import (
@@ -111,8 +111,7 @@ def _handle(args: argparse.Namespace) -> int:
                              all_profile_shapes=args.all_profile_shapes,
                              localize="always" if args.localize_always else "mismatch" if args.localize else "off",
                              atol_of_range=args.atol_of_range, checks=tuple(args.check),
-                             val_range=value_ranges(args.val_range, float, "--val-range"),
-                             int_range=value_ranges(args.int_range, int, "--int-range"))
+                             **random_ranges(args))
     feeds, reference = None, None
     if args.load_outputs:
         if args.inputs:

@@ -23,11 +23,13 @@ from trt_backend.commands._args import (
     add_memory_argument,
     add_partition_arguments,
     add_precision_arguments,
+    add_range_arguments,
     add_shape_arguments,
     add_sign_key_argument,
     is_folder_arg,
     max_memory,
     ort_options,
+    random_ranges,
     refuse_build_flags,
     session_options,
 )
@@ -93,6 +95,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emulate", action="store_true",
                    help="run TensorRT segments through ONNX Runtime even where TensorRT could run them")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    add_range_arguments(p)
     add_precision_arguments(p, "TensorRT segments (built, or emulated through ONNX Runtime without a GPU)")
     add_auto_arguments(p)
     add_cpu_session_arguments(p)
@@ -123,6 +126,7 @@ def _handle(args: argparse.Namespace) -> int:
     if is_folder_arg(args):  # First: a flag that would change what was built is the error to report.
         refuse_build_flags(args, args.model)
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
+    ranges = random_ranges(args)
     given: dict[str, Any] | None = None
     if args.inputs:
         inputs = read_feeds(args.inputs)
@@ -145,7 +149,7 @@ def _handle(args: argparse.Namespace) -> int:
         feeds = given
         source = args.inputs
     else:
-        feeds = random_feeds(sess.get_inputs(), _run_shapes(args, sess), args.seed)
+        feeds = random_feeds(sess.get_inputs(), _run_shapes(args, sess), args.seed, **ranges)
         source = f"random, seed {args.seed}"
     plan = sess.plan
     print(f"model {args.model} | TensorRT target {plan.tensorrt or 'none'} | {len(plan.nodes)} nodes | "

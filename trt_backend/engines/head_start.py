@@ -173,7 +173,9 @@ class HeadStart:
                 # holds the model as parse would make it where the parser takes every node)
                 asked, parser = _questions.supports_into(flavor, network, logger, data, self.path)
                 del data
-                self._give_answer(early_parse.answer_of(flavor.target, asked, info))
+                # (with this TensorRT's description: the parent then need not import it, see adopt_flavor)
+                self._give_answer({**early_parse.answer_of(flavor.target, asked, info),
+                                   "flavor": _flavor.described(flavor)})
                 parsed = asked[0]
                 if not parsed or self._cancelled.is_set():
                     self.problem = "TensorRT's parser did not take the file as it is" if not parsed else "cancelled"
@@ -345,7 +347,13 @@ class _Answer:
         self.head, self.path, self.flavor = head, head.path, head.flavor_name
 
     def tensorrt(self) -> tuple[str, str, str] | None:
-        return None  # (the build imports TensorRT in this process anyway)
+        """The TensorRT the head start imported (name, version, parser version), where its
+        answer has come (a build may not import it here: see :func:`adopt_flavor`)."""
+        answer = self.head.answer()
+        described = answer.get("flavor") if answer is not None else None
+        if not isinstance(described, list) or len(described) != 4:
+            return None
+        return str(described[0]), str(described[1]), str(described[2])
 
     def answer(self) -> dict[str, Any] | None:
         return self.head.answer()
@@ -396,6 +404,23 @@ def pending_for(path: str) -> bool:
     """Whether a head start of the file ``path`` is pending."""
     with _lock:
         return _pending is not None and _pending.path == os.path.abspath(path)
+
+
+def adopt_flavor(path: str, choice: str) -> None:
+    """Where the pending head start of ``path`` runs in a child that has answered already, take the
+    TensorRT it imported for ``choice`` as its answer describes it, instead of importing it in this
+    process too (:func:`trt_backend.tensorrt.flavor.adopt`): beside the child's build, the import
+    was time the build waited. Nothing where the answer is not here yet (it is not waited for)."""
+    with _lock:
+        head = _pending if _pending is not None and _pending.path == os.path.abspath(path) else None
+    child = head._child if head is not None else None
+    if child is None or not child.arrived(0):
+        return
+    first = child.message(0) or {}
+    answer: dict[str, Any] = first["answer"] if isinstance(first.get("answer"), dict) else {}
+    if _flavor.adopt(choice, answer.get("flavor")):
+        log.debug("TensorRT %s as the head start of %s describes it (not imported here)", answer["flavor"][1],
+                  path)
 
 
 def started_for(path: str) -> float | None:

@@ -8,8 +8,9 @@ What is drawn, per dtype (``value_range`` overrides the default range):
   draw their real and imaginary parts so;
 - integers: uniform over ``lo..hi`` with both ends included, default ``INT_RANGE`` ``0..2``
   (small enough to be a valid index or axis in most graphs); an input the graph gathers rows
-  with takes at most the last row of its smallest table (:func:`index_ranges`: BERT's token
-  types, 2 rows, take 0..1);
+  with takes at most the last row of its smallest table, and a one-element input the graph
+  compares with a constant takes that constant (:func:`index_ranges`: BERT's token types, 2
+  rows, take 0..1; silero-vad's sample rate 16000);
 - booleans: False and True with equal odds;
 - strings: one of ``STRINGS`` ("a", "b", "c") with equal odds.
 
@@ -18,6 +19,7 @@ given; the ``k``-th feed of a series (compare's iterations, calibration batches,
 is drawn with ``seed + k``."""
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -78,20 +80,34 @@ _SAME_VALUES = frozenset({"Cast", "Identity", "Reshape", "Unsqueeze", "Squeeze",
 
 
 def index_ranges(graph: Any) -> dict[str, tuple[int, int]]:
-    """The default range of each integer graph input whose values reach the indices of a Gather
-    from a table of known size (an embedding lookup), directly or through ops that move values
-    without changing them: ``0..rows-1`` of its smallest such table, capped at ``INT_RANGE``'s
-    high end. Inputs used otherwise keep the default; subgraphs are not followed."""
+    """The default range of the integer graph inputs whose use the graph tells: a one-element
+    input the graph compares (Equal) with a constant takes that value (silero-vad's sample
+    rate, 16000: its other branch does not run at the same sizes); one whose values reach the
+    indices of a Gather from a table of known size (an embedding lookup), directly or through ops
+    that move values without changing them, takes ``0..rows-1`` of its smallest such table,
+    capped at ``INT_RANGE``'s high end. Inputs used otherwise keep the default; subgraphs are not
+    followed."""
     integer = {vi.name for vi in graph.input if vi.type.HasField("tensor_type")
                and vi.type.tensor_type.elem_type in _INTEGER_TYPES}
     if not integer:
         return {}
+    from onnx import numpy_helper
+
+    scalars = {vi.name for vi in graph.input if vi.name in integer and vi.type.tensor_type.HasField("shape")
+               and all(d.WhichOneof("value") == "dim_value" and d.dim_value == 1
+                       for d in vi.type.tensor_type.shape.dim)}
     sizes: dict[str, list[int]] = {t.name: list(t.dims) for t in graph.initializer}
+    constants: dict[str, int] = {}  # integer scalars' values
+    for t in graph.initializer:
+        if t.data_type in _INTEGER_TYPES and math.prod(t.dims) == 1:
+            constants[t.name] = int(numpy_helper.to_array(t).reshape(-1)[0])
     for node in graph.node:
         if node.op_type == "Constant" and node.output:
             for a in node.attribute:
                 if a.name == "value":
                     sizes[node.output[0]] = list(a.t.dims)
+                    if a.t.data_type in _INTEGER_TYPES and math.prod(a.t.dims) == 1:
+                        constants[node.output[0]] = int(numpy_helper.to_array(a.t).reshape(-1)[0])
     for vi in list(graph.value_info) + list(graph.input):
         if vi.name not in sizes and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             dims = vi.type.tensor_type.shape.dim
@@ -103,7 +119,14 @@ def index_ranges(graph: Any) -> dict[str, tuple[int, int]]:
             if name:
                 consumers.setdefault(name, []).append((node, k))
     out: dict[str, tuple[int, int]] = {}
-    for name in integer:
+    for name in sorted(scalars):  # a setting the graph tests for one value (a sample rate): that value
+        for node, k in consumers.get(name, ()):
+            other = node.input[1 - k] if node.op_type == "Equal" and len(node.input) == 2 else None
+            dims = sizes.get(other) if other is not None else None
+            if dims is not None and math.prod(dims) == 1 and other in constants:
+                out[name] = (constants[other], constants[other])
+                break
+    for name in integer - set(out):
         rows: list[int] = []
         seen, todo = {name}, [name]
         while todo:  # (a walk of its own: graph depth costs no recursion)

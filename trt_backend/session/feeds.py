@@ -214,10 +214,11 @@ def _is_ort_value(value: Any) -> bool:
     return cls.__name__ == "OrtValue" and cls.__module__.startswith("onnxruntime")
 
 
-def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]], seed: int = 0) -> dict[str, Any]:
+def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]], seed: int = 0,
+                 val_range: Any = None, int_range: Any = None) -> dict[str, Any]:
     """Seeded random tensors drawn by :func:`trt_backend.ort.random_data.random_feed` (its module
-    doc gives the ranges; an input's own ``int_range`` where it has one). ``shapes`` gives the
-    shape of every input whose shape is not fully fixed."""
+    doc gives the ranges; ``val_range``/``int_range`` as :func:`value_ranges` reads them). ``shapes``
+    gives the shape of every input whose shape is not fully fixed."""
     for arg in inputs:
         if arg.kind != "tensor" or arg.dtype is None:
             raise FeedError(f"input '{arg.name}' is {arg.type}; random data is only made for tensors, "
@@ -235,8 +236,31 @@ def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]],
                 tuple(int(d) for d in (shapes[arg.name] if arg.name in shapes  # type: ignore[arg-type]
                                        else arg.shape)))
                for arg in inputs]
-    ranges = {arg.name: arg.int_range for arg in inputs if arg.int_range is not None}
-    return dict(random_feed(tensors, seed, ranges))  # type: ignore[arg-type]
+    return dict(random_feed(tensors, seed, value_ranges(inputs, val_range, int_range)))  # type: ignore[arg-type]
+
+
+def value_ranges(inputs: Sequence[NodeArg], val_range: Any = None, int_range: Any = None
+                 ) -> dict[str, tuple[Any, Any]]:
+    """The range random data is drawn from, per input name, at every door (run, bench, compare):
+    integer inputs from ``int_range``, the rest from ``val_range`` (each one (low, high) pair for
+    every such input, or a pair per input name); an integer input given none takes its own
+    ``int_range`` where it has one (the graph's, see :func:`trt_backend.ort.random_data.index_ranges`).
+    A range for a name that is no input is a FeedError."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for arg in inputs:
+        integer = arg.dtype is not None and arg.dtype.kind in "iu"
+        given = int_range if integer else val_range
+        pick = given.get(arg.name) if isinstance(given, Mapping) else given
+        if pick is None and integer:
+            pick = arg.int_range
+        if pick is not None:
+            out[arg.name] = tuple(pick)  # type: ignore[assignment]
+    for given in (val_range, int_range):
+        unknown = [n for n in given if n not in {a.name for a in inputs}] if isinstance(given, Mapping) else []
+        if unknown:
+            raise FeedError(f"value range for unknown input(s) {', '.join(unknown)}; the model's inputs are "
+                            f"{', '.join(a.name for a in inputs)}")
+    return out
 
 
 # ------------------------------------------------------------------ user profiles of model inputs

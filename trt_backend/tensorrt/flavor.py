@@ -22,11 +22,23 @@ log = logging.getLogger(__name__)
 FLAVORS = ("tensorrt", "tensorrt_rtx")
 
 
+# The features trt-backend asks a TensorRT about (:meth:`Flavor.has`): what a process that has
+# imported it tells another that has not (:func:`described`, :func:`adopt`).
+FEATURES = ("Builder.build_serialized_network_to_stream", "BuilderFlag.FP16", "BuilderFlag.TF32",
+            "ComputeCapability", "ComputeCapability.SM75", "IBuilderConfig.create_timing_cache",
+            "IBuilderConfig.set_compute_capability", "IRuntimeConfig.create_runtime_cache",
+            "NetworkDefinitionCreationFlag.STRONGLY_TYPED", "OnnxParser.load_model_proto",
+            "Runtime.engine_host_code_allowed", "Runtime.get_engine_validity", "get_nv_onnx_parser_version")
+
+
 @dataclass(frozen=True)
 class Flavor:
     name: str  # "tensorrt" | "tensorrt_rtx"
     version: str
     module: ModuleType
+    # Where another process described this TensorRT (:func:`adopt`): its parser's version and its
+    # answers about :data:`FEATURES`, so that they are known here before the module is imported.
+    described: tuple[str, tuple[tuple[str, bool], ...]] | None = None
 
     @property
     def target(self) -> str:
@@ -38,6 +50,8 @@ class Flavor:
 
     def has(self, dotted: str) -> bool:
         """Feature detection by attribute path, e.g. ``has("INetworkDefinition.add_plugin_v3")``."""
+        if self.described is not None and dotted in dict(self.described[1]):
+            return dict(self.described[1])[dotted]
         obj: Any = self.module
         for part in dotted.split("."):
             if not hasattr(obj, part):
@@ -53,6 +67,8 @@ class Flavor:
     @property
     def parser_version(self) -> str:
         """The ONNX parser's version where the module reports it, else the module version."""
+        if self.described is not None:
+            return self.described[0]
         if self.has("get_nv_onnx_parser_version"):
             return str(self.module.get_nv_onnx_parser_version())
         return self.version
@@ -91,6 +107,32 @@ def load_flavor(choice: str = "auto") -> Flavor:
         return _cache[name]
     raise TensorRTUnavailableError("no TensorRT flavor importable (" + "; ".join(errors) + "); install "
                                    "'tensorrt' (GPU) or 'tensorrt-rtx-cu13' (CPU-capable parser/builder)")
+
+
+def described(flavor: Flavor) -> list[Any]:
+    """``flavor`` as JSON-able values another process can :func:`adopt`: its name, version,
+    parser version and answers about :data:`FEATURES`."""
+    return [flavor.name, flavor.version, flavor.parser_version, [[f, flavor.has(f)] for f in FEATURES]]
+
+
+def adopt(choice: str, description: Any) -> bool:
+    """Take the TensorRT another process of this machine imported for ``choice`` (the same
+    environment: it is the one :func:`load_flavor` would import here), as :func:`described`
+    describes it, without importing it: its module loads where something first asks more of it
+    than the description holds. False, and nothing taken, where one is loaded already or the
+    description is not one or not of ``choice``."""
+    try:
+        name, version, parser, answers = description
+        features = tuple((str(f), bool(v)) for f, v in answers)
+    except (TypeError, ValueError):
+        return False
+    if name not in FLAVORS or choice not in ("auto", name) or _cache or name in sys.modules \
+            or {f for f, _ in features} != set(FEATURES):
+        return False
+    from trt_backend._lazy import lazy_module
+
+    _cache[name] = Flavor(str(name), str(version), lazy_module(name), (str(parser), features))
+    return True
 
 
 # Messages that only say this machine has no usable CUDA driver or device (a CPU-only build

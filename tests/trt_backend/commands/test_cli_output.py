@@ -193,6 +193,43 @@ def test_positions_past_the_models_last_are_one_error_at_build(tmp_path) -> None
     assert _cli("build", path, "-o", out, "--shapes", "ids:1x5,past:1x3x4").returncode == 0  # 8 positions: its last
 
 
+def by_rate(compare: str) -> onnx.ModelProto:
+    """silero-vad's form: x [1, N] and a sample rate ``sr``; an If on ``compare``(sr, 16000) runs
+    x through a Relu, or (its other rate) reshapes it to [1, 2, 128], which only N = 256 fits (and
+    TensorRT's builder refuses at N = 512)."""
+    from onnx import numpy_helper
+
+    then = h.make_graph([h.make_node("Relu", ["x"], ["t"])], "then", [], [vi("t", [1, "N"])])
+    other = h.make_graph([h.make_node("Reshape", ["x", "half"], ["e0"]),
+                          h.make_node("ReduceMax", ["e0"], ["e"], axes=[1], keepdims=0)], "other", [],
+                         [vi("e", [1, 128])], [numpy_helper.from_array(np.array([1, 2, 128], np.int64), "half")])
+    nodes = [h.make_node(compare, ["sr", "rate"], ["is16k"]),
+             h.make_node("If", ["is16k"], ["y"], then_branch=then, else_branch=other, name="by_rate")]
+    rate = numpy_helper.from_array(np.array(16000 if compare == "Equal" else 12000, np.int64), "rate")
+    return model(nodes, [vi("x", [1, "N"]), vi("sr", [], T.INT64)], [vi("y", None)], [rate])
+
+
+def test_a_sample_rate_and_branches_on_input_values_do_not_fail_a_build(tmp_path) -> None:
+    """Random data drew the sample rate 0..2, took the other branch, and the check of shapes the
+    model cannot run at failed the build of silero-vad at shapes it runs at. A one-element input
+    compared with a constant now takes that constant; where a branch is chosen on input values
+    otherwise, a failure on random data is a warning (real inputs may run), and the folder is written."""
+    path, out = str(tmp_path / "equal.onnx"), str(tmp_path / "equal")
+    onnx.save(by_rate("Equal"), path)
+    proc = _cli("build", path, "-o", out, "--shapes", "x:1x512")
+    assert proc.returncode == 0 and "demoted 1 node" in proc.stdout and "ONNX Runtime fails" not in proc.stderr
+    proc = _cli("run", out, "--emulate")
+    assert proc.returncode == 0 and "sr: shape () int64  min 16000 max 16000" in proc.stdout, proc.stderr
+    path, out = str(tmp_path / "greater.onnx"), str(tmp_path / "greater")
+    onnx.save(by_rate("Greater"), path)
+    proc = _cli("build", path, "-o", out, "--shapes", "x:1x512")
+    assert proc.returncode == 0, proc.stderr
+    warned = [ln for ln in proc.stderr.splitlines() if "ONNX Runtime fails at the opt shapes of profile 0" in ln]
+    assert len(warned) == 1 and "If 'by_rate' chooses on its inputs' values" in warned[0]
+    assert os.path.exists(os.path.join(out, "manifest.json"))
+    assert _cli("run", out, "--emulate", "--int-range", "sr:16000,16000").returncode == 0
+
+
 def test_a_builder_refusal_at_shapes_the_model_runs_at_stays_a_demotion(tmp_path) -> None:
     out = str(tmp_path / "squeeze")
     proc = _cli("build", _light("light_squeezenet"), "-o", out, "--workspace-mb", "0", "--shapes", "data_0:1x3x224x224")

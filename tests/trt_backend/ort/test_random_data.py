@@ -183,6 +183,15 @@ def test_inputs_that_index_a_table_stay_within_its_rows(tmp_path, capsys) -> Non
     assert "types_in: shape (2, 64) int64  min 0 max 1" in out and "mask: shape (2, 64) int64  min 0 max 2" in out
     assert main(["compare", path, *shapes, "--emulate", "--iterations", "3"]) == 0
     assert "PASSED" in capsys.readouterr().out
+    # ranges given win, at run and bench as at compare; one for a name that is no input is refused
+    assert main(["run", path, *shapes, "--emulate", "--int-range", "mask:1,1", "--int-range", "ids:7,9"]) == 0
+    out = capsys.readouterr().out
+    assert "mask: shape (2, 64) int64  min 1 max 1" in out and "ids: shape (2, 64) int64  min 7 max 9" in out
+    for command in (["run"], ["bench", "--baselines", "none", "--duration-s", "0.01", "--iterations", "1",
+                              "--rounds", "1", "--warmup-ms", "0", "--no-progress"], ["compare"]):
+        assert main([*command, path, *shapes, "--emulate", "--int-range", "nope:0,1"]) == (
+            2 if command == ["compare"] else 1)
+        assert "value range for unknown input(s) nope" in capsys.readouterr().err
     # the Python door's compare and an int8 build calibrated on random data draw the same way
     profile = {n: ((1, 1), (2, 64), (2, 64)) for n in ("ids", "types_in", "mask")}
     report = compare(path, CompareOptions(iterations=2), profiles=[profile],
