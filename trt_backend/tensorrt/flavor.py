@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from trt_backend._lazy import lazy_module
 from trt_backend.errors import TensorRTUnavailableError
 
 log = logging.getLogger(__name__)
@@ -129,8 +130,6 @@ def adopt(choice: str, description: Any) -> bool:
     if name not in FLAVORS or choice not in ("auto", name) or _cache or name in sys.modules \
             or {f for f, _ in features} != set(FEATURES):
         return False
-    from trt_backend._lazy import lazy_module
-
     _cache[name] = Flavor(str(name), str(version), lazy_module(name), (str(parser), features))
     return True
 

@@ -140,3 +140,42 @@ def test_native_writes_to_stdout_go_to_the_debug_log_where_python_writes_elsewhe
         assert proc.returncode == 0, proc.stderr
         assert "ours" in proc.stdout and ("native to 1" in proc.stdout) == native_on_stdout, (mode, proc.stdout)
         assert "native to 2" not in proc.stdout and "TensorRT wrote to stderr (or stdout): native to" in proc.stderr
+
+
+ADOPTS = textwrap.dedent("""
+    import json, sys
+    from trt_backend.tensorrt import flavor
+    description = json.loads(sys.argv[1])
+    assert flavor.adopt("auto", description)
+    adopted = flavor.load_flavor("auto")
+    print("BEFORE", adopted.name in sys.modules)
+    print("SAME", flavor.described(adopted) == description)
+    print("LOADS", adopted.module.Logger is not None, adopted.name in sys.modules)
+""")
+
+
+def test_a_tensorrt_described_by_another_process_answers_as_its_import_would() -> None:
+    """A build's head start imports TensorRT in a child process and describes it; the build takes
+    that description instead of importing TensorRT again. It answers every feature question
+    trt-backend asks as the import does, and the module loads on the first question beyond it."""
+    import json
+    import re
+
+    from trt_backend.tensorrt import flavor
+
+    here = flavor.described(flavor.load_flavor("auto"))
+    proc = subprocess.run([sys.executable, "-c", ADOPTS, json.dumps(here)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "BEFORE False" in proc.stdout and "SAME True" in proc.stdout and "LOADS True True" in proc.stdout
+    assert not flavor.adopt("auto", here)  # (loaded here already: nothing taken)
+    assert not flavor.adopt("auto", [here[0], here[1], here[2], here[3][:-1]])  # (not every feature answered)
+    # every feature the code asks about is in the description
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    asked = set()
+    for folder, _, files in os.walk(os.path.join(root, "trt_backend")):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    asked.update(re.findall(r'\.has\("([A-Za-z_][A-Za-z_0-9.]*)"\)', f.read()))
+    assert asked - {"X.Y"} <= set(flavor.FEATURES), asked - set(flavor.FEATURES)
