@@ -363,11 +363,11 @@ def add_range_arguments(p: argparse.ArgumentParser) -> None:
 
 def random_ranges(args: argparse.Namespace) -> dict[str, Any]:
     """``val_range`` and ``int_range`` from :func:`add_range_arguments`'s flags."""
-    return {"val_range": value_ranges(args.val_range, float, "--val-range"),
-            "int_range": value_ranges(args.int_range, int, "--int-range")}
+    return {"val_range": _range_flags(args.val_range, float, "--val-range"),
+            "int_range": _range_flags(args.int_range, int, "--int-range")}
 
 
-def value_ranges(texts: Sequence[str], kind: type, flag: str) -> Any:
+def _range_flags(texts: Sequence[str], kind: type, flag: str) -> Any:
     """``--val-range``/``--int-range`` values: one (lo, hi) for all inputs, or by input name."""
     if not texts:
         return None
