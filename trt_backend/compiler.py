@@ -341,8 +341,8 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
             if why is not None:
                 name, rows, index = overruns[k][0]
                 raise ProfileError(f"{model.source}: the model cannot run at the max shapes of profile {k} "
-                                   f"({_shapes(top)}): Gather '{name}' indexes its {rows}-row table up to {index} "
-                                   f"there, and ONNX Runtime fails there: {why}")
+                                   f"({_shapes(top)}): Gather '{name}' indexes {rows} row(s) up to {index} there, "
+                                   f"and ONNX Runtime fails there: {why}")
 
 
 def _branch_on_values(model: Model) -> str | None:

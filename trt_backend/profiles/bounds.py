@@ -79,35 +79,39 @@ class DimBounds:
     def index_bound(self, tensor: str) -> int | None:
         """Upper bound of every element of an integer tensor of indices made from shapes, as
         position ids are: a Range (step 1 or more) up to a limit computed from shapes, moved
-        (Unsqueeze, Reshape, Cast, Expand...) and offset by shape-computed values (Add); a
-        constant's or a shape-computed tensor's own bound. None where another op makes it."""
-        offset = 0
-        for _ in range(MAX_INDEX_STEPS):
-            top = self._max_value(tensor)
-            if top is not None:
-                return top + offset
-            node = self._producer(tensor)
-            if node is None:
+        (Unsqueeze, Reshape, Cast, Expand...), offset (Add) and scaled (Mul, by non-negative
+        bounds) by shape-computed values or other such indices; a constant's or a shape-computed
+        tensor's own bound. None where another op makes it. (A walk of at most
+        :data:`MAX_INDEX_STEPS` steps: indices are a few ops long, and a longer chain is not one.)"""
+        return self._index_max(tensor, [MAX_INDEX_STEPS])
+
+    def _index_max(self, tensor: str, budget: list[int]) -> int | None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return None
+        top = self._max_value(tensor)
+        if top is not None:
+            return top
+        node = self._producer(tensor)
+        if node is None:
+            return None
+        if node.op_type in _MOVES and node.input:
+            return self._index_max(node.input[0], budget)
+        if node.op_type == "Range" and len(node.input) == 3:
+            step, limit = self.const(node.input[2]), self._max_value(node.input[1])
+            if step is None or step.size != 1 or step.dtype.kind not in "iu" or int(step.reshape(-1)[0]) < 1 \
+                    or limit is None:
                 return None
-            if node.op_type in _MOVES and node.input:
-                tensor = node.input[0]
-            elif node.op_type == "Range" and len(node.input) == 3:
-                step, limit = self.const(node.input[2]), self._max_value(node.input[1])
-                if step is None or step.size != 1 or step.dtype.kind not in "iu" or int(step.reshape(-1)[0]) < 1 \
-                        or limit is None:
-                    return None
-                return limit - 1 + offset
-            elif node.op_type == "Add" and len(node.input) == 2:
-                a, b = node.input
-                known = self._max_value(b)
-                if known is None:
-                    a, b, known = b, a, self._max_value(a)
-                if known is None:
-                    return None
-                offset, tensor = offset + known, a
-            else:
+            return limit - 1
+        if node.op_type in ("Add", "Mul") and len(node.input) == 2:
+            a = self._index_max(node.input[0], budget)
+            b = self._index_max(node.input[1], budget) if a is not None else None
+            if a is None or b is None:
                 return None
-        return None  # (position ids are a few ops long: a longer chain is not that pattern)
+            if node.op_type == "Add":
+                return a + b
+            return a * b if a >= 0 and b >= 0 else None
+        return None
 
     def _max_value(self, tensor: str) -> int | None:
         """The largest element of a constant integer tensor, or the bound of every element of a
@@ -121,18 +125,23 @@ class DimBounds:
         return max(int(v) for v, _ in found if v is not None)
 
     def table_overruns(self) -> list[tuple[str, int, int]]:
-        """(node name, rows, index bound) of each Gather from a constant table whose indices,
-        made from shapes (:meth:`index_bound`), may reach past its rows at the bounded shapes:
-        position ids past a model's largest position, say."""
+        """(node name, rows, index bound) of each Gather whose indices, made from shapes
+        (:meth:`index_bound`), may reach past the rows it gathers from at the bounded shapes: of a
+        constant table (position ids past a model's largest position), or of a tensor whose dim
+        the graph bounds (GPT-2's attention mask given fewer positions than its cache and tokens)."""
         index, out = self.model.index, []
         for k, node in enumerate(self.model.proto.graph.node):
-            if node.op_type != "Gather" or len(node.input) < 2 or node.input[0] not in index.initializer_protos:
+            if node.op_type != "Gather" or len(node.input) < 2:
                 continue
-            dims = list(index.initializer_protos[node.input[0]].dims)
-            axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
-            if not -len(dims) <= axis < len(dims):
+            data, axis = node.input[0], next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
+            if data in index.initializer_protos:
+                dims = list(index.initializer_protos[data].dims)
+                rows = int(dims[axis]) if -len(dims) <= axis < len(dims) else None
+            else:  # (an upper bound of its rows: indices past it pass the rows it has too)
+                found, through = self.bound(data, axis)
+                rows = found if not through else None
+            if rows is None:
                 continue
-            rows = int(dims[axis])
             top = self.index_bound(node.input[1])
             if top is not None and top >= rows:
                 out.append((node.name or f"node {k}", rows, top))

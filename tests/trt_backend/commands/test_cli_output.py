@@ -180,7 +180,7 @@ def test_positions_past_the_models_last_are_one_error_at_build(tmp_path) -> None
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"trt-backend: error: {path}: the model cannot run at the max shapes of profile 0 "
-                           "(ids 1x6, past 1x3x4): Gather 'position_lookup' indexes its 8-row table up to 8 there, "
+                           "(ids 1x6, past 1x3x4): Gather 'position_lookup' indexes 8 row(s) up to 8 there, "
                            "and ONNX Runtime fails there: "), last
     assert "out of data bounds" in last and not os.path.exists(out)
     import trt_backend

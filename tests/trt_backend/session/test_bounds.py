@@ -278,3 +278,21 @@ def test_a_reshape_to_a_target_made_from_shapes_and_indices_made_by_range() -> N
     assert bounds.index_bound("pos32") == 7 and bounds.index_bound("ids") is None
     assert bounds.table_overruns() == [("lookup", 6, 7)]
     assert DimBounds(m, {"ids": (2, 3), "past": (2, 3)}).table_overruns() == []  # positions 0..5: the last row
+
+
+def test_indices_past_the_rows_of_a_tensor_the_graph_bounds() -> None:
+    """A mask [B, M] gathered along M at positions Range(0, S) + S * 0 (an offset scaled by a
+    shape): flagged where S passes M's bound, whatever the mask holds."""
+    from partitioner import load_model
+
+    inits = [nh.from_array(np.array(1, np.int64), "one"), nh.from_array(np.array(0, np.int64), "zero")]
+    nodes = [h.make_node("Shape", ["ids"], ["s"]), h.make_node("Gather", ["s", "one"], ["seq"]),
+             h.make_node("Range", ["zero", "seq", "one"], ["steps"]),
+             h.make_node("Mul", ["seq", "zero"], ["none"]), h.make_node("Add", ["steps", "none"], ["positions"]),
+             h.make_node("Gather", ["mask", "positions"], ["picked"], axis=1, name="pick")]
+    graph = h.make_graph(nodes, "masked", [h.make_tensor_value_info("ids", T.INT64, ["B", "S"]),
+                                           h.make_tensor_value_info("mask", T.INT64, ["B", "M"])],
+                         [h.make_tensor_value_info("picked", T.INT64, None)], inits)
+    m = load_model(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+    assert DimBounds(m, {"ids": (1, 6), "mask": (1, 4)}).table_overruns() == [("pick", 4, 5)]
+    assert DimBounds(m, {"ids": (1, 4), "mask": (1, 4)}).table_overruns() == []
