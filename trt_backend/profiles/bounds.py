@@ -128,10 +128,13 @@ class DimBounds:
         """(node name, rows, index bound) of each Gather whose indices, made from shapes
         (:meth:`index_bound`), may reach past the rows it gathers from at the bounded shapes: of a
         constant table (position ids past a model's largest position), or of a tensor whose dim
-        the graph bounds (GPT-2's attention mask given fewer positions than its cache and tokens)."""
+        the graph bounds (a mask given fewer positions than the ids that pick from it)."""
         index, out = self.model.index, []
         for k, node in enumerate(self.model.proto.graph.node):
             if node.op_type != "Gather" or len(node.input) < 2:
+                continue
+            top = self.index_bound(node.input[1])  # (first: most indices are data, and the walk stops there)
+            if top is None:
                 continue
             data, axis = node.input[0], next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
             if data in index.initializer_protos:
@@ -142,8 +145,7 @@ class DimBounds:
                 rows = found if not through else None
             if rows is None:
                 continue
-            top = self.index_bound(node.input[1])
-            if top is not None and top >= rows:
+            if top >= rows:
                 out.append((node.name or f"node {k}", rows, top))
         return out
 
