@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 import onnx
 
 from partitioner import Segment
@@ -44,7 +45,8 @@ class OnnxRuntimeRunner(SegmentRunner):
                 return list(session.run_with_ort_values(self.output_names, feeds, ort_run_options))
             return list(session.run(self.output_names, dict(zip(self.input_names, inputs)), ort_run_options))
         except ort_errors() as e:
-            raise SegmentRunError(f"{self.label} failed: {first_line(e)}") from None
+            raise SegmentRunError(f"{self.label} failed on {_shapes_of(self.input_names, inputs)}: "
+                                  f"{first_line(e)}") from None
 
     def close(self) -> None:
         self._session = None
@@ -55,3 +57,16 @@ class EmulatedTensorRTRunner(OnnxRuntimeRunner):
     profiles as an engine would."""
 
     executor: ClassVar[str] = EMULATED
+
+
+def _shapes_of(names: Sequence[str], values: Sequence[Any], most: int = 4) -> str:
+    """The shapes of a run's inputs, in words (the first ``most``): what a failure at shapes the
+    model cannot run at (sizes that disagree, positions past a table) is read against."""
+    said = [f"{name} {'x'.join(str(d) for d in _shape(v)) or 'scalar'}" for name, v in zip(names, values)]
+    more = f" and {len(said) - most} more" if len(said) > most else ""
+    return "inputs " + ", ".join(said[:most]) + more if said else "no inputs"
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    shape = getattr(value, "shape", None)
+    return tuple(shape() if callable(shape) else shape if shape is not None else np.shape(value))

@@ -191,6 +191,10 @@ def test_positions_past_the_models_last_are_one_error_at_build(tmp_path) -> None
         trt_backend.build(path, out, profiles=ranges)
     assert not os.path.exists(out)
     assert _cli("build", path, "-o", out, "--shapes", "ids:1x5,past:1x3x4").returncode == 0  # 8 positions: its last
+    # run at such shapes: ONNX Runtime's error, with the shapes it was read against
+    proc = _cli("run", path, "--shapes", "ids:1x6,past:1x3x4", "--emulate")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "failed on inputs ids 1x6, past 1x3x4: " in proc.stderr and "out of data bounds" in proc.stderr
 
 
 def by_rate(compare: str) -> onnx.ModelProto:
