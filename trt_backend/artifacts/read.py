@@ -264,7 +264,7 @@ def refusal(folder: str, flag: str, field: str | None = None) -> OptionsError:
     (and the option's field where its name differs), where it belongs instead."""
     named = flag if field is None or flag == "--" + field.replace("_", "-") else f"{flag} ({field})"
     return OptionsError(f"{folder}: {named} would change what was built; a build folder runs as it was built "
-                        f"(give {flag.split('/')[0]} to trt-backend build)")
+                        f"(give {flag.replace('/', ' or ')} to trt-backend build)")
 
 
 def refused_on_folder(options: SessionOptions, folder: str, manifest: Mapping[str, Any] | None = None, *,
