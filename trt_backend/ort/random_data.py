@@ -91,23 +91,31 @@ def index_ranges(graph: Any) -> dict[str, tuple[int, int]]:
                and vi.type.tensor_type.elem_type in _INTEGER_TYPES}
     if not integer:
         return {}
+    import onnx
     from onnx import numpy_helper
 
     scalars = {vi.name for vi in graph.input if vi.name in integer and vi.type.tensor_type.HasField("shape")
                and all(d.WhichOneof("value") == "dim_value" and d.dim_value == 1
                        for d in vi.type.tensor_type.shape.dim)}
     sizes: dict[str, list[int]] = {t.name: list(t.dims) for t in graph.initializer}
-    constants: dict[str, int] = {}  # integer scalars' values
+    constants: dict[str, int] = {}  # one-element integer constants' values
+
+    def keep(name: str, tensor: Any) -> None:
+        if tensor.data_type in _INTEGER_TYPES and math.prod(tensor.dims) == 1 \
+                and tensor.data_location != onnx.TensorProto.EXTERNAL:
+            try:
+                constants[name] = int(numpy_helper.to_array(tensor).reshape(-1)[0])
+            except (ValueError, TypeError, IndexError):  # (a malformed tensor: loading it says so)
+                pass
+
     for t in graph.initializer:
-        if t.data_type in _INTEGER_TYPES and math.prod(t.dims) == 1:
-            constants[t.name] = int(numpy_helper.to_array(t).reshape(-1)[0])
+        keep(t.name, t)
     for node in graph.node:
         if node.op_type == "Constant" and node.output:
             for a in node.attribute:
                 if a.name == "value":
                     sizes[node.output[0]] = list(a.t.dims)
-                    if a.t.data_type in _INTEGER_TYPES and math.prod(a.t.dims) == 1:
-                        constants[node.output[0]] = int(numpy_helper.to_array(a.t).reshape(-1)[0])
+                    keep(node.output[0], a.t)
     for vi in list(graph.value_info) + list(graph.input):
         if vi.name not in sizes and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             dims = vi.type.tensor_type.shape.dim
@@ -122,8 +130,7 @@ def index_ranges(graph: Any) -> dict[str, tuple[int, int]]:
     for name in sorted(scalars):  # a setting the graph tests for one value (a sample rate): that value
         for node, k in consumers.get(name, ()):
             other = node.input[1 - k] if node.op_type == "Equal" and len(node.input) == 2 else None
-            dims = sizes.get(other) if other is not None else None
-            if dims is not None and math.prod(dims) == 1 and other in constants:
+            if other in constants:
                 out[name] = (constants[other], constants[other])
                 break
     for name in integer - set(out):
