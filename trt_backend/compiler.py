@@ -57,6 +57,7 @@ from trt_backend.profiles import (
 from trt_backend.profiles.bounds import DimBounds
 from trt_backend.profiles.derive import Runner
 from trt_backend.profiles.given import profile_shapes
+from trt_backend.profiles.node_arg import named_shapes
 from trt_backend.session.options import SessionOptions
 from trt_backend.tensorrt.flavor import Flavor, load_flavor
 
@@ -330,18 +331,18 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
             log.warning("%s: ONNX Runtime fails at the opt shapes of profile %d (%s) on seeded random inputs, where "
                         "TensorRT's builder refused nodes too; the model's %s chooses on its inputs' values, so "
                         "real inputs may run there (check the folder with trt-backend run DIR --inputs REAL.npz): "
-                        "%s", model.source, k, _shapes(opt), chooser, why)
+                        "%s", model.source, k, named_shapes(opt), chooser, why)
         elif why is not None:
             raise ProfileError(f"{model.source}: the model cannot run at the opt shapes of profile {k} "
-                               f"({_shapes(opt)}): TensorRT's builder refused nodes there and ONNX Runtime fails there "
-                               f"too (on seeded random inputs, as run and compare draw them): {why}")
+                               f"({named_shapes(opt)}): TensorRT's builder refused nodes there and ONNX Runtime fails "
+                               f"there too (on seeded random inputs, as run and compare draw them): {why}")
         if k < len(overruns) and overruns[k]:
             top = shapes[3 * k + 2]
             why = run_failure(model, top)
             if why is not None:
                 name, rows, index = overruns[k][0]
                 raise ProfileError(f"{model.source}: the model cannot run at the max shapes of profile {k} "
-                                   f"({_shapes(top)}): Gather '{name}' indexes {rows} row(s) up to {index} there, "
+                                   f"({named_shapes(top)}): Gather '{name}' indexes {rows} row(s) up to {index} there, "
                                    f"and ONNX Runtime fails there: {why}")
 
 
@@ -357,10 +358,6 @@ def _branch_on_values(model: Model) -> str | None:
         if node.op_type not in ("Shape", "Size") and any(name in valued for name in model.index.reads[i]):
             valued.update(o for o in node.output if o)
     return None
-
-
-def _shapes(shapes: Mapping[str, Sequence[int]]) -> str:
-    return ", ".join(f"{name} {'x'.join(str(d) for d in shape)}" for name, shape in shapes.items())
 
 
 def _cut_for_memory(plan: Plan, options: SessionOptions, limit: int) -> Plan:

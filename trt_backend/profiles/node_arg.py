@@ -2,7 +2,7 @@
 profiles are checked against, and what feed validation reads."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -98,3 +98,11 @@ def graph_inputs(graph: onnx.GraphProto) -> list[NodeArg]:
 
 def shape_text(shape: Sequence[Any]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def named_shapes(shapes: Mapping[str, Sequence[int]], most: int | None = None) -> str:
+    """Tensors' shapes in words, ``x 2x3, y scalar`` (the first ``most`` of them, and how many
+    more): what a run or a build at shapes the model cannot take is read against."""
+    said = [f"{name} {'x'.join(str(d) for d in shape) or 'scalar'}" for name, shape in shapes.items()]
+    kept = said if most is None else said[:most]
+    return ", ".join(kept) + (f" and {len(said) - len(kept)} more" if len(said) > len(kept) else "")

@@ -11,8 +11,9 @@ from partitioner import Segment
 from trt_backend.errors import SegmentRunError
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import first_line, ort_errors, ort_session, quiet_run
-from trt_backend.ort.values import NO_NUMPY_TYPES, to_ort_value
+from trt_backend.ort.values import NO_NUMPY_TYPES, shape_of, to_ort_value
 from trt_backend.profiles import Profile
+from trt_backend.profiles.node_arg import named_shapes
 from trt_backend.runners.base import EMULATED, ONNXRUNTIME, SegmentRunner
 
 
@@ -45,7 +46,8 @@ class OnnxRuntimeRunner(SegmentRunner):
                 return list(session.run_with_ort_values(self.output_names, feeds, ort_run_options))
             return list(session.run(self.output_names, dict(zip(self.input_names, inputs)), ort_run_options))
         except ort_errors() as e:
-            raise SegmentRunError(f"{self.label} failed on {_shapes_of(self.input_names, inputs)}: "
+            shapes = {name: shape_of(v) or np.shape(v) for name, v in zip(self.input_names, inputs)}
+            raise SegmentRunError(f"{self.label} failed on inputs {named_shapes(shapes, most=4)}: "
                                   f"{first_line(e)}") from None
 
     def close(self) -> None:
@@ -57,16 +59,3 @@ class EmulatedTensorRTRunner(OnnxRuntimeRunner):
     profiles as an engine would."""
 
     executor: ClassVar[str] = EMULATED
-
-
-def _shapes_of(names: Sequence[str], values: Sequence[Any], most: int = 4) -> str:
-    """The shapes of a run's inputs, in words (the first ``most``): what a failure at shapes the
-    model cannot run at (sizes that disagree, positions past a table) is read against."""
-    said = [f"{name} {'x'.join(str(d) for d in _shape(v)) or 'scalar'}" for name, v in zip(names, values)]
-    more = f" and {len(said) - most} more" if len(said) > most else ""
-    return "inputs " + ", ".join(said[:most]) + more if said else "no inputs"
-
-
-def _shape(value: Any) -> tuple[int, ...]:
-    shape = getattr(value, "shape", None)
-    return tuple(shape() if callable(shape) else shape if shape is not None else np.shape(value))
