@@ -116,6 +116,15 @@ def test_a_refused_segment_is_one_line_with_its_reason_once(demoted_build) -> No
     assert "workspace" in group["reason"] and {"node", "name", "op_type"} == set(group["nodes"][0])
 
 
+def _refused_build(path: str, out: str, shapes: str) -> str:
+    """``trt-backend build path -o out --shapes shapes`` refused: exit 1, no traceback, no folder;
+    its last line (the error)."""
+    proc = _cli("build", path, "-o", out, "--shapes", shapes)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert not os.path.exists(out)
+    return proc.stderr.strip().splitlines()[-1]
+
+
 def reshape_to_one_row() -> onnx.ModelProto:
     """x [N, 4] -> Relu -> Reshape to a fixed [1, 4] -> Relu -> Relu: it runs at N = 1 only."""
     from onnx import numpy_helper
@@ -129,9 +138,7 @@ def reshape_to_one_row() -> onnx.ModelProto:
 def test_shapes_the_model_cannot_run_at_are_one_error_not_a_folder_that_fails_every_run(tmp_path) -> None:
     path, out = str(tmp_path / "row.onnx"), str(tmp_path / "row")
     onnx.save(reshape_to_one_row(), path)
-    proc = _cli("build", path, "-o", out, "--shapes", "x:2x4")
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
+    last = _refused_build(path, out, "x:2x4")
     assert last.startswith(f"trt-backend: error: {path}: the model cannot run at the opt shapes of profile 0 (x 2x4): "
                            "TensorRT's builder refused nodes there and ONNX Runtime fails there too (on seeded "
                            "random inputs, as run and compare draw them): ")
@@ -176,9 +183,7 @@ def test_positions_past_the_models_last_are_one_error_at_build(tmp_path) -> None
     where the graph's position ids may pass the table's rows, and says so."""
     path, out = str(tmp_path / "gpt.onnx"), str(tmp_path / "gpt")
     onnx.save(positions_past_the_table(), path)
-    proc = _cli("build", path, "-o", out, "--shapes", "ids:1x6,past:1x3x4")
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
+    last = _refused_build(path, out, "ids:1x6,past:1x3x4")
     assert last.startswith(f"trt-backend: error: {path}: the model cannot run at the max shapes of profile 0 "
                            "(ids 1x6, past 1x3x4): Gather 'position_lookup' indexes 8 row(s) up to 8 there, "
                            "and ONNX Runtime fails there: "), last
