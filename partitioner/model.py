@@ -61,6 +61,10 @@ class Model:
     # the input shapes (one tuple of (input, shape) pairs per run) the learned types were learned
     # at, by whoever learned them (a runtime; the partitioner only records it)
     probe_shapes: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = ()
+    # the graph outputs' types as ONNX Runtime describes them (see described_output), taken when
+    # the model was loaded: before a run learned any (a type learned at some input shapes holds
+    # those shapes); empty: the graph outputs' own
+    output_types: tuple[onnx.TypeProto, ...] = ()
 
     @property
     def nodes(self) -> list[onnx.NodeProto]:
@@ -189,13 +193,78 @@ def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: s
     _fit_ir_version(proto, fixes, max_ir_version)
     index = GraphIndex.build(graph, where=name)  # structure first: clearer errors than the checker's
     check_model(proto, where=name, raw_lengths=raw_lengths)
+    own = _dim_names([*graph.input, *graph.output])
+    declared_outputs = [onnx.TypeProto.FromString(o.type.SerializeToString()) for o in graph.output]
     declared = _infer_shapes(proto, name, fixes)
     index.refresh_types()
     if fixes:
         log.info("%s: %s", name, "; ".join(fixes))
     return Model(proto=proto, source=name, base_dir=base_dir, index=index, fixes=list(fixes),
                  fix_kinds=set(fixes.kinds), max_ir_version=max_ir_version,
-                 learned=dict.fromkeys(declared, DECLARED))
+                 learned=dict.fromkeys(declared, DECLARED),
+                 output_types=tuple(described_output(o.type, d, own) for o, d in zip(graph.output, declared_outputs)))
+
+
+def _dim_names(values: Sequence[onnx.ValueInfoProto]) -> set[str]:
+    """The dim names (dim_param) in the tensor types of ``values``."""
+    return {d.dim_param for vi in values if vi.type.WhichOneof("value") == "tensor_type"
+            for d in vi.type.tensor_type.shape.dim if d.WhichOneof("value") == "dim_param"}
+
+
+def describe_outputs(proto: onnx.ModelProto, model: Model) -> onnx.ModelProto:
+    """``proto`` (a copy of ``model``'s) with its graph outputs' types set to those ``model``
+    describes them with (``Model.output_types``): what a model saved for loading again declares,
+    so that it describes its outputs as the model it was loaded from did."""
+    if len(model.output_types) == len(proto.graph.output):
+        for out, tp in zip(proto.graph.output, model.output_types):
+            out.type.CopyFrom(tp)
+    return proto
+
+
+def described_output(computed: onnx.TypeProto, declared: onnx.TypeProto, own: Collection[str]) -> onnx.TypeProto:
+    """A graph output's type as ONNX Runtime describes it: ``declared`` (the model's own), with
+    ``computed`` (shape inference's, merged with it: see _merge_declared) where the declaration
+    leaves a dim open. Per dim: a declared number; a computed number over a declared name; a
+    declared name; a computed name the model's declarations use (``own``: a graph input's dim
+    name), where a name inference made up (``unk__N``) is left unnamed. A computed number against
+    a declared one, or another rank, leaves every dim unknown (ONNX Runtime's lenient merge)."""
+    if computed.WhichOneof("value") != "tensor_type" or declared.WhichOneof("value") != "tensor_type" \
+            or not declared.tensor_type.HasField("shape"):
+        out = onnx.TypeProto.FromString(computed.SerializeToString())
+        if out.WhichOneof("value") == "tensor_type":
+            for d in out.tensor_type.shape.dim:
+                if d.WhichOneof("value") == "dim_param" and d.dim_param not in own:
+                    d.Clear()
+        return out
+    out = onnx.TypeProto()
+    out.tensor_type.elem_type = declared.tensor_type.elem_type or computed.tensor_type.elem_type
+    shape = out.tensor_type.shape
+    shape.SetInParent()
+    dd = declared.tensor_type.shape.dim
+    if not computed.tensor_type.HasField("shape"):
+        shape.CopyFrom(declared.tensor_type.shape)
+        return out
+    cd = computed.tensor_type.shape.dim
+    if len(cd) != len(dd):
+        out.tensor_type.ClearField("shape")
+        return out
+    conflict = False
+    for c, d in zip(cd, dd):
+        dim = shape.dim.add()
+        c_kind, d_kind = c.WhichOneof("value"), d.WhichOneof("value")
+        if d_kind == "dim_value":
+            dim.dim_value = d.dim_value
+            conflict |= c_kind == "dim_value" and c.dim_value != d.dim_value
+        elif c_kind == "dim_value":
+            dim.dim_value = c.dim_value
+        elif d_kind == "dim_param":
+            dim.dim_param = d.dim_param
+        elif c_kind == "dim_param" and c.dim_param in own:
+            dim.dim_param = c.dim_param
+    if conflict:
+        for dim in shape.dim:
+            dim.Clear()
+    return out
 
 
 # The kinds of fix loading makes. The first three leave what TensorRT's parser makes of the model as

@@ -101,7 +101,9 @@ class Compiled:
         return graph_inputs(self.model.proto.graph)
 
     def outputs(self) -> list[NodeArg]:
-        return [node_arg(vi.name, vi.type) for vi in self.model.proto.graph.output]
+        graph, described = self.model.proto.graph, self.model.output_types
+        return [node_arg(vi.name, described[k] if len(described) == len(graph.output) else vi.type)
+                for k, vi in enumerate(graph.output)]
 
     def precision_summary(self) -> str:
         """One word when every TensorRT segment computes in the same precision, else per segment."""
@@ -304,14 +306,19 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
     run of the whole model in ONNX Runtime there: at each profile's opt shapes where TensorRT's
     builder refused nodes (a Reshape to a fixed size given another batch), at its max shapes where
     the graph's position ids may reach past their table there (:meth:`DimBounds.table_overruns`:
-    GPT-2 given more positions than it has). A folder built for such shapes would fail at every
-    run; a builder's refusal at shapes the model runs at stays a demotion. Not run where the
-    model's weights, held twice (its own and ONNX Runtime's), would not fit the build's memory
-    budget or what is free."""
+    GPT-2 given more positions than it has), or where indices made from shapes pick from rows the
+    bounds cannot tell (:meth:`DimBounds.unproven_gathers`: GPT-2 given a mask shorter than its
+    cache and tokens). A folder built for such shapes would fail at every run; a builder's refusal
+    at shapes the model runs at stays a demotion. Where an If or Loop chooses on input values,
+    a failure on random inputs is a warning (real inputs may take another branch), but for
+    positions past a table. Not run where the model's weights, held twice (its own and ONNX
+    Runtime's), would not fit the build's memory budget or what is free."""
     shapes = profile_shapes(profiles)
     refused = bool(profiles) and any(d.reason.startswith("TensorRT build failed") for d in report.demoted)
-    overruns = [DimBounds(model, top).table_overruns() for top in shapes[2::3]]
-    if not refused and not any(overruns):
+    bounds = [DimBounds(model, top) for top in shapes[2::3]]
+    overruns = [b.table_overruns() for b in bounds]
+    unproven = [b.unproven_gathers() for b in bounds]
+    if not refused and not any(overruns) and not any(unproven):
         return
     try:
         room = build_room(options.build.max_build_memory, 0)
@@ -324,7 +331,7 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
         log.info("%s: not run in ONNX Runtime at the profiles' shapes: its %s of weights would not fit the build's "
                  "memory", model.source, si_bytes(weights))
         return
-    chooser = _branch_on_values(model) if refused else None
+    chooser = _branch_on_values(model)
     for k, opt in enumerate(opt_shapes(shapes)):
         why = run_failure(model, opt) if refused else None
         if why is not None and chooser is not None:  # (random data may take a branch real data never takes)
@@ -336,14 +343,24 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
             raise ProfileError(f"{model.source}: the model cannot run at the opt shapes of profile {k} "
                                f"({named_shapes(opt)}): TensorRT's builder refused nodes there and ONNX Runtime fails "
                                f"there too (on seeded random inputs, as run and compare draw them): {why}")
-        if k < len(overruns) and overruns[k]:
+        if k < len(overruns) and (overruns[k] or unproven[k]):
             top = shapes[3 * k + 2]
             why = run_failure(model, top)
-            if why is not None:
+            if why is not None and overruns[k]:
                 name, rows, index = overruns[k][0]
                 raise ProfileError(f"{model.source}: the model cannot run at the max shapes of profile {k} "
                                    f"({named_shapes(top)}): Gather '{name}' indexes {rows} row(s) up to {index} there, "
                                    f"and ONNX Runtime fails there: {why}")
+            if why is not None and chooser is not None:
+                log.warning("%s: ONNX Runtime fails at the max shapes of profile %d (%s) on seeded random inputs; the "
+                            "model's %s chooses on its inputs' values, so real inputs may run there (check the folder "
+                            "with trt-backend run DIR --inputs REAL.npz): %s", model.source, k, named_shapes(top),
+                            chooser, why)
+            elif why is not None:
+                raise ProfileError(f"{model.source}: the model cannot run at the max shapes of profile {k} "
+                                   f"({named_shapes(top)}), where Gather '{unproven[k][0]}' picks rows by indices "
+                                   f"made from the inputs' shapes: ONNX Runtime fails there (on seeded random inputs, "
+                                   f"as run and compare draw them): {why}")
 
 
 def _branch_on_values(model: Model) -> str | None:

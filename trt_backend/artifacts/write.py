@@ -19,7 +19,7 @@ import onnx
 
 from partitioner import Model
 from partitioner.errors import OptionsError
-from partitioner.model import ModelSource, serialize, structure_copy
+from partitioner.model import ModelSource, describe_outputs, serialize, structure_copy
 from partitioner.weights import (
     INLINE_MAX_BYTES,
     data_files,
@@ -177,8 +177,9 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
     placed = stage.data(compiled.model)
     originals, weights, weights_entry = placed.originals, placed.weights, placed.entry
     refer = weights.refs.get if weights is not None else (lambda name: None)
-    files: dict[str, bytes] = {MODEL_FILE: serialize(structure_copy(compiled.model.proto, lambda t: refer(t.name)),
-                                                     MODEL_FILE)}
+    # (its outputs' types as the model described them: not ones a run learned at a profile's shapes)
+    own = describe_outputs(structure_copy(compiled.model.proto, lambda t: refer(t.name)), compiled.model)
+    files: dict[str, bytes] = {MODEL_FILE: serialize(own, MODEL_FILE)}
     if exact is not None:
         files[REFERENCE_FILE] = serialize(structure_copy(exact.proto, _shared_weights(compiled.model, refer)),
                                           REFERENCE_FILE)

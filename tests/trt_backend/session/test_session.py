@@ -18,6 +18,7 @@ from partitioner import Plan
 from partitioner.errors import OptionsError, TrtBackendError
 from tests.helpers import in_threads, stage_spy
 from tests.support.graphs import assert_same, conv_chain, ort_reference
+from trt_backend.artifacts.write import build
 from trt_backend.data.demo import DEMO_PATH, demo_model
 from trt_backend.errors import (
     ProfileError,
@@ -57,6 +58,32 @@ def test_inputs_and_outputs_read_like_onnxruntime() -> None:
         assert [(a.name, a.shape, a.type) for a in ours] == [(a.name, a.shape, a.type) for a in theirs]
     assert sess.get_inputs()[0].dtype == np.float32 and sess.get_inputs()[0].is_dynamic
 
+
+
+def test_output_shapes_read_as_onnxruntime_reads_them_not_as_a_profile_or_inference_named_them(tmp_path) -> None:
+    """Each output's shape as ONNX Runtime's session describes it: a dim inference made up a name
+    for (``unk__N``) is unnamed, a declared name beside a computed number gives way to the number,
+    a declared name stays, and a type learned by running the model at a profile's shapes (an op
+    shape inference has no schema for) keeps the model's own dims, not the profile's."""
+    x = h.make_tensor_value_info("x", T.FLOAT, ["N", 4])
+    outputs = [h.make_tensor_value_info("cat", T.FLOAT, None),  # [N + N, 4]: a made-up name
+               h.make_tensor_value_info("sig", T.FLOAT, [None, None]),
+               h.make_tensor_value_info("relu", T.FLOAT, ["A", "B"]),
+               h.make_tensor_value_info("gelu", T.FLOAT, ["N", 4])]  # com.microsoft: typed by a run
+    graph = h.make_graph([h.make_node("Concat", ["x", "x"], ["cat"], axis=0), h.make_node("Sigmoid", ["x"], ["sig"]),
+                          h.make_node("Relu", ["x"], ["relu"]),
+                          h.make_node("Gelu", ["x"], ["gelu"], domain="com.microsoft")], "g", [x], outputs)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    profiles = [{"x": ((2, 4), (2, 4), (2, 4))}]
+    sess = Session(model, profiles, SessionOptions(emulate=True))
+    build(model, tmp_path / "built", profiles, SessionOptions(emulate=True))
+    loaded = Session.load(tmp_path / "built", SessionOptions(emulate=True))  # (a folder's model says the same)
+    for ours in (sess, loaded):
+        assert [(a.name, a.shape, a.type) for a in ours.get_outputs()] == \
+            [(a.name, a.shape, a.type) for a in ref.get_outputs()]
+    assert [a.shape for a in sess.get_outputs()] == [[None, 4], ["N", 4], ["A", 4], ["N", 4]]
 
 def test_plan_json_has_executors_and_profiles_and_reads_back() -> None:
     sess = demo_session()
