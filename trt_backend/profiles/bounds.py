@@ -149,6 +149,38 @@ class DimBounds:
                 out.append((node.name or f"node {k}", rows, top))
         return out
 
+    def unproven_gathers(self) -> list[str]:
+        """The Gathers (by name) whose indices are made from shapes (neither a constant nor
+        computed from an input's values: a Range up to a dim, offsets and strides of dims) where
+        the bounds tell neither those indices' largest nor the rows they pick from: GPT-2's mask,
+        flattened to a length the graph infers (Reshape's -1), indexed by positions counted from
+        the cache and the tokens. Whether such indices stay within their rows at given shapes only
+        a run tells (see :meth:`table_overruns` for the ones the bounds decide)."""
+        index, nodes, out = self.model.index, self.model.proto.graph.node, []
+        valued = self._valued()
+        for k, node in enumerate(nodes):
+            if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] in valued \
+                    or self.const(node.input[1]) is not None:
+                continue
+            data, axis = node.input[0], next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
+            if self.index_bound(node.input[1]) is not None and (
+                    data in index.initializer_protos or self.bound(data, axis) != UNKNOWN):
+                continue  # (decided by table_overruns)
+            out.append(node.name or f"node {k}")
+        return out
+
+    def _valued(self) -> frozenset[str]:
+        """The tensors whose values depend on a model input's values, or on what a data-dependent
+        op found (not only on shapes and constants): Shape and Size read only their input's shape."""
+        index, nodes = self.model.index, self.model.proto.graph.node
+        valued = {vi.name for vi in self.model.proto.graph.input} - index.initializers
+        for i in index.order:
+            node = nodes[i]
+            if node.op_type in DATA_DEPENDENT or (node.op_type not in ("Shape", "Size")
+                                                  and any(t in valued for t in index.reads[i])):
+                valued.update(o for o in node.output if o)
+        return frozenset(valued)
+
     # ------------------------------------------------------------------ what is known without walking
 
     def rank(self, tensor: str) -> int | None:

@@ -202,6 +202,45 @@ def test_positions_past_the_models_last_are_one_error_at_build(tmp_path) -> None
     assert "failed on inputs ids 1x6, past 1x3x4: " in proc.stderr and "out of data bounds" in proc.stderr
 
 
+def mask_shorter_than_its_positions() -> onnx.ModelProto:
+    """GPT-2's attention mask: the mask [1, T], reshaped to [batch, -1] (a length the graph
+    infers), picked at positions Range(0, S + P) counted from the tokens and the cache: it runs
+    where T = S + P, which the graph's bounds cannot tell (the -1)."""
+    from onnx import numpy_helper
+
+    consts = [numpy_helper.from_array(np.array(v, np.int64), n)
+              for n, v in (("zero", 0), ("one", 1), ("ax0", [0]), ("rest", [-1]))]
+    nodes = [h.make_node("Shape", ["ids"], ["ids_shape"]), h.make_node("Gather", ["ids_shape", "one"], ["seq"]),
+             h.make_node("Shape", ["past"], ["past_shape"]), h.make_node("Gather", ["past_shape", "one"], ["cached"]),
+             h.make_node("Add", ["seq", "cached"], ["total"]), h.make_node("Range", ["zero", "total", "one"], ["at"]),
+             h.make_node("Gather", ["ids_shape", "zero"], ["batch"]), h.make_node("Unsqueeze", ["batch", "ax0"], ["b"]),
+             h.make_node("Concat", ["b", "rest"], ["target"], axis=0), h.make_node("Cast", ["mask"], ["m"], to=T.FLOAT),
+             h.make_node("Reshape", ["m", "target"], ["rows"]),
+             h.make_node("Gather", ["rows", "at"], ["y"], axis=1, name="mask_lookup")]
+    return model(nodes, [vi("ids", [1, "S"], T.INT64), vi("past", [1, "P", 4]), vi("mask", [1, "T"], T.INT64)],
+                 [vi("y", None)], consts)
+
+
+def test_a_mask_shorter_than_the_positions_it_is_read_at_is_one_error_at_build(tmp_path) -> None:
+    """Where indices made from shapes pick from rows the bounds cannot size (a Reshape's -1),
+    the build runs the model once at the max shapes: a folder for a mask shorter than the tokens
+    and the cache (the all-ones shapes an error suggests for GPT-2) is refused, one that fits is
+    built and runs as ONNX Runtime runs the model."""
+    path, out = str(tmp_path / "mask.onnx"), str(tmp_path / "mask")
+    onnx.save(mask_shorter_than_its_positions(), path)
+    last = _refused_build(path, out, "ids:1x1,past:1x1x4,mask:1x1")
+    assert last.startswith(f"trt-backend: error: {path}: the model cannot run at the max shapes of profile 0 "
+                           "(ids 1x1, past 1x1x4, mask 1x1), where Gather 'mask_lookup' picks rows by indices made "
+                           "from the inputs' shapes: ONNX Runtime fails there"), last
+    assert "out of data bounds" in last
+    assert _cli("build", path, "-o", out, "--shapes", "ids:1x1,past:1x1x4,mask:1x2").returncode == 0
+    import trt_backend
+
+    feeds = {"ids": np.zeros((1, 1), np.int64), "past": np.zeros((1, 1, 4), np.float32),
+             "mask": np.array([[1, 0]], np.int64)}
+    with trt_backend.Session.load(out, trt_backend.SessionOptions(emulate=True)) as sess:
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], np.array([[1.0, 0.0]], np.float32))
+
 def by_rate(compare: str) -> onnx.ModelProto:
     """silero-vad's form: x [1, N] and a sample rate ``sr``; an If on ``compare``(sr, 16000) runs
     x through a Relu, or (its other rate) reshapes it to [1, 2, 128], which only N = 256 fits (and
