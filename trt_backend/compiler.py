@@ -309,9 +309,10 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
     GPT-2 given more positions than it has), or where indices made from shapes pick from rows the
     bounds cannot tell (:meth:`DimBounds.unproven_gathers`: GPT-2 given a mask shorter than its
     cache and tokens). A folder built for such shapes would fail at every run; a builder's refusal
-    at shapes the model runs at stays a demotion. Where an If or Loop chooses on input values,
-    a failure on random inputs is a warning (real inputs may take another branch), but for
-    positions past a table. Not run where the model's weights, held twice (its own and ONNX
+    at shapes the model runs at stays a demotion. Where an If or Loop chooses on input values, a
+    failure on random inputs is a warning (real inputs may take another branch), but for positions
+    past a table; so is a failure of indices the bounds cannot size at a node other than theirs
+    (random values the model does not take). Not run where the model's weights, held twice (its own and ONNX
     Runtime's), would not fit the build's memory budget or what is free."""
     shapes = profile_shapes(profiles)
     refused = bool(profiles) and any(d.reason.startswith("TensorRT build failed") for d in report.demoted)
@@ -351,16 +352,18 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
                 raise ProfileError(f"{model.source}: the model cannot run at the max shapes of profile {k} "
                                    f"({named_shapes(top)}): Gather '{name}' indexes {rows} row(s) up to {index} there, "
                                    f"and ONNX Runtime fails there: {why}")
-            if why is not None and chooser is not None:
-                log.warning("%s: ONNX Runtime fails at the max shapes of profile %d (%s) on seeded random inputs; the "
-                            "model's %s chooses on its inputs' values, so real inputs may run there (check the folder "
-                            "with trt-backend run DIR --inputs REAL.npz): %s", model.source, k, named_shapes(top),
-                            chooser, why)
-            elif why is not None:
+            failed = next((name for name in unproven[k] if why is not None and f"'{name}'" in why), None)
+            if why is not None and (chooser is not None or failed is None):
+                log.warning("%s: ONNX Runtime fails at the max shapes of profile %d (%s) on seeded random inputs%s, "
+                            "so real inputs may run there (check the folder with trt-backend run DIR --inputs "
+                            "REAL.npz): %s", model.source, k, named_shapes(top),
+                            f"; the model's {chooser} chooses on its inputs' values" if chooser is not None else
+                            " at a node other than those its shapes index", why)
+            elif failed is not None:
                 raise ProfileError(f"{model.source}: the model cannot run at the max shapes of profile {k} "
-                                   f"({named_shapes(top)}), where Gather '{unproven[k][0]}' picks rows by indices "
-                                   f"made from the inputs' shapes: ONNX Runtime fails there (on seeded random inputs, "
-                                   f"as run and compare draw them): {why}")
+                                   f"({named_shapes(top)}), where Gather '{failed}' picks rows by indices made from "
+                                   f"the inputs' shapes: ONNX Runtime fails there (on seeded random inputs, as run "
+                                   f"and compare draw them): {why}")
 
 
 def _branch_on_values(model: Model) -> str | None:
