@@ -54,7 +54,7 @@ from trt_backend.profiles import (
     profiles_to_json,
     shape_tensor_inputs,
 )
-from trt_backend.profiles.bounds import DimBounds
+from trt_backend.profiles.bounds import DimBounds, valued_tensors
 from trt_backend.profiles.derive import Runner
 from trt_backend.profiles.given import profile_shapes
 from trt_backend.profiles.node_arg import named_shapes
@@ -311,9 +311,9 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
     cache and tokens). A folder built for such shapes would fail at every run; a builder's refusal
     at shapes the model runs at stays a demotion. Where an If or Loop chooses on input values, a
     failure on random inputs is a warning (real inputs may take another branch), but for positions
-    past a table; so is a failure of indices the bounds cannot size at a node other than theirs
-    (random values the model does not take). Not run where the model's weights, held twice (its own and ONNX
-    Runtime's), would not fit the build's memory budget or what is free."""
+    past a table; so is a failure at a node other than the Gathers whose indices the bounds
+    cannot size (random values the model does not take). Not run where the model's weights, held
+    twice (its own and ONNX Runtime's), would not fit the build's memory budget or what is free."""
     shapes = profile_shapes(profiles)
     refused = bool(profiles) and any(d.reason.startswith("TensorRT build failed") for d in report.demoted)
     bounds = [DimBounds(model, top) for top in shapes[2::3]]
@@ -369,14 +369,12 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
 def _branch_on_values(model: Model) -> str | None:
     """The first If or Loop of ``model`` whose condition (or trip count) is computed from its
     inputs' values rather than their shapes, in words; None where none is."""
+    valued = valued_tensors(model)
     graph = model.proto.graph
-    valued = {vi.name for vi in graph.input} - model.index.initializers
     for i in model.index.order:
         node = graph.node[i]
         if node.op_type in ("If", "Loop") and any(name in valued for name in node.input[:2] if name):
             return f"{node.op_type} '{node.name}'" if node.name else node.op_type
-        if node.op_type not in ("Shape", "Size") and any(name in valued for name in model.index.reads[i]):
-            valued.update(o for o in node.output if o)
     return None
 
 

@@ -40,12 +40,33 @@ from trt_backend.profiles.bound_rules import (
     value,
 )
 
-__all__ = ["Bound", "DATA_DEPENDENT", "DimBounds", "ELEMENTWISE"]
+__all__ = ["Bound", "DATA_DEPENDENT", "DimBounds", "ELEMENTWISE", "valued_tensors"]
 
 # Ops an index passes through unchanged on its way from a Range to a Gather (moved, repeated, retyped).
 _MOVES = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Cast", "Identity", "Expand", "Transpose", "Tile",
                     "Slice"})
 MAX_INDEX_STEPS = 32
+
+
+def valued_tensors(model: Model) -> frozenset[str]:
+    """The tensors of ``model`` whose values depend on its inputs' values, not only on their
+    shapes and constants: Shape and Size read only their input's shape, unless a data-dependent op
+    (NonZero, NonMaxSuppression...) made that shape."""
+    index, nodes = model.index, model.proto.graph.node
+    valued = {vi.name for vi in model.proto.graph.input} - index.initializers
+    data_shaped: set[str] = set()  # tensors whose shape what a data-dependent op found decides
+    for i in index.order:
+        node, reads = nodes[i], index.reads[i]
+        outputs = [o for o in node.output if o]
+        if node.op_type in ("Shape", "Size"):
+            if any(t in data_shaped for t in reads):
+                valued.update(outputs)
+            continue
+        if node.op_type in DATA_DEPENDENT or any(t in data_shaped for t in reads):
+            data_shaped.update(outputs)
+        if node.op_type in DATA_DEPENDENT or any(t in valued for t in reads):
+            valued.update(outputs)
+    return frozenset(valued)
 
 
 class DimBounds:
@@ -157,29 +178,18 @@ class DimBounds:
         the cache and the tokens. Whether such indices stay within their rows at given shapes only
         a run tells (see :meth:`table_overruns` for the ones the bounds decide)."""
         index, nodes, out = self.model.index, self.model.proto.graph.node, []
-        valued = self._valued()
+        valued = valued_tensors(self.model)
         for k, node in enumerate(nodes):
             if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] in valued \
                     or self.const(node.input[1]) is not None:
                 continue
             data, axis = node.input[0], next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
-            if self.index_bound(node.input[1]) is not None and (
-                    data in index.initializer_protos or self.bound(data, axis) != UNKNOWN):
-                continue  # (decided by table_overruns)
+            if self.index_bound(node.input[1]) is not None:
+                found, through = self.bound(data, axis) if data not in index.initializer_protos else (0, False)
+                if found is not None and not through:
+                    continue  # (decided by table_overruns)
             out.append(node.name or f"node {k}")
         return out
-
-    def _valued(self) -> frozenset[str]:
-        """The tensors whose values depend on a model input's values, or on what a data-dependent
-        op found (not only on shapes and constants): Shape and Size read only their input's shape."""
-        index, nodes = self.model.index, self.model.proto.graph.node
-        valued = {vi.name for vi in self.model.proto.graph.input} - index.initializers
-        for i in index.order:
-            node = nodes[i]
-            if node.op_type in DATA_DEPENDENT or (node.op_type not in ("Shape", "Size")
-                                                  and any(t in valued for t in index.reads[i])):
-                valued.update(o for o in node.output if o)
-        return frozenset(valued)
 
     # ------------------------------------------------------------------ what is known without walking
 

@@ -296,3 +296,32 @@ def test_indices_past_the_rows_of_a_tensor_the_graph_bounds() -> None:
     m = load_model(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
     assert DimBounds(m, {"ids": (1, 6), "mask": (1, 4)}).table_overruns() == [("pick", 4, 5)]
     assert DimBounds(m, {"ids": (1, 4), "mask": (1, 4)}).table_overruns() == []
+
+
+def test_gathers_at_shape_made_indices_the_bounds_cannot_size_are_named() -> None:
+    """Positions Range(0, S) picking from a mask reshaped to [B, -1] (a length the graph infers):
+    neither decided over nor under by the bounds, so named for a run to tell; positions from a
+    shape the data made (NonZero's count) and indices from the mask's values are not shape-made."""
+    from partitioner import load_model
+    from trt_backend.profiles.bounds import valued_tensors
+
+    inits = [nh.from_array(np.array(v, np.int64), n) for n, v in
+             (("one", 1), ("zero", 0), ("ax0", [0]), ("rest", [-1]))]
+    nodes = [h.make_node("Shape", ["ids"], ["s"]), h.make_node("Gather", ["s", "one"], ["seq"]),
+             h.make_node("Gather", ["s", "zero"], ["batch"]), h.make_node("Unsqueeze", ["batch", "ax0"], ["b"]),
+             h.make_node("Concat", ["b", "rest"], ["target"], axis=0),
+             h.make_node("Reshape", ["mask", "target"], ["rows"]),
+             h.make_node("Range", ["zero", "seq", "one"], ["at"]),
+             h.make_node("Gather", ["rows", "at"], ["picked"], axis=1, name="shape_made"),
+             h.make_node("NonZero", ["mask"], ["nz"]), h.make_node("Shape", ["nz"], ["found"]),
+             h.make_node("Gather", ["found", "one"], ["count"]), h.make_node("Range", ["zero", "count", "one"], ["k"]),
+             h.make_node("Gather", ["rows", "k"], ["by_count"], axis=1, name="data_made"),
+             h.make_node("Gather", ["rows", "mask"], ["by_value"], axis=1, name="by_value")]
+    graph = h.make_graph(nodes, "masked", [h.make_tensor_value_info("ids", T.INT64, ["B", "S"]),
+                                           h.make_tensor_value_info("mask", T.INT64, ["B", "T"])],
+                         [h.make_tensor_value_info(n, T.INT64, None) for n in ("picked", "by_count", "by_value")],
+                         inits)
+    m = load_model(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+    valued = valued_tensors(m)
+    assert {"mask", "nz", "found", "count", "k"} <= valued and not {"s", "seq", "at", "target"} & valued
+    assert DimBounds(m, {"ids": (1, 3), "mask": (1, 2)}).unproven_gathers() == ["shape_made"]
