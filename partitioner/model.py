@@ -185,6 +185,9 @@ def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: s
     graph = proto.graph
     if len(graph.node) == 0:
         raise InvalidModelError(f"{name}: the graph has no nodes")
+    bad = _names_not_utf8(proto)
+    if bad is not None:
+        raise InvalidModelError(f"{name}: invalid ONNX model: {_utf8_problem(bad)}")
     fixes = _Fixes()
     _unknown_dims(graph, name, fixes)
     _check_declared_types(graph, name)
@@ -387,6 +390,44 @@ def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: _Fixes) -> None:
         fixes.add(FIX_UNKNOWN_DIMS, f"{len(found)} dim(s) declared as -1, 0 or '?' taken as unknown")
 
 
+def _names_not_utf8(proto: onnx.ModelProto) -> tuple[str, bytes | str] | None:
+    """The first name ``proto`` gives that is not UTF-8 text, as ONNX requires (a node's name, op
+    type, domain, inputs and outputs, a graph input's, output's, value_info's or initializer's name,
+    an opset's domain; in the main graph or a subgraph), as :func:`not_utf8` gives it; None where
+    every one is. ONNX's checker takes such a name; nothing downstream can print or record it
+    (protobuf hands it over as bytes). Names only: :func:`not_utf8` reads every field, too slowly
+    for every load of a graph of 60,000 nodes."""
+    for k, opset in enumerate(proto.opset_import):
+        if isinstance(opset.domain, bytes):
+            return f"opset_import[{k}].domain", opset.domain
+    stack = [(proto.graph, "graph")]
+    while stack:
+        graph, path = stack.pop()
+        for part in ("input", "output", "value_info", "initializer"):
+            for k, v in enumerate(getattr(graph, part)):
+                if isinstance(v.name, bytes):
+                    return f"{path}.{part}[{k}].name", v.name
+        for i, node in enumerate(graph.node):
+            inputs, outputs = node.input, node.output
+            if bytes in {type(node.name), type(node.op_type), type(node.domain)} \
+                    or any(type(t) is bytes for t in inputs) or any(type(t) is bytes for t in outputs):
+                for part, value in (("name", node.name), ("op_type", node.op_type), ("domain", node.domain),
+                                    *((f"input[{k}]", t) for k, t in enumerate(inputs)),
+                                    *((f"output[{k}]", t) for k, t in enumerate(outputs))):
+                    if type(value) is bytes:
+                        return f"{path}.node[{i}].{part}", value
+            for a, attr in enumerate(node.attribute):
+                where = f"{path}.node[{i}].attribute[{a}]"
+                stack.extend([(attr.g, f"{where}.g")] if attr.type == onnx.AttributeProto.GRAPH else
+                             [(g, f"{where}.graphs[{k}]") for k, g in enumerate(attr.graphs)])
+    return None
+
+
+def _utf8_problem(bad: tuple[str, bytes | str]) -> str:
+    path, value = bad
+    return f"a name or string in it is not valid UTF-8: {path} is {value!r}"
+
+
 def _unique_node_names(graph: onnx.GraphProto, fixes: _Fixes) -> None:
     taken = {n.name for n in graph.node if n.name}
     seen: set[str] = set()
@@ -568,8 +609,7 @@ def onnx_error_text(error: Exception, proto: onnx.ModelProto) -> str:
         return text.splitlines()[0]
     bad = not_utf8(proto)
     if bad is not None:
-        path, value = bad
-        return f"a name or string in it is not valid UTF-8: {path} is {value!r}"
+        return _utf8_problem(bad)
     node = _first_rejected_node(proto)
     if node is not None:
         return node

@@ -401,6 +401,24 @@ def test_a_name_that_is_not_utf8_is_one_clear_error() -> None:
         load_model(mutant.files["model.onnx"])
 
 
+
+def test_a_node_name_that_is_not_utf8_is_refused_at_load_where_the_checker_takes_it() -> None:
+    """ONNX's checker passes a node named in bytes that are not UTF-8 (``fuzz.py --seed 27``, mutant
+    110: bit flips in the demo model); a build then failed recording it in its manifest (a
+    traceback). Loading names the field, in the main graph and in a subgraph."""
+    from tests.support.mutants import make_mutant, seed_models
+
+    said = r"<bytes>: invalid ONNX model: a name or string in it is not valid UTF-8: "
+    mutant = make_mutant(seed_models(), 110, 27)
+    with pytest.raises(InvalidModelError, match=said + r"graph\.node\[1\]\.name is b'rel\\xf51'"):
+        load_model(mutant.files["model.onnx"])
+    body = helper.make_graph([helper.make_node("Relu", ["x"], ["t"], name="inner")], "body", [], [vi("t", ["N", 4])])
+    m = model([helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=body)],
+              [vi("c", [], TensorProto.BOOL), vi("x", ["N", 4])], [vi("y", ["N", 4])])
+    data = m.SerializeToString().replace(b"inner", b"in\xf5er")
+    with pytest.raises(InvalidModelError, match=said + r"graph\.node\[0\]\.attribute\[\d\]\.g\.node\[0\]\.name"):
+        load_model(data)
+
 def _empty_checker_error(*args, **kwargs):
     raise onnx.checker.ValidationError("")
 
