@@ -63,7 +63,8 @@ def argv_for(command: str, model: str, shapes: str | None, scratch: str) -> list
 
 def _api(model: str, shapes: str | None) -> int:
     """``Session(path).run(None, feeds)`` with seeded random feeds; our errors are one line."""
-    from trt_backend import Session, TrtBackendError
+    from trt_backend import Session
+    from trt_backend.errors import TrtBackendError
     from trt_backend.commands._shapes import parse_shapes
     from trt_backend.session.feeds import random_feeds
 
@@ -129,7 +130,8 @@ def classify(command: str, status: int | None, killed: str | None, stdout: str, 
     errors = [k for k, line in enumerate(lines) if line.startswith("trt-backend: error:")]
     if rc == 0:
         return "success", ""
-    if rc == 1 and errors and errors[-1] == len(lines) - 1:
+    error_exit = 2 if command == "compare" else 1  # (compare's 1 says the outputs differ)
+    if rc == error_exit and errors and errors[-1] == len(lines) - 1:
         return "error", lines[-1][len("trt-backend: error: "):]
     if rc == 1 and command == "compare" and not errors and "FAILED" in stdout:
         return "mismatch", stdout.strip().splitlines()[-1]

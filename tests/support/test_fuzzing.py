@@ -1,6 +1,7 @@
 """``benchmarks/conformance/fuzz.py`` in CI: a fixed seeded set of mutants (byte-level and protobuf-valid
-edits of five seed models) through ``inspect`` and ``run`` ends cleanly every time (success or one
-error line), and the harness itself tells a traceback, a native crash and a hang apart."""
+edits of five seed models) through ``inspect``, ``run`` and the Python API ends cleanly every time
+(success or one error line), and the harness itself tells a traceback, a native crash and a hang
+apart."""
 from __future__ import annotations
 
 import os
@@ -16,16 +17,18 @@ SEED = 16
 MUTANTS = range(96)
 
 
-def test_seeded_mutants_end_cleanly_through_inspect_and_run(flavor, tmp_path) -> None:
-    results = fz.fuzz(MUTANTS, SEED, ("inspect", "run"), timeout=60, jobs=2, workdir=str(tmp_path))
-    assert len(results) == 2 * len(MUTANTS)
+def test_seeded_mutants_end_cleanly_through_inspect_run_and_the_api(flavor, tmp_path) -> None:
+    commands = ("inspect", "run", "api")
+    results = fz.fuzz(MUTANTS, SEED, commands, timeout=60, jobs=2, workdir=str(tmp_path))
+    assert len(results) == len(commands) * len(MUTANTS)
     bad = fz.problems(results)
-    assert not bad, fz.table(results, ("inspect", "run")) + "\n" + "\n".join(
+    assert not bad, fz.table(results, commands) + "\n" + "\n".join(
         f"mutant {r.mutant.id} {r.command} {r.cls} [{r.mutant.seed}: {r.mutant.mutation}: {r.mutant.detail}] "
         f"{r.first_line}" for r in bad)
     # the set reaches past loading (some run to the end) and covers every seed model
-    by_class = {c: sum(r.cls == c for r in results if r.command == "run") for c in fz.CLASSES}
-    assert by_class["success"] >= 5 and by_class["error"] >= 40, by_class
+    for command in ("run", "api"):
+        by_class = {c: sum(r.cls == c for r in results if r.command == command) for c in fz.CLASSES}
+        assert by_class["success"] >= 5 and by_class["error"] >= 40, (command, by_class)
     assert {r.mutant.seed for r in results} == {"demo", "external", "subgraphs", "ml", "cnn"}
     assert len({r.mutant.mutation for r in results}) >= len(MUTATIONS) * 2 // 3
     assert os.listdir(tmp_path) == []  # every mutant's files removed
@@ -69,3 +72,12 @@ def test_the_harness_classifies_what_the_child_did(monkeypatch, tmp_path, api, c
     monkeypatch.setattr(fz, "_preload", lambda: None)
     [result] = fz.fuzz([0], SEED, ("api",), timeout=3, jobs=1, workdir=str(tmp_path))
     assert (result.cls, result.first_line) == (cls, first)
+
+
+def test_compare_errors_are_told_by_its_own_exit_status() -> None:
+    """compare exits 2 on a user error (1 says the outputs differ), every other command 1."""
+    line = "trt-backend: error: model.onnx: not an ONNX model"
+    assert fz.classify("compare", 2 << 8, None, "", line) == ("error", "model.onnx: not an ONNX model")
+    assert fz.classify("run", 1 << 8, None, "", line) == ("error", "model.onnx: not an ONNX model")
+    assert fz.classify("run", 2 << 8, None, "", line)[0] == "other"
+    assert fz.classify("compare", 1 << 8, None, "FAILED (1 of 1 output(s))", "")[0] == "mismatch"
