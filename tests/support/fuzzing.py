@@ -133,7 +133,7 @@ def classify(command: str, status: int | None, killed: str | None, stdout: str, 
     error_exit = 2 if command == "compare" else 1  # (compare's 1 says the outputs differ)
     if rc == error_exit and errors and errors[-1] == len(lines) - 1:
         return "error", lines[-1][len("trt-backend: error: "):]
-    if rc == 1 and command == "compare" and not errors and "FAILED" in stdout:
+    if rc == 1 and command == "compare" and not errors and ("FAILED" in stdout or "NOTHING COMPARED" in stdout):
         return "mismatch", stdout.strip().splitlines()[-1]
     return "other", f"exit {rc}: " + (lines[-1] if lines else "(no stderr)")
 

@@ -81,3 +81,4 @@ def test_compare_errors_are_told_by_its_own_exit_status() -> None:
     assert fz.classify("run", 1 << 8, None, "", line) == ("error", "model.onnx: not an ONNX model")
     assert fz.classify("run", 2 << 8, None, "", line)[0] == "other"
     assert fz.classify("compare", 1 << 8, None, "FAILED (1 of 1 output(s))", "")[0] == "mismatch"
+    assert fz.classify("compare", 1 << 8, None, "NOTHING COMPARED (every output was NaN/inf)", "")[0] == "mismatch"
