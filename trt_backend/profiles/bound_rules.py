@@ -224,8 +224,15 @@ def _squeeze(s: Site) -> Bound | Need:
 
 
 def _flatten(s: Site) -> Bound | Need:
-    r_in = s.rank_of(s.ins[0]) or 0
-    axis = int(s.attrs.get("axis", 1)) % max(r_in or 1, 1)
+    """[product of the dims before ``axis``, product of the rest]; ``axis`` may be the rank (all
+    in the first: HF's attention mask, ``Flatten(axis=2)`` of [B, T], is [B * T, 1])."""
+    r_in = s.rank_of(s.ins[0])
+    if r_in is None:
+        return UNKNOWN
+    axis = int(s.attrs.get("axis", 1))
+    axis = axis + r_in if axis < 0 else axis
+    if not 0 <= axis <= r_in:
+        return UNKNOWN
     return Need(tuple(dim(s.ins[0], d) for d in (range(axis) if s.axis == 0 else range(axis, r_in))), _product)
 
 

@@ -325,3 +325,23 @@ def test_gathers_at_shape_made_indices_the_bounds_cannot_size_are_named() -> Non
     valued = valued_tensors(m)
     assert {"mask", "nz", "found", "count", "k"} <= valued and not {"s", "seq", "at", "target"} & valued
     assert DimBounds(m, {"ids": (1, 3), "mask": (1, 2)}).unproven_gathers() == ["shape_made"]
+
+
+def test_a_flatten_at_the_last_axis_keeps_every_dim_in_its_first() -> None:
+    """HF's attention mask, ``Flatten(axis=2)`` of [B, T], is [B * T, 1]: a Gather of its rows at
+    positions made from T is within them (it had been read as 1 row, an overrun flagged on every
+    BERT, whose build then ran the whole model once more)."""
+    from partitioner import load_model
+
+    inits = [nh.from_array(np.array(v, np.int64), n) for n, v in (("one", 1), ("zero", 0))]
+    nodes = [h.make_node("Flatten", ["mask"], ["flat"], axis=2), h.make_node("Flatten", ["mask"], ["cols"], axis=-1),
+             h.make_node("Shape", ["mask"], ["s"]), h.make_node("Gather", ["s", "one"], ["t"]),
+             h.make_node("Range", ["zero", "t", "one"], ["at"]),
+             h.make_node("Gather", ["flat", "at"], ["picked"], axis=0, name="pick")]
+    graph = h.make_graph(nodes, "masked", [h.make_tensor_value_info("mask", T.FLOAT, ["B", "T"])],
+                         [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("picked", "cols")], inits)
+    m = load_model(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+    bounds = DimBounds(m, {"mask": (2, 6)})
+    assert [bounds.bound("flat", 0), bounds.bound("flat", 1)] == [(12, False), (1, False)]
+    assert [bounds.bound("cols", 0), bounds.bound("cols", 1)] == [(2, False), (6, False)]
+    assert bounds.table_overruns() == [] and bounds.unproven_gathers() == []
