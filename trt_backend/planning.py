@@ -242,12 +242,14 @@ class _FileAnswered:
 
 
 def _whole(question: onnx.GraphProto, graph: onnx.GraphProto) -> bool:
-    """Whether ``question`` holds the nodes of ``graph`` in the same order, with its inputs and outputs."""
+    """Whether ``question`` holds the nodes of ``graph`` in the same order, with its inputs and
+    outputs (in any order: a question lists the outputs in the order their nodes write them, and
+    what the parser takes does not depend on it; GPT-2 lists its logits before its cache)."""
     return (len(question.node) == len(graph.node)
             and all(a.op_type == b.op_type and a.domain == b.domain and a.input == b.input and a.output == b.output
                     for a, b in zip(question.node, graph.node))
-            and {v.name for v in question.input} == {v.name for v in graph.input}
-            and [v.name for v in question.output] == [v.name for v in graph.output])
+            and sorted(v.name for v in question.input) == sorted(v.name for v in graph.input)
+            and sorted(v.name for v in question.output) == sorted(v.name for v in graph.output))
 
 
 def plan_for(source: ModelSource | Model, options: PartitionOptions | None = None, *, flavor: str = "auto",

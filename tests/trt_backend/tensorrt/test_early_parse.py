@@ -82,6 +82,23 @@ def test_a_file_the_parser_takes_whole_is_planned_from_the_early_answer_as_here(
     assert "1 parser call" in proc.stdout
 
 
+
+def test_outputs_listed_out_of_the_order_their_nodes_write_them_take_the_early_answer(flavor, tmp_path,
+                                                                                       capsys) -> None:
+    """GPT-2 lists its logits before its cache: the planner's question lists the outputs as their
+    nodes write them, and the parser's answer does not depend on that order (the planner had asked
+    TensorRT again here, importing it, for every such model)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    nodes = [helper.make_node("Relu", ["x"], ["first"]), helper.make_node("Sigmoid", ["first"], ["second"]),
+             helper.make_node("Tanh", ["second"], ["third"])]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4]) for n in ("third", "first", "second")]
+    path = str(tmp_path / "reordered.onnx")
+    graph = helper.make_graph(nodes, "g", [x], outputs)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    proc, cli, here, printed = _cli_and_here(path, tmp_path, capsys)
+    assert TAKEN in proc.stderr and cli == here and _lines(proc.stdout) == _lines(printed)
+    assert [s["backend"] for s in cli["segments"]] == ["tensorrt"]
+
 @pytest.mark.parametrize("case", ["declared 0 dim", "a node the parser refuses"])
 def test_where_the_early_answer_does_not_hold_the_planner_asks_here(case, flavor, tmp_path, capsys) -> None:
     path = str(tmp_path / "model.onnx")
