@@ -177,19 +177,25 @@ class DimBounds:
         flattened to a length the graph infers (Reshape's -1), indexed by positions counted from
         the cache and the tokens. Whether such indices stay within their rows at given shapes only
         a run tells (see :meth:`table_overruns` for the ones the bounds decide)."""
-        index, nodes, out = self.model.index, self.model.proto.graph.node, []
+        nodes, out = self.model.proto.graph.node, []
         valued = valued_tensors(self.model)
         for k, node in enumerate(nodes):
             if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] in valued \
                     or self.const(node.input[1]) is not None:
                 continue
             data, axis = node.input[0], next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
-            if self.index_bound(node.input[1]) is not None:
-                found, through = self.bound(data, axis) if data not in index.initializer_protos else (0, False)
-                if found is not None and not through:
-                    continue  # (decided by table_overruns)
+            if self.index_bound(node.input[1]) is not None and self._rows_told(data, axis):
+                continue  # (decided by table_overruns)
             out.append(node.name or f"node {k}")
         return out
+
+    def _rows_told(self, data: str, axis: int) -> bool:
+        """Whether the rows a Gather picks from ``data`` along ``axis`` are known (a constant's) or
+        bounded without the data (what :meth:`table_overruns` compares its indices with)."""
+        if data in self.model.index.initializer_protos:
+            return True
+        found, through = self.bound(data, axis)
+        return found is not None and not through
 
     # ------------------------------------------------------------------ what is known without walking
 
