@@ -198,14 +198,16 @@ def normalize(proto: onnx.ModelProto, *, name: str = "<ModelProto>", base_dir: s
     check_model(proto, where=name, raw_lengths=raw_lengths)
     own = _dim_names([*graph.input, *graph.output])
     declared_outputs = [onnx.TypeProto.FromString(o.type.SerializeToString()) for o in graph.output]
-    declared = _infer_shapes(proto, name, fixes)
+    computed: list[onnx.TypeProto] = []
+    declared = _infer_shapes(proto, name, fixes, computed)
     index.refresh_types()
     if fixes:
         log.info("%s: %s", name, "; ".join(fixes))
+    described = [described_output(c, d, own) for c, d in zip(computed, declared_outputs)] \
+        if len(computed) == len(declared_outputs) else []
     return Model(proto=proto, source=name, base_dir=base_dir, index=index, fixes=list(fixes),
                  fix_kinds=set(fixes.kinds), max_ir_version=max_ir_version,
-                 learned=dict.fromkeys(declared, DECLARED),
-                 output_types=tuple(described_output(o.type, d, own) for o, d in zip(graph.output, declared_outputs)))
+                 learned=dict.fromkeys(declared, DECLARED), output_types=tuple(described))
 
 
 def _dim_names(values: Sequence[onnx.ValueInfoProto]) -> set[str]:
@@ -226,8 +228,9 @@ def describe_outputs(proto: onnx.ModelProto, model: Model) -> onnx.ModelProto:
 
 def described_output(computed: onnx.TypeProto, declared: onnx.TypeProto, own: Collection[str]) -> onnx.TypeProto:
     """A graph output's type as ONNX Runtime describes it: ``declared`` (the model's own), with
-    ``computed`` (shape inference's, merged with it: see _merge_declared) where the declaration
-    leaves a dim open. Per dim: a declared number; a computed number over a declared name; a
+    ``computed`` (what shape inference computes from the inputs, without the model's value_info:
+    a folder's model declares the types a probe learned at its profile's shapes there) where the
+    declaration leaves a dim open. Per dim: a declared number; a computed number over a declared name; a
     declared name; a computed name the model's declarations use (``own``: a graph input's dim
     name), where a name inference made up (``unk__N``) is left unnamed. A computed number against
     a declared one, or another rank, leaves every dim unknown (ONNX Runtime's lenient merge)."""
@@ -763,7 +766,8 @@ def unknown_tensor_types(model: Model) -> list[str]:
     return out
 
 
-def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: _Fixes | None = None) -> list[str]:
+def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: _Fixes | None = None,
+                  computed_outputs: list[onnx.TypeProto] | None = None) -> list[str]:
     """Annotate value_info with inferred types and (symbolic) shapes; never fatal. Shape inference
     runs without the model's own value_info first (ONNX keeps a declared shape that contradicts
     what the ops compute: an exporter's wrong dim would survive into every segment); a declared
@@ -798,6 +802,8 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: _Fixes | None = None
             constants = [vi for vi in inferred.graph.value_info if vi.name not in held]  # (the folded nodes')
             copy, inferred = folded, again
             typed = typed_again | {vi.name for vi in constants}
+    if computed_outputs is not None:  # (what the ops compute from the inputs alone, as ONNX Runtime reads it)
+        computed_outputs[:] = [o.type for o in inferred.graph.output]
     fallback = [_zero_dims_unknown(vi) for n, vi in declared.items() if n not in typed]
     if fallback:
         copy.graph.value_info.extend(fallback)

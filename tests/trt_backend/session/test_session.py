@@ -64,16 +64,21 @@ def test_output_shapes_read_as_onnxruntime_reads_them_not_as_a_profile_or_infere
     """Each output's shape as ONNX Runtime's session describes it: a dim inference made up a name
     for (``unk__N``) is unnamed, a declared name beside a computed number gives way to the number,
     a declared name stays, and a type learned by running the model at a profile's shapes (an op
-    shape inference has no schema for) keeps the model's own dims, not the profile's."""
+    shape inference has no schema for, or one after it) keeps the model's own dims, not the profile's,
+    also in the model a build folder keeps (which declares the types learned there)."""
     x = h.make_tensor_value_info("x", T.FLOAT, ["N", 4])
     outputs = [h.make_tensor_value_info("cat", T.FLOAT, None),  # [N + N, 4]: a made-up name
                h.make_tensor_value_info("sig", T.FLOAT, [None, None]),
                h.make_tensor_value_info("relu", T.FLOAT, ["A", "B"]),
-               h.make_tensor_value_info("gelu", T.FLOAT, ["N", 4])]  # com.microsoft: typed by a run
+               h.make_tensor_value_info("gelu", T.FLOAT, ["N", 4]),  # com.microsoft: typed by a run
+               h.make_tensor_value_info("scaled", T.FLOAT, [None, 4])]  # after an ONNX-ML op typed by a run
     graph = h.make_graph([h.make_node("Concat", ["x", "x"], ["cat"], axis=0), h.make_node("Sigmoid", ["x"], ["sig"]),
                           h.make_node("Relu", ["x"], ["relu"]),
-                          h.make_node("Gelu", ["x"], ["gelu"], domain="com.microsoft")], "g", [x], outputs)
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)])
+                          h.make_node("Gelu", ["x"], ["gelu"], domain="com.microsoft"),
+                          h.make_node("Scaler", ["x"], ["s"], domain="ai.onnx.ml", offset=[0.5], scale=[2.0]),
+                          h.make_node("Relu", ["s"], ["scaled"])], "g", [x], outputs)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1),
+                                               h.make_opsetid("ai.onnx.ml", 3)])
     model.ir_version = 8
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     profiles = [{"x": ((2, 4), (2, 4), (2, 4))}]
@@ -83,7 +88,7 @@ def test_output_shapes_read_as_onnxruntime_reads_them_not_as_a_profile_or_infere
     for ours in (sess, loaded):
         assert [(a.name, a.shape, a.type) for a in ours.get_outputs()] == \
             [(a.name, a.shape, a.type) for a in ref.get_outputs()]
-    assert [a.shape for a in sess.get_outputs()] == [[None, 4], ["N", 4], ["A", 4], ["N", 4]]
+    assert [a.shape for a in sess.get_outputs()] == [[None, 4], ["N", 4], ["A", 4], ["N", 4], [None, 4]]
 
 def test_plan_json_has_executors_and_profiles_and_reads_back() -> None:
     sess = demo_session()
