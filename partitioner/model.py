@@ -62,8 +62,8 @@ class Model:
     # at, by whoever learned them (a runtime; the partitioner only records it)
     probe_shapes: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = ()
     # the graph outputs' types as ONNX Runtime describes them (see described_output), taken when
-    # the model was loaded: before a run learned any (a type learned at some input shapes holds
-    # those shapes); empty: the graph outputs' own
+    # the model was loaded, from what its ops compute of its inputs: not from a type a run learned
+    # (one learned at some input shapes holds those shapes); empty: the graph outputs' own
     output_types: tuple[onnx.TypeProto, ...] = ()
 
     @property
@@ -230,10 +230,11 @@ def described_output(computed: onnx.TypeProto, declared: onnx.TypeProto, own: Co
     """A graph output's type as ONNX Runtime describes it: ``declared`` (the model's own), with
     ``computed`` (what shape inference computes from the inputs, without the model's value_info:
     a folder's model declares the types a probe learned at its profile's shapes there) where the
-    declaration leaves a dim open. Per dim: a declared number; a computed number over a declared name; a
-    declared name; a computed name the model's declarations use (``own``: a graph input's dim
-    name), where a name inference made up (``unk__N``) is left unnamed. A computed number against
-    a declared one, or another rank, leaves every dim unknown (ONNX Runtime's lenient merge)."""
+    declaration leaves a dim open. Per dim: a declared number; a computed number over a declared
+    name; a declared name; a computed name the model's declarations use (``own``: the dim names
+    of its graph inputs and outputs), where a name inference made up (``unk__N``) is left unnamed.
+    A computed number against a declared one, or another rank, leaves every dim unknown (ONNX
+    Runtime's lenient merge)."""
     if computed.WhichOneof("value") != "tensor_type" or declared.WhichOneof("value") != "tensor_type" \
             or not declared.tensor_type.HasField("shape"):
         out = onnx.TypeProto.FromString(computed.SerializeToString())
