@@ -813,8 +813,7 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: _Fixes | None = None
     known = {vi.name for vi in list(graph.input) + list(graph.output)}
     del graph.value_info[:]
     graph.value_info.extend(vi for vi in inferred.graph.value_info if vi.name not in known)
-    symbols = {d.dim_param for vi in graph.input if vi.type.WhichOneof("value") == "tensor_type"
-               for d in vi.type.tensor_type.shape.dim if d.WhichOneof("value") == "dim_param"}
+    symbols = _dim_names(graph.input)
     for mine, theirs, before in zip(graph.output, inferred.graph.output, declared_outputs):
         merged, conflict = _merge_declared(theirs.type, before, symbols)
         mine.type.CopyFrom(merged)
