@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -316,9 +316,10 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
     twice (its own and ONNX Runtime's), would not fit the build's memory budget or what is free."""
     shapes = profile_shapes(profiles)
     refused = bool(profiles) and any(d.reason.startswith("TensorRT build failed") for d in report.demoted)
+    valued = valued_tensors(model)
     bounds = [DimBounds(model, top) for top in shapes[2::3]]
     overruns = [b.table_overruns() for b in bounds]
-    unproven = [b.unproven_gathers() for b in bounds]
+    unproven = [b.unproven_gathers(valued) for b in bounds]
     if not refused and not any(overruns) and not any(unproven):
         return
     try:
@@ -332,7 +333,7 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
         log.info("%s: not run in ONNX Runtime at the profiles' shapes: its %s of weights would not fit the build's "
                  "memory", model.source, si_bytes(weights))
         return
-    chooser = _branch_on_values(model)
+    chooser = _branch_on_values(model, valued)
     for k, opt in enumerate(opt_shapes(shapes)):
         why = run_failure(model, opt) if refused else None
         if why is not None and chooser is not None:  # (random data may take a branch real data never takes)
@@ -344,32 +345,34 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
             raise ProfileError(f"{model.source}: the model cannot run at the opt shapes of profile {k} "
                                f"({named_shapes(opt)}): TensorRT's builder refused nodes there and ONNX Runtime fails "
                                f"there too (on seeded random inputs, as run and compare draw them): {why}")
-        if k < len(overruns) and (overruns[k] or unproven[k]):
-            top = shapes[3 * k + 2]
-            why = run_failure(model, top)
-            if why is not None and overruns[k]:
-                name, rows, index = overruns[k][0]
-                raise ProfileError(f"{model.source}: the model cannot run at the max shapes of profile {k} "
-                                   f"({named_shapes(top)}): Gather '{name}' indexes {rows} row(s) up to {index} there, "
-                                   f"and ONNX Runtime fails there: {why}")
-            failed = next((name for name in unproven[k] if why is not None and f"'{name}'" in why), None)
-            if why is not None and (chooser is not None or failed is None):
-                log.warning("%s: ONNX Runtime fails at the max shapes of profile %d (%s) on seeded random inputs%s, "
-                            "so real inputs may run there (check the folder with trt-backend run DIR --inputs "
-                            "REAL.npz): %s", model.source, k, named_shapes(top),
-                            f"; the model's {chooser} chooses on its inputs' values" if chooser is not None else
-                            " at a node other than those its shapes index", why)
-            elif failed is not None:
-                raise ProfileError(f"{model.source}: the model cannot run at the max shapes of profile {k} "
-                                   f"({named_shapes(top)}), where Gather '{failed}' picks rows by indices made from "
-                                   f"the inputs' shapes: ONNX Runtime fails there (on seeded random inputs, as run "
-                                   f"and compare draw them): {why}")
+        if k >= len(overruns) or not (overruns[k] or unproven[k]):
+            continue
+        top = shapes[3 * k + 2]
+        why = run_failure(model, top)
+        if why is None:
+            continue
+        if overruns[k]:
+            name, rows, index = overruns[k][0]
+            raise ProfileError(f"{model.source}: the model cannot run at the max shapes of profile {k} "
+                               f"({named_shapes(top)}): Gather '{name}' indexes {rows} row(s) up to {index} there, "
+                               f"and ONNX Runtime fails there: {why}")
+        failed = next((name for name in unproven[k] if f"'{name}'" in why), None)
+        if failed is not None and chooser is None:
+            raise ProfileError(f"{model.source}: the model cannot run at the max shapes of profile {k} "
+                               f"({named_shapes(top)}), where Gather '{failed}' picks rows by indices made from "
+                               f"the inputs' shapes: ONNX Runtime fails there (on seeded random inputs, as run "
+                               f"and compare draw them): {why}")
+        log.warning("%s: ONNX Runtime fails at the max shapes of profile %d (%s) on seeded random inputs%s, so real "
+                    "inputs may run there (check the folder with trt-backend run DIR --inputs REAL.npz): %s",
+                    model.source, k, named_shapes(top),
+                    f"; the model's {chooser} chooses on its inputs' values" if chooser is not None else
+                    " at a node other than those its shapes index", why)
 
 
-def _branch_on_values(model: Model) -> str | None:
+def _branch_on_values(model: Model, valued: Collection[str]) -> str | None:
     """The first If or Loop of ``model`` whose condition (or trip count) is computed from its
-    inputs' values rather than their shapes, in words; None where none is."""
-    valued = valued_tensors(model)
+    inputs' values rather than their shapes (``valued``: its :func:`valued_tensors`), in words;
+    None where none is."""
     graph = model.proto.graph
     for i in model.index.order:
         node = graph.node[i]

@@ -16,7 +16,7 @@ combine their bounds; :class:`DimBounds` resolves those needs with an explicit s
 up a graph of any depth uses no Python recursion."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -170,15 +170,16 @@ class DimBounds:
                 out.append((node.name or f"node {k}", rows, top))
         return out
 
-    def unproven_gathers(self) -> list[str]:
+    def unproven_gathers(self, valued: Collection[str] | None = None) -> list[str]:
         """The Gathers (by name) whose indices are made from shapes (neither a constant nor
         computed from an input's values: a Range up to a dim, offsets and strides of dims) where
         the bounds tell neither those indices' largest nor the rows they pick from: GPT-2's mask,
         flattened to a length the graph infers (Reshape's -1), indexed by positions counted from
         the cache and the tokens. Whether such indices stay within their rows at given shapes only
-        a run tells (see :meth:`table_overruns` for the ones the bounds decide)."""
+        a run tells (see :meth:`table_overruns` for the ones the bounds decide). ``valued``: the
+        model's :func:`valued_tensors`, where the caller has them."""
         nodes, out = self.model.proto.graph.node, []
-        valued = valued_tensors(self.model)
+        valued = valued if valued is not None else valued_tensors(self.model)
         for k, node in enumerate(nodes):
             if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] in valued \
                     or self.const(node.input[1]) is not None:
