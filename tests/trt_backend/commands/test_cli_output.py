@@ -125,6 +125,16 @@ def _refused_build(path: str, out: str, shapes: str) -> str:
     return proc.stderr.strip().splitlines()[-1]
 
 
+def _refused_past_its_rows(proto: onnx.ModelProto, tmp_path, name: str, shapes: str) -> tuple[str, str, str]:
+    """``proto`` saved as ``name``.onnx and built at ``shapes``: refused (see :func:`_refused_build`)
+    with ONNX Runtime's error of indices past their rows; (model path, folder path, the error line)."""
+    path, out = str(tmp_path / f"{name}.onnx"), str(tmp_path / name)
+    onnx.save(proto, path)
+    last = _refused_build(path, out, shapes)
+    assert "out of data bounds" in last, last
+    return path, out, last
+
+
 def reshape_to_one_row() -> onnx.ModelProto:
     """x [N, 4] -> Relu -> Reshape to a fixed [1, 4] -> Relu -> Relu: it runs at N = 1 only."""
     from onnx import numpy_helper
@@ -181,13 +191,10 @@ def test_positions_past_the_models_last_are_one_error_at_build(tmp_path) -> None
     """TensorRT builds such a model at any shapes (an index is data); a folder built for more
     positions than its table has failed at every run. The build runs it once at the max shapes
     where the graph's position ids may pass the table's rows, and says so."""
-    path, out = str(tmp_path / "gpt.onnx"), str(tmp_path / "gpt")
-    onnx.save(positions_past_the_table(), path)
-    last = _refused_build(path, out, "ids:1x6,past:1x3x4")
+    path, out, last = _refused_past_its_rows(positions_past_the_table(), tmp_path, "gpt", "ids:1x6,past:1x3x4")
     assert last.startswith(f"trt-backend: error: {path}: the model cannot run at the max shapes of profile 0 "
                            "(ids 1x6, past 1x3x4): Gather 'position_lookup' indexes 8 row(s) up to 8 there, "
                            "and ONNX Runtime fails there: "), last
-    assert "out of data bounds" in last and not os.path.exists(out)
     import trt_backend
     from trt_backend.errors import ProfileError
 
@@ -226,13 +233,11 @@ def test_a_mask_shorter_than_the_positions_it_is_read_at_is_one_error_at_build(t
     the build runs the model once at the max shapes: a folder for a mask shorter than the tokens
     and the cache (the all-ones shapes an error suggests for GPT-2) is refused, one that fits is
     built and runs as ONNX Runtime runs the model."""
-    path, out = str(tmp_path / "mask.onnx"), str(tmp_path / "mask")
-    onnx.save(mask_shorter_than_its_positions(), path)
-    last = _refused_build(path, out, "ids:1x1,past:1x1x4,mask:1x1")
+    path, out, last = _refused_past_its_rows(mask_shorter_than_its_positions(), tmp_path, "mask",
+                                             "ids:1x1,past:1x1x4,mask:1x1")
     assert last.startswith(f"trt-backend: error: {path}: the model cannot run at the max shapes of profile 0 "
                            "(ids 1x1, past 1x1x4, mask 1x1), where Gather 'mask_lookup' picks rows by indices made "
                            "from the inputs' shapes: ONNX Runtime fails there"), last
-    assert "out of data bounds" in last
     assert _cli("build", path, "-o", out, "--shapes", "ids:1x1,past:1x1x4,mask:1x2").returncode == 0
     import trt_backend
 
