@@ -65,6 +65,9 @@ class Model:
     # the model was loaded, from what its ops compute of its inputs: not from a type a run learned
     # (one learned at some input shapes holds those shapes); empty: the graph outputs' own
     output_types: tuple[onnx.TypeProto, ...] = ()
+    # the size, modification time (ns), inode and device of the file the model was read from, as
+    # it was read; empty: not read from a file
+    file_status: tuple[int, ...] = ()
 
     @property
     def nodes(self) -> list[onnx.NodeProto]:
@@ -78,17 +81,22 @@ def load_model(source: ModelSource | Model, *, base_dir: str | None = None,
     (passed in by the caller, as the capability oracle is; None: the onnx package's own)."""
     if isinstance(source, Model):
         return source
-    proto, name, base_dir, raw_lengths = _read(source, base_dir)
-    return normalize(proto, name=name, base_dir=base_dir, max_ir_version=max_ir_version, raw_lengths=raw_lengths)
+    proto, name, base_dir, raw_lengths, status = _read(source, base_dir)
+    model = normalize(proto, name=name, base_dir=base_dir, max_ir_version=max_ir_version, raw_lengths=raw_lengths)
+    model.file_status = status
+    return model
 
 
 RawLengths = Sequence[int | None]
 
 
-def _read(source: ModelSource, base_dir: str | None) -> tuple[onnx.ModelProto, str, str | None, RawLengths | None]:
-    """The parsed model, its name, the folder its external data is relative to, and, where they
-    were read from its bytes, the ``raw_data`` lengths of its initializers (see :func:`_parse`)."""
-    raw_lengths = None
+def _read(source: ModelSource, base_dir: str | None
+          ) -> tuple[onnx.ModelProto, str, str | None, RawLengths | None, tuple[int, ...]]:
+    """The parsed model, its name, the folder its external data is relative to, where they were
+    read from its bytes, the ``raw_data`` lengths of its initializers (see :func:`_parse`), and
+    the status of the file it was read from (``Model.file_status``)."""
+    raw_lengths: RawLengths | None = None
+    status: tuple[int, ...] = ()
     if isinstance(source, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(source)
@@ -103,21 +111,27 @@ def _read(source: ModelSource, base_dir: str | None) -> tuple[onnx.ModelProto, s
             raise ModelLoadError(f"{path}: no such file")
         if os.path.isdir(path):
             raise ModelLoadError(f"{path}: is a directory, not an ONNX model file")
-        proto, raw_lengths = _read_file(path)
+        proto, raw_lengths, status = _read_file(path)
         base_dir = base_dir if base_dir is not None else os.path.dirname(os.path.abspath(path))
     else:
         raise ModelLoadError(f"cannot load a model from {type(source).__name__}; "
                              "pass a path, bytes or an onnx.ModelProto")
     _load_external(proto, name, base_dir)
-    return proto, name, base_dir, raw_lengths
+    return proto, name, base_dir, raw_lengths, status
 
 
-def _read_file(path: str) -> tuple[onnx.ModelProto, RawLengths | None]:
-    """Parse the model file at ``path``. A regular file is mapped into memory and parsed from
-    there, which spares a copy of its bytes (``read()`` of a 100 MB file costs about as long as
-    parsing it); anything else (a pipe, a device, a file that cannot be mapped) is read. (Another process
-    cutting the file short while it is parsed would end this one with SIGBUS; the files this
-    package writes are replaced by renaming, never rewritten in place.)"""
+def file_status(info: os.stat_result) -> tuple[int, ...]:
+    """What ``Model.file_status`` records of a file: its size, modification time (ns), inode and device."""
+    return info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev
+
+
+def _read_file(path: str) -> tuple[onnx.ModelProto, RawLengths | None, tuple[int, ...]]:
+    """Parse the model file at ``path``, and its status (:func:`file_status`). A regular file is
+    mapped into memory and parsed from there, which spares a copy of its bytes (``read()`` of a
+    100 MB file costs about as long as parsing it); anything else (a pipe, a device, a file that
+    cannot be mapped) is read. (Another process cutting the file short while it is parsed would
+    end this one with SIGBUS; the files this package writes are replaced by renaming, never
+    rewritten in place.)"""
     try:
         with open(path, "rb") as f:
             info = os.fstat(f.fileno())
@@ -128,9 +142,9 @@ def _read_file(path: str) -> tuple[onnx.ModelProto, RawLengths | None]:
                 except (OSError, ValueError):  # a file system that cannot map files
                     mapped = None
             if mapped is None:
-                return _parse(f.read(), path)
+                return (*_parse(f.read(), path), file_status(info))
             with mapped, memoryview(mapped) as view:
-                return _parse(view, path)
+                return (*_parse(view, path), file_status(info))
     except OSError as e:
         raise ModelLoadError(f"{path}: cannot read it ({e.strerror or e})") from None
 

@@ -9,13 +9,16 @@ SHAPES = ["--min-shapes", "x:1x3x16x16", "--opt-shapes", "x:2x3x16x16", "--max-s
 PROFILES = [{"x": ((1, 3, 16, 16), (2, 3, 16, 16), (4, 3, 16, 16))}]
 
 
-def small_cnn(path: str, *, named: bool = True) -> str:
+def small_cnn(path: str, *, named: bool = True, old_format: bool = False) -> str:
     """Conv (weights past the size that goes to TensorRT by address) -> Relu -> Conv -> pool ->
-    Gemm, every node named (``named=False``: the first is not, which loading fixes)."""
+    Gemm, every node named (``named=False``: the first is not, which loading fixes).
+    ``old_format``: as exporters of IR version 3 wrote it: no node named, the weights listed as
+    graph inputs too, opset 9."""
     rng = np.random.default_rng(3)
     inits = [numpy_helper.from_array((rng.standard_normal((64, 3, 3, 3)) * 0.2).astype(np.float32), "w0"),
              numpy_helper.from_array((rng.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32), "w1"),
              numpy_helper.from_array((rng.standard_normal((64, 10)) * 0.1).astype(np.float32), "fw")]
+    named = named and not old_format
     nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1], name="conv0" if named else ""),
              helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
              helper.make_node("Conv", ["r0", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
@@ -25,7 +28,12 @@ def small_cnn(path: str, *, named: bool = True) -> str:
     graph = helper.make_graph(nodes, "small_cnn",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9 if old_format else 17)])
     model.ir_version = 8
+    if old_format:
+        for node in model.graph.node:
+            node.name = ""
+        model.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in inits)
+        model.ir_version = 3
     onnx.save(model, path)
     return path

@@ -20,7 +20,7 @@ import onnx
 from onnx.inliner import inline_local_functions
 
 from partitioner.errors import ModelTooLargeError, OptionsError
-from partitioner.model import serialize, structure_copy
+from partitioner.model import PARSER_NEUTRAL_FIXES, Model, file_status, serialize, structure_copy
 from partitioner.qdq import EMULATED_DOC
 from partitioner.weights import (
     is_external,
@@ -30,6 +30,7 @@ from partitioner.weights import (
     weights_sha256,
 )
 from trt_backend._files import sha256_bytes
+from trt_backend.engines import head_start
 from trt_backend.engines.config import add_profiles, configure
 from trt_backend.engines.memory import EngineFile, engine_bytes, stream_engine
 from trt_backend.engines.options import BuildOptions
@@ -117,7 +118,7 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[ProfileSp
                     options: BuildOptions | None = None, flavor: Flavor | str = "auto",
                     timing: Any = None, quantize: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None, *,
                     weights_dir: str | None = None, weights: HeldWeights | None = None,
-                    engine_path: str | None = None) -> SegmentEngine:
+                    engine_path: str | None = None, model_file: str | None = None) -> SegmentEngine:
     """:func:`build_segment` with layer count, seconds and the precision applied.
     ``engine_path``: stream the engine into this file as it is built (where the flavor can)
     and return it as an :class:`~trt_backend.engines.memory.EngineFile`, never in memory.
@@ -125,7 +126,9 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[ProfileSp
     (int8, required there) inserts the segment's Q/DQ (:class:`~trt_backend.engines.quantize.SegmentQuantizer`).
     The parser gets the segment with a path in ``weights_dir`` and reads external weights from their
     files; inline weights go to it by address where it takes user-managed weights (see :func:`parse_into`),
-    also those the segment holds by reference only (``weights``, see :func:`by_reference`)."""
+    also those the segment holds by reference only (``weights``, see :func:`by_reference`).
+    ``model_file``: the model's file, which a segment built as it is is the whole of (see
+    :func:`file_as_is`): TensorRT is handed the file instead, as a head start hands it."""
     options = options or BuildOptions()
     fl = flavor if isinstance(flavor, Flavor) else load_flavor(flavor)
     start, waited = time.perf_counter(), waited_for_tensorrt()
@@ -134,7 +137,8 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[ProfileSp
     segment_model, prepared, precision = form.source, form.model, form.precision
     try:
         engine, layers = _compile(prepared, ranges, options, fl, timing, names_from=segment_model,
-                                  weights_dir=weights_dir, weights=weights, engine_path=engine_path)
+                                  weights_dir=weights_dir, weights=weights, engine_path=engine_path,
+                                  model_file=model_file if prepared is segment_model else None)
     except SegmentBuildError as e:
         if e.stage == "parse" and prepared is not segment_model:
             _compile(segment_model, ranges, options, fl, None, parse_only=True,  # blame original nodes
@@ -314,9 +318,11 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
              flavor: Flavor,
              timing: Any, parse_only: bool = False, names_from: onnx.ModelProto | None = None,
              weights_dir: str | None = None, weights: HeldWeights | None = None,
-             engine_path: str | None = None) -> tuple[bytes | EngineFile, int]:
+             engine_path: str | None = None, model_file: str | None = None) -> tuple[bytes | EngineFile, int]:
     """Parse and build ``model``; build errors blame nodes of ``names_from`` (default ``model``).
-    With ``engine_path`` (and a builder that streams) the engine goes into that file."""
+    With ``engine_path`` (and a builder that streams) the engine goes into that file. With
+    ``model_file`` (the file ``model`` is the whole of, see :func:`file_as_is`) the parser reads
+    that file, where the network it makes has ``model``'s inputs and outputs; else ``model``."""
     trt = flavor.module
     logger = shared_logger(flavor)
     # One thread in TensorRT at a time (see tensorrt_lock); what TensorRT made is released inside
@@ -327,8 +333,17 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
             builder = create_builder(flavor, logger)
             network = builder.create_network(network_flags(flavor))
             parser = trt.OnnxParser(network, logger)  # ``network`` stays referenced while ``parser`` lives
-            with quiet_messages():  # the parser's complaints come back as get_error() and are reported
-                parsed, held = parse_into(parser, model, flavor, weights_dir, weights)
+            parsed = False
+            if model_file is not None:
+                with quiet_messages():
+                    parsed = _parse_file(parser, model_file) and _same_ends(network, model)
+                if not parsed:  # (the segment, on a fresh network)
+                    del parser, network
+                    network = builder.create_network(network_flags(flavor))
+                    parser = trt.OnnxParser(network, logger)
+            if not parsed:
+                with quiet_messages():  # the parser's complaints come back as get_error() and are reported
+                    parsed, held = parse_into(parser, model, flavor, weights_dir, weights)
             if not parsed:
                 raise _parse_error(parser, model)
             if parse_only:
@@ -361,6 +376,49 @@ def _compile(model: onnx.ModelProto, ranges: Sequence[Mapping[str, TensorProfile
         finally:
             del config, parser, network, builder, cache, held
     return engine, layers
+
+
+def file_as_is(model: Model, segment_model: onnx.ModelProto) -> str | None:
+    """The file ``model`` was read from, where ``segment_model`` is the whole of it as TensorRT's
+    parser reads it: every node, and loading changed nothing the parser reads otherwise (it named
+    unnamed nodes, fitted the IR version, took weights also listed as inputs as constants:
+    ``PARSER_NEUTRAL_FIXES``; no rewrite); a file that holds its weights (no external data) of at
+    most :data:`FILE_MAX_BYTES`, unchanged since it was read. None otherwise.
+
+    Such a segment is built from the file as it is: the network TensorRT makes of the file is the
+    segment's, but the names it gives layers where a node had none, and where it took weights
+    listed as inputs, are its own, and they are written into the engine. A build from the file
+    and one that hands TensorRT the file early (a head start) then write the same engine."""
+    if not model.file_status or not isinstance(model.source, str) or model.rewritten \
+            or not model.fix_kinds <= PARSER_NEUTRAL_FIXES or model.file_status[0] > FILE_MAX_BYTES \
+            or len(segment_model.graph.node) != len(model.proto.graph.node) or uses_external_data(model.proto):
+        return None
+    try:
+        if file_status(os.stat(model.source)) != model.file_status:
+            return None
+    except OSError:
+        return None
+    return os.path.abspath(model.source)
+
+
+FILE_MAX_BYTES = head_start.MAX_BYTES  # a larger file is not read whole to build from it (as a head start's)
+
+
+def _parse_file(parser: Any, path: str) -> bool:
+    """Whether ``parser`` took the model file ``path`` whole (False where it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return bool(parser.parse(data, path))
+
+
+def _same_ends(network: Any, model: onnx.ModelProto) -> bool:
+    """Whether ``network`` has ``model``'s inputs and outputs, in its order."""
+    return ([network.get_input(i).name for i in range(network.num_inputs)] == [v.name for v in model.graph.input]
+            and [network.get_output(i).name for i in range(network.num_outputs)]
+            == [v.name for v in model.graph.output])
 
 
 def _build_error(source: onnx.ModelProto, errors: Sequence[str]) -> SegmentBuildError:

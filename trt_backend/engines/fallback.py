@@ -32,6 +32,7 @@ from trt_backend.engines.builder import (
     SegmentProfiles,
     by_reference,
     compile_segment,
+    file_as_is,
     key_material,
     segment_ranges,
 )
@@ -290,10 +291,11 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
                                      with_weights=cache is not None, weights=held))  # No cache: this build's memo.
         jobs.append((seg, model, ranges, key))
     head = None
-    if len(jobs) == 1 and len(plan.segments) == 1 and plan.model is not None:
+    model_file = None  # the model's file, where the one segment is the whole of it built as it is
+    if len(jobs) == 1 and len(plan.segments) == 1 and plan.model is not None and rewrite is None and quantize is None:
         seg, model, ranges, _ = jobs[0]
-        head = head_start.claim(plan.model, seg, model, ranges, options, flavor,
-                                plain=rewrite is None and quantize is None)
+        model_file = file_as_is(plan.model, model)
+        head = head_start.claim(plan.model, seg, model, ranges, options, flavor, plain=True)
     workers = max(1, min(_workers(plan, segments, options), len(jobs)))
     if jobs:
         _progress.progress("building %d engine(s) with %s, one at a time (%d segment(s) prepared at once)",
@@ -303,7 +305,7 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
         for seg, model, ranges, key in jobs:
             path = os.path.join(engine_dir, f"{key}.engine") if engine_dir is not None and cache is None else None
             fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing, weights_dir, quantize,
-                              held, forms, path, head)
+                              held, forms, path, head, model_file)
             futures[fut] = (seg, key)
         pending = set(futures)
         try:
@@ -360,10 +362,13 @@ def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavo
          memo: Memo, timing: TimingCacheFile | None, weights_dir: str | None = None,
          quantize: SegmentRewrite | None = None, held: HeldWeights | None = None,
          forms: Forms | None = None, engine_path: str | None = None,
-         head: head_start.HeadStart | None = None) -> tuple[bytes | EngineFile, dict[str, Any], bool]:
+         head: head_start.HeadStart | None = None, model_file: str | None = None
+         ) -> tuple[bytes | EngineFile, dict[str, Any], bool]:
     """(engine, metadata, came from a cache) for one segment; SegmentBuildError propagates.
     ``engine_path`` (builds without a cache): stream the engine into that file. ``head``: the
-    segment's engine, already built from the model's file (:mod:`trt_backend.engines.head_start`)."""
+    segment's engine, already built from the model's file (:mod:`trt_backend.engines.head_start`);
+    ``model_file``: the file the segment is the whole of, built from it (see
+    :func:`~trt_backend.engines.builder.file_as_is`)."""
     if key in memo:  # built in an earlier round of the fallback loop
         return memo[key][0], {**memo[key][1], "seconds": 0.0}, True
     t0 = time.perf_counter()
@@ -374,8 +379,8 @@ def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavo
             built = SegmentEngine(head.take(engine_path), head.layers, head.seconds, options.precision, (), model)
         else:
             # (its TensorRT part one build at a time: see tensorrt_lock)
-            built = compile_segment(model, ranges, options, flavor, timing, quantize,
-                                    weights_dir=weights_dir, weights=held, engine_path=engine_path)
+            built = compile_segment(model, ranges, options, flavor, timing, quantize, weights_dir=weights_dir,
+                                    weights=held, engine_path=engine_path, model_file=model_file)
         if forms is not None and built.model is not None:
             forms[key] = built.model
         return built.engine, {"layers": built.layers, "build_seconds": built.seconds, "precision": built.precision,

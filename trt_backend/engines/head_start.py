@@ -1,7 +1,8 @@
 """An engine built from the model file as it is, started before the model is loaded and planned.
 
-When a model's plan turns out to be one TensorRT segment over the whole, unchanged model, the
-engine the compile path builds for it is the one TensorRT builds from the model's file itself.
+When a model's plan turns out to be one TensorRT segment over the whole model as its file holds
+it, the engine the compile path builds for it is the one TensorRT builds from the model's file
+itself.
 A build can therefore hand the file to TensorRT first, and build while the model is loaded, checked
 and planned in Python: the TensorRT parser and builder release the GIL, so the two run side by
 side. The ``build`` command starts one from its command line before it loads onnx, numpy or the
@@ -13,14 +14,16 @@ planner does not parse the model again.
 
 Nothing is decided here. The compile path plans the model as always, and its engine build takes
 the head start's engine (:func:`claim`) only where what it would build is exactly what was built:
-the plan is one TensorRT segment holding every node of the model's file, unchanged by loading
-(no fix, no rewrite), its inputs and outputs the file's own, built as it is (fp32 or tf32, no
-plugin, no quantization) with the same build options and TensorRT flavor, and the profiles it
-would give TensorRT's dynamic inputs the ones the head start gave. Anything else, or a head start
-that failed, and the compile path builds as it would have without one, and the head start's
-engine is removed once its build ends (:func:`discard`). A head start takes only self-contained
-model files of at most :data:`MAX_BYTES` (and a quarter of the memory available), built in fp32
-or tf32."""
+the plan is one TensorRT segment holding every node of the model's file, which loading changed in
+nothing TensorRT's parser reads otherwise (node names, the IR version and weights also listed as
+inputs aside: the compile path builds such a segment from the file too, see
+:func:`trt_backend.engines.builder.file_as_is`), its inputs and outputs the file's own, built as
+it is (fp32 or tf32, no plugin, no quantization) with the same build options and TensorRT
+flavor, and the profiles it would give TensorRT's dynamic inputs the ones the head start gave.
+Anything else, or a head start that failed, and the compile path builds as it would have without
+one, and the head start's engine is removed once its build ends (:func:`discard`). A head start
+takes only self-contained model files of at most :data:`MAX_BYTES` (and a quarter of the memory
+available), built in fp32 or tf32."""
 from __future__ import annotations
 
 import contextlib
@@ -55,6 +58,8 @@ _options = lazy_module("trt_backend.engines.options")
 _flavor = lazy_module("trt_backend.tensorrt.flavor")
 _questions = lazy_module("trt_backend.tensorrt.questions")
 _wire = lazy_module("partitioner.wire")
+# Loaded by the time a build asks whether the engine is this one (the compile path has loaded it).
+_builder = lazy_module("trt_backend.engines.builder")
 
 ProfileSettings = list[dict[str, tuple[Any, ...]]]  # per profile: dynamic input -> (min, opt, max, values)
 
@@ -251,13 +256,13 @@ class HeadStart:
         segment is built as it is (no plugin rewrite, no quantization). Waits for the build."""
         if model.source is None or not isinstance(model.source, str) or os.path.abspath(model.source) != self.path:
             return "another model"
-        if model.fixes or model.rewritten:
-            return "the model was changed while loading it"
         if not plain or getattr(options, "precision", None) not in ("fp32", "tf32"):
             return "the segment is transformed before it is built"
-        graph = model.proto.graph
-        if len(segment.nodes) != len(graph.node) or len(segment_model.graph.node) != len(graph.node):
-            return "the segment is not the whole model"
+        if len(segment.nodes) != len(model.proto.graph.node) or _builder.file_as_is(model, segment_model) is None:
+            return "the segment is not the whole model as its file holds it"
+        answer = self.answer()
+        if answer is None or list(answer.get("file", ())) != list(model.file_status):
+            return "the file is not the one loaded"
         self.wait()
         if self.engine is None or self.target is None or self.settings is None:
             return self.problem or "no engine"

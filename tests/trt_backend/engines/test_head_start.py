@@ -116,16 +116,46 @@ def test_other_partition_options_start_none(tmp_path, spy) -> None:
     assert [s["backend"] for s in manifest["segments"]] == ["tensorrt", "onnxruntime", "tensorrt"]
 
 
-def test_a_model_that_loading_changes_builds_without_it(tmp_path, spy, monkeypatch) -> None:
-    """A node without a name is named when the model is loaded: the segment is no longer the
-    file TensorRT was given, so its engine is built from the segment."""
-    model = small_cnn(str(tmp_path / "cnn.onnx"), named=False)
+def test_an_old_exporters_file_is_built_from_the_file_with_or_without_it(tmp_path, spy, monkeypatch) -> None:
+    """An IR 3 file: unnamed nodes, its weights listed as graph inputs too. Loading names the
+    nodes, takes the weights as constants and fits the IR version: nothing TensorRT's parser reads
+    otherwise, but the names TensorRT gives layers differ (they are written into the engine). The
+    head start's engine is taken, and a build without one hands TensorRT the file as it is too:
+    the same folder, byte for byte. Built from the loaded model instead (no file), the segment is
+    the same and the engine another (those names); the folder runs (emulated) as the model does."""
+    model = small_cnn(str(tmp_path / "old.onnx"), old_format=True)
     assert main(["build", model, "-o", str(tmp_path / "head"), *SHAPES]) == 0
-    assert spy["started"][0] is not None and spy["claimed"] == [None]
+    assert spy["started"][0] is not None and spy["claimed"] == spy["started"]
     no_scratch(str(tmp_path))
     without_head_start(monkeypatch)
     assert main(["build", model, "-o", str(tmp_path / "plain"), *SHAPES]) == 0
+    assert spy["claimed"][-1] is None
     assert folder(str(tmp_path / "head")) == folder(str(tmp_path / "plain"))
+    build(onnx.load(model), str(tmp_path / "proto"), PROFILES)
+    head, proto = folder(str(tmp_path / "head")), folder(str(tmp_path / "proto"))
+    assert head["segment_0.onnx"] == proto["segment_0.onnx"]
+    assert head["segment_0.engine"] != proto["segment_0.engine"]
+
+    x = np.random.default_rng(0).standard_normal((3, 3, 16, 16)).astype(np.float32)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = Session.load(str(tmp_path / "head"), SessionOptions(emulate=True)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_file_changed_after_the_head_start_read_it_builds_without_it(tmp_path, spy) -> None:
+    """The model file is replaced by another (the same graph, other weights) after the head start
+    read it: the engine is built from the file loaded, not taken from the head start."""
+    model = small_cnn(str(tmp_path / "cnn.onnx"))
+    started = head_start.launch(model, str(tmp_path / "out"), "auto", PROFILES)
+    assert started is not None
+    started.answer()  # (it has read the file)
+    changed = onnx.load(model)
+    changed.graph.initializer[0].raw_data = bytes(len(changed.graph.initializer[0].raw_data))
+    onnx.save(changed, model + ".new")
+    os.replace(model + ".new", model)
+    build(model, str(tmp_path / "out"), PROFILES)
+    assert spy["claimed"] == [None]
+    no_scratch(str(tmp_path))
 
 
 def test_other_profiles_than_the_head_starts_build_without_it(tmp_path, spy, monkeypatch) -> None:
