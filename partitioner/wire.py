@@ -22,7 +22,7 @@ _GRAPH_NODE, _GRAPH_INITIALIZER = 1, 5  # GraphProto.node, GraphProto.initialize
 _GRAPH_INPUT, _GRAPH_SPARSE_INITIALIZER = 11, 15  # GraphProto.input, GraphProto.sparse_initializer
 _VALUE_INFO_NAME, _SPARSE_VALUES = 1, 1  # ValueInfoProto.name, SparseTensorProto.values
 _TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME, _TENSOR_RAW_DATA = 1, 2, 8, 9  # TensorProto fields
-_TENSOR_DATA_LOCATION, _EXTERNAL = 14, 1  # TensorProto.data_location, DataLocation.EXTERNAL
+_TENSOR_EXTERNAL_DATA, _ENTRY_KEY, _ENTRY_VALUE = 13, 1, 2  # TensorProto.external_data, StringStringEntryProto
 # Wire types
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 
@@ -150,18 +150,23 @@ def _last_string(view: Buffer, start: int, end: int, wanted: int) -> str:
     return text
 
 
-def keeps_external_data(view: Buffer) -> bool | None:
-    """Whether an initializer of the main graph of the ModelProto serialized in ``view`` keeps its
-    data in an external file; None where the bytes hold anything this reader does not follow."""
+def external_locations(view: Buffer) -> set[str] | None:
+    """The files (``location``, as written) that the main graph's initializers of the ModelProto
+    serialized in ``view`` keep their data in; None where the bytes hold anything this reader does
+    not follow, or an initializer keeps its data outside without naming a file."""
+    found: set[str] = set()
     try:
         for start, end in _length_delimited(view, 0, len(view), _MODEL_GRAPH):
             for t_start, t_end in _length_delimited(view, start, end, _GRAPH_INITIALIZER):
-                for number, wire, value, _ in fields(view, t_start, t_end):
-                    if number == _TENSOR_DATA_LOCATION and wire == _VARINT and value == _EXTERNAL:
-                        return True
-    except _Unfollowed:
+                entries = {_last_string(view, a, b, _ENTRY_KEY): _last_string(view, a, b, _ENTRY_VALUE)
+                           for a, b in _length_delimited(view, t_start, t_end, _TENSOR_EXTERNAL_DATA)}
+                if entries:
+                    if not entries.get("location"):
+                        return None
+                    found.add(entries["location"])
+    except (_Unfollowed, UnicodeDecodeError):
         return None
-    return False
+    return found
 
 
 def initializer_payloads(view: Buffer) -> tuple[dict[str, Payload], list[tuple[int, int]]]:

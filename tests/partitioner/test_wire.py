@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from partitioner.wire import initializer_raw_lengths, keeps_external_data, matches
+from partitioner.wire import external_locations, initializer_raw_lengths, matches
 from tests.helpers import const, model, vi
 
 
@@ -103,19 +103,22 @@ def test_matches_needs_one_entry_per_initializer_and_a_length_exactly_where_raw_
     assert matches([], [])
 
 
-def test_external_data_is_seen_without_parsing(tmp_path) -> None:
-    """A model whose weights went to a data file says so; one holding them inline does not; bytes
-    the reader does not follow give no answer."""
+def test_external_data_files_are_named_without_parsing(tmp_path) -> None:
+    """A model whose weights went to data files names them, as the parsed model does; one holding
+    them inline names none; bytes the reader does not follow give no answer."""
     w = onnx.numpy_helper.from_array(np.arange(4096, dtype=np.float32), "w")
-    nodes = [helper.make_node("Add", ["x", "w"], ["y"])]
-    inline = model(nodes, [vi("x", [4096])], [vi("y", [4096])], [w])
-    assert keeps_external_data(inline.SerializeToString()) is False
+    v = onnx.numpy_helper.from_array(np.ones(4096, dtype=np.float32), "v")
+    nodes = [helper.make_node("Add", ["x", "w"], ["t"]), helper.make_node("Mul", ["t", "v"], ["y"])]
+    inline = model(nodes, [vi("x", [4096])], [vi("y", [4096])], [w, v])
+    assert external_locations(inline.SerializeToString()) == set()
     path = str(tmp_path / "m.onnx")
-    onnx.save(inline, path, save_as_external_data=True, all_tensors_to_one_file=True, location="m.data",
-              size_threshold=0)
+    onnx.save(inline, path, save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=0)
     with open(path, "rb") as f:
-        assert keeps_external_data(f.read()) is True
-    assert keeps_external_data(b"\x00\x01garbage") is None
+        data = f.read()
+    parsed = onnx.load(path, load_external_data=False)
+    named = {e.value for t in parsed.graph.initializer for e in t.external_data if e.key == "location"}
+    assert external_locations(data) == named and len(named) == 2
+    assert external_locations(b"\x00\x01garbage") is None
 
 
 def test_graph_inputs_are_the_inputs_no_initializer_gives() -> None:

@@ -23,14 +23,15 @@ from partitioner.errors import ModelTooLargeError, OptionsError
 from partitioner.model import PARSER_NEUTRAL_FIXES, Model, file_status, serialize, structure_copy
 from partitioner.qdq import EMULATED_DOC
 from partitioner.weights import (
+    external_tensors,
     is_external,
     raw_nbytes,
     read_in,
+    tensor_nbytes,
     uses_external_data,
     weights_sha256,
 )
 from trt_backend._files import sha256_bytes
-from trt_backend.engines import head_start
 from trt_backend.engines.config import add_profiles, configure
 from trt_backend.engines.memory import EngineFile, engine_bytes, stream_engine
 from trt_backend.engines.options import BuildOptions
@@ -45,6 +46,7 @@ from trt_backend.engines.quantize import (
     with_fp16_remainder,
 )
 from trt_backend.errors import PrecisionError, SegmentBuildError
+from trt_backend.ort.sizes import WHOLE_FILE_MAX_BYTES
 from trt_backend.profiles import TensorProfile, tensor_profile
 from trt_backend.tensorrt.flavor import (
     Flavor,
@@ -382,16 +384,19 @@ def file_as_is(model: Model, segment_model: onnx.ModelProto) -> str | None:
     """The file ``model`` was read from, where ``segment_model`` is the whole of it as TensorRT's
     parser reads it: every node, and loading changed nothing the parser reads otherwise (it named
     unnamed nodes, fitted the IR version, took weights also listed as inputs as constants:
-    ``PARSER_NEUTRAL_FIXES``; no rewrite); a file that holds its weights (no external data) of at
-    most :data:`FILE_MAX_BYTES`, unchanged since it was read. None otherwise.
+    ``PARSER_NEUTRAL_FIXES``; no rewrite); a file of at most ``WHOLE_FILE_MAX_BYTES`` with its
+    external data (:mod:`trt_backend.ort.sizes`), unchanged since it was read. None otherwise.
 
     Such a segment is built from the file as it is: the network TensorRT makes of the file is the
     segment's, but the names it gives layers where a node had none, and where it took weights
     listed as inputs, are its own, and they are written into the engine. A build from the file
     and one that hands TensorRT the file early (a head start) then write the same engine."""
-    if not model.file_status or not isinstance(model.source, str) or model.rewritten \
-            or not model.fix_kinds <= PARSER_NEUTRAL_FIXES or model.file_status[0] > FILE_MAX_BYTES \
-            or len(segment_model.graph.node) != len(model.proto.graph.node) or uses_external_data(model.proto):
+    whole = len(segment_model.graph.node) == len(model.proto.graph.node)
+    if not whole or not model.file_status or not isinstance(model.source, str) or model.rewritten \
+            or not model.fix_kinds <= PARSER_NEUTRAL_FIXES:
+        return None
+    external = sum(tensor_nbytes(t) or 0 for t in external_tensors(model.proto))
+    if model.file_status[0] + external > WHOLE_FILE_MAX_BYTES:
         return None
     try:
         if file_status(os.stat(model.source)) != model.file_status:
@@ -401,7 +406,6 @@ def file_as_is(model: Model, segment_model: onnx.ModelProto) -> str | None:
     return os.path.abspath(model.source)
 
 
-FILE_MAX_BYTES = head_start.MAX_BYTES  # a larger file is not read whole to build from it (as a head start's)
 
 
 def _parse_file(parser: Any, path: str) -> bool:

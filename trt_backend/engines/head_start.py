@@ -22,8 +22,8 @@ it is (fp32 or tf32, no plugin, no quantization) with the same build options and
 flavor, and the profiles it would give TensorRT's dynamic inputs the ones the head start gave.
 Anything else, or a head start that failed, and the compile path builds as it would have without
 one, and the head start's engine is removed once its build ends (:func:`discard`). A head start
-takes only self-contained model files of at most :data:`MAX_BYTES` (and a quarter of the memory
-available), built in fp32 or tf32."""
+takes model files of at most :data:`MAX_BYTES` with the external data files they name (and a
+quarter of the memory available), built in fp32 or tf32."""
 from __future__ import annotations
 
 import contextlib
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from trt_backend._files import new_folder, write_hashed
 from trt_backend._forked import Forked, Send
 from trt_backend._lazy import lazy_module
-from trt_backend.ort.sizes import room_beside
+from trt_backend.ort.sizes import WHOLE_FILE_MAX_BYTES, room_beside
 from trt_backend.tensorrt import early_parse
 
 if TYPE_CHECKING:
@@ -154,8 +154,12 @@ class HeadStart:
         with open(self.path, "rb") as f:
             info = os.fstat(f.fileno())
             data = f.read()
-        if _wire.keeps_external_data(data) is not False:
-            self.problem = "the model keeps weights in external data files (or its file is not read here)"
+        external = external_bytes(data, os.path.dirname(self.path))
+        if external is None:
+            self.problem = "the model's external data files cannot be told (or its file is not read here)"
+            return
+        if external and not room_beside(len(data) + external, MAX_BYTES):
+            self.problem = f"{len(data) + external} bytes with its external data: more than a head start takes"
             return
         nodes = _wire.main_graph_nodes(data)
         if nodes is None or nodes > MAX_NODES:
@@ -305,7 +309,7 @@ class HeadStart:
 # The largest model file a head start takes: where the plan is not one segment over the whole
 # model, its build runs beside the compile path's own builds until it ends (TensorRT builds cannot
 # be stopped without a progress monitor, which would slow them, see HeadStart._build).
-MAX_BYTES = 512 * 2**20
+MAX_BYTES = WHOLE_FILE_MAX_BYTES
 # The most nodes a head start's model may have: TensorRT's parser recurses along the graph, and a
 # chain of 20,000 nodes overflowed an 8 MiB thread stack (a native crash), which the thread's
 # larger stack also only pushes further out. Planning such a model takes long enough that the
@@ -317,6 +321,25 @@ MAX_NODES = 5000
 # 1.91 s: its build in the child ran 0.15 s slower beside the parent's load of the same weights.
 FORK_MAX_BYTES = 32 * 2**20
 STACK_BYTES = 64 * 2**20  # the head start thread's stack (reserved, used only as deep as it goes)
+
+
+def external_bytes(data: bytes, folder: str) -> int | None:
+    """The size of the files in ``folder`` that the model serialized in ``data`` keeps weights in
+    (0: it keeps none outside); None where that cannot be told: bytes the wire reader does not
+    follow, a file named outside ``folder`` (loading refuses it) or not there."""
+    locations = _wire.external_locations(data)
+    if locations is None:
+        return None
+    total = 0
+    for location in locations:
+        norm = location.replace("\\", "/")
+        if os.path.isabs(location) or norm.startswith("/") or ".." in norm.split("/"):
+            return None
+        try:
+            total += os.path.getsize(os.path.join(folder, location))
+        except OSError:
+            return None
+    return total
 
 
 class _ShapeRange(NamedTuple):

@@ -6,6 +6,11 @@ import re
 
 from partitioner.errors import OptionsError
 
+# The largest model (its file and the external data files it names) read whole a second time: by a
+# head start's build beside the compile path, or by a build that hands TensorRT the file as it is
+# (see trt_backend.engines.builder.file_as_is, trt_backend.engines.head_start).
+WHOLE_FILE_MAX_BYTES = 512 * 2**20
+
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
 

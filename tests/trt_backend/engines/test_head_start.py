@@ -142,6 +142,40 @@ def test_an_old_exporters_file_is_built_from_the_file_with_or_without_it(tmp_pat
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_model_keeping_its_weights_in_a_data_file_takes_it(tmp_path, spy, monkeypatch) -> None:
+    """Weights in an external data file (as PyTorch's exporter writes them by default): TensorRT
+    reads them beside the file, the head start's engine is taken, and the folder is the one a
+    build without a head start writes."""
+    model = onnx.load(small_cnn(str(tmp_path / "inline.onnx")))
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="cnn.onnx.data",
+              size_threshold=0)
+    with open(path, "rb") as f:
+        data = f.read()
+    assert head_start.external_bytes(data, str(tmp_path)) == os.path.getsize(path + ".data") > 0
+    assert main(["build", path, "-o", str(tmp_path / "head"), *SHAPES]) == 0
+    assert spy["started"][0] is not None and spy["claimed"] == spy["started"]
+    no_scratch(str(tmp_path))
+    without_head_start(monkeypatch)
+    assert main(["build", path, "-o", str(tmp_path / "plain"), *SHAPES]) == 0
+    assert folder(str(tmp_path / "head")) == folder(str(tmp_path / "plain"))
+
+
+def test_external_data_named_outside_the_models_folder_is_not_read(tmp_path) -> None:
+    """A location loading refuses (outside the model's folder), or a file that is not there: the
+    head start cannot tell the size, and does not build."""
+    inner = tmp_path / "m"
+    inner.mkdir()
+    (tmp_path / "outside.data").write_bytes(bytes(64))
+    for location in ("../outside.data", str(tmp_path / "outside.data"), "missing.data"):
+        t = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[16], data_location=TensorProto.EXTERNAL)
+        t.external_data.add(key="location", value=location)
+        graph = helper.make_graph([helper.make_node("Relu", ["w"], ["y"])], "g", [],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16])], [t])
+        data = helper.make_model(graph).SerializeToString()
+        assert head_start.external_bytes(data, str(inner)) is None, location
+
+
 def test_a_file_changed_after_the_head_start_read_it_builds_without_it(tmp_path, spy) -> None:
     """The model file is replaced by another (the same graph, other weights) after the head start
     read it: the engine is built from the file loaded, not taken from the head start."""
