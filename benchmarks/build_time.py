@@ -25,7 +25,7 @@ Medians of ``--repeat`` runs (the machines are shared). A report: it exits 0 eve
 fails.
 
     python benchmarks/build_time.py [--models light_resnet50,...] [--repeat 3] [--precision fp16] [--json OUT]
-    python benchmarks/build_time.py --cli [--cli-model resnet50.onnx[=x:1x3x224x224]] [--repeat 3]
+    python benchmarks/build_time.py --cli [--cli-model resnet50.onnx[=x:1x3x224x224]] [--external-data] [--repeat 3]
 """
 from __future__ import annotations
 
@@ -98,6 +98,15 @@ def resnet50(path: str | None) -> str:
         os.makedirs(os.path.dirname(out), exist_ok=True)
         subprocess.run([os.path.join(ZOO, "venv", "bin", "python"), "-c", _EXPORT, out], check=True,
                        capture_output=True)
+    return out
+
+
+def with_external_data(model: str, folder: str) -> str:
+    """``model`` saved into ``folder`` with every initializer of 1 KiB or more in one external data
+    file beside it; the new model's path."""
+    out = os.path.join(folder, os.path.basename(model))
+    onnx.save(onnx.load(model), out, save_as_external_data=True, all_tensors_to_one_file=True,
+              location=os.path.basename(model) + ".data", size_threshold=1024)
     return out
 
 
@@ -227,10 +236,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cli", action="store_true", help="section 3 only: the build command vs direct TensorRT")
     ap.add_argument("--cli-model", help="model for --cli, MODEL.onnx or MODEL.onnx=x:1x3x224x224,... (a fixed "
                     "profile for dynamic inputs; default: ResNet-50 from torchvision, exported once)")
+    ap.add_argument("--external-data", action="store_true", help="with --cli: the model saved again with its weights "
+                    "in an external data file beside it (as PyTorch's exporter writes them by default), and timed so")
     args = ap.parse_args(argv)
     if args.cli:
         path, _, shapes = (args.cli_model or "").partition("=")
-        return cli_rows(resnet50(path or None), args.repeat, shapes)
+        model = resnet50(path or None)
+        if not args.external_data:
+            return cli_rows(model, args.repeat, shapes)
+        with tempfile.TemporaryDirectory() as tmp:
+            return cli_rows(with_external_data(model, tmp), args.repeat, shapes)
     logging.basicConfig(level=logging.ERROR)
     flavor = load_flavor(args.flavor)
     light_dir = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
