@@ -395,17 +395,18 @@ def file_as_is(model: Model, segment_model: onnx.ModelProto) -> str | None:
     if not whole or not model.file_status or not isinstance(model.source, str) or model.rewritten \
             or not model.fix_kinds <= PARSER_NEUTRAL_FIXES:
         return None
+    path = os.path.abspath(model.source)
     external = sum(tensor_nbytes(t) or 0 for t in external_tensors(model.proto))
     if model.file_status[0] + external > WHOLE_FILE_MAX_BYTES:
         return None
+    if external and (model.base_dir is None or os.path.abspath(model.base_dir) != os.path.dirname(path)):
+        return None  # (its data files are read from another folder than the parser would read them from)
     try:
-        if file_status(os.stat(model.source)) != model.file_status:
+        if file_status(os.stat(path)) != model.file_status:
             return None
     except OSError:
         return None
-    return os.path.abspath(model.source)
-
-
+    return path
 
 
 def _parse_file(parser: Any, path: str) -> bool:

@@ -13,7 +13,9 @@ from partitioner import PartitionOptions, load_model, plan_model
 from partitioner.errors import OptionsError
 from tests.helpers import assert_plan_valid, model, vi
 from tests.support.graphs import CONV_RESIZE_PROFILE, conv_resize_conv
+from tests.support.small_cnn import small_cnn
 from trt_backend.engines.builder import (
+    file_as_is,
     BuildOptions,
     build_segment,
     compile_segment,
@@ -229,3 +231,34 @@ def test_full_tensorrt_cache_target_is_the_current_gpu() -> None:
     assert sm.isdigit() and int(sm) >= 50
     full = Flavor("tensorrt", "10.13.0", types.ModuleType("tensorrt"))
     assert build_target(full, BuildOptions()) == f"sm:{sm}"
+
+
+def test_a_whole_model_is_built_from_its_file_only_as_the_file_holds_it(tmp_path) -> None:
+    """``file_as_is`` names the model's file for a segment that is all of it, and nothing where the
+    file would build something else than what was loaded: weights read from another folder, the
+    file changed since, Q/DQ rewritten while loading, or a segment that is a part of it."""
+    path = small_cnn(str(tmp_path / "old.onnx"), old_format=True)
+    loaded = load_model(path)
+    whole = loaded.proto
+    assert file_as_is(loaded, whole) == os.path.abspath(path)
+    part = onnx.ModelProto()
+    part.CopyFrom(whole)
+    del part.graph.node[-1]
+    assert file_as_is(loaded, part) is None
+
+    data = str(tmp_path / "data")
+    os.mkdir(data)
+    external = str(tmp_path / "data" / "cnn.onnx")
+    onnx.save(onnx.load(path), external, save_as_external_data=True, location="cnn.data", size_threshold=0)
+    assert file_as_is(load_model(external), whole) == os.path.abspath(external)
+    os.replace(str(tmp_path / "data" / "cnn.data"), str(tmp_path / "cnn.data"))  # the weights moved beside
+    assert file_as_is(load_model(external, base_dir=str(tmp_path)), whole) is None
+
+    later = load_model(path)
+    onnx.save(onnx.load(path), path + ".new")
+    os.replace(path + ".new", path)
+    assert file_as_is(later, whole) is None
+
+    qdq = load_model(path)
+    qdq.rewritten["conv"] = "re-quantized"
+    assert file_as_is(qdq, whole) is None
