@@ -28,7 +28,7 @@ from partitioner.weights import (
     tensor_nbytes,
     uses_external_data,
 )
-from partitioner.wire import initializer_raw_lengths, matches
+from partitioner.wire import file_status, initializer_raw_lengths, matches
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Model:
     # (one learned at some input shapes holds those shapes); empty: the graph outputs' own
     output_types: tuple[onnx.TypeProto, ...] = ()
     # the size, modification time (ns), inode and device of the file the model was read from, as
-    # it was read; empty: not read from a file
+    # it was read (partitioner.wire.file_status); empty: not read from a file
     file_status: tuple[int, ...] = ()
 
     @property
@@ -120,16 +120,11 @@ def _read(source: ModelSource, base_dir: str | None
     return proto, name, base_dir, raw_lengths, status
 
 
-def file_status(info: os.stat_result) -> tuple[int, ...]:
-    """What ``Model.file_status`` records of a file: its size, modification time (ns), inode and device."""
-    return info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev
-
-
 def _read_file(path: str) -> tuple[onnx.ModelProto, RawLengths | None, tuple[int, ...]]:
-    """Parse the model file at ``path``, and its status (:func:`file_status`). A regular file is
-    mapped into memory and parsed from there, which spares a copy of its bytes (``read()`` of a
-    100 MB file costs about as long as parsing it); anything else (a pipe, a device, a file that
-    cannot be mapped) is read. (Another process cutting the file short while it is parsed would
+    """Parse the model file at ``path``, and its status (:func:`~partitioner.wire.file_status`). A
+    regular file is mapped into memory and parsed from there, which spares a copy of its bytes
+    (``read()`` of a 100 MB file costs about as long as parsing it); anything else (a pipe, a
+    device, a file that cannot be mapped) is read. (Another process cutting the file short while it is parsed would
     end this one with SIGBUS; the files this package writes are replaced by renaming, never
     rewritten in place.)"""
     try:

@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 
 from partitioner.errors import ModelLoadError, ModelTooLargeError
+from partitioner.wire import location_problem
 from partitioner.wire import Payload, initializer_payloads
 
 log = logging.getLogger(__name__)
@@ -116,13 +117,13 @@ def raw_nbytes(tensor: onnx.TensorProto) -> int:
 
 def check_location(location: str, tensor: str, where: str) -> None:
     """A location a model may name: relative, inside the model's folder, no ``..``."""
-    if not location:
+    problem = location_problem(location)
+    if problem == "empty":
         raise ModelLoadError(f"{where}: tensor '{tensor}' has external data without a location")
-    norm = location.replace("\\", "/")
-    if os.path.isabs(location) or norm.startswith("/") or (len(norm) > 1 and norm[1] == ":"):
+    if problem == "absolute":
         raise ModelLoadError(f"{where}: tensor '{tensor}' names its external data by the absolute path "
                              f"'{location}'; locations must be relative to the model's folder")
-    if ".." in norm.split("/"):
+    if problem == "outside":
         raise ModelLoadError(f"{where}: tensor '{tensor}' names external data '{location}' outside the model's "
                              "folder ('..' is refused)")
 

@@ -7,10 +7,14 @@ dtype need; asking the parsed message, ``len(tensor.raw_data)``, copies the byte
 hands a bytes field over as a new ``bytes`` object): ~30 ms for ResNet-50's 100 MB, where
 :func:`initializer_raw_lengths` reads the lengths in front of them. And a build folder that refers
 to the weights inside the user's model file (``--weights-by-reference``) needs where each one's
-bytes sit in that file: :func:`initializer_payloads`."""
+bytes sit in that file: :func:`initializer_payloads`. A build that hands TensorRT the model file
+early, before onnx is loaded, reads which external data files it names
+(:func:`external_locations`), whether each is one a model may name (:func:`location_problem`) and
+what it records of the file to tell later that it is still the one read (:func:`file_status`)."""
 from __future__ import annotations
 
 import mmap
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -167,6 +171,23 @@ def external_locations(view: Buffer) -> set[str] | None:
     except (_Unfollowed, UnicodeDecodeError):
         return None
     return found
+
+
+def location_problem(location: str) -> str | None:
+    """Why ``location`` is not a place a model may keep external data (it must be relative, inside
+    the model's folder, without ``..``): ``"absolute"``, ``"outside"`` or ``"empty"``; None where it may."""
+    if not location:
+        return "empty"
+    norm = location.replace("\\", "/")
+    if os.path.isabs(location) or norm.startswith("/") or (len(norm) > 1 and norm[1] == ":"):
+        return "absolute"
+    return "outside" if ".." in norm.split("/") else None
+
+
+def file_status(info: os.stat_result) -> tuple[int, int, int, int]:
+    """What a reader of a model file records of it, to tell later that a file is still the one it
+    read: its size, modification time (ns), inode and device."""
+    return info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev
 
 
 def initializer_payloads(view: Buffer) -> tuple[dict[str, Payload], list[tuple[int, int]]]:

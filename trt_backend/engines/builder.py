@@ -20,8 +20,9 @@ import onnx
 from onnx.inliner import inline_local_functions
 
 from partitioner.errors import ModelTooLargeError, OptionsError
-from partitioner.model import PARSER_NEUTRAL_FIXES, Model, file_status, serialize, structure_copy
+from partitioner.model import PARSER_NEUTRAL_FIXES, Model, serialize, structure_copy
 from partitioner.qdq import EMULATED_DOC
+from partitioner.wire import file_status
 from partitioner.weights import (
     external_tensors,
     is_external,

@@ -295,7 +295,7 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
     if len(jobs) == 1 and len(plan.segments) == 1 and plan.model is not None and rewrite is None and quantize is None:
         seg, model, ranges, _ = jobs[0]
         model_file = file_as_is(plan.model, model)
-        head = head_start.claim(plan.model, seg, model, ranges, options, flavor, plain=True)
+        head = head_start.claim(plan.model, seg, model, ranges, options, flavor, model_file)
     workers = max(1, min(_workers(plan, segments, options), len(jobs)))
     if jobs:
         _progress.progress("building %d engine(s) with %s, one at a time (%d segment(s) prepared at once)",

@@ -58,8 +58,6 @@ _options = lazy_module("trt_backend.engines.options")
 _flavor = lazy_module("trt_backend.tensorrt.flavor")
 _questions = lazy_module("trt_backend.tensorrt.questions")
 _wire = lazy_module("partitioner.wire")
-# Loaded by the time a build asks whether the engine is this one (the compile path has loaded it).
-_builder = lazy_module("trt_backend.engines.builder")
 
 ProfileSettings = list[dict[str, tuple[Any, ...]]]  # per profile: dynamic input -> (min, opt, max, values)
 
@@ -254,15 +252,16 @@ class HeadStart:
             self._child.kill()  # (a build in a process can be stopped)
 
     def fits(self, model: Any, segment: Any, segment_model: Any, ranges: Sequence[Mapping[str, Any]],
-             options: Any, flavor: Flavor, plain: bool) -> str | None:
+             options: Any, flavor: Flavor, model_file: str | None) -> str | None:
         """Why the engine of ``segment`` (of the plan of ``model``; built from ``segment_model`` at
-        ``ranges`` with ``options``) is not this head start's, or None when it is. ``plain``: the
-        segment is built as it is (no plugin rewrite, no quantization). Waits for the build."""
+        ``ranges`` with ``options``, with no plugin rewrite or quantization) is not this head
+        start's, or None when it is. ``model_file``: the file the segment is the whole of (see
+        :func:`trt_backend.engines.builder.file_as_is`). Waits for the build."""
         if model.source is None or not isinstance(model.source, str) or os.path.abspath(model.source) != self.path:
             return "another model"
-        if not plain or getattr(options, "precision", None) not in ("fp32", "tf32"):
+        if getattr(options, "precision", None) not in ("fp32", "tf32"):
             return "the segment is transformed before it is built"
-        if len(segment.nodes) != len(model.proto.graph.node) or _builder.file_as_is(model, segment_model) is None:
+        if len(segment.nodes) != len(model.proto.graph.node) or model_file != self.path:
             return "the segment is not the whole model as its file holds it"
         answer = self.answer()
         if answer is None or list(answer.get("file", ())) != list(model.file_status):
@@ -332,8 +331,7 @@ def external_bytes(data: bytes, folder: str) -> int | None:
         return None
     total = 0
     for location in locations:
-        norm = location.replace("\\", "/")
-        if os.path.isabs(location) or norm.startswith("/") or ".." in norm.split("/"):
+        if _wire.location_problem(location) is not None:
             return None
         try:
             total += os.path.getsize(os.path.join(folder, location))
@@ -460,16 +458,16 @@ def started_for(path: str) -> float | None:
 
 
 def claim(model: Any, segment: Any, segment_model: Any, ranges: Sequence[Mapping[str, Any]], options: Any,
-          flavor: Flavor, plain: bool) -> HeadStart | None:
-    """The pending head start if its engine is the one this segment would be built into (see
-    :meth:`HeadStart.fits`), taken off the pending slot; else None (the pending one is left for
-    :func:`discard`)."""
+          flavor: Flavor, model_file: str | None) -> HeadStart | None:
+    """The pending head start if its engine is the one this segment, built as it is (no plugin
+    rewrite or quantization), would be built into (see :meth:`HeadStart.fits`), taken off the
+    pending slot; else None (the pending one is left for :func:`discard`)."""
     global _pending
     with _lock:
         head = _pending
     if head is None:
         return None
-    why = head.fits(model, segment, segment_model, ranges, options, flavor, plain)
+    why = head.fits(model, segment, segment_model, ranges, options, flavor, model_file)
     if why is not None:
         log.debug("head start of %s not used: %s", head.path, why)
         return None

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 # Loaded in the child, after the fork: the parent goes on at once.
 _flavor = lazy_module("trt_backend.tensorrt.flavor")
 _questions = lazy_module("trt_backend.tensorrt.questions")
+_wire = lazy_module("partitioner.wire")  # (what an answer records of its file)
 
 MAX_BYTES = 256 * 2**20  # a larger file's own loading outlasts what the child saves
 
@@ -92,11 +93,6 @@ class FileAnswer(Protocol):
         """The answer is not wanted (what asked it may stop)."""
 
 
-def file_status(info: os.stat_result) -> list[int]:
-    """What an answer records of the file it is about (see :func:`file_unchanged`)."""
-    return [info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev]
-
-
 def file_unchanged(path: str, answer: dict[str, Any]) -> bool:
     """Whether the file ``path`` is still the one ``answer`` is about (size, modification time,
     inode, device)."""
@@ -104,7 +100,7 @@ def file_unchanged(path: str, answer: dict[str, Any]) -> bool:
         info = os.stat(path)
     except OSError:
         return False
-    return list(answer.get("file", ())) == file_status(info)
+    return list(answer.get("file", ())) == list(_wire.file_status(info))
 
 
 def answer_of(target: str, asked: Answer, info: os.stat_result) -> dict[str, Any]:
@@ -112,7 +108,7 @@ def answer_of(target: str, asked: Answer, info: os.stat_result) -> dict[str, Any
     a file as JSON-able values, as :meth:`EarlyParse.answer` gives it."""
     supported, pieces, errors = asked
     return {"target": target, "supported": supported, "pieces": [[list(n), v] for n, v in pieces],
-            "errors": {str(k): v for k, v in errors.items()}, "file": file_status(info)}
+            "errors": {str(k): v for k, v in errors.items()}, "file": list(_wire.file_status(info))}
 
 
 _current: FileAnswer | None = None
