@@ -54,6 +54,7 @@ MODELS = (
     "bert", "distilbert", "gpt2_with_past", "t5_encoder", "whisper_encoder", "clip_text", "clip_vision",
     "skl_scaler_mlp", "skl_scaler_logreg", "skl_random_forest", "skl_gradient_boosting",
     "qdq_resnet18_default", "qdq_resnet18_trt", "fp16_resnet18", "scripted_loop_if",
+    "resnet18_dynamo", "bert_dynamo",
     "fasterrcnn_mobilenet_v3_large_320_fpn", "ssdlite320_mobilenet_v3_large", "retinanet_resnet50_fpn",
     "fcos_resnet50_fpn", "maskrcnn_resnet50_fpn", "keypointrcnn_resnet50_fpn",
 )

@@ -453,6 +453,45 @@ def _scripted_loop_if(out: str) -> None:
                  {"x": {0: "batch"}, "logits": {0: "batch"}})
 
 
+# ---- PyTorch's dynamo exporter ------------------------------------------------------------
+
+def dynamo_export(model: Any, args: tuple[Any, ...], out: str, input_names: list[str],
+                  dynamic: dict[str, dict[int, str]]) -> None:
+    """``torch.onnx.export`` with the dynamo exporter, PyTorch's default since 2.9, as a user who
+    passes nothing else gets it: its own opset, its graph optimisations, and the weights in an
+    external data file beside the model (named after ``out`` less a ``.part`` suffix).
+    ``dynamic``: input -> {axis: dim name}, the same name for the same size."""
+    torch = _torch()
+    import tempfile
+
+    import onnx
+    dims: dict[str, Any] = {}
+    shapes = {n: {a: dims.setdefault(d, torch.export.Dim(d, min=1, max=512)) for a, d in axes.items()}
+              for n, axes in dynamic.items()}
+    model.eval()
+    final = out[:-len(".part")] if out.endswith(".part") else out
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
+        first = os.path.join(tmp, "model.onnx")
+        torch.onnx.export(model, args, first, input_names=input_names,
+                          dynamic_shapes=tuple(shapes.get(n, {}) for n in input_names), dynamo=True)
+        onnx.save(onnx.load(first), out, save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=os.path.basename(final) + ".data")
+
+
+@exporter("resnet18_dynamo")
+def _resnet18_dynamo(out: str) -> None:
+    _torch()
+    dynamo_export(_tv("resnet18")(), (_image_batch(),), out, ["x"], {"x": {0: "batch"}})
+
+
+@exporter("bert_dynamo")
+def _bert_dynamo(out: str) -> None:
+    torch = _torch()
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    args = (torch.randint(0, 100, (2, 16)), torch.ones(2, 16, dtype=torch.int64), torch.zeros(2, 16, dtype=torch.int64))
+    dynamo_export(_bert(), args, out, names, {n: {0: "batch", 1: "sequence"} for n in names})
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--list"]:
         print("\n".join(EXPORTERS))
