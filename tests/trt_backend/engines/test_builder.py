@@ -15,10 +15,10 @@ from tests.helpers import assert_plan_valid, model, vi
 from tests.support.graphs import CONV_RESIZE_PROFILE, conv_resize_conv
 from tests.support.small_cnn import small_cnn
 from trt_backend.engines.builder import (
-    file_as_is,
     BuildOptions,
     build_segment,
     compile_segment,
+    file_as_is,
 )
 from trt_backend.engines.fallback import build_engines, build_with_fallback
 from trt_backend.engines.report import BuildEvent
