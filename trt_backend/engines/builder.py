@@ -47,7 +47,7 @@ from trt_backend.engines.quantize import (
     with_fp16_remainder,
 )
 from trt_backend.errors import PrecisionError, SegmentBuildError
-from trt_backend.ort.sizes import WHOLE_FILE_MAX_BYTES
+from trt_backend.ort.sizes import WHOLE_FILE_MAX_BYTES, room_beside
 from trt_backend.profiles import TensorProfile, tensor_profile
 from trt_backend.tensorrt.flavor import (
     Flavor,
@@ -386,7 +386,8 @@ def file_as_is(model: Model, segment_model: onnx.ModelProto) -> str | None:
     parser reads it: every node, and loading changed nothing the parser reads otherwise (it named
     unnamed nodes, fitted the IR version, took weights also listed as inputs as constants:
     ``PARSER_NEUTRAL_FIXES``; no rewrite); a file of at most ``WHOLE_FILE_MAX_BYTES`` with its
-    external data (:mod:`trt_backend.ort.sizes`), unchanged since it was read. None otherwise.
+    external data and a quarter of the memory available (:func:`trt_backend.ort.sizes.room_beside`),
+    unchanged since it was read. None otherwise.
 
     Such a segment is built from the file as it is: the network TensorRT makes of the file is the
     segment's, but the names it gives layers where a node had none, and where it took weights
@@ -398,8 +399,8 @@ def file_as_is(model: Model, segment_model: onnx.ModelProto) -> str | None:
         return None
     path = os.path.abspath(model.source)
     external = sum(tensor_nbytes(t) or 0 for t in external_tensors(model.proto))
-    if model.file_status[0] + external > WHOLE_FILE_MAX_BYTES:
-        return None
+    if not room_beside(model.file_status[0] + external, WHOLE_FILE_MAX_BYTES):
+        return None  # (read whole beside what this process holds: as a head start is held)
     if external and (model.base_dir is None or os.path.abspath(model.base_dir) != os.path.dirname(path)):
         return None  # (its data files are read from another folder than the parser would read them from)
     try:

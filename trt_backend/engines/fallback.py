@@ -294,7 +294,9 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
     model_file = None  # the model's file, where the one segment is the whole of it built as it is
     if len(jobs) == 1 and len(plan.segments) == 1 and plan.model is not None and rewrite is None and quantize is None:
         seg, model, ranges, _ = jobs[0]
-        model_file = file_as_is(plan.model, model)
+        # (not within a memory budget: the file is read whole, where the segment's weights go to
+        # TensorRT by address)
+        model_file = file_as_is(plan.model, model) if options.max_build_memory is None else None
         head = head_start.claim(plan.model, seg, model, ranges, options, flavor, model_file)
     workers = max(1, min(_workers(plan, segments, options), len(jobs)))
     if jobs:
