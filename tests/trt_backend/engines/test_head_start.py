@@ -121,8 +121,9 @@ def test_an_old_exporters_file_is_built_from_the_file_with_or_without_it(tmp_pat
     nodes, takes the weights as constants and fits the IR version: nothing TensorRT's parser reads
     otherwise, but the names TensorRT gives layers differ (they are written into the engine). The
     head start's engine is taken, and a build without one hands TensorRT the file as it is too:
-    the same folder, byte for byte. Built from the loaded model instead (no file), the segment is
-    the same and the engine another (those names); the folder runs (emulated) as the model does."""
+    the same folder, byte for byte. Built from the loaded model instead (no file), or within a
+    memory budget (the file is not read whole there), the segment is the same and the engine
+    another (those names); the folder runs (emulated) as the model does."""
     model = small_cnn(str(tmp_path / "old.onnx"), old_format=True)
     assert main(["build", model, "-o", str(tmp_path / "head"), *SHAPES]) == 0
     assert spy["started"][0] is not None and spy["claimed"] == spy["started"]
@@ -135,6 +136,9 @@ def test_an_old_exporters_file_is_built_from_the_file_with_or_without_it(tmp_pat
     head, proto = folder(str(tmp_path / "head")), folder(str(tmp_path / "proto"))
     assert head["segment_0.onnx"] == proto["segment_0.onnx"]
     assert head["segment_0.engine"] != proto["segment_0.engine"]
+    # within a memory budget the file is not read whole: the segment's weights go by address
+    build(model, str(tmp_path / "budget"), PROFILES, SessionOptions(max_build_memory=8 << 30))
+    assert folder(str(tmp_path / "budget"))["segment_0.engine"] == proto["segment_0.engine"]
 
     x = np.random.default_rng(0).standard_normal((3, 3, 16, 16)).astype(np.float32)
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
