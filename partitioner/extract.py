@@ -7,6 +7,7 @@ import onnx
 
 from partitioner.graph import GraphIndex, subgraphs
 from partitioner.model import Model, fitting_ir_version
+from partitioner.rules import INPUT_DTYPES
 
 
 def boundary(index: GraphIndex, nodes: Collection[int], copies: Collection[int] = (),
@@ -17,7 +18,12 @@ def boundary(index: GraphIndex, nodes: Collection[int], copies: Collection[int] 
 
     ``copies``: constant-only nodes of other segments copied in; they are read from like members
     but produce no outputs. ``shared``: nodes every other reader has its own copy of; their
-    tensors are outputs only when they are graph outputs."""
+    tensors are outputs only when they are graph outputs.
+
+    Every node of the graph has the graph's own interface, as TensorRT's parser makes a network
+    of the model's file: the graph's inputs in its order, and its outputs in its order. An input
+    no node reads is one too where it is a tensor of a type TensorRT holds (the parser makes a
+    network input of it, and keeps it in the engine; see :func:`_held_input`)."""
     members = set(nodes)
     shared_set = set(shared)
     ordered = index.ordered(members)
@@ -46,7 +52,21 @@ def boundary(index: GraphIndex, nodes: Collection[int], copies: Collection[int] 
     if not outputs:  # a dead-end group: expose what nothing inside reads
         outputs = [o for i in ordered for o in index.writes[i]
                    if not any(c in members for c in index.consumers.get(o, ()))]
+    elif len(members) == len(index.reads):  # the whole graph (every output one of the graph's)
+        read = set(inputs)
+        inputs = [n for n in index.graph_inputs if n in read or _held_input(index, n)]
+        written = set(outputs)
+        outputs = [n for n in dict.fromkeys(index.graph_outputs) if n in written]
     return inputs, outputs
+
+
+def _held_input(index: GraphIndex, name: str) -> bool:
+    """Whether graph input ``name``, which no node reads, is a network input of the engine TensorRT
+    builds of the model's file, as the file types it: a tensor of a type the parser takes as it is
+    (``INPUT_DTYPES``), not an initializer."""
+    tp = index.types.get(name)
+    return (name not in index.initializers and tp is not None and tp.WhichOneof("value") == "tensor_type"
+            and tp.tensor_type.elem_type in INPUT_DTYPES)
 
 
 def _value_info(name: str, tp: onnx.TypeProto | None) -> onnx.ValueInfoProto:

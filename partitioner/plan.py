@@ -158,23 +158,11 @@ class Plan:
         if self.model is None:
             raise OptionsError("this plan was read from JSON without its model; plan the model again")
         seg = self.segments[segment_id]
-        inputs, outputs = seg.inputs, seg.outputs
-        graph = self.model.proto.graph
-        if len(set(seg.nodes)) == len(graph.node):  # The whole model: its inputs and outputs in its own order.
-            inputs = _in_order(inputs, [v.name for v in graph.input])
-            outputs = _in_order(outputs, [v.name for v in graph.output])
-        return extract(self.model, seg.members, name=f"segment_{seg.id}", inputs=inputs, outputs=outputs,
+        return extract(self.model, seg.members, name=f"segment_{seg.id}", inputs=seg.inputs, outputs=seg.outputs,
                        initializer=initializer)
 
     def tensorrt_segments(self) -> list[Segment]:
         return [s for s in self.segments if s.backend == "tensorrt"]
-
-
-def _in_order(names: tuple[str, ...], order: Sequence[str]) -> tuple[str, ...]:
-    """``names`` in the order of ``order`` where they are the same names (a segment holding the whole
-    model lists the model's inputs and outputs as the model does, as TensorRT does when handed the
-    model's file); else as they are."""
-    return tuple(order) if len(names) == len(order) and set(names) == set(order) else names
 
 
 def validate_options(model: Model, options: PartitionOptions) -> None:

@@ -21,6 +21,12 @@ _UNSUPPORTED_DTYPES: dict[int, str] = {
     onnx.TensorProto.COMPLEX128: "complex128",
 }
 
+# Element types TensorRT's parser makes a network input of as they are (it reads a double input as
+# float, and refuses the rest: unsigned ints but uint8, int16, the float8 kinds but e4m3fn, ...).
+INPUT_DTYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+                          onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL,
+                          onnx.TensorProto.INT32, onnx.TensorProto.INT64})
+
 
 def type_problem(tp: onnx.TypeProto | None) -> str | None:
     """Why a value of this type cannot cross into TensorRT, or None."""

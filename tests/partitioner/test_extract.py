@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 
 from partitioner import PartitionOptions, plan_model
-from partitioner.extract import extract
+from partitioner.extract import boundary, extract
 from partitioner.model import check_model, load_model
 from tests.helpers import (
     assert_plan_valid,
@@ -133,3 +133,31 @@ def test_a_deep_chain_of_local_functions_comes_along() -> None:
     m = model(nodes, [vi("x", ["N"])], [vi("y", ["N"])], extra_opsets=[("my.fn", 1)])
     m.functions.extend(fns)
     assert [f.name for f in _used_functions(m, m.graph.node)] == sorted(f"F{k}" for k in range(depth))
+
+
+def test_every_node_has_the_graphs_own_interface_in_its_order(oracle) -> None:
+    """A node set holding every node has the graph's inputs and outputs in the graph's order (as
+    TensorRT's parser makes a network of the model's file), inputs no node reads included where
+    the parser makes a network input of them (an int64 one; not a string one, which it cannot
+    hold, nor a default listed as an input too); part of the graph keeps its first-read and
+    production order."""
+    nodes = [helper.make_node("Mul", ["a", "b"], ["m"], name="mul"),
+             helper.make_node("Relu", ["m"], ["late"], name="relu"),
+             helper.make_node("Neg", ["b"], ["early"], name="neg")]
+    inputs = [vi("tag", [1], onnx.TensorProto.STRING), vi("b", ["N", 4]), vi("length", [1], onnx.TensorProto.INT64),
+              vi("a", ["N", 4]), vi("scale", [1])]
+    m = load_model(model(nodes, inputs, [vi("early", ["N", 4]), vi("late", ["N", 4])],
+                         [const("scale", np.ones((1,), np.float32))]))
+    assert boundary(m.index, range(3)) == (["b", "length", "a"], ["early", "late"])
+    assert boundary(m.index, [0, 1]) == (["a", "b"], ["late"])
+    plan = plan_model(m, oracle, PartitionOptions(min_segment_size=1))  # (TensorRT's parser asked of it whole)
+    (seg,) = plan.segments
+    assert (seg.backend, plan.oracle_calls) == ("tensorrt", 1)
+    whole = plan.extract(seg.id)
+    assert [v.name for v in whole.graph.input] == ["b", "length", "a"]
+    assert [v.name for v in whole.graph.output] == ["early", "late"]
+    feeds = {"a": np.ones((2, 4), np.float32), "b": np.full((2, 4), -2, np.float32), "length": np.array([3])}
+    early, late = ort_session(whole).run(None, feeds)
+    np.testing.assert_array_equal(early, np.full((2, 4), 2, np.float32))
+    np.testing.assert_array_equal(late, np.zeros((2, 4), np.float32))
+
