@@ -253,6 +253,74 @@ def test_a_model_listing_its_inputs_otherwise_than_it_reads_them(tmp_path, spy, 
     assert folder(str(tmp_path / "head")) == folder(str(tmp_path / "plain"))
 
 
+def test_a_model_with_an_input_no_node_reads_takes_it(tmp_path, spy, monkeypatch) -> None:
+    """An input no node reads (Paddle2ONNX's LAC lists a ``length`` its GRUs never read): TensorRT's
+    parser makes a network input of it and keeps it in the engine, so the segment holding the
+    whole model has it too. The planner takes the early parse's answer, the head start's engine
+    is the engine, byte for byte, and the folder runs as ONNX Runtime runs the model, fed it."""
+    w = numpy_helper.from_array(np.full((1, 8), 0.5, np.float32), "w")
+    nodes = [helper.make_node(op, ins, [out], name=out)
+             for op, ins, out in (("Add", ["a", "w"], "t0"), ("Relu", ["t0"], "t1"), ("Mul", ["t1", "w"], "t2"),
+                                  ("Sigmoid", ["t2"], "t3"), ("Add", ["t3", "w"], "t4"), ("Relu", ["t4"], "y"))]
+    graph = helper.make_graph(nodes, "unread", [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 8]),
+                                                helper.make_tensor_value_info("length", TensorProto.INT64, ["B"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = str(tmp_path / "unread.onnx")
+    onnx.save(model, path)
+    shapes = ["--shapes", "a:2x8,length:1"]
+    assert main(["build", path, "-o", str(tmp_path / "head"), *shapes]) == 0
+    assert spy["claimed"] == spy["started"] and spy["started"][0] is not None
+    segment = onnx.load(str(tmp_path / "head" / "segment_0.onnx"))
+    assert [v.name for v in segment.graph.input] == ["a", "length"]
+    without_head_start(monkeypatch)
+    assert main(["build", path, "-o", str(tmp_path / "plain"), *shapes]) == 0
+    assert folder(str(tmp_path / "head")) == folder(str(tmp_path / "plain"))
+    feeds = {"a": np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8), "length": np.array([2], np.int64)}
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = Session.load(str(tmp_path / "head"), SessionOptions(emulate=True)).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _paddle_like(path: str, dims: list[Any]) -> str:
+    """small_cnn's model with its input's dims declared as Paddle2ONNX declares them (-1, "?")."""
+    model = onnx.load(small_cnn(path))
+    shape = model.graph.input[0].type.tensor_type.shape
+    for d, value in zip(shape.dim, dims):
+        d.Clear()
+        if isinstance(value, str):
+            d.dim_param = value
+        else:
+            d.dim_value = value
+    onnx.save(model, path)
+    return path
+
+
+def test_dims_the_parser_reads_as_dynamic_too_build_from_the_file(tmp_path, spy, monkeypatch) -> None:
+    """Loading takes -1 and "?" as unknown dims. Where TensorRT's parser reads the file's dims as
+    dynamic too (-1, one "?": PP-OCR's recognisers), the head start's engine is taken and the folder
+    is the one a build without it writes; where it reads them otherwise ("?" for the batch, the
+    height and the width holds them equal) none is, and the build runs at other heights and widths,
+    as ONNX Runtime does."""
+    one = _paddle_like(str(tmp_path / "one.onnx"), [-1, 3, "?", 16])
+    shapes = ["--shapes", "x:2x3x16x16"]
+    assert main(["build", one, "-o", str(tmp_path / "head"), *shapes]) == 0
+    assert spy["claimed"] == spy["started"] and spy["started"][0] is not None
+    no_scratch(str(tmp_path))
+    many = _paddle_like(str(tmp_path / "many.onnx"), ["?", 3, "?", "?"])
+    assert main(["build", many, "-o", str(tmp_path / "many"), "--shapes", "x:2x3x16x24"]) == 0
+    assert spy["started"][-1] is not None and spy["claimed"][-1] is None
+    no_scratch(str(tmp_path))
+    without_head_start(monkeypatch)
+    assert main(["build", one, "-o", str(tmp_path / "plain"), *shapes]) == 0
+    assert folder(str(tmp_path / "head")) == folder(str(tmp_path / "plain"))
+    x = np.random.default_rng(1).standard_normal((2, 3, 16, 24)).astype(np.float32)
+    want = ort.InferenceSession(many, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = Session.load(str(tmp_path / "many"), SessionOptions(emulate=True)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_an_engine_from_the_cache_leaves_no_head_start_behind(tmp_path, spy) -> None:
     """The second build differs only in an option the engine does not depend on: its engine comes
     from the engine cache, and the head start it claimed is removed all the same."""
