@@ -283,12 +283,15 @@ def described_output(computed: onnx.TypeProto, declared: onnx.TypeProto, own: Co
     return out
 
 
-# The kinds of fix loading makes. The first three leave what TensorRT's parser makes of the model as
-# the file's own: node names (the parser names nodes by index), the IR version, and weights an old
-# exporter also listed as graph inputs (the parser takes such an input as its initializer).
+# The kinds of fix loading makes. The first four leave what TensorRT's parser makes of the model as
+# the file's own: node names (the parser names nodes by index), the IR version, weights an old
+# exporter also listed as graph inputs (the parser takes such an input as its initializer), and
+# dims declared -1 or "?" that the parser reads as dynamic too (it reads declared dims of the
+# main graph's inputs only; see _unknown_dims). Input dims it reads otherwise are FIX_INPUT_DIMS.
 FIX_NODE_NAMES, FIX_IR_VERSION, FIX_CONSTANT_INPUTS = "node names", "IR version", "constant inputs"
-FIX_UNKNOWN_DIMS, FIX_OUTPUT_SHAPES, FIX_QDQ = "unknown dims", "output shapes", "Q/DQ rewrite"
-PARSER_NEUTRAL_FIXES = frozenset({FIX_NODE_NAMES, FIX_IR_VERSION, FIX_CONSTANT_INPUTS})
+FIX_UNKNOWN_DIMS, FIX_INPUT_DIMS = "unknown dims", "input dims"
+FIX_OUTPUT_SHAPES, FIX_QDQ = "output shapes", "Q/DQ rewrite"
+PARSER_NEUTRAL_FIXES = frozenset({FIX_NODE_NAMES, FIX_IR_VERSION, FIX_CONSTANT_INPUTS, FIX_UNKNOWN_DIMS})
 
 
 class _Fixes(list[str]):
@@ -374,8 +377,19 @@ def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: _Fixes) -> None:
     check, of a tensor it cannot type, has its 0 dims made unknown: see _infer_shapes). Dims named
     "?", which Paddle2ONNX writes for every dynamic dim, become unknown too: a name says that the
     dims holding it are equal, and TensorRT holds a model to that (an image's height and width both
-    named "?" cannot differ), while ONNX Runtime does not."""
+    named "?" cannot differ), while ONNX Runtime does not.
+
+    TensorRT's parser reads the declared dims of the main graph's inputs only: -1 as dynamic, 0 as
+    an empty dim, a name as dynamic and equal to every other input dim of that name. A fix it reads
+    otherwise (a 0, or a "?" on two dims or more of the inputs) is of kind FIX_INPUT_DIMS; the
+    rest are FIX_UNKNOWN_DIMS, which a build may hand TensorRT the file for as it is."""
     found: list[str] = []
+    weights = {t.name for t in graph.initializer}
+    inputs = [vi for vi in graph.input if vi.name not in weights and vi.type.WhichOneof("value") == "tensor_type"]
+    unnamed = sum(d.WhichOneof("value") == "dim_param" and d.dim_param == "?"
+                  for vi in inputs for d in vi.type.tensor_type.shape.dim)
+    parser_read = {id(vi) for vi in inputs}
+    read_otherwise: list[str] = []  # (of found: dims the parser reads otherwise)
 
     def visit(g: onnx.GraphProto, scope: str) -> None:
         for node in g.node:
@@ -393,6 +407,9 @@ def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: _Fixes) -> None:
                                             or d.dim_value < 0):
                     declared = repr(d.dim_param) if d.dim_param else str(d.dim_value)
                     found.append(f"{scope}{vi.name}[{axis}]={declared}")
+                    if id(vi) in parser_read and (d.dim_value == 0 if d.WhichOneof("value") == "dim_value"
+                                                  else unnamed > 1):
+                        read_otherwise.append(found[-1])
                     d.Clear()
 
     visit(graph, "")
@@ -400,7 +417,8 @@ def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: _Fixes) -> None:
         shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
         log.warning("%s: %d dim(s) declared as -1, 0 or '?' (%s) taken as unknown dims, as ONNX Runtime takes them",
                     name, len(found), shown)
-        fixes.add(FIX_UNKNOWN_DIMS, f"{len(found)} dim(s) declared as -1, 0 or '?' taken as unknown")
+        fixes.add(FIX_INPUT_DIMS if read_otherwise else FIX_UNKNOWN_DIMS,
+                  f"{len(found)} dim(s) declared as -1, 0 or '?' taken as unknown")
 
 
 def _names_not_utf8(proto: onnx.ModelProto) -> tuple[str, bytes | str] | None:

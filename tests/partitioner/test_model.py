@@ -11,7 +11,14 @@ import pytest
 from onnx import TensorProto, helper
 
 from partitioner import InvalidModelError, ModelLoadError, TrtBackendError, load_model
-from partitioner.model import _parse, check_model
+from partitioner.model import (
+    FIX_INPUT_DIMS,
+    FIX_NODE_NAMES,
+    FIX_UNKNOWN_DIMS,
+    PARSER_NEUTRAL_FIXES,
+    _parse,
+    check_model,
+)
 from tests.helpers import const, model, vi
 
 
@@ -345,6 +352,29 @@ def test_shape_inference_failing_with_a_value_error_is_not_fatal(caplog) -> None
         onnx.shape_inference.infer_shapes(m)
     _infer_shapes(m, "m.onnx")
     assert "m.onnx: shape inference failed, continuing without it: Invalid tensor data type 99" in caplog.text
+
+
+@pytest.mark.parametrize("inputs, kind", [
+    ([[-1, 3, "?", "w"]], FIX_UNKNOWN_DIMS),  # (Paddle2ONNX's recognisers: one "?", the parser's -1 alike)
+    ([[-1, 3, 8, 8], [-1, 3, 8, 8]], FIX_UNKNOWN_DIMS),
+    ([["?", 3, "?", "?"]], FIX_INPUT_DIMS),  # (the parser holds dims of one name equal)
+    ([["?", 3, 8, 8], ["?", 3, 8, 8]], FIX_INPUT_DIMS),
+    ([[0, 3, 8, 8]], FIX_INPUT_DIMS),  # (the parser reads 0 as an empty dim)
+])
+def test_unknown_dims_are_parser_neutral_where_tensorrt_reads_them_as_dynamic_too(inputs, kind) -> None:
+    """TensorRT's parser reads the declared dims of the main graph's inputs only, -1 as dynamic, 0
+    as empty, and a name as dynamic and equal to every input dim of that name. Taking -1, 0 or "?"
+    as unknown leaves the model as the parser reads its file (a build may hand it the file) unless
+    an input had a 0 or a "?" on two dims; -1, 0 and "?" in outputs never matter to it."""
+    names = [f"x{k}" for k in range(len(inputs))]
+    nodes = [helper.make_node("Relu", [n], [f"r{k}"]) for k, n in enumerate(names)]
+    outs = [vi(f"r{k}", ["?", 0, -1, "?"]) for k in range(len(names))]
+    loaded = load_model(model(nodes, [vi(n, dims) for n, dims in zip(names, inputs)], outs))
+    assert loaded.fix_kinds == {kind, FIX_NODE_NAMES}
+    assert (kind in PARSER_NEUTRAL_FIXES) == (kind == FIX_UNKNOWN_DIMS)
+    declared = [[d.dim_value or d.dim_param or None for d in v.type.tensor_type.shape.dim]
+                for v in loaded.proto.graph.input]
+    assert declared == [[None if d in ("?", 0, -1) else d for d in dims] for dims in inputs]
 
 
 def test_tensors_of_unknown_data_type_are_one_error_naming_them() -> None:
