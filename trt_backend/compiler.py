@@ -241,13 +241,15 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
         profiles_of = PlanMemo(derive, (plan, derived))
         cache = EngineCache(opts.cache_dir, allow_host_code=opts.allow_host_code) if opts.cache_dir else None
         rewrite = plugin_rewrite(plan, flavor)
+        # (before the build: where a head start builds the model's file, beside it)
+        _check_runs_at_max_shapes(the_model, profiles, opts)
         result = build_with_fallback(plan, profiles_of, opts.build, cache, flavor=flavor,
                                      min_segment_size=opts.partition.min_segment_size,
                                      boundary_cost=opts.partition.boundary_cost, rewrite=rewrite,
                                      progress=progress, quantizer=quantizer, max_segment_weights=max_weights,
                                      engine_dir=engine_dir)
         plan, derived, given, report = result.plan, profiles_of(result.plan), dict(result.engines), result.report
-        _check_runs_at_profiles(the_model, profiles, report, opts)
+        _check_runs_where_refused(the_model, profiles, report, opts)
         if rewrite is None:  # A plugin rewrite's form runs only in TensorRT: made again below, without it.
             fresh = dict(result.models)
     elif trt and opts.build.precision not in ("fp32", "tf32"):
@@ -300,54 +302,29 @@ def _weight_limit(options: SessionOptions, plan: Plan) -> int | None:
     return limit
 
 
-def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] | None, report: BuildReport,
-                            options: SessionOptions) -> None:
-    """A ProfileError where the model cannot run at the shapes a build was made for, told by one
-    run of the whole model in ONNX Runtime there: at each profile's opt shapes where TensorRT's
-    builder refused nodes (a Reshape to a fixed size given another batch), at its max shapes where
-    the graph's position ids may reach past their table there (:meth:`DimBounds.table_overruns`:
-    GPT-2 given more positions than it has), or where indices made from shapes pick from rows the
-    bounds cannot tell (:meth:`DimBounds.unproven_gathers`: GPT-2 given a mask shorter than its
-    cache and tokens). A folder built for such shapes would fail at every run; a builder's refusal
-    at shapes the model runs at stays a demotion. Where an If or Loop chooses on input values, a
-    failure on random inputs is a warning (real inputs may take another branch), but for positions
-    past a table; so is a failure at a node other than the Gathers whose indices the bounds
-    cannot size (random values the model does not take). Not run where the model's weights, held
-    twice (its own and ONNX Runtime's), would not fit the build's memory budget or what is free."""
+def _check_runs_at_max_shapes(model: Model, profiles: Sequence[Mapping[str, Any]] | None,
+                              options: SessionOptions) -> None:
+    """A ProfileError where the model cannot run at the max shapes of a profile a build is for,
+    told by one run of the whole model in ONNX Runtime there: where the graph's position ids may
+    reach past their table (:meth:`DimBounds.table_overruns`: GPT-2 given more positions than it
+    has), or where indices made from shapes pick from rows the bounds cannot tell
+    (:meth:`DimBounds.unproven_gathers`: GPT-2 given a mask shorter than its cache and tokens). A
+    folder built for such shapes would fail at every run. Where an If or Loop chooses on input
+    values, a failure on random inputs is a warning (real inputs may take another branch), but for
+    positions past a table; so is a failure at a node other than the Gathers whose indices the
+    bounds cannot size (random values the model does not take). Not run where the model's weights
+    would not fit twice (see :func:`_room_to_run`)."""
     shapes = profile_shapes(profiles)
-    refused = bool(profiles) and any(d.reason.startswith("TensorRT build failed") for d in report.demoted)
     valued = valued_tensors(model)
     bounds = [DimBounds(model, top) for top in shapes[2::3]]
     overruns = [b.table_overruns() for b in bounds]
     unproven = [b.unproven_gathers(valued) for b in bounds]
-    if not refused and not any(overruns) and not any(unproven):
-        return
-    try:
-        room = build_room(options.build.max_build_memory, 0)
-    except OptionsError:
-        room = None
-    if room is None:
-        return  # (nothing tells what would fit)
-    weights = weight_bytes(model.index, range(len(model.proto.graph.node)))
-    if 2 * weights > room.room:
-        log.info("%s: not run in ONNX Runtime at the profiles' shapes: its %s of weights would not fit the build's "
-                 "memory", model.source, si_bytes(weights))
+    if (not any(overruns) and not any(unproven)) or not _room_to_run(model, options):
         return
     chooser = _branch_on_values(model, valued)
-    for k, opt in enumerate(opt_shapes(shapes)):
-        why = run_failure(model, opt) if refused else None
-        if why is not None and chooser is not None:  # (random data may take a branch real data never takes)
-            log.warning("%s: ONNX Runtime fails at the opt shapes of profile %d (%s) on seeded random inputs, where "
-                        "TensorRT's builder refused nodes too; the model's %s chooses on its inputs' values, so "
-                        "real inputs may run there (check the folder with trt-backend run DIR --inputs REAL.npz): "
-                        "%s", model.source, k, named_shapes(opt), chooser, why)
-        elif why is not None:
-            raise ProfileError(f"{model.source}: the model cannot run at the opt shapes of profile {k} "
-                               f"({named_shapes(opt)}): TensorRT's builder refused nodes there and ONNX Runtime fails "
-                               f"there too (on seeded random inputs, as run and compare draw them): {why}")
-        if k >= len(overruns) or not (overruns[k] or unproven[k]):
+    for k, top in enumerate(shapes[2::3]):
+        if not (overruns[k] or unproven[k]):
             continue
-        top = shapes[3 * k + 2]
         why = run_failure(model, top)
         if why is None:
             continue
@@ -367,6 +344,48 @@ def _check_runs_at_profiles(model: Model, profiles: Sequence[Mapping[str, Any]] 
                     model.source, k, named_shapes(top),
                     f"; the model's {chooser} chooses on its inputs' values" if chooser is not None else
                     " at a node other than those its shapes index", why)
+
+
+def _check_runs_where_refused(model: Model, profiles: Sequence[Mapping[str, Any]] | None, report: BuildReport,
+                              options: SessionOptions) -> None:
+    """A ProfileError where TensorRT's builder refused nodes at the shapes a build was made for (a
+    Reshape to a fixed size given another batch) and the model cannot run there either, told by
+    one run of the whole model in ONNX Runtime at each profile's opt shapes: a folder built for
+    them would fail at every run, where a builder's refusal at shapes the model runs at stays a
+    demotion. Where an If or Loop chooses on input values, a failure on random inputs is a warning.
+    Not run where the model's weights would not fit twice (see :func:`_room_to_run`)."""
+    if not profiles or not any(d.reason.startswith("TensorRT build failed") for d in report.demoted) \
+            or not _room_to_run(model, options):
+        return
+    chooser = _branch_on_values(model, valued_tensors(model))
+    for k, opt in enumerate(opt_shapes(profile_shapes(profiles))):
+        why = run_failure(model, opt)
+        if why is not None and chooser is not None:  # (random data may take a branch real data never takes)
+            log.warning("%s: ONNX Runtime fails at the opt shapes of profile %d (%s) on seeded random inputs, where "
+                        "TensorRT's builder refused nodes too; the model's %s chooses on its inputs' values, so "
+                        "real inputs may run there (check the folder with trt-backend run DIR --inputs REAL.npz): "
+                        "%s", model.source, k, named_shapes(opt), chooser, why)
+        elif why is not None:
+            raise ProfileError(f"{model.source}: the model cannot run at the opt shapes of profile {k} "
+                               f"({named_shapes(opt)}): TensorRT's builder refused nodes there and ONNX Runtime fails "
+                               f"there too (on seeded random inputs, as run and compare draw them): {why}")
+
+
+def _room_to_run(model: Model, options: SessionOptions) -> bool:
+    """Whether the whole model may run in ONNX Runtime beside a build: its weights, held twice
+    (its own and ONNX Runtime's), fit the build's memory budget or what is free."""
+    try:
+        room = build_room(options.build.max_build_memory, 0)
+    except OptionsError:
+        room = None
+    if room is None:
+        return False  # (nothing tells what would fit)
+    weights = weight_bytes(model.index, range(len(model.proto.graph.node)))
+    if 2 * weights > room.room:
+        log.info("%s: not run in ONNX Runtime at the profiles' shapes: its %s of weights would not fit the build's "
+                 "memory", model.source, si_bytes(weights))
+        return False
+    return True
 
 
 def _branch_on_values(model: Model, valued: Collection[str]) -> str | None:
