@@ -20,12 +20,18 @@ TensorRT-RTX ahead-of-time builds.
    torchvision (random weights, 98 MiB;
    ``--cli-model``, default the zoo's ``resnet50.onnx``, exported on first use with the zoo venv),
    a one-segment model. The four are run in turn, ``--repeat`` rounds, medians.
+4. ``--sweep``: the plain build against the direct one (as in 3) on every model of the trained
+   zoo (``benchmarks/conformance/trained_zoo.py``, its wheels fetched into its cache on first use;
+   the opt shapes of each model's first profile) and of the exported zoo
+   (``benchmarks/conformance/zoo_export.py``, where it was exported) that the direct build takes
+   whole, a row each, and how many are within 1.3x.
 
 Medians of ``--repeat`` runs (the machines are shared). A report: it exits 0 even when a target
 fails.
 
     python benchmarks/build_time.py [--models light_resnet50,...] [--repeat 3] [--precision fp16] [--json OUT]
     python benchmarks/build_time.py --cli [--cli-model resnet50.onnx[=x:1x3x224x224]] [--external-data] [--repeat 3]
+    python benchmarks/build_time.py --sweep [--only REGEX] [--repeat 3]
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -44,6 +51,7 @@ import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.conformance import trained_zoo
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.config import configure
 from trt_backend.engines.cache import EngineCache
@@ -79,6 +87,7 @@ if len(sys.argv) > 3 and sys.argv[3]:  # name:1x3x224x224,... a fixed profile, a
         profile.set_shape(name, shape, shape, shape)
     config.add_optimization_profile(profile)
 engine = builder.build_serialized_network(network, config)
+assert engine is not None, "build failed"
 open(sys.argv[2], "wb").write(engine)
 """
 _EXPORT = """
@@ -179,6 +188,71 @@ def cli_rows(model: str, repeat: int, shapes: str = "") -> int:
     return 0
 
 
+# The exported zoo (benchmarks/conformance/zoo_export.py) at one fixed profile each: the models
+# TensorRT takes whole (the detectors, GPT-2 with its cache and the sklearn models it does not).
+ZOO_SHAPES = {
+    "resnet18": "x:1x3x224x224", "resnet18_dynamo": "x:1x3x224x224", "resnet50": "x:1x3x224x224",
+    "mobilenet_v3_small": "x:1x3x224x224", "efficientnet_b0": "x:1x3x224x224", "convnext_tiny": "x:1x3x224x224",
+    "vit_tiny": "x:1x3x96x96", "clip_vision": "pixel_values:1x3x64x64", "whisper_encoder": "input_features:1x80x200",
+    "bert": "input_ids:1x128,attention_mask:1x128,token_type_ids:1x128",
+    "bert_dynamo": "input_ids:1x128,attention_mask:1x128,token_type_ids:1x128",
+    "distilbert": "input_ids:1x128,attention_mask:1x128", "t5_encoder": "input_ids:1x32,attention_mask:1x32",
+    "clip_text": "input_ids:1x16,attention_mask:1x16", "deeplabv3_mobilenet_v3_large": "x:1x3x256x256",
+    "lraspp_mobilenet_v3_large": "x:1x3x256x256", "fp16_resnet18": "", "qdq_resnet18_trt": "",
+}
+
+
+def sweep_models() -> list[tuple[str, str, str]]:
+    """(name, path, shapes) for ``--sweep``: the trained zoo's models (fetched into its cache on
+    first use) at the opt shapes of their first profile, then the exported zoo's that are there."""
+    cache = trained_zoo.Cache(trained_zoo.DEFAULT_CACHE)
+    out = []
+    for entry in trained_zoo.ENTRIES:
+        shapes = ",".join(f"{name}:{'x'.join(map(str, dims[1]))}" for name, dims in entry.profiles[0].items()) \
+            if entry.profiles else ""
+        out.append((entry.name, cache.model(entry)[0], shapes))
+    for name, shapes in ZOO_SHAPES.items():
+        path = os.path.join(ZOO, "models", name + ".onnx")
+        if os.path.exists(path):
+            out.append((name, path, shapes))
+    return out
+
+
+def sweep_rows(repeat: int, only: str | None) -> int:
+    """``--sweep``: the build command against the bare TensorRT parse + build, in turn, on every
+    model of :func:`sweep_models` the bare build takes whole; a row per model."""
+    py = sys.executable
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "partitioner", "plugins", "trt_backend"], cwd=ROOT,
+                   check=True, env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+    ratios: dict[str, float] = {}
+    print(f"processes with start-up, median of {repeat}; build/direct <= {CLI_TARGET}")
+    print(f"{'model':<30}{'direct s':>9}{'build s':>9}{'ratio':>7}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, path, shapes in sweep_models():
+            if only and not re.search(only, name):
+                continue
+            probe = subprocess.run([py, "-c", _DIRECT, path, os.path.join(tmp, "probe.engine"), shapes],
+                                   capture_output=True, text=True)
+            if probe.returncode != 0:
+                last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+                print(f"{name:<30}  not taken whole by the bare build: {last[:80]}")
+                continue
+            direct, ours = [], []
+            for k in range(repeat):
+                direct.append(_wall([py, "-c", _DIRECT, path, os.path.join(tmp, f"{name}{k}.engine"), shapes]))
+                ours.append(_wall([py, "-m", "trt_backend", "build", path, "-o", os.path.join(tmp, f"{name}{k}"),
+                                   "--flavor", "tensorrt_rtx", *(["--shapes", shapes] if shapes else [])]))
+            d, b = statistics.median(direct), statistics.median(ours)
+            ratios[name] = b / d
+            print(f"{name:<30}{d:>9.2f}{b:>9.2f}{b / d:>6.2f}x   direct {' '.join(f'{x:.2f}' for x in direct)}"
+                  f" | build {' '.join(f'{x:.2f}' for x in ours)}", flush=True)
+    within = [n for n, r in ratios.items() if r <= CLI_TARGET]
+    print(f"build/direct <= {CLI_TARGET} on {len(within)} of {len(ratios)} models (median ratio "
+          f"{statistics.median(ratios.values()):.2f}x); over: "
+          + (", ".join(f"{n} {r:.2f}x" for n, r in ratios.items() if r > CLI_TARGET) or "none"))
+    return 0
+
+
 def whole_build_seconds(path: str, flavor: Flavor, options: BuildOptions) -> float:
     """Parse + build of the model file with the bare TensorRT API (the reference); for fp16/bf16
     the whole model gets the same ONNX-level precision transform first (timed)."""
@@ -238,7 +312,12 @@ def main(argv: list[str] | None = None) -> int:
                     "profile for dynamic inputs; default: ResNet-50 from torchvision, exported once)")
     ap.add_argument("--external-data", action="store_true", help="with --cli: the model saved again with its weights "
                     "in an external data file beside it (as PyTorch's exporter writes them by default), and timed so")
+    ap.add_argument("--sweep", action="store_true", help="the build command vs direct TensorRT on every model of "
+                    "the trained zoo (benchmarks/conformance/trained_zoo.py) and the exported zoo it takes whole")
+    ap.add_argument("--only", help="with --sweep: a regular expression the model names must match")
     args = ap.parse_args(argv)
+    if args.sweep:
+        return sweep_rows(args.repeat, args.only)
     if args.cli:
         path, _, shapes = (args.cli_model or "").partition("=")
         model = resnet50(path or None)
