@@ -327,3 +327,22 @@ def test_phases_are_marked_in_order_around_copies_and_execution(fake_gpu, monkey
     r.run(list(inputs(2, 3)))
     assert log == ["mark 0", "h2d", "mark 1", "execute", "mark 2", "d2h", "d2h", "mark 3", "synchronize"]
     r.close()
+
+
+def test_an_input_no_layer_reads_is_bound_as_every_input_is(fake_gpu) -> None:
+    """TensorRT keeps a network input no layer reads in the engine (a model's input its nodes never
+    read: the segment holding the whole model lists it), and an enqueue needs its shape and an
+    address as any input's: the runner binds it from its feed."""
+    nodes = [helper.make_node("Mul", ["x", "two"], ["x2"]), helper.make_node("Add", ["x2", "one"], ["y"])]
+    inits = [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]),
+             helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])]
+    graph = helper.make_graph(nodes, "unread", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4]),
+                                                helper.make_tensor_value_info("length", TensorProto.INT64, ["n"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    profiles = [{"x": TensorProfile((1, 4), (2, 4), (4, 4)), "length": TensorProfile((1,), (1,), (2,))}]
+    r = fake_gpu.runner(Segment(0, "tensorrt", (0, 1), ("x", "length"), ("y",)), proto, profiles)
+    x = np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32)
+    (y,) = r.run([x, np.array([3], np.int64)])
+    np.testing.assert_array_equal(y, 2 * x + 1)
+    r.close()
