@@ -144,8 +144,8 @@ def _main(args_list: list[str], command: str | None, build_index: str | None) ->
     parser = build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(args_list)
     _modules_loaded()
-    if build_index is not None:
-        args.build_index = build_index  # The build records it in its cache's index.
+    if command == "build":  # The build records its line in its cache's index (the key, where it was made).
+        args.build_line, args.build_index = args_list, build_index
     args.verbose = args.verbose + getattr(args, "verbose_after", 0)
     args.quiet = (args.quiet or getattr(args, "quiet_after", False)) and not args.verbose
     level = logging.ERROR if args.quiet else logging.WARNING if args.verbose == 0 else \

@@ -94,14 +94,37 @@ def _sha256_finding(path: str, needle: bytes | None) -> tuple[str, bool]:
     return h.hexdigest(), found
 
 
+def remembered(path: str, known: Mapping[str, Any]) -> bool:
+    """Whether :func:`model_digest` of ``path`` with ``known`` reads no file: the model file and
+    each data file it names are there with their status unchanged (False where one cannot be read)."""
+    try:
+        entry = _known_entry(path, known)
+        if entry is None:
+            return False
+        base = os.path.dirname(os.path.abspath(path))
+        return all(_known_entry(os.path.join(base, loc), known) is not None for loc in entry["data_files"])
+    except (OSError, KeyError, TypeError):
+        return False
+
+
+def _status(path: str) -> list[int]:
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def _known_entry(path: str, known: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``known``'s digest of the file ``path`` where its status is the one recorded, else None."""
+    entry = known.get(os.path.abspath(path))
+    return entry if isinstance(entry, dict) and entry.get("status") == _status(path) else None
+
+
 def _file_digest(path: str, known: dict[str, Any], data: bool | None) -> dict[str, Any]:
     """{"sha256", "data_files"} of a file (``data``: it is a data file, not a model)."""
-    st = os.stat(path)
-    status = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
-    key = os.path.abspath(path)
-    entry = known.get(key)
-    if isinstance(entry, dict) and entry.get("status") == status:
+    entry = _known_entry(path, known)
+    if entry is not None:
         return entry
+    status = _status(path)
+    key = os.path.abspath(path)
     digest, named = _sha256_finding(path, b"location" if data is None else None)
     entry = {"status": status, "sha256": digest, "data_files": []}
     if named:  # No external data without that key: no parse.
@@ -113,7 +136,7 @@ def _file_digest(path: str, known: dict[str, Any], data: bool | None) -> dict[st
             entry["data_files"] = _weights.data_files(proto)
         except (_protobuf.DecodeError, RuntimeError, ValueError) as e:  # Not a model: loading it names the problem.
             raise OSError(f"not an ONNX model ({e})") from None
-    if time.time() - st.st_mtime_ns / 1e9 > _RACY_SECONDS:
+    if time.time() - status[1] / 1e9 > _RACY_SECONDS:
         known[key] = entry
     return entry
 
@@ -180,7 +203,7 @@ class BuildCache:
         known = self.digests()
         before = dict(known)
         key = build_key(model_path, inputs, known, by_reference=by_reference)
-        self._keep_digests(known, before)
+        self.keep_digests(known, before)
         return key
 
     def model_digest(self, model_path: str) -> dict[str, Any]:
@@ -188,10 +211,11 @@ class BuildCache:
         known = self.digests()
         before = dict(known)
         digest = model_digest(model_path, known)
-        self._keep_digests(known, before)
+        self.keep_digests(known, before)
         return digest
 
-    def _keep_digests(self, known: dict[str, Any], before: dict[str, Any]) -> None:
+    def keep_digests(self, known: dict[str, Any], before: dict[str, Any]) -> None:
+        """Keep ``known`` (``digests.json``) where reading files added to it since ``before``."""
         if known != before:  # A file read anew: its digest is kept.
             try:
                 os.makedirs(self.root, exist_ok=True)

@@ -26,7 +26,7 @@ from trt_backend.commands._args import (
     session_options,
 )
 from trt_backend.commands._shapes import cli_profiles
-from trt_backend.commands._build_hit import print_build, remember_in_index
+from trt_backend.commands._build_hit import lookup_index, print_build, remember_in_index
 from trt_backend.commands._precision import (
     add_auto_arguments,
     build_fields,
@@ -109,8 +109,10 @@ def _build(args: argparse.Namespace) -> int:
     kw: dict[str, Any] = {**build_fields(args, args.model, profiles or None, so, feeds), **builder}
     options = dataclasses.replace(options_with(so, kw), cache_dir=args.cache_dir)
     manifest = build(args.model, args.output, profiles or None, options)
-    if args.cache_dir and getattr(args, "build_index", None):  # The next same command finds it before loading.
-        remember_in_index(args.cache_dir, args.build_index, manifest)
+    if args.cache_dir and getattr(args, "build_line", None):  # The next same command finds it before loading.
+        index = args.build_index or lookup_index(args.build_line, read=True)[1]
+        if index is not None:
+            remember_in_index(args.cache_dir, index, manifest)
     print_build(args.model, args.output, manifest, bool(args.verbose))
     if args.report:
         write_atomic(args.report, json.dumps(build_report(manifest, args.output), indent=1) + "\n")

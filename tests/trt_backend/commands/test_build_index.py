@@ -15,9 +15,11 @@ import onnxruntime as ort
 import pytest
 
 from tests.support.external_mlp import write_mlp
+from trt_backend.artifacts import build_cache
 from trt_backend.artifacts.build_cache import BUILDS
 from trt_backend.cli import main
 from trt_backend.commands._argv import parse
+from trt_backend.commands import _build_hit
 from trt_backend.commands._build_hit import INDEX
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.session.options import SessionOptions
@@ -175,3 +177,28 @@ def test_a_repeated_build_by_reference_takes_the_index_and_a_touched_model_misse
     ours = Session.load(str(tmp_path / "d"), SessionOptions(emulate=True)).run(None, {"x": x})[0]
     ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_a_model_file_past_what_the_lookup_reads_is_read_once_and_indexed_after_the_build(
+        tmp_path, monkeypatch) -> None:
+    """A model file larger than the index lookup reads before a build (READ_BEFORE_BUILD_BYTES;
+    ResNet-50's 97 MiB took 0.2 s to hash), whose digest the cache does not remember, is not read
+    by the lookup (the build starts at once, and hashes it for its own key): the model is read
+    once, the index is made after the build, and the same command line then finds it."""
+    monkeypatch.setattr(_build_hit, "READ_BEFORE_BUILD_BYTES", 0)
+    model, cache = demo_copy(str(tmp_path / "demo.onnx")), str(tmp_path / "cache")
+    os.utime(model, (os.path.getmtime(model) - 60,) * 2)  # (a file written a while ago: its digest is kept)
+    argv = ["build", model, "-o", str(tmp_path / "a"), "--cache-dir", cache, *SHAPES]
+    call, index = _build_hit.lookup_index(argv)
+    assert call is not None and call.model == model and index is None
+    reads: list[str] = []
+    real = build_cache._sha256_finding
+    monkeypatch.setattr(build_cache, "_sha256_finding", lambda path, needle: reads.append(path) or real(path, needle))
+    assert main(argv) == 0
+    assert reads == [os.path.abspath(model)]
+    call, index = _build_hit.lookup_index(argv)
+    assert index is not None and os.listdir(os.path.join(cache, BUILDS, INDEX)) == [index + ".json"]
+    assert main(["build", model, "-o", str(tmp_path / "b"), "--cache-dir", cache, *SHAPES]) == 0
+    with open(tmp_path / "b" / "manifest.json") as f:
+        assert json.load(f)["build_cache"]["hit"] is True
+    assert reads == [os.path.abspath(model)]
