@@ -261,6 +261,29 @@ def _remove_quietly(path: str) -> None:
         log.warning("could not remove temporary file %s: %s", path, e)
 
 
+def link_or_copy(src: str, dst: str, *, link: bool = True) -> None:
+    """``dst`` as the file ``src``: a hard link where ``link`` and the file system allow (for files
+    never rewritten in place: every writer replaces files by rename), else a copy by the kernel;
+    through a temporary name and ``os.replace``, so a reader sees the old ``dst`` or the whole new
+    one, and a failure leaves no temporary file behind."""
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+    tmp = os.path.join(os.path.dirname(os.path.abspath(dst)), f".{os.path.basename(dst)}.{_token()}.tmp")
+    try:
+        linked = False
+        if link:
+            try:
+                os.link(src, tmp)
+                linked = True
+            except OSError:  # Another file system, or links not allowed: copy.
+                pass
+        if not linked:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
 def sha256_bytes(data: bytes) -> str:
     """Hex SHA-256 of ``data`` (file hashes of build folders and engine caches)."""
     import hashlib  # (here: commands that hash nothing, as inspect, need not load it, ~3 ms)

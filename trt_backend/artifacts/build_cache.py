@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trt_backend._files import json_sha256, missing_parent, new_folder, swap_in_folder, write_atomic
+from trt_backend._files import json_sha256, link_or_copy, missing_parent, new_folder, swap_in_folder, write_atomic
 from trt_backend._lazy import lazy_module
 from trt_backend._version import __version__
 from trt_backend.artifacts.seal import MANIFEST, check_seal, seal
@@ -245,7 +245,7 @@ class BuildCache:
         try:
             tmp = new_folder(parent, ".build-")
             for name in _files_of(manifest):
-                _place(os.path.join(entry, name), os.path.join(tmp, name), link=name.endswith(".engine"))
+                link_or_copy(os.path.join(entry, name), os.path.join(tmp, name), link=name.endswith(".engine"))
             manifest = seal({**manifest, **updates}, sign_key)
             write_atomic(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1) + "\n")
             swap_in_folder(tmp, out_dir)
@@ -270,7 +270,7 @@ class BuildCache:
             tmp = new_folder(self.root, ".entry-")
             kept = seal({k: v for k, v in manifest.items() if k != "build_cache"})
             for name in _files_of(kept):
-                _place(os.path.join(folder, name), os.path.join(tmp, name), link=name.endswith(".engine"))
+                link_or_copy(os.path.join(folder, name), os.path.join(tmp, name), link=name.endswith(".engine"))
             with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
                 f.write(json.dumps(kept, indent=1) + "\n")
             if os.path.exists(entry):  # A half entry of a process killed before its rename.
@@ -349,14 +349,3 @@ def _sizes_of(manifest: Mapping[str, Any]) -> Sequence[tuple[str, int]]:
     sizes = [(str(s["engine"]), int(s["engine_bytes"])) for s in manifest["segments"] if s.get("engine")]
     sizes.extend((str(d["file"]), int(d["bytes"])) for d in manifest.get("data_files") or ())
     return sizes
-
-
-def _place(src: str, dst: str, *, link: bool) -> None:
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    if link:
-        try:
-            os.link(src, dst)
-            return
-        except OSError:  # Another file system, or links not allowed: copy.
-            pass
-    shutil.copyfile(src, dst)

@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from trt_backend._files import file_lock, json_sha256, sha256_bytes, write_atomic
+from trt_backend._files import file_lock, json_sha256, link_or_copy, sha256_bytes, write_atomic
+from trt_backend.engines.memory import EngineFile
 from trt_backend.errors import EngineCacheError
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def cache_key(material: Mapping[str, Any]) -> str:
 @dataclass(frozen=True)
 class CachedEngine:
     key: str
-    engine: bytes
+    engine: bytes | EngineFile
     manifest: dict[str, Any]
 
     @property
@@ -119,16 +120,21 @@ class EngineCache:
         return CachedEngine(key, data, manifest)
 
     # -- writing
-    def put(self, key: str, engine: bytes, meta: Mapping[str, Any] | None = None, *, host_code: bool = False) -> bool:
-        """Store ``engine`` under ``key``; False (logged) when the disk refuses the write."""
+    def put(self, key: str, engine: bytes | EngineFile, meta: Mapping[str, Any] | None = None, *,
+            host_code: bool = False) -> bool:
+        """Store ``engine`` under ``key`` (an engine in a file is hard-linked in where the file
+        system allows: it is never rewritten in place); False (logged) when the disk refuses the write."""
         directory = self.entry_dir(key)
-        digest = sha256_bytes(engine)
+        digest = engine.sha256 if isinstance(engine, EngineFile) else sha256_bytes(engine)
         name = f"engine-{digest[:32]}.plan"
         manifest = {**(meta or {}), "format": CACHE_FORMAT, "key": key, "engine": name, "sha256": digest,
                     "bytes": len(engine), "host_code": bool(host_code), "created": time.time()}
         try:
             os.makedirs(directory, exist_ok=True)
-            write_atomic(os.path.join(directory, name), engine, durable=False)  # Read back against its sha256.
+            if isinstance(engine, EngineFile):  # (read back against its sha256, as written bytes are)
+                link_or_copy(engine.path, os.path.join(directory, name))
+            else:
+                write_atomic(os.path.join(directory, name), engine, durable=False)  # Read back against its sha256.
             write_atomic(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True).encode())
         except OSError as e:
             log.warning("could not write engine cache entry %s (%s); continuing without caching it", key,
@@ -136,11 +142,12 @@ class EngineCache:
             return False
         return True
 
-    def get_or_build(self, key: str, build: Callable[[], tuple[bytes, Mapping[str, Any]]], *,
+    def get_or_build(self, key: str, build: Callable[[], tuple[bytes | EngineFile, Mapping[str, Any]]], *,
                      expect: Mapping[str, Any] | None = None,
                      host_code: bool = False) -> tuple[CachedEngine, bool]:
-        """The entry for ``key``, building and storing it on a miss; ``(entry, hit)``. Holds the
-        key's lock meanwhile, so a concurrent builder of the same key waits and then hits."""
+        """The entry for ``key``, building and storing it on a miss; ``(entry, hit)``: on a miss,
+        its engine is what ``build`` made (an engine in a file stays that file). Holds the key's
+        lock meanwhile, so a concurrent builder of the same key waits and then hits."""
         with self.lock(key):
             found = self.get(key, expect)
             if found is not None:

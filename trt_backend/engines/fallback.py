@@ -38,7 +38,7 @@ from trt_backend.engines.builder import (
 )
 from trt_backend.engines.cache import EngineCache, TimingCacheFile, cache_key
 from trt_backend.engines.config import check_build_options
-from trt_backend.engines.memory import EngineFile, build_room, engine_bytes
+from trt_backend.engines.memory import EngineFile, build_room
 from trt_backend.engines.quantize import SegmentQuantizer
 from trt_backend.engines.report import (
     BuildEvent,
@@ -93,8 +93,9 @@ def build_with_fallback(plan: Plan, profiles: ProfilesArg = (), options: BuildOp
     only that node is demoted; past the budget such a segment is demoted whole. After ``max_rounds``
     every failing segment is demoted whole. Each round demotes at least one node, so it ends.
     ``max_segment_weights``: re-plans cut TensorRT segments past that many bytes of weights, as
-    the plan given was (see :func:`partitioner.build_plan`). ``engine_dir``: without a cache,
-    engines are streamed into files there (:class:`~trt_backend.engines.memory.EngineFile`)."""
+    the plan given was (see :func:`partitioner.build_plan`). ``engine_dir``: engines are
+    streamed into files there (:class:`~trt_backend.engines.memory.EngineFile`; an engine cache
+    links them in)."""
     if plan.model is None:
         raise OptionsError("this plan was read from JSON without its model; plan the model again")
     options = options or BuildOptions()
@@ -305,7 +306,7 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures: dict[Future[tuple[bytes | EngineFile, dict[str, Any], bool]], tuple[Segment, str]] = {}
         for seg, model, ranges, key in jobs:
-            path = os.path.join(engine_dir, f"{key}.engine") if engine_dir is not None and cache is None else None
+            path = os.path.join(engine_dir, f"{key}.engine") if engine_dir is not None else None
             fut = pool.submit(_one, model, ranges, key, options, flavor, cache, memo, timing, weights_dir, quantize,
                               held, forms, path, head, model_file)
             futures[fut] = (seg, key)
@@ -367,7 +368,7 @@ def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavo
          head: head_start.HeadStart | None = None, model_file: str | None = None
          ) -> tuple[bytes | EngineFile, dict[str, Any], bool]:
     """(engine, metadata, came from a cache) for one segment; SegmentBuildError propagates.
-    ``engine_path`` (builds without a cache): stream the engine into that file. ``head``: the
+    ``engine_path``: stream the engine into that file. ``head``: the
     segment's engine, already built from the model's file (:mod:`trt_backend.engines.head_start`);
     ``model_file``: the file the segment is the whole of, built from it (see
     :func:`~trt_backend.engines.builder.file_as_is`)."""
@@ -392,11 +393,7 @@ def _one(model: Any, ranges: Any, key: str, options: BuildOptions, flavor: Flavo
         engine, meta = build()
         hit = False
     else:
-        def build_bytes() -> tuple[bytes, dict[str, Any]]:
-            engine, meta = build()
-            return engine_bytes(engine), meta
-
-        entry, hit = cache.get_or_build(key, build_bytes, expect={"flavor": flavor.name, "version": flavor.version},
+        entry, hit = cache.get_or_build(key, build, expect={"flavor": flavor.name, "version": flavor.version},
                                         host_code=options.host_code)
         engine, meta = entry.engine, dict(entry.manifest)
     meta = {**meta, "seconds": time.perf_counter() - t0 if hit else meta.get("build_seconds", 0.0)}

@@ -19,6 +19,7 @@ from tests.support.graphs import conv_resize_conv
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.cache import MANIFEST, EngineCache, cache_key, sha256_bytes
 from trt_backend.engines.fallback import build_engines
+from trt_backend.engines.memory import EngineFile
 from trt_backend.errors import EngineCacheError
 from trt_backend.planning import make_plan
 
@@ -247,3 +248,22 @@ def test_timing_cache_file_round_trip(flavor, tmp_path) -> None:
     path.write_bytes(saved)  # rewritten meanwhile: save() re-reads and merges before writing
     assert second.save() and path.read_bytes() and os.listdir(path.parent) == ["timing.cache"]
     assert TimingCacheFile(tmp_path / "never-used").save() is False
+
+
+def test_an_engine_built_into_a_file_is_linked_in_not_read_and_written_again(tmp_path) -> None:
+    """An engine streamed into a file as it was built (a build folder's, or a head start's) goes
+    into the cache by a hard link where the file system allows, with the digest it was written
+    with: the cache's entry is the same file, and stays when the builder's name for it goes (the
+    folder writer moves it); a later lookup hits and reads it back against its SHA-256."""
+    data = os.urandom(200_000)
+    path = tmp_path / "segment.engine"
+    path.write_bytes(data)
+    built = EngineFile(str(path), sha256_bytes(data), len(data))
+    cache, key = EngineCache(tmp_path / "cache"), cache_key({"model": "m", "profiles": [1]})
+    entry, hit = cache.get_or_build(key, lambda: (built, {"layers": 3}))
+    assert not hit and entry.engine is built
+    stored = os.path.join(cache.entry_dir(key), f"engine-{built.sha256[:32]}.plan")
+    assert os.stat(stored).st_ino == os.stat(path).st_ino
+    os.remove(path)
+    again, hit = cache.get_or_build(key, lambda: pytest.fail("built again"))
+    assert hit and again.engine == data and again.manifest["layers"] == 3
