@@ -228,29 +228,40 @@ def test_which_command_lines_and_options_start_one(tmp_path) -> None:
     assert not head_start.pending_for(model)
 
 
+def _six_nodes(path: str, inputs: list[onnx.ValueInfoProto], factor: str) -> str:
+    """a + w -> Relu -> * ``factor`` -> Sigmoid -> + w -> Relu, the graph's inputs listed as ``inputs``."""
+    w = numpy_helper.from_array(np.full((1, 8), 0.5, np.float32), "w")
+    nodes = [helper.make_node(op, ins, [out], name=out)
+             for op, ins, out in (("Add", ["a", "w"], "t0"), ("Relu", ["t0"], "t1"), ("Mul", ["t1", factor], "t2"),
+                                  ("Sigmoid", ["t2"], "t3"), ("Add", ["t3", "w"], "t4"), ("Relu", ["t4"], "y"))]
+    graph = helper.make_graph(nodes, "six", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+                              [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def _built_alike(path: str, shapes: list[str], out: Any, spy: dict[str, list[Any]],
+                 monkeypatch: pytest.MonkeyPatch) -> onnx.ModelProto:
+    """``path`` built into ``out``/head taking its head start and into ``out``/plain without one:
+    the same folder, byte for byte; the segment model the folder holds."""
+    assert main(["build", path, "-o", str(out / "head"), *shapes]) == 0
+    assert spy["claimed"] == spy["started"] and spy["started"][0] is not None
+    without_head_start(monkeypatch)
+    assert main(["build", path, "-o", str(out / "plain"), *shapes]) == 0
+    assert folder(str(out / "head")) == folder(str(out / "plain"))
+    return onnx.load(str(out / "head" / "segment_0.onnx"))
+
+
 def test_a_model_listing_its_inputs_otherwise_than_it_reads_them(tmp_path, spy, monkeypatch) -> None:
     """The graph lists ``b`` before ``a`` but reads ``a`` first: a segment holding the whole model
     lists them as the model does (as TensorRT does given the file), so the head start's engine is
     the engine, byte for byte."""
-    w = numpy_helper.from_array(np.full((1, 8), 0.5, np.float32), "w")
-    nodes = [helper.make_node(op, ins, [out], name=out)
-             for op, ins, out in (("Add", ["a", "w"], "t0"), ("Relu", ["t0"], "t1"), ("Mul", ["t1", "b"], "t2"),
-                                  ("Sigmoid", ["t2"], "t3"), ("Add", ["t3", "w"], "t4"), ("Relu", ["t4"], "y"))]
-    graph = helper.make_graph(nodes, "order", [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 8])
-                                               for n in ("b", "a")],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = str(tmp_path / "order.onnx")
-    onnx.save(model, path)
-    shapes = ["--shapes", "a:2x8,b:2x8"]
-    assert main(["build", path, "-o", str(tmp_path / "head"), *shapes]) == 0
-    assert spy["claimed"] == spy["started"] and spy["started"][0] is not None
-    segment = onnx.load(str(tmp_path / "head" / "segment_0.onnx"))
+    path = _six_nodes(str(tmp_path / "order.onnx"), [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 8])
+                                                     for n in ("b", "a")], "b")
+    segment = _built_alike(path, ["--shapes", "a:2x8,b:2x8"], tmp_path, spy, monkeypatch)
     assert [v.name for v in segment.graph.input] == ["b", "a"]
-    without_head_start(monkeypatch)
-    assert main(["build", path, "-o", str(tmp_path / "plain"), *shapes]) == 0
-    assert folder(str(tmp_path / "head")) == folder(str(tmp_path / "plain"))
 
 
 def test_a_model_with_an_input_no_node_reads_takes_it(tmp_path, spy, monkeypatch) -> None:
@@ -258,25 +269,11 @@ def test_a_model_with_an_input_no_node_reads_takes_it(tmp_path, spy, monkeypatch
     parser makes a network input of it and keeps it in the engine, so the segment holding the
     whole model has it too. The planner takes the early parse's answer, the head start's engine
     is the engine, byte for byte, and the folder runs as ONNX Runtime runs the model, fed it."""
-    w = numpy_helper.from_array(np.full((1, 8), 0.5, np.float32), "w")
-    nodes = [helper.make_node(op, ins, [out], name=out)
-             for op, ins, out in (("Add", ["a", "w"], "t0"), ("Relu", ["t0"], "t1"), ("Mul", ["t1", "w"], "t2"),
-                                  ("Sigmoid", ["t2"], "t3"), ("Add", ["t3", "w"], "t4"), ("Relu", ["t4"], "y"))]
-    graph = helper.make_graph(nodes, "unread", [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 8]),
-                                                helper.make_tensor_value_info("length", TensorProto.INT64, ["B"])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = str(tmp_path / "unread.onnx")
-    onnx.save(model, path)
-    shapes = ["--shapes", "a:2x8,length:1"]
-    assert main(["build", path, "-o", str(tmp_path / "head"), *shapes]) == 0
-    assert spy["claimed"] == spy["started"] and spy["started"][0] is not None
-    segment = onnx.load(str(tmp_path / "head" / "segment_0.onnx"))
+    inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 8]),
+              helper.make_tensor_value_info("length", TensorProto.INT64, ["B"])]
+    path = _six_nodes(str(tmp_path / "unread.onnx"), inputs, "w")
+    segment = _built_alike(path, ["--shapes", "a:2x8,length:1"], tmp_path, spy, monkeypatch)
     assert [v.name for v in segment.graph.input] == ["a", "length"]
-    without_head_start(monkeypatch)
-    assert main(["build", path, "-o", str(tmp_path / "plain"), *shapes]) == 0
-    assert folder(str(tmp_path / "head")) == folder(str(tmp_path / "plain"))
     feeds = {"a": np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8), "length": np.array([2], np.int64)}
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     got = Session.load(str(tmp_path / "head"), SessionOptions(emulate=True)).run(None, feeds)[0]
