@@ -112,18 +112,20 @@ def _status(path: str) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
-def _known_entry(path: str, known: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``known``'s digest of the file ``path`` where its status is the one recorded, else None."""
+def _known_entry(path: str, known: Mapping[str, Any], status: list[int] | None = None) -> dict[str, Any] | None:
+    """``known``'s digest of the file ``path`` where its status (``status``: as just read) is the
+    one recorded, else None."""
     entry = known.get(os.path.abspath(path))
-    return entry if isinstance(entry, dict) and entry.get("status") == _status(path) else None
+    ok = isinstance(entry, dict) and entry.get("status") == (status if status is not None else _status(path))
+    return entry if ok else None
 
 
 def _file_digest(path: str, known: dict[str, Any], data: bool | None) -> dict[str, Any]:
     """{"sha256", "data_files"} of a file (``data``: it is a data file, not a model)."""
-    entry = _known_entry(path, known)
+    status = _status(path)
+    entry = _known_entry(path, known, status)
     if entry is not None:
         return entry
-    status = _status(path)
     key = os.path.abspath(path)
     digest, named = _sha256_finding(path, b"location" if data is None else None)
     entry = {"status": status, "sha256": digest, "data_files": []}

@@ -35,8 +35,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trt_backend._files import output_lock, write_atomic
 from partitioner import wire
+from trt_backend._files import output_lock, write_atomic
 from trt_backend._lazy import lazy_module
 from trt_backend.commands._argv import Call, parse
 from trt_backend.artifacts.build_cache import (
