@@ -193,7 +193,12 @@ def test_a_model_file_past_what_the_lookup_reads_is_read_once_and_indexed_after_
     assert call is not None and call.model == model and index is None
     reads: list[str] = []
     real = build_cache._sha256_finding
-    monkeypatch.setattr(build_cache, "_sha256_finding", lambda path, needle: reads.append(path) or real(path, needle))
+
+    def counted(path: str, needle: bytes | None) -> tuple[str, bool]:
+        reads.append(path)
+        return real(path, needle)
+
+    monkeypatch.setattr(build_cache, "_sha256_finding", counted)
     assert main(argv) == 0
     assert reads == [os.path.abspath(model)]
     call, index = _build_hit.lookup_index(argv)

@@ -19,7 +19,7 @@ from tests.support.graphs import conv_resize_conv
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.cache import MANIFEST, EngineCache, cache_key, sha256_bytes
 from trt_backend.engines.fallback import build_engines
-from trt_backend.engines.memory import EngineFile
+from trt_backend.engines.memory import EngineFile, engine_bytes
 from trt_backend.errors import EngineCacheError
 from trt_backend.planning import make_plan
 
@@ -184,7 +184,7 @@ def _race_child(root: str, key: str, barrier, results) -> None:
 
     barrier.wait(30)
     entry, hit = EngineCache(root).get_or_build(key, build, expect={"flavor": fl.name})
-    results.put((hit, sha256_bytes(entry.engine)))
+    results.put((hit, sha256_bytes(engine_bytes(entry.engine))))
 
 
 def test_two_processes_building_one_key_leave_one_valid_entry(flavor, tmp_path) -> None:
@@ -200,7 +200,7 @@ def test_two_processes_building_one_key_leave_one_valid_entry(flavor, tmp_path) 
         assert p.exitcode == 0
     cache = EngineCache(tmp_path)
     entry = cache.get(key, {"flavor": flavor.name})
-    assert entry is not None and sha256_bytes(entry.engine) == entry.manifest["sha256"]
+    assert entry is not None and sha256_bytes(engine_bytes(entry.engine)) == entry.manifest["sha256"]
     assert _entry_files(cache, key) == sorted([MANIFEST, entry.manifest["engine"]])
     if hasattr(os, "fork"):  # flock: the second process waited and reused the first one's engine
         assert sorted(hit for hit, _ in outcomes) == [False, True]
@@ -223,7 +223,7 @@ def test_unlocked_concurrent_writers_never_tear_an_entry(tmp_path) -> None:
     for p in procs:
         p.join(60)
     entry = EngineCache(tmp_path).get(key)
-    assert entry is not None and set(entry.engine) == {entry.manifest["writer"]}
+    assert entry is not None and set(engine_bytes(entry.engine)) == {entry.manifest["writer"]}
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # no-ops in TensorRT-RTX, deprecated there
