@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import onnx
@@ -53,13 +54,18 @@ _SHOWN_BYTES = 1 << 20
 
 
 def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str, *,
-                weights_dir: str | None = None) -> Any:
+                weights_dir: str | None = None, by_address: WeightsByAddress | None = None) -> Any:
     """An ``onnxruntime.InferenceSession`` for ``model``; SegmentLoadError if ORT refuses it.
     ``weights_dir``: the folder ``model``'s external data locations are relative to; ONNX
-    Runtime reads the weights from there (the bytes it is given hold none)."""
+    Runtime reads the weights from there (the bytes it is given hold none). ``by_address``: the
+    values of the initializers ``model`` holds as stubs (see :func:`weights_apart`), which ONNX
+    Runtime reads where they are; the caller keeps them alive as long as the session."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    if by_address is not None and by_address.names:
+        so.add_external_initializers(list(by_address.names),
+                                     [ort.OrtValue.ortvalue_from_numpy(a) for a in by_address.arrays])
     if options.shares_global_pool:
         use_global_thread_pool(options.intra_op_threads, options.inter_op_threads)
     so.intra_op_num_threads = options.intra_op_threads  # Under a global pool, its sizes apply instead.
@@ -199,14 +205,77 @@ def _probe_ir_version() -> int | None:
 
 TappedRun = Callable[[Mapping[str, Any], Sequence[str]], dict[str, Any]]
 
+# Weights a session may take by address: of a numpy type for the ONNX element types of weights
+# (floats, and the 8-bit ints of quantized ones), and of at least _BY_ADDRESS_BYTES. ONNX Runtime's
+# shape inference reads the values of shape-like constants (a Reshape's shape, a Resize's scales:
+# small, mostly int64) while it loads the model, and cannot read a stub's: those stay in the model.
+_NUMPY_TYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64",
+                onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
+_BY_ADDRESS_BYTES = 4096
+_BY_ADDRESS = "(given to ONNX Runtime by address)"  # a stub's location: never a file
+
+
+@dataclass(frozen=True)
+class WeightsByAddress:
+    """Initializer values a session takes where they are (``add_external_initializers``)."""
+
+    names: tuple[str, ...]
+    arrays: tuple[Any, ...]  # numpy arrays over the model's own raw bytes
+
+
+def weights_apart(src: onnx.ModelProto) -> tuple[onnx.ModelProto, WeightsByAddress]:
+    """A copy of ``src`` whose main-graph weights held inline as raw data (floats and 8-bit ints
+    of 4 KiB or more, not graph inputs too) are stubs marked external, with their values as arrays
+    over the model's bytes: neither the copy nor its serialized bytes hold those weights, and ONNX Runtime
+    takes them by address instead of parsing and copying them (ResNet-50's 97 MiB: ~0.1 s to copy
+    the model and as much to serialize it). The rest is copied as it is."""
+    import numpy as np
+
+    proto = onnx.ModelProto()
+    _copy_fields(src, proto, skip="graph")
+    _copy_fields(src.graph, proto.graph, skip="initializer")
+    inputs = {v.name for v in src.graph.input}
+    names: list[str] = []
+    arrays: list[Any] = []
+    for t in src.graph.initializer:
+        dtype = _NUMPY_TYPES.get(t.data_type)
+        inline = dtype is not None and t.name not in inputs and t.data_location != onnx.TensorProto.EXTERNAL
+        raw = t.raw_data if inline else b""
+        count = int(np.prod(t.dims)) if len(t.dims) else 1
+        if len(raw) < _BY_ADDRESS_BYTES or len(raw) != count * np.dtype(dtype).itemsize:
+            proto.graph.initializer.add().CopyFrom(t)
+            continue
+        stub = proto.graph.initializer.add()
+        stub.name, stub.data_type = t.name, t.data_type
+        stub.dims.extend(t.dims)
+        stub.data_location = onnx.TensorProto.EXTERNAL
+        entry = stub.external_data.add()
+        entry.key, entry.value = "location", _BY_ADDRESS
+        names.append(t.name)
+        arrays.append(np.frombuffer(raw, dtype).reshape(tuple(t.dims)))
+    return proto, WeightsByAddress(tuple(names), tuple(arrays))
+
+
+def _copy_fields(src: Any, dst: Any, skip: str) -> None:
+    """Every field set in the message ``src`` but ``skip``, copied into ``dst``."""
+    for field, value in src.ListFields():
+        if field.name == skip:
+            continue
+        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+        if repeated:
+            getattr(dst, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
+
 
 def tapped_session(model: Model, names: Sequence[str], options: OrtOptions, what: str) -> TappedRun:
     """ONNX Runtime on the whole (normalised) ``model`` with the intermediate tensors ``names``
     added to its outputs (typed from shape inference). Returns ``run(feeds, wanted)``: the feeds
     and the value of every output in ``wanted`` by name. SegmentLoadError if ONNX Runtime refuses
     the model, SegmentRunError (ONNX Runtime's first line) if a run fails."""
-    proto = onnx.ModelProto()
-    proto.CopyFrom(model.proto)
+    proto, by_address = weights_apart(model.proto)
     graph = proto.graph
     have = {o.name for o in graph.output} | {i.name for i in graph.input}
     for name in names:
@@ -217,10 +286,11 @@ def tapped_session(model: Model, names: Sequence[str], options: OrtOptions, what
             if tp is not None:
                 vi.type.CopyFrom(tp)
             have.add(name)
-    sess = ort_session(proto, options, what, weights_dir=model.base_dir)
+    sess = ort_session(proto, options, what, weights_dir=model.base_dir, by_address=by_address)
     outputs = {o.name for o in graph.output}
 
-    def run(feeds: Mapping[str, Any], wanted: Sequence[str]) -> dict[str, Any]:
+    # (``held``: the weights the session reads where they are, kept as long as it)
+    def run(feeds: Mapping[str, Any], wanted: Sequence[str], held: WeightsByAddress = by_address) -> dict[str, Any]:
         fetch = [n for n in dict.fromkeys(wanted) if n in outputs]
         try:
             values = sess.run(fetch, dict(feeds))
