@@ -72,8 +72,9 @@ def learn_unknown_types(model: Model, shapes: ProbeShapes = ()) -> list[str]:
     if not _planning_reads(model, unknown_tensor_types(model) + again):
         model.probe_shapes = key
         return []
+    graph = model.proto.graph  # (a declared or learned graph output's type is on the output, not in value_info)
     before = {vi.name: (onnx.TypeProto.FromString(vi.type.SerializeToString()), model.learned[vi.name])
-              for vi in model.proto.graph.value_info if vi.name in again}
+              for vi in list(graph.output) + list(graph.value_info) if vi.name in again}
     forget_types(model, again)  # The probe must not run the model with the types it checks.
     unknown = list(dict.fromkeys(unknown_tensor_types(model) + again))
     model.probe_shapes = key

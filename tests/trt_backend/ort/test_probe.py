@@ -123,6 +123,29 @@ def test_a_declared_type_the_probe_cannot_check_is_kept(flavor) -> None:
     assert [d.dim_value for d in model.index.types["r"].tensor_type.shape.dim] == [2, 4]
 
 
+def test_a_failed_probe_gives_a_graph_outputs_declared_type_back_as_it_found_it(flavor) -> None:
+    """A graph output recorded as typed by the model's declaration (loading records NudeNet's
+    detections so: inference cannot type the Concat making them), which the probe checks and
+    cannot (here a Reshape to a shape fed at run time fails at the probe's made-up values): the
+    declaration is given back recorded as it was. It was dropped from the record (a graph
+    output's type is on the output, not in value_info, where the probe looked), so a plan kept in
+    the plan cache never fit the model loaded again: "its plan does not fit the model" at every
+    later run."""
+    from partitioner.model import DECLARED, load_model
+    from trt_backend.ort.probe import learn_unknown_types
+
+    nodes = [h.make_node("Reshape", ["x", "s"], ["r"], name="reshape"), h.make_node("Relu", ["r"], ["y"], name="relu")]
+    m = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 4]),
+                                               h.make_tensor_value_info("s", T.INT64, ["k"])],
+                                  [h.make_tensor_value_info("y", T.FLOAT, [2, 4])]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    model = load_model(m)
+    model.learned["y"] = DECLARED  # (as loading records a graph output it cannot type but by its declaration)
+    assert learn_unknown_types(model) == []  # (the probe fails: the Reshape cannot run at its values)
+    assert model.learned == {"y": DECLARED}
+    assert [d.dim_value for d in model.proto.graph.output[0].type.tensor_type.shape.dim] == [2, 4]
+
+
 def test_a_probe_run_that_fails_says_so_once(tmp_path, flavor) -> None:
     """A reflect Pad of 64 cannot run at the probe's dims of 2 (a voice-activity model's STFT
     padding): the one warning says so, and ONNX Runtime's own error log line does not repeat it
