@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import onnx
 
 from partitioner import Model
@@ -205,12 +206,12 @@ def _probe_ir_version() -> int | None:
 
 TappedRun = Callable[[Mapping[str, Any], Sequence[str]], dict[str, Any]]
 
-# Weights a session may take by address: of a numpy type for the ONNX element types of weights
-# (floats, and the 8-bit ints of quantized ones), and of at least _BY_ADDRESS_BYTES. ONNX Runtime's
+# Weights a session may take by address: floats, and the 8-bit ints of quantized weights, of at
+# least _BY_ADDRESS_BYTES each. ONNX Runtime's
 # shape inference reads the values of shape-like constants (a Reshape's shape, a Resize's scales:
 # small, mostly int64) while it loads the model, and cannot read a stub's: those stay in the model.
-_NUMPY_TYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64",
-                onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
+_BY_ADDRESS_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+                               onnx.TensorProto.INT8, onnx.TensorProto.UINT8})
 _BY_ADDRESS_BYTES = 4096
 _BY_ADDRESS = "(given to ONNX Runtime by address)"  # a stub's location: never a file
 
@@ -229,8 +230,6 @@ def weights_apart(src: onnx.ModelProto) -> tuple[onnx.ModelProto, WeightsByAddre
     over the model's bytes: neither the copy nor its serialized bytes hold those weights, and ONNX Runtime
     takes them by address instead of parsing and copying them (ResNet-50's 97 MiB: ~0.1 s to copy
     the model and as much to serialize it). The rest is copied as it is."""
-    import numpy as np
-
     proto = onnx.ModelProto()
     _copy_fields(src, proto, skip="graph")
     _copy_fields(src.graph, proto.graph, skip="initializer")
@@ -238,11 +237,11 @@ def weights_apart(src: onnx.ModelProto) -> tuple[onnx.ModelProto, WeightsByAddre
     names: list[str] = []
     arrays: list[Any] = []
     for t in src.graph.initializer:
-        dtype = _NUMPY_TYPES.get(t.data_type)
-        inline = dtype is not None and t.name not in inputs and t.data_location != onnx.TensorProto.EXTERNAL
+        inline = t.data_type in _BY_ADDRESS_TYPES and t.name not in inputs \
+            and t.data_location != onnx.TensorProto.EXTERNAL
         raw = t.raw_data if inline else b""
-        count = int(np.prod(t.dims)) if len(t.dims) else 1
-        if len(raw) < _BY_ADDRESS_BYTES or len(raw) != count * np.dtype(dtype).itemsize:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)) if raw else None
+        if dtype is None or len(raw) < _BY_ADDRESS_BYTES or len(raw) != int(np.prod(t.dims)) * dtype.itemsize:
             proto.graph.initializer.add().CopyFrom(t)
             continue
         stub = proto.graph.initializer.add()
