@@ -205,12 +205,11 @@ ZOO_SHAPES = {
 def sweep_models() -> list[tuple[str, str, str]]:
     """(name, path, shapes) for ``--sweep``: the trained zoo's models (fetched into its cache on
     first use) at the opt shapes of their first profile, then the exported zoo's that are there."""
-    cache = trained_zoo.Cache(trained_zoo.DEFAULT_CACHE)
     out = []
-    for entry in trained_zoo.ENTRIES:
+    for entry, path in trained_zoo.fetched():
         shapes = ",".join(f"{name}:{'x'.join(map(str, dims[1]))}" for name, dims in entry.profiles[0].items()) \
             if entry.profiles else ""
-        out.append((entry.name, cache.model(entry)[0], shapes))
+        out.append((entry.name, path, shapes))
     for name, shapes in ZOO_SHAPES.items():
         path = os.path.join(ZOO, "models", name + ".onnx")
         if os.path.exists(path):

@@ -317,8 +317,7 @@ def exported_models(tmp: str) -> list[tuple[str, str]]:
 
 def trained_models() -> list[tuple[str, str]]:
     """``--cli --trained``'s models: the trained zoo's (fetched into its cache on first use)."""
-    cache = trained_zoo.Cache(trained_zoo.DEFAULT_CACHE)
-    return [(entry.name, cache.model(entry)[0]) for entry in trained_zoo.ENTRIES]
+    return [(entry.name, path) for entry, path in trained_zoo.fetched()]
 
 
 def cli_mode(args: argparse.Namespace) -> int:

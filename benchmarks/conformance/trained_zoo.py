@@ -378,6 +378,13 @@ class Cache:
                       "model_sha256": _sha256(path)}
 
 
+def fetched(root: str = DEFAULT_CACHE) -> list[tuple[Entry, str]]:
+    """Every entry of the zoo with the path of its model, fetched into the cache at ``root`` first
+    where it is not there yet (what the timing scripts run on)."""
+    cache = Cache(root)
+    return [(entry, cache.model(entry)[0]) for entry in ENTRIES]
+
+
 def _sha256(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
