@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 
 HOW = "an ONNX Runtime probe run"
 PROBE_DIMS = (2, 3)  # each dynamic input dim without a given shape, in the first and the second run
+# The longest a probe run may take: it runs at small or given shapes, and a Loop with neither a trip
+# count nor an end would run on (loading, and so inspect, would never end); a run stopped there is
+# a probe that failed, said in its warning.
+PROBE_SECONDS = 30.0
 
 # Input shapes of the probe runs: one mapping (input name -> shape) per run.
 ProbeShapes = Sequence[Mapping[str, tuple[int, ...]]]
@@ -146,7 +150,7 @@ def _probe(model: Model, names: Sequence[str], key: Sequence[Sequence[tuple[str,
     options = _options.OrtOptions(graph_optimization_level="disable", log_severity=4)
     progress("learning the types of %d tensor(s) shape inference left unknown (%s): running %s in ONNX Runtime",
              len(names), _names(names, 3), model.source)
-    run = tapped_session(model, names, options, f"probe run of {model.source}")
+    run = tapped_session(model, names, options, f"probe run of {model.source}", time_limit=PROBE_SECONDS)
     given = [dict(entry) for entry in key] or [{} for _ in PROBE_DIMS]
     runs, symbols = [], []
     for k, shapes in enumerate(given):

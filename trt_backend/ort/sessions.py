@@ -5,6 +5,7 @@ import functools
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,14 @@ def ort_errors() -> tuple[type[BaseException], ...]:
 @functools.lru_cache(maxsize=1)
 def quiet_run() -> Any:
     """``onnxruntime.RunOptions`` for a run given none: a kernel's failure is not also logged in
-    red on stderr (it comes back as the exception, which the caller turns into its one error)."""
+    red on stderr (it comes back as the exception, which the caller turns into its one error).
+    One for every such run: never to be stopped (see :func:`own_quiet_run`)."""
+    return own_quiet_run()
+
+
+def own_quiet_run() -> Any:
+    """A new ``onnxruntime.RunOptions`` as :func:`quiet_run`'s, for one run its caller may stop
+    (``terminate``: a flag no other run shares)."""
     import onnxruntime as ort
 
     run = ort.RunOptions()
@@ -269,11 +277,13 @@ def _copy_fields(src: Any, dst: Any, skip: str) -> None:
             setattr(dst, field.name, value)
 
 
-def tapped_session(model: Model, names: Sequence[str], options: OrtOptions, what: str) -> TappedRun:
+def tapped_session(model: Model, names: Sequence[str], options: OrtOptions, what: str, *,
+                   time_limit: float | None = None) -> TappedRun:
     """ONNX Runtime on the whole (normalised) ``model`` with the intermediate tensors ``names``
     added to its outputs (typed from shape inference). Returns ``run(feeds, wanted)``: the feeds
     and the value of every output in ``wanted`` by name. SegmentLoadError if ONNX Runtime refuses
-    the model, SegmentRunError (ONNX Runtime's first line) if a run fails."""
+    the model, SegmentRunError (ONNX Runtime's first line) if a run fails, or takes longer than
+    ``time_limit`` seconds (it is stopped: a Loop with neither a trip count nor an end runs on)."""
     proto, by_address = weights_apart(model.proto)
     graph = proto.graph
     have = {o.name for o in graph.output} | {i.name for i in graph.input}
@@ -291,10 +301,19 @@ def tapped_session(model: Model, names: Sequence[str], options: OrtOptions, what
     # (``held``: the weights the session reads where they are, kept as long as it)
     def run(feeds: Mapping[str, Any], wanted: Sequence[str], held: WeightsByAddress = by_address) -> dict[str, Any]:
         fetch = [n for n in dict.fromkeys(wanted) if n in outputs]
+        stop = own_quiet_run() if time_limit is not None else None
+        timer = threading.Timer(time_limit, setattr, (stop, "terminate", True)) if time_limit is not None else None
         try:
-            values = sess.run(fetch, dict(feeds))
+            if timer is not None:
+                timer.start()
+            values = sess.run(fetch, dict(feeds), stop)
         except ort_errors() as e:
+            if stop is not None and stop.terminate:
+                raise SegmentRunError(f"it did not end within {time_limit:g} s (stopped)") from None
             raise SegmentRunError(first_line(e)) from None
+        finally:
+            if timer is not None:
+                timer.cancel()
         env = dict(feeds)
         env.update(zip(fetch, values))
         return env

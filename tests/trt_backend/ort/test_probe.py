@@ -146,6 +146,38 @@ def test_a_failed_probe_gives_a_graph_outputs_declared_type_back_as_it_found_it(
     assert [d.dim_value for d in model.proto.graph.output[0].type.tensor_type.shape.dim] == [2, 4]
 
 
+def test_a_probe_of_a_loop_without_an_end_is_stopped(flavor, monkeypatch, caplog) -> None:
+    """A Loop given neither a trip count nor an ending condition (its condition a constant true)
+    over a value whose type inference cannot give: the probe that would learn it would never end,
+    and loading with it (so inspect) would not either. It is stopped after PROBE_SECONDS and said
+    as a probe that failed; the model loads, its unknown types left unknown."""
+    from onnx import numpy_helper as nh
+
+    from trt_backend.ort import probe
+    from trt_backend.planning import load_normalized as load
+
+    monkeypatch.setattr(probe, "PROBE_SECONDS", 1.0)
+    def vi(name: str, elem: int, shape: list[int] | None) -> onnx.ValueInfoProto:
+        return h.make_tensor_value_info(name, elem, shape)
+
+    branch = [h.make_graph([h.make_node(op, ["x"], ["o"])], op, [], [vi("o", T.FLOAT, None)]) for op in ("Relu", "Neg")]
+    body = h.make_graph([h.make_node("Identity", ["c"], ["c_out"]), h.make_node("Sigmoid", ["v"], ["v_out"])], "body",
+                        [vi("i", T.INT64, []), vi("c", T.BOOL, []), vi("v", T.FLOAT, None)],
+                        [vi("c_out", T.BOOL, []), vi("v_out", T.FLOAT, None)])
+    nodes = [h.make_node("ReduceMean", ["x"], ["m"], keepdims=0, name="mean"),
+             h.make_node("Greater", ["m", "zero"], ["cond"], name="greater"),
+             h.make_node("If", ["cond"], ["b"], then_branch=branch[0], else_branch=branch[1], name="if"),
+             h.make_node("Loop", ["", "true", "b"], ["looped"], body=body, name="loop"),
+             h.make_node("Relu", ["looped"], ["y"], name="relu")]
+    constants = [nh.from_array(np.array(0, np.float32), "zero"), nh.from_array(np.array(True), "true")]
+    m = h.make_model(h.make_graph(nodes, "g", [vi("x", T.FLOAT, [2, 4])], [vi("y", T.FLOAT, None)], constants),
+                     opset_imports=[h.make_opsetid("", 17)])
+    with caplog.at_level(logging.WARNING, logger="trt_backend.ort.probe"):
+        model = load(m)
+    assert "did not end within 1 s" in caplog.text
+    assert "looped" not in model.learned
+
+
 def test_a_probe_run_that_fails_says_so_once(tmp_path, flavor) -> None:
     """A reflect Pad of 64 cannot run at the probe's dims of 2 (a voice-activity model's STFT
     padding): the one warning says so, and ONNX Runtime's own error log line does not repeat it
