@@ -16,7 +16,7 @@ import onnx
 from partitioner import Model
 from partitioner.errors import OptionsError
 from partitioner.cost import si_bytes
-from partitioner.model import serialize
+from partitioner.model import serialize, structure_copy
 from trt_backend._progress import progress
 from trt_backend._files import write_atomic
 from trt_backend.errors import SegmentLoadError, SegmentRunError
@@ -215,9 +215,9 @@ def _probe_ir_version() -> int | None:
 TappedRun = Callable[[Mapping[str, Any], Sequence[str]], dict[str, Any]]
 
 # Weights a session may take by address: floats, and the 8-bit ints of quantized weights, of at
-# least _BY_ADDRESS_BYTES each. ONNX Runtime's
-# shape inference reads the values of shape-like constants (a Reshape's shape, a Resize's scales:
-# small, mostly int64) while it loads the model, and cannot read a stub's: those stay in the model.
+# least _BY_ADDRESS_BYTES each. ONNX Runtime's shape inference reads the values of shape-like
+# constants (a Reshape's shape, a Resize's scales: small, mostly int64) while it loads the model,
+# and cannot read a stub's: those stay in the model.
 _BY_ADDRESS_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
                                onnx.TensorProto.INT8, onnx.TensorProto.UINT8})
 _BY_ADDRESS_BYTES = 4096
@@ -238,43 +238,29 @@ def weights_apart(src: onnx.ModelProto) -> tuple[onnx.ModelProto, WeightsByAddre
     over the model's bytes: neither the copy nor its serialized bytes hold those weights, and ONNX Runtime
     takes them by address instead of parsing and copying them (ResNet-50's 97 MiB: ~0.1 s to copy
     the model and as much to serialize it). The rest is copied as it is."""
-    proto = onnx.ModelProto()
-    _copy_fields(src, proto, skip="graph")
-    _copy_fields(src.graph, proto.graph, skip="initializer")
     inputs = {v.name for v in src.graph.input}
     names: list[str] = []
     arrays: list[Any] = []
-    for t in src.graph.initializer:
+
+    def stub(t: onnx.TensorProto) -> onnx.TensorProto | None:
         inline = t.data_type in _BY_ADDRESS_TYPES and t.name not in inputs \
             and t.data_location != onnx.TensorProto.EXTERNAL
         raw = t.raw_data if inline else b""
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)) if raw else None
         if dtype is None or len(raw) < _BY_ADDRESS_BYTES or len(raw) != int(np.prod(t.dims)) * dtype.itemsize:
-            proto.graph.initializer.add().CopyFrom(t)
-            continue
-        stub = proto.graph.initializer.add()
-        stub.name, stub.data_type = t.name, t.data_type
-        stub.dims.extend(t.dims)
-        stub.data_location = onnx.TensorProto.EXTERNAL
-        entry = stub.external_data.add()
+            return None  # (copied as it is)
+        out = onnx.TensorProto()
+        out.name, out.data_type = t.name, t.data_type
+        out.dims.extend(t.dims)
+        out.data_location = onnx.TensorProto.EXTERNAL
+        entry = out.external_data.add()
         entry.key, entry.value = "location", _BY_ADDRESS
         names.append(t.name)
         arrays.append(np.frombuffer(raw, dtype).reshape(tuple(t.dims)))
+        return out
+
+    proto = structure_copy(src, stub)
     return proto, WeightsByAddress(tuple(names), tuple(arrays))
-
-
-def _copy_fields(src: Any, dst: Any, skip: str) -> None:
-    """Every field set in the message ``src`` but ``skip``, copied into ``dst``."""
-    for field, value in src.ListFields():
-        if field.name == skip:
-            continue
-        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
-        if repeated:
-            getattr(dst, field.name).extend(value)
-        elif field.message_type is not None:
-            getattr(dst, field.name).CopyFrom(value)
-        else:
-            setattr(dst, field.name, value)
 
 
 def tapped_session(model: Model, names: Sequence[str], options: OrtOptions, what: str, *,
