@@ -184,6 +184,25 @@ def location_problem(location: str) -> str | None:
     return "outside" if ".." in norm.split("/") else None
 
 
+
+def external_bytes(data: bytes, folder: str) -> int | None:
+    """The size of the files in ``folder`` that the model serialized in ``data`` keeps weights in
+    (0: it keeps none outside); None where that cannot be told: bytes the wire reader does not
+    follow, a file named outside ``folder`` (loading refuses it) or not there."""
+    locations = external_locations(data)
+    if locations is None:
+        return None
+    total = 0
+    for location in locations:
+        if location_problem(location) is not None:
+            return None
+        try:
+            total += os.path.getsize(os.path.join(folder, location))
+        except OSError:
+            return None
+    return total
+
+
 def file_status(info: os.stat_result) -> tuple[int, int, int, int]:
     """What a reader of a model file records of it, to tell later that a file is still the one it
     read: its size, modification time (ns), inode and device."""

@@ -151,16 +151,14 @@ def lookup_index(argv: Sequence[str], *, read: bool = False) -> tuple[Call | Non
 
 
 def _bytes_to_read(model: str) -> int:
-    """The size of the model file and of the external data files it names (those in its folder;
-    without parsing it), or of the file alone where it is larger than what the lookup reads."""
+    """The size of the model file and of the external data files it names (without parsing it:
+    :func:`partitioner.wire.external_bytes`, none counted where it cannot tell), or of the file
+    alone where it is larger than what the lookup reads."""
     size = os.path.getsize(model)
     if size > READ_BEFORE_BUILD_BYTES:
         return size
     with open(model, "rb") as f:
-        found = wire.external_locations(f.read()) or ()
-    folder = os.path.dirname(os.path.abspath(model))
-    return size + sum(os.path.getsize(os.path.join(folder, loc)) for loc in found
-                      if wire.location_problem(loc) is None and os.path.isfile(os.path.join(folder, loc)))
+        return size + (wire.external_bytes(f.read(), os.path.dirname(os.path.abspath(model))) or 0)
 
 
 def remember_in_index(cache_dir: str, index: str, manifest: Mapping[str, Any]) -> None:

@@ -152,7 +152,7 @@ class HeadStart:
         with open(self.path, "rb") as f:
             info = os.fstat(f.fileno())
             data = f.read()
-        external = external_bytes(data, os.path.dirname(self.path))
+        external = _wire.external_bytes(data, os.path.dirname(self.path))
         if external is None:
             self.problem = "the model's external data files cannot be told (or its file is not read here)"
             return
@@ -323,24 +323,6 @@ MAX_NODES = 5000
 # files is forked by its own file's size: this process does not read those weights.)
 FORK_MAX_BYTES = 64 * 2**20
 STACK_BYTES = 64 * 2**20  # the head start thread's stack (reserved, used only as deep as it goes)
-
-
-def external_bytes(data: bytes, folder: str) -> int | None:
-    """The size of the files in ``folder`` that the model serialized in ``data`` keeps weights in
-    (0: it keeps none outside); None where that cannot be told: bytes the wire reader does not
-    follow, a file named outside ``folder`` (loading refuses it) or not there."""
-    locations = _wire.external_locations(data)
-    if locations is None:
-        return None
-    total = 0
-    for location in locations:
-        if _wire.location_problem(location) is not None:
-            return None
-        try:
-            total += os.path.getsize(os.path.join(folder, location))
-        except OSError:
-            return None
-    return total
 
 
 class _ShapeRange(NamedTuple):

@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from partitioner import PartitionOptions
+from partitioner import PartitionOptions, wire
 from tests.support.folders import folder
 from tests.support.small_cnn import PROFILES, SHAPES, small_cnn
 from trt_backend.artifacts.write import build
@@ -156,7 +156,7 @@ def test_a_model_keeping_its_weights_in_a_data_file_takes_it(tmp_path, spy, monk
               size_threshold=0)
     with open(path, "rb") as f:
         data = f.read()
-    assert head_start.external_bytes(data, str(tmp_path)) == os.path.getsize(path + ".data") > 0
+    assert wire.external_bytes(data, str(tmp_path)) == os.path.getsize(path + ".data") > 0
     assert main(["build", path, "-o", str(tmp_path / "head"), *SHAPES]) == 0
     assert spy["started"][0] is not None and spy["claimed"] == spy["started"]
     no_scratch(str(tmp_path))
@@ -177,7 +177,7 @@ def test_external_data_named_outside_the_models_folder_is_not_read(tmp_path) -> 
         graph = helper.make_graph([helper.make_node("Relu", ["w"], ["y"])], "g", [],
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16])], [t])
         data = helper.make_model(graph).SerializeToString()
-        assert head_start.external_bytes(data, str(inner)) is None, location
+        assert wire.external_bytes(data, str(inner)) is None, location
 
 
 def test_a_file_changed_after_the_head_start_read_it_builds_without_it(tmp_path, spy) -> None:
