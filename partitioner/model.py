@@ -873,8 +873,11 @@ def _run_inference(proto: onnx.ModelProto, name: str) -> onnx.ModelProto | None:
 
 
 def _typed_names(inferred: onnx.ModelProto) -> set[str]:
-    """The value_info entries of ``inferred`` that give a dtype and a rank (see :func:`_typed`)."""
-    return {vi.name for vi in inferred.graph.value_info if _typed(vi)}
+    """The tensors ``inferred`` gives a dtype and a rank (see :func:`_typed`): its value_info
+    entries, and its graph outputs, whose types inference writes on the outputs. (An exporter that
+    declares a graph output in value_info as well, as Paddle2ONNX does, declares nothing inference
+    has not typed.)"""
+    return {vi.name for vi in [*inferred.graph.value_info, *inferred.graph.output] if _typed(vi)}
 
 
 def _untyped(inferred: onnx.ModelProto, typed: set[str]) -> int:
@@ -883,7 +886,7 @@ def _untyped(inferred: onnx.ModelProto, typed: set[str]) -> int:
     such as an old Dropout's mask, stays untyped and matters to nobody). ``typed``: what
     :func:`_typed_names` says of ``inferred``."""
     graph = inferred.graph
-    known = typed | {o.name for o in graph.output if _typed(o)} | {t.name for t in graph.initializer}
+    known = typed | {t.name for t in graph.initializer}
     wanted = {name for n in graph.node for name in node_reads(n)} | {o.name for o in graph.output}
     return sum(1 for n in graph.node for o in n.output if o and o in wanted and o not in known)
 

@@ -326,6 +326,22 @@ def test_value_info_that_contradicts_the_graph_yields_to_what_the_ops_compute() 
     assert [d.dim_param or d.dim_value for d in loaded.index.types["y"].tensor_type.shape.dim] == ["N", 7]
 
 
+def test_a_graph_output_declared_in_value_info_too_is_typed_by_inference() -> None:
+    """Paddle2ONNX declares a graph output in value_info as well as on the output. Inference types
+    a graph output on the output, so it is typed by what the ops compute, not recorded as typed by
+    the declaration alone (which made loading run the whole model in ONNX Runtime to check it)."""
+    from trt_backend.planning import load_normalized
+
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Sigmoid", ["c"], ["y"])]
+    m = model(nodes, [vi("x", ["N", 3, "H", "W"])], [vi("y", ["d0", "d1", "d2", "d3"])],
+              [const("w", np.ones((2, 3, 1, 1), np.float32))], opset=11)
+    m.graph.value_info.extend([vi("y", ["d0", "d1", "d2", "d3"])])
+    loaded = load_normalized(m)
+    assert loaded.learned == {}
+    assert [d.dim_param or d.dim_value for d in loaded.proto.graph.output[0].type.tensor_type.shape.dim] == \
+        ["N", 2, "d2", "d3"]  # (computed, then declared where a Conv's dims are not computed)
+
+
 def _if_model(then_output_type: int) -> onnx.ModelProto:
     then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [vi("t", [4], then_output_type)])
     other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", [4])])

@@ -124,8 +124,8 @@ def test_a_declared_type_the_probe_cannot_check_is_kept(flavor) -> None:
 
 
 def test_a_failed_probe_gives_a_graph_outputs_declared_type_back_as_it_found_it(flavor) -> None:
-    """A graph output recorded as typed by the model's declaration (loading records NudeNet's
-    detections so: inference cannot type the Concat making them), which the probe checks and
+    """A graph output recorded as typed by the model's declaration (loading records one so where
+    the exporter declares it in value_info too and inference cannot type it), which the probe checks and
     cannot (here a Reshape to a shape fed at run time fails at the probe's made-up values): the
     declaration is given back recorded as it was. It was dropped from the record (a graph
     output's type is on the output, not in value_info, where the probe looked), so a plan kept in
