@@ -752,7 +752,7 @@ def learn_types(model: Model, types: Mapping[str, onnx.TypeProto], how: str) -> 
         vi = graph.value_info.add()
         vi.name = name
         vi.type.CopyFrom(tp)
-    _infer_shapes(model.proto, model.source)
+    _infer_from_what_is_known(model.proto, model.source)
     model.index.refresh_types()
     model.learned.update(dict.fromkeys(types, how))
     log.info("%s: types of %d tensor(s) learned by %s: %s", model.source, len(types), how, ", ".join(types))
@@ -810,9 +810,7 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: _Fixes | None = None
     declared_outputs = [onnx.TypeProto.FromString(o.type.SerializeToString()) for o in graph.output]
     copy = weightless_copy(proto)
     del copy.graph.value_info[:]
-    for out in copy.graph.output:  # Declared output shapes are compared below, not trusted.
-        if out.type.WhichOneof("value") == "tensor_type":
-            out.type.tensor_type.ClearField("shape")
+    _clear_output_shapes(copy.graph)  # Declared output shapes are compared below, not trusted.
     inferred = _run_inference(copy, name)
     if inferred is None:
         return []
@@ -848,6 +846,33 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: _Fixes | None = None
             fixes.add(FIX_OUTPUT_SHAPES, f"graph output '{mine.name}' declared as {_shape_text(before)}, computed as "
                          f"{_shape_text(theirs.type)}: the computed shape kept")
     return [vi.name for vi in fallback]
+
+
+def _infer_from_what_is_known(proto: onnx.ModelProto, name: str) -> None:
+    """Inference once more over a model whose value_info :func:`_infer_shapes` wrote, with types
+    added to it (learned by running the model): what follows from them is typed, what was typed
+    stays. One pass with that value_info kept: it holds only what inference computed, what
+    folding typed and declarations taken for tensors inference cannot type, all of which
+    :func:`_infer_shapes` would take again (it would infer without them, fold and infer with them
+    once more: three passes where this is one)."""
+    graph = proto.graph
+    copy = weightless_copy(proto)
+    _clear_output_shapes(copy.graph)
+    inferred = _run_inference(copy, name)
+    if inferred is None:
+        return
+    known = {vi.name for vi in list(graph.input) + list(graph.output)}
+    del graph.value_info[:]
+    graph.value_info.extend(vi for vi in inferred.graph.value_info if vi.name not in known)
+    symbols = _dim_names(graph.input)
+    for mine, theirs in zip(graph.output, inferred.graph.output):
+        mine.type.CopyFrom(_merge_declared(theirs.type, mine.type, symbols)[0])
+
+
+def _clear_output_shapes(graph: onnx.GraphProto) -> None:
+    for out in graph.output:
+        if out.type.WhichOneof("value") == "tensor_type":
+            out.type.tensor_type.ClearField("shape")
 
 
 def _zero_dims_unknown(vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
