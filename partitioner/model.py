@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 from partitioner.errors import InvalidModelError, ModelLoadError, ModelTooLargeError
 from partitioner.folding import fold_for_inference
 from partitioner.graph import GraphIndex, node_reads
+from partitioner.reshapes import types_past_reshapes
 from partitioner.weights import (
     check_external,
     external_tensors,
@@ -828,6 +829,16 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: _Fixes | None = None
             constants = [vi for vi in inferred.graph.value_info if vi.name not in held]  # (the folded nodes')
             copy, inferred = folded, again
             typed = typed_again | {vi.name for vi in constants}
+        walked = types_past_reshapes(inferred) if _untyped(inferred, typed) else {}
+        if walked:
+            # A Reshape before opset 14 whose target is computed at run time has no inference rule:
+            # typed past it by a walk of the graph (partitioner.reshapes), and inferred again from there.
+            outputs = {o.name: o for o in copy.graph.output}
+            for n, tp in walked.items():
+                (outputs[n] if n in outputs else copy.graph.value_info.add(name=n)).type.CopyFrom(tp)
+            again = _run_inference(copy, name)
+            if again is not None:
+                inferred, typed = again, _typed_names(again) | {vi.name for vi in constants}
     if computed_outputs is not None:  # (what the ops compute from the inputs alone, as ONNX Runtime reads it)
         computed_outputs[:] = [o.type for o in inferred.graph.output]
     fallback = [_zero_dims_unknown(vi) for n, vi in declared.items() if n not in typed]

@@ -1,0 +1,239 @@
+"""Types past a Reshape whose target shape is computed at run time, in models before opset 14.
+
+ONNX's Reshape before opset 14 has an inference rule for a constant target shape only. Paddle2ONNX
+writes its reshapes with a target computed from the input's own shape
+(``Reshape(x, Concat(Slice(Shape(x), 0, 2), [-1]))``), so shape inference types nothing after
+the first of them: a recogniser's whole attention stack (125 tensors in PP-OCRv4's) stayed untyped,
+and loading ran the model in ONNX Runtime to learn those types. Yet the output's rank is the
+target's length, which inference does know, and its dims follow from the target's values where
+they are built from dims and constants.
+
+:func:`types_past_reshapes` walks the graph in order once: such a Reshape gets the rank of its
+target, with each dim as the target says it (a dim of a tensor read by ``Shape``, through
+``Slice``, ``Gather``, ``Concat``, ``Unsqueeze``, ``Squeeze``, ``Cast``, ``Identity``, integer
+``Add``, ``Sub`` and ``Mul`` and constants, each as ONNX defines it; ``0`` copies the input's
+dim, ``-1`` is what the element count leaves where every dim involved is a number), else
+unknown; every other node that inference left untyped and whose inputs are now typed is typed by
+ONNX's own rule for its op (``onnx.shape_inference.infer_node_outputs``). Shape inference then
+runs again over the model with those types (the caller's part), so what it computes beyond the
+walk joins them."""
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+# A value of shape arithmetic: per element, a number, a dim name or unknown (None); and whether it
+# is a scalar (a Gather of one index) rather than a 1-D tensor.
+Dim = int | str | None
+_Value = tuple[list[Dim], bool]
+
+MAX_ELEMENTS = 64  # a shape, not data: longer values are not followed
+# Integer arithmetic on dims (what a number of elements or a merged dim is made of): exact where
+# both sides are numbers, unknown otherwise.
+_ARITHMETIC: dict[str, Callable[[int, int], int]] = {"Add": operator.add, "Sub": operator.sub, "Mul": operator.mul}
+_SHAPE_OPS = {"Shape", "Slice", "Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity", "Constant",
+              *_ARITHMETIC}
+_DEFAULT = ("", "ai.onnx")
+
+
+def types_past_reshapes(inferred: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """The types of node outputs ``inferred`` (a model shape inference ran over, its value_info
+    written) leaves without a dtype or rank, found past its run-time Reshapes (see the module's
+    docstring); empty where the default domain's opset is 14 or later, or nothing is found."""
+    opset = next((o.version for o in inferred.opset_import if o.domain in _DEFAULT), 0)
+    if opset >= 14:
+        return {}
+    graph = inferred.graph
+    types: dict[str, onnx.TypeProto] = {}
+    for vi in [*graph.input, *graph.value_info, *graph.output]:
+        if _typed(vi.type):
+            types[vi.name] = vi.type
+    constants: dict[str, onnx.TensorProto] = {}
+    for t in graph.initializer:  # (typed by their dims, held or not: shape inference runs over weightless copies)
+        types.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)))
+        if t.data_location != onnx.TensorProto.EXTERNAL and _few(t.dims):
+            constants[t.name] = t
+    values: dict[str, _Value] = {name: v for name, t in constants.items() if (v := _constant_value(t)) is not None}
+    found: dict[str, onnx.TypeProto] = {}
+    for node in graph.node:
+        if node.domain not in _DEFAULT or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                              for a in node.attribute):
+            continue
+        if node.op_type == "Constant" and node.output and (value := _attribute_constant(node)) is not None:
+            constants[node.output[0]] = value
+            if (v := _constant_value(value)) is not None:
+                values[node.output[0]] = v
+        elif node.op_type in _SHAPE_OPS and node.output and (v := _shape_value(node, values, types, opset)) is not None:
+            values[node.output[0]] = v
+        outs = [o for o in node.output if o]
+        if not outs or all(o in types for o in outs) or any(i and i not in types for i in node.input):
+            continue
+        if node.op_type == "Reshape" and len(node.input) == 2 and node.input[1] not in constants:
+            tp = _reshape_type(types[node.input[0]], types[node.input[1]], values.get(node.input[1]))
+            out = {outs[0]: tp} if tp is not None else {}
+        else:
+            out = _node_types(node, types, constants, inferred.opset_import)
+        for name, tp in out.items():
+            if name not in types and _typed(tp):
+                types[name] = found[name] = tp
+    return found
+
+
+def _typed(tp: onnx.TypeProto) -> bool:
+    kind = tp.WhichOneof("value")
+    if kind is None:
+        return False
+    return kind != "tensor_type" or (bool(tp.tensor_type.elem_type) and tp.tensor_type.HasField("shape"))
+
+
+def _few(dims: Sequence[int]) -> bool:
+    return len(dims) <= 1 and all(int(d) <= MAX_ELEMENTS for d in dims)
+
+
+def _constant_value(t: onnx.TensorProto) -> _Value | None:
+    if t.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) or not _few(t.dims):
+        return None
+    try:
+        array = numpy_helper.to_array(t)
+    except (ValueError, TypeError, KeyError):
+        return None
+    return [int(v) for v in array.reshape(-1)], array.ndim == 0
+
+
+def _attribute_constant(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    for a in node.attribute:
+        if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+            return a.t
+        if a.name == "value_ints":
+            return numpy_helper.from_array(np.array(list(a.ints), np.int64))
+        if a.name == "value_int":
+            return numpy_helper.from_array(np.array(a.i, np.int64))
+    return None
+
+
+def _dims(tp: onnx.TypeProto) -> list[Dim] | None:
+    if tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.WhichOneof("value") == "dim_value" else (d.dim_param or None)
+            for d in tp.tensor_type.shape.dim]
+
+
+def _ints(value: _Value | None) -> list[int] | None:
+    if value is None or any(not isinstance(d, int) for d in value[0]):
+        return None
+    return [int(d) for d in value[0] if isinstance(d, int)]
+
+
+def _shape_value(node: onnx.NodeProto, values: Mapping[str, _Value], types: Mapping[str, onnx.TypeProto],
+                 opset: int) -> _Value | None:
+    """What ``node`` (of :data:`_SHAPE_OPS`) computes, element by element, or None where it cannot
+    be said from ``values`` (and, for Shape, the types of what it reads)."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    args = [values.get(name) if name else None for name in node.input]
+    op = node.op_type
+    if op == "Shape":
+        tp = types.get(node.input[0]) if node.input else None
+        dims = _dims(tp) if tp is not None else None
+        if dims is None:
+            return None
+        end = attrs.get("end")
+        return dims[int(attrs.get("start", 0)):None if end is None else int(end)], False
+    if not args or args[0] is None:
+        return None
+    elements, scalar = args[0]
+    if op in ("Identity", "Cast"):
+        return (elements, scalar) if op == "Identity" or int(attrs.get("to", 0)) in (
+            onnx.TensorProto.INT64, onnx.TensorProto.INT32) else None
+    if op == "Concat":
+        if int(attrs.get("axis", -1)) not in (0, -1) or any(a is None or a[1] for a in args):
+            return None
+        return [d for a in args if a is not None for d in a[0]], False
+    if op == "Unsqueeze":
+        return (elements, False) if scalar else None
+    if op == "Squeeze":
+        return (elements, True) if not scalar and len(elements) == 1 else None
+    if op == "Gather":
+        index = _ints(args[1]) if len(args) > 1 else None
+        if scalar or int(attrs.get("axis", 0)) != 0 or index is None or len(index) != 1:
+            return None
+        k = index[0] + len(elements) if index[0] < 0 else index[0]
+        return ([elements[k]], args[1] is not None and args[1][1]) if 0 <= k < len(elements) else None
+    if op == "Slice":
+        return _slice(elements, scalar, node.input, values, attrs, opset)
+    if op in _ARITHMETIC and len(args) == 2 and args[1] is not None:
+        other, other_scalar = args[1]
+        if len(elements) != len(other) and not (scalar or other_scalar):
+            return None
+        pairs = zip(elements * len(other) if scalar else elements, other * len(elements) if other_scalar else other)
+        return [_ARITHMETIC[op](a, b) if isinstance(a, int) and isinstance(b, int) else None
+                for a, b in pairs], scalar and other_scalar
+    return None
+
+
+def _slice(elements: list[Dim], scalar: bool, inputs: Sequence[str], values: Mapping[str, _Value],
+           attrs: Mapping[str, object], opset: int) -> _Value | None:
+    """A Slice of a 1-D value along its one axis with step 1 (ONNX's bounds then are Python's)."""
+    if scalar:
+        return None
+    if opset < 10:
+        starts, ends, axes, steps = attrs.get("starts"), attrs.get("ends"), attrs.get("axes"), None
+    else:
+        given = [_ints(values.get(name)) if name else None for name in inputs] + [None] * 5
+        starts, ends, axes, steps = given[1:5]
+        if any(k < len(inputs) and inputs[k] and given[k] is None for k in (3, 4)):
+            return None  # (axes or steps computed at run time)
+    if not isinstance(starts, list) or not isinstance(ends, list) or len(starts) != 1 or len(ends) != 1:
+        return None
+    if (axes is not None and axes not in ([0], [-1])) or (steps is not None and steps != [1]):
+        return None
+    return elements[int(starts[0]):int(ends[0])], False
+
+
+def _reshape_type(data: onnx.TypeProto, target: onnx.TypeProto, value: _Value | None) -> onnx.TypeProto | None:
+    """A Reshape's output type from its input's type and its target's type and value (see the
+    module's docstring), or None where the target's length is not known."""
+    if data.WhichOneof("value") != "tensor_type" or not data.tensor_type.elem_type:
+        return None
+    length = _dims(target)
+    if value is not None and not value[1]:
+        wanted: list[Dim] = list(value[0])
+    elif length is not None and len(length) == 1 and isinstance(length[0], int):
+        wanted = [None] * length[0]
+    else:
+        return None
+    have = _dims(data)
+    out: list[Dim] = []
+    for k, d in enumerate(wanted):
+        if d == 0:
+            out.append(have[k] if have is not None and k < len(have) else None)
+        elif isinstance(d, int) and d < 0:
+            out.append(None)
+        else:
+            out.append(d)
+    if wanted.count(-1) == 1 and have is not None and all(isinstance(d, int) and d > 0 for d in have):
+        k = wanted.index(-1)
+        others = out[:k] + out[k + 1:]
+        if all(isinstance(d, int) and d > 0 for d in others):
+            total = int(np.prod([int(d) for d in have if isinstance(d, int)], dtype=np.int64))
+            rest = int(np.prod([int(d) for d in others if isinstance(d, int)], dtype=np.int64))
+            if total % rest == 0:
+                out[k] = total // rest
+    return onnx.helper.make_tensor_type_proto(data.tensor_type.elem_type, out)
+
+
+def _node_types(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto], constants: Mapping[str, onnx.TensorProto],
+                opset_import: Sequence[onnx.OperatorSetIdProto]) -> dict[str, onnx.TypeProto]:
+    """ONNX's own inference of one node from its inputs' types (and constant inputs), or nothing
+    where it has no rule or fails."""
+    version = next((o.version for o in opset_import if o.domain in _DEFAULT), 0)
+    try:
+        schema = onnx.defs.get_schema(node.op_type, version, node.domain)
+        return onnx.shape_inference.infer_node_outputs(
+            schema, node, {i: types[i] for i in node.input if i},
+            {i: constants[i] for i in node.input if i in constants}, opset_imports=list(opset_import))
+    except (onnx.defs.SchemaError, onnx.shape_inference.InferenceError, RuntimeError, ValueError, KeyError):
+        return {}

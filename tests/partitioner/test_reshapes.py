@@ -1,0 +1,126 @@
+"""Types past a Reshape whose target shape is computed at run time (before opset 14): loading
+types what follows such a Reshape without running the model, each type what ONNX Runtime computes."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from partitioner import load_model
+from partitioner.model import unknown_tensor_types
+from partitioner.reshapes import types_past_reshapes
+from tests.helpers import const, model, vi
+
+
+def _ints(name: str, values: list[int]) -> onnx.TensorProto:
+    return const(name, np.array(values, np.int64))
+
+
+def _paddle_like(opset: int) -> onnx.ModelProto:
+    """A Conv, then Paddle2ONNX's reshape to ``[N, C, -1]`` with the target computed from the
+    Conv's own shape, then attention-like ops after it, and a second such reshape of a tensor
+    only the first one types (``[N, -1]`` through Gather and Unsqueeze)."""
+    slice_inputs = ["s", "zero", "two"] if opset >= 10 else ["s"]
+    slice_attrs = {} if opset >= 10 else {"starts": [0], "ends": [2]}
+    unsqueeze = (helper.make_node("Unsqueeze", ["n", "zero"], ["n1"]) if opset >= 13
+                 else helper.make_node("Unsqueeze", ["n"], ["n1"], axes=[0]))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Shape", ["c"], ["s"]),
+             helper.make_node("Slice", slice_inputs, ["s2"], **slice_attrs),
+             helper.make_node("Concat", ["s2", "minus_one"], ["target"], axis=0),
+             helper.make_node("Reshape", ["c", "target"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["t", "m"], ["mm"]),  # (a weight past what inference is handed)
+             helper.make_node("Softmax", ["mm"], ["sm"], axis=-1),
+             helper.make_node("Shape", ["sm"], ["s3"]),
+             helper.make_node("Gather", ["s3", "zero_scalar"], ["n"], axis=0),
+             unsqueeze,
+             helper.make_node("Concat", ["n1", "minus_one"], ["target2"], axis=0),
+             helper.make_node("Reshape", ["sm", "target2"], ["y"])]
+    inits = [const("w", np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)),
+             const("m", np.random.default_rng(1).standard_normal((4, 500)).astype(np.float32)),
+             _ints("zero", [0]), _ints("two", [2]), _ints("minus_one", [-1]),
+             const("zero_scalar", np.array(0, np.int64))]
+    return model(nodes, [vi("x", ["N", 3, None, "W"])], [vi("y", None)], inits, opset=opset)
+
+
+def _dims(tp: onnx.TypeProto) -> list[int | str | None]:
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tp.tensor_type.shape.dim]
+
+
+def _agrees_with_onnx_runtime(m: onnx.ModelProto, types: dict[str, onnx.TypeProto], x_shapes: list[tuple[int, ...]]
+                              ) -> None:
+    """Every tensor's type in ``types`` holds in ONNX Runtime's run of ``m`` at each input shape:
+    its rank and dtype, its numbers, and its input dim names as the inputs' dims."""
+    tapped = onnx.ModelProto()
+    tapped.CopyFrom(m)
+    names = sorted(types)
+    tapped.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in names)
+    sess = ort.InferenceSession(tapped.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in x_shapes:
+        x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+        got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": x})))
+        named = {"N": shape[0], "W": shape[3]}
+        for n in names:
+            want = _dims(types[n])
+            assert len(want) == got[n].ndim, (n, want, got[n].shape)
+            assert types[n].tensor_type.elem_type == onnx.helper.np_dtype_to_tensor_dtype(got[n].dtype), n
+            for d, actual in zip(want, got[n].shape):
+                assert d is None or (isinstance(d, str) and d not in named) or named.get(d, d) == actual, \
+                    (n, want, got[n].shape)
+
+
+def test_a_reshape_to_a_target_computed_at_run_time_is_typed_past_it() -> None:
+    """Paddle2ONNX's models (opset 11 and 12): shape inference typed nothing after the first
+    reshape to a computed target, and loading then ran the whole model in ONNX Runtime. Now every
+    tensor is typed at load: the reshape's rank is its target's length and its dims what the
+    target says (the batch and channels read from the Conv's shape, the -1 unknown), and what
+    follows is ONNX's inference from there; each type holds in ONNX Runtime's runs."""
+    for opset in (9, 11, 12, 13):
+        m = _paddle_like(opset)
+        loaded = load_model(m)
+        assert unknown_tensor_types(loaded) == [], opset
+        assert loaded.learned == {}
+        types = loaded.index.types
+        assert _dims(types["r"]) == ["N", 4, None], opset
+        assert _dims(types["sm"])[0] == "N" and _dims(types["sm"])[2] == 500
+        assert _dims(types["y"]) == ["N", None]
+        _agrees_with_onnx_runtime(m, {n: types[n] for n in ("r", "t", "mm", "sm", "y")}, [(1, 3, 6, 8), (3, 3, 2, 5)])
+
+
+def test_a_reshape_target_of_numbers_gives_numbers_and_its_minus_one_what_the_element_count_leaves() -> None:
+    """Static dims: the -1 is the element count over the other dims, a 0 copies the input's dim,
+    and dims multiplied (two axes merged, as torch's exports of old write it) are their product."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "zero", "one"], ["s1"]),
+             helper.make_node("Concat", ["s1", "zero", "minus_one"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"]),
+             helper.make_node("Gather", ["s", "zero_scalar"], ["a"], axis=0),
+             helper.make_node("Gather", ["s", "one_scalar"], ["b"], axis=0),
+             helper.make_node("Mul", ["a", "b"], ["ab"]),
+             helper.make_node("Unsqueeze", ["ab"], ["ab1"], axes=[0]),
+             helper.make_node("Concat", ["ab1", "minus_one"], ["target2"], axis=0),
+             helper.make_node("Reshape", ["x", "target2"], ["y2"])]
+    m = model(nodes, [vi("x", [2, 3, 4, 5])], [vi("y", None), vi("y2", None)],
+              [_ints("zero", [0]), _ints("one", [1]), _ints("minus_one", [-1]),
+               const("zero_scalar", np.array(0, np.int64)), const("one_scalar", np.array(1, np.int64))], opset=12)
+    loaded = load_model(m)
+    assert [_dims(o.type) for o in loaded.proto.graph.output] == [[2, 3, 20], [6, 20]]
+
+
+def test_a_target_whose_values_are_not_known_still_gives_the_rank() -> None:
+    """A target fed at run time: its values unknown, its length known, so the rank is."""
+    nodes = [helper.make_node("Reshape", ["x", "target"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    m = model(nodes, [vi("x", ["N", 6]), vi("target", [3], TensorProto.INT64)], [vi("y", None)], opset=12)
+    loaded = load_model(m)
+    assert len(_dims(loaded.proto.graph.output[0].type)) == 3
+    assert unknown_tensor_types(loaded) == [] and loaded.learned == {}
+
+
+def test_from_opset_14_on_inference_reads_a_computed_target_itself() -> None:
+    """Reshape-14 has ONNX's own rule for a computed target (data propagation): nothing to add."""
+    m = _paddle_like(14)
+    copy = onnx.shape_inference.infer_shapes(m, data_prop=True)
+    assert types_past_reshapes(copy) == {}
+    assert _dims(load_model(m).index.types["r"])[:2] == ["N", 4]
