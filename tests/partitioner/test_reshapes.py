@@ -2,6 +2,8 @@
 types what follows such a Reshape without running the model, each type what ONNX Runtime computes."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -22,7 +24,7 @@ def _paddle_like(opset: int) -> onnx.ModelProto:
     Conv's own shape, then attention-like ops after it, and a second such reshape of a tensor
     only the first one types (``[N, -1]`` through Gather and Unsqueeze)."""
     slice_inputs = ["s", "zero", "two"] if opset >= 10 else ["s"]
-    slice_attrs = {} if opset >= 10 else {"starts": [0], "ends": [2]}
+    slice_attrs: dict[str, Any] = {} if opset >= 10 else {"starts": [0], "ends": [2]}
     unsqueeze = (helper.make_node("Unsqueeze", ["n", "zero"], ["n1"]) if opset >= 13
                  else helper.make_node("Unsqueeze", ["n"], ["n1"], axes=[0]))
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
@@ -67,8 +69,8 @@ def _agrees_with_onnx_runtime(m: onnx.ModelProto, types: dict[str, onnx.TypeProt
             assert len(want) == got[n].ndim, (n, want, got[n].shape)
             assert types[n].tensor_type.elem_type == onnx.helper.np_dtype_to_tensor_dtype(got[n].dtype), n
             for d, actual in zip(want, got[n].shape):
-                assert d is None or (isinstance(d, str) and d not in named) or named.get(d, d) == actual, \
-                    (n, want, got[n].shape)
+                expected = named.get(d) if isinstance(d, str) else d  # (None: a name of its own, or unknown)
+                assert expected is None or expected == actual, (n, want, got[n].shape)
 
 
 def test_a_reshape_to_a_target_computed_at_run_time_is_typed_past_it() -> None:
