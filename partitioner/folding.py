@@ -26,35 +26,15 @@ def fold_for_inference(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     where none folds. Only nodes of the default domain in :data:`FOLDERS`, with every input known
     and small, no subgraph, and no graph output among their outputs, are folded."""
     graph = proto.graph
-    values: _Values = {}
-    for t in graph.initializer:
-        if t.data_location != onnx.TensorProto.EXTERNAL and _small(t.dims):
-            try:
-                values[t.name] = numpy_helper.to_array(t)
-            except (ValueError, TypeError, KeyError):
-                continue
-    inputs = {vi.name for vi in graph.input}
-    for name in inputs:
-        values.pop(name, None)  # (an initializer that is also a graph input can be fed otherwise)
+    values = constant_values(graph)
     outputs = {vi.name for vi in graph.output}
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     folded: set[int] = set()
     for k, node in enumerate(graph.node):
-        fold = FOLDERS.get(node.op_type)
-        if fold is None or node.domain not in ("", "ai.onnx") or any(o in outputs for o in node.output) \
-                or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        if any(o in outputs for o in node.output):
             continue
-        if any(name and name not in values for name in node.input):
-            continue
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        args = [values[name] if name else None for name in node.input]
-        try:
-            with np.errstate(all="ignore"):
-                result = fold(args, attrs, opset)
-        except (ValueError, TypeError, IndexError, KeyError, OverflowError, ZeroDivisionError):
-            result = None
-        if result is None or len(result) != len([o for o in node.output if o]) \
-                or any(not _small(r.shape) for r in result):
+        result = fold_node(node, values, opset)
+        if result is None:
             continue
         for name, value in zip([o for o in node.output if o], result):
             values[name] = value
@@ -68,6 +48,43 @@ def fold_for_inference(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     names = [o for k in sorted(folded) for o in graph.node[k].output if o]
     out.graph.initializer.extend(numpy_helper.from_array(np.asarray(values[name]), name) for name in names)
     return out
+
+
+def constant_values(graph: onnx.GraphProto) -> _Values:
+    """The values of ``graph``'s small initializers held in the model (not those that are graph
+    inputs too: those can be fed otherwise)."""
+    values: _Values = {}
+    for t in graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL and _small(t.dims):
+            try:
+                values[t.name] = numpy_helper.to_array(t)
+            except (ValueError, TypeError, KeyError):
+                continue
+    for vi in graph.input:
+        values.pop(vi.name, None)
+    return values
+
+
+def fold_node(node: onnx.NodeProto, values: Mapping[str, np.ndarray], opset: int) -> list[np.ndarray] | None:
+    """What ``node`` computes from ``values`` (each of its inputs among them), one array per named
+    output, where it is in :data:`FOLDERS` (default domain, no subgraph) and its results are small;
+    else None."""
+    fold = FOLDERS.get(node.op_type)
+    if fold is None or node.domain not in ("", "ai.onnx") \
+            or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return None
+    if any(name and name not in values for name in node.input):
+        return None
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    args = [values[name] if name else None for name in node.input]
+    try:
+        with np.errstate(all="ignore"):
+            result = fold(args, attrs, opset)
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError, ZeroDivisionError):
+        return None
+    if result is None or len(result) != len([o for o in node.output if o]) or any(not _small(r.shape) for r in result):
+        return None
+    return result
 
 
 def _small(dims: Sequence[int]) -> bool:

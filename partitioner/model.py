@@ -818,6 +818,17 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: _Fixes | None = None
     typed = _typed_names(inferred)
     constants: list[onnx.ValueInfoProto] = []
     untyped = _untyped(inferred, typed)
+    walked = types_past_reshapes(inferred) if untyped else {}
+    if walked:
+        # A Reshape before opset 14 whose target is computed at run time has no inference rule:
+        # typed past it by a walk of the graph (partitioner.reshapes), and inferred again from there.
+        outputs = {o.name: o for o in copy.graph.output}
+        for n, tp in walked.items():
+            (outputs[n] if n in outputs else copy.graph.value_info.add(name=n)).type.CopyFrom(tp)
+        again = _run_inference(copy, name)
+        if again is not None:
+            inferred, typed = again, _typed_names(again)
+            untyped = _untyped(inferred, typed)
     if untyped:
         # Some tensor's type may follow from constant shape arithmetic inference has no rule for:
         # inferred again over a copy with those values evaluated (partitioner.folding).
@@ -829,16 +840,6 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: _Fixes | None = None
             constants = [vi for vi in inferred.graph.value_info if vi.name not in held]  # (the folded nodes')
             copy, inferred = folded, again
             typed = typed_again | {vi.name for vi in constants}
-        walked = types_past_reshapes(inferred) if _untyped(inferred, typed) else {}
-        if walked:
-            # A Reshape before opset 14 whose target is computed at run time has no inference rule:
-            # typed past it by a walk of the graph (partitioner.reshapes), and inferred again from there.
-            outputs = {o.name: o for o in copy.graph.output}
-            for n, tp in walked.items():
-                (outputs[n] if n in outputs else copy.graph.value_info.add(name=n)).type.CopyFrom(tp)
-            again = _run_inference(copy, name)
-            if again is not None:
-                inferred, typed = again, _typed_names(again) | {vi.name for vi in constants}
     if computed_outputs is not None:  # (what the ops compute from the inputs alone, as ONNX Runtime reads it)
         computed_outputs[:] = [o.type for o in inferred.graph.output]
     fallback = [_zero_dims_unknown(vi) for n, vi in declared.items() if n not in typed]

@@ -11,12 +11,14 @@ they are built from dims and constants.
 :func:`types_past_reshapes` walks the graph in order once: such a Reshape gets the rank of its
 target, with each dim as the target says it (a dim of a tensor read by ``Shape``, through
 ``Slice``, ``Gather``, ``Concat``, ``Unsqueeze``, ``Squeeze``, ``Cast``, ``Identity``, integer
-``Add``, ``Sub`` and ``Mul`` and constants, each as ONNX defines it; ``0`` copies the input's
-dim, ``-1`` is what the element count leaves where every dim involved is a number), else
-unknown; every other node that inference left untyped and whose inputs are now typed is typed by
-ONNX's own rule for its op (``onnx.shape_inference.infer_node_outputs``). Shape inference then
-runs again over the model with those types (the caller's part), so what it computes beyond the
-walk joins them."""
+``Add``, ``Sub`` and ``Mul``, constants and what :mod:`partitioner.folding` computes of them,
+each as ONNX defines it; ``0`` copies the input's dim, ``-1`` is what the element count leaves
+where every dim involved is a number), else unknown; every other node that inference left
+untyped and whose inputs are now typed is typed by ONNX's own rule for its op
+(``onnx.shape_inference.infer_node_outputs``). Shape inference then runs again over the model
+with those types (the caller's part), so what it computes beyond the walk joins them. The walk
+runs before folding: where it types everything, the folded copy and its inference are not
+needed."""
 from __future__ import annotations
 
 import operator
@@ -26,17 +28,18 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from partitioner.folding import constant_values, fold_node
+
 # A value of shape arithmetic: per element, a number, a dim name or unknown (None); and whether it
 # is a scalar (a Gather of one index) rather than a 1-D tensor.
 Dim = int | str | None
 _Value = tuple[list[Dim], bool]
 
-MAX_ELEMENTS = 64  # a shape, not data: longer values are not followed
+MAX_ELEMENTS = 64  # a shape, not data: longer values are not followed as dims
 # Integer arithmetic on dims (what a number of elements or a merged dim is made of): exact where
 # both sides are numbers, unknown otherwise.
 _ARITHMETIC: dict[str, Callable[[int, int], int]] = {"Add": operator.add, "Sub": operator.sub, "Mul": operator.mul}
-_SHAPE_OPS = {"Shape", "Slice", "Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity", "Constant",
-              *_ARITHMETIC}
+_SHAPE_OPS = {"Shape", "Slice", "Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity", *_ARITHMETIC}
 _DEFAULT = ("", "ai.onnx")
 
 
@@ -52,21 +55,21 @@ def types_past_reshapes(inferred: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     for vi in [*graph.input, *graph.value_info, *graph.output]:
         if _typed(vi.type):
             types[vi.name] = vi.type
-    constants: dict[str, onnx.TensorProto] = {}
     for t in graph.initializer:  # (typed by their dims, held or not: shape inference runs over weightless copies)
         types.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)))
-        if t.data_location != onnx.TensorProto.EXTERNAL and _few(t.dims):
-            constants[t.name] = t
-    values: dict[str, _Value] = {name: v for name, t in constants.items() if (v := _constant_value(t)) is not None}
+    constants = constant_values(graph)
+    values: dict[str, _Value] = {name: v for name, a in constants.items() if (v := _constant_value(a)) is not None}
     found: dict[str, onnx.TypeProto] = {}
     for node in graph.node:
         if node.domain not in _DEFAULT or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                                               for a in node.attribute):
             continue
-        if node.op_type == "Constant" and node.output and (value := _attribute_constant(node)) is not None:
-            constants[node.output[0]] = value
-            if (v := _constant_value(value)) is not None:
-                values[node.output[0]] = v
+        folded = fold_node(node, constants, opset)  # (constant shape arithmetic, as partitioner.folding does it)
+        if folded is not None:
+            for name, array in zip([o for o in node.output if o], folded):
+                constants[name] = array
+                if (v := _constant_value(array)) is not None:
+                    values[name] = v
         elif node.op_type in _SHAPE_OPS and node.output and (v := _shape_value(node, values, types, opset)) is not None:
             values[node.output[0]] = v
         outs = [o for o in node.output if o]
@@ -90,29 +93,10 @@ def _typed(tp: onnx.TypeProto) -> bool:
     return kind != "tensor_type" or (bool(tp.tensor_type.elem_type) and tp.tensor_type.HasField("shape"))
 
 
-def _few(dims: Sequence[int]) -> bool:
-    return len(dims) <= 1 and all(int(d) <= MAX_ELEMENTS for d in dims)
-
-
-def _constant_value(t: onnx.TensorProto) -> _Value | None:
-    if t.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) or not _few(t.dims):
-        return None
-    try:
-        array = numpy_helper.to_array(t)
-    except (ValueError, TypeError, KeyError):
+def _constant_value(array: np.ndarray) -> _Value | None:
+    if array.dtype not in (np.int64, np.int32) or array.ndim > 1 or array.size > MAX_ELEMENTS:
         return None
     return [int(v) for v in array.reshape(-1)], array.ndim == 0
-
-
-def _attribute_constant(node: onnx.NodeProto) -> onnx.TensorProto | None:
-    for a in node.attribute:
-        if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-            return a.t
-        if a.name == "value_ints":
-            return numpy_helper.from_array(np.array(list(a.ints), np.int64))
-        if a.name == "value_int":
-            return numpy_helper.from_array(np.array(a.i, np.int64))
-    return None
 
 
 def _dims(tp: onnx.TypeProto) -> list[Dim] | None:
@@ -225,7 +209,7 @@ def _reshape_type(data: onnx.TypeProto, target: onnx.TypeProto, value: _Value | 
     return onnx.helper.make_tensor_type_proto(data.tensor_type.elem_type, out)
 
 
-def _node_types(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto], constants: Mapping[str, onnx.TensorProto],
+def _node_types(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto], constants: Mapping[str, np.ndarray],
                 opset_import: Sequence[onnx.OperatorSetIdProto]) -> dict[str, onnx.TypeProto]:
     """ONNX's own inference of one node from its inputs' types (and constant inputs), or nothing
     where it has no rule or fails."""
@@ -234,6 +218,7 @@ def _node_types(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto], const
         schema = onnx.defs.get_schema(node.op_type, version, node.domain)
         return onnx.shape_inference.infer_node_outputs(
             schema, node, {i: types[i] for i in node.input if i},
-            {i: constants[i] for i in node.input if i in constants}, opset_imports=list(opset_import))
+            {i: numpy_helper.from_array(constants[i], i) for i in node.input if i in constants},
+            opset_imports=list(opset_import))
     except (onnx.defs.SchemaError, onnx.shape_inference.InferenceError, RuntimeError, ValueError, KeyError):
         return {}

@@ -93,7 +93,8 @@ def test_a_reshape_to_a_target_computed_at_run_time_is_typed_past_it() -> None:
 
 def test_a_reshape_target_of_numbers_gives_numbers_and_its_minus_one_what_the_element_count_leaves() -> None:
     """Static dims: the -1 is the element count over the other dims, a 0 copies the input's dim,
-    and dims multiplied (two axes merged, as torch's exports of old write it) are their product."""
+    dims multiplied (two axes merged, as torch's exports of old write it) are their product, and
+    constant arithmetic (a Div of constants) is what partitioner.folding computes of it."""
     nodes = [helper.make_node("Shape", ["x"], ["s"]),
              helper.make_node("Slice", ["s", "zero", "one"], ["s1"]),
              helper.make_node("Concat", ["s1", "zero", "minus_one"], ["target"], axis=0),
@@ -103,12 +104,16 @@ def test_a_reshape_target_of_numbers_gives_numbers_and_its_minus_one_what_the_el
              helper.make_node("Mul", ["a", "b"], ["ab"]),
              helper.make_node("Unsqueeze", ["ab"], ["ab1"], axes=[0]),
              helper.make_node("Concat", ["ab1", "minus_one"], ["target2"], axis=0),
-             helper.make_node("Reshape", ["x", "target2"], ["y2"])]
-    m = model(nodes, [vi("x", [2, 3, 4, 5])], [vi("y", None), vi("y2", None)],
-              [_ints("zero", [0]), _ints("one", [1]), _ints("minus_one", [-1]),
-               const("zero_scalar", np.array(0, np.int64)), const("one_scalar", np.array(1, np.int64))], opset=12)
+             helper.make_node("Reshape", ["x", "target2"], ["y2"]),
+             helper.make_node("Div", ["twelve", "four"], ["three"]),
+             helper.make_node("Concat", ["s1", "three", "minus_one"], ["target3"], axis=0),
+             helper.make_node("Reshape", ["x", "target3"], ["y3"])]
+    m = model(nodes, [vi("x", [2, 3, 4, 5])], [vi("y", None), vi("y2", None), vi("y3", None)],
+              [_ints("zero", [0]), _ints("one", [1]), _ints("minus_one", [-1]), _ints("twelve", [12]),
+               _ints("four", [4]), const("zero_scalar", np.array(0, np.int64)),
+               const("one_scalar", np.array(1, np.int64))], opset=12)
     loaded = load_model(m)
-    assert [_dims(o.type) for o in loaded.proto.graph.output] == [[2, 3, 20], [6, 20]]
+    assert [_dims(o.type) for o in loaded.proto.graph.output] == [[2, 3, 20], [6, 20], [2, 3, 20]]
 
 
 def test_a_target_whose_values_are_not_known_still_gives_the_rank() -> None:
