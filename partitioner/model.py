@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, EncodeError
 
 from partitioner.errors import InvalidModelError, ModelLoadError, ModelTooLargeError
 from partitioner.folding import fold_for_inference
@@ -284,15 +284,18 @@ def described_output(computed: onnx.TypeProto, declared: onnx.TypeProto, own: Co
     return out
 
 
-# The kinds of fix loading makes. The first four leave what TensorRT's parser makes of the model as
+# The kinds of fix loading makes. The first five leave what TensorRT's parser makes of the model as
 # the file's own: node names (the parser names nodes by index), the IR version, weights an old
-# exporter also listed as graph inputs (the parser takes such an input as its initializer), and
-# dims declared -1 or "?" that the parser reads as dynamic too (it reads declared dims of the
-# main graph's inputs only; see _unknown_dims). Input dims it reads otherwise are FIX_INPUT_DIMS.
+# exporter also listed as graph inputs (the parser takes such an input as its initializer), dims
+# declared -1 or "?" that the parser reads as dynamic too (it reads declared dims of the main
+# graph's inputs only; see _unknown_dims), and graph output shapes the ops contradict (of a graph
+# output the parser reads its name and element type only, and shape inference keeps a declared
+# element type as it is). Input dims it reads otherwise are FIX_INPUT_DIMS.
 FIX_NODE_NAMES, FIX_IR_VERSION, FIX_CONSTANT_INPUTS = "node names", "IR version", "constant inputs"
 FIX_UNKNOWN_DIMS, FIX_INPUT_DIMS = "unknown dims", "input dims"
 FIX_OUTPUT_SHAPES, FIX_QDQ = "output shapes", "Q/DQ rewrite"
-PARSER_NEUTRAL_FIXES = frozenset({FIX_NODE_NAMES, FIX_IR_VERSION, FIX_CONSTANT_INPUTS, FIX_UNKNOWN_DIMS})
+PARSER_NEUTRAL_FIXES = frozenset({FIX_NODE_NAMES, FIX_IR_VERSION, FIX_CONSTANT_INPUTS, FIX_UNKNOWN_DIMS,
+                                  FIX_OUTPUT_SHAPES})
 
 
 class _Fixes(list[str]):
@@ -609,25 +612,36 @@ def check_model(proto: onnx.ModelProto, *, where: str, full: bool = False,
         if checked is None:
             log.warning("%s: external data inside subgraphs or attributes, skipping the ONNX checker "
                         "(structure is still validated)", where)
-        elif checked.ByteSize() < _CHECKER_MAX_BYTES:
+        else:
             unshaped = [vi for vi in list(checked.graph.input) + list(checked.graph.output)
                         if vi.type.WhichOneof("value") == "tensor_type"
                         and not vi.type.tensor_type.HasField("shape")]
             for vi in unshaped:  # patched for the checker only, restored below
                 vi.type.tensor_type.shape.SetInParent()
             try:
-                onnx.checker.check_model(checked)
+                data = _serialized_for_checker(checked)  # (once: the checker would serialize it again)
             finally:
                 for vi in unshaped:
                     vi.type.tensor_type.ClearField("shape")
-        else:
-            log.warning("%s: over 2 GB, skipping the ONNX checker (structure is still validated)", where)
+            if data is None:
+                log.warning("%s: over 2 GB, skipping the ONNX checker (structure is still validated)", where)
+            else:
+                onnx.checker.check_model(data)
         if full:
             onnx.shape_inference.infer_shapes(weightless_copy(proto), check_type=True, strict_mode=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise InvalidModelError(f"{where}: invalid ONNX model: {onnx_error_text(e, proto)}") from None
     except UnicodeError as e:  # the checker's own message about the model could not be decoded
         raise InvalidModelError(f"{where}: invalid ONNX model: {onnx_error_text(e, proto)}") from None
+
+
+def _serialized_for_checker(proto: onnx.ModelProto) -> bytes | None:
+    """``proto``'s bytes for ONNX's checker, or None past what protobuf serializes (2 GiB)."""
+    try:
+        data = proto.SerializeToString()
+    except (ValueError, EncodeError):
+        return None
+    return data if len(data) < _CHECKER_MAX_BYTES else None
 
 
 def onnx_error_text(error: Exception, proto: onnx.ModelProto) -> str:

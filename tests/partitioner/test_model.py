@@ -326,6 +326,19 @@ def test_value_info_that_contradicts_the_graph_yields_to_what_the_ops_compute() 
     assert [d.dim_param or d.dim_value for d in loaded.index.types["y"].tensor_type.shape.dim] == ["N", 7]
 
 
+def test_a_contradicted_output_shape_is_a_fix_the_parser_does_not_see() -> None:
+    """TensorRT's parser reads a graph output's name and element type, not its shape: a declared
+    shape the ops contradict is fixed as a kind the parser is blind to (so the file can be handed
+    to it as it is). A declared element type stays as declared (shape inference keeps it)."""
+    from partitioner.model import FIX_OUTPUT_SHAPES, PARSER_NEUTRAL_FIXES
+
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    shape = load_model(model(nodes, [vi("x", ["N", 3])], [vi("y", [1, 5])]))
+    assert shape.fix_kinds == {FIX_OUTPUT_SHAPES} and shape.fix_kinds <= PARSER_NEUTRAL_FIXES
+    dtype = load_model(model(nodes, [vi("x", ["N", 3])], [vi("y", ["N", 3], TensorProto.INT64)]))
+    assert dtype.proto.graph.output[0].type.tensor_type.elem_type == TensorProto.INT64 and not dtype.fix_kinds
+
+
 def test_a_graph_output_declared_in_value_info_too_is_typed_by_inference() -> None:
     """Paddle2ONNX declares a graph output in value_info as well as on the output. Inference types
     a graph output on the output, so it is typed by what the ops compute, not recorded as typed by

@@ -280,6 +280,21 @@ def test_a_model_with_an_input_no_node_reads_takes_it(tmp_path, spy, monkeypatch
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
+def test_a_model_declaring_an_output_shape_its_ops_contradict_takes_it(tmp_path, spy, monkeypatch) -> None:
+    """An exporter's graph output declared [1, 5] where the ops compute [N, 8] (torch 1.9's
+    exports of ddddocr declare one so): loading keeps the computed shape, which TensorRT's parser
+    does not read either (of a graph output it reads the name and element type), so the head
+    start's engine is the engine, byte for byte, and the folder declares what the ops compute."""
+    path = _six_nodes(str(tmp_path / "declared.onnx"), [helper.make_tensor_value_info("a", TensorProto.FLOAT,
+                                                                                      ["N", 8])], "w")
+    model = onnx.load(path)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5]))
+    onnx.save(model, path)
+    segment = _built_alike(path, ["--shapes", "a:2x8"], tmp_path, spy, monkeypatch)
+    dims = segment.graph.output[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["N", 8]
+
+
 def _paddle_like(path: str, dims: list[Any]) -> str:
     """small_cnn's model with its input's dims declared as Paddle2ONNX declares them (-1, "?")."""
     model = onnx.load(small_cnn(path))
