@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError, EncodeError
 from partitioner.errors import InvalidModelError, ModelLoadError, ModelTooLargeError
 from partitioner.folding import fold_for_inference
 from partitioner.graph import GraphIndex, node_reads
-from partitioner.reshapes import types_past_reshapes
+from partitioner.walk import types_past_inference
 from partitioner.weights import (
     check_external,
     external_tensors,
@@ -832,10 +832,11 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: _Fixes | None = None
     typed = _typed_names(inferred)
     constants: list[onnx.ValueInfoProto] = []
     untyped = _untyped(inferred, typed)
-    walked = types_past_reshapes(inferred) if untyped else {}
+    walked = types_past_inference(inferred) if untyped else {}
     if walked:
-        # A Reshape before opset 14 whose target is computed at run time has no inference rule:
-        # typed past it by a walk of the graph (partitioner.reshapes), and inferred again from there.
+        # A Reshape before opset 14 whose target is computed at run time has no inference rule, and
+        # a Loop's final loop-carried values none for their shapes: typed past them by a walk of the
+        # graph (partitioner.walk), and inferred again from there.
         outputs = {o.name: o for o in copy.graph.output}
         for n, tp in walked.items():
             (outputs[n] if n in outputs else copy.graph.value_info.add(name=n)).type.CopyFrom(tp)

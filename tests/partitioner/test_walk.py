@@ -1,5 +1,6 @@
-"""Types past a Reshape whose target shape is computed at run time (before opset 14): loading
-types what follows such a Reshape without running the model, each type what ONNX Runtime computes."""
+"""Types past ops shape inference has no rule for (a Reshape whose target shape is computed at run
+time before opset 14, a Loop's final loop-carried values): loading types what follows them
+without running the model, each type what ONNX Runtime computes."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,7 +12,7 @@ from onnx import TensorProto, helper
 
 from partitioner import load_model
 from partitioner.model import unknown_tensor_types
-from partitioner.reshapes import types_past_reshapes
+from partitioner.walk import types_past_inference
 from tests.helpers import const, model, vi
 
 
@@ -63,7 +64,8 @@ def _agrees_with_onnx_runtime(m: onnx.ModelProto, types: dict[str, onnx.TypeProt
     for shape in x_shapes:
         x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
         got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": x})))
-        named = {"N": shape[0], "W": shape[3]}
+        declared = m.graph.input[0].type.tensor_type.shape.dim
+        named = {d.dim_param: size for d, size in zip(declared, shape) if d.dim_param}
         for n in names:
             want = _dims(types[n])
             assert len(want) == got[n].ndim, (n, want, got[n].shape)
@@ -129,5 +131,34 @@ def test_from_opset_14_on_inference_reads_a_computed_target_itself() -> None:
     """Reshape-14 has ONNX's own rule for a computed target (data propagation): nothing to add."""
     m = _paddle_like(14)
     copy = onnx.shape_inference.infer_shapes(m, data_prop=True)
-    assert types_past_reshapes(copy) == {}
+    assert types_past_inference(copy) == {}
     assert _dims(load_model(m).index.types["r"])[:2] == ["N", 4]
+
+
+def _loop(body_nodes: list[onnx.NodeProto], body_out: onnx.ValueInfoProto) -> onnx.ModelProto:
+    """x -> Loop (3 iterations, a constant trip count; one loop-carried value from x, the body's
+    nodes making ``h_out`` from ``h``) -> Relu -> ReduceMean: as torch.jit.script exports a loop,
+    the body's input declared with the start's shape."""
+    body = helper.make_graph([helper.make_node("Identity", ["cond_in"], ["cond_out"]), *body_nodes], "body",
+                             [vi("i", [], TensorProto.INT64), vi("cond_in", [], TensorProto.BOOL), vi("h", ["N", 4])],
+                             [vi("cond_out", [], TensorProto.BOOL), body_out])
+    nodes = [helper.make_node("Loop", ["steps", "", "x"], ["looped"], body=body),
+             helper.make_node("Relu", ["looped"], ["r"]), helper.make_node("ReduceMean", ["r"], ["y"], keepdims=0)]
+    return model(nodes, [vi("x", ["N", 4])], [vi("y", None)], [const("steps", np.array(3, np.int64))], opset=17)
+
+
+def test_a_loops_final_value_has_the_type_its_start_and_its_body_share() -> None:
+    """A Loop's loop-carried value: inference leaves its final value without a shape (it may change
+    from one iteration to the next), and loading ran the model to learn it. Now it has the element
+    type and rank its start and the body's output share, with the dims they share: all of them
+    where the body keeps the shape, the rank alone where it grows a dim; each holds in ONNX
+    Runtime's runs."""
+    keeps = _loop([helper.make_node("Relu", ["h"], ["t"]), helper.make_node("Add", ["t", "h"], ["h_out"])],
+                  vi("h_out", None))
+    grows = _loop([helper.make_node("Concat", ["h", "h"], ["h_out"], axis=1)], vi("h_out", None))
+    for m, want in ((keeps, ["N", 4]), (grows, ["N", None])):
+        loaded = load_model(m)
+        assert unknown_tensor_types(loaded) == [] and loaded.learned == {}
+        types = loaded.index.types
+        assert _dims(types["looped"]) == want
+        _agrees_with_onnx_runtime(m, {n: types[n] for n in ("looped", "r")}, [(2, 4), (5, 4)])

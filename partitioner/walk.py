@@ -1,4 +1,4 @@
-"""Types past a Reshape whose target shape is computed at run time, in models before opset 14.
+"""Types shape inference leaves unknown past ops it has no rule for, found by a walk of the graph.
 
 ONNX's Reshape before opset 14 has an inference rule for a constant target shape only. Paddle2ONNX
 writes its reshapes with a target computed from the input's own shape
@@ -6,19 +6,22 @@ writes its reshapes with a target computed from the input's own shape
 the first of them: a recogniser's whole attention stack (125 tensors in PP-OCRv4's) stayed untyped,
 and loading ran the model in ONNX Runtime to learn those types. Yet the output's rank is the
 target's length, which inference does know, and its dims follow from the target's values where
-they are built from dims and constants.
+they are built from dims and constants. A Loop's final loop-carried values are left without a
+shape too (their shapes may change from one iteration to the next), though each is either the
+value the Loop starts from (no iteration) or what the body's last iteration made: where those
+two have one element type and rank, so has the value, with the dims the two share.
 
-:func:`types_past_reshapes` walks the graph in order once: such a Reshape gets the rank of its
+:func:`types_past_inference` walks the graph in order once: such a Reshape gets the rank of its
 target, with each dim as the target says it (a dim of a tensor read by ``Shape``, through
 ``Slice``, ``Gather``, ``Concat``, ``Unsqueeze``, ``Squeeze``, ``Cast``, ``Identity``, integer
 ``Add``, ``Sub`` and ``Mul``, constants and what :mod:`partitioner.folding` computes of them,
 each as ONNX defines it; ``0`` copies the input's dim, ``-1`` is what the element count leaves
-where every dim involved is a number), else unknown; every other node that inference left
-untyped and whose inputs are now typed is typed by ONNX's own rule for its op
-(``onnx.shape_inference.infer_node_outputs``). Shape inference then runs again over the model
-with those types (the caller's part), so what it computes beyond the walk joins them. The walk
-runs before folding: where it types everything, the folded copy and its inference are not
-needed."""
+where every dim involved is a number), else unknown; such a Loop's value gets the type its start
+and its body's output share; every other node that inference left untyped and whose inputs are
+now typed is typed by ONNX's own rule for its op (``onnx.shape_inference.infer_node_outputs``).
+Shape inference then runs again over the model with those types (the caller's part), so what it
+computes beyond the walk joins them. The walk runs before folding: where it types everything,
+the folded copy and its inference are not needed."""
 from __future__ import annotations
 
 import operator
@@ -43,14 +46,14 @@ _SHAPE_OPS = {"Shape", "Slice", "Gather", "Concat", "Unsqueeze", "Squeeze", "Cas
 _DEFAULT = ("", "ai.onnx")
 
 
-def types_past_reshapes(inferred: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+def types_past_inference(inferred: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     """The types of node outputs ``inferred`` (a model shape inference ran over, its value_info
-    written) leaves without a dtype or rank, found past its run-time Reshapes (see the module's
-    docstring); empty where the default domain's opset is 14 or later, or nothing is found."""
+    written) leaves without a dtype or rank, found past its run-time Reshapes (before opset 14)
+    and its Loops (see the module's docstring); empty where it has neither, or nothing is found."""
     opset = next((o.version for o in inferred.opset_import if o.domain in _DEFAULT), 0)
-    if opset >= 14:
-        return {}
     graph = inferred.graph
+    if opset >= 14 and not any(n.op_type == "Loop" and n.domain in _DEFAULT for n in graph.node):
+        return {}
     types: dict[str, onnx.TypeProto] = {}
     for vi in [*graph.input, *graph.value_info, *graph.output]:
         if _typed(vi.type):
@@ -61,10 +64,10 @@ def types_past_reshapes(inferred: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     values: dict[str, _Value] = {name: v for name, a in constants.items() if (v := _constant_value(a)) is not None}
     found: dict[str, onnx.TypeProto] = {}
     for node in graph.node:
-        if node.domain not in _DEFAULT or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                                              for a in node.attribute):
+        if node.domain not in _DEFAULT:
             continue
-        folded = fold_node(node, constants, opset)  # (constant shape arithmetic, as partitioner.folding does it)
+        subgraphs = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+        folded = None if subgraphs else fold_node(node, constants, opset)  # (as partitioner.folding does it)
         if folded is not None:
             for name, array in zip([o for o in node.output if o], folded):
                 constants[name] = array
@@ -75,7 +78,11 @@ def types_past_reshapes(inferred: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
         outs = [o for o in node.output if o]
         if not outs or all(o in types for o in outs) or any(i and i not in types for i in node.input):
             continue
-        if node.op_type == "Reshape" and len(node.input) == 2 and node.input[1] not in constants:
+        if node.op_type == "Loop":
+            out = _loop_types(node, types)
+        elif subgraphs:
+            continue
+        elif node.op_type == "Reshape" and opset < 14 and len(node.input) == 2 and node.input[1] not in constants:
             tp = _reshape_type(types[node.input[0]], types[node.input[1]], values.get(node.input[1]))
             out = {outs[0]: tp} if tp is not None else {}
         else:
@@ -84,6 +91,29 @@ def types_past_reshapes(inferred: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
             if name not in types and _typed(tp):
                 types[name] = found[name] = tp
     return found
+
+
+def _loop_types(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto]) -> dict[str, onnx.TypeProto]:
+    """The types of a Loop's final loop-carried values that its start (the node's input) and its
+    body's output (the body as inference typed it) agree on in element type and rank, with the
+    dims they share (see the module's docstring)."""
+    body = next((a.g for a in node.attribute if a.name == "body" and a.type == onnx.AttributeProto.GRAPH), None)
+    if body is None:
+        return {}
+    out: dict[str, onnx.TypeProto] = {}
+    for k, (start, name) in enumerate(zip(node.input[2:], node.output)):
+        if not name or not start or start not in types or k + 1 >= len(body.output):
+            continue
+        a, b = types[start], body.output[k + 1].type
+        if a.WhichOneof("value") != "tensor_type" or not _typed(b) or b.WhichOneof("value") != "tensor_type" \
+                or a.tensor_type.elem_type != b.tensor_type.elem_type:
+            continue
+        dims_a, dims_b = _dims(a), _dims(b)
+        if dims_a is None or dims_b is None or len(dims_a) != len(dims_b):
+            continue
+        shared = [x if x == y else None for x, y in zip(dims_a, dims_b)]
+        out[name] = onnx.helper.make_tensor_type_proto(a.tensor_type.elem_type, shared)
+    return out
 
 
 def _typed(tp: onnx.TypeProto) -> bool:
