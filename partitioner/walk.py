@@ -24,6 +24,7 @@ computes beyond the walk joins them. The walk runs before folding: where it type
 the folded copy and its inference are not needed."""
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 
@@ -44,6 +45,7 @@ MAX_ELEMENTS = 64  # a shape, not data: longer values are not followed as dims
 _ARITHMETIC: dict[str, Callable[[int, int], int]] = {"Add": operator.add, "Sub": operator.sub, "Mul": operator.mul}
 _SHAPE_OPS = {"Shape", "Slice", "Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity", *_ARITHMETIC}
 _DEFAULT = ("", "ai.onnx")
+_INT64_MAX = 2**63 - 1
 
 
 def types_past_inference(inferred: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -183,7 +185,7 @@ def _shape_value(node: onnx.NodeProto, values: Mapping[str, _Value], types: Mapp
         if len(elements) != len(other) and not (scalar or other_scalar):
             return None
         pairs = zip(elements * len(other) if scalar else elements, other * len(elements) if other_scalar else other)
-        return [_ARITHMETIC[op](a, b) if isinstance(a, int) and isinstance(b, int) else None
+        return [_int64(_ARITHMETIC[op](a, b)) if isinstance(a, int) and isinstance(b, int) else None
                 for a, b in pairs], scalar and other_scalar
     return None
 
@@ -232,11 +234,17 @@ def _reshape_type(data: onnx.TypeProto, target: onnx.TypeProto, value: _Value | 
         k = wanted.index(-1)
         others = out[:k] + out[k + 1:]
         if all(isinstance(d, int) and d > 0 for d in others):
-            total = int(np.prod([int(d) for d in have if isinstance(d, int)], dtype=np.int64))
-            rest = int(np.prod([int(d) for d in others if isinstance(d, int)], dtype=np.int64))
+            total = math.prod(int(d) for d in have if isinstance(d, int))
+            rest = math.prod(int(d) for d in others if isinstance(d, int))
             if total % rest == 0:
                 out[k] = total // rest
+    out = [d if not isinstance(d, int) or 0 <= d <= _INT64_MAX else None for d in out]
     return onnx.helper.make_tensor_type_proto(data.tensor_type.elem_type, out)
+
+
+def _int64(value: int) -> int | None:
+    """``value`` where an int64 holds it (what ONNX Runtime computes otherwise wraps), else unknown."""
+    return value if -_INT64_MAX - 1 <= value <= _INT64_MAX else None
 
 
 def _node_types(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto], constants: Mapping[str, np.ndarray],
@@ -250,5 +258,6 @@ def _node_types(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto], const
             schema, node, {i: types[i] for i in node.input if i},
             {i: numpy_helper.from_array(constants[i], i) for i in node.input if i in constants},
             opset_imports=list(opset_import))
-    except (onnx.defs.SchemaError, onnx.shape_inference.InferenceError, RuntimeError, ValueError, KeyError):
+    except (onnx.defs.SchemaError, onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError,
+            ValueError, TypeError, KeyError):
         return {}

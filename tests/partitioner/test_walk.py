@@ -162,3 +162,29 @@ def test_a_loops_final_value_has_the_type_its_start_and_its_body_share() -> None
         types = loaded.index.types
         assert _dims(types["looped"]) == want
         _agrees_with_onnx_runtime(m, {n: types[n] for n in ("looped", "r")}, [(2, 4), (5, 4)])
+
+
+def test_dims_past_what_an_int64_holds_are_unknown_not_an_error() -> None:
+    """A dim multiplied past int64 (a fuzzed huge dim times a constant: found by a mutation run,
+    where it raised out of ONNX's helper) is an unknown dim; loading goes on."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero_scalar"], ["a"], axis=0),
+             helper.make_node("Mul", ["a", "sixteen"], ["a16"]),
+             helper.make_node("Unsqueeze", ["a16"], ["a1"], axes=[0]),
+             helper.make_node("Concat", ["a1", "minus_one"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    m = model(nodes, [vi("x", [2**61, 2, "W"])], [vi("y", None)],
+              [_ints("minus_one", [-1]), const("zero_scalar", np.array(0, np.int64)),
+               const("sixteen", np.array(16, np.int64))], opset=12)
+    assert _dims(load_model(m).proto.graph.output[0].type) == [None, None]
+
+
+def test_a_node_onnx_refuses_its_input_types_stays_untyped_not_an_error() -> None:
+    """ONNX's rule for a node past the walked Reshape refuses its input's type (a Relu of strings:
+    found by a mutation run, where the checker's ValidationError came out of the walk): the node
+    stays untyped, the model loads (ONNX Runtime is what refuses it, at run time)."""
+    nodes = [helper.make_node("Reshape", ["x", "target"], ["r"]), helper.make_node("Cast", ["r"], ["c"], to=8),
+             helper.make_node("Relu", ["c"], ["y"])]
+    m = model(nodes, [vi("x", ["N", 6]), vi("target", [2], TensorProto.INT64)], [vi("y", None)], opset=12)
+    loaded = load_model(m)
+    assert len(_dims(loaded.index.types["c"])) == 2 and "y" in unknown_tensor_types(loaded)
