@@ -147,7 +147,16 @@ def _ints(value: _Value | None) -> list[int] | None:
 def _shape_value(node: onnx.NodeProto, values: Mapping[str, _Value], types: Mapping[str, onnx.TypeProto],
                  opset: int) -> _Value | None:
     """What ``node`` (of :data:`_SHAPE_OPS`) computes, element by element, or None where it cannot
-    be said from ``values`` (and, for Shape, the types of what it reads)."""
+    be said from ``values`` (and, for Shape, the types of what it reads), or where its attributes
+    are not what ONNX says they are."""
+    try:
+        return _evaluate(node, values, types, opset)
+    except (ValueError, TypeError, IndexError):
+        return None
+
+
+def _evaluate(node: onnx.NodeProto, values: Mapping[str, _Value], types: Mapping[str, onnx.TypeProto],
+              opset: int) -> _Value | None:
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     args = [values.get(name) if name else None for name in node.input]
     op = node.op_type

@@ -188,3 +188,15 @@ def test_a_node_onnx_refuses_its_input_types_stays_untyped_not_an_error() -> Non
     m = model(nodes, [vi("x", ["N", 6]), vi("target", [2], TensorProto.INT64)], [vi("y", None)], opset=12)
     loaded = load_model(m)
     assert len(_dims(loaded.index.types["c"])) == 2 and "y" in unknown_tensor_types(loaded)
+
+
+def test_the_walk_takes_a_node_whose_attributes_onnx_would_refuse_as_unknown() -> None:
+    """Loading's checker refuses a Concat whose axis is a string, but skips models past 2 GiB: the
+    walk itself takes such a node's value as unknown (the Reshape after it keeps its rank) rather
+    than failing on it."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Concat", ["s", "m"], ["t"], axis=0),
+             helper.make_node("Reshape", ["x", "t"], ["y"])]
+    m = model(nodes, [vi("x", ["N", 6])], [vi("y", None)], [_ints("m", [-1])], opset=12)
+    m.graph.node[1].attribute[0].CopyFrom(helper.make_attribute("axis", "bogus"))
+    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False)
+    assert len(_dims(types_past_inference(inferred)["y"])) == 3
