@@ -636,7 +636,12 @@ def check_model(proto: onnx.ModelProto, *, where: str, full: bool = False,
 
 
 def _serialized_for_checker(proto: onnx.ModelProto) -> bytes | None:
-    """``proto``'s bytes for ONNX's checker, or None past what protobuf serializes (2 GiB)."""
+    """``proto``'s bytes for ONNX's checker, or None past what protobuf serializes (2 GiB). A graph
+    of a million entries or more is sized first, so that one past 2 GiB is never copied."""
+    graph = proto.graph
+    if len(graph.node) + len(graph.initializer) + len(graph.value_info) >= 1_000_000 \
+            and proto.ByteSize() >= _CHECKER_MAX_BYTES:
+        return None
     try:
         data = proto.SerializeToString()
     except (ValueError, EncodeError):
