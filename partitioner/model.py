@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError, EncodeError
 from partitioner.errors import InvalidModelError, ModelLoadError, ModelTooLargeError
 from partitioner.folding import fold_for_inference
 from partitioner.graph import GraphIndex, node_reads
-from partitioner.walk import types_past_inference
+from partitioner.walk import is_typed, types_past_inference
 from partitioner.weights import (
     check_external,
     external_tensors,
@@ -806,10 +806,7 @@ def unknown_tensor_types(model: Model) -> list[str]:
             if not name or name not in wanted:
                 continue
             tp = model.index.types.get(name)
-            if tp is None or tp.WhichOneof("value") is None:
-                out.append(name)
-            elif tp.WhichOneof("value") == "tensor_type" and (tp.tensor_type.elem_type == 0
-                                                               or not tp.tensor_type.HasField("shape")):
+            if tp is None or not is_typed(tp):
                 out.append(name)
     return out
 
@@ -930,11 +927,11 @@ def _run_inference(proto: onnx.ModelProto, name: str) -> onnx.ModelProto | None:
 
 
 def _typed_names(inferred: onnx.ModelProto) -> set[str]:
-    """The tensors ``inferred`` gives a dtype and a rank (see :func:`_typed`): its value_info
+    """The tensors ``inferred`` gives a dtype and a rank (see :func:`partitioner.walk.is_typed`): its value_info
     entries, and its graph outputs, whose types inference writes on the outputs. (An exporter that
     declares a graph output in value_info as well, as Paddle2ONNX does, declares nothing inference
     has not typed.)"""
-    return {vi.name for vi in [*inferred.graph.value_info, *inferred.graph.output] if _typed(vi)}
+    return {vi.name for vi in [*inferred.graph.value_info, *inferred.graph.output] if is_typed(vi.type)}
 
 
 def _untyped(inferred: onnx.ModelProto, typed: set[str]) -> int:
@@ -946,15 +943,6 @@ def _untyped(inferred: onnx.ModelProto, typed: set[str]) -> int:
     known = typed | {t.name for t in graph.initializer}
     wanted = {name for n in graph.node for name in node_reads(n)} | {o.name for o in graph.output}
     return sum(1 for n in graph.node for o in n.output if o and o in wanted and o not in known)
-
-
-def _typed(vi: onnx.ValueInfoProto) -> bool:
-    """Whether ``vi`` gives a dtype and a rank (a tensor), or is a non-tensor type."""
-    if vi.type.WhichOneof("value") is None:
-        return False
-    if vi.type.WhichOneof("value") != "tensor_type":
-        return True
-    return bool(vi.type.tensor_type.elem_type) and vi.type.tensor_type.HasField("shape")
 
 
 def _merge_declared(inferred: onnx.TypeProto, declared: onnx.TypeProto,

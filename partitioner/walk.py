@@ -58,7 +58,7 @@ def types_past_inference(inferred: onnx.ModelProto) -> dict[str, onnx.TypeProto]
         return {}
     types: dict[str, onnx.TypeProto] = {}
     for vi in [*graph.input, *graph.value_info, *graph.output]:
-        if _typed(vi.type):
+        if is_typed(vi.type):
             types[vi.name] = vi.type
     for t in graph.initializer:  # (typed by their dims, held or not: shape inference runs over weightless copies)
         types.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)))
@@ -68,8 +68,7 @@ def types_past_inference(inferred: onnx.ModelProto) -> dict[str, onnx.TypeProto]
     for node in graph.node:
         if node.domain not in _DEFAULT:
             continue
-        subgraphs = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
-        folded = None if subgraphs else fold_node(node, constants, opset)  # (as partitioner.folding does it)
+        folded = fold_node(node, constants, opset)  # (constant arithmetic, as partitioner.folding does it)
         if folded is not None:
             for name, array in zip([o for o in node.output if o], folded):
                 constants[name] = array
@@ -82,7 +81,7 @@ def types_past_inference(inferred: onnx.ModelProto) -> dict[str, onnx.TypeProto]
             continue
         if node.op_type == "Loop":
             out = _loop_types(node, types)
-        elif subgraphs:
+        elif any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             continue
         elif node.op_type == "Reshape" and opset < 14 and len(node.input) == 2 and node.input[1] not in constants:
             tp = _reshape_type(types[node.input[0]], types[node.input[1]], values.get(node.input[1]))
@@ -90,7 +89,7 @@ def types_past_inference(inferred: onnx.ModelProto) -> dict[str, onnx.TypeProto]
         else:
             out = _node_types(node, types, constants, inferred.opset_import)
         for name, tp in out.items():
-            if name not in types and _typed(tp):
+            if name not in types and is_typed(tp):
                 types[name] = found[name] = tp
     return found
 
@@ -107,7 +106,7 @@ def _loop_types(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto]) -> di
         if not name or not start or start not in types or k + 1 >= len(body.output):
             continue
         a, b = types[start], body.output[k + 1].type
-        if a.WhichOneof("value") != "tensor_type" or not _typed(b) or b.WhichOneof("value") != "tensor_type" \
+        if a.WhichOneof("value") != "tensor_type" or not is_typed(b) or b.WhichOneof("value") != "tensor_type" \
                 or a.tensor_type.elem_type != b.tensor_type.elem_type:
             continue
         dims_a, dims_b = _dims(a), _dims(b)
@@ -118,7 +117,8 @@ def _loop_types(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto]) -> di
     return out
 
 
-def _typed(tp: onnx.TypeProto) -> bool:
+def is_typed(tp: onnx.TypeProto) -> bool:
+    """Whether ``tp`` gives a dtype and a rank (a tensor), or is a non-tensor type."""
     kind = tp.WhichOneof("value")
     if kind is None:
         return False
