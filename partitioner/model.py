@@ -815,9 +815,12 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: _Fixes | None = None
                   computed_outputs: list[onnx.TypeProto] | None = None) -> list[str]:
     """Annotate value_info with inferred types and (symbolic) shapes; never fatal. Shape inference
     runs without the model's own value_info first (ONNX keeps a declared shape that contradicts
-    what the ops compute: an exporter's wrong dim would survive into every segment); a declared
-    type is used only for a tensor inference cannot type, and inference then runs once more from
-    it. Returns those tensors, typed by the declaration alone (not verified)."""
+    what the ops compute: an exporter's wrong dim would survive into every segment). Where it
+    leaves tensors untyped, a walk past what ONNX has no rule for (:mod:`partitioner.walk`) and
+    then constant folding (:mod:`partitioner.folding`) each may type more, inference running again
+    from what they found. A declared type is used only for a tensor all of that cannot type, and
+    inference then runs once more from it. Returns those tensors, typed by the declaration alone
+    (not verified)."""
     graph = proto.graph
     declared: dict[str, onnx.ValueInfoProto] = {}
     outside = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
