@@ -837,6 +837,9 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: _Fixes | None = None
     typed = _typed_names(inferred)
     constants: list[onnx.ValueInfoProto] = []
     untyped = _untyped(inferred, typed)
+    # What the ops compute from the inputs alone, as ONNX Runtime reads it: its own inference goes no
+    # further than ONNX's (with folding's constants), so the walk's types are not part of it.
+    computed = [o.type for o in inferred.graph.output]
     walked = types_past_inference(inferred) if untyped else {}
     if walked:
         # A Reshape before opset 14 whose target is computed at run time has no inference rule, and
@@ -860,8 +863,10 @@ def _infer_shapes(proto: onnx.ModelProto, name: str, fixes: _Fixes | None = None
             constants = [vi for vi in inferred.graph.value_info if vi.name not in held]  # (the folded nodes')
             copy, inferred = folded, again
             typed = typed_again | {vi.name for vi in constants}
-    if computed_outputs is not None:  # (what the ops compute from the inputs alone, as ONNX Runtime reads it)
-        computed_outputs[:] = [o.type for o in inferred.graph.output]
+            if not walked:
+                computed = [o.type for o in inferred.graph.output]
+    if computed_outputs is not None:
+        computed_outputs[:] = computed
     fallback = [_zero_dims_unknown(vi) for n, vi in declared.items() if n not in typed]
     if fallback:
         copy.graph.value_info.extend(fallback)

@@ -200,3 +200,18 @@ def test_the_walk_takes_a_node_whose_attributes_onnx_would_refuse_as_unknown() -
     m.graph.node[1].attribute[0].CopyFrom(helper.make_attribute("axis", "bogus"))
     inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False)
     assert len(_dims(types_past_inference(inferred)["y"])) == 3
+
+
+def test_graph_outputs_are_described_as_onnx_runtime_describes_them_not_as_the_walk_types_them() -> None:
+    """ONNX Runtime describes a graph output by the model's declaration and its own inference; the
+    walk's types go further (ddddocr's TorchScript export declares its output [1, seqlen] where the
+    walk computes rank 3, and the description lost its shape). The description is ONNX Runtime's:
+    the walk's types are not part of it. Here a Loop's value, through a Relu, declared [1, a, b]."""
+    m = _loop([helper.make_node("Relu", ["h"], ["t"]), helper.make_node("Add", ["t", "h"], ["h_out"])],
+              vi("h_out", None))
+    del m.graph.node[-1]  # (the ReduceMean: the Relu's output is the graph output)
+    m.graph.output[0].CopyFrom(vi("r", [1, "a", "b"]))
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).get_outputs()[0].shape
+    loaded = load_model(m)
+    assert _dims(loaded.output_types[0]) == want == [1, "a", "b"]
+    assert _dims(loaded.index.types["looped"]) == ["N", 4]  # (what the walk computes, for planning)
