@@ -22,6 +22,7 @@ from partitioner.graph import GraphIndex, node_reads
 from partitioner.walk import is_typed, types_past_inference
 from partitioner.weights import (
     check_external,
+    external_reference,
     external_tensors,
     is_external,
     raw_nbytes,
@@ -545,13 +546,7 @@ def weightless_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
 def _weightless_tensor(t: onnx.TensorProto) -> onnx.TensorProto | None:
     if not _is_large(t):
         return None
-    out = onnx.TensorProto()
-    out.name, out.data_type = t.name, t.data_type
-    out.dims.extend(t.dims)
-    out.data_location = onnx.TensorProto.EXTERNAL
-    entry = out.external_data.add()
-    entry.key, entry.value = "location", "__weightless__"
-    return out
+    return external_reference(t, "__weightless__")
 
 
 def _is_large(t: onnx.TensorProto) -> bool:

@@ -252,6 +252,21 @@ def refuse_embedded_past_limit(proto: onnx.ModelProto, where: str) -> None:
             "save_as_external_data=True, location='model.onnx.data')) and pass the path")
 
 
+def external_reference(t: onnx.TensorProto, location: str, offset: int | None = None,
+                       length: int | None = None) -> onnx.TensorProto:
+    """A tensor of ``t``'s name, element type and dims whose values are stored externally at
+    ``location`` (and ``offset``, ``length`` where given): ``t`` without its bytes."""
+    out = onnx.TensorProto()
+    out.name, out.data_type = t.name, t.data_type
+    out.dims.extend(t.dims)
+    out.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", offset), ("length", length)):
+        if value is not None:
+            entry = out.external_data.add()
+            entry.key, entry.value = key, str(value)
+    return out
+
+
 STAND_IN = "__stand_in__"  # location of a weight whose values a consumer does not need (dims and length only)
 STAND_IN_MIN_BYTES = 64 * 1024
 
@@ -265,14 +280,7 @@ def stand_in(t: onnx.TensorProto) -> onnx.TensorProto | None:
     n = raw_nbytes(t)
     if n < STAND_IN_MIN_BYTES:
         return None
-    out = onnx.TensorProto()
-    out.name, out.data_type = t.name, t.data_type
-    out.dims.extend(t.dims)
-    out.data_location = onnx.TensorProto.EXTERNAL
-    for key, value in (("location", STAND_IN), ("offset", "0"), ("length", str(n))):
-        entry = out.external_data.add()
-        entry.key, entry.value = key, value
-    return out
+    return external_reference(t, STAND_IN, 0, n)
 
 
 _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,

@@ -184,7 +184,6 @@ def location_problem(location: str) -> str | None:
     return "outside" if ".." in norm.split("/") else None
 
 
-
 def external_bytes(data: bytes, folder: str) -> int | None:
     """The size of the files in ``folder`` that the model serialized in ``data`` keeps weights in
     (0: it keeps none outside); None where that cannot be told: bytes the wire reader does not

@@ -38,6 +38,7 @@ from partitioner.weights import (
     INLINE_MAX_BYTES,
     check_location,
     data_files,
+    external_reference,
     inline_payloads,
     is_external,
     raw_nbytes,
@@ -102,14 +103,7 @@ def refer(model: Model, path: str) -> Referenced:
 
 
 def _reference(t: onnx.TensorProto, location: str, offset: int, length: int) -> onnx.TensorProto:
-    ref = onnx.TensorProto()
-    ref.name, ref.data_type = t.name, t.data_type
-    ref.dims.extend(t.dims)
-    ref.data_location = onnx.TensorProto.EXTERNAL
-    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
-        e = ref.external_data.add()
-        e.key, e.value = key, value
-    return ref
+    return external_reference(t, location, offset, length)
 
 
 def entry(folder: str, location: str, kind: str) -> dict[str, Any]:

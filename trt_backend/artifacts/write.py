@@ -23,6 +23,7 @@ from partitioner.model import ModelSource, describe_outputs, serialize, structur
 from partitioner.weights import (
     INLINE_MAX_BYTES,
     data_files,
+    external_reference,
     file_sha256,
     is_external,
     place_data_files,
@@ -291,14 +292,7 @@ def _externalize(model: Model, taken: Sequence[str]) -> _Weights | None:
     offset = 0
     for t in big:
         raw = t.raw_data
-        ref = onnx.TensorProto()
-        ref.name, ref.data_type = t.name, t.data_type
-        ref.dims.extend(t.dims)
-        ref.data_location = onnx.TensorProto.EXTERNAL
-        for key, value in (("location", location), ("offset", str(offset)), ("length", str(len(raw)))):
-            entry = ref.external_data.add()
-            entry.key, entry.value = key, value
-        weights.refs[t.name] = ref
+        weights.refs[t.name] = external_reference(t, location, offset, len(raw))
         weights.blobs.append((offset, raw))
         offset = -(-(offset + len(raw)) // _ALIGN) * _ALIGN
     return weights

@@ -24,6 +24,7 @@ from partitioner.model import PARSER_NEUTRAL_FIXES, Model, serialize, structure_
 from partitioner.qdq import EMULATED_DOC
 from partitioner.wire import file_status
 from partitioner.weights import (
+    external_reference,
     external_tensors,
     is_external,
     raw_nbytes,
@@ -535,13 +536,7 @@ def large_weights(model: onnx.ModelProto, weights: HeldWeights | None) -> dict[s
 
 
 def _user_managed(t: onnx.TensorProto) -> onnx.TensorProto:
-    out = onnx.TensorProto()
-    out.name, out.data_type = t.name, t.data_type
-    out.dims.extend(t.dims)
-    out.data_location = onnx.TensorProto.EXTERNAL
-    entry = out.external_data.add()
-    entry.key, entry.value = "location", HELD  # Never opened: load_initializer gives the bytes.
-    return out
+    return external_reference(t, HELD)  # Never opened: load_initializer gives the bytes.
 
 
 def segment_path(weights_dir: str | None) -> str | None:

@@ -17,6 +17,7 @@ from partitioner import Model
 from partitioner.errors import OptionsError
 from partitioner.cost import si_bytes
 from partitioner.model import serialize, structure_copy
+from partitioner.weights import external_reference
 from trt_backend._progress import progress
 from trt_backend._files import write_atomic
 from trt_backend.errors import SegmentLoadError, SegmentRunError
@@ -249,15 +250,9 @@ def weights_apart(src: onnx.ModelProto) -> tuple[onnx.ModelProto, WeightsByAddre
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)) if raw else None
         if dtype is None or len(raw) < _BY_ADDRESS_BYTES or len(raw) != int(np.prod(t.dims)) * dtype.itemsize:
             return None  # (copied as it is)
-        out = onnx.TensorProto()
-        out.name, out.data_type = t.name, t.data_type
-        out.dims.extend(t.dims)
-        out.data_location = onnx.TensorProto.EXTERNAL
-        entry = out.external_data.add()
-        entry.key, entry.value = "location", _BY_ADDRESS
         names.append(t.name)
         arrays.append(np.frombuffer(raw, dtype).reshape(tuple(t.dims)))
-        return out
+        return external_reference(t, _BY_ADDRESS)
 
     proto = structure_copy(src, stub)
     return proto, WeightsByAddress(tuple(names), tuple(arrays))

@@ -10,7 +10,7 @@ import onnx
 
 from partitioner.capability import Piece, QueryResult
 from partitioner.model import serialize, structure_copy
-from partitioner.weights import is_external, is_stand_in, raw_nbytes
+from partitioner.weights import external_reference, is_external, is_stand_in, raw_nbytes
 from trt_backend._progress import progress
 from trt_backend.tensorrt.flavor import (
     Flavor,
@@ -138,15 +138,8 @@ class _ZeroWeights:
         def reference(t: onnx.TensorProto) -> onnx.TensorProto | None:
             if t.name not in offsets:
                 return None
-            out = onnx.TensorProto()
-            out.name, out.data_type = t.name, t.data_type
-            out.dims.extend(t.dims)
-            out.data_location = onnx.TensorProto.EXTERNAL
             offset, length = offsets[t.name]
-            for key, value in (("location", "zeros.bin"), ("offset", str(offset)), ("length", str(length))):
-                entry = out.external_data.add()
-                entry.key, entry.value = key, value
-            return out
+            return external_reference(t, "zeros.bin", offset, length)
 
         return structure_copy(model, reference)
 
