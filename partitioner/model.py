@@ -297,6 +297,10 @@ FIX_UNKNOWN_DIMS, FIX_INPUT_DIMS = "unknown dims", "input dims"
 FIX_OUTPUT_SHAPES, FIX_QDQ = "output shapes", "Q/DQ rewrite"
 PARSER_NEUTRAL_FIXES = frozenset({FIX_NODE_NAMES, FIX_IR_VERSION, FIX_CONSTANT_INPUTS, FIX_UNKNOWN_DIMS,
                                   FIX_OUTPUT_SHAPES})
+# The fixes of a model whose file TensorRT's parser may still be handed in its place: the neutral
+# ones, and input dims, which the file's bytes are given on their way to the parser too
+# (partitioner.wire.untied_inputs makes the dims loading takes as unknown hold no value).
+FILE_HANDED_FIXES = PARSER_NEUTRAL_FIXES | {FIX_INPUT_DIMS}
 
 
 class _Fixes(list[str]):
@@ -386,8 +390,10 @@ def _unknown_dims(graph: onnx.GraphProto, name: str, fixes: _Fixes) -> None:
 
     TensorRT's parser reads the declared dims of the main graph's inputs only: -1 as dynamic, 0 as
     an empty dim, a name as dynamic and equal to every other input dim of that name. A fix it reads
-    otherwise (a 0, or a "?" on two dims or more of the inputs) is of kind FIX_INPUT_DIMS; the
-    rest are FIX_UNKNOWN_DIMS, which a build may hand TensorRT the file for as it is."""
+    otherwise (a 0, or a "?" on two dims or more of the inputs) is of kind FIX_INPUT_DIMS, for
+    which a build hands TensorRT the file with those dims as loading leaves them
+    (:func:`partitioner.wire.untied_inputs`, which follows this rule); the rest are
+    FIX_UNKNOWN_DIMS, which a build may hand TensorRT the file for as it is."""
     found: list[str] = []
     weights = {t.name for t in graph.initializer}
     inputs = [vi for vi in graph.input if vi.name not in weights and vi.type.WhichOneof("value") == "tensor_type"]

@@ -10,12 +10,15 @@ to the weights inside the user's model file (``--weights-by-reference``) needs w
 bytes sit in that file: :func:`initializer_payloads`. A build that hands TensorRT the model file
 early, before onnx is loaded, reads which external data files it names
 (:func:`external_locations`), whether each is one a model may name (:func:`location_problem`) and
-what it records of the file to tell later that it is still the one read (:func:`file_status`)."""
+what it records of the file to tell later that it is still the one read (:func:`file_status`). And
+where loading takes dims declared on the model's inputs otherwise than TensorRT's parser reads them,
+the parser is asked about the file with those dims as loading leaves them (:func:`untied_inputs`,
+which writes the few bytes of the inputs' declarations anew and copies the rest)."""
 from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap  # anything indexed to byte values
@@ -27,6 +30,10 @@ _GRAPH_INPUT, _GRAPH_SPARSE_INITIALIZER = 11, 15  # GraphProto.input, GraphProto
 _VALUE_INFO_NAME, _SPARSE_VALUES = 1, 1  # ValueInfoProto.name, SparseTensorProto.values
 _TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME, _TENSOR_RAW_DATA = 1, 2, 8, 9  # TensorProto fields
 _TENSOR_EXTERNAL_DATA, _ENTRY_KEY, _ENTRY_VALUE = 13, 1, 2  # TensorProto.external_data, StringStringEntryProto
+_VALUE_INFO_TYPE, _TYPE_TENSOR = 2, 1  # ValueInfoProto.type, TypeProto.tensor_type
+_TYPE_ONEOF = frozenset({1, 4, 5, 8, 9})  # TypeProto's value: tensor, sequence, map, sparse tensor, optional
+_TENSOR_TYPE_SHAPE, _SHAPE_DIM = 2, 1  # TypeProto.Tensor.shape, TensorShapeProto.dim
+_DIM_VALUE, _DIM_PARAM = 1, 2  # TensorShapeProto.Dimension's value: a number or a name
 # Wire types
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 
@@ -143,6 +150,119 @@ def graph_inputs(view: Buffer) -> list[tuple[str, bytes]] | None:
     except (_Unfollowed, UnicodeDecodeError):
         return None
     return [(name, info) for name, info in declared if name not in valued]
+
+
+def untied_inputs(view: Buffer) -> bytes | None:
+    """The ModelProto serialized in ``view`` with the dims its main graph's inputs declare as
+    unknown (a number of 0 or less, or the name "?") holding no value, as loading leaves them
+    (``partitioner.model._unknown_dims``), where TensorRT's parser would read one of them
+    otherwise: a 0 (an empty dim to the parser), or "?" where it names two dims or more of the
+    inputs (dims the parser holds equal). The inputs are those no initializer gives a value, as
+    loading counts them. None where no input declares such a dim, or where the bytes hold anything
+    this reader does not follow (a graph or an input's type given twice, which protobuf merges)."""
+    try:
+        graphs = list(_length_delimited(view, 0, len(view), _MODEL_GRAPH))
+        if len(graphs) != 1:
+            return None
+        g_start, g_end = graphs[0]
+        valued = {_last_string(view, a, b, _TENSOR_NAME)
+                  for a, b in _length_delimited(view, g_start, g_end, _GRAPH_INITIALIZER)}
+        inputs = [(a, b) for a, b in _length_delimited(view, g_start, g_end, _GRAPH_INPUT)
+                  if _last_string(view, a, b, _VALUE_INFO_NAME) not in valued]
+        dims = [d for a, b in inputs for d in _declared_dims(view, a, b)]
+        unnamed = sum(d == "?" for d in dims)
+        if not any(d == 0 or (d == "?" and unnamed > 1) for d in dims):
+            return None
+        kept = {a for a, _ in inputs}
+        graph = _rewritten(view, g_start, g_end, lambda number, a, b: _value_info_untied(view, a, b)
+                           if number == _GRAPH_INPUT and a in kept else None)
+        return _rewritten(view, 0, len(view), lambda number, a, b: graph if number == _MODEL_GRAPH else None)
+    except (_Unfollowed, UnicodeDecodeError):
+        return None
+
+
+def _tensor_shape(view: Buffer, start: int, end: int) -> tuple[int, int] | None:
+    """(start, end) of the TensorShapeProto of the ValueInfoProto in ``view[start:end]``, where its
+    type is a tensor's with a shape; None otherwise."""
+    types = list(_length_delimited(view, start, end, _VALUE_INFO_TYPE))
+    if len(types) > 1:
+        raise _Unfollowed("a type given twice")
+    if not types:
+        return None
+    oneof = [(number, a, b) for number, _, a, b in fields(view, *types[0]) if number in _TYPE_ONEOF]
+    if not oneof or oneof[-1][0] != _TYPE_TENSOR:
+        return None
+    if sum(number == _TYPE_TENSOR for number, _, _ in oneof) > 1:
+        raise _Unfollowed("a tensor type given twice")
+    shapes = list(_length_delimited(view, oneof[-1][1], oneof[-1][2], _TENSOR_TYPE_SHAPE))
+    if len(shapes) > 1:
+        raise _Unfollowed("a shape given twice")
+    return shapes[0] if shapes else None
+
+
+def _dim(view: Buffer, start: int, end: int) -> int | str | None:
+    """The TensorShapeProto.Dimension in ``view[start:end]``: its number, its name, or None."""
+    value: int | str | None = None
+    for number, wire, a, b in fields(view, start, end):
+        if number == _DIM_VALUE and wire == _VARINT:
+            value = _signed(a)
+        elif number == _DIM_PARAM and wire == _LENGTH_DELIMITED:
+            value = bytes(view[a:b]).decode("utf-8")
+        elif number in (_DIM_VALUE, _DIM_PARAM):
+            raise _Unfollowed(f"dim field {number} with wire type {wire}")
+    return value
+
+
+def _unknown(dim: int | str | None) -> bool:
+    """Whether a declared dim means "unknown" (``partitioner.model.declared_unknown``)."""
+    return dim == "?" if isinstance(dim, str) else dim is not None and dim <= 0
+
+
+def _declared_dims(view: Buffer, start: int, end: int) -> list[int | str | None]:
+    """The dims the ValueInfoProto in ``view[start:end]`` declares for its tensor."""
+    shape = _tensor_shape(view, start, end)
+    return [] if shape is None else [_dim(view, a, b) for a, b in _length_delimited(view, *shape, _SHAPE_DIM)]
+
+
+def _value_info_untied(view: Buffer, start: int, end: int) -> bytes | None:
+    """The ValueInfoProto in ``view[start:end]`` with its tensor's unknown dims holding no value;
+    None where it has none."""
+    def in_type(number: int, a: int, b: int) -> bytes | None:
+        return _rewritten(view, a, b, in_tensor) if number == _TYPE_TENSOR else None
+
+    def in_tensor(number: int, a: int, b: int) -> bytes | None:
+        return _rewritten(view, a, b, in_shape) if number == _TENSOR_TYPE_SHAPE else None
+
+    def in_shape(number: int, a: int, b: int) -> bytes | None:
+        return b"" if number == _SHAPE_DIM and _unknown(_dim(view, a, b)) else None
+
+    return _rewritten(view, start, end, lambda number, a, b: _rewritten(view, a, b, in_type)
+                      if number == _VALUE_INFO_TYPE else None)
+
+
+def _rewritten(view: Buffer, start: int, end: int, change: Callable[[int, int, int], bytes | None]) -> bytes | None:
+    """The message in ``view[start:end]`` with each length-delimited field for which
+    ``change(field number, payload start, payload end)`` gives bytes holding those bytes instead;
+    None where it gives none."""
+    out, pos, changed = bytearray(), start, False
+    for number, wire, a, b in fields(view, start, end):
+        new = change(number, a, b) if wire == _LENGTH_DELIMITED else None
+        if new is None:
+            out += view[pos:b]
+        else:
+            out += _varint_bytes(number << 3 | _LENGTH_DELIMITED) + _varint_bytes(len(new)) + new
+            changed = True
+        pos = b
+    return bytes(out) if changed else None
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _last_string(view: Buffer, start: int, end: int, wanted: int) -> str:

@@ -29,7 +29,7 @@ from partitioner import (
 from partitioner.capability import CapabilityOracle, Piece, QueryResult, Verdict
 from partitioner.cost import BoundaryCost, si_bytes
 from partitioner.errors import OptionsError
-from partitioner.model import PARSER_NEUTRAL_FIXES, ModelSource, learn_types, serialize
+from partitioner.model import FILE_HANDED_FIXES, FIX_INPUT_DIMS, ModelSource, learn_types, serialize
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
 from partitioner.qdq import rewrite_qdq
 from plugins import default_registry
@@ -201,17 +201,22 @@ def _oracle_for(model: Model, flavor: str) -> CapabilityOracle:
     TensorRT's parser about the model's file early (:mod:`trt_backend.tensorrt.early_parse`; a
     build's head start asks the same question before it builds, :mod:`trt_backend.engines.head_start`) and
     that answer holds for this model: the parser took the file whole, and loading changed nothing
-    the parser reads (no fix but of node names, the IR version or weights listed as inputs too, no
-    Q/DQ rewrite) in a file unchanged since. The oracle then answers a question about the whole
-    model with it (:class:`_FileAnswered`)."""
+    the parser reads (no fix but of node names, the IR version, weights listed as inputs too,
+    unknown dims the parser reads as dynamic too or output shapes, no Q/DQ rewrite) in a file
+    unchanged since, or only the inputs' dims the child asked about as loading leaves them too
+    (FIX_INPUT_DIMS, see :func:`~trt_backend.tensorrt.early_parse.asked_of`). The oracle then
+    answers a question about the whole model with it (:class:`_FileAnswered`)."""
     early = early_parse.take(model.source, flavor)
     if early is None:
         return parser_oracle(flavor)
-    if model.rewritten or not model.fix_kinds <= PARSER_NEUTRAL_FIXES:
+    if model.rewritten or not model.fix_kinds <= FILE_HANDED_FIXES:
         early.discard()
         return parser_oracle(flavor)
     answer = early.answer()
     if answer is None or not answer["supported"] or not early.unchanged(answer):
+        return parser_oracle(flavor)
+    if bool(answer.get("untied")) != (FIX_INPUT_DIMS in model.fix_kinds):  # (asked of other input dims)
+        early.discard()
         return parser_oracle(flavor)
     return _FileAnswered(answer, model, flavor)
 
@@ -233,8 +238,9 @@ class _FileAnswered:
     def query(self, model: onnx.ModelProto) -> QueryResult:
         answer, self._answer = self._answer, None
         if answer is not None and _whole(model.graph, self._model.proto.graph):
-            log.debug("the TensorRT parser's answer about %s came from its early parse (asked of the file as it is)",
-                      self._model.source)
+            log.debug("the TensorRT parser's answer about %s came from its early parse (asked of the file as it is%s)",
+                      self._model.source, ", its inputs' unknown dims as loading leaves them" if answer.get("untied")
+                      else "")
             return QueryResult(True, tuple(Piece(tuple(nodes), bool(verified)) for nodes, verified in answer["pieces"]))
         oracle = parser_oracle(self._flavor)
         oracle.weights_dir = self.weights_dir

@@ -1,6 +1,7 @@
 """Reading initializers' raw_data lengths from a serialized model: the same answer protobuf's
 parse gives, on exported models and on the wire forms protobuf merges (a field twice, unknown
-fields), and no answer where the bytes hold something the reader does not follow."""
+fields), and no answer where the bytes hold something the reader does not follow. And the bytes
+TensorRT's parser is handed where an input declares dims it would read otherwise than loading."""
 from __future__ import annotations
 
 import glob
@@ -8,9 +9,11 @@ import os
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
-from partitioner.wire import external_locations, initializer_raw_lengths, matches
+from partitioner.model import FIX_INPUT_DIMS, load_model
+from partitioner.wire import external_locations, initializer_raw_lengths, matches, untied_inputs
 from tests.helpers import const, model, vi
 
 
@@ -147,3 +150,60 @@ def test_graph_inputs_are_the_inputs_no_initializer_gives() -> None:
         inits = {t.name for t in proto.graph.initializer}
         assert graph_inputs(raw) == [(i.name, i.SerializeToString()) for i in proto.graph.input if i.name not in inits]
     assert graph_input_names(b"\x3b\x00") is None  # (wire type 3, a group: not followed)
+
+
+def _input_dims(proto: onnx.ModelProto) -> list[list[int | str | None]]:
+    """Each graph input's declared dims: a number, a name, or None for a dim holding no value."""
+    return [[getattr(d, d.WhichOneof("value")) if d.WhichOneof("value") else None
+             for d in v.type.tensor_type.shape.dim] for v in proto.graph.input]
+
+
+@pytest.mark.parametrize("inputs, untied", [
+    ([["?", 3, "?", "?"]], [[None, 3, None, None]]),  # (Paddle2ONNX's classifiers: "?" on three dims)
+    ([[-1, 3, "?", "?"]], [[None, 3, None, None]]),
+    ([["?", 3, 8, 8], ["?", 3, 8, 8]], [[None, 3, 8, 8], [None, 3, 8, 8]]),
+    ([[0, 3, "h", "w"]], [[None, 3, "h", "w"]]),
+    ([[-1, 3, "?", "w"]], None),  # (one "?": the parser reads it as dynamic, as loading takes it)
+    ([[-1, 3, 8, 8], ["n", 3, 8, 8]], None),
+])
+def test_untied_inputs_are_the_inputs_loading_leaves(inputs, untied) -> None:
+    """Where TensorRT's parser would read an input's declared dim otherwise than loading takes it
+    (a 0 as an empty dim, "?" on two dims as dims held equal), the file's bytes handed to it have
+    every unknown dim of the inputs holding no value, as the loaded model has them; outputs, nodes,
+    weights and the rest stay as the file has them."""
+    names = [f"x{k}" for k in range(len(inputs))]
+    nodes = [helper.make_node("Add", [n, "w"], [f"r{k}"]) for k, n in enumerate(names)]
+    outs = [vi(f"r{k}", ["?", 0, -1, "?"]) for k in range(len(names))]
+    proto = model(nodes, [vi(n, dims) for n, dims in zip(names, inputs)], outs,
+                  [const("w", np.arange(8, dtype=np.float32))])
+    data = proto.SerializeToString()
+    got = untied_inputs(data)
+    loaded = load_model(proto)
+    assert (FIX_INPUT_DIMS in loaded.fix_kinds) == (untied is not None)
+    if untied is None:
+        assert got is None
+        return
+    assert got is not None
+    handed = onnx.ModelProto.FromString(got)
+    assert _input_dims(handed) == untied == _input_dims(loaded.proto)
+    del proto.graph.input[:], handed.graph.input[:]
+    assert handed == proto  # (everything else as the file has it)
+
+
+def test_untied_inputs_count_inputs_as_loading_does() -> None:
+    """A weight an old exporter also lists as an input is no input to the parser or to loading: its
+    "?" dims do not tie the one input's; a type other than a tensor's declares no dims; a graph
+    given twice (protobuf merges the two) is not followed."""
+    w = const("w", np.ones((2, 4), np.float32))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+    listed = model(nodes, [vi("x", ["?", 2]), vi("w", ["?", "?"])], [vi("y", ["?", 4])], [w])
+    assert FIX_INPUT_DIMS not in load_model(listed).fix_kinds
+    assert untied_inputs(listed.SerializeToString()) is None
+    seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, ["?", "?"])
+    nodes = [helper.make_node("SequenceLength", ["s"], ["n"]), helper.make_node("Relu", ["x"], ["y"])]
+    with_seq = model(nodes, [seq, vi("x", ["?", 3])], [vi("n", []), vi("y", ["?", 3])])
+    assert untied_inputs(with_seq.SerializeToString()) is None
+    tied = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", ["?", "?"])], [vi("y", ["?", "?"])])
+    data = tied.SerializeToString()
+    assert untied_inputs(data) is not None
+    assert untied_inputs(data + field(7, tied.graph.SerializeToString())) is None

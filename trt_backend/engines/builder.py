@@ -20,9 +20,9 @@ import onnx
 from onnx.inliner import inline_local_functions
 
 from partitioner.errors import ModelTooLargeError, OptionsError
-from partitioner.model import PARSER_NEUTRAL_FIXES, Model, serialize, structure_copy
+from partitioner.model import FILE_HANDED_FIXES, Model, serialize, structure_copy
 from partitioner.qdq import EMULATED_DOC
-from partitioner.wire import file_status
+from partitioner.wire import file_status, untied_inputs
 from partitioner.weights import (
     external_reference,
     external_tensors,
@@ -386,9 +386,10 @@ def file_as_is(model: Model, segment_model: onnx.ModelProto) -> str | None:
     """The file ``model`` was read from, where ``segment_model`` is the whole of it as TensorRT's
     parser reads it: every node, and loading changed nothing the parser reads otherwise (it named
     unnamed nodes, fitted the IR version, took weights also listed as inputs as constants:
-    ``PARSER_NEUTRAL_FIXES``; no rewrite); a file of at most ``WHOLE_FILE_MAX_BYTES`` with its
-    external data and a quarter of the memory available (:func:`trt_backend.ort.sizes.room_beside`),
-    unchanged since it was read. None otherwise.
+    ``PARSER_NEUTRAL_FIXES``; no rewrite) but the inputs' unknown dims, which the parser is handed
+    as loading leaves them (``FILE_HANDED_FIXES``, see :func:`_parse_file`); a file of at most
+    ``WHOLE_FILE_MAX_BYTES`` with its external data and a quarter of the memory available
+    (:func:`trt_backend.ort.sizes.room_beside`), unchanged since it was read. None otherwise.
 
     Such a segment is built from the file as it is: the network TensorRT makes of the file is the
     segment's, but the names it gives layers where a node had none, and where it took weights
@@ -396,7 +397,7 @@ def file_as_is(model: Model, segment_model: onnx.ModelProto) -> str | None:
     and one that hands TensorRT the file early (a head start) then write the same engine."""
     whole = len(segment_model.graph.node) == len(model.proto.graph.node)
     if not whole or not model.file_status or not isinstance(model.source, str) or model.rewritten \
-            or not model.fix_kinds <= PARSER_NEUTRAL_FIXES:
+            or not model.fix_kinds <= FILE_HANDED_FIXES:
         return None
     path = os.path.abspath(model.source)
     external = sum(tensor_nbytes(t) or 0 for t in external_tensors(model.proto))
@@ -413,13 +414,15 @@ def file_as_is(model: Model, segment_model: onnx.ModelProto) -> str | None:
 
 
 def _parse_file(parser: Any, path: str) -> bool:
-    """Whether ``parser`` took the model file ``path`` whole (False where it cannot be read)."""
+    """Whether ``parser`` took the model file ``path`` whole (False where it cannot be read); with
+    its inputs' unknown dims as loading leaves them, where the parser would read them otherwise
+    (:func:`partitioner.wire.untied_inputs`, as a head start asks and builds)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError:
         return False
-    return bool(parser.parse(data, path))
+    return bool(parser.parse(untied_inputs(data) or data, path))
 
 
 def _same_ends(network: Any, model: onnx.ModelProto) -> bool:

@@ -17,7 +17,9 @@ the head start's engine (:func:`claim`) only where what it would build is exactl
 the plan is one TensorRT segment holding every node of the model's file, which loading changed in
 nothing TensorRT's parser reads otherwise (node names, the IR version and weights also listed as
 inputs aside: the compile path builds such a segment from the file too, see
-:func:`trt_backend.engines.builder.file_as_is`), its inputs and outputs the file's own, built as
+:func:`trt_backend.engines.builder.file_as_is`; input dims loading takes as unknown where the parser
+would read them otherwise are handed to it as loading leaves them, here and there alike, see
+:func:`trt_backend.tensorrt.early_parse.asked_of`), its inputs and outputs the file's own, built as
 it is (fp32 or tf32, no plugin, no quantization) with the same build options and TensorRT
 flavor, and the profiles it would give TensorRT's dynamic inputs the ones the head start gave.
 Anything else, or a head start that failed, and the compile path builds as it would have without
@@ -151,7 +153,7 @@ class HeadStart:
         trt = flavor.module
         with open(self.path, "rb") as f:
             info = os.fstat(f.fileno())
-            data = f.read()
+            data, untied = early_parse.asked_of(f.read())
         external = _wire.external_bytes(data, os.path.dirname(self.path))
         if external is None:
             self.problem = "the model's external data files cannot be told (or its file is not read here)"
@@ -177,11 +179,13 @@ class HeadStart:
             parser: Any = None
             try:
                 # (the planner's question about the file as it is, whose answer it takes: the network
-                # holds the model as parse would make it where the parser takes every node)
+                # holds the model as parse would make it where the parser takes every node; with its
+                # inputs' unknown dims as loading leaves them, where the parser would read them
+                # otherwise, as the compile path hands TensorRT the file, see builder.file_as_is)
                 asked, parser = _questions.supports_into(flavor, network, logger, data, self.path)
                 del data
                 # (with this TensorRT's description: the parent then need not import it, see adopt_flavor)
-                self._give_answer({**early_parse.answer_of(flavor.target, asked, info),
+                self._give_answer({**early_parse.answer_of(flavor.target, asked, info, untied),
                                    "flavor": _flavor.described(flavor)})
                 parsed = asked[0]
                 if not parsed or self._cancelled.is_set():

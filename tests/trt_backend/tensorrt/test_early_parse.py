@@ -1,8 +1,8 @@
 """``inspect MODEL`` asks TensorRT's parser about the file in a forked child while it loads onnx and
 the model. The plan must be the one planning in this process makes: same JSON, same lines, on
 models whose early answer is taken (a file the parser takes whole, loaded with only node names,
-the IR version and weights-as-inputs fixed) and on models where it is not (a dim fixed by loading,
-a node the parser refuses, a file changed since the child read it, a child that died). The CLI runs
+the IR version, weights-as-inputs or input dims fixed) and on models where it is not (a node the
+parser refuses, a file changed since the child read it, a child that died). The CLI runs
 as a process, where the fork happens; the in-process plan is made here, where it does not (this
 process runs more than one thread)."""
 from __future__ import annotations
@@ -99,16 +99,35 @@ def test_outputs_listed_out_of_the_order_their_nodes_write_them_take_the_early_a
     assert TAKEN in proc.stderr and cli == here and _lines(proc.stdout) == _lines(printed)
     assert [s["backend"] for s in cli["segments"]] == ["tensorrt"]
 
-@pytest.mark.parametrize("case", ["declared 0 dim", "a node the parser refuses"])
-def test_where_the_early_answer_does_not_hold_the_planner_asks_here(case, flavor, tmp_path, capsys) -> None:
+def test_where_the_early_answer_does_not_hold_the_planner_asks_here(flavor, tmp_path, capsys) -> None:
     path = str(tmp_path / "model.onnx")
-    onnx.save(_old_exporter_model(zero_dim=case == "declared 0 dim", det=case != "declared 0 dim"), path)
+    onnx.save(_old_exporter_model(det=True), path)  # (a node the parser refuses)
     proc, cli, here, printed = _cli_and_here(path, tmp_path, capsys)
     assert TAKEN not in proc.stderr
     assert cli == here
     assert _lines(proc.stdout) == _lines(printed)
-    if case == "a node the parser refuses":
-        assert {s["backend"] for s in cli["segments"]} == {"tensorrt", "onnxruntime"}
+    assert {s["backend"] for s in cli["segments"]} == {"tensorrt", "onnxruntime"}
+
+
+@pytest.mark.parametrize("declared", ["a 0 batch", "'?' on three dims"])
+def test_input_dims_loading_takes_as_unknown_are_asked_about_as_loading_leaves_them(declared, flavor, tmp_path,
+                                                                                    capsys) -> None:
+    """A batch declared 0 (the parser would read an empty dim) or "?" on three dims (Paddle2ONNX's
+    classifiers: dims the parser would hold equal) is an unknown dim once loaded: the child asks
+    the parser about the file with those dims as loading leaves them, and its answer is taken."""
+    path = str(tmp_path / "model.onnx")
+    proto = _old_exporter_model(zero_dim=True)
+    if declared != "a 0 batch":
+        for d, name in zip(proto.graph.input[0].type.tensor_type.shape.dim, ["?", None, "?", "?"]):
+            if name is not None:
+                d.Clear()
+                d.dim_param = name
+    onnx.save(proto, path)
+    proc, cli, here, printed = _cli_and_here(path, tmp_path, capsys)
+    assert TAKEN + " (asked of the file as it is, its inputs' unknown dims as loading leaves them)" in proc.stderr
+    assert cli == here
+    assert _lines(proc.stdout) == _lines(printed)
+    assert [s["backend"] for s in cli["segments"]] == ["tensorrt"]
 
 
 CHILD = textwrap.dedent("""
