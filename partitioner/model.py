@@ -503,12 +503,27 @@ def _constant_initializer_inputs(graph: onnx.GraphProto, fixes: _Fixes) -> None:
 
 
 def required_ir_version(proto: onnx.ModelProto) -> int:
-    """Lowest IR version that can carry the model's opset imports."""
+    """Lowest IR version that can carry the model's opset imports and its initializers: IR 3
+    required every initializer of a graph to be one of the graph's inputs too, IR 4 lifted that
+    (ONNX Runtime loads an IR 3 model either way; ONNX's checker holds it to the rule)."""
     opsets = [o for o in proto.opset_import if o.domain in ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.training")]
     try:
-        return int(onnx.helper.find_min_ir_version_for(opsets, ignore_unknown=True))
+        need = int(onnx.helper.find_min_ir_version_for(opsets, ignore_unknown=True))
     except ValueError:
-        return 3
+        need = 3
+    return 4 if need < 4 and _initializer_not_input(proto.graph) else need
+
+
+def _initializer_not_input(graph: onnx.GraphProto) -> bool:
+    """Whether an initializer of ``graph`` or of a subgraph in it is not one of its graph's inputs."""
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        if g.initializer and not {t.name for t in g.initializer} <= {vi.name for vi in g.input}:
+            return True
+        stack.extend(sub for node in g.node for attr in node.attribute
+                     for sub in ([attr.g] if attr.HasField("g") else attr.graphs))
+    return False
 
 
 def fitting_ir_version(proto: onnx.ModelProto, max_ir_version: int | None = None) -> int:
@@ -526,8 +541,10 @@ def fitting_ir_version(proto: onnx.ModelProto, max_ir_version: int | None = None
 def _fit_ir_version(proto: onnx.ModelProto, fixes: _Fixes, max_ir_version: int | None) -> None:
     ir = fitting_ir_version(proto, max_ir_version)
     if ir != proto.ir_version:
+        initializers = " and initializers that are no graph inputs (IR 3 requires them to be)" \
+            if proto.ir_version < 4 <= ir and _initializer_not_input(proto.graph) else ""
         fixes.add(FIX_IR_VERSION, f"IR version {proto.ir_version} changed to {ir} to fit opset imports "
-                     + ", ".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in proto.opset_import))
+                  + ", ".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in proto.opset_import) + initializers)
         proto.ir_version = ir
 
 

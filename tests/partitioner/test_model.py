@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 from partitioner import InvalidModelError, ModelLoadError, TrtBackendError, load_model
 from partitioner.model import (
     FIX_INPUT_DIMS,
+    FIX_IR_VERSION,
     FIX_NODE_NAMES,
     FIX_UNKNOWN_DIMS,
     PARSER_NEUTRAL_FIXES,
@@ -184,6 +185,33 @@ def test_ir_version_raised_to_fit_opset() -> None:
     m = load_model(relu_model(opset=13, ir=3))  # opset 13 needs IR 7
     assert m.proto.ir_version == 7
     assert any("IR version 3 changed to 7" in f for f in m.fixes)
+
+
+@pytest.mark.parametrize("listed", [True, False])
+def test_an_ir_3_model_whose_weights_are_no_inputs_once_loaded_is_raised_to_ir_4(listed, tmp_path) -> None:
+    """IR 3 required every initializer to be a graph input (IR 4 lifted it). An IR 3 model at an
+    opset IR 3 carries (7, 8) lists its weights as inputs, which loading takes as constants; or it
+    does not list them at all, as ONNX Runtime's own sample ``datasets/mul_1.onnx`` does (ONNX
+    Runtime loads both). Either way ONNX's checker refused the model loaded ("w in initializer but
+    not in graph input"): its IR version is raised to 4 now, and it runs as ONNX Runtime runs the
+    file."""
+    w = const("w", np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32))
+    inputs = [vi("x", [1, 3, 8, 8])] + ([vi("w", [4, 3, 3, 3])] if listed else [])
+    proto = model([helper.make_node("Conv", ["x", "w"], ["y"])], inputs, [vi("y", [1, 4, 6, 6])], [w], opset=7)
+    proto.ir_version = 3
+    path = str(tmp_path / "old.onnx")
+    onnx.save(proto, path)
+    m = load_model(path)
+    assert m.proto.ir_version == 4 and FIX_IR_VERSION in m.fix_kinds
+    assert any("IR version 3 changed to 4" in f and "initializers that are no graph inputs" in f for f in m.fixes)
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(m.proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
+    kept = model([helper.make_node("Conv", ["x", "w"], ["y"])], [vi("x", [1, 3, 8, 8]), vi("w", [4, 3, 3, 3])],
+                 [vi("y", [1, 4, 6, 6])], [w], opset=7)
+    kept.ir_version = 3
+    assert load_model(kept, max_ir_version=3).proto.ir_version == 4  # (where the file needs it)
 
 
 def test_ir_version_lowered_to_the_cap_passed_in() -> None:

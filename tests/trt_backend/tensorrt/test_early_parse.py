@@ -28,10 +28,10 @@ pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, 
                                 reason="the early parse needs a second CPU (it is not started on one)")
 
 
-def _old_exporter_model(zero_dim: bool = False, det: bool = False) -> onnx.ModelProto:
+def _old_exporter_model(zero_dim: bool = False, det: bool = False, opset: int = 9) -> onnx.ModelProto:
     """Conv, Relu, Conv as an IR 3 exporter wrote them: unnamed nodes, every weight listed as a
     graph input too; ``zero_dim``: the batch declared as 0 (loading takes it as unknown); ``det``:
-    then a Det of each 8x8 map, which TensorRT's parser refuses."""
+    then a Det of each 8x8 map, which TensorRT's parser refuses (at opset 11)."""
     rng = np.random.default_rng(0)
     w1 = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w1")
     w2 = numpy_helper.from_array(rng.standard_normal((2, 4, 1, 1)).astype(np.float32), "w2")
@@ -44,7 +44,7 @@ def _old_exporter_model(zero_dim: bool = False, det: bool = False) -> onnx.Model
     inputs += [helper.make_tensor_value_info(w.name, TensorProto.FLOAT, list(w.dims)) for w in (w1, w2)]
     graph = helper.make_graph(nodes, "old", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               initializer=[w1, w2])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11 if det else 9)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11 if det else opset)])
     model.ir_version = 3
     return model
 
@@ -70,12 +70,17 @@ def _lines(text: str) -> list[str]:
     return [line.split(" | planned in ")[0] for line in text.splitlines() if not line.startswith("plan written to")]
 
 
-def test_a_file_the_parser_takes_whole_is_planned_from_the_early_answer_as_here(flavor, tmp_path, capsys) -> None:
+@pytest.mark.parametrize("opset", [9, 7])
+def test_a_file_the_parser_takes_whole_is_planned_from_the_early_answer_as_here(opset, flavor, tmp_path,
+                                                                               capsys) -> None:
+    """At opset 9 the IR version is raised to fit the opset; at opset 7, which IR 3 carries, to
+    IR 4, where weights need not be graph inputs: loading takes the listed ones as constants."""
     path = str(tmp_path / "old.onnx")
-    onnx.save(_old_exporter_model(), path)
+    onnx.save(_old_exporter_model(opset=opset), path)
     proc, cli, here, printed = _cli_and_here(path, tmp_path, capsys)
     assert TAKEN in proc.stderr
     assert "named 3 unnamed" in proc.stderr and "2 graph input(s) with an initializer" in proc.stderr
+    assert "IR version 3 changed to 4" in proc.stderr
     assert cli == here
     assert [s["backend"] for s in cli["segments"]] == ["tensorrt"] and len(cli["nodes"]) == 3
     assert _lines(proc.stdout) == _lines(printed)
