@@ -9,9 +9,12 @@ simply wrong. bf16 has fp32's range and overflows only where fp32 nearly does.
 in ONNX Runtime (fp32) with every tensor of the reduced-precision segments as outputs, then each
 such segment's emulation runs alone on the fp32 values of its inputs with all its tensors as
 outputs. A tensor that holds inf/nan where fp32 holds finite values, or values clamped at the
-reduced type's limit where fp32 does not, is reported (fp32 magnitudes from 1e9 on, stand-ins
-for infinity such as attention masks, are left out for fp16, which clips them on purpose), the
-first one per segment in node order. It costs
+reduced type's limit where fp32 does not, is reported, the first one per segment in node order.
+fp32 magnitudes that stand in for infinity, as attention masks use them, are left out: from 1e9
+on for fp16, which clips them on purpose, and past bf16's largest finite value for bf16 (float32's
+own minimum and maximum, which a mask computed outside the segment hands it, round to infinity
+there, as a mask should). Where such a mask does harm (a row masked whole: a softmax of -inf
+alone is nan), the tensor it harms is reported. It costs
 one run of each (and their sessions), so the ``run`` and ``compare`` commands call it once, on
 one input, when a segment was emulated in fp16 or bf16 (or int8, whose remainder is fp16)."""
 from __future__ import annotations
@@ -60,7 +63,8 @@ class Overflow:
                 f"{self.op}) leaves {kind}'s range (largest finite {LIMITS[self.precision]:.6g}): {self.count} of "
                 f"{self.elements} element(s) are inf/nan or clamped where fp32 holds finite values (largest "
                 f"|fp32| {self.fp32_max:.4g}){fed}; the results after it are not to be trusted. Build this "
-                f"model in fp32, or with --precision auto, which keeps such nodes in fp32")
+                f"model in fp32, or with --precision auto, which keeps in fp32 the nodes where an output's "
+                f"error starts")
 
 
 def reduced_segments(sess: Session) -> dict[int, str]:
@@ -136,14 +140,15 @@ def _segment_overflow(runner: EmulatedTensorRTRunner, precision: str, ref: Mappi
                 or low.dtype.kind != "f" or high.dtype.kind != "f" or not low.size:
             continue
         # inf/nan where fp32 is finite, or held at the limit where fp32 is not (a clamp); fp32
-        # magnitudes from SENTINEL on are stand-ins for infinity (masks), which fp16 may clip
+        # magnitudes from SENTINEL on are stand-ins for infinity (masks), which fp16 may clip, and
+        # for bf16 those past its limit (float32's min and max, which round to infinity in bf16)
         # (a tensor the built form keeps in fp32, a Paddle BatchNormalization's variance of 1e8, holds
         # such values as they are: only a reduced-precision one can be clamped)
         reduced = low.dtype.itemsize < 4
         # compared in fp32 (a model stored in fp16 gives fp16 on both sides: the limits overflow it)
         low, high = low.astype(np.float32), high.astype(np.float32)
         magnitude = np.abs(high)
-        fine = np.isfinite(high) & (magnitude < (SENTINEL if limit < SENTINEL else np.inf))
+        fine = np.isfinite(high) & ((magnitude < SENTINEL) if limit < SENTINEL else (magnitude <= limit))
         clamped = (np.abs(low) >= limit) & ((magnitude < limit / 2) | (magnitude > limit * 1.001)) \
             if reduced else np.zeros(low.shape, bool)
         lost = fine & (~np.isfinite(low) | clamped)

@@ -123,3 +123,53 @@ def test_a_large_constant_the_build_keeps_in_fp32_is_no_overflow() -> None:
     report = compare(paddle_batchnorm(), profiles=profile, feeds=[feeds],
                      session_options=SessionOptions(emulate=True, precision="fp16"), atol=1e-2, rtol=1e-2)
     assert report.passed and not [n for n in report.notes if "range" in n], report.notes
+
+
+def masked_attention() -> onnx.ModelProto:
+    """One attention head over x [1, 8, 16] whose keys m [1, 8] masks (0: masked) by adding
+    float32's minimum to their scores, as transformers' exports do: Where(m == 0, min, 0)."""
+    rng = np.random.default_rng(0)
+    weights = [nh.from_array(rng.standard_normal((16, 16)).astype(np.float32) * 0.1, n) for n in ("wq", "wk")]
+    consts = [nh.from_array(np.array(np.finfo(np.float32).min, np.float32), "low"),
+              nh.from_array(np.array(0.0, np.float32), "zero"), nh.from_array(np.array([1], np.int64), "axes")]
+    g = h.make_graph(
+        [h.make_node("MatMul", ["x", "wq"], ["q"], name="q"), h.make_node("MatMul", ["x", "wk"], ["k"], name="k"),
+         h.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="kt"),
+         h.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
+         h.make_node("Equal", ["m", "zero"], ["masked"], name="masked"),
+         h.make_node("Where", ["masked", "low", "zero"], ["bias"], name="bias"),
+         h.make_node("Unsqueeze", ["bias", "axes"], ["bias3"], name="bias3"),
+         h.make_node("Add", ["scores", "bias3"], ["s"], name="add_mask"),
+         h.make_node("Softmax", ["s"], ["p"], axis=-1, name="softmax"),
+         h.make_node("MatMul", ["p", "x"], ["y"], name="attend")],
+        "masked_attention", [h.make_tensor_value_info("x", T.FLOAT, [1, 8, 16]),
+                             h.make_tensor_value_info("m", T.FLOAT, [1, 8])],
+        [h.make_tensor_value_info("y", T.FLOAT, [1, 8, 16])], weights + consts)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("keys", ["some masked", "all masked"])
+def test_a_mask_of_float32s_minimum_is_no_bf16_overflow_until_it_harms(keys) -> None:
+    """A mask computed on ONNX Runtime (the Where kept there) reaches a bf16 segment holding
+    float32's minimum, which rounds to -inf in bf16, as a mask means: ``compare`` noted an
+    overflow ("leaves bf16's range") on outputs within tolerance, and advised ``--precision
+    auto``, which judges by the outputs and had kept that segment in bf16. Where some keys are
+    masked nothing is said now; where all are, a softmax of -inf alone is nan where fp32's is
+    uniform, and that is named: the softmax, its input reaching float32's minimum."""
+    from partitioner import PartitionOptions
+
+    profile = [{"x": ((1, 8, 16),) * 3, "m": ((1, 8),) * 3}]
+    m = np.array([[1, 1, 1, 1, 1, 0, 0, 0]], np.float32) if keys == "some masked" else np.zeros((1, 8), np.float32)
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, 8, 16)).astype(np.float32), "m": m}
+    options = SessionOptions(emulate=True, precision="bf16",
+                             partition=PartitionOptions(exclude_ops=("Where",), min_segment_size=1))
+    report = compare(masked_attention(), profiles=profile, session_options=options, feeds=[feeds], atol=0.05,
+                     rtol=0.05)
+    notes = [n for n in report.notes if "range" in n]
+    assert report.precision == "bf16"  # (both TensorRT segments, the one the mask reaches too)
+    if keys == "some masked":
+        assert report.passed and not notes, report.notes
+    else:
+        assert not report.passed and len(notes) == 1, report.notes
+        assert "tensor 'p' (node 'softmax', Softmax) leaves bf16's range" in notes[0]
+        assert "its input 's' reaches 3.403e+38 in fp32" in notes[0]
