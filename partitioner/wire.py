@@ -34,6 +34,7 @@ _VALUE_INFO_TYPE, _TYPE_TENSOR = 2, 1  # ValueInfoProto.type, TypeProto.tensor_t
 _TYPE_ONEOF = frozenset({1, 4, 5, 8, 9})  # TypeProto's value: tensor, sequence, map, sparse tensor, optional
 _TENSOR_TYPE_SHAPE, _SHAPE_DIM = 2, 1  # TypeProto.Tensor.shape, TensorShapeProto.dim
 _DIM_VALUE, _DIM_PARAM = 1, 2  # TensorShapeProto.Dimension's value: a number or a name
+_NODE_OP_TYPE, _NODE_DOMAIN = 4, 7  # NodeProto.op_type, NodeProto.domain
 # Wire types
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 
@@ -126,6 +127,21 @@ def main_graph_nodes(view: Buffer) -> int | None:
                    for _ in _length_delimited(view, start, end, _GRAPH_NODE))
     except _Unfollowed:
         return None
+
+
+def main_graph_ops(view: Buffer) -> list[tuple[str, str]] | None:
+    """The (domain, op type) of each node of the main graph of the ModelProto serialized in
+    ``view``, in order, the default domain as ""; None where the bytes hold anything this reader
+    does not follow (or a name that is not UTF-8)."""
+    try:
+        ops = []
+        for start, end in _length_delimited(view, 0, len(view), _MODEL_GRAPH):
+            for a, b in _length_delimited(view, start, end, _GRAPH_NODE):
+                domain = _last_string(view, a, b, _NODE_DOMAIN)
+                ops.append(("" if domain == "ai.onnx" else domain, _last_string(view, a, b, _NODE_OP_TYPE)))
+    except (_Unfollowed, UnicodeDecodeError):
+        return None
+    return ops
 
 
 def graph_inputs(view: Buffer) -> list[tuple[str, bytes]] | None:

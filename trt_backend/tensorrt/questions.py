@@ -1,11 +1,16 @@
 """One question to TensorRT's ONNX parser about a model's bytes (``OnnxParser.supports_model_v2``),
 answered in plain values. The capability oracle asks it in this process, the early parse of a
-model file in a child process (:mod:`trt_backend.tensorrt.early_parse`); neither needs onnx here."""
+model file in a child process (:mod:`trt_backend.tensorrt.early_parse`); neither needs onnx here.
+
+The answer leaves out the nodes of ops the parser takes but whose build crashes TensorRT's builder
+(:data:`BUILDER_CRASHES`, measured): a native crash cannot be caught in the process that builds,
+so such a node is answered as refused, and runs on ONNX Runtime."""
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from partitioner.wire import main_graph_ops
 from trt_backend.tensorrt.flavor import Flavor, native_stderr, network_flags
 
 # (whether the parser takes every node, its pieces as (node indices, verified), node index -> why not)
@@ -37,7 +42,35 @@ def supports_into(flavor: Flavor, network: Any, logger: Any, data: bytes, path: 
         node = int(err.node())
         if node >= 0 and node not in errors:
             errors[node] = describe_parser_error(err)
-    return (supported, pieces, errors), parser
+    return _without_builder_crashes(flavor, data, (supported, pieces, errors)), parser
+
+
+# Ops TensorRT's parser takes whose build crashes the builder (a segmentation fault), by flavor
+# name and version prefix, (domain, op type) -> why. Measured: TensorRT-RTX 1.7.1 building on a
+# machine without a GPU, ONNX's Attention (opset 23: what PyTorch's exporter makes of
+# scaled_dot_product_attention), 3-D and 4-D, causal or not, in fp32, fp16 and bf16, for SM86,
+# SM89 and SM120 alike.
+BUILDER_CRASHES: dict[tuple[str, str], dict[tuple[str, str], str]] = {
+    ("tensorrt_rtx", "1.7."): {("", "Attention"): "TensorRT-RTX 1.7's builder crashes on Attention (a segmentation "
+                                                  "fault, measured building without a GPU): it runs on ONNX Runtime"},
+}
+
+
+def _without_builder_crashes(flavor: Flavor, data: bytes, answer: Answer) -> Answer:
+    """``answer`` with the nodes of ops whose build crashes ``flavor``'s builder answered as
+    refused (see :data:`BUILDER_CRASHES`): their reason as the parser's error, and every piece
+    holding one unverified, so that the planner asks about the rest again."""
+    crashes = next((ops for (name, version), ops in BUILDER_CRASHES.items()
+                    if flavor.name == name and flavor.version.startswith(version)), None)
+    if not crashes:
+        return answer
+    ops = main_graph_ops(data)
+    found = {k: crashes[op] for k, op in enumerate(ops or ()) if op in crashes}
+    if not found:
+        return answer
+    supported, pieces, errors = answer
+    return (False, tuple((nodes, verified and not found.keys() & set(nodes)) for nodes, verified in pieces),
+            {**errors, **found})
 
 
 _ASSERT_MESSAGE = re.compile(r'&&\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\s*$')
