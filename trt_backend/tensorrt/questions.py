@@ -45,14 +45,19 @@ def supports_into(flavor: Flavor, network: Any, logger: Any, data: bytes, path: 
     return _without_builder_crashes(flavor, data, (supported, pieces, errors)), parser
 
 
-# Ops TensorRT's parser takes whose build crashes the builder (a segmentation fault), by flavor
+# Ops TensorRT's parser takes whose build can crash the builder (a segmentation fault), by flavor
 # name and version prefix, (domain, op type) -> why. Measured: TensorRT-RTX 1.7.1 building on a
 # machine without a GPU, ONNX's Attention (opset 23: what PyTorch's exporter makes of
-# scaled_dot_product_attention), 3-D and 4-D, causal or not, in fp32, fp16 and bf16, for SM86,
-# SM89 and SM120 alike.
+# scaled_dot_product_attention) crashes wherever the builder's own optimizations make its query
+# and key one tensor: the same input, an Identity, a Cast to the same type or a Transpose that keeps
+# the order in between, or two nodes it merges (Relu of one input, Add of constants of equal values
+# under two names), in fp32, fp16 and bf16, 3-D and 4-D, for SM86, SM89 and SM120 alike; with a
+# query and key it keeps apart (two MatMuls) it builds. Which nodes the builder merges cannot be
+# told from the graph, so every Attention node runs on ONNX Runtime under that version.
 BUILDER_CRASHES: dict[tuple[str, str], dict[tuple[str, str], str]] = {
-    ("tensorrt_rtx", "1.7."): {("", "Attention"): "TensorRT-RTX 1.7's builder crashes on Attention (a segmentation "
-                                                  "fault, measured building without a GPU): it runs on ONNX Runtime"},
+    ("tensorrt_rtx", "1.7."): {("", "Attention"): "TensorRT-RTX 1.7's builder crashes on Attention where its query "
+                                                  "and key become one tensor (a segmentation fault, measured building "
+                                                  "without a GPU): it runs on ONNX Runtime"},
 }
 
 
