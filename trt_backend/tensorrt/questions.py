@@ -67,7 +67,7 @@ def _without_builder_crashes(flavor: Flavor, data: bytes, answer: Answer) -> Ans
     holding one unverified, so that the planner asks about the rest again."""
     crashes = next((ops for (name, version), ops in BUILDER_CRASHES.items()
                     if flavor.name == name and flavor.version.startswith(version)), None)
-    if not crashes:
+    if not crashes or not any(op.encode() in data for _, op in crashes):  # (a scan of the bytes, before the reader)
         return answer
     ops = main_graph_ops(data)
     found = {k: crashes[op] for k, op in enumerate(ops or ()) if op in crashes}
