@@ -204,7 +204,7 @@ def _oracle_for(model: Model, flavor: str) -> CapabilityOracle:
     the parser reads (no fix but of node names, the IR version, weights listed as inputs too,
     unknown dims the parser reads as dynamic too or output shapes, no Q/DQ rewrite) in a file
     unchanged since, or only the inputs' dims the child asked about as loading leaves them too
-    (FIX_INPUT_DIMS, see :func:`~trt_backend.tensorrt.early_parse.asked_of`). The oracle then
+    (FIX_INPUT_DIMS, see :func:`~trt_backend.tensorrt.questions.asked_of`). The oracle then
     answers a question about the whole model with it (:class:`_FileAnswered`)."""
     early = early_parse.take(model.source, flavor)
     if early is None:

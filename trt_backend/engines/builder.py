@@ -22,7 +22,7 @@ from onnx.inliner import inline_local_functions
 from partitioner.errors import ModelTooLargeError, OptionsError
 from partitioner.model import FILE_HANDED_FIXES, Model, serialize, structure_copy
 from partitioner.qdq import EMULATED_DOC
-from partitioner.wire import file_status, untied_inputs
+from partitioner.wire import file_status
 from partitioner.weights import (
     external_reference,
     external_tensors,
@@ -63,7 +63,7 @@ from trt_backend.tensorrt.flavor import (
     tensorrt_entered,
     waited_for_tensorrt,
 )
-from trt_backend.tensorrt.questions import describe_parser_error
+from trt_backend.tensorrt.questions import asked_of, describe_parser_error
 
 log = logging.getLogger(__name__)
 
@@ -416,13 +416,13 @@ def file_as_is(model: Model, segment_model: onnx.ModelProto) -> str | None:
 def _parse_file(parser: Any, path: str) -> bool:
     """Whether ``parser`` took the model file ``path`` whole (False where it cannot be read); with
     its inputs' unknown dims as loading leaves them, where the parser would read them otherwise
-    (:func:`partitioner.wire.untied_inputs`, as a head start asks and builds)."""
+    (:func:`~trt_backend.tensorrt.questions.asked_of`, as a head start asks and builds)."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data, _ = asked_of(f.read())
     except OSError:
         return False
-    return bool(parser.parse(untied_inputs(data) or data, path))
+    return bool(parser.parse(data, path))
 
 
 def _same_ends(network: Any, model: onnx.ModelProto) -> bool:

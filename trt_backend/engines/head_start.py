@@ -19,7 +19,7 @@ nothing TensorRT's parser reads otherwise (node names, the IR version and weight
 inputs aside: the compile path builds such a segment from the file too, see
 :func:`trt_backend.engines.builder.file_as_is`; input dims loading takes as unknown where the parser
 would read them otherwise are handed to it as loading leaves them, here and there alike, see
-:func:`trt_backend.tensorrt.early_parse.asked_of`), its inputs and outputs the file's own, built as
+:func:`trt_backend.tensorrt.questions.asked_of`), its inputs and outputs the file's own, built as
 it is (fp32 or tf32, no plugin, no quantization) with the same build options and TensorRT
 flavor, and the profiles it would give TensorRT's dynamic inputs the ones the head start gave.
 Anything else, or a head start that failed, and the compile path builds as it would have without
@@ -153,7 +153,7 @@ class HeadStart:
         trt = flavor.module
         with open(self.path, "rb") as f:
             info = os.fstat(f.fileno())
-            data, untied = early_parse.asked_of(f.read())
+            data, untied = _questions.asked_of(f.read())
         external = _wire.external_bytes(data, os.path.dirname(self.path))
         if external is None:
             self.problem = "the model's external data files cannot be told (or its file is not read here)"

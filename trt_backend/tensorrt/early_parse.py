@@ -15,8 +15,9 @@ one the child read, and the question holds every node of it in the file's order,
 inputs and outputs (see ``trt_backend.planning``). One fix the child makes too: where the file's
 inputs declare a 0, or "?" on two dims or more, which loading takes as unknown dims and the parser
 would read as an empty dim or as dims held equal (Paddle2ONNX's ``[-1, 3, "?", "?"]``), the child
-asks about the file with those dims as loading leaves them (:func:`asked_of`). Anything else, and
-the planner asks TensorRT in this process as it always does; the child's answer is dropped. A build's head start
+asks about the file with those dims as loading leaves them
+(:func:`trt_backend.tensorrt.questions.asked_of`). Anything else, and the planner asks TensorRT in
+this process as it always does; the child's answer is dropped. A build's head start
 (``trt_backend.engines.head_start``) asks the same question before it builds and offers its answer
 the same way (:func:`offer`, :class:`FileAnswer`).
 
@@ -63,7 +64,7 @@ class EarlyParse:
         ``pieces`` ([node indices, verified] each), ``errors`` (node index -> why), ``file`` (the
         size, modification time, inode and device of the file it read) and ``untied`` (whether
         it asked about the file with its inputs' unknown dims as loading leaves them, see
-        :func:`asked_of`); None where the child failed or died."""
+        :func:`~trt_backend.tensorrt.questions.asked_of`); None where the child failed or died."""
         answer = self.child.message(1)
         return answer if answer is not None and "failed" not in answer else None
 
@@ -107,19 +108,11 @@ def file_unchanged(path: str, answer: dict[str, Any]) -> bool:
     return list(answer.get("file", ())) == list(_wire.file_status(info))
 
 
-def asked_of(data: bytes) -> tuple[bytes, bool]:
-    """The bytes of a model file (``data``) that its parser's question is asked about, and whether
-    they are the file's with its inputs' unknown dims as loading leaves them
-    (:func:`partitioner.wire.untied_inputs`: where the file declares a 0 or a "?" on two dims of
-    its inputs, which the parser would read as an empty dim or as dims held equal)."""
-    untied = _wire.untied_inputs(data)
-    return (untied, True) if untied is not None else (data, False)
-
-
 def answer_of(target: str, asked: Answer, info: os.stat_result, untied: bool) -> dict[str, Any]:
     """The parser's answer ``asked`` (see :func:`~trt_backend.tensorrt.questions.supports`) about
     a file as JSON-able values, as :meth:`EarlyParse.answer` gives it; ``untied``: asked of the
-    file with its inputs' unknown dims as loading leaves them (see :func:`asked_of`)."""
+    file with its inputs' unknown dims as loading leaves them (see
+    :func:`~trt_backend.tensorrt.questions.asked_of`)."""
     supported, pieces, errors = asked
     return {"target": target, "supported": supported, "pieces": [[list(n), v] for n, v in pieces],
             "errors": {str(k): v for k, v in errors.items()}, "file": list(_wire.file_status(info)),
@@ -193,5 +186,5 @@ def _ask(path: str, flavor_name: str, send: Send) -> dict[str, Any]:
     builder = trt.Builder(logger)
     with open(path, "rb") as f:
         info = os.fstat(f.fileno())
-        data, untied = asked_of(f.read())
+        data, untied = _questions.asked_of(f.read())
     return answer_of(flavor.target, _questions.supports(flavor, builder, logger, data, path), info, untied)

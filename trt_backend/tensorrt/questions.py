@@ -10,11 +10,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from partitioner.wire import main_graph_ops
+from partitioner.wire import main_graph_ops, untied_inputs
 from trt_backend.tensorrt.flavor import Flavor, native_stderr, network_flags
 
 # (whether the parser takes every node, its pieces as (node indices, verified), node index -> why not)
 Answer = tuple[bool, tuple[tuple[tuple[int, ...], bool], ...], dict[int, str]]
+
+
+def asked_of(data: bytes) -> tuple[bytes, bool]:
+    """The bytes of a model file (``data``) that TensorRT's parser is handed for it, and whether
+    they are the file's with its inputs' unknown dims as loading leaves them
+    (:func:`partitioner.wire.untied_inputs`: where the file declares a 0 or a "?" on two dims of
+    its inputs, which the parser would read as an empty dim or as dims held equal). The early
+    parse, a build's head start and the compile path's build from the file all hand it these."""
+    untied = untied_inputs(data)
+    return (untied, True) if untied is not None else (data, False)
 
 
 def supports(flavor: Flavor, builder: Any, logger: Any, data: bytes, path: str | None) -> Answer:
