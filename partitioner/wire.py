@@ -13,7 +13,9 @@ early, before onnx is loaded, reads which external data files it names
 what it records of the file to tell later that it is still the one read (:func:`file_status`). And
 where loading takes dims declared on the model's inputs otherwise than TensorRT's parser reads them,
 the parser is asked about the file with those dims as loading leaves them (:func:`untied_inputs`,
-which writes the few bytes of the inputs' declarations anew and copies the rest)."""
+which writes the few bytes of the inputs' declarations anew and copies the rest). A question to the
+parser names the ops of its nodes (:func:`main_graph_ops`) to leave out those whose build crashes
+TensorRT's builder (``trt_backend.tensorrt.questions``), in a child that has no onnx loaded too."""
 from __future__ import annotations
 
 import mmap
