@@ -253,6 +253,37 @@ def test_the_build_says_an_fp32_build_computes_int8_at_the_models_q_dq(quantized
     assert "tensorrt    fp32 segment_0.onnx" in lines[1]  # (a float model: nothing to say)
 
 
+def test_the_build_names_the_type_the_models_own_q_dq_quantize_to(flavor, tmp_path, capsys) -> None:
+    """A weight quantized to int4 in blocks (DequantizeLinear, block_size 32, as weight-only LLM
+    quantization writes it) was said to compute "int8 at the model's 1 Q/DQ nodes": the folder
+    records the types (``qdq_types``) and the build, and compare, name int4."""
+    from onnx import helper
+
+    from trt_backend.cli import main
+
+    rng = np.random.default_rng(0)
+    k, n = 64, 16
+    weights = helper.make_tensor("wq", onnx.TensorProto.INT4, [k, n], rng.integers(-8, 8, size=k * n).tolist())
+    scales = onnx.numpy_helper.from_array((rng.random((k // 32, n)) * 0.1 + 0.01).astype(np.float32), "sc")
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "sc"], ["wd"], axis=0, block_size=32),
+             helper.make_node("MatMul", ["x", "wd"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("Sigmoid", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "int4", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["b", k])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["b", n])], [weights, scales])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    path = str(tmp_path / "int4.onnx")
+    onnx.save(model, path)
+    assert main(["build", path, "-o", str(tmp_path / "b"), "--shapes", "x:3x64"]) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  segment 0:")]
+    assert "tensorrt    fp32 (int4 at the model's 1 Q/DQ nodes) segment_0.onnx" in line
+    with open(tmp_path / "b" / "manifest.json") as f:
+        (seg,) = json.load(f)["segments"]
+    assert seg["qdq_nodes"] == 1 and seg["qdq_types"] == {"int4": 1}
+    assert main(["compare", str(tmp_path / "b")]) == 0
+    assert "ran emulated as built, int4 at the model's own Q/DQ as ONNX defines it" in capsys.readouterr().out
+
+
 def test_compare_measures_the_int8_rewrite_against_the_original(quantized, capsys) -> None:
     """compare's reference is the model as it was, so the int8 rewrite's error shows (the exact
     rewrite's is 0)."""

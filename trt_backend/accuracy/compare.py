@@ -35,6 +35,8 @@ from trt_backend.artifacts.read import REFERENCE_KEY, is_build_folder
 from trt_backend.artifacts.references import weights_dir
 from trt_backend.engines.emulation import is_quantized, reference_ort_options
 from trt_backend.engines.precision import stored_reduced
+from trt_backend.engines.precision_plan import qdq_words
+from trt_backend.engines.quantize import qdq_types
 from trt_backend.compiler import compile_as_built
 from trt_backend.errors import ReferenceRunError, SegmentLoadError
 from trt_backend.ort.options import OrtOptions
@@ -169,7 +171,7 @@ def _notes(sess: Session, reports: Sequence[OutputReport], saved: bool = False) 
     if is_quantized(sess.model.proto) and not saved:  # (as reference_ort_options decides)
         notes.append("the reference computes the model's quantization as ONNX defines it (ONNX Runtime with graph "
                      "optimisations off); at its default level ONNX Runtime runs such a model through its "
-                     "own fused int8 kernels, whose numbers can differ")
+                     "own fused quantized kernels, whose numbers can differ")
     if not sess.plan.tensorrt_segments() and not saved:
         notes.append("the plan has no TensorRT segment: ONNX Runtime ran the whole model on both sides, so the "
                      "comparison is equal by construction" + (f" (the precision asked for, "
@@ -178,7 +180,8 @@ def _notes(sess: Session, reports: Sequence[OutputReport], saved: bool = False) 
     elif "emulated" in executors and "tensorrt" not in executors and fp32 and not requantized and not saved:
         low = [k for k in ("fp16", "bf16") if stored_reduced(sess.model.proto).get(k)]
         quantized = is_quantized(sess.model.proto)
-        how = ("as built, int8 at the model's own Q/DQ as ONNX defines it," if quantized else
+        kinds = qdq_words(qdq_types(sess.model.proto)) if quantized else ""
+        how = (f"as built, {kinds} at the model's own Q/DQ as ONNX defines it," if quantized else
                f"with no precision reduced (in the model's own {' and '.join(low)} types)" if low else "in fp32")
         notes.append(f"TensorRT segments ran emulated {how} through ONNX Runtime, as the reference does: the "
                      "comparison checks the partition and stitching (equal by construction otherwise), not "

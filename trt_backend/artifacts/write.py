@@ -51,7 +51,7 @@ from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.config import check_build_options
 from trt_backend.engines.memory import EngineFile
 from trt_backend.engines.precision import stored_reduced
-from trt_backend.engines.quantize import QDQ_OPS
+from trt_backend.engines.quantize import QDQ_OPS, qdq_types
 from trt_backend.engines.report import BuildProgress, BuildReport
 from trt_backend.engines.targets import build_target, current_sm
 from trt_backend.errors import ArtifactError
@@ -217,7 +217,7 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
             # model's own, or an int8 build's)
             qdq = sum(n.op_type in QDQ_OPS for n in form.graph.node)
             if qdq:
-                entry["qdq_nodes"] = qdq
+                entry["qdq_nodes"], entry["qdq_types"] = qdq, qdq_types(form)
             stored = stored_reduced(form) if built.precision in ("fp32", "tf32") else {}
             if stored:  # a model stored in fp16: TensorRT computes its types, whatever the build asked
                 entry["stored_types"] = stored

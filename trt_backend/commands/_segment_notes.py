@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trt_backend.engines.precision_plan import qdq_words
+
 
 def stored_label(counts: Mapping[str, int]) -> str:
     """:func:`trt_backend.engines.precision.stored_reduced`'s counts in words, for a segment built
@@ -21,12 +23,13 @@ def stored_label(counts: Mapping[str, int]) -> str:
 
 def precision_notes(segment: Mapping[str, Any]) -> list[str]:
     """What a build folder's segment entry says about the precision it computes in beyond its
-    label: int8 at the model's own Q/DQ in a build of another precision, the model's own 16-bit
+    label: the types of the model's own Q/DQ in a build of another precision, the model's own 16-bit
     types in an fp32 build (:func:`stored_label`), the nodes a reduced build kept fp32."""
     notes = []
     precision = segment.get("precision")
     if segment.get("qdq_nodes") and precision != "int8":  # (an int8 build's own Q/DQ: "int8" says it)
-        notes.append(f"int8 at the model's {segment['qdq_nodes']} Q/DQ nodes")
+        kinds = qdq_words(segment["qdq_types"]) if segment.get("qdq_types") else "int8"  # (older folders: int8)
+        notes.append(f"{kinds} at the model's {segment['qdq_nodes']} Q/DQ nodes")
     if segment.get("stored_types"):
         notes.append(stored_label(segment["stored_types"]))
     if segment.get("pinned") and precision not in (None, "fp32", "tf32"):

@@ -150,3 +150,13 @@ def pinned_of(plan: PrecisionPlan | None, node_names: Sequence[str]) -> tuple[st
         return "fp32", ()
     names = set(node_names)  # (an entry can match segments the plan's one was cut into since)
     return entry.precision, tuple(n for n in entry.pinned_names if n in names)
+
+
+def qdq_words(counts: Mapping[str, int]) -> str:
+    """Counts of Q/DQ nodes by the type they quantize to (``trt_backend.engines.quantize.qdq_types``,
+    as a build folder's segment entry records them under ``qdq_types``) as words, the most used
+    first: "int8", "int8 and int32", "uint8, int8 and int32"."""
+    names = sorted(counts, key=lambda k: (-counts[k], k))
+    if len(names) < 2:
+        return names[0] if names else "?"
+    return ", ".join(names[:-1]) + " and " + names[-1]

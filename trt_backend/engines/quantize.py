@@ -66,6 +66,38 @@ def carries_qdq(model: onnx.ModelProto) -> bool:
     return any(n.op_type in QDQ_OPS for n in model.graph.node)
 
 
+def qdq_types(model: onnx.ModelProto) -> dict[str, int]:
+    """How many Q/DQ nodes of ``model``'s main graph quantize to each type ("int8", "int4",
+    "uint8", "int32" for a bias, "float8e4m3fn", ...): a DequantizeLinear's input's type (a
+    QuantizeLinear's before it), a QuantizeLinear's zero point's, else its ``output_dtype``, else
+    uint8 (ONNX's default); "?" where the graph does not say."""
+    graph = model.graph
+    types = {t.name: t.data_type for t in graph.initializer}
+    types.update({vi.name: vi.type.tensor_type.elem_type for vi in (*graph.input, *graph.value_info)
+                  if vi.type.WhichOneof("value") == "tensor_type"})
+    for node in graph.node:
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value" and a.HasField("t"):
+                    types[node.output[0]] = a.t.data_type
+    counts: dict[str, int] = {}
+    for node in graph.node:
+        if node.op_type == "DequantizeLinear":
+            qtype = types.get(node.input[0], 0)
+        elif node.op_type == "QuantizeLinear":
+            attr = next((a.i for a in node.attribute if a.name == "output_dtype"), 0)
+            qtype = types.get(node.input[2], 0) if len(node.input) > 2 and node.input[2] else \
+                attr or onnx.TensorProto.UINT8
+            types[node.output[0]] = qtype  # (what a DequantizeLinear after it reads)
+        else:
+            continue
+        name = onnx.helper.tensor_dtype_to_np_dtype(qtype).name if qtype else "?"
+        name = {"float8_e4m3fn": "float8e4m3fn", "float8_e5m2": "float8e5m2"}.get(name, name)
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+
 def int8_or_fp16(quantized: onnx.ModelProto) -> str:
     """The precision a segment the int8 quantizer made computes in: int8 where it holds Q/DQ. One
     with nothing quantized (no compute op, or every one pinned fp32) is only the fp16 remainder:
