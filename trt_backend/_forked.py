@@ -45,6 +45,8 @@ class Forked:
         self._messages: list[dict[str, Any] | None] = []
         self._pending = b""
         self._ended = False
+        self._killed = False  # (by this process: a signal it sent ends the child)
+        self._status: int | None = None  # its wait status, once ended
 
     @classmethod
     def start(cls, work: Callable[[Send], dict[str, Any]], what: str) -> Forked | None:
@@ -103,17 +105,26 @@ class Forked:
     def kill(self) -> None:
         """End the child where it still runs (what it would say is not wanted)."""
         if not self._ended:
+            self._killed = True
             try:
                 os.kill(self.pid, signal.SIGKILL)
             except OSError:
                 pass
             self._end()
 
+    def died_of(self) -> int | None:
+        """The signal that ended the child, where it ended of one this process did not send (a
+        native crash: SIGSEGV, SIGABRT, or a kill from outside); None otherwise. Waits for it to end."""
+        while not self._ended:
+            self.message(len(self._messages))
+        status = self._status
+        return os.WTERMSIG(status) if status is not None and not self._killed and os.WIFSIGNALED(status) else None
+
     def _end(self) -> None:
         self._ended = True
         os.close(self._fd)
         try:
-            os.waitpid(self.pid, 0)
+            self._status = os.waitpid(self.pid, 0)[1]
         except ChildProcessError:
             pass
 

@@ -131,6 +131,11 @@ class ParserCrashError(TrtBackendError):
     """The TensorRT parser died in the child process while checking the model."""
 
 
+class BuilderCrashError(TrtBackendError):
+    """TensorRT's builder crashed (a signal) building the model in a child process, where the
+    build in this process would be the same build: nothing was built."""
+
+
 class SegmentBuildError(TrtBackendError):
     """TensorRT would not parse or build a segment. ``nodes`` index the segment model's nodes
     TensorRT blamed (empty when it named none)."""
@@ -146,6 +151,7 @@ class SegmentBuildError(TrtBackendError):
 __all__ = [
     "ArtifactError",
     "BenchOptionsError",
+    "BuilderCrashError",
     "CalibrationDataError",
     "CalibrationError",
     "ComparisonError",

@@ -50,7 +50,7 @@ from trt_backend.engines.report import (
     SegmentReport,
 )
 from trt_backend.engines.targets import build_target
-from trt_backend.errors import SegmentBuildError
+from trt_backend.errors import BuilderCrashError, SegmentBuildError
 from trt_backend.tensorrt.flavor import Flavor, load_flavor, tensorrt_lock
 
 log = logging.getLogger(__name__)
@@ -299,6 +299,12 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
         # TensorRT by address)
         model_file = file_as_is(plan.model, model) if options.max_build_memory is None else None
         head = head_start.claim(plan.model, seg, model, ranges, options, flavor, model_file)
+        crash = head_start.crash_of(plan.model) if head is None and model_file is not None else None
+        if crash is not None:  # (the build here hands TensorRT the same file: it would crash this process)
+            ops = sorted({n.op_type for n in plan.model.proto.graph.node})
+            raise BuilderCrashError(f"{plan.model.source}: {crash}; building it here would end this process the same "
+                                    f"way, so nothing was built. Keep the op at fault from TensorRT with --exclude-ops "
+                                    f"(the model's ops: {', '.join(ops)}), or report it to NVIDIA with the model")
     workers = max(1, min(_workers(plan, segments, options), len(jobs)))
     if jobs:
         _progress.progress("building %d engine(s) with %s, one at a time (%d segment(s) prepared at once)",

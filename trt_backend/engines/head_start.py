@@ -32,6 +32,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -87,6 +88,7 @@ class HeadStart:
         self.seconds = 0.0
         self.started: float | None = None  # time.perf_counter() when it began
         self.problem: str | None = None  # why there is no engine
+        self.crash: str | None = None  # how TensorRT's builder crashed on the file (in a child), where it did
         self._cancelled = threading.Event()
         self._thread = threading.Thread(target=self._run, name="head-start-build", daemon=True)
         self._child: Forked | None = None  # the child process building it, where one was forked
@@ -247,6 +249,12 @@ class HeadStart:
             self._collected = True
             first = self._child.message(0)
             self._collect(self._child.message(1) if first is not None and "answer" in first else first)
+            answer = first.get("answer") if first is not None else None
+            died = self._child.died_of() if self.engine is None else None
+            if died is not None and isinstance(answer, dict) and answer.get("supported"):
+                # (after the parser took the file whole: in its build)
+                self.crash = f"TensorRT's builder crashed ({_signal_name(died)}) building the file in a child process"
+                self.problem = self.crash
             log.debug("head start of %s: built in child process %d (%s)", self.path, self._child.pid,
                       self.problem or "an engine")
 
@@ -465,6 +473,25 @@ def claim(model: Any, segment: Any, segment_model: Any, ranges: Sequence[Mapping
             return None
         _pending = None
     return head
+
+
+def crash_of(model: Any) -> str | None:
+    """How TensorRT's builder crashed building the file of ``model`` (a Model) in the pending head
+    start's child, where it did: the compile path's build of that file would end this process the
+    same way. Waits for the head start; None where there is none for that file or it did not crash."""
+    with _lock:
+        head = _pending
+    if head is None or not isinstance(model.source, str) or os.path.abspath(model.source) != head.path:
+        return None
+    head.wait()
+    return head.crash
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def discard() -> None:

@@ -86,3 +86,34 @@ def test_a_node_whose_build_crashes_the_builder_runs_on_onnx_runtime(flavor, tmp
     finally:
         session.close()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+CRASHING_BUILD = """
+import sys
+import trt_backend.tensorrt.questions as questions
+questions.BUILDER_CRASHES.clear()  # (the table's refusal off: TensorRT's builder meets the Attention)
+from trt_backend.cli import script_main
+sys.argv = ["trt-backend", *sys.argv[1:]]
+script_main()
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
+                    reason="the head start is forked only where a second CPU runs it")
+def test_a_builder_crash_the_table_does_not_know_ends_in_one_error_not_a_crash(flavor, tmp_path) -> None:
+    """Where TensorRT's builder crashes on a model the parser takes whole and no table entry keeps
+    it from the builder (the table is emptied here), the crash happens in the build's head start,
+    a child process: the build then refuses to build the same file in its own process, which would
+    crash it too, and says so in one line (exit 1, no folder, no staging folder left)."""
+    if not _crashes(flavor):
+        pytest.skip(f"{flavor.name} {flavor.version} is not known to crash on Attention")
+    path = attention_model(str(tmp_path / "attention.onnx"))
+    out = tmp_path / "built"
+    proc = subprocess.run([sys.executable, "-c", CRASHING_BUILD, "build", path, "-o", str(out), "--shapes", "x:2x5x64"],
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trt-backend: error: ")
+    assert "TensorRT's builder crashed (SIGSEGV) building the file in a child process" in lines[0]
+    assert "--exclude-ops (the model's ops: Attention, MatMul, RMSNormalization, Relu)" in lines[0]
+    assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".build-")]
