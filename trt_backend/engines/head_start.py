@@ -253,7 +253,9 @@ class HeadStart:
             died = self._child.died_of() if self.engine is None else None
             if died is not None and isinstance(answer, dict) and answer.get("supported"):
                 # (after the parser took the file whole: in its build)
-                self.crash = f"TensorRT's builder crashed ({_signal_name(died)}) building the file in a child process"
+                self.crash = ("TensorRT's builder was killed (SIGKILL, as the kernel ends a process when memory runs "
+                              "out) building the file in a child process" if died == signal.SIGKILL else
+                              f"TensorRT's builder crashed ({_signal_name(died)}) building the file in a child process")
                 self.problem = self.crash
             log.debug("head start of %s: built in child process %d (%s)", self.path, self._child.pid,
                       self.problem or "an engine")
