@@ -299,7 +299,8 @@ def _build_round(plan: Plan, profiles: Any, options: BuildOptions, cache: Engine
         # TensorRT by address)
         model_file = file_as_is(plan.model, model) if options.max_build_memory is None else None
         head = head_start.claim(plan.model, seg, model, ranges, options, flavor, model_file)
-        crash = head_start.crash_of(plan.model) if head is None and model_file is not None else None
+        crash = head_start.crash_of(plan.model) \
+            if head is None and model_file is not None and options.precision in ("fp32", "tf32") else None
         if crash is not None:  # (the build here hands TensorRT the same file: it would crash this process)
             ops = sorted({n.op_type for n in plan.model.proto.graph.node})
             raise BuilderCrashError(f"{plan.model.source}: {crash}; building it here would end this process the same "
