@@ -91,11 +91,12 @@ def qdq_types(model: onnx.ModelProto) -> dict[str, int]:
             types[node.output[0]] = qtype  # (what a DequantizeLinear after it reads)
         else:
             continue
-        name = onnx.helper.tensor_dtype_to_np_dtype(qtype).name if qtype else "?"
-        name = {"float8_e4m3fn": "float8e4m3fn", "float8_e5m2": "float8e5m2"}.get(name, name)
+        try:
+            name = onnx.TensorProto.DataType.Name(qtype).lower() if qtype else "?"  # ("INT4" -> "int4")
+        except ValueError:
+            name = "?"
         counts[name] = counts.get(name, 0) + 1
     return counts
-
 
 
 def int8_or_fp16(quantized: onnx.ModelProto) -> str:
