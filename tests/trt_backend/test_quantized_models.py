@@ -409,3 +409,14 @@ def test_int8_weights_cast_to_float_are_folded_and_build(flavor, tmp_path) -> No
     x = np.random.default_rng(6).standard_normal((4, 16)).astype(np.float32)
     got = Session.load(str(tmp_path / "b"), SessionOptions(emulate=True)).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, inference_session(path).run(None, {"x": x})[0], rtol=1e-6, atol=1e-6)
+
+
+def test_a_folder_that_does_not_record_its_q_dq_types_names_none() -> None:
+    """A folder written before segment entries recorded ``qdq_types`` says its segment is
+    quantized at the model's Q/DQ, not which type (it used to say int8 of an int4 model too)."""
+    from trt_backend.commands._segment_notes import precision_notes
+
+    assert precision_notes({"precision": "fp32", "qdq_nodes": 3}) == ["quantized at the model's 3 Q/DQ nodes"]
+    recorded = {"precision": "fp32", "qdq_nodes": 3, "qdq_types": {"int8": 2, "int32": 1}}
+    assert precision_notes(recorded) == ["int8 and int32 at the model's 3 Q/DQ nodes"]
+    assert precision_notes({"precision": "int8", "qdq_nodes": 3, "qdq_types": {"int8": 3}}) == []

@@ -26,7 +26,7 @@ def _here(manifest: dict[str, object]) -> str:
         return f"{problem} (run and bench emulate its segments; load(..., rebuild=True) rebuilds)"
     ok, why = tensorrt_status()
     return "same TensorRT and GPU target: the engines execute here" if ok else \
-        f"same TensorRT and GPU target, but {why}: its TensorRT segments run emulated here"
+        f"same TensorRT and GPU target; {why}: its TensorRT segments run emulated here"
 
 
 def _builder_line(opts: dict[str, Any]) -> list[str]:

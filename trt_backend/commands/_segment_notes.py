@@ -28,7 +28,7 @@ def precision_notes(segment: Mapping[str, Any]) -> list[str]:
     notes = []
     precision = segment.get("precision")
     if segment.get("qdq_nodes") and precision != "int8":  # (an int8 build's own Q/DQ: "int8" says it)
-        kinds = qdq_words(segment["qdq_types"]) if segment.get("qdq_types") else "int8"  # (older folders: int8)
+        kinds = qdq_words(segment["qdq_types"]) if segment.get("qdq_types") else "quantized"  # (older folders)
         notes.append(f"{kinds} at the model's {segment['qdq_nodes']} Q/DQ nodes")
     if segment.get("stored_types"):
         notes.append(stored_label(segment["stored_types"]))
