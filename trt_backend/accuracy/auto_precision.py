@@ -104,8 +104,8 @@ class AutoOptions:
         if unknown or not allow:
             raise OptionsError(f"--allow takes some of {', '.join(ORDER)}, got {', '.join(allow) or 'nothing'}")
         object.__setattr__(self, "allow", allow)
-        for name in ("max_rounds", "iterations"):
-            number_option(getattr(self, name), name, whole=True, low=1)
+        for name, low in (("max_rounds", 1), ("iterations", 1), ("seed", 0)):  # (the CLI hands over text)
+            object.__setattr__(self, name, number_option(getattr(self, name), name, whole=True, low=low, text=True))
 
 
 @dataclass

@@ -114,6 +114,26 @@ def test_cli_build_auto_searches_and_records(model_path, tmp_path, capsys) -> No
     assert data["build_options"]["precision"] == "auto" and data["precision_plan"]["rounds"]
 
 
+def test_cli_compare_of_a_model_searches_auto_as_build_does(model_path, tmp_path, capsys) -> None:
+    """``compare MODEL --precision auto`` ended in a TypeError traceback: compare's --seed came to
+    the search as text ("0"), which AutoOptions took unchecked. It searches now, seeded as compare
+    seeds its inputs, to the plan ``build --precision auto`` searches with the same seed."""
+    flags = ["--min-shapes", "x:1x8", "--opt-shapes", "x:4x8", "--max-shapes", "x:8x8", "--precision", "auto",
+             "--allow", "fp16"]
+    rc = main(["compare", model_path, *flags, "--seed", "0"])
+    captured = capsys.readouterr()
+    assert rc in (0, 1) and "precision search (" in captured.err and "Traceback" not in captured.err
+    assert "round 1: segment 0 fp16" in captured.err
+    searched = [ln for ln in captured.err.splitlines() if ln.startswith("  round ")]
+    assert main(["build", model_path, "-o", str(tmp_path / "b"), *flags]) == 0
+    assert [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("  round ")] == searched
+    assert AutoOptions(seed="7").seed == 7  # type: ignore[arg-type]  # (as the command line hands it over)
+    from partitioner.errors import OptionsError
+
+    with pytest.raises(OptionsError, match="seed must be"):
+        AutoOptions(seed="seven")  # type: ignore[arg-type]
+
+
 def random_output() -> onnx.ModelProto:
     nodes = [h.make_node("Relu", ["x"], ["r"], name="relu"),
              h.make_node("RandomUniformLike", ["r"], ["n"], name="noise"),
