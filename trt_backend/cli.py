@@ -77,12 +77,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``command`` (a subcommand name), only that subcommand's module is
     imported and given its arguments (the others are listed by name and help only), so a
     command starts without loading what the others need."""
-    parser = _Parser(prog="trt-backend", description="TensorRT engines with ONNX Runtime fallback.")
+    # (no abbreviations: "inspect --precision fp16" read as --precision-plan fp16, a file it could not read)
+    parser = _Parser(prog="trt-backend", description="TensorRT engines with ONNX Runtime fallback.", allow_abbrev=False)
     _verbosity(parser, after=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, text in COMMANDS.items():
-        p = sub.add_parser(name, help=text)
+        p = sub.add_parser(name, help=text, allow_abbrev=False)
         p.set_defaults(_command_parser=p)
         _verbosity(p, after=True)
         if command is None or name == command:

@@ -153,3 +153,19 @@ def test_an_interrupt_while_the_command_loads_is_one_line(monkeypatch, capsys) -
     monkeypatch.setattr(cli, "build_parser", interrupted)
     assert cli.main(["compare", DEMO_PATH]) == 130
     assert capsys.readouterr().err == "trt-backend: interrupted\n"
+
+
+@pytest.mark.parametrize("line, unknown", [
+    (["inspect", "MODEL", "--precision", "fp16"], "--precision fp16"),  # (read as --precision-plan fp16)
+    (["build", "MODEL", "-o", "OUT", "--shape", "x:1x8"], "--shape x:1x8"),
+])
+def test_an_option_is_taken_by_its_full_name_only(line, unknown, tmp_path, capsys) -> None:
+    """argparse took a prefix of an option for the option: ``inspect MODEL --precision fp16`` was
+    read as ``--precision-plan fp16`` and said it could not read the precision plan "fp16". An
+    option is known by its full name now; anything else is the one line naming it."""
+    args = [DEMO_PATH if a == "MODEL" else str(tmp_path / "out") if a == "OUT" else a for a in line]
+    with pytest.raises(SystemExit) as e:
+        cli.main(args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"unrecognized arguments: {unknown}" in err[0]
