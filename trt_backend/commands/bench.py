@@ -29,14 +29,13 @@ from trt_backend.commands._args import (
     is_folder_arg,
     max_memory,
     ort_options,
-    precision_fields,
     random_ranges,
     sample_profiles,
     refuse_build_flags,
     session_options,
 )
 from trt_backend.commands._shapes import cli_profiles, parse_shapes
-from trt_backend.commands._precision import options_with
+from trt_backend.commands._precision import add_auto_arguments, build_fields, options_with
 from trt_backend.errors import BenchOptionsError
 from trt_backend.ort.values import memory_limit
 from trt_backend.session.feeds import read_feeds
@@ -57,6 +56,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inputs", metavar="FILE.npz|DIR", help="real inputs to time with (an .npz of arrays by input "
                    "name; the first sample of several) instead of seeded random data")
     add_precision_arguments(p, "TensorRT engine builds and of the TensorRT EP")
+    add_auto_arguments(p)  # (--precision auto searches the plan it builds with, as run and compare do)
     p.add_argument("--warmup-ms", default="200", metavar="MS",
                    help="warm-up time per runner (default 200; 0: one untimed call)")
     p.add_argument("--duration-s", default="3", metavar="S", help="minimum timed seconds per runner (default 3)")
@@ -136,7 +136,8 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
     session = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
                               ort=ort_options(args, intra_op_threads=threads), cache_dir=args.cache_dir)
     if not is_build_folder(args.model):
-        session = options_with(session, precision_fields(args))
+        session = options_with(session, build_fields(args, args.model, profiles or None, session,
+                                                     [feeds] if feeds is not None else None))
     return options, session
 
 

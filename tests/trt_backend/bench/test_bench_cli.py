@@ -76,6 +76,16 @@ def test_bench_precision_goes_to_the_session(tmp_path) -> None:
     assert doc["settings"]["precision"] == "fp16"
 
 
+def test_bench_precision_auto_searches_as_run_and_compare_do(tmp_path, capsys) -> None:
+    """``bench MODEL --precision auto`` said "precision 'auto' builds from a precision plan" where
+    ``run`` and ``compare`` search one: it searches too, and times the session built with it."""
+    doc = bench_json(tmp_path, DEMO_PATH, "--shapes", "image:1x3x32x32", "--emulate", "--baselines", "none",
+                     "--no-build", "--precision", "auto", "--allow", "fp16")
+    err = capsys.readouterr().err
+    assert "precision search (" in err and "round 1: segment 0 fp16" in err
+    assert doc["settings"]["precision"] not in ("auto", "fp32") and doc["runners"][0]["available"]
+
+
 def test_every_baseline_is_listed_with_a_reason_when_unavailable(tmp_path) -> None:
     doc = bench_json(tmp_path, DEMO_PATH, "--shapes", "image:1x3x32x32", "--emulate", "--no-build")
     check_schema(doc)
