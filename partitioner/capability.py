@@ -164,7 +164,10 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
         rejected: set[int] = set()
         for k, message in result.errors.items():
             if 0 <= k < len(local):
-                verdicts[local[k]] = Verdict(ONNXRUNTIME, f"TensorRT parser: {message}")
+                # (a reason that names its source already, as the oracle's own refusals of nodes whose
+                # build crashes TensorRT's builder do, is kept as it is)
+                said = message if message.startswith("TensorRT") else f"TensorRT parser: {message}"
+                verdicts[local[k]] = Verdict(ONNXRUNTIME, said)
                 rejected.add(local[k])
         covered: set[int] = set()
         for p in result.pieces:
