@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError, EncodeError
 
 from partitioner.errors import InvalidModelError, ModelLoadError, ModelTooLargeError
 from partitioner.folding import fold_for_inference
-from partitioner.graph import GraphIndex, node_reads
+from partitioner.graph import GraphIndex, node_reads, subgraphs
 from partitioner.walk import is_typed, types_past_inference
 from partitioner.weights import (
     check_external,
@@ -521,8 +521,7 @@ def _initializer_not_input(graph: onnx.GraphProto) -> bool:
         g = stack.pop()
         if g.initializer and not {t.name for t in g.initializer} <= {vi.name for vi in g.input}:
             return True
-        stack.extend(sub for node in g.node for attr in node.attribute
-                     for sub in ([attr.g] if attr.HasField("g") else attr.graphs))
+        stack.extend(sub for node in g.node for sub in subgraphs(node))
     return False
 
 
