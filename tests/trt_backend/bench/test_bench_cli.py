@@ -84,6 +84,11 @@ def test_bench_precision_auto_searches_as_run_and_compare_do(tmp_path, capsys) -
     err = capsys.readouterr().err
     assert "precision search (" in err and "round 1: segment 0 fp16" in err
     assert doc["settings"]["precision"] not in ("auto", "fp32") and doc["runners"][0]["available"]
+    # (the plan build searches with the same settings: one search, whichever door)
+    assert main(["build", DEMO_PATH, "-o", str(tmp_path / "b"), "--shapes", "image:1x3x32x32", "--precision", "auto",
+                 "--allow", "fp16"]) == 0
+    rounds = [[ln for ln in text.splitlines() if ln.startswith("  round ")] for text in (err, capsys.readouterr().err)]
+    assert rounds[0] and rounds[0] == rounds[1]
 
 
 def test_every_baseline_is_listed_with_a_reason_when_unavailable(tmp_path) -> None:
