@@ -43,7 +43,7 @@ from trt_backend.accuracy.options import (
     DEFAULT_TOLERANCE,
     tolerance_value,
 )
-from trt_backend.accuracy.polygraphy_glue import generate_feeds, host, profile_points
+from trt_backend.accuracy.polygraphy_glue import generate_feeds, host, profile_points, side_numbers
 from trt_backend.engines.builder import (
     BuildOptions,
     refused_in_precision,
@@ -218,8 +218,11 @@ class _Search:
         applies (:func:`~trt_backend.accuracy.numeric.tolerance_ratio`): a plan the search keeps
         passes ``compare`` at the same atol and rtol by construction."""
         x, y = host(ours), host(ref)
-        if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray) or y.dtype.kind not in "fc":
-            return 0.0 if x is None or np.array_equal(np.asarray(x), np.asarray(y)) else float("inf")
+        if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray):  # sequences, maps, optionals
+            flat = side_numbers(x, y)
+            if flat is None or isinstance(flat, str):
+                return 0.0 if flat is None else float("inf")
+            x, y = flat
         return tolerance_ratio(x, y, self.atols.get(name, self.opts.atol) if name else self.opts.atol, self.opts.rtol)
 
     def output_errors(self) -> tuple[dict[str, float], int]:
@@ -493,6 +496,7 @@ class _Search:
         order = [n for n in self.protos[i].graph.node if n.op_type not in kept]
         level = states[i].level if level is None else level
         seg_id = self.sess.runners[i].segment.id
+        when = f"round {rnd}" if rnd <= self.opts.max_rounds else "descent"  # (the descent's search is no round)
 
         def trial(k: int) -> tuple[bool, float]:
             pins = {n.name: PinnedNode(n.name, n.op_type, f"(the last {k} node(s) of the segment, pinned by "
@@ -503,7 +507,7 @@ class _Search:
 
         ok, top = trial(len(order))
         if not ok:
-            self.note(f"round {rnd}: segment {seg_id}: even all {len(order)} node(s) pinned leave {top:.3g} x "
+            self.note(f"{when}: segment {seg_id}: even all {len(order)} node(s) pinned leave {top:.3g} x "
                       "tolerance: no tail search")
             return None
         low, high, tried = 0, len(order), []  # low fails (the caller saw it fail), high passes
@@ -515,10 +519,10 @@ class _Search:
         pins = {n.name: None for n in order[len(order) - high:]}
         if high == len(order) or not self.reduced(i, self.allowed[level], pins):
             # only the whole segment pinned passes (or all the head left computes nothing in 16 bits): that is fp32
-            self.note(f"round {rnd}: segment {seg_id} {self.allowed[level]}: tail bisection ({', '.join(tried)}): "
+            self.note(f"{when}: segment {seg_id} {self.allowed[level]}: tail bisection ({', '.join(tried)}): "
                       f"the last {high} of {len(order)} pinned pass, which leaves nothing reduced: fp32")
             return None
-        self.note(f"round {rnd}: segment {seg_id} {self.allowed[level]}: pins stop helping; tail bisection "
+        self.note(f"{when}: segment {seg_id} {self.allowed[level]}: pins stop helping; tail bisection "
                   f"({', '.join(tried)}): the last {high} of {len(order)} node(s) pinned pass")
         _, top = trial(high)
         return {n.name: PinnedNode(n.name, n.op_type, f"(the last {high} node(s) of the segment, pinned by bisection)",

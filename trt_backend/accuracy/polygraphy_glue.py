@@ -209,31 +209,39 @@ def _tensors_only(values: OrderedDict[str, Any], side: list[dict[str, Any]]) -> 
 def side_errors(name: str, ours: Any, ref: Any, options: CompareOptions) -> TensorError:
     """A sequence of tensors or of maps (or an empty optional) against the reference's: same
     length, same keys, and the numbers together within tolerance."""
+    flat = side_numbers(ours, ref)
+    if isinstance(flat, str):
+        return TensorError(_INF, _INF, _INF, _INF, _INF, _INF, False, note=flat)
+    if flat is None or not flat[1].size:
+        return TensorError(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, True)
+    atol, rtol = options.output_tolerances.get(name, (options.atol, options.rtol))
+    return numeric_tensor_error(flat[0], flat[1], atol, rtol, options.error_stat, options.error_quantile)
+
+
+def side_numbers(ours: Any, ref: Any) -> tuple[np.ndarray, np.ndarray] | str | None:
+    """The numbers of a sequence of tensors or of maps (or of one map) and of the reference's, as
+    two flat arrays in the same order (a map's by the reference's keys): what :func:`side_errors`
+    and ``--precision auto`` compare, by the one rule. None for two empty optionals; where the two
+    cannot be compared (lengths, keys or shapes differ, an empty optional on one side), why."""
     if isinstance(ours, dict) and isinstance(ref, dict):  # a map output: one map
         ours, ref = [ours], [ref]
     if ours is None or ref is None:
-        same = ours is None and ref is None
-        return TensorError(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, same, note=None if same else "an empty optional on one side")
+        return None if ours is None and ref is None else "an empty optional on one side"
     if not isinstance(ours, (list, tuple)) or not isinstance(ref, (list, tuple)) or len(ours) != len(ref):
-        return TensorError(_INF, _INF, _INF, _INF, _INF, _INF, False,
-                           note=f"{_describe(ours)} vs reference {_describe(ref)}: not comparable")
+        return f"{_describe(ours)} vs reference {_describe(ref)}: not comparable"
     pairs = []
     for a, b in zip(ours, ref):
         if isinstance(a, dict) and isinstance(b, dict):
             if a.keys() != b.keys():
-                return TensorError(_INF, _INF, _INF, _INF, _INF, _INF, False,
-                                   note="map keys differ from the reference's")
+                return "map keys differ from the reference's"
             pairs += [(np.asarray(a[k]), np.asarray(b[k])) for k in b]
         else:
             pairs.append((np.asarray(host(a)), np.asarray(host(b))))
-    if not pairs:
-        return TensorError(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, True)
     if any(x.shape != y.shape for x, y in pairs):
-        return TensorError(_INF, _INF, _INF, _INF, _INF, _INF, False, note="element shapes differ from the reference's")
-    flat_ours = np.concatenate([x.reshape(-1) for x, _ in pairs])
-    flat_ref = np.concatenate([y.reshape(-1) for _, y in pairs])
-    atol, rtol = options.output_tolerances.get(name, (options.atol, options.rtol))
-    return numeric_tensor_error(flat_ours, flat_ref, atol, rtol, options.error_stat, options.error_quantile)
+        return "element shapes differ from the reference's"
+    if not pairs:
+        return np.zeros(0, np.float32), np.zeros(0, np.float32)
+    return np.concatenate([x.reshape(-1) for x, _ in pairs]), np.concatenate([y.reshape(-1) for _, y in pairs])
 
 
 def _describe(value: Any) -> str:

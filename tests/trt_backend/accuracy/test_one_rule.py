@@ -111,3 +111,36 @@ def test_integer_outputs_are_judged_by_equality_in_compare_and_auto_alike(tmp_pa
     trt_backend.build(path, auto, None, SessionOptions(build=BuildOptions(precision="auto", precision_plan=plan)))
     assert trt_backend.compare(auto, trt_backend.CompareOptions(atol_of_range=0.01), session_options=so,
                                feeds=feeds).passed
+
+
+@pytest.mark.usefixtures("flavor")
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_a_sequence_of_maps_is_judged_by_its_numbers_in_compare_and_auto_alike(tmp_path) -> None:
+    """scikit-learn's classifiers convert (skl2onnx) to a ZipMap output, a sequence of maps of
+    class to probability. ``compare`` judges its numbers by the one rule; the search once scored any
+    such output inf unless equal to the bit, so it never reduced a segment feeding one (every
+    precision "beyond what pins fix") while compare passed fp16 and bf16 builds of it."""
+    from skl2onnx import to_onnx
+    from sklearn.datasets import load_digits
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x, y = load_digits(return_X_y=True)
+    x = x.astype(np.float32)
+    clf = make_pipeline(StandardScaler(), MLPClassifier((32,), max_iter=60, random_state=0)).fit(x[:1000], y[:1000])
+    path = str(tmp_path / "digits.onnx")
+    with open(path, "wb") as f:
+        f.write(to_onnx(clf, x[:1], target_opset=17).SerializeToString())
+    feeds = [{"X": x[1000:1032]}]
+    so = SessionOptions(emulate=True)
+    profiles = [{"X": ((1, 64), (32, 64), (64, 64))}]
+    plan = trt_backend.search_precision(path, profiles, so, AutoOptions(allow=("fp16", "bf16")), feeds=feeds)
+    assert [s.precision for s in plan.segments] != ["fp32"] * len(plan.segments), plan.rounds
+    assert np.isfinite(max(plan.worst.values())), plan.worst
+    folder = str(tmp_path / "auto")
+    trt_backend.build(path, folder, profiles, SessionOptions(build=BuildOptions(precision="auto", precision_plan=plan)))
+    report = trt_backend.compare(folder, trt_backend.CompareOptions(), session_options=so, feeds=feeds)
+    maps = next(o for o in report.outputs if o.name == "output_probability")
+    assert report.passed and maps.error.max_abs_error > 0  # reduced, measured, within tolerance
+    assert 0 < plan.worst["output_probability"] <= 1.0  # the search measured it too, by the same rule
