@@ -59,15 +59,33 @@ BAD = {"renamed": "unknown input 'w'", "missing": "missing input 'y'",
 
 
 @pytest.mark.parametrize("bad", sorted(BAD))
-@pytest.mark.parametrize("door", ["run model", "run folder", "compare model", "compare folder", "bench model",
-                                  "bench folder"])
-def test_every_command_refuses_bad_feeds_in_one_line(paths, capsys, door, bad) -> None:
+@pytest.mark.parametrize("door", ["run model", "run folder", "run model+shapes", "compare model", "compare folder",
+                                  "compare model+shapes", "bench model", "bench folder", "bench model+shapes",
+                                  "build model", "build model+shapes"])
+def test_every_command_refuses_bad_feeds_in_one_line(paths, capsys, door, bad, tmp_path) -> None:
+    """The same line, naming the file, before anything is printed or written: with or without
+    profiles given, of a folder as of a model file (a folder, or a model given --shapes, used to
+    print the session's header first and leave the file unnamed)."""
     command, target = door.split()
-    extra = FAST if command == "bench" else []
-    rc = main([command, paths[target], "--inputs", paths[bad], "--emulate", *extra])
-    err = capsys.readouterr().err.strip()
-    assert rc != 0 and err.startswith("trt-backend: error: ") and "\n" not in err, err
+    extra = FAST if command == "bench" else ["-o", str(tmp_path / "out")] if command == "build" else []
+    if target.endswith("+shapes"):
+        target, extra = "model", [*extra, "--shapes", "x:2x4,y:2x4"]
+    if command != "build":
+        extra.append("--emulate")
+    rc = main([command, paths[target], "--inputs", paths[bad], *extra])
+    out, err = capsys.readouterr()
+    assert rc != 0 and err.startswith(f"trt-backend: error: --inputs {paths[bad]}: ") and "\n" not in err.strip(), err
     assert BAD[bad] in err and "Traceback" not in err and "dynamic shape" not in err
+    assert out == "" and not (tmp_path / "out").exists()
+
+
+def test_a_sample_outside_a_folders_profiles_is_named_before_the_run_prints(paths, tmp_path, capsys) -> None:
+    rows = np.zeros((9, 4), np.float32)  # (the folder's profile ends at 8 rows)
+    np.savez(tmp_path / "nine.npz", x=rows, y=rows)
+    assert main(["run", paths["folder"], "--inputs", str(tmp_path / "nine.npz"), "--emulate"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"trt-backend: error: --inputs {tmp_path / 'nine.npz'}: input 'x': shape "
+                                        "(9, 4) is outside every profile"), err
 
 
 @pytest.mark.parametrize("bad", sorted(BAD))

@@ -391,12 +391,29 @@ def _range_flags(texts: Sequence[str], kind: type, flag: str) -> Any:
     return named or whole
 
 
-def sample_profiles(model: str, feeds: Sequence[Mapping[str, Any]], where: str) -> list[dict[str, Any]]:
-    """For samples of a model file given with ``--inputs`` and no profile: checked against the
-    model's inputs as a run checks them (a missing input is named as missing, a wrong rank as a
-    wrong rank), then one profile spanning their shapes
-    (:func:`trt_backend.session.feeds.profiles_from_feeds`)."""
-    inputs = _feeds.model_file_inputs(model)
+def read_samples(path: str, model: str, what: str = "--inputs") -> list[dict[str, Any]]:
+    """The samples of ``--inputs PATH``, held to the inputs of ``model`` (a model file, or a build
+    folder's model) as a run checks feeds (names, dtypes, ranks, fixed and shared dims) before
+    anything is loaded or made: one line naming the file, through every command, with or without
+    profiles given, for a folder as for a model file. A sample outside the profiles is the
+    session's to name (``Session.check_feeds``)."""
+    feeds = _feeds.read_feeds(path, what)
+    check_samples(model, feeds, f"{what} {path}")
+    return feeds
+
+
+def check_samples(model: str, feeds: Sequence[Mapping[str, Any]], where: str) -> None:
+    """``feeds`` held to the inputs of ``model`` as :func:`read_samples` holds them (``where``:
+    what they came from). Nothing is checked where the model file cannot be read by its inputs'
+    bytes alone: loading it then says what is wrong."""
+    inputs = _feeds.model_file_inputs(os.path.join(model, _read.MODEL_FILE) if _read.is_build_folder(model) else model)
     if inputs is not None:
         _feeds.check_samples(inputs, feeds, where)
+
+
+def sample_profiles(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """For samples of a model file given with ``--inputs`` and no profile (held to the model's
+    inputs by :func:`read_samples` first, so that a missing input is named as missing and a
+    wrong rank as a wrong rank): one profile spanning their shapes
+    (:func:`trt_backend.session.feeds.profiles_from_feeds`)."""
     return _feeds.profiles_from_feeds(feeds)

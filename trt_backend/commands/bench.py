@@ -31,6 +31,7 @@ from trt_backend.commands._args import (
     ort_options,
     random_ranges,
     sample_profiles,
+    read_samples,
     refuse_build_flags,
     session_options,
 )
@@ -38,7 +39,6 @@ from trt_backend.commands._shapes import cli_profiles, parse_shapes
 from trt_backend.commands._precision import add_auto_arguments, build_fields, options_with
 from trt_backend.errors import BenchOptionsError
 from trt_backend.ort.values import memory_limit
-from trt_backend.session.feeds import read_feeds
 
 PROGRESS_AFTER_S = 2.0  # runs shorter than this print no progress
 
@@ -125,12 +125,12 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
     shapes = parse_shapes(args.shapes) if args.shapes else {}
     feeds = None
     if args.inputs:
-        samples = read_feeds(args.inputs)
+        samples = read_samples(args.inputs, args.model)
         feeds = samples[0]
         if len(samples) > 1:
             print(f"--inputs {args.inputs}: {len(samples)} samples; bench times the first", file=sys.stderr)
         if not profiles and not is_build_folder(args.model):
-            profiles = sample_profiles(args.model, [feeds], f"--inputs {args.inputs}")
+            profiles = sample_profiles([feeds])
     options = BenchOptions(shapes=shapes, profiles=profiles or None, baselines=_baselines(args.baselines),
                            timing=timing, build=not args.no_build, seed=args.seed, feeds=feeds, **random_ranges(args))
     session = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,

@@ -23,6 +23,7 @@ from trt_backend.commands._args import (
     builder_fields,
     max_memory,
     sample_profiles,
+    read_samples,
     session_options,
 )
 from trt_backend.commands._shapes import cli_profiles
@@ -35,7 +36,6 @@ from trt_backend.commands._precision import (
 from trt_backend.engines.report import group_demotions
 from partitioner.errors import OptionsError
 from trt_backend.ort.values import memory_limit
-from trt_backend.session.feeds import read_feeds
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -103,9 +103,9 @@ def _build(args: argparse.Namespace) -> int:
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
     so = session_options(args)
     builder = builder_fields(args)  # Checked before a precision search, which can take minutes.
-    feeds = read_feeds(args.inputs) if args.inputs else None
+    feeds = read_samples(args.inputs, args.model) if args.inputs else None
     if feeds and not profiles:  # Real samples and no profile: one spanning their shapes, as run and compare make.
-        profiles = sample_profiles(args.model, feeds, f"--inputs {args.inputs}")
+        profiles = sample_profiles(feeds)
     kw: dict[str, Any] = {**build_fields(args, args.model, profiles or None, so, feeds), **builder}
     options = dataclasses.replace(options_with(so, kw), cache_dir=args.cache_dir)
     manifest = build(args.model, args.output, profiles or None, options)

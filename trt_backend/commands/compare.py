@@ -26,6 +26,8 @@ from trt_backend.commands._args import (
     is_folder_arg,
     max_memory,
     sample_profiles,
+    check_samples,
+    read_samples,
     refuse_build_flags,
     session_options,
     random_ranges,
@@ -37,7 +39,7 @@ from trt_backend.commands._precision import (
     options_with,
 )
 from trt_backend.ort.values import memory_limit
-from trt_backend.session.feeds import read_feeds, read_run
+from trt_backend.session.feeds import read_run
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -117,8 +119,9 @@ def _handle(args: argparse.Namespace) -> int:
         if args.inputs:
             raise OptionsError("--load-outputs brings the inputs its outputs were made from; give it without --inputs")
         feeds, reference = read_run(args.load_outputs)
+        check_samples(args.model, feeds, f"--load-outputs {args.load_outputs}")
     elif args.inputs:
-        feeds = read_feeds(args.inputs)
+        feeds = read_samples(args.inputs, args.model)
     for path, flag in ((args.json, "--json"), (args.save_outputs, "--save-outputs")):
         _check_out_path(path, flag)
     so = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=options.seed)
@@ -126,7 +129,7 @@ def _handle(args: argparse.Namespace) -> int:
         profiles = []
     else:
         if feeds and not profiles:  # Real samples and no profile: one spanning their shapes.
-            profiles = sample_profiles(args.model, feeds, f"--inputs {args.inputs or args.load_outputs}")
+            profiles = sample_profiles(feeds)
         so = options_with(so, build_fields(args, args.model, profiles or None, so, feeds))
     report = compare(args.model, options, profiles=profiles or None, session_options=so, feeds=feeds,
                      reference_outputs=reference, save_outputs=args.save_outputs)

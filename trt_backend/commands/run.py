@@ -17,6 +17,7 @@ from trt_backend._lazy import lazy_module
 from trt_backend.artifacts.read import is_build_folder
 from trt_backend.commands._args import (
     sample_profiles,
+    read_samples,
     add_build_memory_argument,
     add_cpu_session_arguments,
     add_device_argument,
@@ -42,7 +43,7 @@ from trt_backend.commands._precision import (
 from trt_backend.errors import FeedError
 from trt_backend.ort.threads import thread_pool_mode
 from trt_backend.ort.values import memory_limit
-from trt_backend.session.feeds import random_feeds, read_feeds
+from trt_backend.session.feeds import random_feeds
 from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)
@@ -129,13 +130,13 @@ def _handle(args: argparse.Namespace) -> int:
     ranges = random_ranges(args)
     given: dict[str, Any] | None = None
     if args.inputs:
-        inputs = read_feeds(args.inputs)
+        inputs = read_samples(args.inputs, args.model)
         if len(inputs) != 1:
             raise FeedError(f"--inputs {args.inputs}: holds {len(inputs)} input sets; run takes one (compare and "
                             "bench take several)")
         given = inputs[0]
         if not profiles and not is_build_folder(args.model):  # Real samples and no profile: their shapes.
-            profiles = sample_profiles(args.model, inputs, f"--inputs {args.inputs}")
+            profiles = sample_profiles(inputs)
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
                               ort=ort_options(args))
     given_model = None if is_build_folder(args.model) else profiles or None
@@ -146,6 +147,10 @@ def _handle(args: argparse.Namespace) -> int:
     sess = Session(args.model, given_model, options, plan=args.saved_plan)
     made = time.perf_counter() - start
     if given is not None:
+        try:  # (before anything is printed: a sample outside the profiles is this command's error)
+            sess.check_feeds(given)
+        except FeedError as e:
+            raise FeedError(f"--inputs {args.inputs}: {e}") from None
         feeds = given
         source = args.inputs
     else:
