@@ -33,7 +33,9 @@ class OrtOptions:
     constant with ``0`` and ``-1`` entries: on an empty tensor (a detector where no box survives)
     the ``-1`` cannot be inferred and the Reshape fails, although the computed target, e.g.
     ``[0, 4]``, is fine (RetinaNet and FCOS from torchvision, once intermediate tensors are
-    outputs). ``()`` keeps ONNX Runtime's full set."""
+    outputs). A run that fails with some optimizers off runs again on a session with ONNX Runtime's
+    full set, kept from then on (:class:`~trt_backend.ort.sessions.FullSetOnFailure`: ONNX Runtime
+    fails a ViT's cubic Resize with ReshapeFusion off). ``()`` keeps ONNX Runtime's full set."""
 
     intra_op_threads: int = 0  # 0: ONNX Runtime's default
     inter_op_threads: int = 0

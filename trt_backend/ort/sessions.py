@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,6 +30,8 @@ from trt_backend.ort.threads import (
 
 if TYPE_CHECKING:
     from trt_backend.ort.options import OrtOptions
+
+log = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=1)
@@ -108,9 +111,58 @@ def ort_session(model: onnx.ModelProto | bytes, options: OrtOptions, what: str, 
     if len(data) >= _SHOWN_BYTES:
         progress("loading an ONNX Runtime session for %s (%s)", what, si_bytes(len(data)))
     try:
-        return inference_session(data, so, options.providers, options.disabled_optimizers)
+        session = inference_session(data, so, options.providers, options.disabled_optimizers)
     except ort_errors() as e:
         raise SegmentLoadError(f"{what}: ONNX Runtime cannot load it: {first_line(e)}") from None
+    if not options.disabled_optimizers:
+        return session
+    full = replace(options, disabled_optimizers=())
+    return FullSetOnFailure(session, lambda: ort_session(data, full, what, weights_dir=weights_dir,
+                                                         by_address=by_address), what)
+
+
+class FullSetOnFailure:
+    """An ``onnxruntime.InferenceSession`` made with some of ONNX Runtime's graph optimizers
+    switched off (``OrtOptions.disabled_optimizers``), whose attributes are the session's, and
+    whose run, where it fails, is run again on a session made with ONNX Runtime's full set, which
+    it keeps from then on: a model ONNX Runtime runs as it is runs here too. Measured, ONNX Runtime
+    1.32: with ReshapeFusion off (the default, for empty tensors), its layout transformation at
+    level "all" moves a Transpose through a cubic Resize, which then refuses its own scales ("'Cubic'
+    mode only supports: 2-D inputs or 4-D inputs with the outermost 2 scale values being 1", the
+    interpolated position embeddings of a ViT); with it on, the same model runs. A run stopped on
+    purpose (its RunOptions ``terminate`` set) is not run again."""
+
+    def __init__(self, session: Any, full_set: Callable[[], Any], what: str) -> None:
+        self._session, self._what = session, what
+        self._full_set: Callable[[], Any] | None = full_set
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def run(self, output_names: Any, input_feed: Any, run_options: Any = None) -> Any:
+        return self._again("run", output_names, input_feed, run_options)
+
+    def run_with_ort_values(self, output_names: Any, input_feed: Any, run_options: Any = None) -> Any:
+        return self._again("run_with_ort_values", output_names, input_feed, run_options)
+
+    def _again(self, method: str, *args: Any) -> Any:
+        session, run_options = self._session, args[-1]
+        try:
+            return getattr(session, method)(*args[:-1], run_options if run_options is not None else quiet_run())
+        except ort_errors() as e:
+            full_set, self._full_set = self._full_set, None
+            if full_set is None or getattr(run_options, "terminate", False):
+                raise
+            first = e
+        try:
+            other = full_set()
+            values = getattr(other, method)(*args[:-1], run_options if run_options is not None else quiet_run())
+        except ort_errors() + (SegmentLoadError,):
+            raise first from None
+        log.info("%s: run again with all of ONNX Runtime's graph optimizers, as it failed without some (%s); "
+                 "kept so", self._what, first_line(first))
+        self._session = other
+        return values
 
 
 @functools.lru_cache(maxsize=1)
@@ -124,8 +176,19 @@ def _register_shared_arena() -> None:
 
 
 def first_line(e: BaseException) -> str:
+    """ONNX Runtime's message in one line: its first, or, where the first announces what follows
+    (it ends in a colon: a list of what an op supports), all of its lines run together."""
     text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+    if not text:
+        return type(e).__name__
+    lines = text.splitlines()
+    if len(lines) == 1 or not lines[0].rstrip().endswith(":"):
+        return lines[0]
+    joined = " ".join(text.split())
+    return joined if len(joined) <= _LINE_MOST else joined[:_LINE_MOST - 3] + "..."
+
+
+_LINE_MOST = 600  # characters of an error run together into one line
 
 
 _DISTRIBUTIONS = ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino",
