@@ -343,6 +343,8 @@ def _check(path: str, spec: InputSpec, array: np.ndarray) -> np.ndarray:
 def _of_dtype(where: str, spec: InputSpec, array: np.ndarray) -> np.ndarray:
     if array.dtype == spec.dtype:
         return array
+    if spec.dtype == np.dtype(object) and array.dtype.kind == "U":  # strings: stored as unicode, as --inputs reads them
+        return array.astype(object)
     if spec.dtype.kind in "iu" and array.dtype.kind in "iub":
         info = np.iinfo(spec.dtype)
         if array.size == 0 or (int(array.min()) >= info.min and int(array.max()) <= info.max):

@@ -207,3 +207,43 @@ def test_an_int8_folder_with_no_tensorrt_segment_opens_through_every_door(tmp_pa
     assert main(["run", str(out)]) == 0
     assert main(["compare", str(out)]) == 0
     assert "PASSED" in capsys.readouterr().out
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_string_samples_calibrate_as_they_feed_a_run(tmp_path, capsys) -> None:
+    """A scikit-learn text classifier (CountVectorizer and an MLP, skl2onnx): its string input
+    comes from an .npz as a unicode array (an .npz holds no object array without pickling), which
+    ``--inputs`` reads; ``--calibration-data`` refused the same file ("is <U.., the model takes
+    object"), so such a model could be calibrated on random data only."""
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import StringTensorType
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+
+    from trt_backend.cli import main
+
+    words = ["engine", "tensor", "model", "graph", "layer", "kernel", "batch", "shape", "cache", "plan"]
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(words, 6)) for _ in range(60)]
+    labels = [int("engine" in t) + int("kernel" in t) for t in texts]
+    clf = make_pipeline(CountVectorizer(lowercase=False),  # (lower case needs a locale ONNX Runtime asks for)
+                        MLPClassifier((16,), max_iter=50, random_state=0)).fit(texts, labels)
+    path = str(tmp_path / "text.onnx")
+    with open(path, "wb") as f:
+        f.write(to_onnx(clf, initial_types=[("text", StringTensorType([None, 1]))], target_opset=17,
+                        options={id(clf): {"zipmap": False}}).SerializeToString())
+    samples = str(tmp_path / "text.npz")
+    np.savez(samples, text=np.array([[t] for t in texts[:24]]))  # (a unicode array)
+    assert main(["run", path, "--inputs", samples, "-q"]) == 0
+    folder = str(tmp_path / "int8")
+    shapes = ["--min-shapes", "text:1x1", "--opt-shapes", "text:24x1", "--max-shapes", "text:64x1"]
+    capsys.readouterr()
+    assert main(["build", path, "-o", folder, *shapes, "--precision", "int8", "--calibration-data", samples]) == 0, \
+        capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "tensorrt    int8" in out and "segment_1.engine" in out
+    assert main(["compare", folder, "--inputs", samples]) in (0, 1)  # (int8 may fail 1e-3: measured, said)
+    report = capsys.readouterr().out
+    label = next(line for line in report.splitlines() if line.startswith("label"))
+    assert "equal:" in label and "of 24 differ" in label and "precision int8" in report
