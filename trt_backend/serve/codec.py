@@ -5,7 +5,8 @@ JSON request: ``{"inputs": {"image": <nested list>}}`` (cast to the model input'
 (the dtype as sent: a wrong one is refused by the session). JSON reply:
 ``{"outputs": {"probs": {"dtype": "float32", "shape": [2, 10], "data": <nested list>}}}``.
 NumPy: a request body written by ``numpy.savez`` (``Content-Type: application/x-npz``) gets an
-``.npz`` reply. Errors: ``{"error": "<one line>"}`` with HTTP 400."""
+``.npz`` reply that loads without pickling: strings as unicode arrays, an output that is no tensor
+(a sequence of maps) as its JSON text under ``NAME.json``. Errors: ``{"error": "<one line>"}`` with HTTP 400."""
 from __future__ import annotations
 
 import io
@@ -85,10 +86,24 @@ def _as_array(name: str, data: Any, dtype: np.dtype) -> np.ndarray:
 def encode_reply(outputs: Mapping[str, np.ndarray], npz: bool) -> bytes:
     if npz:
         buffer = io.BytesIO()
-        np.savez(buffer, **{n: np.asarray(v) for n, v in outputs.items()})  # type: ignore[arg-type]
+        np.savez(buffer, **dict(_npz_entry(n, v) for n, v in outputs.items()))  # type: ignore[arg-type]
         return buffer.getvalue()
     return json.dumps({"outputs": {n: {"dtype": np.asarray(v).dtype.name, "shape": list(np.shape(v)),
                                        "data": np.asarray(v).tolist()} for n, v in outputs.items()}}).encode()
+
+
+def _npz_entry(name: str, value: Any) -> tuple[str, np.ndarray]:
+    """An output as an .npz reply holds it without pickling (a client reads it with numpy's
+    ``allow_pickle=False``): a tensor as it is, strings as a unicode array, and what is no tensor
+    (a sequence of maps: scikit-learn's ZipMap) as its JSON text under ``NAME.json``, as the JSON
+    reply gives its data."""
+    array = np.asarray(value) if isinstance(value, np.ndarray) else None
+    if array is not None and array.dtype != object:
+        return name, array
+    if array is not None and all(isinstance(x, str) for x in array.flat):
+        return name, array.astype(str)
+    data = array.tolist() if array is not None else value
+    return f"{name}.json", np.array(json.dumps(data, default=lambda x: x.tolist() if hasattr(x, "tolist") else str(x)))
 
 
 def encode_error(message: str) -> bytes:

@@ -145,3 +145,30 @@ def _huge_npz() -> bytes:
 def test_serve_options_are_checked(kw, message) -> None:
     with pytest.raises(OptionsError, match=message.replace("(", r"\(").replace(")", r"\)")):
         ServeOptions(**kw)
+
+
+def test_an_npz_reply_loads_without_pickling_whatever_the_outputs() -> None:
+    """A scikit-learn-style classifier's outputs through the batch runner as a replica serves them
+    (an int64 label, ZipMap's sequence of maps, a float score) and a string output: the .npz
+    reply was a pickled object array a client could load only with ``allow_pickle=True``; the
+    maps now come as their JSON text (``NAME.json``), the same data the JSON reply gives."""
+    import json
+
+    from tests.support.graphs import ml_pipeline_model
+
+    sess = Session(ml_pipeline_model(), [{"X": ((1, 4), (4, 4), (8, 4))}], SessionOptions(emulate=True))
+    x = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+    names = [o.name for o in sess.get_outputs()]
+    out = dict(zip(names, sess.run(None, {"X": x})))
+    out["words"] = np.array(["a", "bc", "def"], dtype=object)
+    with np.load(io.BytesIO(encode_reply(out, True)), allow_pickle=False) as data:
+        back = {k: data[k] for k in data.files}
+    assert sorted(back) == ["label", "prob_maps.json", "score", "words"]
+    np.testing.assert_array_equal(back["label"], out["label"])
+    np.testing.assert_array_equal(back["score"], out["score"])
+    assert back["words"].tolist() == ["a", "bc", "def"]
+    as_json = json.loads(encode_reply(out, False))["outputs"]
+    assert json.loads(str(back["prob_maps.json"])) == as_json["prob_maps"]["data"]
+    maps = json.loads(str(back["prob_maps.json"]))
+    assert len(maps) == 3 and [sorted(m) for m in maps] == [["0", "1", "2"]] * 3
+    assert [pytest.approx(list(m.values())) for m in maps] == [list(m.values()) for m in out["prob_maps"]]
