@@ -398,11 +398,11 @@ def read_samples(path: str, model: str, what: str = "--inputs") -> list[dict[str
     profiles given, for a folder as for a model file. A sample outside the profiles is the
     session's to name (``Session.check_feeds``)."""
     feeds = _feeds.read_feeds(path, what)
-    check_samples(model, feeds, f"{what} {path}")
+    check_model_samples(model, feeds, f"{what} {path}")
     return feeds
 
 
-def check_samples(model: str, feeds: Sequence[Mapping[str, Any]], where: str) -> None:
+def check_model_samples(model: str, feeds: Sequence[Mapping[str, Any]], where: str) -> None:
     """``feeds`` held to the inputs of ``model`` as :func:`read_samples` holds them (``where``:
     what they came from). Nothing is checked where the model file cannot be read by its inputs'
     bytes alone: loading it then says what is wrong."""

@@ -26,7 +26,7 @@ from trt_backend.commands._args import (
     is_folder_arg,
     max_memory,
     sample_profiles,
-    check_samples,
+    check_model_samples,
     read_samples,
     refuse_build_flags,
     session_options,
@@ -119,7 +119,7 @@ def _handle(args: argparse.Namespace) -> int:
         if args.inputs:
             raise OptionsError("--load-outputs brings the inputs its outputs were made from; give it without --inputs")
         feeds, reference = read_run(args.load_outputs)
-        check_samples(args.model, feeds, f"--load-outputs {args.load_outputs}")
+        check_model_samples(args.model, feeds, f"--load-outputs {args.load_outputs}")
     elif args.inputs:
         feeds = read_samples(args.inputs, args.model)
     for path, flag in ((args.json, "--json"), (args.save_outputs, "--save-outputs")):

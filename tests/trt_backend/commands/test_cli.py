@@ -83,15 +83,27 @@ def test_the_script_ends_after_the_exit_work_is_done(tmp_path) -> None:
 
 WAITS = textwrap.dedent("""
     import sys, threading, time
-    from trt_backend.cli import script_main
+    from trt_backend import cli
+
+    finished = threading.Event()  # (the command's work done: the thread's line comes after it, however slow)
+    command = cli.main
+
+    def main(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        finally:
+            finished.set()
+
+    cli.main = main
 
     def late():
-        time.sleep(1)
+        finished.wait()
+        time.sleep(0.2)
         print("THREAD DONE", flush=True)
 
     threading.Thread(target=late).start()
     sys.argv = ["trt-backend", "inspect", sys.argv[1]]
-    script_main()
+    cli.script_main()
 """)
 
 
@@ -128,7 +140,7 @@ COLLECTOR = textwrap.dedent("""
 
     atexit.register(lambda: print("COLLECTOR", gc.isenabled(), gc.get_freeze_count() > 10000, flush=True))
     sys.argv = ["trt-backend", "inspect", sys.argv[1]]
-    script_main()
+    cli.script_main()
 """)
 
 
