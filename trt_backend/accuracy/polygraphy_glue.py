@@ -145,7 +145,8 @@ class _ReferenceSession:
     def __init__(self, session: Any, ranks: Mapping[str, int] | None = None) -> None:
         self._session = session
         self.side_outputs: list[dict[str, Any]] = []
-        self._tensors = [o for o in session.get_outputs() if str(o.type).startswith("tensor(")]
+        self._tensors = [o for o in session.get_outputs() if str(o.type).startswith("tensor(")
+                         and o.type != "tensor(string)"]
         self._ranks = dict(ranks or {})  # see session_runner
 
     def get_inputs(self) -> Any:
@@ -201,14 +202,26 @@ class SavedReference:
 
 
 def _tensors_only(values: OrderedDict[str, Any], side: list[dict[str, Any]]) -> OrderedDict[str, Any]:
-    """The tensors of ``values``; the rest (sequences, maps, empty optionals) appended to ``side``."""
-    side.append({n: v for n, v in values.items() if not isinstance(v, np.ndarray)})
-    return OrderedDict((n, v) for n, v in values.items() if isinstance(v, np.ndarray))
+    """The tensors of ``values`` Polygraphy compares; the rest (sequences, maps, empty optionals,
+    and string tensors, whose numpy dtype, object, Polygraphy has no type for) appended to ``side``."""
+    side.append({n: v for n, v in values.items() if not _polygraphy_tensor(v)})
+    return OrderedDict((n, v) for n, v in values.items() if _polygraphy_tensor(v))
+
+
+def _polygraphy_tensor(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype != object
 
 
 def side_errors(name: str, ours: Any, ref: Any, options: CompareOptions) -> TensorError:
     """A sequence of tensors or of maps (or an empty optional) against the reference's: same
-    length, same keys, and the numbers together within tolerance."""
+    length, same keys, and the numbers together within tolerance. A string tensor: equal or not,
+    element by element, as labels are judged."""
+    if isinstance(ours, np.ndarray) and isinstance(ref, np.ndarray):
+        if ours.shape != ref.shape:
+            return TensorError(_INF, _INF, _INF, _INF, _INF, _INF, False,
+                               note=f"shape {ours.shape} vs reference {ref.shape}: not comparable")
+        wrong = int(np.count_nonzero(ours != ref))
+        return TensorError(*(0.0 if not wrong else _INF,) * 6, not wrong, differing=wrong)
     flat = side_numbers(ours, ref)
     if isinstance(flat, str):
         return TensorError(_INF, _INF, _INF, _INF, _INF, _INF, False, note=flat)

@@ -43,7 +43,7 @@ from trt_backend.commands._precision import (
 from trt_backend.errors import FeedError
 from trt_backend.ort.threads import thread_pool_mode
 from trt_backend.ort.values import memory_limit
-from trt_backend.session.feeds import random_feeds
+from trt_backend.session.feeds import random_feeds, storable
 from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,10 @@ def stats_line(value: Any) -> str:
     if arr.size and arr.dtype.kind in "biuf":
         a = arr.astype(np.float64)
         text += f"  min {a.min():.6g} max {a.max():.6g} mean {a.mean():.6g}"
+    elif arr.size and all(isinstance(x, str) for x in arr.flat):
+        first = list(dict.fromkeys(arr.flat))
+        text += f"  strings, {len(first)} distinct: " + ", ".join(repr(x[:20]) for x in first[:4]) + \
+            (", ..." if len(first) > 4 else "")
     return text
 
 
@@ -200,7 +204,7 @@ def _handle(args: argparse.Namespace) -> int:
 
 
 def _save_outputs(path: str, names: list[str], outputs: list[Any]) -> None:
-    tensors = {n: v for n, v in zip(names, outputs) if isinstance(v, np.ndarray) and v.dtype != object}
+    tensors = {n: a for n, v in zip(names, outputs) if (a := storable(v)) is not None}  # (strings as unicode)
     skipped = [n for n in names if n not in tensors]
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
@@ -208,5 +212,5 @@ def _save_outputs(path: str, names: list[str], outputs: list[Any]) -> None:
     buffer = io.BytesIO()
     np.savez(buffer, **tensors)  # type: ignore[arg-type]
     write_atomic(path, buffer.getvalue())
-    print(f"wrote {path} ({len(tensors)} output(s))" + (f"; not saved (not numeric tensors): {', '.join(skipped)}"
-                                                        if skipped else ""))
+    left = f"; not saved (an .npz holds tensors, not sequences or maps): {', '.join(skipped)}" if skipped else ""
+    print(f"wrote {path} ({len(tensors)} output(s)){left}")

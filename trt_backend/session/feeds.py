@@ -371,11 +371,11 @@ def write_run(path: str, feeds: Sequence[Mapping[str, Any]], outputs: Sequence[M
     empty optionals)."""
     arrays: dict[str, np.ndarray] = {}
     for k, feed in enumerate(feeds):
-        arrays.update({f"inputs/{k}/{n}": a for n, v in feed.items() if (a := _storable(v)) is not None})
+        arrays.update({f"inputs/{k}/{n}": a for n, v in feed.items() if (a := storable(v)) is not None})
     left: dict[str, None] = {}
     for k, out in enumerate(outputs):
         for n, v in out.items():
-            stored = _storable(v)
+            stored = storable(v)
             if stored is None:
                 left[n] = None
             else:
@@ -386,7 +386,7 @@ def write_run(path: str, feeds: Sequence[Mapping[str, Any]], outputs: Sequence[M
     return list(left)
 
 
-def _storable(value: Any) -> np.ndarray | None:
+def storable(value: Any) -> np.ndarray | None:
     """``value`` as an array an .npz holds without pickling (strings as unicode); None where it
     is not a tensor."""
     if not isinstance(value, np.ndarray):

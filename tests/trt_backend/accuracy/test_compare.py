@@ -367,3 +367,48 @@ def test_a_model_with_large_weights_compares_as_built(tmp_path) -> None:
         assert report.passed or precision == "fp16", report.lines()
         assert report.outputs[0].elements == 4 * 128 and report.precision.startswith(precision)
     assert compare(model, profiles=profiles, session_options=SessionOptions(emulate=True)).passed
+
+
+@pytest.mark.usefixtures("flavor")
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_a_classifier_with_string_labels_is_compared_saved_and_searched(tmp_path, capsys) -> None:
+    """scikit-learn's classifiers trained on string classes (skl2onnx) output a string tensor of
+    labels beside ZipMap's maps: ``compare`` ended in a traceback from Polygraphy's type table (it
+    has no type for numpy's object arrays), and ``run --outputs`` left the labels out as "not
+    numeric". Labels are judged by equality, saved as a unicode array, and the search measures
+    them by the same rule."""
+    from skl2onnx import to_onnx
+    from sklearn.datasets import load_wine
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from trt_backend.accuracy.auto_precision import AutoOptions
+    from trt_backend.cli import main
+
+    x, y = load_wine(return_X_y=True)
+    x = x.astype(np.float32)
+    labels = np.array([f"class_{k}" for k in y])
+    clf = make_pipeline(StandardScaler(), MLPClassifier((16,), max_iter=100, random_state=0)).fit(x, labels)
+    path = str(tmp_path / "wine.onnx")
+    with open(path, "wb") as f:
+        f.write(to_onnx(clf, x[:1], target_opset=17).SerializeToString())
+    feeds = str(tmp_path / "wine.npz")
+    np.savez(feeds, X=x[::6])
+    assert main(["compare", path, "--inputs", feeds, "--emulate"]) == 0
+    out = capsys.readouterr().out
+    label = next(line for line in out.splitlines() if line.startswith("output_label"))
+    assert f"equal: 0 of {len(x[::6])} differ" in label and "PASSED" in label
+    report = compare(path, feeds=[{"X": x[::6]}], session_options=EMULATE)
+    assert report.passed and report.to_dict()["outputs"][0]["compared_by"] == "equality"
+    saved = str(tmp_path / "out.npz")
+    assert main(["run", path, "--inputs", feeds, "--outputs", saved, "-q"]) == 0
+    import onnxruntime as ort
+
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(["output_label"], {"X": x[::6]})[0]
+    with np.load(saved, allow_pickle=False) as data:
+        assert data["output_label"].tolist() == ref.tolist() and "output_probability" not in data.files
+    profiles = [{"X": ((1, 13), (30, 13), (64, 13))}]
+    plan = trt_backend.search_precision(path, profiles, EMULATE, AutoOptions(allow=("fp16",)),
+                                        feeds=[{"X": x[::6]}])
+    assert plan.worst["output_label"] == 0.0 and plan.segments[0].precision == "fp16", plan.rounds
