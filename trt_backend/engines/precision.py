@@ -371,7 +371,10 @@ def _float_fill(node: onnx.NodeProto) -> bool:
 def _keep_unwanted_constants(graph: onnx.GraphProto, decisions: list[tuple[list[int | None], list[int | None], bool]],
                              low: int) -> None:
     """A Constant/ConstantOfShape none of whose readers computes in 16 bits stays float32 (Resize
-    scales, Range limits, ...): lowering it would only add a cast back."""
+    scales, Range limits, ...): lowering it would only add a cast back. So does a Cast to float32
+    none of whose readers computes in 16 bits: a dim read by Shape made a float for Range (the
+    anchor grids of a YOLO head), which a round trip through 16 bits would make inexact, and
+    TensorRT then refuses (its shape arithmetic mixes the two types)."""
     wanted: dict[str, set[int | None]] = {}
     for node, (ins, _, _) in zip(graph.node, decisions):
         for name, want in zip(node.input, ins):
@@ -380,7 +383,7 @@ def _keep_unwanted_constants(graph: onnx.GraphProto, decisions: list[tuple[list[
             wanted.setdefault(name, set()).add(F32)
     outputs = {v.name for v in graph.output}
     for k, node in enumerate(graph.node):
-        if node.op_type in ("Constant", "ConstantOfShape") and decisions[k][2]:
+        if node.op_type in ("Constant", "ConstantOfShape", "Cast") and decisions[k][2]:
             name = node.output[0]
             if low not in wanted.get(name, set()) and name not in outputs:
                 ins, _, _ = decisions[k]

@@ -373,3 +373,65 @@ def test_a_declared_output_shape_the_model_does_not_keep_does_not_block_the_tran
                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert got.shape == want.shape == (3, 32)
     assert 0 < np.abs(got - want).max() < 0.05 * np.abs(want).max()
+
+
+def anchor_grid() -> onnx.ModelProto:
+    """A detection head's anchor grid as PyTorch exports ``torch.meshgrid`` over ``arange`` of a
+    feature map's height and width (Ultralytics' YOLO heads): the dims read by Shape, made floats
+    by Cast, Range, + 0.5, Expand to the grid, times the stride, added to the head's outputs."""
+    def c(name: str, value: object, dtype: type = np.int64) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(value, dtype), name)
+
+    inits = [c("i2", 2), c("i3", 3), c("zero", 0.0, np.float32), c("one", 1.0, np.float32),
+             c("half", 0.5, np.float32), c("stride", 8.0, np.float32), c("col", [-1, 1]), c("row", [1, -1]),
+             c("last", [-1]), c("pairs", [-1, 2]), c("rows", [0, 2, -1]), c("from", [0]), c("to", [2]),
+             c("ax1", [1]), numpy_helper.from_array(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["f"], pads=[1, 1, 1, 1]),
+             helper.make_node("Shape", ["f"], ["fs"]),
+             helper.make_node("Gather", ["fs", "i2"], ["h"], axis=0),
+             helper.make_node("Gather", ["fs", "i3"], ["w_"], axis=0),
+             helper.make_node("Cast", ["h"], ["hf"], to=F32, name="cast_h"),
+             helper.make_node("Cast", ["w_"], ["wf"], to=F32, name="cast_w"),
+             helper.make_node("Range", ["zero", "hf", "one"], ["ry"]),
+             helper.make_node("Range", ["zero", "wf", "one"], ["rx"]),
+             helper.make_node("Add", ["ry", "half"], ["sy"]), helper.make_node("Add", ["rx", "half"], ["sx"]),
+             helper.make_node("Reshape", ["sy", "col"], ["sy_r"]), helper.make_node("Reshape", ["sx", "row"], ["sx_r"]),
+             helper.make_node("Shape", ["sy"], ["shy"]), helper.make_node("Shape", ["sx"], ["shx"]),
+             helper.make_node("Concat", ["shy", "shx"], ["grid_shape"], axis=0),
+             helper.make_node("Expand", ["sy_r", "grid_shape"], ["gy"]),
+             helper.make_node("Expand", ["sx_r", "grid_shape"], ["gx"]),
+             helper.make_node("Unsqueeze", ["gx", "last"], ["gx1"]),
+             helper.make_node("Unsqueeze", ["gy", "last"], ["gy1"]),
+             helper.make_node("Concat", ["gx1", "gy1"], ["grid"], axis=-1),
+             helper.make_node("Reshape", ["grid", "pairs"], ["points"]),
+             helper.make_node("Mul", ["points", "stride"], ["anchors"]),
+             helper.make_node("Slice", ["f", "from", "to", "ax1"], ["f2"]),
+             helper.make_node("Reshape", ["f2", "rows"], ["f2r"]),
+             helper.make_node("Transpose", ["f2r"], ["f2t"], perm=[0, 2, 1]),
+             helper.make_node("Add", ["f2t", "anchors"], ["y"])]
+    return model(nodes, [vi("x", ["N", 3, "H", "W"])], [vi("y", ["N", "HW", 2])], inits)
+
+
+@pytest.mark.usefixtures("flavor")
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_dims_made_floats_for_range_stay_float32_and_the_head_builds(precision: str, tmp_path) -> None:
+    """A Cast of a dim to float32 that only Range reads was lowered and cast back: inexact past
+    2,048 in fp16, and TensorRT's builder refused the grid ("Error during shape inference of
+    mul(coordValue, Range_shape_cast_F16)"), so bisection demoted nodes after seven trial builds;
+    a YOLO head at dynamic shapes lost all of its 437 nodes to ONNX Runtime that way."""
+    import trt_backend
+
+    m = anchor_grid()
+    out = apply_precision(m, precision).model
+    casts = {n.name: n for n in out.graph.node if n.op_type == "Cast"}
+    assert casts["cast_h"].attribute[0].i == F32 and casts["cast_w"].attribute[0].i == F32
+    assert not [n for n in out.graph.node if n.op_type == "Cast" and n.input[0] in ("hf", "wf")]  # (no round trip)
+    if precision == "fp16":  # (ONNX Runtime's CPU Conv has no bf16 kernel: the emulation's own form runs that)
+        x = RNG.standard_normal((2, 3, 16, 24)).astype(np.float32)
+        compare_outputs(m, out, {"x": x}, atol=0.05, rtol=0.02)
+    path, folder = str(tmp_path / "head.onnx"), str(tmp_path / "built")
+    onnx.save(m, path)
+    profiles = [{"x": ((1, 3, 8, 8), (1, 3, 32, 32), (2, 3, 64, 64))}]
+    manifest = trt_backend.build(path, folder, profiles, trt_backend.SessionOptions(precision=precision))
+    assert manifest["demoted"] == [] and [s["backend"] for s in manifest["segments"]] == ["tensorrt"]
+    assert manifest["segments"][0]["engine"]
