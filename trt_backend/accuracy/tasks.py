@@ -189,7 +189,14 @@ def _collapse(tokens: np.ndarray, blank: int = 0) -> tuple[int, ...]:
 
 
 def _boxes(result: TaskResult, ours: list[np.ndarray], ref: list[np.ndarray]) -> None:
+    names = result.check.outputs
+
     def detections(values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        for k, (name, value) in enumerate(zip(names, values)):
+            if value.dtype.kind not in "biuf" or (k == 0 and value.size % 4):
+                what = ("boxes (4 numbers each)", "scores", "classes")[k]
+                raise OptionsError(f"task check {result.check.label}: output '{name}' ({value.dtype}, shape "
+                                   f"{value.shape}) cannot be read as {what}")
         boxes = values[0].reshape(-1, 4).astype(np.float64)
         scores = values[1].reshape(-1).astype(np.float64)
         classes = values[2].reshape(-1) if len(values) > 2 else np.zeros(len(scores), np.int64)

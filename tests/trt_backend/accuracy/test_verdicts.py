@@ -242,3 +242,14 @@ def test_a_plan_without_a_tensorrt_segment_says_it_compared_onnx_runtime_with_it
     capsys.readouterr()
     assert main(["inspect", folder]) == 0
     assert "| precision fp32 (asked: fp16) |" in capsys.readouterr().out
+
+
+def test_a_boxes_check_naming_outputs_that_are_no_boxes_is_one_line(det_path, capsys) -> None:
+    """Logits of 5 per row named as the boxes (not 4 numbers each) ended in numpy's reshape
+    traceback; a tensor that is no number (labels as strings, maps) named as scores, in a TypeError."""
+    from trt_backend.cli import main
+
+    rc = main(["compare", det_path, "--shapes", "x:3x16", "--check", "boxes:logits,scores", "--emulate"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert rc == 2 and err == ("trt-backend: error: task check boxes:logits,scores: output 'logits' (float32, shape "
+                               "(3, 5)) cannot be read as boxes (4 numbers each)"), err
