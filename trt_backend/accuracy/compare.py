@@ -181,13 +181,25 @@ def _notes(sess: Session, reports: Sequence[OutputReport], saved: bool = False) 
         low = [k for k in ("fp16", "bf16") if stored_reduced(sess.model.proto).get(k)]
         quantized = is_quantized(sess.model.proto)
         kinds = qdq_words(qdq_types(sess.model.proto)) if quantized else ""
+        tf32 = "tf32" in sess.compiled.precisions.values()
         how = (f"as built, {kinds} at the model's own Q/DQ as ONNX defines it," if quantized else
-               f"with no precision reduced (in the model's own {' and '.join(low)} types)" if low else "in fp32")
+               f"with no precision reduced (in the model's own {' and '.join(low)} types)" if low else
+               "in fp32 (TF32's rounding of Conv and MatMul inputs happens in a GPU's kernels only, so tf32 is not "
+               "emulated)" if tf32 else "in fp32")
         notes.append(f"TensorRT segments ran emulated {how} through ONNX Runtime, as the reference does: the "
                      "comparison checks the partition and stitching (equal by construction otherwise), not "
-                     "TensorRT's kernels; " + ("compare on a GPU to measure those" if quantized else
+                     "TensorRT's kernels; " + ("compare on a GPU to measure those" if quantized or tf32 else
                                                "build in a reduced precision, or compare on a GPU, to measure those"))
     return notes
+
+
+def _precision_compared(sess: Session) -> str:
+    """The precision the report names: the built one, and where a tf32 build ran emulated, that
+    what ran was fp32 (nothing on a CPU rounds as TF32 does)."""
+    summary = sess.compiled.precision_summary()
+    executors = {seg.id: e for seg, e in zip(sess.plan.segments, sess.segment_executors)}
+    emulated_tf32 = any(p == "tf32" and executors.get(k) == "emulated" for k, p in sess.compiled.precisions.items())
+    return f"{summary} (tf32 emulated as fp32)" if emulated_tf32 else summary
 
 
 def _feed_points(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, list[int]]]:
@@ -252,7 +264,7 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
         notes.append(f"atol of each output: at least {opts.atol_of_range:g} x the largest magnitude the reference "
                      "gave it (the atol column shows what applied)")
     report = ComparisonReport(passed, opts.atol, opts.rtol, reports, error_stat=opts.error_stat,
-                              precision=sess.compiled.precision_summary(), iterations=len(data), seed=opts.seed,
+                              precision=_precision_compared(sess), iterations=len(data), seed=opts.seed,
                               points=_feed_points(data), executors=list(sess.segment_executors),
                               skipped_outputs=skipped, inference_ms=run.timing, model=str(sess.model.source),
                               notes=notes, tasks=tasks)

@@ -253,3 +253,18 @@ def test_a_boxes_check_naming_outputs_that_are_no_boxes_is_one_line(det_path, ca
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert rc == 2 and err == ("trt-backend: error: task check boxes:logits,scores: output 'logits' (float32, shape "
                                "(3, 5)) cannot be read as boxes (4 numbers each)"), err
+
+
+def test_a_tf32_folder_says_it_ran_as_fp32(det_path, tmp_path, capsys) -> None:
+    """tf32 rounds Conv and MatMul inputs in a GPU's kernels only: a tf32 folder compared without a
+    GPU ran fp32, and the report said "precision tf32" and advised building in a reduced precision."""
+    from trt_backend.cli import main
+
+    folder = str(tmp_path / "tf32")
+    assert main(["build", det_path, "-o", folder, *RANGE, "--precision", "tf32"]) == 0
+    capsys.readouterr()
+    assert main(["compare", folder]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("precision tf32 (tf32 emulated as fp32)"), out
+    note = next(line for line in out.splitlines() if line.startswith("note: TensorRT segments ran emulated"))
+    assert "tf32 is not emulated" in note and note.endswith("compare on a GPU to measure those")
