@@ -16,9 +16,10 @@ from trt_backend.errors import CalibrationDataError
 from trt_backend.ort.sizes import parse_size
 
 _calibration = lazy_module("trt_backend.engines.calibration")  # the calibration data's digest, for keys
+_onnx_defs = lazy_module("onnx.defs")  # (an op type kept in fp32 that is not one of the defaults: checked)
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "auto")  # int8: Q/DQ (engines/quantize.py); auto: a search
-TRANSFORM_VERSION = 2  # part of engine cache keys: bump when the transform's output changes
+TRANSFORM_VERSION = 3  # part of engine cache keys: bump when the transform's output changes (3: casts for Range)
 
 # Normalisations, softmaxes and accumulating reductions lose accuracy in 16 bits. BatchNormalization
 # is left out on purpose: at inference it is a per-channel affine op that TensorRT folds into the
@@ -38,6 +39,11 @@ def validate_precision(precision: str, keep_fp32_ops: Iterable[str] = ()) -> Non
     for op in keep_fp32_ops:
         if not isinstance(op, str) or not op:
             raise OptionsError(f"keep-fp32 op types must be non-empty strings, got {op!r}")
+        if op not in DEFAULT_KEEP_FP32 and not _onnx_defs.has(op):  # (only ONNX's own ops are ever reduced)
+            alike = [s.name for s in _onnx_defs.get_all_schemas() if s.name.lower() == op.lower() and not s.domain]
+            raise OptionsError(f"unknown op type '{op}' kept in fp32: not an ONNX operator"
+                               + (f" (did you mean '{alike[0]}'?)" if alike else "")
+                               + "; the list replaces the default one, so a name that matches nothing keeps nothing")
 
 
 def require_calibration(precision: str, data: str | None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 import numpy as np
 import onnx
@@ -94,6 +95,24 @@ def test_custom_keep_list() -> None:
     assert types["r"] == F16  # Relu lowered after it
     assert {"conv", "softmax"} <= set(result.kept) and "ln" not in result.kept
     compare_outputs(original, result.model, feeds(), atol=2e-2, rtol=2e-2)
+
+
+def test_a_kept_op_type_onnx_does_not_have_is_refused_at_every_door(tmp_path, capsys) -> None:
+    """``--keep-fp32-ops Lstm`` kept nothing (op types are matched exactly) and, replacing the
+    default list, dropped the normalisations and softmaxes from it without a word."""
+    from trt_backend.cli import main
+    from trt_backend.session.options import SessionOptions
+
+    message = "unknown op type 'Lstm' kept in fp32: not an ONNX operator (did you mean 'LSTM'?)"
+    with pytest.raises(OptionsError, match=re.escape(message)):
+        SessionOptions(precision="fp16", keep_fp32_ops=("Softmax", "Lstm"))
+    with pytest.raises(OptionsError, match=re.escape(message)):
+        apply_precision(block(), "fp16", keep_fp32_ops=("Lstm",))
+    path = str(tmp_path / "m.onnx")
+    onnx.save(block(), path)
+    assert main(["build", path, "-o", str(tmp_path / "b"), "--precision", "fp16", "--keep-fp32-ops", "Lstm"]) == 1
+    assert capsys.readouterr().err.startswith(f"trt-backend: error: {message}")
+    assert not (tmp_path / "b").exists()
 
 
 def test_default_keep_list_covers_normalisations_softmax_reductions() -> None:
