@@ -7,7 +7,7 @@ for their form, so such a model fragments into a segment per Conv. This pass rew
 nodes TensorRT takes, with ONNX's reference numerics:
 
 * a DequantizeLinear of a constant that TensorRT refuses (int32 input, a nonzero zero point,
-  or a type TensorRT has no Q/DQ for) is folded into a float32 initializer,
+  a type TensorRT has no Q/DQ for, or a scalar) is folded into a float32 initializer,
   ``(x - zero_point) * scale`` computed as ONNX defines it (per axis where the scale is 1-D);
 * an asymmetric QuantizeLinear whose every reader is a DequantizeLinear with the same constant
   scale and zero point is float arithmetic: ``Div(scale) -> Round -> Add(zp) -> Clip(qmin, qmax)``
@@ -236,15 +236,21 @@ class _Rewrite:
         if xp is None or node.output[0] in self.outputs or _attr(node, "output_dtype", 0) not in (0, TensorProto.FLOAT):
             return
         quant = self.quant(node, x_rank=len(xp.dims))
-        if quant is None or quant.tensorrt_takes or quant.qtype not in _FOLDABLE or xp.data_type != quant.qtype:
+        # A scalar TensorRT's builder refuses in any type ("Quantized constant ... is only allowed before DQ",
+        # measured with TensorRT-RTX 1.7; of shape [1] it takes it): the scalar constants of an activation
+        # (GELU's 0.5 and 1/sqrt(2)) ONNX Runtime's symmetric quantizer writes.
+        scalar = not xp.dims
+        if quant is None or quant.tensorrt_takes and not scalar or quant.qtype not in _FOLDABLE \
+                or xp.data_type != quant.qtype:
             return  # Decided from dims and dtype: a constant left as it is, often a large weight, is not read.
         x = self.constant(node.input[0])
         if x is None:
             return
         self.folds[i] = dequantize(x, quant)
         why = "int32" if quant.qtype == TensorProto.INT32 else (
-            "nonzero zero point" if np.any(quant.zero_point) else onnx.helper.tensor_dtype_to_string(quant.qtype))
-        if self.mode == "int8" and quant.qtype != TensorProto.INT32:
+            "nonzero zero point" if np.any(quant.zero_point) else
+            "scalar" if scalar else onnx.helper.tensor_dtype_to_string(quant.qtype))
+        if self.mode == "int8" and quant.qtype != TensorProto.INT32 and not scalar:
             self.requantized[i] = self.folds.pop(i)
             self.rewritten[node.name] = f"constant DequantizeLinear ({why}) {_INT8_Q} weights (zero point 0)"
             return

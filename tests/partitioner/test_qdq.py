@@ -225,3 +225,32 @@ def test_int8_rewrite_requantizes_pairs_and_weights_symmetrically() -> None:
 
 
 _FLOAT = "emulated in float32"
+
+
+@pytest.mark.parametrize("mode", ["exact", "int8"])
+def test_a_symmetric_scalar_constant_is_folded_which_tensorrt_does_not_build(mode, flavor, tmp_path) -> None:
+    """ONNX Runtime's quantizer with symmetric activations quantizes an activation's scalar
+    constants (GELU's 0.5) to int8 with zero point 0, a form TensorRT's parser takes and its
+    builder refuses ("Quantized constant ... is only allowed before DQ"; of shape [1] it builds):
+    the build demoted the whole segment, node by node. Folded into a float32 scalar, exactly."""
+    import trt_backend
+
+    n1, i1 = qdq_pair("x", "d", np.array(0.05, np.float32), np.array(0, np.int8), "a")
+    nodes = n1 + [h.make_node("DequantizeLinear", ["half_q", "half_s", "half_zp"], ["half"], name="half_DQ"),
+                  h.make_node("Mul", ["d", "half"], ["y"], name="mul")]
+    inits = i1 + [const("half_q", np.array(64, np.int8)), const("half_s", np.array(1 / 128, np.float32)),
+                  const("half_zp", np.array(0, np.int8))]
+    m = model(nodes, [vi("x", [2, 8])], [vi("y", [2, 8])], inits, opset=13)
+    loaded = load_model(m)
+    result = rewrite_qdq(loaded, mode)
+    assert result.rewritten == {"half_DQ": "constant DequantizeLinear (scalar) folded into float32 initializer 'half'"}
+    assert rewrite_summary(result.rewritten) == ["1 constant DequantizeLinear(s) TensorRT refuses (1 scalar) folded "
+                                                 "into float32 initializers (exact)"]
+    assert [n.op_type for n in loaded.proto.graph.node] == ["QuantizeLinear", "DequantizeLinear", "Mul"]
+    x = np.linspace(-3, 3, 16, dtype=np.float32).reshape(2, 8)
+    np.testing.assert_array_equal(run_ort(loaded.proto, {"x": x})[0], run_ort(m, {"x": x})[0])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    folder = str(tmp_path / "built")
+    manifest = trt_backend.build(path, folder, None, trt_backend.SessionOptions(qdq_rewrite=mode))
+    assert manifest["demoted"] == [] and [s["backend"] for s in manifest["segments"]] == ["tensorrt"]
