@@ -166,8 +166,9 @@ class _Narrowing:
 
     def culprit(self, plan: Plan, seg: Segment, profiles: Sequence[ProfileSpec]) -> int | None:
         """The node of ``seg`` to demote, or None where bisection cannot tell (the budget ran
-        out, no prefix builds, not even of one node, as when the build itself cannot succeed,
-        or the first failing prefix ends in a copied constant)."""
+        out, no prefix builds, not even of one node, while a build of that node's inputs passed
+        through fails too, as when the build itself cannot succeed, or the first failing prefix
+        ends in a copied constant). Where only the first node's own build fails, it is blamed."""
         assert plan.model is not None
         order = [i for i in plan.model.index.ordered(set(seg.members))]
         lo, hi = 0, len(order)  # prefix of lo nodes builds (0: trivially), of hi fails (the segment)
@@ -179,10 +180,38 @@ class _Narrowing:
                 lo = mid
             else:
                 hi = mid
-        if lo == 0:  # Not even its first node builds: a failure of the build, not of some node.
-            return None
+        if lo == 0 and (self.left <= 0 or not self._passes_through(plan, order[0], profiles, seg.id)):
+            return None  # Not even its first node builds, nor its inputs alone: a failure of the build, not of a node.
         node = order[hi - 1]
         return node if node in seg.nodes else None
+
+    def _passes_through(self, plan: Plan, first: int, profiles: Sequence[ProfileSpec], segment: int) -> bool:
+        """Whether a network of nothing but node ``first``'s inputs passed through (Identity), with
+        the same options and profiles, builds: where it does, the builder works and the node is to
+        blame (an If holding an LSTM first in its segment; a quantized scalar before a Mul)."""
+        assert plan.model is not None
+        model = extract(plan.model, [first], name=f"segment_{segment}_inputs")
+        graph = model.graph
+        if not graph.input:
+            return False
+        del graph.node[:], graph.output[:], graph.initializer[:], graph.value_info[:]
+        for k, vi in enumerate(list(graph.input)):
+            graph.node.append(onnx.helper.make_node("Identity", [vi.name], [f"passed_{k}"], name=f"pass_{k}"))
+            out = graph.output.add()
+            out.CopyFrom(vi)
+            out.name = f"passed_{k}"
+        self.left -= 1
+        self.builds += 1
+        try:
+            compile_segment(model, segment_ranges(model, profiles), self.options, self.flavor,
+                            weights_dir=plan.model.base_dir)
+            ok = True
+        except SegmentBuildError as e:
+            log.debug("bisection: the inputs of segment %d's first node passed through do not build: %s", segment, e)
+            ok = False
+        log.info("bisection build %d: the inputs of segment %d's first node, passed through, %s", self.builds,
+                 segment, "build" if ok else "fail")
+        return ok
 
     def _builds(self, plan: Plan, nodes: Sequence[int], profiles: Sequence[ProfileSpec], segment: int) -> bool:
         key = tuple(sorted(nodes))

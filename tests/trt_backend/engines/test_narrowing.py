@@ -256,3 +256,41 @@ def test_bench_of_a_model_times_what_a_build_of_it_keeps(tmp_path, flavor, capsy
     timed = [(s["backend"], s["executor"]) for s in ours["segments"]]
     assert [b for b, _ in timed] == [b for b, _ in built], (timed, built)
     assert ("onnxruntime", "onnxruntime") in timed and err.count("TensorRT build failed") <= 1, (timed, err)
+
+
+def test_a_first_node_the_builder_refuses_is_blamed_not_the_whole_segment(tmp_path, flavor, caplog) -> None:
+    """The If first in the segment's order (its condition a graph input): not even the one-node
+    prefix builds, which bisection took for a build that cannot succeed at all, demoting every
+    node. The second node alone builds, so the first is to blame."""
+    rng = np.random.default_rng(1)
+
+    def w(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
+        return nh.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+    def branch(k: int) -> onnx.GraphProto:
+        return h.make_graph([h.make_node("LSTM", ["seq", f"W{k}", f"R{k}", f"B{k}"], [f"ys{k}", f"yh{k}"],
+                                         hidden_size=H, name=f"lstm{k}"),
+                             h.make_node("Squeeze", [f"yh{k}", "ax0"], [f"out{k}"], name=f"squeeze{k}")],
+                            f"branch{k}", [], [h.make_tensor_value_info(f"out{k}", T.FLOAT, ["N", H])])
+
+    nodes = [h.make_node("If", ["cond"], ["b"], then_branch=branch(0), else_branch=branch(1), name="rnn_if"),
+             h.make_node("Gemm", ["b", "fw"], ["g"], name="fc"), h.make_node("Relu", ["g"], ["r"], name="relu"),
+             h.make_node("Gemm", ["r", "fw2"], ["g2"], name="fc2"), h.make_node("Sigmoid", ["g2"], ["y"], name="sig")]
+    inits = [w("fw", (H, H)), w("fw2", (H, 1)), nh.from_array(np.array([0], np.int64), "ax0")]
+    for k in (0, 1):
+        inits += [w(f"W{k}", (1, 4 * H, 8)), w(f"R{k}", (1, 4 * H, H)), w(f"B{k}", (1, 8 * H))]
+    graph = h.make_graph(nodes, "first", [h.make_tensor_value_info("seq", T.FLOAT, ["L", "N", 8]),
+                                          h.make_tensor_value_info("cond", T.BOOL, [])],
+                         [h.make_tensor_value_info("y", T.FLOAT, ["N", 1])], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 15)])
+    m.ir_version = 8
+    profiles = [{"seq": ((1, 1, 8), (16, 2, 8), (64, 4, 8)), "cond": ((), (), ())}]
+    with caplog.at_level(logging.INFO, logger="trt_backend.engines.fallback"):
+        manifest = build_folder(m, str(tmp_path / "b"), profiles, SessionOptions(min_segment_size=1))
+    assert [d["name"] for d in manifest["demoted"]] == ["rnn_if"], manifest["demoted"]
+    on_trt = sum(len(s["nodes"]) for s in manifest["plan"]["segments"] if s["backend"] == "tensorrt")
+    assert on_trt == len(nodes) - 1
+    sess = Session.load(str(tmp_path / "b"), SessionOptions(emulate=True))
+    feeds = {"seq": rng.standard_normal((16, 2, 8)).astype(np.float32), "cond": np.array(True)}
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(sess.run(None, feeds)[0], ref, rtol=1e-5, atol=1e-6)
