@@ -143,6 +143,7 @@ def _child(work: Callable[[Send], dict[str, Any]], fd: int, parent: int) -> NoRe
     kept = _Kept()
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # (the CLI's handler raises in Python: not the child's to run)
         _end_with_parent(parent)
         null = os.open(os.devnull, os.O_RDWR)
         for target in (0, 1, 2):

@@ -95,12 +95,24 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(argv)
-    except KeyboardInterrupt:  # (before a command's own handling: while its modules load, or its arguments)
-        _error("interrupted", prefix="trt-backend: ")
-        return 130
+    except KeyboardInterrupt as e:  # (before a command's own handling: while its modules load, or its arguments)
+        _error(str(e) or "interrupted", prefix="trt-backend: ")
+        return 143 if isinstance(e, _Terminated) else 130
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, a CI job cancelled), raised where the command is, as a
+    Ctrl-C is: what it had half-written (a build's staging folder, its lock) is removed on the way
+    out, where the default action would end the process there and then. Exit status 143."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated("terminated")
 
 
 def _run(argv: Sequence[str] | None) -> int:
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
     _own_stderr()  # (before a build's thread may point descriptor 2 elsewhere: our lines keep theirs)
     _own_stdout()
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -166,7 +178,7 @@ def _main(args_list: list[str], command: str | None, build_index: str | None) ->
         return _closed_stdout()
     except KeyboardInterrupt as e:  # (a command may say what it had finished: see build)
         _error(str(e) or "interrupted", prefix="trt-backend: ")
-        return 130
+        return 143 if isinstance(e, _Terminated) else 130
     finally:
         _stop_progress(handler, streams)
 

@@ -374,7 +374,11 @@ class _Stage:
         self._data: _Placed | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._place, name="build-folder-weights", daemon=True)
-        self._thread.start()
+        try:  # (a Ctrl-C or SIGTERM while the thread starts, which waits for it: the folder goes with it)
+            self._thread.start()
+        except BaseException:
+            self.close()
+            raise
 
     def _place(self) -> None:
         try:
@@ -455,7 +459,8 @@ class _Stage:
 
     def close(self) -> None:
         """Remove the temp folder unless :meth:`finish` swapped it in (after the thread is done)."""
-        self._thread.join()
+        if self._thread.ident is not None:  # (started)
+            self._thread.join()
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None

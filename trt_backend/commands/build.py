@@ -88,11 +88,11 @@ def _handle(args: argparse.Namespace) -> int:
     before = _manifest_stamp(args.output)
     try:
         return _build(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # (a Ctrl-C, or SIGTERM, which the CLI raises as one)
         now = _manifest_stamp(args.output)  # another manifest: this build's folder, committed whole by one rename
         if now is not None and now != before:
-            raise KeyboardInterrupt(f"interrupted after {args.output} was written whole (its manifest is "
-                                    f"sealed; trt-backend inspect {args.output} shows it)") from None
+            raise type(e)(f"{str(e) or 'interrupted'} after {args.output} was written whole (its manifest is "
+                          f"sealed; trt-backend inspect {args.output} shows it)") from None
         raise
 
 

@@ -140,7 +140,7 @@ COLLECTOR = textwrap.dedent("""
 
     atexit.register(lambda: print("COLLECTOR", gc.isenabled(), gc.get_freeze_count() > 10000, flush=True))
     sys.argv = ["trt-backend", "inspect", sys.argv[1]]
-    cli.script_main()
+    script_main()
 """)
 
 

@@ -295,3 +295,33 @@ def test_an_unknown_option_names_its_commands_usage(argv, command, capsys) -> No
     (line,) = capsys.readouterr().err.splitlines()
     assert stop.value.code == 2 and line.startswith(f"trt-backend {command}: error: unrecognized arguments: ")
     assert line.endswith(f"(usage: trt-backend {command} -h)")
+
+
+@pytest.mark.usefixtures("flavor")
+def test_sigterm_during_a_build_leaves_nothing_behind(tmp_path) -> None:
+    """``timeout``, ``kill`` or a cancelled CI job end a build with SIGTERM, whose default action
+    ended the process where it was: the staging folder beside -o (weights and engines, 93 MB on a
+    ViT) and its lock stayed. It is raised where the command is, as Ctrl-C is: exit 143, one line,
+    nothing left; the signal is sent the moment the staging folder appears (while it is set up)."""
+    import glob
+    import signal
+
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for k in range(8):
+        inits.append(const(f"w{k}", (rng.standard_normal((512, 512)) * 0.04).astype(np.float32)))
+        nodes += [h.make_node("MatMul", [x, f"w{k}"], [f"m{k}"], name=f"mm{k}"),
+                  h.make_node("Relu", [f"m{k}"], [f"r{k}"], name=f"relu{k}")]
+        x = f"r{k}"
+    path = str(tmp_path / "chain.onnx")
+    onnx.save(model(nodes, [vi("x", ["N", 512])], [vi(x, ["N", 512])], inits), path)
+    proc = subprocess.Popen([sys.executable, "-m", "trt_backend", "build", path, "-o", str(tmp_path / "out"),
+                             "--shapes", "x:4x512", "--precision", "fp16"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not glob.glob(str(tmp_path / ".build-*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143 and err.strip().splitlines()[-1] == "trt-backend: terminated", err
+    assert sorted(os.listdir(tmp_path)) == ["chain.onnx"]
