@@ -19,10 +19,16 @@ _UNSUPPORTED_DTYPES: dict[int, str] = {
     onnx.TensorProto.STRING: "string",
     onnx.TensorProto.COMPLEX64: "complex64",
     onnx.TensorProto.COMPLEX128: "complex128",
+    # TensorRT has no float64: its parser takes a double tensor and computes it in float32, so an
+    # engine would return float32 where the model says float64 and compute with a 24-bit mantissa
+    # what the model computes with 53 (scikit-learn models converted with DoubleTensorType).
+    onnx.TensorProto.DOUBLE: "float64",
 }
+_WHY_NOT = {"float64": "which TensorRT does not compute in (its parser would compute it in float32)"}
 
 # Element types TensorRT's parser makes a network input of as they are (it reads a double input as
-# float, and refuses the rest: unsigned ints but uint8, int16, the float8 kinds but e4m3fn, ...).
+# float, which the rules above keep from it, and refuses the rest: unsigned ints but uint8, int16,
+# the float8 kinds but e4m3fn, ...).
 INPUT_DTYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
                           onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL,
                           onnx.TensorProto.INT32, onnx.TensorProto.INT64})
@@ -100,7 +106,8 @@ class Rules:
         if bad:
             for name in list(node.input) + list(node.output):
                 if name in bad:
-                    return f"tensor '{name}' is a {bad[name]} value, which TensorRT cannot hold"
+                    why = _WHY_NOT.get(bad[name], "which TensorRT cannot hold")
+                    return f"tensor '{name}' is a {bad[name]} value, {why}"
         for sub in subgraphs(node):
             reason = self._body_problem(sub)
             if reason:

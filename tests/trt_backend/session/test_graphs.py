@@ -3,6 +3,7 @@ several shapes inside each profile, and derived profiles cover the shapes seen a
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -129,7 +130,14 @@ def test_every_dtype_crosses_segment_boundaries() -> None:
                    options=SessionOptions(emulate=True, exclude_nodes=names, min_segment_size=1))
     crossing = {n for s in sess.plan.segments[1:] for n in s.inputs}
     for t in DTYPES:
+        if t == T.DOUBLE:  # (TensorRT has no float64: what computes in it stays on ONNX Runtime)
+            continue
         assert f"{T.DataType.Name(t).lower()}_a" in crossing or f"{T.DataType.Name(t).lower()}_b" in crossing
+    on_ort = {i for s in sess.plan.segments if s.backend == "onnxruntime" for i in s.nodes}
+    types = sess.model.index.types
+    double = [i for i, n in enumerate(sess.model.proto.graph.node)
+              if any(x in types and types[x].tensor_type.elem_type == T.DOUBLE for x in (*n.input, *n.output))]
+    assert len(double) == 3 and set(double) <= on_ort  # (the Cast to double, its Identity, the Cast back)
     x = np.random.default_rng(11).standard_normal((3, 4)).astype(np.float32)
     check(sess, m, {"x": x})
 
@@ -180,3 +188,28 @@ def test_calibration_runs_the_whole_model_once_per_point(monkeypatch) -> None:
     sessions, runs = [c for c in calls if c >= 0], calls.count(-1)
     assert len(sessions) == 1 and sessions[0] >= 4  # one tapped session, several tensors recorded
     assert runs == 4
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_what_computes_in_float64_stays_on_onnx_runtime() -> None:
+    """A scikit-learn regressor converted in float64 (skl2onnx's DoubleTensorType): TensorRT's
+    parser took it whole and computes doubles in float32, so an engine would have returned float32
+    where the model says float64, while the emulation ran float64. It runs on ONNX Runtime, as
+    the model says, and the plan says why."""
+    from skl2onnx import to_onnx
+    from sklearn.datasets import load_diabetes
+    from sklearn.neural_network import MLPRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x, y = load_diabetes(return_X_y=True)
+    reg = make_pipeline(StandardScaler(), MLPRegressor(hidden_layer_sizes=(32,), max_iter=50, random_state=0)).fit(x, y)
+    m = to_onnx(reg, x[:1].astype(np.float64), target_opset=17)
+    sess = Session(m, profiles=[{"X": ((1, 10), (8, 10), (64, 10))}], options=SessionOptions(emulate=True))
+    assert [s.backend for s in sess.plan.segments] == ["onnxruntime"]
+    reasons = {n.reason for n in sess.plan.nodes}
+    assert any("float64 value, which TensorRT does not compute in" in (r or "") for r in reasons), reasons
+    (ours,) = sess.run(None, {"X": x[:8]})
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x[:8]})[0]
+    assert ours.dtype == np.float64
+    np.testing.assert_array_equal(ours, ref)
