@@ -90,8 +90,9 @@ def learn_unknown_types(model: Model, shapes: ProbeShapes = ()) -> list[str]:
         log.warning("%s: the types of %d tensor(s) are unknown after shape inference (%s) and could not be "
                     "learned by running the model (%s)%s; none of them can be a TensorRT segment's input (where "
                     "one would be, the nodes reading it run on ONNX Runtime)", model.source, len(unknown),
-                    _names(unknown), e, "" if key else " (it ran with dynamic dims of 2 and 3: profile shapes, "
-                    "e.g. inspect, run or build --shapes, make it run at those)")
+                    _names(unknown), e, " (it ran on random values at the profiles' shapes)" if key else
+                    " (it ran on random values, with dynamic dims of 2 and 3: where the dims are what fails, "
+                    "profile shapes, e.g. inspect, run or build --shapes, make it run at those)")
         _restore(model, before)
         return []
     types = {}
