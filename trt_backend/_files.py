@@ -377,3 +377,20 @@ def file_lock(lock_path: str) -> Iterator[None]:
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+NPZ_HOW = "an .npz of arrays by input name, as numpy.savez(path, name=array) writes"
+
+
+def npz_problem(path: str) -> str | None:
+    """What the file at ``path`` is where it is no .npz, read from its first bytes (a single
+    .npy array, or no zip archive at all), in words that end in what to give instead; None where
+    it starts as an .npz (reading it may still fail). OSError where it cannot be read."""
+    with open(path, "rb") as f:
+        head = f.read(6)
+    if head == b"\x93NUMPY":
+        return f"a single .npy array, which names no input; give {NPZ_HOW}"
+    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # (a zip archive's first bytes; an empty one's)
+        return f"not an .npz file; give {NPZ_HOW}"
+    return None
+

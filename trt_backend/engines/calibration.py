@@ -25,6 +25,7 @@ import hashlib
 import itertools
 import logging
 import os
+import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 import dataclasses
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from typing import Any, overload
 import numpy as np
 import onnx
 
+from trt_backend._files import npz_problem
 from trt_backend.errors import CalibrationDataError
 from trt_backend.ort.random_data import index_ranges, random_feed
 
@@ -290,9 +292,15 @@ def _batch(spec: InputSpec, sizes: Mapping[str, int]) -> int:
 
 def _read_npz(path: str, inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
     try:
+        problem = npz_problem(path)
+    except OSError as e:
+        raise CalibrationDataError(f"calibration data {path}: cannot read it ({e.strerror or e})") from None
+    if problem:  # (what --inputs says of the same file; numpy's own words spoke of loading pickled data)
+        raise CalibrationDataError(f"calibration data {path}: {problem}")
+    try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError, EOFError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise CalibrationDataError(f"calibration data {path}: not a readable .npz ({e})") from None
     if not arrays:
         raise CalibrationDataError(f"calibration data {path}: the file holds no arrays (one per model input: "

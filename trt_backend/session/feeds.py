@@ -17,7 +17,7 @@ import numpy as np
 
 from partitioner.model import declared_unknown
 from partitioner.wire import graph_inputs
-from trt_backend._files import write_atomic
+from trt_backend._files import npz_problem, write_atomic
 from trt_backend.errors import FeedError
 from trt_backend.gpu.memory import as_device_array
 from trt_backend.ort.random_data import random_feed
@@ -398,21 +398,15 @@ def storable(value: Any) -> np.ndarray | None:
     return None
 
 
-_NPZ_HOW = "an .npz of arrays by input name, as numpy.savez(path, name=array) writes"
-
-
 def _read_runs(path: str, what: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     try:
-        with open(path, "rb") as f:
-            head = f.read(6)
+        problem = npz_problem(path)
     except FileNotFoundError:
         raise FeedError(f"{what} {path}: no such file") from None
     except OSError as e:
         raise FeedError(f"{what} {path}: cannot read it ({e.strerror or e})") from None
-    if head == b"\x93NUMPY":
-        raise FeedError(f"{what} {path}: a single .npy array, which names no input; give {_NPZ_HOW}")
-    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # (a zip archive's first bytes; an empty one's)
-        raise FeedError(f"{what} {path}: not an .npz file; give {_NPZ_HOW}")
+    if problem:
+        raise FeedError(f"{what} {path}: {problem}")
     try:
         with np.load(path, allow_pickle=False) as data:
             check_npz_sizes(data, path)

@@ -167,8 +167,15 @@ def test_missing_unreadable_and_random_data(tmp_path, caplog) -> None:
         BuildOptions(precision="int8", calibration_data=str(tmp_path / "none.npz")).key_fields()
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not a zip")
+    with pytest.raises(CalibrationDataError, match="not an .npz file; give an .npz of arrays by input name"):
+        load_calibration(str(junk), SPEC)  # (what --inputs says of it: numpy's words spoke of pickled data)
+    np.save(tmp_path / "one.npy", np.zeros(3, np.float32))
+    with pytest.raises(CalibrationDataError, match="a single .npy array, which names no input"):
+        load_calibration(str(tmp_path / "one.npy"), SPEC)
+    broken = tmp_path / "broken.npz"
+    broken.write_bytes(b"PK\x03\x04 but cut short")
     with pytest.raises(CalibrationDataError, match="not a readable .npz"):
-        load_calibration(str(junk), SPEC)
+        load_calibration(str(broken), SPEC)
     with pytest.raises(CalibrationDataError, match="holds no .npz file"):
         load_calibration(_empty(tmp_path), SPEC)
     data = load_calibration("random", SPEC, {"x": 2})
