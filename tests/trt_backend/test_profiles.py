@@ -123,8 +123,10 @@ def test_calibration_with_real_feeds_where_random_data_fails() -> None:
     opts = SessionOptions(emulate=True, exclude_nodes=("reshape",), min_segment_size=1)
     profiles = [{"x": ((1, 6), (2, 6), (4, 6))}]
     with pytest.raises(CalibrationError, match=r"cannot derive profiles for r: the calibration run at profile 0 "
-                                               r"(min|opt|max) shapes failed .*give these tensors profiles, "
-                                               r"or real inputs"):
+                                               r"(min|opt|max) shapes \(x \dx6, target 3, random values\) failed .*"
+                                               r"give shapes the model runs at \(--shapes, or --min/--opt/--max-shapes"
+                                               r"\), these tensors profiles, or, in Python, real inputs to calibrate "
+                                               r"with \(calibration_feeds\)"):
         Session(_reshape_model(), profiles, opts)
     samples = [{"x": np.ones((n, 6), np.float32), "target": np.array([n, 2, 3], np.int64)} for n in (1, 2, 4)]
     sess = Session(_reshape_model(), profiles, opts, calibration_feeds=samples)

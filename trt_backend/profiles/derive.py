@@ -203,9 +203,11 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
         try:
             return dict(zip(fetch, run(fetch, feeds)))
         except TrtBackendError as e:
+            at = ", ".join(f"{n} {'x'.join(map(str, s)) or '[]'}" for n, s in shapes(feeds).items())
             raise CalibrationError(f"cannot derive profiles for {', '.join(names)}: the calibration run at {what} "
-                                   f"failed ({e}); give these tensors profiles, or real inputs to calibrate "
-                                   "with (calibration_feeds)") from None
+                                   f"({at}, random values) failed ({e}); give shapes the model runs at (--shapes, or "
+                                   "--min/--opt/--max-shapes), these tensors profiles, or, in Python, real inputs to "
+                                   "calibrate with (calibration_feeds)") from None
 
     def shapes(feeds: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
         return {n: tuple(np.shape(v)) for n, v in feeds.items() if isinstance(v, np.ndarray)}
