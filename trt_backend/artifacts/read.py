@@ -15,7 +15,7 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -301,6 +301,22 @@ def refused_on_folder(options: SessionOptions, folder: str, manifest: Mapping[st
     if options.oracle is not None:
         raise OptionsError(f"{folder}: a capability oracle would change what was built; a build folder runs as it was "
                            "planned")
+
+
+def same_profiles(given: Any, manifest: Mapping[str, Any] | None) -> bool:
+    """Whether profiles given for a build folder (``[{input: (min, opt, max)}]``, the Python
+    door's and the command line's form) are the model-input profiles it records: given so, they
+    change nothing and are taken, as an option equal to the folder's setting is."""
+    recorded = ((manifest or {}).get("plan") or {}).get("input_profiles")
+    if not isinstance(recorded, list) or not isinstance(given, Sequence) or len(given) != len(recorded):
+        return False
+    try:
+        ours = [{n: (list(t.min), list(t.opt), list(t.max)) for n, t in p.items()}
+                for p in profiles_from_json(recorded)]
+        theirs = [{n: tuple(list(s) for s in shapes) for n, shapes in p.items()} for p in given]
+    except (TypeError, ValueError, AttributeError, KeyError, TrtBackendError):
+        return False
+    return ours == theirs
 
 
 def folder_build_options(manifest: Mapping[str, Any]) -> BuildOptions:

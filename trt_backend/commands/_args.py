@@ -27,6 +27,7 @@ _ort_options = lazy_module("trt_backend.ort.options")
 _session_options = lazy_module("trt_backend.session.options")
 _planning = lazy_module("trt_backend.planning")  # (it loads onnx: not before a command plans)
 _feeds = lazy_module("trt_backend.session.feeds")
+_shapes = lazy_module("trt_backend.commands._shapes")
 _read = lazy_module("trt_backend.artifacts.read")  # (a folder's manifest: read where a build flag is given)
 _precision_plan = lazy_module("trt_backend.engines.precision_plan")
 
@@ -204,8 +205,13 @@ def refuse_build_flags(args: argparse.Namespace, folder: str, allow: tuple[str, 
     planning, partition and build flags pass at their defaults or equal to the folder's own setting;
     run-time flags (threads, device, seeds, inputs, --shapes within its profiles) and the option
     fields in ``allow`` always do. Commands call it before reading anything else of their flags."""
+    manifest = _folder_manifest(folder)
+    shapes = ("min_shapes", "opt_shapes", "max_shapes")
+    recorded = any(getattr(args, a, None) for a in shapes) and _read.same_profiles(_given_profiles(args), manifest)
     for attr, (default, flag) in BUILD_ONLY_FLAGS.items():
         value = getattr(args, attr, default)
+        if recorded and attr in shapes:
+            continue  # (the profiles the folder records: they change nothing)
         if value != default and not (isinstance(default, tuple) and tuple(value) == default):
             raise _read.refusal(folder, flag)
     build: dict[str, Any] = {"precision": getattr(args, "precision", "fp32"),
@@ -227,7 +233,15 @@ def refuse_build_flags(args: argparse.Namespace, folder: str, allow: tuple[str, 
     given = _session_options.SessionOptions(
         partition=partition_options(args) if hasattr(args, "exclude_ops") else None,
         flavor=getattr(args, "flavor", "auto"), isolate_parser=bool(getattr(args, "isolate", False)))
-    _read.refused_on_folder(given, folder, _folder_manifest(folder), build=build, skip=allow)
+    _read.refused_on_folder(given, folder, manifest, build=build, skip=allow)
+
+
+def _given_profiles(args: argparse.Namespace) -> list[dict[str, Any]] | None:
+    """The profiles --min/--opt/--max-shapes give; None where they do not make any."""
+    try:
+        return _shapes.cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes)
+    except TrtBackendError:
+        return None
 
 
 def _folder_manifest(folder: str) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from partitioner import Model, Plan
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource
 from partitioner.weights import tensor_array
-from trt_backend.artifacts.read import is_build_folder, open_build
+from trt_backend.artifacts.read import is_build_folder, open_build, same_profiles
 from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.compiler import Compiled, compile
@@ -87,10 +87,13 @@ class Session:
         if isinstance(model, Compiled):
             compiled = model
         elif is_build_folder(model):
-            if profiles is not None or plan is not None or engines is not None:
+            if plan is not None or engines is not None:
                 raise OptionsError(f"{os.fspath(model)}: a build folder brings its own profiles, plan and engines; "
                                    "give none of them")
             compiled = self._open(model, executes)
+            if profiles is not None and not same_profiles(profiles, self.folder_manifest):
+                raise OptionsError(f"{os.fspath(model)}: profiles other than the ones it was built with would change "
+                                   "what was built; a build folder runs as it was built (give none, or its own)")
         else:
             self._require_tensorrt()  # Before planning and building: nothing could run them.
             if executes and self.options.device_id is not None:

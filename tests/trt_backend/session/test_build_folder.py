@@ -175,8 +175,16 @@ def test_run_and_compare_take_a_build_folder(built, capsys) -> None:
         sess = Session(built, options=SessionOptions(emulate=True))
     assert calls == []
     assert sess.segment_executors == ["emulated", "onnxruntime", "emulated"]
-    with pytest.raises(OptionsError, match="a build folder brings its own profiles"):
-        Session(built, PROFILE, SessionOptions(emulate=True))
+    # Its own profiles change nothing and are taken, at both doors; other ones are refused, at both.
+    assert Session(built, PROFILE, SessionOptions(emulate=True)).input_profiles == sess.input_profiles
+    other = [{"image": ((1, 3, 32, 32), (3, 3, 32, 32), (4, 3, 32, 32))}]
+    with pytest.raises(OptionsError, match="profiles other than the ones it was built with would change what was"):
+        Session(built, other, SessionOptions(emulate=True))
+    same = ["--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:2x3x32x32", "--max-shapes", "image:4x3x32x32"]
+    assert main(["run", built, *same, "--emulate"]) == 0
+    capsys.readouterr()
+    assert main(["run", built, *same[:3], "image:3x3x32x32", *same[4:], "--emulate"]) == 1
+    assert "--min-shapes would change what was built" in capsys.readouterr().err  # (the three as one profile)
 
 
 def test_a_folder_takes_the_partition_options_it_was_built_with_in_another_process(tmp_path) -> None:
