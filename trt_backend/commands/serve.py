@@ -70,7 +70,8 @@ def handle(args: argparse.Namespace) -> int:
     client = start(args.model, options, address=args.address)
     info = client.info()
     batching = (f"batches of up to {info['max_rows']} rows, {options.batch_wait_ms:g} ms wait"
-                if options.batching and info["max_rows"] else "no batching")
+                if options.batching and info["max_rows"] else "no batching" if not options.batching else
+                f"no batching (each request runs alone: {info.get('no_batching') or 'no batch dim'})")
     print(f"serving {args.model} | {options.replicas} replica(s) | executors {', '.join(info['executors'])} | "
           f"{batching}")
     print(f"  POST http://{options.host}:{options.port}{options.route_prefix}  "

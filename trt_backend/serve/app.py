@@ -162,6 +162,7 @@ def build_app(source: str | os.PathLike[str], options: ServeOptions | None = Non
         def info(self) -> dict[str, Any]:
             return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
                     "stats": self.runner.stats.as_dict(), "max_rows": self.runner.max_rows,
+                    "no_batching": self.runner.no_batching,
                     "executors": self.session.segment_executors, "device_id": self.session.device_id,
                     "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 

@@ -26,9 +26,7 @@ def batch_rows(session: Session, max_batch_size: int) -> int | None:
     """Most rows one run may hold: ``max_batch_size``, lowered to what the session's profiles
     take on the leading dim. None when the model has no common batch dim (every input and output
     dynamic on dim 0 under one name): then each request runs alone, as sent."""
-    args = [*session.get_inputs(), *session.get_outputs()]
-    leading = {a.shape[0] if a.shape else 0 for a in args}
-    if len(leading) != 1 or not isinstance(next(iter(leading)), str):
+    if no_batch_dim(session) is not None:
         return None
     rows = max_batch_size
     if session.input_profiles:
@@ -37,6 +35,21 @@ def batch_rows(session: Session, max_batch_size: int) -> int | None:
                    for p in session.input_profiles)
         rows = min(rows, int(best))
     return max(1, rows)
+
+
+def no_batch_dim(session: Session) -> str | None:
+    """Why the model has no batch dim to batch requests on (every input and output must lead
+    with one dynamic dim of one name), naming the tensor that does not; None where it has one."""
+    args = [*session.get_inputs(), *session.get_outputs()]
+    first = next((a for a in args if a.shape and isinstance(a.shape[0], str)), None)
+    if first is None:
+        return "no input or output leads with a named dynamic dim"
+    for a in args:
+        lead = a.shape[0] if a.shape else None
+        if lead != first.shape[0]:
+            what = "has no dims" if not a.shape else f"leads with {lead!r}" if lead is not None else "has no rank"
+            return f"'{a.name}' {what}, not {first.shape[0]!r} as '{first.name}' does"
+    return None
 
 
 @dataclass
@@ -71,6 +84,7 @@ class BatchRunner:
     def __init__(self, session: Session, max_batch_size: int) -> None:
         self.session = session
         self.max_rows = batch_rows(session, max_batch_size)
+        self.no_batching = no_batch_dim(session)  # why each request runs alone, where it does
         self.output_names = [a.name for a in session.get_outputs()]
         self.input_names = [a.name for a in session.get_inputs()]
         self.stats = BatchStats()

@@ -56,6 +56,13 @@ def test_rows_per_run_never_pass_the_profiles(session) -> None:
     assert batch_rows(session, 100) == 8  # the profile's max batch
     fixed = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [2, 3])], [vi("y", [2, 3])])
     assert batch_rows(Session(fixed, None, SessionOptions(emulate=True, flavor="none")), 8) is None
+    # why not, said where serve prints "no batching": the tensor whose leading dim is not the others'
+    assert BatchRunner(Session(fixed, None, SessionOptions(emulate=True, flavor="none")), 8).no_batching == \
+        "no input or output leads with a named dynamic dim"
+    apart = model([helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], [vi("x", ["N", 3])], [vi("y", [])])
+    assert BatchRunner(Session(apart, None, SessionOptions(emulate=True, flavor="none")), 8).no_batching == \
+        "'y' has no dims, not 'N' as 'x' does"
+    assert BatchRunner(session, 4).no_batching is None
 
 
 def test_mixed_requests_are_packed_split_and_answered(session, reference) -> None:
