@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import onnx
@@ -205,10 +205,14 @@ def boundary_crossing(plan: Plan, cost: BoundaryCost | None = None) -> Crossing 
                     cost.unknown_dim)
 
 
-def summary(plan: Plan, cost: BoundaryCost | None = None, origin: str | None = None) -> str:
+def summary(plan: Plan, cost: BoundaryCost | None = None, origin: str | None = None, verbose: bool = False,
+            listed: Collection[int] = ()) -> str:
     """The plan as a CLI prints it: header (``origin``: see :func:`header_line`), segment table,
     what crosses its boundaries (priced as the plan was, or with ``cost``, see
-    :func:`boundary_crossing`), fallback census."""
+    :func:`boundary_crossing`), fallback census. ``verbose`` (``-v``): also every boundary tensor
+    with the segments it goes between, and every node on ONNX Runtime with its whole reason (the
+    census's reasons are cut to a column), each reason once over the nodes it holds for; ``listed``:
+    nodes the caller lists itself (a folder's build demotions), left out."""
     lines = [header_line(plan, origin), "", "Segments"]
     seg_rows = [(s.id, backend_label(s.backend), len(s.nodes), len(s.inputs), len(s.outputs),
                  format_ops(op_counts(plan, s))) for s in plan.segments]
@@ -217,6 +221,8 @@ def summary(plan: Plan, cost: BoundaryCost | None = None, origin: str | None = N
     crossing = boundary_crossing(plan, cost)
     if crossing is not None:
         lines += ["", crossing.describe()]
+        if verbose:
+            lines += _boundary_lines(plan)
     rows = census(plan)
     lines += ["", f"Fallback census ({plural(sum(r.count for r in rows), 'node')} on ONNX Runtime)"]
     if rows:
@@ -231,9 +237,38 @@ def summary(plan: Plan, cost: BoundaryCost | None = None, origin: str | None = N
         lines += table(("op", "count", "reason"), cells, (False, True, False))
     else:
         lines.append("  none: every node runs in TensorRT")
+    if verbose and rows:
+        lines += _node_lines(plan, frozenset(listed))
     if plan.rewritten:
         lines += ["", "Q/DQ rewritten"] + [f"  {line}" for line in rewrite_summary(plan.rewritten)]
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _node_lines(plan: Plan, listed: frozenset[int]) -> list[str]:
+    """Every node on ONNX Runtime (but ``listed``), under its whole reason, each reason once."""
+    backend = {seg.id: seg.backend for seg in plan.segments}
+    by_reason: dict[str, list[str]] = {}
+    for n in plan.nodes:
+        if backend.get(n.segment) != "tensorrt" and n.index not in listed:
+            by_reason.setdefault(n.reason or "-", []).append(f"    {n.name} ({n.op_type})")
+    if not by_reason:
+        return []
+    return ["", "Nodes on ONNX Runtime"] + [line for reason, nodes in by_reason.items()
+                                            for line in (f"  {reason}:", *nodes)]
+
+
+def _boundary_lines(plan: Plan) -> list[str]:
+    """Each tensor handed between segments, with the segment making it and those reading it."""
+    assert plan.model is not None
+    index = plan.model.index
+    group_of = [n.segment for n in plan.nodes]
+    copied = frozenset(i for s in plan.segments for i in s.copies)
+    out = []
+    for name in sorted(crossing_tensors(index, group_of, copied)):
+        made = group_of[index.producer[name]]
+        readers = sorted({group_of[c] for c in index.consumers.get(name, ()) if group_of[c] != made})
+        out.append(f"  {name}: segment {made} -> {', '.join(f'segment {r}' for r in readers)}")
+    return out
 
 
 def annotate(plan: Plan) -> onnx.ModelProto:

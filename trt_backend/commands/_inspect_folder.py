@@ -76,7 +76,9 @@ def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str
              f"precision {built_in}{asked} | workspace {workspace} | built in {m.get('build_seconds')} s",
              *_builder_line(opts), *_weights_line(m),
              f"this machine: {_here(m)}", ""]
-    lines.append(summary(built.plan, origin="the plan as built").rstrip("\n"))
+    demoted = [d["node"] for d in m.get("demoted") or () if isinstance(d, dict) and isinstance(d.get("node"), int)]
+    lines.append(summary(built.plan, origin="the plan as built", verbose=verbose,  # (demotions: listed below)
+                         listed=demoted).rstrip("\n"))
     lines += ["", "Profiles of TensorRT segments (min / opt / max)"]
     rows = []
     for seg in m["plan"]["segments"]:

@@ -173,7 +173,7 @@ def handle(args: argparse.Namespace) -> int:
         plan = _planned(args, shapes, options)
         if profiles and plan.model is not None:  # held to the model as build and run hold them
             _check_profiles(profiles, plan)
-        print(summary(plan))  # (its boundary bytes priced as the plan was, at the shapes given)
+        print(summary(plan, verbose=bool(args.verbose)))  # (its boundary bytes priced as planned, at the shapes given)
         if plan.tensorrt_segments():
             print("note: planned by TensorRT's parser; its builder can still refuse a node the parser took (a build "
                   "then runs it on ONNX Runtime: `trt-backend build` or `compare` shows what a build keeps)")

@@ -301,3 +301,36 @@ def test_inspect_and_build_size_boundaries_at_the_shapes_given(tmp_path, capsys)
     assert backends(Session.make_plan(path, options, profile).to_dict()) == backends(built)
     assert backends(Session.make_plan(path, options).to_dict()) == backends(default)
 
+
+
+@pytest.mark.usefixtures("flavor")
+def test_verbose_lists_every_boundary_tensor_and_node_on_onnx_runtime_with_its_whole_reason(tmp_path, capsys) -> None:
+    """-v promised every demoted node and every boundary tensor; stdout was the same as without it,
+    the census's reasons cut at their column."""
+    from tests.support.graphs import ml_pipeline_model
+
+    path = str(tmp_path / "pipeline.onnx")
+    onnx.save(ml_pipeline_model(), path)
+    assert main(["inspect", path]) == 0
+    plain = capsys.readouterr().out
+    assert main(["inspect", path, "-v"]) == 0
+    verbose = capsys.readouterr().out
+    assert "Nodes on ONNX Runtime" not in plain and "Nodes on ONNX Runtime" in verbose
+    assert main(["inspect", path, "--json", str(tmp_path / "plan.json")]) == 0  # (what the lines must say)
+    capsys.readouterr()
+    with open(tmp_path / "plan.json", encoding="utf-8") as f:
+        plan = json.load(f)
+    backend = {s["id"]: s["backend"] for s in plan["segments"]}
+    on_ort = [n for n in plan["nodes"] if backend[n["segment"]] != "tensorrt"]
+    listed = verbose.split("Nodes on ONNX Runtime\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    grouped: dict[str, list[str]] = {}
+    for n in on_ort:  # each whole reason once, over the nodes it holds for
+        grouped.setdefault(f"  {n['reason']}:", []).append(f"    {n['name']} ({n['op_type']})")
+    assert listed == [line for reason, nodes in grouped.items() for line in (reason, *nodes)]
+    assert any(len(reason) > 120 for reason in grouped)  # (longer than the census's column: whole here)
+    cut = ["--no-boundary-cost", "--min-segment-size", "1"]  # (segments on both sides of the ai.onnx.ml nodes)
+    assert main(["inspect", path, *cut, "-v"]) == 0
+    verbose = capsys.readouterr().out
+    crossing = verbose.split("Boundaries: ", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    assert crossing and all(": segment " in line and " -> segment " in line for line in crossing)
+    assert len(crossing) == int(verbose.split("Boundaries: ", 1)[1].split(" ", 1)[0])
