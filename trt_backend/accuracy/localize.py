@@ -17,7 +17,7 @@ import onnx
 from partitioner.model import Model
 from trt_backend.accuracy.numeric import tensor_error
 from trt_backend.accuracy.options import CompareOptions
-from trt_backend.accuracy.polygraphy_glue import host
+from trt_backend.accuracy.polygraphy_glue import host, side_errors
 from trt_backend.accuracy.report import Localization, SegmentComparison, TensorError
 from trt_backend.engines.emulation import reference_ort_options
 from trt_backend.errors import ReferenceRunError, SegmentLoadError, SegmentRunError
@@ -68,14 +68,20 @@ def _stitched(runners: Sequence[SegmentRunner], feeds: Mapping[str, Any], fallba
 
 
 def _errors(values: Mapping[str, Any], ref: Values, options: CompareOptions) -> dict[str, TensorError]:
-    """Each tensor of ``values`` against the reference's (same semantics as the output check;
-    non-tensor values are left out)."""
+    """Each value of ``values`` against the reference's, by the output check's rule: tensors as
+    tensors, sequences, maps and string tensors as :func:`side_errors` judges them (a segment
+    making ZipMap's maps read "0 ok" where the output table measured their error); a value the
+    reference lacks is left out."""
     out: dict[str, TensorError] = {}
     for name, value in values.items():
+        if name not in ref:
+            continue
         x, y = host(value), host(ref.get(name))
-        if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+        if isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.dtype != object and y.dtype != object:
             atol, rtol = options.tolerance_for(name)
             out[name] = tensor_error(x, y, atol, rtol, options.error_stat, options.error_quantile)
+        else:
+            out[name] = side_errors(name, x, y, options)
     return out
 
 

@@ -412,3 +412,30 @@ def test_a_classifier_with_string_labels_is_compared_saved_and_searched(tmp_path
     plan = trt_backend.search_precision(path, profiles, EMULATE, AutoOptions(allow=("fp16",)),
                                         feeds=[{"X": x[::6]}])
     assert plan.worst["output_label"] == 0.0 and plan.segments[0].precision == "fp16", plan.rounds
+
+
+@pytest.mark.usefixtures("flavor")
+def test_localizing_measures_a_segment_that_makes_maps(tmp_path, capsys) -> None:
+    """The segment making ZipMap's maps read "stitched 0 ok" under --localize-always while the
+    output table measured those maps' error (non-tensor values were left out of the segment check)."""
+    import onnx
+
+    from tests.support.graphs import ml_pipeline_model
+    from trt_backend.cli import main
+
+    m = ml_pipeline_model()  # (less its score: the segment making the maps then makes them and the labels alone)
+    keep = [n for n in m.graph.node if n.op_type not in ("Log", "Neg", "ReduceSum")]
+    del m.graph.node[:]
+    m.graph.node.extend(keep)
+    outputs = [o for o in m.graph.output if o.name != "score"]
+    del m.graph.output[:]
+    m.graph.output.extend(outputs)
+    path = str(tmp_path / "pipeline.onnx")
+    onnx.save(m, path)
+    assert main(["compare", path, "--precision", "fp16", "--no-boundary-cost", "--min-segment-size", "1",
+                 "--shapes", "X:8x4", "--atol", "1e-7", "--rtol", "1e-7", "--localize-always"]) == 1
+    out = capsys.readouterr().out
+    maps = next(line for line in out.splitlines() if line.startswith("prob_maps"))
+    assert "FAILED" in maps
+    makes = next(line for line in out.splitlines() if " onnxruntime onnxruntime " in line)  # (Scaler .. ZipMap)
+    assert "stitched 0 ok" not in makes and "DIVERGES" in makes and "own 0 ok" in makes, makes
