@@ -26,20 +26,27 @@ H = 8
 PROFILES = [{"x": ((1, 64), (2, 512), (4, 1024))}]
 
 
+def _weight(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
+    return nh.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+
+def _branch(k: int) -> onnx.GraphProto:
+    """An If branch running an LSTM over the outer ``seq`` (its weights W{k}, R{k}, B{k})."""
+    return h.make_graph([h.make_node("LSTM", ["seq", f"W{k}", f"R{k}", f"B{k}"], [f"ys{k}", f"yh{k}"],
+                                     hidden_size=H, name=f"lstm{k}"),
+                         h.make_node("Squeeze", [f"yh{k}", "ax0"], [f"out{k}"], name=f"squeeze{k}")],
+                        f"branch{k}", [], [h.make_tensor_value_info(f"out{k}", T.FLOAT, ["N", H])])
+
+
+def _lstm_weights(rng: np.random.Generator) -> list[onnx.TensorProto]:
+    return [_weight(rng, f"{name}{k}", shape) for k in (0, 1)
+            for name, shape in (("W", (1, 4 * H, 8)), ("R", (1, 4 * H, H)), ("B", (1, 8 * H)))]
+
+
 def lstm_in_if() -> onnx.ModelProto:
     """x [N, L], sr []: Conv1d/Relu x2 (stride 4) -> a sequence -> If(sr == 16000) whose branches
     each run an LSTM -> Gemm -> Sigmoid."""
     rng = np.random.default_rng(0)
-
-    def w(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
-        return nh.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
-
-    def branch(k: int) -> onnx.GraphProto:
-        return h.make_graph([h.make_node("LSTM", ["seq", f"W{k}", f"R{k}", f"B{k}"], [f"ys{k}", f"yh{k}"],
-                                         hidden_size=H, name=f"lstm{k}"),
-                             h.make_node("Squeeze", [f"yh{k}", "ax0"], [f"out{k}"], name=f"squeeze{k}")],
-                            f"branch{k}", [], [h.make_tensor_value_info(f"out{k}", T.FLOAT, ["N", H])])
-
     nodes = [h.make_node("Unsqueeze", ["x", "ax1"], ["x1"], name="unsq"),
              h.make_node("Conv", ["x1", "w1"], ["c1"], pads=[1, 1], strides=[4], name="conv1"),
              h.make_node("Relu", ["c1"], ["r1"], name="relu1"),
@@ -47,14 +54,12 @@ def lstm_in_if() -> onnx.ModelProto:
              h.make_node("Relu", ["c2"], ["r2"], name="relu2"),
              h.make_node("Transpose", ["r2"], ["seq"], perm=[2, 0, 1], name="to_seq"),
              h.make_node("Equal", ["sr", "rate"], ["cond"], name="is16k"),
-             h.make_node("If", ["cond"], ["b"], then_branch=branch(0), else_branch=branch(1), name="rnn_if"),
+             h.make_node("If", ["cond"], ["b"], then_branch=_branch(0), else_branch=_branch(1), name="rnn_if"),
              h.make_node("Gemm", ["b", "fw"], ["g"], name="fc"),
              h.make_node("Sigmoid", ["g"], ["y"], name="sig")]
-    inits = [w("w1", (8, 1, 3)), w("w2", (8, 8, 3)), w("fw", (H, 1)),
+    inits = [_weight(rng, "w1", (8, 1, 3)), _weight(rng, "w2", (8, 8, 3)), _weight(rng, "fw", (H, 1)),
              nh.from_array(np.array([1], np.int64), "ax1"), nh.from_array(np.array([0], np.int64), "ax0"),
-             nh.from_array(np.array(16000, np.int64), "rate")]
-    for k in (0, 1):
-        inits += [w(f"W{k}", (1, 4 * H, 8)), w(f"R{k}", (1, 4 * H, H)), w(f"B{k}", (1, 8 * H))]
+             nh.from_array(np.array(16000, np.int64), "rate"), *_lstm_weights(rng)]
     graph = h.make_graph(nodes, "vad", [h.make_tensor_value_info("x", T.FLOAT, ["N", "L"]),
                                         h.make_tensor_value_info("sr", T.INT64, [])],
                          [h.make_tensor_value_info("y", T.FLOAT, ["N", 1])], inits)
@@ -261,24 +266,13 @@ def test_bench_of_a_model_times_what_a_build_of_it_keeps(tmp_path, flavor, capsy
 def test_a_first_node_the_builder_refuses_is_blamed_not_the_whole_segment(tmp_path, flavor, caplog) -> None:
     """The If first in the segment's order (its condition a graph input): not even the one-node
     prefix builds, which bisection took for a build that cannot succeed at all, demoting every
-    node. The second node alone builds, so the first is to blame."""
+    node. A network of its inputs passed through builds, so the builder works and the If is to blame."""
     rng = np.random.default_rng(1)
-
-    def w(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
-        return nh.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
-
-    def branch(k: int) -> onnx.GraphProto:
-        return h.make_graph([h.make_node("LSTM", ["seq", f"W{k}", f"R{k}", f"B{k}"], [f"ys{k}", f"yh{k}"],
-                                         hidden_size=H, name=f"lstm{k}"),
-                             h.make_node("Squeeze", [f"yh{k}", "ax0"], [f"out{k}"], name=f"squeeze{k}")],
-                            f"branch{k}", [], [h.make_tensor_value_info(f"out{k}", T.FLOAT, ["N", H])])
-
-    nodes = [h.make_node("If", ["cond"], ["b"], then_branch=branch(0), else_branch=branch(1), name="rnn_if"),
+    nodes = [h.make_node("If", ["cond"], ["b"], then_branch=_branch(0), else_branch=_branch(1), name="rnn_if"),
              h.make_node("Gemm", ["b", "fw"], ["g"], name="fc"), h.make_node("Relu", ["g"], ["r"], name="relu"),
              h.make_node("Gemm", ["r", "fw2"], ["g2"], name="fc2"), h.make_node("Sigmoid", ["g2"], ["y"], name="sig")]
-    inits = [w("fw", (H, H)), w("fw2", (H, 1)), nh.from_array(np.array([0], np.int64), "ax0")]
-    for k in (0, 1):
-        inits += [w(f"W{k}", (1, 4 * H, 8)), w(f"R{k}", (1, 4 * H, H)), w(f"B{k}", (1, 8 * H))]
+    inits = [_weight(rng, "fw", (H, H)), _weight(rng, "fw2", (H, 1)), nh.from_array(np.array([0], np.int64), "ax0"),
+             *_lstm_weights(rng)]
     graph = h.make_graph(nodes, "first", [h.make_tensor_value_info("seq", T.FLOAT, ["L", "N", 8]),
                                           h.make_tensor_value_info("cond", T.BOOL, [])],
                          [h.make_tensor_value_info("y", T.FLOAT, ["N", 1])], inits)
