@@ -393,4 +393,3 @@ def npz_problem(path: str) -> str | None:
     if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # (a zip archive's first bytes; an empty one's)
         return f"not an .npz file; give {NPZ_HOW}"
     return None
-

@@ -200,39 +200,35 @@ class _Narrowing:
             out = graph.output.add()
             out.CopyFrom(vi)
             out.name = f"passed_{k}"
-        self.left -= 1
-        self.builds += 1
-        try:
-            compile_segment(model, segment_ranges(model, profiles), self.options, self.flavor,
-                            weights_dir=plan.model.base_dir)
-            ok = True
-        except SegmentBuildError as e:
-            log.debug("bisection: the inputs of segment %d's first node passed through do not build: %s", segment, e)
-            ok = False
-        log.info("bisection build %d: the inputs of segment %d's first node, passed through, %s", self.builds,
-                 segment, "build" if ok else "fail")
-        return ok
+        return self._trial(model, profiles, plan.model.base_dir, f"the inputs of segment {segment}'s first node, "
+                           "passed through,", quantize=None)
 
     def _builds(self, plan: Plan, nodes: Sequence[int], profiles: Sequence[ProfileSpec], segment: int) -> bool:
         key = tuple(sorted(nodes))
         if key in self._tried:
             return self._tried[key]
         assert plan.model is not None
-        self.left -= 1
-        self.builds += 1
         model = extract(plan.model, nodes, name=f"segment_{segment}_prefix_{len(nodes)}")
         if self.rewrite is not None:
             model = self.rewrite(model)
+        ok = self._trial(model, profiles, plan.model.base_dir, f"the first {len(nodes)} node(s) of segment {segment}",
+                         quantize=self.quantize)
+        self._tried[key] = ok
+        return ok
+
+    def _trial(self, model: onnx.ModelProto, profiles: Sequence[ProfileSpec], weights_dir: str | None, what: str,
+               quantize: SegmentRewrite | None) -> bool:
+        """One trial build of ``model`` (``what`` it is, in the log), counted against the budget."""
+        self.left -= 1
+        self.builds += 1
         try:
-            compile_segment(model, segment_ranges(model, profiles), self.options, self.flavor, None, self.quantize,
-                            weights_dir=plan.model.base_dir)
+            compile_segment(model, segment_ranges(model, profiles), self.options, self.flavor, None, quantize,
+                            weights_dir=weights_dir)
             ok = True
         except SegmentBuildError as e:
-            log.debug("bisection: the first %d node(s) of segment %d do not build: %s", len(nodes), segment, e)
+            log.debug("bisection: %s do not build: %s", what, e)
             ok = False
-        log.info("bisection build %d: the first %d node(s) of segment %d %s", self.builds, len(nodes), segment,
-                 "build" if ok else "fail")
-        self._tried[key] = ok
+        log.info("bisection build %d: %s %s", self.builds, what, "build" if ok else "fail")
         return ok
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from trt_backend.errors import MemoryLimitError, RequestError
 from trt_backend.profiles.node_arg import NodeArg
-from trt_backend.session.feeds import check_npz_sizes
+from trt_backend.session.feeds import check_npz_sizes, storable
 
 NPZ = "application/x-npz"
 JSON = "application/json"
@@ -97,12 +97,10 @@ def _npz_entry(name: str, value: Any) -> tuple[str, np.ndarray]:
     ``allow_pickle=False``): a tensor as it is, strings as a unicode array, and what is no tensor
     (a sequence of maps: scikit-learn's ZipMap) as its JSON text under ``NAME.json``, as the JSON
     reply gives its data."""
-    array = np.asarray(value) if isinstance(value, np.ndarray) else None
-    if array is not None and array.dtype != object:
-        return name, array
-    if array is not None and all(isinstance(x, str) for x in array.flat):
-        return name, array.astype(str)
-    data = array.tolist() if array is not None else value
+    stored = storable(value)  # (as run --outputs and compare --save-outputs store it)
+    if stored is not None:
+        return name, stored
+    data = value.tolist() if isinstance(value, np.ndarray) else value
     return f"{name}.json", np.array(json.dumps(data, default=lambda x: x.tolist() if hasattr(x, "tolist") else str(x)))
 
 
