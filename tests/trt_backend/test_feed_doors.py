@@ -79,10 +79,12 @@ def test_every_command_refuses_bad_feeds_in_one_line(paths, capsys, door, bad, t
     assert out == "" and not (tmp_path / "out").exists()
 
 
-def test_a_sample_outside_a_folders_profiles_is_named_before_the_run_prints(paths, tmp_path, capsys) -> None:
+@pytest.mark.parametrize("command", ["run", "compare", "bench"])
+def test_a_sample_outside_a_folders_profiles_is_named_before_anything_prints(paths, tmp_path, capsys, command) -> None:
     rows = np.zeros((9, 4), np.float32)  # (the folder's profile ends at 8 rows)
     np.savez(tmp_path / "nine.npz", x=rows, y=rows)
-    assert main(["run", paths["folder"], "--inputs", str(tmp_path / "nine.npz"), "--emulate"]) == 1
+    extra = FAST if command == "bench" else []
+    assert main([command, paths["folder"], "--inputs", str(tmp_path / "nine.npz"), "--emulate", *extra]) != 0
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"trt-backend: error: --inputs {tmp_path / 'nine.npz'}: input 'x': shape "
                                         "(9, 4) is outside every profile"), err

@@ -28,6 +28,7 @@ _session_options = lazy_module("trt_backend.session.options")
 _planning = lazy_module("trt_backend.planning")  # (it loads onnx: not before a command plans)
 _feeds = lazy_module("trt_backend.session.feeds")
 _shapes = lazy_module("trt_backend.commands._shapes")
+_profiles = lazy_module("trt_backend.profiles")
 _read = lazy_module("trt_backend.artifacts.read")  # (a folder's manifest: read where a build flag is given)
 _precision_plan = lazy_module("trt_backend.engines.precision_plan")
 
@@ -418,11 +419,21 @@ def read_samples(path: str, model: str, what: str = "--inputs") -> list[dict[str
 
 def check_model_samples(model: str, feeds: Sequence[Mapping[str, Any]], where: str) -> None:
     """``feeds`` held to the inputs of ``model`` as :func:`read_samples` holds them (``where``:
-    what they came from). Nothing is checked where the model file cannot be read by its inputs'
-    bytes alone: loading it then says what is wrong."""
-    inputs = _feeds.model_file_inputs(os.path.join(model, _read.MODEL_FILE) if _read.is_build_folder(model) else model)
-    if inputs is not None:
-        _feeds.check_samples(inputs, feeds, where)
+    what they came from), and to a build folder's profiles, which it brings. Nothing is checked
+    where the model file cannot be read by its inputs' bytes alone: loading it then says what is
+    wrong (and a folder's profiles where its manifest cannot be read: opening it says why)."""
+    folder = _read.is_build_folder(model)
+    inputs = _feeds.model_file_inputs(os.path.join(model, _read.MODEL_FILE) if folder else model)
+    if inputs is None:
+        return
+    profiles = []
+    recorded = ((_folder_manifest(model) or {}).get("plan") or {}).get("input_profiles") if folder else None
+    if isinstance(recorded, list):
+        try:
+            profiles = _profiles.profiles_from_json(recorded)
+        except (TypeError, ValueError, KeyError, AttributeError, TrtBackendError):
+            profiles = []
+    _feeds.check_samples(inputs, feeds, where, profiles)
 
 
 def sample_profiles(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

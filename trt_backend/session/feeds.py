@@ -268,12 +268,14 @@ def value_ranges(inputs: Sequence[NodeArg], val_range: Any = None, int_range: An
 
 
 
-def check_samples(inputs: Sequence[NodeArg], feeds: Sequence[Mapping[str, Any]], where: str) -> None:
+def check_samples(inputs: Sequence[NodeArg], feeds: Sequence[Mapping[str, Any]], where: str,
+                  profiles: Sequence[Profile] = ()) -> None:
     """``feeds`` held to the model's ``inputs`` before profiles are made from them, as a run checks
-    feeds (:class:`FeedValidator`, no profile yet: names, dtypes, ranks, fixed and shared dims), so
-    that a missing input is named as missing and a sample of the wrong rank as such, not as a
-    profile without that input or of the wrong rank. ``where``: what the feeds came from."""
-    validator = FeedValidator(inputs, (), ())
+    feeds (:class:`FeedValidator`: names, dtypes, ranks, fixed and shared dims, and ``profiles``
+    where there are some already, a build folder's), so that a missing input is named as missing
+    and a sample of the wrong rank as such, not as a profile without that input or of the wrong
+    rank. ``where``: what the feeds came from."""
+    validator = FeedValidator(inputs, (), profiles)
     for k, feed in enumerate(feeds):
         try:
             validator.validate(feed)
