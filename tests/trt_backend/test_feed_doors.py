@@ -67,7 +67,7 @@ def test_every_command_refuses_bad_feeds_in_one_line(paths, capsys, door, bad, t
     profiles given, of a folder as of a model file (a folder, or a model given --shapes, used to
     print the session's header first and leave the file unnamed)."""
     command, target = door.split()
-    extra = FAST if command == "bench" else ["-o", str(tmp_path / "out")] if command == "build" else []
+    extra = [*FAST] if command == "bench" else ["-o", str(tmp_path / "out")] if command == "build" else []
     if target.endswith("+shapes"):
         target, extra = "model", [*extra, "--shapes", "x:2x4,y:2x4"]
     if command != "build":
