@@ -42,7 +42,7 @@ from trt_backend.engines.targets import (
 from trt_backend.errors import ArtifactError, TensorRTUnavailableError
 from trt_backend.planning import load_normalized as load
 from trt_backend.planning import with_shipped_plugins
-from trt_backend.profiles import profiles_from_json, shape_tensor_inputs
+from trt_backend.profiles import Profile, profiles_from_json, shape_tensor_inputs
 from trt_backend.session.options import SessionOptions
 from trt_backend.tensorrt.flavor import load_flavor
 
@@ -307,16 +307,27 @@ def same_profiles(given: Any, manifest: Mapping[str, Any] | None) -> bool:
     """Whether profiles given for a build folder (``[{input: (min, opt, max)}]``, the Python
     door's and the command line's form) are the model-input profiles it records: given so, they
     change nothing and are taken, as an option equal to the folder's setting is."""
-    recorded = ((manifest or {}).get("plan") or {}).get("input_profiles")
-    if not isinstance(recorded, list) or not isinstance(given, Sequence) or len(given) != len(recorded):
+    recorded = recorded_profiles(manifest)
+    if not recorded or not isinstance(given, Sequence) or len(given) != len(recorded):
         return False
+    ours = [{n: (list(t.min), list(t.opt), list(t.max)) for n, t in p.items()} for p in recorded]
     try:
-        ours = [{n: (list(t.min), list(t.opt), list(t.max)) for n, t in p.items()}
-                for p in profiles_from_json(recorded)]
         theirs = [{n: tuple(list(s) for s in shapes) for n, shapes in p.items()} for p in given]
-    except (TypeError, ValueError, AttributeError, KeyError, TrtBackendError):
+    except (TypeError, ValueError, AttributeError):
         return False
     return ours == theirs
+
+
+def recorded_profiles(manifest: Mapping[str, Any] | None) -> list[Profile]:
+    """The model-input profiles a folder's manifest records; none where it records none, or none
+    that can be read (opening the folder says why)."""
+    recorded = ((manifest or {}).get("plan") or {}).get("input_profiles")
+    if not isinstance(recorded, list):
+        return []
+    try:
+        return profiles_from_json(recorded)
+    except (TypeError, ValueError, AttributeError, KeyError, TrtBackendError):
+        return []
 
 
 def folder_build_options(manifest: Mapping[str, Any]) -> BuildOptions:

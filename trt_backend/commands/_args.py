@@ -28,7 +28,6 @@ _session_options = lazy_module("trt_backend.session.options")
 _planning = lazy_module("trt_backend.planning")  # (it loads onnx: not before a command plans)
 _feeds = lazy_module("trt_backend.session.feeds")
 _shapes = lazy_module("trt_backend.commands._shapes")
-_profiles = lazy_module("trt_backend.profiles")
 _read = lazy_module("trt_backend.artifacts.read")  # (a folder's manifest: read where a build flag is given)
 _precision_plan = lazy_module("trt_backend.engines.precision_plan")
 
@@ -426,13 +425,7 @@ def check_model_samples(model: str, feeds: Sequence[Mapping[str, Any]], where: s
     inputs = _feeds.model_file_inputs(os.path.join(model, _read.MODEL_FILE) if folder else model)
     if inputs is None:
         return
-    profiles = []
-    recorded = ((_folder_manifest(model) or {}).get("plan") or {}).get("input_profiles") if folder else None
-    if isinstance(recorded, list):
-        try:
-            profiles = _profiles.profiles_from_json(recorded)
-        except (TypeError, ValueError, KeyError, AttributeError, TrtBackendError):
-            profiles = []
+    profiles = _read.recorded_profiles(_folder_manifest(model)) if folder else []
     _feeds.check_samples(inputs, feeds, where, profiles)
 
 
