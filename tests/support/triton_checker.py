@@ -8,6 +8,7 @@ the CPU: ``onnxruntime`` models through ONNX Runtime, ``tensorrt_plan`` models t
 ``segment.onnx`` kept beside the plan (no GPU here to run the engine itself)."""
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -65,6 +66,12 @@ def _type(t: Any) -> str:
     return mc.DataType.Name(t.data_type)
 
 
+def _as_seen(io: Any) -> Any:
+    """The dims an ensemble's own input or output is checked against its steps by: its reshape's
+    where it has one (as Triton's ensemble validation reads them)."""
+    return io.reshape.shape if io.HasField("reshape") else io.dims
+
+
 def _full(dims: Any, batching: bool) -> tuple[int, ...]:
     return ((-1,) if batching else ()) + tuple(dims)
 
@@ -81,6 +88,15 @@ def _check_io(model: RepoModel) -> None:
             raise RepoInvalid(f"{where}: must specify dims")
         if any(d < 1 and d != -1 for d in io.dims):
             raise RepoInvalid(f"{where}: dims must be >= 1 or -1, got {list(io.dims)}")
+        if io.HasField("reshape"):
+            shape = list(io.reshape.shape)
+            if any(d < 1 and d != -1 for d in shape):
+                raise RepoInvalid(f"{where}: reshape dims must be >= 1 or -1, got {shape}")
+            if not shape and c.max_batch_size == 0:
+                raise RepoInvalid(f"{where}: an empty reshape needs a model that batches")
+            if -1 not in shape and -1 not in io.dims and math.prod(shape) != math.prod(io.dims):
+                raise RepoInvalid(f"{where}: reshape {shape} holds another number of elements than dims "
+                                  f"{list(io.dims)}")
         if io.is_shape_tensor and c.platform != "tensorrt_plan":
             raise RepoInvalid(f"{where}: shape tensors are only supported for TensorRT plans")
 
@@ -166,10 +182,10 @@ def check_repo(repo: str) -> tuple[dict[str, RepoModel], RepoModel]:
         else:
             known[tensor] = (dtype, dims, who)
 
-    for io in ec.input:
-        consistent(io.name, _type(io), _full(io.dims, batching), f"ensemble input of '{ens.name}'")
+    for io in ec.input:  # (an ensemble's own tensors by their reshape where they have one; its steps' by dims)
+        consistent(io.name, _type(io), _full(_as_seen(io), batching), f"ensemble input of '{ens.name}'")
     for io in ec.output:
-        consistent(io.name, _type(io), _full(io.dims, batching), f"ensemble output of '{ens.name}'")
+        consistent(io.name, _type(io), _full(_as_seen(io), batching), f"ensemble output of '{ens.name}'")
     produced: dict[str, int] = {}
     ensemble_inputs = {io.name for io in ec.input}
     for k, step in enumerate(ec.ensemble_scheduling.step):
@@ -225,8 +241,14 @@ def check_repo(repo: str) -> tuple[dict[str, RepoModel], RepoModel]:
     return models, ens
 
 
-def _check_value(value: np.ndarray, io: Any, batching: bool, max_batch: int, who: str) -> None:
-    dims = _full(io.dims, batching)
+def _reshaped(value: np.ndarray, io: Any, batching: bool, shape: Any) -> np.ndarray:
+    """``value`` given ``shape`` (a config's dims or reshape, without the batch), its batch kept."""
+    lead = value.shape[:1] if batching else ()
+    return value.reshape(lead + tuple(int(d) for d in shape))
+
+
+def _check_value(value: np.ndarray, io: Any, batching: bool, max_batch: int, who: str, dims: Any = None) -> None:
+    dims = _full(io.dims if dims is None else dims, batching)
     if value.dtype != np.dtype(NUMPY[_type(io)]):
         raise RepoInvalid(f"{who} '{io.name}': got {value.dtype}, config says {_type(io)}")
     if len(value.shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, value.shape)):
@@ -259,9 +281,12 @@ def run_ensemble(repo: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.nda
         for io in c.input:
             v = values[step.input_map[io.name]]
             _check_value(v, io, mb, c.max_batch_size or 1, f"model '{m.name}' input")
-            feed[io.name] = v
+            feed[io.name] = _reshaped(v, io, mb, io.reshape.shape) if io.HasField("reshape") else v
         names = [io.name for io in c.output]
         for io, v in zip(c.output, sess.run(names, feed)):
+            if io.HasField("reshape"):  # the model's shape is the reshape's: Triton's view is dims
+                _check_value(v, io, mb, c.max_batch_size or 1, f"model '{m.name}' output", dims=io.reshape.shape)
+                v = _reshaped(v, io, mb, io.dims)
             _check_value(v, io, mb, c.max_batch_size or 1, f"model '{m.name}' output")
             if io.name in step.output_map:
                 values[step.output_map[io.name]] = v

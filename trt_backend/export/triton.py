@@ -29,12 +29,15 @@ DATA_TYPES: dict[int, str] = {
 @dataclass(frozen=True)
 class TensorConfig:
     """One model input or output: ``dims`` without the batch dim when the model batches, -1 where
-    a dim varies."""
+    a dim varies. ``reshape``: the shape the model itself gives the tensor (without the batch
+    dim), where it differs from ``dims``: a tensor whose only dim is the batch is ``dims [1]``
+    reshaped to ``[]``, as Triton's model configuration declares one (``dims`` must not be empty)."""
 
     name: str
     data_type: str
     dims: tuple[int, ...]
     is_shape_tensor: bool = False
+    reshape: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,8 @@ def tensor_config(vi: onnx.ValueInfoProto, *, batched: bool, what: str, is_shape
         raise ExportError(f"{what} '{vi.name}' has no known rank; Triton's configuration needs the rank of every "
                           "model input and output")
     dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1 for d in tt.shape.dim)
-    if batched and len(dims) == 1:
-        raise ExportError(f"{what} '{vi.name}' has the batch as its only dim; this exporter does not yet declare such "
-                          "a tensor in a batching model (its dims would be empty); export without --max-batch-size")
+    if batched and len(dims) == 1:  # [batch]: Triton sees [batch, 1], the model gets its [batch]
+        return TensorConfig(vi.name, DATA_TYPES[tt.elem_type], (1,), is_shape_tensor, reshape=())
     if batched:
         dims = dims[1:]
     if not dims:
@@ -117,7 +119,7 @@ def quote(text: str) -> str:
 
 
 def _dims(dims: Sequence[int]) -> str:
-    return "[ " + ", ".join(str(d) for d in dims) + " ]"
+    return "[ " + ", ".join(str(d) for d in dims) + " ]" if dims else "[ ]"
 
 
 def _tensors(key: str, tensors: Sequence[TensorConfig]) -> list[str]:
@@ -126,6 +128,8 @@ def _tensors(key: str, tensors: Sequence[TensorConfig]) -> list[str]:
     items = []
     for t in tensors:
         body = [f"    name: {quote(t.name)}", f"    data_type: {t.data_type}", f"    dims: {_dims(t.dims)}"]
+        if t.reshape is not None:
+            body.append(f"    reshape: {{ shape: {_dims(t.reshape)} }}")
         if t.is_shape_tensor:
             body.append("    is_shape_tensor: true")
         items.append("  {\n" + "\n".join(body) + "\n  }")

@@ -467,3 +467,58 @@ def test_a_sequence_output_is_one_line_saying_triton_declares_tensors_only(tmp_p
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "'s' is a sequence_type, not a tensor" in err, err
     assert "declares tensors only" in err and not os.path.exists(tmp_path / "repo")
+
+
+@pytest.mark.filterwarnings("ignore:Stochastic Optimizer")
+def test_tensors_whose_only_dim_is_the_batch_are_reshaped_as_triton_declares_them(tmp_path) -> None:
+    """A classifier's labels ([batch]) and an input of one value per row: with --max-batch-size,
+    Triton declares such a tensor dims [1] reshaped to [] in the model that computes or reads it
+    (dims must not be empty), so clients send and get it as [batch, 1]. Before, the export was
+    refused."""
+    pytest.importorskip("sklearn")
+    skl2onnx = pytest.importorskip("skl2onnx")
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.datasets import load_digits
+    from sklearn.neural_network import MLPClassifier
+
+    digits = load_digits()
+    X, y = digits.data.astype(np.float32) / 16, digits.target
+    clf = MLPClassifier(hidden_layer_sizes=(32,), max_iter=200, random_state=0).fit(X[:1200], y[:1200])
+    m = skl2onnx.convert_sklearn(clf, initial_types=[("X", FloatTensorType([None, 64]))],
+                                 target_opset={"": 17, "ai.onnx.ml": 3}, options={id(clf): {"zipmap": False}})
+    path = _saved(m, tmp_path, "digits.onnx")
+    folder = str(tmp_path / "b")
+    assert main(["build", path, "-o", folder, "--min-shapes", "X:1x64", "--opt-shapes", "X:4x64",
+                 "--max-shapes", "X:8x64"]) == 0
+    repo = str(tmp_path / "repo")
+    assert main(["export-triton", folder, "-o", repo, "--max-batch-size", "8"]) == 0
+    models, ens = check_repo(repo)
+    label = next(o for o in ens.config.output if o.name == "label")
+    assert list(label.dims) == [1] and not label.HasField("reshape")
+    made = [o for c in models.values() if c is not ens for o in c.config.output if o.name == "label"]
+    assert [(list(o.dims), list(o.reshape.shape), o.HasField("reshape")) for o in made] == [([1], [], True)]
+    for rows in (X[1200:1203], X[1300:1308]):
+        got = run_ensemble(repo, {"X": rows})
+        want = ort_reference(m, {"X": rows})
+        assert got["label"].shape == (len(rows), 1)
+        assert np.array_equal(got["label"][:, 0], want[0]) and np.abs(got["probabilities"] - want[1]).max() < 1e-5
+
+    # One value per row in: the ensemble takes [batch, 1], the model reads [batch].
+    graph = h.make_graph([h.make_node("Mul", ["w", "two"], ["w2"]), h.make_node("Unsqueeze", ["w2", "one"], ["w2c"]),
+                          h.make_node("Add", ["x", "w2c"], ["y"])], "rows",
+                         [h.make_tensor_value_info("x", T.FLOAT, ["n", 4]),
+                          h.make_tensor_value_info("w", T.FLOAT, ["n"])],
+                         [h.make_tensor_value_info("y", T.FLOAT, ["n", 4])],
+                         [nh.from_array(np.array(2, np.float32), "two"), nh.from_array(np.array([1], np.int64), "one")])
+    rows_model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    source = from_model(_saved(rows_model, tmp_path, "rows.onnx"), [{"x": ((1, 4), (2, 4), (4, 4)),
+                                                                      "w": ((1,), (2,), (4,))}])
+    repo2 = str(tmp_path / "repo2")
+    write_repo(triton_repo(source, TritonOptions(max_batch_size=4)), repo2)
+    models, ens = check_repo(repo2)
+    w = next(i for i in ens.config.input if i.name == "w")
+    assert list(w.dims) == [1] and not w.HasField("reshape")
+    x = np.random.default_rng(3).random((3, 4), dtype=np.float32)
+    wv = np.array([1.0, -2.0, 0.5], np.float32)
+    got = run_ensemble(repo2, {"x": x, "w": wv[:, None]})
+    assert np.abs(got["y"] - (x + 2 * wv[:, None])).max() < 1e-6
