@@ -22,7 +22,7 @@ from trt_backend.artifacts.saved import saved_segment_profiles
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.artifacts.write import build
 from trt_backend.engines.memory import engine_bytes
-from trt_backend.errors import ArtifactError, ExportError
+from trt_backend.errors import ArtifactError, ExportError, OptionsError
 from trt_backend.profiles import Profile, profiles_from_json
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
@@ -161,23 +161,34 @@ def _check_same_plan(first: ExportSource, plan: Plan, manifest: Mapping[str, Any
         raise ExportError(f"{folder}: built with {manifest.get('tensorrt')}, {first_folder} with {first.runtime}")
 
 
-def from_model(model: str, profiles: Sequence[Mapping[str, Any]] | None, options: SessionOptions | None = None, *,
-               scratch_dir: str | None = None, name: str | None = None,
+def from_model(model: str | onnx.ModelProto, profiles: Sequence[Mapping[str, Any]] | None,
+               options: SessionOptions | None = None, *, scratch_dir: str | None = None, name: str | None = None,
                external_weights: bool | None = None) -> ExportSource:
-    """Build ``model`` with ``options`` (precision, partition, flavor, signing key: all there) into
-    a scratch folder (removed afterwards) and read it as an export source. ``external_weights``
+    """Build ``model`` (a model file, a build folder or a ModelProto, named "model" unless ``name``
+    says otherwise) with ``options`` (precision, partition, flavor, signing key: all there) into a
+    scratch folder (removed afterwards) and read it as an export source. ``external_weights``
     None: as the model file keeps its weights."""
     sign_key = options.sign_key if options is not None else None
-    if is_build_folder(model):
-        return from_build_folders([model], name=name, external_weights=external_weights, sign_key=sign_key)
-    external = _file_has_external_data(model) if external_weights is None else external_weights
+    if isinstance(model, onnx.ModelProto):
+        external = bool(external_weights)
+        name = name or "model"
+    elif not isinstance(model, (str, os.PathLike)):
+        raise OptionsError(f"from_model takes a model file, a build folder or a ModelProto, got "
+                           f"{type(model).__name__}")
+    elif is_build_folder(model):
+        return from_build_folders([os.fspath(model)], name=name, external_weights=external_weights,
+                                  sign_key=sign_key)
+    else:
+        model = os.fspath(model)
+        external = _file_has_external_data(model) if external_weights is None else external_weights
     scratch = tempfile.mkdtemp(prefix=".export-build-", dir=scratch_dir)
     try:
         out = os.path.join(scratch, "build")
         build(model, out, profiles, options)
-        source = from_build_folders([out], name=name or _stem(model), external_weights=external, sign_key=sign_key)
+        source = from_build_folders([out], name=name or _stem(os.fspath(model)), external_weights=external,
+                                    sign_key=sign_key)
     except ArtifactError as e:
-        raise ExportError(f"{model}: building it for export failed: {e}") from None
+        raise ExportError(f"{name or model}: building it for export failed: {e}") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return source

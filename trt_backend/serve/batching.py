@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from trt_backend.errors import RequestError, TrtBackendError
+from trt_backend.session.feeds import random_feeds
 from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)
@@ -24,10 +25,12 @@ Reply = dict[str, np.ndarray] | TrtBackendError
 
 def batch_rows(session: Session, max_batch_size: int) -> int | None:
     """Most rows one run may hold: ``max_batch_size``, lowered to what the session's profiles
-    take on the leading dim. None when the model has no common batch dim (every input and output
-    dynamic on dim 0 under one name): then each request runs alone, as sent."""
-    if no_batch_dim(session) is not None:
-        return None
+    take on the leading dim. None when the model has no batch dim (:func:`no_batch_dim` says why):
+    then each request runs alone, as sent."""
+    return None if no_batch_dim(session) is not None else _rows(session, max_batch_size)
+
+
+def _rows(session: Session, max_batch_size: int) -> int:
     rows = max_batch_size
     if session.input_profiles:
         names = [a.name for a in session.get_inputs()]
@@ -38,17 +41,78 @@ def batch_rows(session: Session, max_batch_size: int) -> int | None:
 
 
 def no_batch_dim(session: Session) -> str | None:
-    """Why the model has no batch dim to batch requests on (every input and output must lead
-    with one dynamic dim of one name), naming the tensor that does not; None where it has one."""
-    args = [*session.get_inputs(), *session.get_outputs()]
-    first = next((a for a in args if a.shape and isinstance(a.shape[0], str)), None)
-    if first is None:
-        return "no input or output leads with a named dynamic dim"
-    for a in args:
-        lead = a.shape[0] if a.shape else None
-        if lead != first.shape[0]:
-            what = "has no dims" if not a.shape else f"leads with {lead!r}" if lead is not None else "has no rank"
-            return f"'{a.name}' {what}, not {first.shape[0]!r} as '{first.name}' does"
+    """Why requests cannot be batched on the model's leading dim, naming the input or output
+    that does not carry it; None where every one does. The rule export-triton's
+    ``--max-batch-size`` applies to the model's inputs and outputs: every input leads with a
+    dynamic dim, which the profiles give every input as one range (or the inputs name alike,
+    whatever that name is, or leave unnamed); an output carries it where its leading dim has the
+    inputs' batch name, else where runs of the session at batch 1 and 2 on seeded random data
+    show it following the batch."""
+    inputs, outputs = session.get_inputs(), session.get_outputs()
+    if not inputs:
+        return "the model has no inputs"
+    for a in [*inputs, *outputs]:
+        if a.kind != "tensor":
+            return f"'{a.name}' is {a.type}, not a tensor whose rows can be split"
+        if not a.shape:
+            return f"'{a.name}' {'is a scalar' if a.rank == 0 else 'has no known rank'}"
+    fixed = next((a for a in inputs if isinstance(a.shape[0], int)), None)
+    if fixed is not None:
+        return f"input '{fixed.name}' leads with a fixed {fixed.shape[0]}, not a batch dim"
+    names = {a.shape[0] for a in inputs if isinstance(a.shape[0], str)}
+    ranges = _batch_ranges(session)
+    if isinstance(ranges, str):
+        return ranges
+    if len(names) > 1 and not ranges:
+        listed = ", ".join(f"'{a.name}' {a.shape[0]!r}" for a in inputs)
+        return f"the inputs lead with different dims ({listed}) and no profile gives them one range"
+    others = {d for a in inputs for d in a.shape[1:] if isinstance(d, str)} - names
+    undecided = []
+    for a in outputs:
+        lead = a.shape[0]
+        if isinstance(lead, int):
+            return f"output '{a.name}' leads with a fixed {lead}, not the batch"
+        if isinstance(lead, str) and lead in others:
+            return f"output '{a.name}' leads with {lead!r}, which the inputs name another dim than the batch"
+        if not (isinstance(lead, str) and lead in names):
+            undecided.append(a.name)
+    return _not_following(session, undecided, ranges) if undecided else None
+
+
+def _batch_ranges(session: Session) -> list[tuple[int, int]] | str:
+    """Per profile, the batch range its inputs share; a reason where a profile gives the inputs'
+    leading dims different ranges."""
+    names = [a.name for a in session.get_inputs()]
+    out = []
+    for k, profile in enumerate(session.input_profiles):
+        seen = {n: (profile[n].min[0], profile[n].max[0]) for n in names if n in profile and profile[n].min}
+        if len(set(seen.values())) > 1:
+            return f"profile {k} gives the inputs different batch ranges {seen}"
+        if seen:
+            out.append(next(iter(seen.values())))
+    return out
+
+
+def _not_following(session: Session, names: list[str], ranges: list[tuple[int, int]]) -> str | None:
+    """Whether ``names`` (outputs) follow the batch in runs at batch 1 and 2 (the other dims at
+    the first profile's opt shapes): the first that does not, or why the runs could not tell."""
+    batches = [1, 2] if not ranges or ranges[0][1] >= 2 else [1]
+    first = session.input_profiles[0] if session.input_profiles else {}
+    args = session.get_inputs()
+    seen: list[list[int | None]] = []
+    for k, b in enumerate(batches):
+        shapes = {a.name: (b, *(first[a.name].opt[1:] if a.name in first else
+                                [d if isinstance(d, int) else 1 for d in a.shape[1:]])) for a in args}
+        try:
+            values = session.run(names, random_feeds(args, shapes, seed=k))
+        except TrtBackendError as e:
+            return f"output '{names[0]}' is not named as the batch, and a run at batch {b} to see failed: {e}"
+        seen.append([np.shape(v)[0] if np.ndim(v) else None for v in values])
+    for j, name in enumerate(names):
+        got = [s[j] for s in seen]
+        if got != batches:
+            dims = ", ".join(f"{d} at batch {b}" for d, b in zip(got, batches))
+            return f"output '{name}' does not follow the batch: its leading dim was {dims}"
     return None
 
 
@@ -83,8 +147,8 @@ class BatchRunner:
 
     def __init__(self, session: Session, max_batch_size: int) -> None:
         self.session = session
-        self.max_rows = batch_rows(session, max_batch_size)
         self.no_batching = no_batch_dim(session)  # why each request runs alone, where it does
+        self.max_rows = None if self.no_batching is not None else _rows(session, max_batch_size)
         self.output_names = [a.name for a in session.get_outputs()]
         self.input_names = [a.name for a in session.get_inputs()]
         self.stats = BatchStats()

@@ -58,11 +58,60 @@ def test_rows_per_run_never_pass_the_profiles(session) -> None:
     assert batch_rows(Session(fixed, None, SessionOptions(emulate=True, flavor="none")), 8) is None
     # why not, said where serve prints "no batching": the tensor whose leading dim is not the others'
     assert BatchRunner(Session(fixed, None, SessionOptions(emulate=True, flavor="none")), 8).no_batching == \
-        "no input or output leads with a named dynamic dim"
+        "input 'x' leads with a fixed 2, not a batch dim"
     apart = model([helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], [vi("x", ["N", 3])], [vi("y", [])])
     assert BatchRunner(Session(apart, None, SessionOptions(emulate=True, flavor="none")), 8).no_batching == \
-        "'y' has no dims, not 'N' as 'x' does"
+        "'y' is a scalar"
     assert BatchRunner(session, 4).no_batching is None
+
+
+@pytest.mark.filterwarnings("ignore:Stochastic Optimizer")
+def test_serve_batches_what_export_triton_batches(tmp_path) -> None:
+    """One rule for the model's batch dim at both doors: a scikit-learn classifier, whose dims
+    skl2onnx leaves unnamed, batches in serve as its Triton export does (serve ran each request
+    alone: it wanted a dim name); an output that does not follow the batch (found by running the
+    model: shape inference cannot tell) stops both."""
+    pytest.importorskip("sklearn")
+    skl2onnx = pytest.importorskip("skl2onnx")
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.datasets import load_digits
+    from sklearn.neural_network import MLPClassifier
+
+    from trt_backend.errors import ExportError
+    from trt_backend.export.repo import TritonOptions, triton_repo
+    from trt_backend.export.source import from_model
+
+    digits = load_digits()
+    X, y = digits.data.astype(np.float32) / 16, digits.target
+    clf = MLPClassifier(hidden_layer_sizes=(32,), max_iter=200, random_state=0).fit(X[:1200], y[:1200])
+    digits_model = skl2onnx.convert_sklearn(clf, initial_types=[("X", FloatTensorType([None, 64]))],
+                                            target_opset={"": 17, "ai.onnx.ml": 3},
+                                            options={id(clf): {"zipmap": False}})
+    counted = model([helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Transpose", ["nz"], ["y"])],
+                    [vi("x", [None, 3])], [vi("y", [None, 2], 7)])  # y: one row per nonzero element
+    reference = ort.InferenceSession(digits_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for proto, name, batches in ((digits_model, "X", True), (counted, "x", False)):
+        cols = 64 if name == "X" else 3
+        profile = [{name: ((1, cols), (4, cols), (8, cols))}]
+        runner = BatchRunner(Session(proto, profile, SessionOptions(emulate=True)), 8)
+        try:
+            triton_repo(from_model(proto, profile, SessionOptions()), TritonOptions(max_batch_size=8))
+            exported = True
+        except ExportError as e:
+            exported, refusal = False, str(e)
+        assert (runner.no_batching is None) == exported == batches, (runner.no_batching, exported)
+        if not batches:
+            assert runner.no_batching == "output 'y' does not follow the batch: its leading dim was 3 at batch 1, " \
+                                         "6 at batch 2"
+            assert "'y'" in refusal and "does not follow the batch" in refusal
+    runner = BatchRunner(Session(digits_model, [{"X": ((1, 64), (4, 64), (8, 64))}], SessionOptions(emulate=True)), 8)
+    rows = [X[1200 + 10 * k:1200 + 10 * k + n] for k, n in enumerate((1, 3, 2, 5))]
+    replies = runner.run([{"X": r} for r in rows])
+    assert runner.stats.runs < len(rows)  # packed, not one run per request
+    for got, r in zip(replies, rows):
+        want = reference.run(None, {"X": r})
+        assert isinstance(got, dict) and np.array_equal(got["label"], want[0])
+        np.testing.assert_allclose(got["probabilities"], want[1], rtol=1e-5, atol=1e-6)
 
 
 def test_mixed_requests_are_packed_split_and_answered(session, reference) -> None:
