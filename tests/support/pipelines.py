@@ -20,3 +20,27 @@ def mlp_pipeline():
                                                          random_state=0)).fit(X, y)
     return skl2onnx.convert_sklearn(pipe, initial_types=[("X", FloatTensorType([None, 8]))],
                                     target_opset={"": 17, "ai.onnx.ml": 3})
+
+
+def digits_classifier():
+    """A scikit-learn MLP trained on the first 1,200 of sklearn's digits (8x8 images scaled to
+    0..1), converted by skl2onnx without ZipMap: outputs ``label`` [N] (int64) and
+    ``probabilities`` [N, 10], input ``X`` [N, 64] with N unnamed. Returns (the model, all 1,797
+    images as float32 rows: those from 1,200 on were not trained on)."""
+    pytest.importorskip("sklearn")
+    skl2onnx = pytest.importorskip("skl2onnx")
+    import warnings
+
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.datasets import load_digits
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.neural_network import MLPClassifier
+
+    digits = load_digits()
+    X, y = digits.data.astype(np.float32) / 16, digits.target
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf = MLPClassifier(hidden_layer_sizes=(32,), max_iter=200, random_state=0).fit(X[:1200], y[:1200])
+    proto = skl2onnx.convert_sklearn(clf, initial_types=[("X", FloatTensorType([None, 64]))],
+                                     target_opset={"": 17, "ai.onnx.ml": 3}, options={id(clf): {"zipmap": False}})
+    return proto, X

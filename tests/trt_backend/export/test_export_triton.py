@@ -22,6 +22,7 @@ from tests.support.graphs import (
     ort_reference,
     transformer_model,
 )
+from tests.support.pipelines import digits_classifier
 from tests.support.triton_checker import check_repo, load_repo, run_ensemble
 from trt_backend.cli import main
 from trt_backend.data.demo import DEMO_PATH
@@ -469,23 +470,12 @@ def test_a_sequence_output_is_one_line_saying_triton_declares_tensors_only(tmp_p
     assert "declares tensors only" in err and not os.path.exists(tmp_path / "repo")
 
 
-@pytest.mark.filterwarnings("ignore:Stochastic Optimizer")
 def test_tensors_whose_only_dim_is_the_batch_are_reshaped_as_triton_declares_them(tmp_path) -> None:
     """A classifier's labels ([batch]) and an input of one value per row: with --max-batch-size,
     Triton declares such a tensor dims [1] reshaped to [] in the model that computes or reads it
     (dims must not be empty), so clients send and get it as [batch, 1]. Before, the export was
     refused."""
-    pytest.importorskip("sklearn")
-    skl2onnx = pytest.importorskip("skl2onnx")
-    from skl2onnx.common.data_types import FloatTensorType
-    from sklearn.datasets import load_digits
-    from sklearn.neural_network import MLPClassifier
-
-    digits = load_digits()
-    X, y = digits.data.astype(np.float32) / 16, digits.target
-    clf = MLPClassifier(hidden_layer_sizes=(32,), max_iter=200, random_state=0).fit(X[:1200], y[:1200])
-    m = skl2onnx.convert_sklearn(clf, initial_types=[("X", FloatTensorType([None, 64]))],
-                                 target_opset={"": 17, "ai.onnx.ml": 3}, options={id(clf): {"zipmap": False}})
+    m, X = digits_classifier()
     path = _saved(m, tmp_path, "digits.onnx")
     folder = str(tmp_path / "b")
     assert main(["build", path, "-o", folder, "--min-shapes", "X:1x64", "--opt-shapes", "X:4x64",

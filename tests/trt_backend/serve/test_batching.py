@@ -11,6 +11,7 @@ import pytest
 from onnx import helper
 
 from tests.helpers import model, vi
+from tests.support.pipelines import digits_classifier
 from trt_backend.data.demo import DEMO_PATH
 from trt_backend.errors import FeedError, OptionsError, ProfileError, RequestError
 from trt_backend.serve.batching import BatchRunner, Reply, batch_rows
@@ -65,28 +66,16 @@ def test_rows_per_run_never_pass_the_profiles(session) -> None:
     assert BatchRunner(session, 4).no_batching is None
 
 
-@pytest.mark.filterwarnings("ignore:Stochastic Optimizer")
 def test_serve_batches_what_export_triton_batches(tmp_path) -> None:
     """One rule for the model's batch dim at both doors: a scikit-learn classifier, whose dims
     skl2onnx leaves unnamed, batches in serve as its Triton export does (serve ran each request
     alone: it wanted a dim name); an output that does not follow the batch (found by running the
     model: shape inference cannot tell) stops both."""
-    pytest.importorskip("sklearn")
-    skl2onnx = pytest.importorskip("skl2onnx")
-    from skl2onnx.common.data_types import FloatTensorType
-    from sklearn.datasets import load_digits
-    from sklearn.neural_network import MLPClassifier
-
     from trt_backend.errors import ExportError
     from trt_backend.export.repo import TritonOptions, triton_repo
     from trt_backend.export.source import from_model
 
-    digits = load_digits()
-    X, y = digits.data.astype(np.float32) / 16, digits.target
-    clf = MLPClassifier(hidden_layer_sizes=(32,), max_iter=200, random_state=0).fit(X[:1200], y[:1200])
-    digits_model = skl2onnx.convert_sklearn(clf, initial_types=[("X", FloatTensorType([None, 64]))],
-                                            target_opset={"": 17, "ai.onnx.ml": 3},
-                                            options={id(clf): {"zipmap": False}})
+    digits_model, X = digits_classifier()
     counted = model([helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Transpose", ["nz"], ["y"])],
                     [vi("x", [None, 3])], [vi("y", [None, 2], 7)])  # y: one row per nonzero element
     reference = ort.InferenceSession(digits_model.SerializeToString(), providers=["CPUExecutionProvider"])
