@@ -46,8 +46,8 @@ def no_batch_dim(session: Session) -> str | None:
     ``--max-batch-size`` applies to the model's inputs and outputs: every input leads with a
     dynamic dim, which the profiles give every input as one range (or the inputs name alike,
     whatever that name is, or leave unnamed); an output carries it where its leading dim has the
-    inputs' batch name, else where runs of the session at batch 1 and 2 on seeded random data
-    show it following the batch."""
+    inputs' batch name, else where runs of the session at two batch sizes (1 and 2 where the
+    profiles take them) on seeded random data show it following the batch."""
     inputs, outputs = session.get_inputs(), session.get_outputs()
     if not inputs:
         return "the model has no inputs"
@@ -94,9 +94,11 @@ def _batch_ranges(session: Session) -> list[tuple[int, int]] | str:
 
 
 def _not_following(session: Session, names: list[str], ranges: list[tuple[int, int]]) -> str | None:
-    """Whether ``names`` (outputs) follow the batch in runs at batch 1 and 2 (the other dims at
-    the first profile's opt shapes): the first that does not, or why the runs could not tell."""
-    batches = [1, 2] if not ranges or ranges[0][1] >= 2 else [1]
+    """Whether ``names`` (outputs) follow the batch in runs at two batch sizes, the smallest the
+    first profile takes and the next (1 and 2 without profiles; the other dims at the first
+    profile's opt shapes): the first that does not, or why the runs could not tell."""
+    lo, hi = ranges[0] if ranges else (1, 2)
+    batches = sorted({lo, min(lo + 1, hi)})
     first = session.input_profiles[0] if session.input_profiles else {}
     args = session.get_inputs()
     seen: list[list[int | None]] = []
