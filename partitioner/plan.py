@@ -56,7 +56,18 @@ class PartitionOptions:
             value = getattr(self, f)
             if value is None and f == "plugins":
                 continue
-            object.__setattr__(self, f, (value,) if isinstance(value, str) else tuple(value))
+            try:
+                value = (value,) if isinstance(value, str) else tuple(value)
+            except TypeError:
+                raise OptionsError(f"{f} must be a list, got {type(value).__name__}") from None
+            wrong = next((v for v in value if not isinstance(v, str)), None) if f != "plugins" else None
+            if wrong is not None:
+                raise OptionsError(f"{f} must list names (str), got {type(wrong).__name__} {wrong!r}")
+            object.__setattr__(self, f, value)
+        for f in ("min_segment_size", "max_oracle_calls"):
+            value = getattr(self, f)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise OptionsError(f"{f} must be a whole number >= 0, got {value!r}")
         if self.qdq_rewrite not in ("exact", "int8"):
             raise OptionsError(f"qdq_rewrite must be 'exact' or 'int8', got {self.qdq_rewrite!r}")
 

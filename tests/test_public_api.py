@@ -103,3 +103,30 @@ def test_user_errors_share_one_root() -> None:
     assert outside == ["SpecError"]  # a ValueError inside the Resize plugin: becomes the reason a claim is declined
     assert issubclass(errors.ProfileError, errors.OptionsError)
     assert os.path.basename(errors.__file__) == "errors.py"
+
+
+def test_a_value_of_the_wrong_type_at_a_public_door_is_one_error_of_ours(tmp_path) -> None:
+    """A number, bytes or a str where a public function wants a path, a list or a Session is an
+    error of ours naming what was wanted, not Python's TypeError or AttributeError from deep
+    inside (os.fspath, tuple(), a missing attribute)."""
+    from trt_backend.export import from_build_folders, from_model, from_session
+
+    calls = [
+        (lambda: trt_backend.load(123), "a build folder must be a path (a str or os.PathLike), got int"),
+        (lambda: trt_backend.Session.load(b"folder"), "a build folder must be a path (a str or os.PathLike), got "
+                                                       "bytes"),
+        (lambda: trt_backend.PartitionOptions(exclude_ops=123), "exclude_ops must be a list, got int"),
+        (lambda: trt_backend.PartitionOptions(exclude_nodes=["a", 2]), "exclude_nodes must list names (str), got int"),
+        (lambda: trt_backend.PartitionOptions(min_segment_size="3"), "min_segment_size must be a whole number >= 0"),
+        (lambda: from_model(123, None), "the model (a model file, a build folder or a ModelProto) must be a path"),
+        (lambda: from_build_folders(str(tmp_path)), "folders must be a list of build folders, got str"),
+        (lambda: from_build_folders([7]), "a build folder must be a path (a str or os.PathLike), got int"),
+        (lambda: from_session("model.onnx"), "from_session takes a trt_backend Session, got str"),
+    ]
+    for call, message in calls:
+        try:
+            call()
+        except errors.TrtBackendError as e:
+            assert message in str(e) and "\n" not in str(e), (message, str(e))
+        else:
+            raise AssertionError(f"no error: {message}")

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from trt_backend._lazy import lazy_module
-from trt_backend.errors import OutputError
+from trt_backend.errors import OptionsError, OutputError
 
 if TYPE_CHECKING:
     import onnx
@@ -27,6 +27,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _picture = lazy_module("partitioner.picture")  # Only the commands that draw load it.
 _weights = lazy_module("partitioner.weights")  # onnx loads with the first model saved.
+
+
+def path_text(value: Any, what: str) -> str:
+    """``value`` (a str or an ``os.PathLike`` of str) as a str; OptionsError naming ``what`` for
+    anything else (an int, bytes, None), which would otherwise fail deep inside as Python's
+    TypeError."""
+    if isinstance(value, (str, os.PathLike)):
+        text = os.fspath(value)
+        if isinstance(text, str):
+            return text
+    raise OptionsError(f"{what} must be a path (a str or os.PathLike), got {type(value).__name__}")
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, durable: bool = True) -> None:

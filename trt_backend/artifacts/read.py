@@ -25,6 +25,7 @@ from partitioner import Plan, TrtBackendError
 from partitioner.cost import BoundaryCost
 from partitioner.errors import OptionsError
 from partitioner.weights import check_location, file_sha256
+from trt_backend._files import path_text
 from trt_backend.artifacts.build_cache import jsonable
 from trt_backend.artifacts.references import check_references, weights_dir
 from trt_backend.artifacts.saved import saved_segment_profiles
@@ -360,7 +361,7 @@ def open_build(folder: str | os.PathLike[str], options: SessionOptions | None = 
     (threads, device, emulation, memory, signing); any that would change what was built is an
     OptionsError naming it. With ``rebuild`` and engines that cannot execute here, the folder's
     model is compiled again with the folder's own options and profiles."""
-    folder = os.fspath(folder)
+    folder = path_text(folder, "a build folder")
     opts = options if options is not None else SessionOptions()
     built = open_folder(folder, executes=executes, rebuild=rebuild, sign_key=sign_key, options=opts)
     manifest = built.manifest

@@ -20,6 +20,7 @@ from trt_backend.artifacts.read import is_build_folder, open_folder
 from trt_backend.artifacts.references import weights_dir
 from trt_backend.artifacts.saved import saved_segment_profiles
 from trt_backend.artifacts.seal import sign_key as read_sign_key
+from trt_backend._files import path_text
 from trt_backend.artifacts.write import build
 from trt_backend.engines.memory import engine_bytes
 from trt_backend.errors import ArtifactError, ExportError, OptionsError
@@ -103,6 +104,9 @@ def from_build_folders(folders: Sequence[str], *, name: str | None = None, exter
     the same). ``external_weights`` None: as the folders keep them. ``sign_key`` (the key,
     ``@FILE``, or else ``TRT_BACKEND_SIGN_KEY``): each folder must be signed with it."""
     seal_key = read_sign_key(sign_key)
+    if isinstance(folders, (str, os.PathLike)) or not isinstance(folders, Sequence):
+        raise OptionsError(f"folders must be a list of build folders, got {type(folders).__name__}")
+    folders = [path_text(f, "a build folder") for f in folders]
     if not folders:
         raise ExportError("no build folder given")
     first: ExportSource | None = None
@@ -172,10 +176,7 @@ def from_model(model: str | onnx.ModelProto, profiles: Sequence[Mapping[str, Any
     if isinstance(model, onnx.ModelProto):
         external = bool(external_weights)
         name = name or "model"
-    elif not isinstance(model, (str, os.PathLike)):
-        raise OptionsError(f"from_model takes a model file, a build folder or a ModelProto, got "
-                           f"{type(model).__name__}")
-    elif is_build_folder(model):
+    elif is_build_folder(path_text(model, "the model (a model file, a build folder or a ModelProto)")):
         return from_build_folders([os.fspath(model)], name=name, external_weights=external_weights,
                                   sign_key=sign_key)
     else:
@@ -199,6 +200,9 @@ def from_session(session: Session, *, name: str | None = None, engines: Mapping[
     """An export source from a Session's plan and derived profiles. Without ``engines`` (by segment
     id, then GPU target) its TensorRT segments export as ONNX (Triton's TensorRT accelerator);
     ``runtime`` names the TensorRT that built the engines given."""
+    if not isinstance(session, Session):
+        raise OptionsError(f"from_session takes a trt_backend Session, got {type(session).__name__}; for a model "
+                           "file or a build folder, use from_model or from_build_folders")
     plan = session.plan
     return ExportSource(
         name=name or _stem(session.model.source or "model"), plan=plan,

@@ -20,8 +20,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from trt_backend._files import path_text
 from trt_backend.artifacts.read import is_build_folder
 from trt_backend.errors import RequestError, ServeError, TrtBackendError
+from trt_backend.ort.sessions import first_line
 from trt_backend.planning import load_normalized, plan_for
 from trt_backend.profiles import (
     check_profile_names,
@@ -114,7 +116,7 @@ def build_app(source: str | os.PathLike[str], options: ServeOptions | None = Non
     import ray
 
     opts = options or ServeOptions()
-    src = os.path.abspath(os.fspath(source))
+    src = os.path.abspath(path_text(source, "the source (a build folder or a model file)"))
     gpus = opts.num_gpus if opts.num_gpus is not None else \
         (1.0 if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) > 0 else 0.0)
     # replicas import the trt_backend this process imported (a checkout, an editable install)
@@ -202,8 +204,16 @@ class ServeClient:
         import ray
 
         if not ray.is_initialized():  # another process: join the cluster serving it
-            ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
-        self.handle = serve.get_deployment_handle(SESSION_DEPLOYMENT, app_name=app_name)
+            try:
+                ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+            except ConnectionError as e:
+                raise ServeError(f"no Ray cluster to join at address {address!r} ({first_line(e)}); serve first "
+                                 "(trt-backend serve, or trt_backend.serve.start)") from None
+        try:
+            self.handle = serve.get_deployment_handle(SESSION_DEPLOYMENT, app_name=app_name)
+        except serve.exceptions.RayServeException as e:  # (no Serve controller on that cluster)
+            raise ServeError(f"the Ray cluster serves no trt-backend application named {app_name!r} "
+                             f"({type(e).__name__}: {first_line(e)})") from None
         self.retries = retries
         self.resent = 0  # requests sent again because their replica died
 
@@ -288,7 +298,7 @@ def start(source: str | os.PathLike[str], options: ServeOptions | None = None, *
     import ray
 
     opts = options or ServeOptions()
-    src = os.path.abspath(os.fspath(source))
+    src = os.path.abspath(path_text(source, "the source (a build folder or a model file)"))
     if address is None and not ray.is_initialized():  # A cluster joined may be serving on it already.
         check_port(opts.host, opts.port)
     _check_source(src, opts)

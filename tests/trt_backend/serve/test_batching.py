@@ -217,3 +217,15 @@ def test_an_npz_reply_loads_without_pickling_whatever_the_outputs() -> None:
     maps = json.loads(str(back["prob_maps.json"]))
     assert len(maps) == 3 and [sorted(m) for m in maps] == [["0", "1", "2"]] * 3
     assert [pytest.approx(list(m.values())) for m in maps] == [list(m.values()) for m in out["prob_maps"]]
+
+
+def test_serving_a_value_that_is_no_path_is_one_error() -> None:
+    """build_app and start are handed a build folder or a model file; anything else is an
+    OptionsError before Ray is asked for anything (start would otherwise have started a cluster)."""
+    pytest.importorskip("ray")
+    from trt_backend.serve import build_app, start
+
+    for door in (build_app, start):
+        with pytest.raises(OptionsError, match=r"the source \(a build folder or a model file\) must be a path "
+                                               r"\(a str or os.PathLike\), got int"):
+            door(123)  # type: ignore[arg-type]
