@@ -109,6 +109,7 @@ def test_a_value_of_the_wrong_type_at_a_public_door_is_one_error_of_ours(tmp_pat
     """A number, bytes or a str where a public function wants a path, a list or a Session is an
     error of ours naming what was wanted, not Python's TypeError or AttributeError from deep
     inside (os.fspath, tuple(), a missing attribute)."""
+    from trt_backend.data.demo import DEMO_PATH
     from trt_backend.export import from_build_folders, from_model, from_session
 
     calls = [
@@ -122,6 +123,11 @@ def test_a_value_of_the_wrong_type_at_a_public_door_is_one_error_of_ours(tmp_pat
         (lambda: from_build_folders(str(tmp_path)), "folders must be a list of build folders, got str"),
         (lambda: from_build_folders([7]), "a build folder must be a path (a str or os.PathLike), got int"),
         (lambda: from_session("model.onnx"), "from_session takes a trt_backend Session, got str"),
+        (lambda: trt_backend.build(DEMO_PATH, 123), "out_dir must be a path (a str or os.PathLike), got int"),
+        (lambda: trt_backend.compare(DEMO_PATH, feeds=123),
+         "feeds must be a dict of input name -> array, or a list of them, got int"),
+        (lambda: trt_backend.compare(DEMO_PATH, feeds=[{}, 5]),
+         "feeds must be a list of dicts of input name -> array, got int 5 in it"),
     ]
     for call, message in calls:
         try:

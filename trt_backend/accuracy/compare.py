@@ -75,6 +75,7 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
     run the model, ``OptionsError`` for bad options; a mismatch is a report with
     ``passed`` False, not an exception."""
     opts = _options(options, overrides)
+    feeds = _feed_list(feeds)
     if isinstance(model, Session):
         if profiles is not None or session_options is not None:
             raise OptionsError("a ready Session brings its own profiles and options; pass the model instead")
@@ -115,6 +116,23 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
     finally:
         if owned:
             sess.close()
+
+
+def _feed_list(feeds: Any) -> list[Mapping[str, Any]] | None:
+    """``feeds`` (a dict of input name -> array, or a list of them) as a list; OptionsError for
+    anything else."""
+    if feeds is None:
+        return None
+    if isinstance(feeds, Mapping):
+        return [feeds]
+    if isinstance(feeds, (str, bytes)) or not isinstance(feeds, Sequence):
+        raise OptionsError(f"feeds must be a dict of input name -> array, or a list of them, got "
+                           f"{type(feeds).__name__}")
+    wrong = next((f for f in feeds if not isinstance(f, Mapping)), None)
+    if wrong is not None:
+        raise OptionsError(f"feeds must be a list of dicts of input name -> array, got {type(wrong).__name__} "
+                           f"{wrong!r:.80} in it")
+    return list(feeds)
 
 
 def folder_reference(folder: str, sess: Session) -> Model | None:

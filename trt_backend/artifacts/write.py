@@ -32,6 +32,7 @@ from partitioner.weights import (
 from trt_backend._files import (
     new_folder,
     output_lock,
+    path_text,
     sha256_bytes,
     swap_in_folder,
     write_atomic,
@@ -85,7 +86,7 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
     opts = options if options is not None else SessionOptions()
     if not isinstance(opts, SessionOptions):
         raise OptionsError(f"options must be a SessionOptions, got {type(opts).__name__}")
-    out_dir = os.fspath(out_dir)
+    out_dir = path_text(out_dir, "out_dir")
     reference = referable_path(model) if opts.weights_by_reference else None
     key = read_sign_key(opts.sign_key)
     if opts.device_id is not None:  # full TensorRT builds for the current GPU (and keys its cache by its SM)
