@@ -155,7 +155,14 @@ def tolerance_ratio(ours: Any, ref: Any, atol: float, rtol: float) -> float:
 
 def tidy(error: TensorError) -> TensorError:
     """A max absolute error of 0 makes every error 0 (Polygraphy gets NaN there from integer 0/0
-    and from the mean of an empty tensor); any other NaN statistic reads as inf (unbounded)."""
+    and from the mean of an empty tensor); any other NaN statistic reads as inf (unbounded). With
+    NaN/inf mismatches (masked out of the statistics), the max errors and the tolerances needed are
+    inf, the max over the finite elements kept beside them."""
+    if error.nonfinite_mismatched:
+        finite = tidy(dataclasses.replace(error, nonfinite_mismatched=0))
+        return dataclasses.replace(finite, max_abs_error=_INF, max_rel_error=_INF, required_atol=_INF,
+                                   required_rtol=_INF, nonfinite_mismatched=error.nonfinite_mismatched,
+                                   finite_max_abs_error=finite.max_abs_error)
     if error.max_abs_error == 0:
         return dataclasses.replace(error, max_rel_error=0.0, mean_abs_error=0.0, median_abs_error=0.0,
                                    required_atol=0.0, required_rtol=0.0)

@@ -55,16 +55,25 @@ class Overflow:
     elements: int
     fp32_max: float  # the largest |value| fp32 gave this tensor
     wide_inputs: tuple[tuple[str, float], ...] = ()  # inputs of the node fp32 holds beyond the limit
+    # where the tensor stays within the range in fp32: what its inputs hold in the reduced type that
+    # fp32 does not (flushed to 0, integers that differ), in words
+    causes: tuple[str, ...] = ()
 
     def message(self) -> str:
         kind = _TYPE[self.precision]
-        fed = "".join(f"; its input '{n}' reaches {v:.4g} in fp32" for n, v in self.wide_inputs)
-        return (f"segment {self.segment} ({self.precision}): tensor '{self.tensor}' (node '{self.node}', "
-                f"{self.op}) leaves {kind}'s range (largest finite {LIMITS[self.precision]:.6g}): {self.count} of "
-                f"{self.elements} element(s) are inf/nan or clamped where fp32 holds finite values (largest "
-                f"|fp32| {self.fp32_max:.4g}){fed}; the results after it are not to be trusted. Build this "
-                f"model in fp32, or with --precision auto, which keeps in fp32 the nodes where an output's "
-                f"error starts")
+        limit = LIMITS[self.precision]
+        end = ("; the results after it are not to be trusted. Build this model in fp32, or with --precision auto, "
+               "which keeps in fp32 the nodes where an output's error starts")
+        head = f"segment {self.segment} ({self.precision}): tensor '{self.tensor}' (node '{self.node}', {self.op})"
+        if self.wide_inputs or self.fp32_max >= limit:
+            fed = "".join(f"; its input '{n}' reaches {v:.4g} in fp32" for n, v in self.wide_inputs)
+            return (f"{head} leaves {kind}'s range (largest finite {limit:.6g}): {self.count} of {self.elements} "
+                    f"element(s) are inf/nan or clamped where fp32 holds finite values (largest |fp32| "
+                    f"{self.fp32_max:.4g}){fed}{end}")
+        why = "; ".join(self.causes) if self.causes else \
+            "none of its inputs leaves the range in fp32: the difference is in what it computes from them"
+        return (f"{head} is inf/nan or clamped in {self.count} of {self.elements} element(s) in {kind} where fp32 "
+                f"holds finite values within {kind}'s range (largest |fp32| {self.fp32_max:.4g}): {why}{end}")
 
 
 def reduced_segments(sess: Session) -> dict[int, str]:
@@ -159,8 +168,39 @@ def _segment_overflow(runner: EmulatedTensorRTRunner, precision: str, ref: Mappi
                          if isinstance(ref.get(n), np.ndarray) and ref[n].dtype.kind == "f"
                          and ref[n].size and _largest(ref[n]) >= limit)
             return Overflow(runner.segment.id, precision, name, source.name or "(unnamed)", source.op_type, count,
-                            int(low.size), _largest(high), wide)
+                            int(low.size), _largest(high), wide,
+                            () if wide else _causes(source, values, ref, _TYPE[precision]))
     return None
+
+
+_SMALLEST = {"fp16": float(np.finfo(np.float16).smallest_subnormal), "bf16": 9.2e-41}
+
+
+def _causes(node: onnx.NodeProto, low: Mapping[str, Any], high: Mapping[str, Any], kind: str) -> tuple[str, ...]:
+    """What ``node``'s inputs hold in the reduced run (``low``) that fp32 (``high``) does not:
+    values flushed to 0 (a log's argument, a divisor), integers or booleans that differ (an index
+    or a mask computed from reduced values), inf/nan fp32 does not hold."""
+    out = []
+    for n in dict.fromkeys(node.input):
+        a, b = low.get(n), high.get(n)
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.shape != b.shape or not a.size:
+            continue
+        if a.dtype.kind == "f" and b.dtype.kind == "f":
+            a32, b32 = a.astype(np.float32), b.astype(np.float32)
+            flushed = int(np.count_nonzero((a32 == 0) & (b32 != 0) & np.isfinite(b32)))
+            if flushed:
+                tiny = float(np.abs(b32[(a32 == 0) & (b32 != 0) & np.isfinite(b32)]).min())
+                out.append(f"its input '{n}' is 0 in {kind} in {flushed} element(s) where fp32 holds values down to "
+                           f"{tiny:.3g} ({kind} flushes magnitudes below {_SMALLEST[kind]:.3g} to 0)")
+            bad = int(np.count_nonzero(~np.isfinite(a32) & np.isfinite(b32)))
+            if bad:
+                out.append(f"its input '{n}' is inf/nan in {kind} in {bad} element(s) where fp32 is finite")
+        elif a.dtype.kind in "biu" and a.dtype == b.dtype:
+            differ = int(np.count_nonzero(a != b))
+            if differ:
+                out.append(f"its input '{n}' ({a.dtype}) differs from fp32's in {differ} of {a.size} element(s): an "
+                           f"index or a mask computed from {kind} values")
+    return tuple(out)
 
 
 def _largest(x: np.ndarray) -> float:

@@ -20,7 +20,9 @@ class TensorError:
     tolerance that would pass under the chosen error statistic, as Polygraphy prints it
     ("Minimum Required Tolerance"). Non-finite values equal in both runs (NaN against NaN, inf
     against the same inf) are ``nonfinite_matched`` and count as equal; any other NaN/inf
-    disagreement is ``nonfinite_mismatched`` and fails the tensor whatever the tolerance."""
+    disagreement is ``nonfinite_mismatched`` and fails the tensor whatever the tolerance: its
+    max errors and required tolerances are then inf (an element's error is unbounded), and
+    ``finite_max_abs_error`` is the largest over the elements finite on both sides."""
 
     max_abs_error: float
     max_rel_error: float
@@ -33,6 +35,7 @@ class TensorError:
     nonfinite_mismatched: int = 0
     note: str | None = None  # why it could not be compared (shape or dtype mismatch)
     differing: int | None = None  # judged by equality (integers, booleans): elements that differ; None: by tolerance
+    finite_max_abs_error: float | None = None  # with NaN/inf mismatches: the max over elements finite on both sides
 
     @staticmethod
     def worst(errors: list[TensorError]) -> TensorError:
@@ -47,7 +50,9 @@ class TensorError:
                            nonfinite_mismatched=max(e.nonfinite_mismatched for e in errors),
                            note=notes[0] if notes else None,
                            differing=(sum(e.differing or 0 for e in errors)
-                                      if any(e.differing is not None for e in errors) else None))
+                                      if any(e.differing is not None for e in errors) else None),
+                           finite_max_abs_error=max((e.finite_max_abs_error for e in errors
+                                                     if e.finite_max_abs_error is not None), default=None))
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,7 @@ class OutputReport:
                 "nonfinite_matched": e.nonfinite_matched, "nonfinite_mismatched": e.nonfinite_mismatched,
                 "note": e.note, "elements": self.elements, "finite_elements": self.finite_elements,
                 "compared": self.compared, "compared_by": "tolerance" if e.differing is None else "equality",
-                "differing_elements": e.differing,
+                "differing_elements": e.differing, "finite_max_abs_error": e.finite_max_abs_error,
                 "value_range": list(self.value_range) if self.value_range is not None else None}
 
 
@@ -194,7 +199,10 @@ class ComparisonReport:
             verdict = "PASSED" if o.passed else "FAILED"
             extra = []
             if e.nonfinite_mismatched:
-                extra.append(f"{e.nonfinite_mismatched} NaN/inf mismatch(es): no tolerance passes")
+                finite = f" (elements finite on both sides: max abs {e.finite_max_abs_error:.3g})" \
+                    if e.finite_max_abs_error is not None else ""
+                extra.append(f"{e.nonfinite_mismatched} NaN/inf mismatch(es): no tolerance passes{finite}")
+                needs = "no tolerance passes"
             if e.nonfinite_matched:
                 extra.append(f"{e.nonfinite_matched} NaN/inf equal in both")
             if e.note:

@@ -19,7 +19,7 @@ _calibration = lazy_module("trt_backend.engines.calibration")  # the calibration
 _onnx_defs = lazy_module("onnx.defs")  # (an op type kept in fp32 that is not one of the defaults: checked)
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "auto")  # int8: Q/DQ (engines/quantize.py); auto: a search
-TRANSFORM_VERSION = 3  # part of engine cache keys: bump when the transform's output changes (3: casts for Range)
+TRANSFORM_VERSION = 4  # part of engine cache keys: bump when the transform's output changes (4: fp16 epsilons)
 
 # Normalisations, softmaxes and accumulating reductions lose accuracy in 16 bits. BatchNormalization
 # is left out on purpose: at inference it is a per-channel affine op that TensorRT folds into the

@@ -10,6 +10,7 @@ with casts at the boundary. ``fp32`` and ``tf32`` leave the model as it is (TF32
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -146,6 +147,7 @@ class _Lowering:
             self.types[t.name] = t.data_type
         self.names: set[str] = {n for node in g.node for n in (*node.input, *node.output)} | set(self.types)
         self.too_large = _beyond_fp16(model) if self.low == TensorProto.FLOAT16 else frozenset()
+        self.guarded = _guards_fp16_flushes(model) if self.low == TensorProto.FLOAT16 else frozenset()
 
     def fresh(self, base: str) -> str:
         return fresh_name(base, self.names)
@@ -191,6 +193,8 @@ class _Lowering:
             return None
         if self.too_large and any(name in self.too_large for name in node.input):
             return None  # Its weights do not fit fp16: a trained BatchNormalization's variance of 1e5.
+        if self.guarded and node.output and node.output[0] in self.guarded:
+            return None  # log(x + 1e-10): an epsilon fp16 flushes to 0, and what it guards.
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             return None
         try:
@@ -446,6 +450,43 @@ def _beyond_fp16(model: onnx.ModelProto) -> frozenset[str]:
                         (a.name == "value_float" and _FP16_MAX < abs(a.f) < SENTINEL):
                     out.add(node.output[0])
     return frozenset(out)
+
+
+# An epsilon is a constant of a few values; in a larger tensor (a weight) values fp16 flushes to 0
+# are what an fp16 engine computes without, as TensorRT's own conversion of weights does.
+_EPSILON_MOST = 16
+_FP16_FLUSHED = float(np.finfo(np.float16).smallest_subnormal) / 2  # magnitudes up to it round to 0
+# What an epsilon guards: the ops that turn a 0 into -inf, inf or nan (a divisor, a log's argument).
+_GUARDED_OPS = frozenset({"Log", "Sqrt", "Reciprocal", "Div", "Pow"})
+
+
+def _guards_fp16_flushes(model: onnx.ModelProto) -> frozenset[str]:
+    """The first outputs of the nodes that stay float32 because fp16 would flush an epsilon they
+    read to 0: a float32 constant of at most ``_EPSILON_MOST`` values holding a nonzero one below
+    half fp16's smallest subnormal (1e-8 to 1e-12 in audio front-ends' ``log(x + eps)``,
+    ``max(x, eps)``), its readers, and those of their readers in ``_GUARDED_OPS``: in fp16 the
+    guard is 0 and the log of a silent bin -inf (a pitch tracker's confidences NaN)."""
+    def flushed(t: TensorProto) -> bool:
+        if t.data_type != F32 or t.data_location == TensorProto.EXTERNAL or math.prod(t.dims) > _EPSILON_MOST:
+            return False
+        arr = np.asarray(numpy_helper.to_array(t), dtype=np.float32)
+        with np.errstate(over="ignore"):  # (values past fp16's largest: another rule's)
+            return bool(np.any((arr != 0) & np.isfinite(arr) & (arr.astype(np.float16) == 0)))
+
+    tiny = {t.name for t in model.graph.initializer if flushed(t)}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output:
+            for a in node.attribute:
+                if (a.name == "value" and a.type == onnx.AttributeProto.TENSOR and flushed(a.t)) or \
+                        (a.name == "value_float" and a.f != 0 and abs(a.f) <= _FP16_FLUSHED):
+                    tiny.add(node.output[0])
+    if not tiny:
+        return frozenset()
+    nodes = [n for n in model.graph.node if n.output and n.op_type != "Constant"]
+    readers = [n for n in nodes if any(i in tiny for i in n.input)]
+    made = {o for n in readers for o in n.output}
+    guarded = [n for n in nodes if n.op_type in _GUARDED_OPS and any(i in made for i in n.input)]
+    return frozenset(n.output[0] for n in readers + guarded)
 
 
 def _convert(tensor: TensorProto, low: int, name: str) -> tuple[TensorProto, int]:

@@ -173,3 +173,26 @@ def test_a_mask_of_float32s_minimum_is_no_bf16_overflow_until_it_harms(keys) -> 
         assert not report.passed and len(notes) == 1, report.notes
         assert "tensor 'p' (node 'softmax', Softmax) leaves bf16's range" in notes[0]
         assert "its input 's' reaches 3.403e+38 in fp32" in notes[0]
+
+
+def test_a_log_of_values_fp16_flushes_to_zero_is_named_as_such_not_as_an_overflow() -> None:
+    """A power spectrum of quiet audio holds values below fp16's smallest subnormal: fp16 makes
+    them 0 and the log after them -inf, while fp32's log is about -20, well within fp16's range.
+    The note said the log "leaves fp16's range (largest finite 65504)", which pointed the wrong
+    way; it names the input that fp16 flushed to zero."""
+    k = nh.from_array(np.array(1e-6, np.float32), "k")  # (fp16 holds 1e-6 as a subnormal: no epsilon)
+    g = h.make_graph([h.make_node("Mul", ["x", "k"], ["p"], name="power"),
+                      h.make_node("Log", ["p"], ["l"], name="log"),
+                      h.make_node("Neg", ["l"], ["y"], name="neg")],
+                     "quiet", [h.make_tensor_value_info("x", T.FLOAT, [1, 16])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 16])], [k])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    feeds = {"x": np.linspace(1e-3, 1e-2, 16, dtype=np.float32)[None]}  # power 1e-9..1e-8: 0 in fp16
+    report = compare(m, profiles=PROFILE, session_options=SessionOptions(emulate=True, precision="fp16"),
+                     feeds=[feeds])
+    notes = [n for n in report.notes if "tensor 'l'" in n]
+    assert not report.passed and len(notes) == 1, report.notes
+    assert "tensor 'l' (node 'log', Log) is inf/nan or clamped in 16 of 16 element(s) in fp16 where fp32 holds " \
+           "finite values within fp16's range (largest |fp32| 20.72)" in notes[0]
+    assert "its input 'p' is 0 in fp16 in 16 element(s) where fp32 holds values down to 1e-09 (fp16 flushes " \
+           "magnitudes below 5.96e-08 to 0)" in notes[0] and "65504" not in notes[0]

@@ -454,3 +454,38 @@ def test_dims_made_floats_for_range_stay_float32_and_the_head_builds(precision: 
     manifest = trt_backend.build(path, folder, profiles, trt_backend.SessionOptions(precision=precision))
     assert manifest["demoted"] == [] and [s["backend"] for s in manifest["segments"]] == ["tensorrt"]
     assert manifest["segments"][0]["engine"]
+
+
+@pytest.mark.parametrize("guard", ["add", "max", "constant node"])
+def test_an_epsilon_fp16_flushes_to_zero_keeps_its_reader_and_the_log_fp32(guard) -> None:
+    """Audio front-ends guard a log spectrogram with log(x + 1e-10) or log(max(x, 1e-12)): fp16
+    rounds such an epsilon to 0 (below half its smallest subnormal, 5.96e-8), and a silent bin's
+    log is -inf, a pitch tracker's outputs NaN (basic-pitch, swift-f0, DNSMOS all were). The node
+    reading the epsilon and the log it guards stay fp32; the nodes after the log are fp16, and a
+    large weight holding values fp16 flushes is converted as TensorRT converts weights."""
+    import onnxruntime as ort
+
+    eps = np.array([1e-10], np.float32)
+    if guard == "constant node":
+        first = [helper.make_node("Constant", [], ["eps"], value=numpy_helper.from_array(eps, "eps_value")),
+                 helper.make_node("Add", ["x", "eps"], ["g"], name="guard")]
+        inits = []
+    else:
+        first = [helper.make_node("Add" if guard == "add" else "Max", ["x", "eps"], ["g"], name="guard")]
+        inits = [const("eps", eps)]
+    tiny_weights = _rand(16, 16) * 1e-9  # a 256-value weight: not an epsilon
+    nodes = first + [helper.make_node("Log", ["g"], ["l"], name="log"),
+                     helper.make_node("MatMul", ["l", "w"], ["m"], name="matmul"),
+                     helper.make_node("Mul", ["m", "half"], ["y"], name="scale")]
+    m = model(nodes, [vi("x", [2, 16])], [vi("y", [2, 16])],
+              inits + [const("w", _rand(16, 16) + tiny_weights), const("half", np.array([0.5], np.float32))])
+    result = apply_precision(m, "fp16")
+    assert {"guard", "log"} <= set(result.kept) and {"matmul", "scale"}.isdisjoint(result.kept)
+    x = np.abs(_rand(2, 16))
+    x[:, ::3] = 0.0  # silent bins
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(emulation_of(result.model, "fp16").SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.isfinite(got).all() and np.abs(got - want).max() <= 1e-2 * np.abs(want).max()
+    bf16 = apply_precision(m, "bf16")  # bf16 has fp32's range: nothing to keep
+    assert {"guard", "log"}.isdisjoint(bf16.kept)
