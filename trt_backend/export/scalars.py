@@ -54,9 +54,14 @@ def wrap_scalars(proto: onnx.ModelProto, inputs: Sequence[str], outputs: Sequenc
         return name
 
     renamed: dict[str, str] = {}
-    to_scalar, to_1d = fresh("triton_scalar_shape"), fresh("triton_1d_shape")
-    graph.initializer.extend([numpy_helper.from_array(np.zeros((0,), np.int64), to_scalar),
-                              numpy_helper.from_array(np.ones((1,), np.int64), to_1d)])
+    # the target shapes of the Reshapes, each only where one reads it (ONNX Runtime warns of an
+    # initializer nothing reads, each time it loads the model)
+    to_scalar = fresh("triton_scalar_shape") if any(vi.name in inputs for vi in graph.input) else ""
+    to_1d = fresh("triton_1d_shape") if any(vi.name in outputs for vi in graph.output) else ""
+    if to_scalar:
+        graph.initializer.append(numpy_helper.from_array(np.zeros((0,), np.int64), to_scalar))
+    if to_1d:
+        graph.initializer.append(numpy_helper.from_array(np.ones((1,), np.int64), to_1d))
     head = []
     for vi in graph.input:
         if vi.name in inputs:
