@@ -34,8 +34,8 @@ from trt_backend.accuracy.tasks import run_checks
 from trt_backend.artifacts.read import REFERENCE_KEY, is_build_folder
 from trt_backend.artifacts.references import weights_dir
 from trt_backend.engines.emulation import is_quantized, reference_ort_options
-from trt_backend.engines.precision import stored_reduced
-from trt_backend.engines.precision_plan import qdq_words
+from trt_backend.engines.precision import fp32_subgraphs, stored_reduced
+from trt_backend.engines.precision_plan import qdq_words, subgraphs_words
 from trt_backend.engines.quantize import qdq_types
 from trt_backend.compiler import compile_as_built
 from trt_backend.errors import ReferenceRunError, SegmentLoadError
@@ -181,6 +181,10 @@ def _notes(sess: Session, reports: Sequence[OutputReport], saved: bool = False) 
               "input: not compared (give inputs that produce finite values)") for r in reports if not r.compared]
     executors = sess.segment_executors
     fp32 = all(p in ("fp32", "tf32") for p in sess.compiled.precisions.values())
+    for k, built in sorted(sess.compiled.segments.items()):
+        held = fp32_subgraphs(built.model) if built.precision not in ("fp32", "tf32") else {}
+        if held:  # (a reduced precision's label would say the whole segment computes in it)
+            notes.append(f"segment {k} ({built.precision}): {subgraphs_words(held)}")
     requantized = bool((sess.folder_manifest or {}).get(REFERENCE_KEY)) or (
         sess.folder_manifest is None and sess.options.partition.qdq_rewrite != "exact" and bool(sess.model.rewritten))
     if requantized:

@@ -51,7 +51,7 @@ from trt_backend.engines import head_start
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.config import check_build_options
 from trt_backend.engines.memory import EngineFile
-from trt_backend.engines.precision import stored_reduced
+from trt_backend.engines.precision import fp32_subgraphs, stored_reduced
 from trt_backend.engines.quantize import QDQ_OPS, qdq_types
 from trt_backend.engines.report import BuildProgress, BuildReport
 from trt_backend.engines.targets import build_target, current_sm
@@ -222,6 +222,11 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
             stored = stored_reduced(form) if built.precision in ("fp32", "tf32") else {}
             if stored:  # a model stored in fp16: TensorRT computes its types, whatever the build asked
                 entry["stored_types"] = stored
+            kept = fp32_subgraphs(form) if built.precision not in ("fp32", "tf32") else {}
+            if kept:  # If/Loop/Scan bodies: float32 whatever the segment's precision
+                entry["fp32_subgraphs"] = kept
+            if bopts.precision == "int8" and built.precision != "int8":
+                entry["int8_none"] = True  # (no Q/DQ came of it: nothing the quantizer takes was quantized)
         segments.append(entry)
     stage.write(files)
     searched = bopts.precision_plan.after_build([d.name for d in report.demoted]) \

@@ -59,6 +59,28 @@ def stored_reduced(model: onnx.ModelProto) -> dict[str, int]:
     return counts if any(k != "fp32" for k in counts) else {}
 
 
+def fp32_subgraphs(model: onnx.ModelProto) -> dict[str, Any]:
+    """The nodes of ``model``'s main graph with subgraphs (If, Loop, Scan), which the fp16/bf16
+    transform keeps float32 whole, and how many nodes their subgraphs hold (nested ones counted):
+    ``{"nodes": [names], "ops": [op types], "inner": count}``; empty where there are none. A
+    reduced-precision segment computes those in fp32 (and int8 quantizes nothing inside them),
+    which its label alone would not say."""
+    def inner(graph: onnx.GraphProto) -> int:
+        return sum(1 + sum(inner(g) for g in _bodies(n)) for n in graph.node if n.op_type != "Constant")
+
+    holders = [n for n in model.graph.node if _bodies(n)]
+    count = sum(inner(g) for n in holders for g in _bodies(n))
+    if not holders or not count:
+        return {}
+    return {"nodes": [n.name or n.op_type for n in holders], "ops": sorted({n.op_type for n in holders}),
+            "inner": count}
+
+
+def _bodies(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    return [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                                                list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else [])]
+
+
 @dataclass(frozen=True)
 class PrecisionResult:
     """The transformed model and what changed (``modified`` False for fp32/tf32)."""

@@ -152,6 +152,13 @@ def pinned_of(plan: PrecisionPlan | None, node_names: Sequence[str]) -> tuple[st
     return entry.precision, tuple(n for n in entry.pinned_names if n in names)
 
 
+def subgraphs_words(held: Mapping[str, Any]) -> str:
+    """:func:`trt_backend.engines.precision.fp32_subgraphs` in words (here, where a build's
+    summary reads it before onnx loads)."""
+    return (f"the {held['inner']} node(s) inside its {' and '.join(held['ops'])} subgraphs compute in fp32: reduced "
+            f"precision applies outside them")
+
+
 def qdq_words(counts: Mapping[str, int]) -> str:
     """Counts of Q/DQ nodes by the type they quantize to (``trt_backend.engines.quantize.qdq_types``,
     as a build folder's segment entry records them under ``qdq_types``) as words, the most used

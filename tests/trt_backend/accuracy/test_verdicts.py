@@ -268,3 +268,46 @@ def test_a_tf32_folder_says_it_ran_as_fp32(det_path, tmp_path, capsys) -> None:
     assert out.rstrip().endswith("precision tf32 (tf32 emulated as fp32)"), out
     note = next(line for line in out.splitlines() if line.startswith("note: TensorRT segments ran emulated"))
     assert "tf32 is not emulated" in note and note.endswith("compare on a GPU to measure those")
+
+
+def _branches() -> onnx.ModelProto:
+    """torch.cond's export: a mean picks one of two MLP heads, all the arithmetic inside If
+    branches (Gemm, Tanh / Gemm, Relu), which a reduced precision leaves in fp32."""
+    rng = np.random.default_rng(2)
+    w1, w2 = (nh.from_array(rng.standard_normal((8, 4)).astype(np.float32), n) for n in ("w1", "w2"))
+    out = h.make_tensor_value_info("y", T.FLOAT, ["n", 4])
+    then = h.make_graph([h.make_node("Gemm", ["x", "w1"], ["g1"]), h.make_node("Tanh", ["g1"], ["y"])], "then", [],
+                        [out])
+    other = h.make_graph([h.make_node("Gemm", ["x", "w2"], ["g2"]), h.make_node("Relu", ["g2"], ["y"])], "else",
+                         [], [out])
+    g = h.make_graph([h.make_node("ReduceMean", ["x"], ["m"], keepdims=0, name="mean"),
+                      h.make_node("Greater", ["m", "zero"], ["c"], name="positive"),
+                      h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="heads")],
+                     "cond", [h.make_tensor_value_info("x", T.FLOAT, ["n", 8])], [out],
+                     [w1, w2, nh.from_array(np.array(0, np.float32), "zero")])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+
+
+def test_a_reduced_precision_says_what_stays_fp32_inside_subgraphs(tmp_path, capsys) -> None:
+    """fp16, bf16 and int8 do not reach into If/Loop/Scan bodies: the segment was labelled fp16
+    (and compared at error 0 "precision fp16") while all its arithmetic computed in fp32; int8
+    quantized nothing and said so only with -v. The build line, ``inspect DIR`` and ``compare``
+    of the model and of the folder now say it, in the same words."""
+    path = str(tmp_path / "cond.onnx")
+    onnx.save(_branches(), path)
+    said = "the 4 node(s) inside its If subgraphs compute in fp32: reduced precision applies outside them"
+    folder, folder8 = str(tmp_path / "b16"), str(tmp_path / "b8")
+    assert main(["build", path, "-o", folder, "--precision", "fp16", "--shapes", "x:4x8"]) == 0
+    assert f"fp16 ({said})" in capsys.readouterr().out
+    assert main(["build", path, "-o", folder8, "--precision", "int8", "--shapes", "x:4x8", "--calibration-data",
+                 "random"]) == 0
+    line = next(li for li in capsys.readouterr().out.splitlines() if "segment 0" in li)
+    assert "fp16 (int8 asked: no Conv, ConvTranspose, MatMul or Gemm of it was quantized)" in line and said in line
+    for door in ([path, "--precision", "fp16", "--shapes", "x:4x8"], [folder]):
+        assert main(["compare", *door]) == 0
+        out = capsys.readouterr().out
+        assert f"note: segment 0 (fp16): {said}" in out, out
+    assert main(["inspect", folder8]) == 0
+    assert f"segment 0: {said}" in capsys.readouterr().out
+    manifest = json.load(open(os.path.join(folder, "manifest.json")))
+    assert manifest["segments"][0]["fp32_subgraphs"] == {"nodes": ["heads"], "ops": ["If"], "inner": 4}
