@@ -101,7 +101,7 @@ def assess(model: Model, oracle: CapabilityOracle | None, *, rules: Rules | None
     index = model.index
     if hasattr(oracle, "weights_dir"):  # an oracle that reads weights: from the model's folder
         setattr(oracle, "weights_dir", model.base_dir)  # noqa: B010 - the oracle protocol does not declare it
-    rules = rules or Rules(local_functions={(f.domain, f.name) for f in model.proto.functions})
+    rules = rules or Rules(functions=model.proto.functions)
     stats = stats if stats is not None else CapabilityStats()
     n = len(model.proto.graph.node)
     verdicts: list[Verdict | None] = [None] * n

@@ -220,7 +220,7 @@ def assess_model(model: Model, oracle: CapabilityOracle | None,
     """Capability verdicts before partitioning (options validated first)."""
     validate_options(model, options)
     rules = Rules(exclude_ops=options.exclude_ops, exclude_nodes=options.exclude_nodes,
-                  local_functions={(f.domain, f.name) for f in model.proto.functions})
+                  functions=model.proto.functions)
     stats = CapabilityStats()
     verdicts = assess(model, oracle, rules=rules, plugins=options.plugins or (),
                       max_iterations=options.max_oracle_calls, stats=stats, plugin_ops=options.plugin_ops,

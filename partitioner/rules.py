@@ -83,10 +83,12 @@ class Rules:
     and the user's own exclusions by op type or node name."""
 
     def __init__(self, *, exclude_ops: Collection[str] = (), exclude_nodes: Collection[str] = (),
-                 local_functions: Collection[tuple[str, str]] = ()) -> None:
+                 functions: Collection[onnx.FunctionProto] = ()) -> None:
         self.exclude_ops = frozenset(exclude_ops)
         self.exclude_nodes = frozenset(exclude_nodes)
-        self.local_functions = frozenset(local_functions)
+        # the model's local functions by (domain, name): a node calling one is judged by its body too
+        self.functions = {(f.domain, f.name): f for f in functions}
+        self.local_functions = frozenset(self.functions)
         # (index, its tensors of a type TensorRT cannot hold with why, its huge tensors), made once
         self._found: tuple[GraphIndex, dict[str, str], dict[str, int]] | None = None
 
@@ -112,6 +114,11 @@ class Rules:
             reason = self._body_problem(sub)
             if reason:
                 return f"{node.op_type} body: {reason}"
+        function = self.functions.get((node.domain, node.op_type))
+        if function is not None:
+            reason = self._body_problem(function)
+            if reason:
+                return f"local function '{node.op_type}': {reason}"
         return _too_many_elements(node, huge) if huge else None
 
     def op_problem(self, node: onnx.NodeProto) -> str | None:
@@ -128,8 +135,13 @@ class Rules:
             return f"{node.op_type} works on sequence/optional values, which TensorRT cannot hold"
         return None
 
-    def _body_problem(self, graph: onnx.GraphProto) -> str | None:
-        vis = {vi.name: vi.type for vi in list(graph.input) + list(graph.output) + list(graph.value_info)}
+    def _body_problem(self, graph: onnx.GraphProto | onnx.FunctionProto, depth: int = 0) -> str | None:
+        """Why a subgraph or a local function's body keeps its node on ONNX Runtime (an op the user
+        excluded, one TensorRT never takes, a type it cannot hold), looking into the subgraphs and
+        functions it calls in turn (to a depth of 32: a function that calls itself, which ONNX
+        forbids, ends there)."""
+        vis = {vi.name: vi.type for vi in list(graph.value_info)
+               + (list(graph.input) + list(graph.output) if isinstance(graph, onnx.GraphProto) else [])}
         for node in graph.node:
             if node.op_type in self.exclude_ops:
                 return f"contains {node.op_type}, excluded by user"
@@ -141,7 +153,12 @@ class Rules:
                 if problem:
                     return f"tensor '{name}' is a {problem} value"
             for sub in subgraphs(node):
-                reason = self._body_problem(sub)
+                reason = self._body_problem(sub, depth + 1)
+                if reason:
+                    return reason
+            called = self.functions.get((node.domain, node.op_type))
+            if called is not None and depth < 32:
+                reason = self._body_problem(called, depth + 1)
                 if reason:
                     return reason
         return None

@@ -116,7 +116,7 @@ def _planning_reads(model: Model, names: Sequence[str]) -> bool:
     everything else planning does, to learn what nothing uses."""
     if not names:
         return False
-    rules = Rules(local_functions={(f.domain, f.name) for f in model.proto.functions})
+    rules = Rules(functions=model.proto.functions)
     read = types_planning_reads(model.index, names, rules)
     if not read:
         log.info("%s: the types of %d tensor(s) are unknown after shape inference (%s), but only nodes that run "

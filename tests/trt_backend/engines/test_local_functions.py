@@ -60,3 +60,22 @@ def test_a_segment_with_local_functions_is_built_in_the_precision_asked(precisio
     got = Session.load(str(tmp_path / "out")).run(None, {"x": x})[0]
     err = float(np.abs(got - ref).max())
     assert 0 < err < 0.05 * float(np.abs(ref).max())  # reduced precision: close, not exact
+
+
+def test_an_op_excluded_by_the_user_is_found_inside_local_functions(tmp_path, capsys) -> None:
+    """--exclude-ops looks inside a local function's body as it looks inside an If's: a node
+    calling a function that holds an excluded op runs on ONNX Runtime, with the reason. Before,
+    the exclusion of an op found only inside functions was accepted and did nothing."""
+    from trt_backend.cli import main
+    from trt_backend.planning import make_plan
+    from trt_backend.session.options import SessionOptions as Options
+
+    plan = make_plan(function_model(), Options(exclude_ops=("Sigmoid",), min_segment_size=1).partition)
+    on_ort = {n.name: n.reason for n in plan.nodes if plan.segments[n.segment].backend == "onnxruntime"}
+    assert on_ort == {"b1": "local function 'GeluBlock': contains Sigmoid, excluded by user",
+                      "b2": "local function 'GeluBlock': contains Sigmoid, excluded by user"}, on_ort
+    assert [s.backend for s in plan.segments] == ["onnxruntime", "tensorrt"]
+    path = str(tmp_path / "fn.onnx")
+    onnx.save(function_model(), path)
+    assert main(["inspect", path, "--exclude-ops", "Sigmoid", "--min-segment-size", "1", "--shapes", "x:4x16"]) == 0
+    assert "local function 'GeluBlock': contains Sigmoid, excluded by user" in capsys.readouterr().out
