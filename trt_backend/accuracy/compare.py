@@ -221,7 +221,11 @@ def _precision_compared(sess: Session) -> str:
     summary = sess.compiled.precision_summary()
     executors = {seg.id: e for seg, e in zip(sess.plan.segments, sess.segment_executors)}
     emulated_tf32 = any(p == "tf32" and executors.get(k) == "emulated" for k, p in sess.compiled.precisions.items())
-    return f"{summary} (tf32 emulated as fp32)" if emulated_tf32 else summary
+    if emulated_tf32:
+        return f"{summary} (tf32 emulated as fp32)"
+    stored = sorted({k for built in sess.compiled.segments.values() if built.precision in ("fp32", "tf32")
+                     for k in stored_reduced(built.model) if k != "fp32"})
+    return f"{summary} (computing in the model's own {' and '.join(stored)} types)" if stored else summary
 
 
 def _feed_points(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, list[int]]]:

@@ -39,6 +39,7 @@ from trt_backend.engines.memory import EngineFile, engine_bytes, stream_engine
 from trt_backend.engines.options import BuildOptions
 from trt_backend.engines.precision import (
     apply_precision,
+    stored_reduced,
 )
 from trt_backend.engines.precision_plan import pinned_of
 from trt_backend.engines.quantize import (
@@ -254,13 +255,14 @@ def prepared_segment(segment_model: onnx.ModelProto, options: BuildOptions,
     if precision in ("fp16", "bf16"):
         quantized = quantized_nodes(segment_model)
         if quantized:
-            _warn_quantized(segment_model.graph.name, precision, len(quantized))
+            _warn_quantized(segment_model, precision, len(quantized))
             if precision == "fp16" and carries_qdq(segment_model):  # Q/DQ kept, as int8 keeps its own.
                 return with_fp16_remainder(segment_model, options.keep_fp32_ops, (*pinned, *quantized)), precision
             pinned = (*pinned, *quantized)
         result = apply_precision(segment_model, precision, options.keep_fp32_ops, pinned)
         if not result.lowered:  # (a model stored in fp16: nothing of it computes lower; built, labelled and
-            return segment_model, "fp32"  # emulated as the fp32 build of it is, the model's own types)
+            _warn_unreduced(segment_model, precision)  # emulated as the fp32 build of it is, the model's own types)
+            return segment_model, "fp32"
         return result.model, precision
     return segment_model, precision
 
@@ -272,14 +274,33 @@ def quantized_nodes(segment_model: onnx.ModelProto) -> list[str]:
     return [n.name for n in segment_model.graph.node if n.op_type in QDQ_OPS or n.doc_string == EMULATED_DOC]
 
 
-_warned_quantized: set[tuple[str, str]] = set()
+# What has been warned of, by segment (its graph's name and its nodes' names: every model's first
+# segment is "segment_0") and what: a build prepares a segment more than once (its refusal rounds,
+# its emulation), and each says it once.
+_warned: set[tuple[str, int, str]] = set()
 
 
-def _warn_quantized(name: str, precision: str, count: int) -> None:
-    if (name, precision) not in _warned_quantized:
-        _warned_quantized.add((name, precision))
-        log.warning("%s carries quantization (%d Q/DQ or emulated Q/DQ node(s)): %s applies outside it, the "
-                    "quantized arithmetic computes as the model has it", name, count, precision)
+def _warn_once(segment_model: onnx.ModelProto, what: str, message: str, *args: Any) -> None:
+    key = (segment_model.graph.name, hash(tuple(n.name for n in segment_model.graph.node)), what)
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message, *args)
+
+
+def _warn_unreduced(segment_model: onnx.ModelProto, precision: str) -> None:
+    """The precision asked reduces nothing of a segment that holds no float32 arithmetic to reduce
+    (a model stored in fp16 or bf16), which is built as it is."""
+    stored = [k for k in ("fp16", "bf16") if stored_reduced(segment_model).get(k)]
+    if stored:
+        _warn_once(segment_model, f"unreduced {precision}", "%s: %s asked, but it holds no float32 arithmetic to "
+                   "reduce: it computes in the model's own %s types, as built", segment_model.graph.name, precision,
+                   " and ".join(stored))
+
+
+def _warn_quantized(segment_model: onnx.ModelProto, precision: str, count: int) -> None:
+    _warn_once(segment_model, f"quantized {precision}", "%s carries quantization (%d Q/DQ or emulated Q/DQ "
+               "node(s)): %s applies outside it, the quantized arithmetic computes as the model has it",
+               segment_model.graph.name, count, precision)
 
 
 MAX_REFUSAL_ROUNDS = 4

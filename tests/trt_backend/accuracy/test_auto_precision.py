@@ -338,3 +338,25 @@ def test_auto_on_a_model_stored_in_fp16_records_fp32_not_a_precision_that_reduce
     assert main(["build", path, "-o", str(tmp_path / "b"), "--shapes", "x:2x3x8x8", "--precision", "auto"]) == 0
     out = capsys.readouterr().out
     assert "tensorrt    fp32 (computes in fp16: the model's own types)" in out, out
+
+
+def test_a_precision_asked_of_a_model_stored_in_fp16_says_it_reduced_nothing(tmp_path, capsys, caplog) -> None:
+    """--precision bf16 of a model stored in fp16 builds it as it is (fp32, computing in its own
+    fp16): the build says so in a warning, and compare's closing line names the types it computes
+    in where it said "precision fp32" alone."""
+    import logging
+
+    w = nh.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float16), "w")
+    graph = h.make_graph([h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv_asked"),
+                          h.make_node("Relu", ["c"], ["y"], name="relu_asked")],
+                         "fp16net", [h.make_tensor_value_info("x", T.FLOAT16, ["N", 3, 8, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT16, ["N", 4, 8, 8])], [w])
+    path = str(tmp_path / "fp16net.onnx")
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), path)
+    with caplog.at_level(logging.WARNING, logger="trt_backend.engines.builder"):
+        assert main(["build", path, "-o", str(tmp_path / "b"), "--shapes", "x:2x3x8x8", "--precision", "bf16"]) == 0
+    assert "bf16 asked, but it holds no float32 arithmetic to reduce: it computes in the model's own fp16 types" \
+        in caplog.text
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "b")]) == 0
+    assert "precision fp32 (computing in the model's own fp16 types)" in capsys.readouterr().out
