@@ -238,5 +238,5 @@ def test_fp16_of_a_model_stored_in_fp16_is_its_fp32_build(tmp_path, capsys) -> N
             reports.append(json.load(f))
     assert lines[0].split(" engine ")[0] == lines[1].split(" engine ")[0]  # (both: fp32, the model's own fp16)
     assert "fp32 (computes in fp16: the model's own types)" in lines[1]
-    assert [r["precision"] for r in reports] == ["fp32", "fp32"]
+    assert [r["precision"] for r in reports] == ["fp32 (computing in the model's own fp16 types)"] * 2
     assert reports[0]["outputs"][0]["max_abs_error"] == reports[1]["outputs"][0]["max_abs_error"] == 0
