@@ -295,6 +295,7 @@ def described_output(computed: onnx.TypeProto, declared: onnx.TypeProto, own: Co
 FIX_NODE_NAMES, FIX_IR_VERSION, FIX_CONSTANT_INPUTS = "node names", "IR version", "constant inputs"
 FIX_UNKNOWN_DIMS, FIX_INPUT_DIMS = "unknown dims", "input dims"
 FIX_OUTPUT_SHAPES, FIX_QDQ = "output shapes", "Q/DQ rewrite"
+FIX_DIM_NAMES = "dim names"  # names shapes given contradict (untie_contradicted_dims): never the file as it is
 PARSER_NEUTRAL_FIXES = frozenset({FIX_NODE_NAMES, FIX_IR_VERSION, FIX_CONSTANT_INPUTS, FIX_UNKNOWN_DIMS,
                                   FIX_OUTPUT_SHAPES})
 # The fixes of a model whose file TensorRT's parser may still be handed in its place: the neutral
@@ -313,6 +314,48 @@ class _Fixes(list[str]):
     def add(self, kind: str, text: str) -> None:
         self.append(text)
         self.kinds.add(kind)
+
+
+def untie_contradicted_dims(model: Model, runs: Sequence[Mapping[str, Sequence[int]]]) -> list[str]:
+    """Dim names the model's inputs share that shapes given for them contradict (in one of
+    ``runs``, input -> shape, two inputs hold the name at different sizes) are dropped: each dim
+    of that name becomes unknown, in every graph input and output, and types are inferred again;
+    returns those names, a fix of kind FIX_DIM_NAMES and a warning saying so. An exporter's
+    dynamic axes named alike by mistake (PyTorch's ``dynamic_axes`` of two inputs, [batch, height,
+    width] for features [1, N, 256] and boxes [1, N, 8]) are no constraint to ONNX Runtime, which
+    runs such a model; TensorRT holds dims of one name equal and refuses the profile, and the
+    shapes, which the user gave, are what the model is run at."""
+    graph = model.proto.graph
+    weights = {t.name for t in graph.initializer}
+    inputs = [vi for vi in graph.input if vi.name not in weights and vi.type.WhichOneof("value") == "tensor_type"]
+    clashes: dict[str, list[str]] = {}
+    for run in runs:
+        held: dict[str, dict[int, str]] = {}  # name -> size -> where
+        for vi in inputs:
+            shape, dims = run.get(vi.name), vi.type.tensor_type.shape.dim
+            if shape is None or len(shape) != len(dims):
+                continue
+            for axis, d in enumerate(dims):
+                if d.WhichOneof("value") == "dim_param" and d.dim_param:
+                    held.setdefault(d.dim_param, {}).setdefault(int(shape[axis]), f"'{vi.name}' dim {axis}")
+        for name, sizes in held.items():
+            if len(sizes) > 1 and name not in clashes:
+                clashes[name] = [f"{where} {size}" for size, where in sizes.items()]
+    if not clashes:
+        return []
+    for vi in (*graph.input, *graph.output):
+        if vi.type.WhichOneof("value") == "tensor_type":
+            for d in vi.type.tensor_type.shape.dim:
+                if d.WhichOneof("value") == "dim_param" and d.dim_param in clashes:
+                    d.Clear()
+    said = "; ".join(f"'{name}' ({', '.join(where)})" for name, where in clashes.items())
+    text = (f"dim name(s) the inputs share but the shapes given size differently, dropped: {said} (ONNX Runtime "
+            "does not hold named dims equal; TensorRT would, and refuse the shapes)")
+    log.warning("%s: %s", model.source, text)
+    model.fixes.append(text)
+    model.fix_kinds.add(FIX_DIM_NAMES)
+    reindex(model)
+    return list(clashes)
 
 
 def reindex(model: Model) -> None:

@@ -29,7 +29,14 @@ from partitioner import (
 from partitioner.capability import CapabilityOracle, Piece, QueryResult, Verdict
 from partitioner.cost import BoundaryCost, si_bytes
 from partitioner.errors import OptionsError
-from partitioner.model import FILE_HANDED_FIXES, FIX_INPUT_DIMS, ModelSource, learn_types, serialize
+from partitioner.model import (
+    FILE_HANDED_FIXES,
+    FIX_INPUT_DIMS,
+    ModelSource,
+    learn_types,
+    serialize,
+    untie_contradicted_dims,
+)
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
 from partitioner.qdq import rewrite_qdq
 from plugins import default_registry
@@ -98,7 +105,8 @@ def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_r
     ONNX Runtime accepts (the partitioner is handed the cap; it has no runtime of its own), and
     explicit quantization TensorRT refuses only for its form rewritten into nodes it takes
     (:mod:`partitioner.qdq` in the mode ``qdq_rewrite``, recorded in ``Model.rewritten``), and
-    the types shape inference
+    dim names the inputs share that ``shapes`` contradict dropped
+    (:func:`partitioner.model.untie_contradicted_dims`), and the types shape inference
     left unknown learned by running the model where ONNX Runtime is installed
     (:mod:`trt_backend.ort.probe`), at ``shapes`` (the model-input shapes of the profiles it
     will be built for; none: small made-up dims). A Model already loaded is returned as it is,
@@ -113,6 +121,8 @@ def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_r
     if isinstance(source, (str, os.PathLike)) and os.path.isfile(source):
         progress("loading %s (%s)", os.fspath(source), si_bytes(os.path.getsize(source)))
     model = load_model(source, base_dir=base_dir, max_ir_version=max_ir_version())
+    if shapes:
+        untie_contradicted_dims(model, shapes)
     rewrite_qdq(model, qdq_rewrite)
     if learned is not None:
         for how, types in sorted(learned.items()):

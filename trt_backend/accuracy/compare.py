@@ -40,7 +40,7 @@ from trt_backend.engines.quantize import qdq_types
 from trt_backend.compiler import compile_as_built
 from trt_backend.errors import ReferenceRunError, SegmentLoadError
 from trt_backend.ort.options import OrtOptions
-from trt_backend.ort.sessions import ort_session
+from trt_backend.ort.sessions import ort_session, runs_whole
 from trt_backend.planning import as_written, load_normalized
 from trt_backend.profiles import Profile
 from trt_backend.profiles.given import profile_shapes
@@ -97,8 +97,12 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
                 samples = [feeds] if isinstance(feeds, Mapping) else list(feeds)
                 index = plan.model.index
                 fed = [node_arg(n, index.types.get(n)) for n in index.graph_inputs if n not in index.initializers]
-                check_samples(fed, samples, "feeds")
+                source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
+                untied = check_samples(fed, samples, "feeds", runs=None if source is None else
+                                       (lambda feed: runs_whole(source, feed)))
                 profiles = profiles_from_feeds(samples)
+                if untied and not isinstance(model, Plan):  # (names the samples contradict: loaded again at
+                    plan = Session.make_plan(model, so, profiles)  # their shapes, which drops them)
             # The reference first: a model ONNX Runtime cannot load is reported as such, not as a
             # failure to derive profiles. Q/DQ re-quantized to int8 is measured against the model
             # as it was (the exact rewrite: the original's numerics).

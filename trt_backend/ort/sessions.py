@@ -43,6 +43,23 @@ def ort_errors() -> tuple[type[BaseException], ...]:
     return tuple(found) + (RuntimeError, ValueError, TypeError)
 
 
+def runs_whole(model: str | bytes, feeds: Mapping[str, Any]) -> bool:
+    """Whether ONNX Runtime (CPU, its messages off) loads ``model`` (a file, its external data
+    beside it, or serialized bytes) and runs it on ``feeds``: what a model's own declarations do
+    not overrule where they and the feeds disagree (see
+    :func:`partitioner.model.untie_contradicted_dims`)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        session = inference_session(model, so)
+        session.run(None, dict(feeds), quiet_run())
+    except ort_errors() + (OSError,):
+        return False
+    return True
+
+
 @functools.lru_cache(maxsize=1)
 def quiet_run() -> Any:
     """``onnxruntime.RunOptions`` for a run given none: a kernel's failure is not also logged in

@@ -10,7 +10,7 @@ import mmap
 import os
 import re
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,9 +37,12 @@ class FeedValidator:
     """Checks a feed dict against the model's inputs and profiles; returns arrays ready to run."""
 
     def __init__(self, inputs: Sequence[NodeArg], outputs: Sequence[NodeArg], profiles: Sequence[Profile],
-                 initializers: frozenset[str] = frozenset()) -> None:
+                 initializers: frozenset[str] = frozenset(), *, shared_dims: bool = True) -> None:
         """``initializers``: the model's initializer names, named as such where a feed gives one
-        (a graph input with a default, which ONNX Runtime lets a caller override)."""
+        (a graph input with a default, which ONNX Runtime lets a caller override). ``shared_dims``
+        False: dims the inputs name alike are not held equal (samples a model is yet to be loaded
+        for, whose load drops a name they contradict)."""
+        self.shared_dims = shared_dims
         self.inputs = list(inputs)
         self.initializers = initializers
         self.outputs = list(outputs)
@@ -111,7 +114,8 @@ class FeedValidator:
             out[arg.name] = value
         if problems:
             raise FeedError("; ".join(problems))
-        _check_shared_dims(self.inputs, out)
+        if self.shared_dims:
+            _check_shared_dims(self.inputs, out)
         self.check_profiles({n: tuple(v.shape) for n, v in out.items() if _is_array(v)})
         return out
 
@@ -269,19 +273,31 @@ def value_ranges(inputs: Sequence[NodeArg], val_range: Any = None, int_range: An
 
 
 def check_samples(inputs: Sequence[NodeArg], feeds: Sequence[Mapping[str, Any]], where: str,
-                  profiles: Sequence[Profile] = ()) -> None:
+                  profiles: Sequence[Profile] = (), runs: Callable[[Mapping[str, Any]], bool] | None = None) -> bool:
     """``feeds`` held to the model's ``inputs`` before profiles are made from them, as a run checks
     feeds (:class:`FeedValidator`: names, dtypes, ranks, fixed and shared dims, and ``profiles``
     where there are some already, a build folder's), so that a missing input is named as missing
     and a sample of the wrong rank as such, not as a profile without that input or of the wrong
-    rank. ``where``: what the feeds came from."""
-    validator = FeedValidator(inputs, (), profiles)
+    rank. ``where``: what the feeds came from. Dims the inputs name alike and a sample sizes
+    differently are refused unless ``runs`` (ONNX Runtime running the model, where given) takes
+    that sample: a name ONNX Runtime does not hold to is the exporter's mistake, which the model's
+    load then drops (:func:`partitioner.model.untie_contradicted_dims`). Returns whether it took
+    such a sample."""
+    validator = FeedValidator(inputs, (), profiles, shared_dims=False)
+    untied = False
     for k, feed in enumerate(feeds):
+        which = f" (input set {k})" if len(feeds) > 1 else ""
         try:
-            validator.validate(feed)
+            checked = validator.validate(feed)
+            try:
+                _check_shared_dims(inputs, checked)
+            except FeedError:
+                if runs is None or not runs(checked):
+                    raise
+                untied = True
         except FeedError as e:
-            which = f" (input set {k})" if len(feeds) > 1 else ""
             raise FeedError(f"{where}{which}: {e}") from None
+    return untied
 
 
 def model_file_inputs(path: str) -> list[NodeArg] | None:
