@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 
 import onnx
 
-from partitioner.extract import boundary, extract
+from partitioner.extract import boundary, constant_only, copies_for, extract
 from partitioner.model import Model
 from partitioner.rules import Rules
 from partitioner.weights import stand_in
@@ -134,8 +134,20 @@ def assess(model: Model, oracle: CapabilityOracle | None, *, rules: Rules | None
 
 def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
                 verdicts: list[Verdict | None], max_iterations: int, stats: CapabilityStats) -> None:
+    """Verdicts of ``candidates`` by the parser: the whole set asked first, then what it names or
+    leaves out, piece by piece. Constant-only nodes (values from initializers alone: an axes
+    Constant) are not judged on their own: a question carries a copy of those its nodes read, as
+    a segment does (:func:`partitioner.extract.copies_for`), so that an Unsqueeze reads its axes
+    from a constant and not from a network input (which TensorRT refuses: "axis is not a
+    constant"); they take TensorRT's verdict, and the partition places each with its first
+    consumer. One the parser itself names is judged as named."""
     index = model.index
-    work: deque[tuple[int, ...]] = deque([tuple(candidates)])
+    wanted = set(candidates)
+    lazy = constant_only(index, [i in wanted for i in range(len(index.graph.node))])
+    for i in lazy:
+        verdicts[i] = Verdict(TENSORRT)
+    asked = tuple(i for i in candidates if i not in lazy)
+    work: deque[tuple[int, ...]] = deque([asked] if asked else [])
     while work:
         piece = work.popleft()
         if stats.oracle_calls >= max_iterations:
@@ -143,7 +155,8 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
             for i in piece:
                 verdicts[i] = Verdict(ONNXRUNTIME, f"capability check stopped after {max_iterations} parser calls")
             continue
-        inputs, outputs = boundary(index, piece)
+        copies = copies_for(index, piece, lazy)
+        inputs, outputs = boundary(index, piece, copies)
         untyped = _untyped_inputs(model, piece, inputs)
         if untyped:
             rest = tuple(i for i in piece if i not in untyped)
@@ -152,15 +165,15 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
             if rest:
                 work.append(rest)
             continue
-        sub = extract(model, piece, name=f"capability_query_{stats.oracle_calls}", inputs=inputs, outputs=outputs,
-                      initializer=stand_in if getattr(oracle, "takes_stand_ins", False) else None)
+        sub = extract(model, (*piece, *copies), name=f"capability_query_{stats.oracle_calls}", inputs=inputs,
+                      outputs=outputs, initializer=stand_in if getattr(oracle, "takes_stand_ins", False) else None)
         stats.oracle_calls += 1
         result = oracle.query(sub)
         if result.supported:
             for i in piece:
                 verdicts[i] = Verdict(TENSORRT)
             continue
-        local = index.ordered(piece)  # sub's node k is local[k]
+        local = index.ordered((*piece, *copies))  # sub's node k is local[k]
         rejected: set[int] = set()
         for k, message in result.errors.items():
             if 0 <= k < len(local):
@@ -169,9 +182,10 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
                 said = message if message.startswith("TensorRT") else f"TensorRT parser: {message}"
                 verdicts[local[k]] = Verdict(ONNXRUNTIME, said)
                 rejected.add(local[k])
-        covered: set[int] = set()
+        covered: set[int] = set(copies)
         for p in result.pieces:
-            nodes = tuple(local[k] for k in p.nodes if 0 <= k < len(local) and local[k] not in rejected)
+            nodes = tuple(local[k] for k in p.nodes if 0 <= k < len(local) and local[k] not in rejected
+                          and local[k] not in copies)
             covered.update(nodes)
             if not nodes:
                 continue
@@ -183,7 +197,7 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
             else:  # the parser repeated the question without naming a culprit: no progress possible
                 for i in nodes:
                     verdicts[i] = Verdict(ONNXRUNTIME, "TensorRT parser rejected this group without naming a node")
-        leftover = tuple(i for i in local if i not in covered and i not in rejected)
+        leftover = tuple(i for i in local if i not in covered and i not in rejected)  # (copies: covered)
         if leftover and len(leftover) < len(piece):
             work.append(leftover)
         else:

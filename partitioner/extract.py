@@ -96,6 +96,36 @@ def _used_functions(model: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> 
     return [by_key[k] for k in sorted(wanted)]
 
 
+def constant_only(index: GraphIndex, candidates: Sequence[bool]) -> frozenset[int]:
+    """Nodes (among ``candidates``) that read only initializers or other such nodes, and feed
+    something: their values never depend on a model input."""
+    graph_inputs = set(index.graph_inputs)
+    out: set[int] = set()
+    for i in index.order:
+        if not candidates[i] or not index.successors(i):
+            continue
+        if all((name in index.initializers and name not in graph_inputs) or index.producer.get(name) in out
+               for name in index.reads[i]):
+            out.add(i)
+    return frozenset(out)
+
+
+def copies_for(index: GraphIndex, nodes: Sequence[int], lazy: frozenset[int]) -> tuple[int, ...]:
+    """The ``lazy`` (constant-only) nodes outside ``nodes`` whose values ``nodes`` read, directly
+    or through other such nodes, ascending: copied into the group, so that no boundary carries a
+    value that does not depend on a model input."""
+    members = set(nodes)
+    out: set[int] = set()
+    stack = [name for i in nodes for name in index.reads[i]]
+    while stack:
+        p = index.producer.get(stack.pop())
+        if p is None or p in members or p in out or p not in lazy:
+            continue
+        out.add(p)
+        stack.extend(index.reads[p])
+    return tuple(sorted(out))
+
+
 def extract(model: Model, nodes: Collection[int], *, name: str,
             inputs: Sequence[str] | None = None, outputs: Sequence[str] | None = None,
             initializer: Callable[[onnx.TensorProto], onnx.TensorProto | None] | None = None) -> onnx.ModelProto:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from partitioner.capability import ONNXRUNTIME, TENSORRT, Verdict
 from partitioner.cost import BoundaryCost, group_cost
+from partitioner.extract import constant_only, copies_for
 from partitioner.graph import GraphIndex
 from partitioner.split import split_by_weights
 
@@ -91,36 +92,6 @@ def _pull(index: GraphIndex, i: int, waiting: set[int], run: list[int]) -> None:
             stack.pop()
             if stack:  # ``i`` itself is the caller's to append.
                 run.append(node)
-
-
-def constant_only(index: GraphIndex, candidates: Sequence[bool]) -> frozenset[int]:
-    """Nodes (among ``candidates``) that read only initializers or other such nodes, and feed
-    something: their values never depend on a model input."""
-    graph_inputs = set(index.graph_inputs)
-    out: set[int] = set()
-    for i in index.order:
-        if not candidates[i] or not index.successors(i):
-            continue
-        if all((name in index.initializers and name not in graph_inputs) or index.producer.get(name) in out
-               for name in index.reads[i]):
-            out.add(i)
-    return frozenset(out)
-
-
-def copies_for(index: GraphIndex, nodes: Sequence[int], lazy: frozenset[int]) -> tuple[int, ...]:
-    """The ``lazy`` (constant-only) nodes outside ``nodes`` whose values ``nodes`` read, directly
-    or through other such nodes, ascending: copied into the group, so that no boundary carries a
-    value that does not depend on a model input."""
-    members = set(nodes)
-    out: set[int] = set()
-    stack = [name for i in nodes for name in index.reads[i]]
-    while stack:
-        p = index.producer.get(stack.pop())
-        if p is None or p in members or p in out or p not in lazy:
-            continue
-        out.add(p)
-        stack.extend(index.reads[p])
-    return tuple(sorted(out))
 
 
 def _demote_unpaying(index: GraphIndex, groups: Sequence[Group], colors: list[str], final: list[Verdict],

@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from partitioner import Claim, PartitionOptions, plan_model
 from partitioner.model import check_model
@@ -57,6 +57,32 @@ def test_every_unsupported_node_found_and_pieces_reparsed(oracle) -> None:
     assert [s.backend for s in plan.segments] == ["tensorrt", "onnxruntime"] * 4 + ["tensorrt"]
     assert sum(n.verdict == "tensorrt" for n in plan.nodes) == 20
     assert plan.oracle_calls >= 2  # one whole-model question, then each unverified piece alone
+    assert_plan_valid(plan)
+
+
+def test_a_constant_is_copied_into_the_question_of_the_nodes_reading_it(oracle) -> None:
+    """An axes Constant listed before a node the parser refuses (a uint8 Gather dequantized with a
+    nonzero zero point, as ONNX Runtime's quantizer writes embeddings): the parser's bisection put
+    the Constant in a group with the Gather, refused the group without naming a node, and the
+    Unsqueeze and Squeeze reading the axes were then asked with them as a network input and
+    refused ("axis is not a constant"), cutting the model into five segments. A question now
+    carries a copy of the constants its nodes read, as a segment does."""
+    nodes = [helper.make_node("Constant", [], ["ax"], value=numpy_helper.from_array(np.array([1], np.int64)),
+                              name="c_ax"),
+             helper.make_node("Gather", ["W", "ids"], ["g"], name="gather_u8"),
+             helper.make_node("DequantizeLinear", ["g", "sc", "zp"], ["gf"], name="dq"),
+             helper.make_node("Relu", ["gf"], ["r"], name="relu"),
+             helper.make_node("Unsqueeze", ["r", "ax"], ["u"], name="unsq"),
+             helper.make_node("Mul", ["u", "u"], ["m"], name="mul"),
+             helper.make_node("Squeeze", ["m", "ax"], ["y"], name="sq")]
+    inits = [const("W", np.arange(40, dtype=np.uint8).reshape(10, 4)), const("sc", np.array(0.1, np.float32)),
+             const("zp", np.array(3, np.uint8))]
+    m = model(nodes, [vi("ids", ["b", 5], TensorProto.INT64)], [vi("y", ["b", 5, 4])], inits)
+    plan = plan_model(m, oracle, PartitionOptions(boundary_cost=None, min_segment_size=1))
+    on_trt = sorted(n.name for n in plan.nodes if n.verdict == "tensorrt")
+    assert on_trt == ["c_ax", "mul", "relu", "sq", "unsq"], [(n.name, n.reason) for n in plan.nodes]
+    assert [s.backend for s in plan.segments] == ["onnxruntime", "tensorrt"]
+    assert not any("axis is not a constant" in (n.reason or "") for n in plan.nodes)
     assert_plan_valid(plan)
 
 
