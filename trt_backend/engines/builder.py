@@ -141,9 +141,16 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[ProfileSp
     form = prepare_segment(segment_model, options, fl, quantize, weights_dir)
     segment_model, prepared, precision = form.source, form.model, form.precision
     try:
-        engine, layers = _compile(prepared, ranges, options, fl, timing, names_from=segment_model,
-                                  weights_dir=weights_dir, weights=weights, engine_path=engine_path,
-                                  model_file=model_file if prepared is segment_model else None)
+        try:
+            engine, layers = _compile(prepared, ranges, options, fl, timing, names_from=segment_model,
+                                      weights_dir=weights_dir, weights=weights, engine_path=engine_path,
+                                      model_file=model_file if prepared is segment_model else None)
+        except SegmentBuildError as e:
+            if e.stage != "build" or precision in ("fp32", "tf32") or not e.names:
+                raise
+            form, engine, layers = _pinned_where_refused(form, e, ranges, options, fl, timing, quantize,
+                                                         weights_dir, weights, engine_path)
+            prepared, precision = form.model, form.precision
     except SegmentBuildError as e:
         if e.stage == "parse" and prepared is not segment_model:
             _compile(segment_model, ranges, options, fl, None, parse_only=True,  # blame original nodes
@@ -160,6 +167,50 @@ def compile_segment(segment_model: onnx.ModelProto, profiles: Sequence[ProfileSp
     # (its own time: not the wait for another segment's build, see tensorrt_lock)
     seconds = time.perf_counter() - start - (waited_for_tensorrt() - waited)
     return SegmentEngine(engine, layers, seconds, form.precision, form.pinned, form.model)
+
+
+def _gist(message: str, most: int = 160) -> str:
+    """The start of TensorRT's message, its first line up to ``most`` characters."""
+    line = message.strip().splitlines()[0] if message.strip() else message
+    return line if len(line) <= most else line[:most - 3] + "..."
+
+
+# Builds of a reduced-precision segment again with the nodes TensorRT's builder names kept fp32,
+# each round keeping those it named in the last, before the failure goes to the fallback.
+MAX_PINNING_BUILDS = 3
+
+
+def _pinned_where_refused(form: Prepared, error: SegmentBuildError, ranges: Any, options: BuildOptions,
+                          flavor: Flavor, timing: Any, quantize: Callable[..., onnx.ModelProto] | None,
+                          weights_dir: str | None, weights: HeldWeights | None, engine_path: str | None
+                          ) -> tuple[Prepared, Any, int]:
+    """A reduced-precision segment whose build TensorRT's builder refuses, naming nodes, built
+    again with those nodes kept fp32 (a ConvTranspose TensorRT-RTX builds in fp16 and fp32 but
+    not in bf16: "Could not infer output types ... deconv"), as nodes its parser refuses in a
+    precision are kept (:func:`refused_in_precision`): (the form built, engine, layers). The
+    first error where pinning does not get it built (a node that fails in fp32 too goes to the
+    fallback, which demotes it)."""
+    names = {n.name for n in form.source.graph.node}
+    pinned = list(form.pinned)
+    for _ in range(MAX_PINNING_BUILDS):
+        more = [n for n in error.names if n in names and n not in pinned]
+        if not more:
+            break
+        pinned += more
+        log.warning("%s: TensorRT's builder refuses %s in %s (%s); building %s in fp32", form.source.graph.name,
+                    ", ".join(f"'{n}'" for n in more), form.precision, _gist(error.message),
+                    "it" if len(more) == 1 else "them")
+        model, precision = prepared_segment(form.source, options, quantize, tuple(pinned))
+        try:
+            engine, layers = _compile(model, ranges, options, flavor, timing, names_from=form.source,
+                                      weights_dir=weights_dir, weights=weights, engine_path=engine_path)
+        except SegmentBuildError as again:
+            if again.stage != "build" or not again.names:
+                raise error from None
+            error = again
+            continue
+        return Prepared(form.source, model, precision, tuple(pinned)), engine, layers
+    raise error
 
 
 @dataclass(frozen=True)

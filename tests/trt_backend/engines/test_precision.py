@@ -489,3 +489,36 @@ def test_an_epsilon_fp16_flushes_to_zero_keeps_its_reader_and_the_log_fp32(guard
     assert np.isfinite(got).all() and np.abs(got - want).max() <= 1e-2 * np.abs(want).max()
     bf16 = apply_precision(m, "bf16")  # bf16 has fp32's range: nothing to keep
     assert {"guard", "log"}.isdisjoint(bf16.kept)
+
+
+def test_a_node_the_builder_refuses_only_in_bf16_is_built_in_fp32_not_sent_to_onnx_runtime(tmp_path, flavor) -> None:
+    """TensorRT-RTX 1.7 builds a ConvTranspose in fp32 and fp16 but not in bf16 (Myelin: "Could
+    not infer output types ... deconv"): the build demoted it to ONNX Runtime, cutting a U-Net's
+    one segment into three. The builder's refusal is now met as the parser's is: that node is
+    kept fp32 and the segment built again, one engine, the node listed as kept."""
+    from trt_backend.artifacts.write import build
+    from trt_backend.session.options import SessionOptions
+    from trt_backend.session.session import Session
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "wc"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2], name="down"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("ConvTranspose", ["r", "w", "b"], ["u"], strides=[2, 2], name="up"),
+             helper.make_node("Relu", ["u"], ["y"], name="out")]
+    m = model(nodes, [vi("x", ["N", 1, 16, 16])], [vi("y", ["N", 16, 16, 16])],
+              [const("wc", (rng.standard_normal((32, 1, 3, 3)) * 0.2).astype(np.float32)),
+               const("w", (rng.standard_normal((32, 16, 2, 2)) * 0.2).astype(np.float32)),
+               const("b", np.zeros(16, np.float32))])
+    path = str(tmp_path / "deconv.onnx")
+    onnx.save(m, path)
+    manifest = build(path, str(tmp_path / "b"), [{"x": ((4, 1, 16, 16),) * 3}], SessionOptions(precision="bf16"))
+    assert [(s["backend"], s.get("precision"), s.get("pinned")) for s in manifest["segments"]] == \
+        [("tensorrt", "bf16", ["up"])]
+    assert not manifest.get("demoted")
+    built = onnx.load(str(tmp_path / "b" / "segment_0.onnx"))
+    types = {t.name: t.data_type for t in built.graph.initializer}
+    assert types["w"] == TensorProto.FLOAT and types["wc"] == TensorProto.BFLOAT16
+    x = rng.random((4, 1, 16, 16), dtype=np.float32)
+    want = Session(m, [{"x": ((4, 1, 16, 16),) * 3}], SessionOptions(flavor="none")).run(None, {"x": x})[0]
+    got = Session.load(str(tmp_path / "b")).run(None, {"x": x})[0]
+    assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
