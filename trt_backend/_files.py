@@ -50,6 +50,11 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, durable: bo
     if not isinstance(data, (str, bytes, bytearray, memoryview)):
         raise TypeError(f"write_atomic takes str or bytes, not {type(data).__name__}")
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    if os.path.islink(target):  # the file it names is written, not the link replaced by a file
+        target = os.path.realpath(target)
+    if _not_a_file(target):  # /dev/stdout, /dev/null, a pipe: written through, never replaced
+        _write_through(target, payload)
+        return
     folder = os.path.dirname(os.path.abspath(target))
     tmp = os.path.join(folder, f".{os.path.basename(target)}.{_token()}.tmp")
     mode = _existing_mode(target)
@@ -69,6 +74,35 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, durable: bo
         if not done:
             _remove_quietly(tmp)
     log.debug("wrote %s (%d bytes)", target, len(payload))
+
+
+def _not_a_file(path: str) -> bool:
+    """Whether ``path`` exists as something other than a regular file or a folder (a device, a
+    pipe, a socket): what an atomic replace would destroy (as root, /dev/null itself)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode))
+
+
+def _write_through(path: str, payload: bytes) -> None:
+    """``payload`` written into the device or pipe at ``path``; OutputError naming it where it
+    cannot take it (a full device, a pipe nobody reads: not waited for)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_NONBLOCK", 0) if stat.S_ISFIFO(os.stat(path).st_mode)
+                     else os.O_WRONLY)
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write to it ({e.strerror or e})") from None
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write to it ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
+    log.debug("wrote %s (%d bytes, not a regular file: written through)", path, len(payload))
 
 
 def save_model_atomic(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> None:

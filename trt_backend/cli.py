@@ -169,18 +169,33 @@ def _main(args_list: list[str], command: str | None, build_index: str | None) ->
     try:
         _args.check_output_paths(args)  # Before any work: a run must not end in "cannot write".
         rc = int(args.func(args) or 0)
-        sys.stdout.flush()  # A closed stdout shows here, inside the handling below.
+        if sys.stdout is not None:  # (None: the shell closed it, `>&-`, and print() writes nothing)
+            sys.stdout.flush()  # A closed stdout shows here, inside the handling below.
         return rc
     except TrtBackendError as e:
         _error(str(e))
         return error_exit
     except BrokenPipeError:
         return _closed_stdout()
+    except OSError as e:  # a write that failed outside our own checks: stdout on a full disk or /dev/full
+        _drop_stdout()
+        where = f"{e.filename}: " if e.filename else "cannot write its output: "
+        _error(f"{where}{e.strerror or e}")
+        return error_exit
     except KeyboardInterrupt as e:  # (a command may say what it had finished: see build)
         _error(str(e) or "interrupted", prefix="trt-backend: ")
         return 143 if isinstance(e, _Terminated) else 130
     finally:
         _stop_progress(handler, streams)
+
+
+def _drop_stdout() -> None:
+    """What stdout still holds, dropped, where writing it failed (a full device): the exit's flush
+    would fail on it again, in Python's "Exception ignored" lines."""
+    try:
+        sys.stdout = open(os.devnull, "w")
+    except OSError:
+        sys.stdout = None  # type: ignore[assignment]
 
 
 def script_main() -> NoReturn:
@@ -207,7 +222,8 @@ def script_main() -> NoReturn:
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # (None: closed by the shell before the process started)
+                stream.flush()
         except (OSError, ValueError):  # Closed or gone: nothing more can reach it.
             pass
     os._exit(rc)

@@ -194,3 +194,26 @@ def test_dim_names_the_inputs_share_by_mistake_yield_to_samples_onnx_runtime_run
     assert [a.shape for a in sess.get_inputs()] == [[1, "n", None], [1, "n", None]]  # ('n' agrees: kept)
     np.testing.assert_array_equal(sess.run(None, feed)[0], want)
     assert trt_backend.compare(model, feeds=[feed], session_options=trt_backend.SessionOptions(emulate=True)).passed
+
+
+def test_an_npz_whose_array_header_numpy_cannot_parse_is_one_line(paths, tmp_path, capsys) -> None:
+    """A header cut short inside its dict: numpy's parser ends in a tokenizer error, which came
+    out as a traceback from --inputs and from --calibration-data."""
+    import struct
+    import zipfile
+
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (2,"
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    bad = str(tmp_path / "badhdr.npz")
+    with zipfile.ZipFile(bad, "w") as z:
+        z.writestr("x.npy", b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + bytes(32))
+        z.writestr("y.npy", b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + bytes(32))
+    said = "array 'x': its header cannot be read"
+    assert main(["run", paths["model"], "--inputs", bad, "--emulate"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"trt-backend: error: --inputs {bad}: cannot read it as .npz") and \
+        said in err, err
+    assert main(["build", paths["model"], "-o", str(tmp_path / "b"), "--precision", "int8", "--calibration-data",
+                 bad, "--shapes", "x:2x4,y:2x4"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and said in err and "calibration data" in err, err

@@ -37,6 +37,7 @@ import onnx
 from trt_backend._files import npz_problem
 from trt_backend.errors import CalibrationDataError
 from trt_backend.ort.random_data import index_ranges, random_feed
+from trt_backend.ort.values import check_npz_sizes
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +300,7 @@ def _read_npz(path: str, inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
         raise CalibrationDataError(f"calibration data {path}: {problem}")
     try:
         with np.load(path, allow_pickle=False) as data:
+            check_npz_sizes(data, path)
             arrays = {k: data[k] for k in data.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise CalibrationDataError(f"calibration data {path}: not a readable .npz ({e})") from None

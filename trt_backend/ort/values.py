@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import tokenize
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -144,3 +145,22 @@ def _size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} bytes"
+
+
+def check_npz_sizes(data: Any, path: str) -> None:
+    """Each array's size in the opened .npz ``data`` from its header, held to the memory limits
+    before numpy allocates it (a header may claim any shape, whatever the file's size); a header
+    numpy cannot parse is a ValueError naming the array (numpy's own parser ends in a tokenizer's
+    or Python's syntax error there), as the caller's reading of the file reports others."""
+    members = set(data.zip.namelist())
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    for name in data.files:
+        with data.zip.open(name + ".npy" if name + ".npy" in members else name) as f:
+            try:
+                reader = readers.get(np.lib.format.read_magic(f))
+                if reader is None:
+                    continue  # A newer format: numpy checks it itself when loading.
+                shape, _, dtype = reader(f)
+            except (ValueError, SyntaxError, EOFError, tokenize.TokenError) as e:
+                raise ValueError(f"array '{name}': its header cannot be read ({e})") from None
+        check_allocation(shape, dtype, f"input '{name}' in {path}")

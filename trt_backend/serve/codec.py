@@ -19,7 +19,8 @@ import numpy as np
 
 from trt_backend.errors import MemoryLimitError, RequestError
 from trt_backend.profiles.node_arg import NodeArg
-from trt_backend.session.feeds import check_npz_sizes, storable
+from trt_backend.ort.values import check_npz_sizes
+from trt_backend.session.feeds import storable
 
 NPZ = "application/x-npz"
 JSON = "application/json"

@@ -21,7 +21,7 @@ from trt_backend._files import npz_problem, write_atomic
 from trt_backend.errors import FeedError
 from trt_backend.gpu.memory import as_device_array
 from trt_backend.ort.random_data import random_feed
-from trt_backend.ort.values import check_allocation
+from trt_backend.ort.values import check_npz_sizes
 from trt_backend.profiles.given import example_shapes
 from trt_backend.profiles.node_arg import NodeArg, node_arg, shape_text
 from trt_backend.profiles.profile import Profile, describe_profile
@@ -455,15 +455,3 @@ def _read_runs(path: str, what: str) -> tuple[list[dict[str, Any]], list[dict[st
 _RUN_KEY = re.compile(r"(?:(?P<side>inputs|outputs)/)?(?P<k>[0-9]+)/(?P<name>.+)", re.DOTALL)
 
 
-def check_npz_sizes(data: Any, path: str) -> None:
-    """Each array's size from its header, held to the memory limits before numpy allocates it
-    (a header may claim any shape, whatever the file's size)."""
-    members = set(data.zip.namelist())
-    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-    for name in data.files:
-        with data.zip.open(name + ".npy" if name + ".npy" in members else name) as f:
-            reader = readers.get(np.lib.format.read_magic(f))
-            if reader is None:
-                continue  # A newer format: numpy checks it itself when loading.
-            shape, _, dtype = reader(f)
-        check_allocation(shape, dtype, f"input '{name}' in {path}")

@@ -325,3 +325,36 @@ def test_sigterm_during_a_build_leaves_nothing_behind(tmp_path) -> None:
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 143 and err.strip().splitlines()[-1] == "trt-backend: terminated", err
     assert sorted(os.listdir(tmp_path)) == ["chain.onnx"]
+
+
+def test_stdout_on_a_full_device_or_closed_is_one_line_or_nothing(tmp_path) -> None:
+    """stdout on /dev/full ended in OSError's traceback and Python's "Exception ignored" lines;
+    a stdout the shell closed (`>&-`) in an AttributeError traceback."""
+    with open("/dev/full", "w") as full:
+        proc = _cli("inspect", DEMO_PATH, stdout=full.fileno(), cwd=str(tmp_path))
+    assert proc.returncode == 1 and proc.stderr.strip() == \
+        "trt-backend: error: cannot write its output: No space left on device", proc.stderr
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    closed = subprocess.run(f"{sys.executable} -m trt_backend inspect {DEMO_PATH} >&-", shell=True,
+                            capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
+    assert "Traceback" not in closed.stderr and closed.returncode == 0, closed.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_an_output_path_that_is_a_device_or_a_link_is_written_through_never_replaced(tmp_path, capsys) -> None:
+    """Outputs are written to a temporary file renamed over the target: a device or a symlink
+    given as the target was replaced by a regular file (`--json /dev/stdout` as root replaced the
+    system's /dev/stdout link, `--json /dev/full` its device). A device or pipe is written
+    through (a full one is one error), a link is followed to the file it names."""
+    null, full = tmp_path / "null", tmp_path / "full"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+    (tmp_path / "real.json").write_text("keep")
+    os.symlink("real.json", tmp_path / "link.json")
+    assert main(["inspect", DEMO_PATH, "--json", str(null)]) == 0
+    assert main(["inspect", DEMO_PATH, "--json", str(tmp_path / "link.json")]) == 0
+    assert main(["inspect", DEMO_PATH, "--json", str(full)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == f"trt-backend: error: {full}: cannot write to it (No space left on device)", err
+    assert stat.S_ISCHR(os.stat(null).st_mode) and stat.S_ISCHR(os.stat(full).st_mode)
+    assert os.path.islink(tmp_path / "link.json") and json.loads((tmp_path / "real.json").read_text())["model"]
