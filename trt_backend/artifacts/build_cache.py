@@ -230,7 +230,7 @@ class BuildCache:
             with open(os.path.join(self.root, DIGESTS), encoding="utf-8") as f:
                 known = json.load(f)
             return known if isinstance(known, dict) else {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return {}
 
     def restore(self, key: str, out_dir: str, updates: Mapping[str, Any],
@@ -300,7 +300,7 @@ class BuildCache:
                     raise ArtifactError(f"{name} is missing")
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, TypeError, KeyError, ArtifactError) as e:
+        except (OSError, ValueError, TypeError, KeyError, RecursionError, ArtifactError) as e:
             log.warning("build cache entry %s is damaged (%s); removing it", entry, e)
             shutil.rmtree(entry, ignore_errors=True)
             return None

@@ -108,7 +108,7 @@ class PlanEntry:
             return entry
         except FileNotFoundError:
             return None
-        except ValueError as e:  # (JSON that does not parse, or is not an entry)
+        except (ValueError, RecursionError) as e:  # (JSON that does not parse, or is not an entry)
             self._drop(str(e))
             return None
         except OSError as e:  # Unreadable here (permissions): a miss, the entry left as it is.

@@ -133,8 +133,10 @@ def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
             manifest = json.load(f)
     except FileNotFoundError:
         raise ArtifactError(f"{folder}: no {MANIFEST}; not a trt-backend build folder") from None
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # (ValueError: JSON that does not parse, bytes that are not UTF-8)
         raise ArtifactError(f"{path}: unreadable ({e})") from None
+    except RecursionError:  # (arrays nested past what Python's JSON reader follows)
+        raise ArtifactError(f"{path}: unreadable (nested deeper than a manifest is)") from None
     if isinstance(manifest, dict) and isinstance(manifest.get("format"), int) and manifest["format"] < FORMAT:
         raise ArtifactError(f"{folder}: written by an older trt-backend (folder format {manifest['format']}, which "
                             "does not record the models its engines were built from); rebuild it with "

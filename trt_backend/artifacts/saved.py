@@ -76,6 +76,8 @@ def read_saved(saved: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, A
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ProfileError(f"saved plan is not JSON: {e}") from None
+    except RecursionError:
+        raise ProfileError("saved plan is not a plan JSON: nested deeper than one is") from None
     if not isinstance(data, dict) or "segments" not in data:
         raise ProfileError("saved plan has no segments: not a plan JSON")
     return data

@@ -250,7 +250,7 @@ def _folder_manifest(folder: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(folder, _read.MANIFEST), encoding="utf-8") as f:
             manifest = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return manifest if isinstance(manifest, dict) else None
 

@@ -184,7 +184,7 @@ def restore_indexed(call: Call, index: str) -> dict[str, Any] | None:
     try:
         with open(_index_path(cache, index), encoding="utf-8") as f:
             key = json.load(f).get("key")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
     if not isinstance(key, str) or not os.path.isfile(os.path.join(cache.entry(key), "manifest.json")):
         return None
