@@ -24,6 +24,7 @@ import onnx
 from partitioner import Plan, TrtBackendError
 from partitioner.cost import BoundaryCost
 from partitioner.errors import OptionsError
+from partitioner.extract import boundary
 from partitioner.weights import check_location, file_sha256
 from trt_backend._files import path_text
 from trt_backend.artifacts.build_cache import jsonable
@@ -103,6 +104,7 @@ def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool
               for which in ("min", "opt", "max")]
     # A folder that refers to its model's weights reads them from the model's own folder.
     plan.model = load(os.path.join(folder, manifest["model_file"]), shapes, base_dir=weights_dir(manifest))
+    check_plan_fits(plan, os.path.join(folder, MANIFEST))
     return BuiltFolder(plan, manifest, engines)
 
 
@@ -144,6 +146,7 @@ def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ArtifactError(f"{path}: not a format-{FORMAT} trt-backend manifest")
     check_seal(manifest, path, sign_key)
+    check_manifest_shape(manifest, path)
     try:
         checks = [(manifest["model_file"], manifest["model_sha256"])]
         for seg in manifest["segments"]:
@@ -166,6 +169,107 @@ def read_manifest(folder: str, sign_key: bytes | None = None) -> dict[str, Any]:
     check_data_files(folder, manifest)
     check_references(folder, manifest)
     return manifest
+
+
+# What each field the readers of a folder rely on must hold: its digest says only that the manifest
+# is as its writer sealed it, and anyone can seal an edited one again.
+_FIELDS: dict[str, tuple[type, ...]] = {"model_file": (str,), "model_sha256": (str,), "build": (dict,),
+                                        "build_options": (dict,), "segments": (list,), "plan": (dict,),
+                                        "demoted": (list,), "gpu_target": (str, type(None)),
+                                        "tensorrt": (str, type(None))}
+_SEGMENT_FIELDS: dict[str, tuple[type, ...]] = {"id": (int,), "backend": (str,), "model": (str,),
+                                                "model_sha256": (str,), "engine": (str, type(None)),
+                                                "precision": (str, type(None)), "pinned": (list,)}
+_PLAN_SEGMENT_FIELDS: dict[str, tuple[type, ...]] = {"id": (int,), "backend": (str,), "nodes": (list,),
+                                                     "inputs": (list,), "outputs": (list,), "copies": (list,),
+                                                     "profiles": (list,)}
+
+
+def check_manifest_shape(manifest: Mapping[str, Any], path: str) -> None:
+    """ArtifactError naming the first field of ``manifest`` that does not hold what a folder's
+    readers take from it (a type; a plan whose segments are not listed in order, with whole
+    numbers for nodes and names for tensors)."""
+    def refuse(where: str, want: tuple[type, ...], got: Any) -> None:
+        names = " or ".join("null" if t is type(None) else {dict: "an object", list: "a list", str: "a string",
+                                                           int: "a whole number"}[t] for t in want)
+        raise ArtifactError(f"{path}: {where} must be {names}, got {json.dumps(got)[:60]}; edited by hand? rebuild "
+                            "with trt-backend build")
+
+    def held(entry: Mapping[str, Any], fields: Mapping[str, tuple[type, ...]], where: str) -> None:
+        for key, want in fields.items():
+            value = entry.get(key)
+            if key in entry and (not isinstance(value, want) or (isinstance(value, bool) and bool not in want)):
+                refuse(f"{where}{key}", want, entry[key])
+
+    held(manifest, _FIELDS, "")
+    for k, seg in enumerate(manifest.get("segments") or ()):
+        if not isinstance(seg, dict):
+            refuse(f"segments[{k}]", (dict,), seg)
+        held(seg, _SEGMENT_FIELDS, f"segments[{k}].")
+    for k, entry in enumerate(manifest.get("demoted") or ()):
+        if not isinstance(entry, dict):
+            refuse(f"demoted[{k}]", (dict,), entry)
+    plan = manifest.get("plan") or {}
+    if not isinstance(plan.get("segments"), list) or not isinstance(plan.get("nodes"), list):
+        refuse("plan.segments and plan.nodes", (list,), {k: plan.get(k) for k in ("segments", "nodes")})
+    for k, seg in enumerate(plan["segments"]):
+        if not isinstance(seg, dict):
+            refuse(f"plan.segments[{k}]", (dict,), seg)
+        held(seg, _PLAN_SEGMENT_FIELDS, f"plan.segments[{k}].")
+        if seg.get("id") != k:
+            refuse(f"plan.segments[{k}].id", (int,), seg.get("id"))
+        for key, kind in (("nodes", int), ("copies", int), ("inputs", str), ("outputs", str)):
+            if any(not isinstance(v, kind) or isinstance(v, bool) for v in seg.get(key) or ()):
+                refuse(f"plan.segments[{k}].{key}[...]", (kind,), seg[key])
+    for k, node in enumerate(plan["nodes"]):
+        if not isinstance(node, dict) or not isinstance(node.get("segment"), int):
+            refuse(f"plan.nodes[{k}]", (dict,), node)
+    ids = sorted(seg["id"] for seg in manifest.get("segments") or ())
+    if ids != list(range(len(plan["segments"]))):
+        raise ArtifactError(f"{path}: segments {ids} are not the plan's {len(plan['segments'])} segment(s); edited "
+                            "by hand? rebuild with trt-backend build")
+    for where, profiles in [("plan.input_profiles", plan.get("input_profiles") or [])] + [
+            (f"plan.segments[{k}].profiles", seg.get("profiles") or []) for k, seg in enumerate(plan["segments"])]:
+        for profile in profiles if isinstance(profiles, list) else [profiles]:
+            if not isinstance(profile, dict):
+                refuse(where, (dict,), profile)
+            for name, tp in profile.items():
+                spans = [tp.get(w) for w in ("min", "opt", "max")] if isinstance(tp, dict) else [None]
+                lists = [v for v in spans if isinstance(v, list)]
+                if len(lists) != 3 or any(not isinstance(d, int) or isinstance(d, bool) or d < 0
+                                          for v in lists for d in v) or len({len(v) for v in lists}) != 1:
+                    raise ArtifactError(f"{path}: {where}: the profile of '{name}' must give min, opt and max as lists "
+                                        f"of whole numbers >= 0 of one length, got {json.dumps(tp)[:80]}; edited by "
+                                        "hand? rebuild with trt-backend build")
+
+
+def check_plan_fits(plan: Plan, path: str) -> None:
+    """ArtifactError where a folder's plan does not describe its model: each segment's nodes are
+    the model's, each node in one segment, and each segment reads and writes the tensors its nodes
+    do, in an order that runs (what a run would otherwise find as a missing tensor)."""
+    model = plan.model
+    if model is None:
+        return
+    index = model.index
+    n = len(model.proto.graph.node)
+    seen: set[int] = set()
+    for seg in plan.segments:
+        bad = [i for i in (*seg.nodes, *seg.copies) if not 0 <= i < n]
+        if bad or seen & set(seg.nodes):
+            raise ArtifactError(f"{path}: plan segment {seg.id} lists node(s) {bad or sorted(seen & set(seg.nodes))} "
+                                f"the model does not have once (it has {n}); edited by hand? rebuild with "
+                                "trt-backend build")
+        seen.update(seg.nodes)
+    available = set(index.graph_inputs) | set(index.initializers)
+    for seg in plan.segments:
+        inputs, outputs = boundary(index, seg.nodes, seg.copies)
+        if set(inputs) != set(seg.inputs) or not set(seg.outputs) <= set(outputs) or len(set(seg.outputs)) != \
+                len(seg.outputs) or not set(seg.inputs) <= available:
+            raise ArtifactError(f"{path}: plan segment {seg.id} does not read and write what its nodes do "
+                                f"(recorded {list(seg.inputs)} -> {list(seg.outputs)}; its nodes read {inputs} and "
+                                f"write {outputs}), or reads a tensor no earlier segment writes; edited by hand? "
+                                "rebuild with trt-backend build")
+        available |= set(seg.outputs)
 
 
 def check_data_files(folder: str, manifest: Mapping[str, Any]) -> None:

@@ -250,7 +250,9 @@ def _folder_manifest(folder: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(folder, _read.MANIFEST), encoding="utf-8") as f:
             manifest = json.load(f)
-    except (OSError, ValueError, RecursionError):
+        if isinstance(manifest, dict):
+            _read.check_manifest_shape(manifest, folder)
+    except (OSError, ValueError, RecursionError, TrtBackendError):  # (the folder's opening says what is wrong)
         return None
     return manifest if isinstance(manifest, dict) else None
 

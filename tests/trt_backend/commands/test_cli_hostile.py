@@ -358,3 +358,48 @@ def test_an_output_path_that_is_a_device_or_a_link_is_written_through_never_repl
     assert err == f"trt-backend: error: {full}: cannot write to it (No space left on device)", err
     assert stat.S_ISCHR(os.stat(null).st_mode) and stat.S_ISCHR(os.stat(full).st_mode)
     assert os.path.islink(tmp_path / "link.json") and json.loads((tmp_path / "real.json").read_text())["model"]
+
+
+TAMPERED = [  # (field path, value, what the error says)
+    (("build",), None, "build must be an object, got null"),
+    (("build_options",), None, "build_options must be an object, got null"),
+    (("demoted",), "x", "demoted must be a list"),
+    (("model_file",), 5, "model_file must be a string, got 5"),
+    (("segments", 0, "engine"), 12, "segments[0].engine must be a string or null, got 12"),
+    (("segments", 0, "id"), "zero", "segments[0].id must be a whole number"),
+    (("segments",), [], "segments [] are not the plan's 3 segment(s)"),
+    (("plan",), {}, "plan.segments and plan.nodes must be a list"),
+    (("plan", "segments", 0, "nodes"), [0, 1, 2, 999], "plan segment 0 lists node(s) [999] the model does not have"),
+    (("plan", "segments", 0, "inputs"), ["nope"], "plan segment 0 does not read and write what its nodes do"),
+    (("plan", "segments", 0, "profiles"), [{"image": {"min": [2], "opt": "x", "max": [2]}}],
+     "the profile of 'image' must give min, opt and max as lists"),
+]
+
+
+@pytest.mark.parametrize("path, value, says", TAMPERED, ids=[".".join(map(str, t[0])) for t in TAMPERED])
+def test_a_manifest_edited_and_sealed_again_is_one_error_at_every_door(demo_folder, tmp_path, capsys, path, value,
+                                                                       says) -> None:
+    """A manifest's digest says it is as its writer sealed it, and anyone can seal an edited one
+    again: a field of the wrong type, or a plan that does not describe the model, ended in a
+    traceback (KeyError, TypeError, AttributeError) in inspect, run, compare and export-triton."""
+    import shutil
+
+    from trt_backend.artifacts.seal import seal
+
+    folder = str(tmp_path / "edited")
+    shutil.copytree(demo_folder, folder)
+    with open(os.path.join(folder, "manifest.json")) as f:
+        manifest = json.load(f)
+    manifest.pop("digest", None)
+    target = manifest
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        json.dump(seal(manifest), f)
+    for argv in (["inspect", folder], ["run", folder], ["compare", folder],
+                 ["export-triton", folder, "-o", str(tmp_path / "repo"), "--dry-run"]):
+        assert main(argv) in (1, 2), argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err and err[-1].startswith("trt-backend: error: ") and says in err[-1], (argv, err)
+        assert not any("Traceback" in line for line in err)
