@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import onnx
@@ -360,7 +361,7 @@ def test_an_output_path_that_is_a_device_or_a_link_is_written_through_never_repl
     assert os.path.islink(tmp_path / "link.json") and json.loads((tmp_path / "real.json").read_text())["model"]
 
 
-TAMPERED = [  # (field path, value, what the error says)
+TAMPERED: list[tuple[tuple[Any, ...], Any, str]] = [  # (field path, value, what the error says)
     (("build",), None, "build must be an object, got null"),
     (("build_options",), None, "build_options must be an object, got null"),
     (("demoted",), "x", "demoted must be a list"),
