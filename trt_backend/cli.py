@@ -164,6 +164,10 @@ def _main(args_list: list[str], command: str | None, build_index: str | None) ->
     level = logging.ERROR if args.quiet else logging.WARNING if args.verbose == 0 else \
         logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    for root_handler in logging.getLogger().handlers:  # (basicConfig's, or a caller's: each line one line)
+        if type(root_handler.formatter) is logging.Formatter or root_handler.formatter is None:
+            fmt = root_handler.formatter._fmt if root_handler.formatter is not None else None
+            root_handler.setFormatter(_OneLineFormatter(fmt))
     error_exit = int(getattr(args, "error_exit", 1))  # Compare: 2, kept apart from its 1 for "outputs differ".
     handler, streams = _show_progress(args), (sys.stdout, sys.stderr)
     try:
@@ -293,9 +297,26 @@ def _build_from_index(args_list: list[str]) -> tuple[bool, str | None]:
     return True, index
 
 
+# Control characters a message may carry from a model's own names (a newline, a terminal escape):
+# written escaped, so that an error is one line and a name cannot restyle or rewrite the terminal.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
+
+
+def one_line(text: str) -> str:
+    """``text`` with its control characters escaped (``\\n``, ``\\x1b``)."""
+    return text.translate(_CONTROLS)
+
+
+class _OneLineFormatter(logging.Formatter):
+    """Log records as one line each, their control characters escaped (see :func:`one_line`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return one_line(super().format(record))
+
+
 def _error(message: str, prefix: str = "trt-backend: error: ") -> None:
     try:
-        print(prefix + message, file=sys.stderr, flush=True)
+        print(prefix + one_line(message), file=sys.stderr, flush=True)
     except (OSError, ValueError):  # Stderr closed as well: the exit code says it.
         pass
 

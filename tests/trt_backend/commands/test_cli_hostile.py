@@ -404,3 +404,15 @@ def test_a_manifest_edited_and_sealed_again_is_one_error_at_every_door(demo_fold
         err = capsys.readouterr().err.strip().splitlines()
         assert err and err[-1].startswith("trt-backend: error: ") and says in err[-1], (argv, err)
         assert not any("Traceback" in line for line in err)
+
+
+def test_a_name_with_a_newline_or_a_terminal_escape_keeps_the_error_one_line(tmp_path, capsys) -> None:
+    """An input named with a newline and an ANSI colour split the error over three lines and
+    turned the terminal red; errors and warnings write control characters escaped."""
+    name = "bad\nname\x1b[31mRED\x1b[0m"
+    path = str(tmp_path / "named.onnx")
+    onnx.save(model([h.make_node("Relu", [name], ["y"])], [vi(name, ["n", 4])], [vi("y", ["n", 4])]), path)
+    assert main(["run", path]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "\x1b" not in err, err
+    assert err.startswith("trt-backend: error: input 'bad\\nname\\x1b[31mRED\\x1b[0m' has dynamic shape"), err
