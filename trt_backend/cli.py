@@ -181,6 +181,10 @@ def _main(args_list: list[str], command: str | None, build_index: str | None) ->
         return error_exit
     except BrokenPipeError:
         return _closed_stdout()
+    except MemoryError:  # an allocation past what the checks foresaw (numpy's, ONNX Runtime's)
+        _error("out of memory: an allocation failed (the memory available, a container's limit or `ulimit -v` "
+               "allows less); give smaller shapes or inputs, or --max-memory to be told before")
+        return error_exit
     except OSError as e:  # a write that failed outside our own checks: stdout on a full disk or /dev/full
         _drop_stdout()
         where = f"{e.filename}: " if e.filename else "cannot write its output: "

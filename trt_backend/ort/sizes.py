@@ -2,7 +2,9 @@
 read without loading numpy or ONNX Runtime (build options are made before either loads)."""
 from __future__ import annotations
 
+import os
 import re
+import resource
 
 from partitioner.errors import OptionsError
 
@@ -48,8 +50,62 @@ def proc_bytes(path: str, field: str) -> int | None:
 
 
 def available_memory() -> int | None:
-    """Bytes of memory available to allocate now (Linux: MemAvailable), None where unknown."""
-    return proc_bytes("/proc/meminfo", "MemAvailable")
+    """Bytes of memory available to allocate now, None where unknown: the machine's
+    (MemAvailable), or less where this process's memory cgroup (a container's ``--memory``, v1
+    or v2) or its address-space limit (``ulimit -v``) leaves less, as the kernel's out-of-memory
+    killer and a failing allocation count it."""
+    found = [n for n in (proc_bytes("/proc/meminfo", "MemAvailable"), _cgroup_room(), _address_room())
+             if n is not None]
+    return max(0, min(found)) if found else None
+
+
+_UNLIMITED = 1 << 60  # cgroup limits from here on mean none (v1 writes 2^63 rounded to pages)
+
+
+def _cgroup_room() -> int | None:
+    """The memory this process's cgroup may still take: its limit less its use (cgroup v2's
+    memory.max/memory.current, v1's memory.limit_in_bytes/memory.usage_in_bytes); None where it
+    has no limit or none can be read."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return None
+    for parts in lines:
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":  # v2: one unified hierarchy
+            base, limit_file, use_file = "/sys/fs/cgroup", "memory.max", "memory.current"
+        elif "memory" in controllers.split(","):
+            base, limit_file, use_file = "/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"
+        else:
+            continue
+        folder = os.path.join(base, path.lstrip("/"))
+        limit, used = _read_int(os.path.join(folder, limit_file)), _read_int(os.path.join(folder, use_file))
+        if limit is not None and limit < _UNLIMITED:
+            return limit - (used or 0)
+    return None
+
+
+def _address_room() -> int | None:
+    """What ``ulimit -v`` (RLIMIT_AS) leaves this process beside what it maps now; None without one."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    return soft - (proc_bytes("/proc/self/status", "VmSize") or 0)
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # ("max": no limit)
 
 
 def room_beside(size: int, limit: int) -> bool:

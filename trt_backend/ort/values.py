@@ -126,18 +126,22 @@ def memory_limit(limit: int | None) -> Iterator[None]:
         _MAX_MEMORY.reset(token)
 
 
-def check_allocation(shape: Sequence[int], dtype: np.dtype, what: str) -> None:
+def check_allocation(shape: Sequence[int], dtype: np.dtype, what: str, copies: int = 1) -> None:
     """MemoryLimitError naming ``what`` when an array of ``shape`` and ``dtype`` would need more
-    than the max_memory limit in force (:func:`memory_limit`) or than the memory available: one
-    clear line instead of an allocation failure or an out-of-memory kill of the process."""
+    than the max_memory limit in force (:func:`memory_limit`) or than the memory available
+    (:func:`~trt_backend.ort.sizes.available_memory`: a container's limit too): one clear line
+    instead of an allocation failure or an out-of-memory kill of the process. ``copies``: how many
+    arrays of that size making it holds at once (drawing random values: a few), held to the memory
+    available."""
     need = int(np.prod([int(d) for d in shape], dtype=object)) * np.dtype(dtype).itemsize
     text = f"{what}: shape {tuple(int(d) for d in shape)} of {np.dtype(dtype)} needs {_size(need)}"
-    limit = _MAX_MEMORY.get()
+    limit = _MAX_MEMORY.get()  # (a limit on tensors' sizes)
     if limit is not None and need > limit:
         raise MemoryLimitError(f"{text}, more than the max_memory limit (--max-memory) of {_size(limit)}")
     have = available_memory()
-    if have is not None and need > have:
-        raise MemoryLimitError(f"{text}, this machine has {_size(have)} available")
+    if have is not None and need * copies > have:
+        making = f" ({_size(need * copies)} while it is made)" if copies > 1 else ""
+        raise MemoryLimitError(f"{text}{making}, and {_size(have)} is available to this process")
 
 
 def _size(n: int) -> str:

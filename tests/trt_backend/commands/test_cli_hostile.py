@@ -416,3 +416,22 @@ def test_a_name_with_a_newline_or_a_terminal_escape_keeps_the_error_one_line(tmp
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "\x1b" not in err, err
     assert err.startswith("trt-backend: error: input 'bad\\nname\\x1b[31mRED\\x1b[0m' has dynamic shape"), err
+
+
+def test_random_inputs_past_an_address_space_limit_are_one_line(tmp_path) -> None:
+    """Under `ulimit -v` (or a container's memory limit) the memory check read the machine's free
+    memory alone: numpy's allocation failed in a traceback (in a container, the kernel killed the
+    process). What the limit leaves is what is available, and a draw's temporaries count."""
+    import resource
+
+    path = str(tmp_path / "relu.onnx")
+    onnx.save(model([h.make_node("Relu", ["x"], ["y"])], [vi("x", ["n", 4])], [vi("y", ["n", 4])]), path)
+    limit = 4 << 30
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.run([sys.executable, "-m", "trt_backend", "run", path, "--shapes", "x:200000000x4",
+                           "--emulate"], capture_output=True, text=True, env=env, cwd=str(tmp_path),
+                          timeout=300, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert err[-1].startswith("trt-backend: error: input 'x': shape (200000000, 4) of float32 needs 3.0 GiB (11.9 "
+                              "GiB while it is made), and ") and err[-1].endswith("is available to this process"), err
