@@ -12,6 +12,18 @@ from typing import Any, TypeVar, overload
 from partitioner.errors import OptionsError
 
 
+def names_option(value: Any, name: str, *, item: str = "names (str)") -> tuple[Any, ...]:
+    """``value`` (one str, or a list or tuple of them) as a tuple; OptionsError naming the option
+    where it is not a list of str (a number, None, bytes, a list holding another type), which
+    ``tuple(value)`` would take apart or fail on with Python's TypeError."""
+    items = (value,) if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple, set, frozenset)) or any(not isinstance(v, str) for v in items):
+        shown = next((v for v in items if not isinstance(v, str)), items) if isinstance(items, (list, tuple, set,
+                                                                                                  frozenset)) else items
+        raise OptionsError(f"{name} must be a list of {item}, got {type(shown).__name__} {shown!r:.60}")
+    return tuple(items)
+
+
 @overload
 def number_option(value: Any, name: str, *, whole: bool = ..., low: int | None = ..., high: int | None = ...,
                   above: None = ..., text: bool = ..., error: type[OptionsError] = ...) -> int: ...

@@ -136,3 +136,31 @@ def test_a_value_of_the_wrong_type_at_a_public_door_is_one_error_of_ours(tmp_pat
             assert message in str(e) and "\n" not in str(e), (message, str(e))
         else:
             raise AssertionError(f"no error: {message}")
+
+
+def test_option_lists_of_the_wrong_type_are_one_error_of_ours() -> None:
+    """The options' list fields took any iterable apart and ended in Python's TypeError for the
+    rest (None, a number, an object)."""
+    import trt_backend.export
+    from trt_backend.bench.loop import BenchOptions
+    from trt_backend.data.demo import DEMO_PATH
+
+    calls = [
+        (lambda: trt_backend.BuildOptions(keep_fp32_ops=None), "keep_fp32_ops must be a list of op types (str), got"),
+        (lambda: trt_backend.BuildOptions(keep_fp32_ops=["Softmax", 3]), "keep_fp32_ops must be a list of op types"),
+        (lambda: trt_backend.BuildOptions(compute_capabilities=object()), "compute_capabilities must be a list"),
+        (lambda: trt_backend.BuildOptions(calibration_data=[], precision="int8"), "calibration_data must be a path"),
+        (lambda: trt_backend.OrtOptions(providers=5), "providers must be a list of names (str), got int"),
+        (lambda: trt_backend.CompareOptions(tolerances=None), "tolerances must be a list of 'output:atol,rtol'"),
+        (lambda: trt_backend.CompareOptions(checks=3), "checks must be a list of task checks"),
+        (lambda: BenchOptions(baselines=None),  # type: ignore[arg-type]
+         "baselines must be a list of names (str), got NoneType"),
+        (lambda: trt_backend.export.from_model(DEMO_PATH, "junk"), "profiles must be a list of dicts"),
+    ]
+    for call, message in calls:
+        try:
+            call()
+        except errors.TrtBackendError as e:
+            assert message in str(e) and "\n" not in str(e), (message, str(e))
+        else:
+            raise AssertionError(f"no error: {message}")

@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 from partitioner.errors import OptionsError
-from partitioner.options_check import keyword_checked, number_option
+from partitioner.options_check import keyword_checked, names_option, number_option
 from trt_backend.accuracy.tasks import TaskCheck
 
 ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
@@ -88,7 +88,9 @@ class CompareOptions:
         object.__setattr__(self, "localize", self._checked_localize(self.localize))
         if self.atol_of_range is not None:
             object.__setattr__(self, "atol_of_range", tolerance_value(self.atol_of_range, "atol_of_range"))
-        specs = (self.checks,) if isinstance(self.checks, str) else tuple(self.checks)
+        specs = names_option(self.checks, "checks", item="task checks (str, e.g. 'top1')") \
+            if not isinstance(self.checks, (list, tuple)) or not all(isinstance(c, TaskCheck) for c in self.checks) \
+            else tuple(self.checks)
         object.__setattr__(self, "checks", tuple(TaskCheck.parse(c) for c in specs))
         object.__setattr__(self, "val_range", _ranges(self.val_range, "val_range", float))
         object.__setattr__(self, "int_range", _ranges(self.int_range, "int_range", int))
@@ -99,7 +101,7 @@ class CompareOptions:
             raw = [raw]
         if not isinstance(raw, Mapping):  # CLI-style "name:atol,rtol" strings
             out: dict[str, tuple[float, float]] = {}
-            for text in raw:
+            for text in names_option(raw, "tolerances", item="'output:atol,rtol' texts, or a dict by output name"):
                 name, atol, rtol = parse_tolerance(text)
                 out[name] = (atol, rtol)
             return out

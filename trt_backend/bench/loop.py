@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from partitioner.options_check import keyword_checked
+from partitioner.options_check import keyword_checked, names_option
 from partitioner import Plan
 from partitioner.model import ModelSource
 from trt_backend.artifacts.read import is_build_folder
@@ -82,7 +82,7 @@ class BenchOptions:
     int_range: Any = None
 
     def __post_init__(self) -> None:
-        names = (self.baselines,) if isinstance(self.baselines, str) else tuple(self.baselines)
+        names = names_option(self.baselines, "baselines")
         unknown = [b for b in names if b not in BASELINES]
         if unknown:
             raise BenchOptionsError(f"unknown baseline(s) {', '.join(repr(u) for u in unknown)}; "

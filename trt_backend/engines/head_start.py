@@ -406,6 +406,9 @@ def launch(path: str, out_dir: str, flavor: str, profiles: Sequence[Mapping[str,
         return None
     if not room_beside(os.path.getsize(path), MAX_BYTES):
         return None  # A build beside the planner's would hold too much at once.
+    if isinstance(profiles, (str, bytes)) or not isinstance(profiles, (list, tuple)) or \
+            not all(isinstance(p, Mapping) for p in profiles):
+        return None  # (profiles of another form: the usual path reads or refuses them)
     try:
         scratch = new_folder(os.path.dirname(os.path.abspath(out_dir)), ".head-start-")
     except OSError:

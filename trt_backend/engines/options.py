@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from partitioner.errors import OptionsError
-from partitioner.options_check import keyword_checked, number_option
+from partitioner.options_check import keyword_checked, names_option, number_option
 from trt_backend._lazy import lazy_module
 from trt_backend.engines.precision_plan import PrecisionPlan, read_precision_plan
 from trt_backend.errors import CalibrationDataError
@@ -86,13 +86,16 @@ class BuildOptions:
     max_build_memory: int | None = None
 
     def __post_init__(self) -> None:
-        keep = (self.keep_fp32_ops,) if isinstance(self.keep_fp32_ops, str) else tuple(self.keep_fp32_ops)
+        keep = names_option(self.keep_fp32_ops, "keep_fp32_ops", item="op types (str)")
         validate_precision(self.precision, keep)
         object.__setattr__(self, "keep_fp32_ops", keep)
         if self.calibration_method not in CALIBRATION_METHODS:
             raise OptionsError(f"calibration method must be one of {', '.join(CALIBRATION_METHODS)}, "
                                f"got {self.calibration_method!r}")
         if self.calibration_data is not None:
+            if not isinstance(self.calibration_data, (str, os.PathLike)):
+                raise OptionsError(f"calibration_data must be a path (an .npz, a folder of them) or 'random', got "
+                                   f"{type(self.calibration_data).__name__}")
             object.__setattr__(self, "calibration_data", os.fspath(self.calibration_data))
         require_calibration(self.precision, self.calibration_data)
         plan: Any = self.precision_plan
@@ -108,7 +111,12 @@ class BuildOptions:
         if self.precision == "auto" and self.precision_plan is not None and not self.calibration_data and any(
                 s.precision == "int8" for s in self.precision_plan.segments):
             require_calibration("int8", None)
-        object.__setattr__(self, "compute_capabilities", tuple(_cc_name(c) for c in self.compute_capabilities))
+        ccs = self.compute_capabilities
+        if isinstance(ccs, (str, int, float)) and not isinstance(ccs, bool):
+            ccs = (ccs,)
+        if not isinstance(ccs, (list, tuple)):
+            raise OptionsError(f"compute_capabilities must be a list such as ['8.6', '8.9'], got {type(ccs).__name__}")
+        object.__setattr__(self, "compute_capabilities", tuple(_cc_name(c) for c in ccs))
         for name in ("workspace_bytes", "max_aux_streams"):
             if getattr(self, name) is not None:
                 number_option(getattr(self, name), name, whole=True, low=0)

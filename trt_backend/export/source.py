@@ -203,6 +203,11 @@ def from_session(session: Session, *, name: str | None = None, engines: Mapping[
     if not isinstance(session, Session):
         raise OptionsError(f"from_session takes a trt_backend Session, got {type(session).__name__}; for a model "
                            "file or a build folder, use from_model or from_build_folders")
+    if engines is not None and (not isinstance(engines, Mapping) or not all(
+            isinstance(k, int) and isinstance(v, Mapping) and all(isinstance(t, str) and isinstance(b, bytes)
+                                                                  for t, b in v.items())
+            for k, v in engines.items())):
+        raise OptionsError("engines must map a segment id to {GPU target: engine bytes}, e.g. {0: {'8.6': b'...'}}")
     plan = session.plan
     return ExportSource(
         name=name or _stem(session.model.source or "model"), plan=plan,

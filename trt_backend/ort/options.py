@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from partitioner.errors import OptionsError
-from partitioner.options_check import keyword_checked, number_option
+from partitioner.options_check import keyword_checked, names_option, number_option
 
 GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 THREAD_POOLS = ("session", "global")
@@ -54,7 +54,7 @@ class OrtOptions:
     def __post_init__(self) -> None:
         for f in ("custom_op_libraries", "providers", "disabled_optimizers"):
             value = getattr(self, f)
-            object.__setattr__(self, f, (value,) if isinstance(value, str) else tuple(value))
+            object.__setattr__(self, f, names_option(value, f))
         if self.graph_optimization_level not in GRAPH_OPTIMIZATION_LEVELS:
             raise OptionsError(f"graph_optimization_level must be one of {', '.join(GRAPH_OPTIMIZATION_LEVELS)}, "
                                f"got {self.graph_optimization_level!r}")
