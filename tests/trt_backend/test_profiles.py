@@ -265,3 +265,11 @@ def test_a_profile_giving_dims_named_alike_different_ranges_is_refused() -> None
     with pytest.raises(ProfileError, match=r"profile 0: inputs 'ids' and 'mask' share the dim 'T' \(dim 1 of 'ids', "
                                            r"dim 1 of 'mask'\), given as min/opt/max \(8, 64, 128\) and \(8, 32, 64\)"):
         normalize_profiles([{**good, "mask": ((1, 8), (2, 32), (4, 64))}], [ids, mask])
+
+
+def test_an_input_given_two_shapes_is_refused() -> None:
+    """`--shapes x:1x4,x:2x4` ran at the last one without a word."""
+    with pytest.raises(OptionsError, match=r"shapes 'x:1x4,x:2x4' give input 'x' twice, as 1x4 and 2x4; give each "
+                                           r"input one shape"):
+        parse_shapes("x:1x4,x:2x4")
+    assert parse_shapes("x:1x4,x:1x4") == {"x": (1, 4)}

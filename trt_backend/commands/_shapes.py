@@ -35,7 +35,11 @@ def parse_shapes(text: str) -> dict[str, Shape]:
         if any(d < 0 for d in dims):
             raise OptionsError(f"cannot read shapes {text!r}: {_what_is_wrong(m.group(0).rstrip(', '))}; "
                                "write name:1x3x224x224 or name:[1,3,224,224], separated by commas")
-        out[m.group("name").strip()] = dims
+        name = m.group("name").strip()
+        if name in out and out[name] != dims:
+            raise OptionsError(f"shapes {text!r} give input '{name}' twice, as {'x'.join(map(str, out[name]))} and "
+                               f"{'x'.join(map(str, dims))}; give each input one shape")
+        out[name] = dims
         pos = m.end()
     return out
 
