@@ -7,6 +7,7 @@ import importlib
 import inspect
 import os
 import pkgutil
+from typing import Any
 
 import partitioner
 import plugins
@@ -129,13 +130,7 @@ def test_a_value_of_the_wrong_type_at_a_public_door_is_one_error_of_ours(tmp_pat
         (lambda: trt_backend.compare(DEMO_PATH, feeds=[{}, 5]),
          "feeds must be a list of dicts of input name -> array, got int 5 in it"),
     ]
-    for call, message in calls:
-        try:
-            call()
-        except errors.TrtBackendError as e:
-            assert message in str(e) and "\n" not in str(e), (message, str(e))
-        else:
-            raise AssertionError(f"no error: {message}")
+    _each_one_error(calls)
 
 
 def test_option_lists_of_the_wrong_type_are_one_error_of_ours() -> None:
@@ -157,6 +152,11 @@ def test_option_lists_of_the_wrong_type_are_one_error_of_ours() -> None:
          "baselines must be a list of names (str), got NoneType"),
         (lambda: trt_backend.export.from_model(DEMO_PATH, "junk"), "profiles must be a list of dicts"),
     ]
+    _each_one_error(calls)
+
+
+def _each_one_error(calls: list[tuple[Any, str]]) -> None:
+    """Each call raises an error of ours in one line holding its message."""
     for call, message in calls:
         try:
             call()
