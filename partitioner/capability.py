@@ -140,10 +140,12 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
     a segment does (:func:`partitioner.extract.copies_for`), so that an Unsqueeze reads its axes
     from a constant and not from a network input (which TensorRT refuses: "axis is not a
     constant"); they take TensorRT's verdict, and the partition places each with its first
-    consumer. One the parser itself names is judged as named."""
+    consumer. One the parser itself names is judged as named, copied no more, and the question
+    asked again without it (its readers then read its value as an input, as they would from an
+    ONNX Runtime segment: a weight's DequantizeLinear with a nonzero zero point)."""
     index = model.index
     wanted = set(candidates)
-    lazy = constant_only(index, [i in wanted for i in range(len(index.graph.node))])
+    lazy = set(constant_only(index, [i in wanted for i in range(len(index.graph.node))]))
     for i in lazy:
         verdicts[i] = Verdict(TENSORRT)
     asked = tuple(i for i in candidates if i not in lazy)
@@ -155,7 +157,7 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
             for i in piece:
                 verdicts[i] = Verdict(ONNXRUNTIME, f"capability check stopped after {max_iterations} parser calls")
             continue
-        copies = copies_for(index, piece, lazy)
+        copies = copies_for(index, piece, frozenset(lazy))
         inputs, outputs = boundary(index, piece, copies)
         untyped = _untyped_inputs(model, piece, inputs)
         if untyped:
@@ -182,6 +184,11 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
                 said = message if message.startswith("TensorRT") else f"TensorRT parser: {message}"
                 verdicts[local[k]] = Verdict(ONNXRUNTIME, said)
                 rejected.add(local[k])
+        refused_copies = rejected & set(copies)
+        if refused_copies:  # judged as named: asked again without them, their values read as inputs
+            lazy -= refused_copies
+            work.appendleft(piece)
+            continue
         covered: set[int] = set(copies)
         for p in result.pieces:
             nodes = tuple(local[k] for k in p.nodes if 0 <= k < len(local) and local[k] not in rejected
