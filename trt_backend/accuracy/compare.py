@@ -209,20 +209,13 @@ def _notes(sess: Session, reports: Sequence[OutputReport], saved: bool = False) 
         kinds = qdq_words(qdq_types(sess.model.proto)) if quantized else ""
         tf32 = "tf32" in sess.compiled.precisions.values()
         how = (f"as built, {kinds} at the model's own Q/DQ as ONNX defines it," if quantized else
+               f"with no precision reduced (in the model's own {' and '.join(low)} types)" if low else
                "in fp32 (TF32's rounding of Conv and MatMul inputs happens in a GPU's kernels only, so tf32 is not "
                "emulated)" if tf32 else "in fp32")
-        if low and not quantized:
-            kinds16 = " and ".join(low)
-            notes.append(f"TensorRT segments ran emulated with no precision reduced, the model's own {kinds16} "
-                         f"arithmetic as TensorRT computes it (in fp32, each {kinds16} result rounded), where the "
-                         f"reference runs ONNX Runtime's own {kinds16} kernels: what differs is that arithmetic, "
-                         "not a reduced precision; compare on a GPU to measure TensorRT's kernels")
-        else:
-            notes.append(f"TensorRT segments ran emulated {how} through ONNX Runtime, as the reference does: the "
-                         "comparison checks the partition and stitching (equal by construction otherwise), not "
-                         "TensorRT's kernels; " + ("compare on a GPU to measure those" if quantized or tf32 else
-                                                   "build in a reduced precision, or compare on a GPU, to measure "
-                                                   "those"))
+        notes.append(f"TensorRT segments ran emulated {how} through ONNX Runtime, as the reference does: the "
+                     "comparison checks the partition and stitching (equal by construction otherwise), not "
+                     "TensorRT's kernels; " + ("compare on a GPU to measure those" if quantized or tf32 else
+                                               "build in a reduced precision, or compare on a GPU, to measure those"))
     return notes
 
 

@@ -25,8 +25,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from partitioner.graph import fresh_name
-from trt_backend.engines.builder import BuildOptions, segment_precision, weights_for_transform
-from trt_backend.engines.precision import LOW_TYPES, PrecisionResult, apply_precision, stored_reduced
+from trt_backend.engines.builder import BuildOptions, segment_precision
+from trt_backend.engines.precision import LOW_TYPES, PrecisionResult, apply_precision
 from trt_backend.engines.quantize import int8_or_fp16
 from trt_backend.ort.options import OrtOptions
 
@@ -157,25 +157,14 @@ def segment_emulation(segment: onnx.ModelProto, options: BuildOptions, quantizer
     return emulation_model(segment, precision, options.keep_fp32_ops, quantizer, pinned)
 
 
-def emulation_of(model: onnx.ModelProto, precision: str, weights_dir: str | None = None) -> onnx.ModelProto:
+def emulation_of(model: onnx.ModelProto, precision: str) -> onnx.ModelProto:
     """What ONNX Runtime runs to emulate an engine built from ``model`` (a built form: casts for
     fp16/bf16, Q/DQ and an fp16 remainder for int8) in ``precision``: the same model, every 16-bit
-    tensor rounded where an op makes it, computed in fp32 (see the module's notes). The model's
-    own 16-bit types (a model stored in fp16) are emulated so in every precision, fp32 included:
-    an fp16 build of a model that is fp16 but for one Gather, and its fp32 build, compute its
-    fp16 Convs alike (the fp16 emulation rounded them from fp32 arithmetic, the fp32 one ran
-    ONNX Runtime's fp16 kernels, and the two verdicts contradicted each other). ``weights_dir``:
-    where the external data of a model stored so is read from to be rounded (a model whose weights
-    cannot be read in runs as it is)."""
-    lows = {TensorProto.FLOAT16} if precision in ("fp16", "int8") else {BF16} if precision == "bf16" else set()
-    stored = stored_reduced(model)
-    lows |= {t for t, k in ((TensorProto.FLOAT16, "fp16"), (BF16, "bf16")) if stored.get(k)}
-    if lows and precision in ("fp32", "tf32"):  # (the transformed forms of the rest hold their weights)
-        model, kept = weights_for_transform(model, weights_dir, model.graph.name)
-        if kept is not None:
-            return model
-    for low in sorted(lows):
-        model = rounded_in_fp32(model, low)
+    tensor rounded where an op makes it, computed in fp32 (see the module's notes)."""
+    if precision in ("fp16", "int8"):
+        return rounded_in_fp32(model, TensorProto.FLOAT16)
+    if precision == "bf16":
+        return rounded_in_fp32(model, BF16)
     return model
 
 

@@ -109,7 +109,7 @@ class RunnerFactory:
             source = b.model
             if any(is_held(t) for t in source.graph.initializer):  # built from weights it held by reference
                 source = plan.extract(seg.id)  # (the same segment, as planned, with its weights)
-            model = emulation_of(source, b.precision, weights_dir)
+            model = emulation_of(source, b.precision)
             out.precisions[seg.id] = b.precision if b.precision in ("fp16", "bf16", "int8") else "fp32"
             opts = emulation_ort_options(ort, model) if model is not source or is_quantized(model) else ort
             return EmulatedTensorRTRunner(seg, model, opts, b.profiles, b.shape_tensors, weights_dir=weights_dir)

@@ -240,39 +240,3 @@ def test_fp16_of_a_model_stored_in_fp16_is_its_fp32_build(tmp_path, capsys) -> N
     assert "fp32 (computes in fp16: the model's own types)" in lines[1]
     assert [r["precision"] for r in reports] == ["fp32 (computing in the model's own fp16 types)"] * 2
     assert reports[0]["outputs"][0]["max_abs_error"] == reports[1]["outputs"][0]["max_abs_error"] == 0
-
-
-def test_a_models_own_fp16_arithmetic_is_emulated_alike_in_every_precision(tmp_path, capsys) -> None:
-    """A model fp16 but for one fp32 Mul before its Cast (a Keras mixed-precision export's
-    embedding): its fp16 build lowers that Mul and was emulated rounding each fp16 result of fp32
-    arithmetic, as TensorRT computes; its fp32 build ran ONNX Runtime's own fp16 kernels, as the
-    reference does, and compared at 0. The fp16 build FAILED where the fp32 one PASSED, the two
-    engines computing the model's Conv alike. Both emulate it as TensorRT computes it now: one
-    error, and the fp32 folder's note says what it measures."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float16), "w")
-    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
-    nodes = [helper.make_node("Mul", ["x", "two"], ["x2"]),
-             helper.make_node("Cast", ["x2"], ["xs"], to=TensorProto.FLOAT16),
-             helper.make_node("Conv", ["xs", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["ys"]),
-             helper.make_node("Cast", ["ys"], ["y"], to=TensorProto.FLOAT)]
-    graph = helper.make_graph(nodes, "mixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], [w, two])
-    path = str(tmp_path / "mixed.onnx")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    errors = {}
-    for precision in ("fp32", "fp16"):
-        folder = str(tmp_path / precision)
-        assert main(["build", path, "-o", folder, "--precision", precision]) == 0
-        capsys.readouterr()
-        main(["compare", folder, "--json", str(tmp_path / f"{precision}.json")])
-        out = capsys.readouterr().out
-        with open(tmp_path / f"{precision}.json") as f:
-            report = json.load(f)
-        errors[precision] = report["outputs"][0]["max_abs_error"]
-        if precision == "fp32":
-            assert "the model's own fp16 arithmetic as TensorRT computes it" in out and "by construction" not in out
-    assert errors["fp32"] == errors["fp16"] and errors["fp32"] > 0, errors
