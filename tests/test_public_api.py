@@ -145,7 +145,8 @@ def test_option_lists_of_the_wrong_type_are_one_error_of_ours() -> None:
         (lambda: trt_backend.BuildOptions(keep_fp32_ops=["Softmax", 3]), "keep_fp32_ops must be a list of op types"),
         (lambda: trt_backend.BuildOptions(compute_capabilities=object()), "compute_capabilities must be a list"),
         (lambda: trt_backend.BuildOptions(calibration_data=[], precision="int8"), "calibration_data must be a path"),
-        (lambda: trt_backend.OrtOptions(providers=5), "providers must be a list of names (str), got int"),
+        (lambda: trt_backend.OrtOptions(providers=5), "providers must be a list of provider names, or of (name, "),
+        (lambda: trt_backend.OrtOptions(disabled_optimizers=[1]), "disabled_optimizers must be a list of names"),
         (lambda: trt_backend.CompareOptions(tolerances=None), "tolerances must be a list of 'output:atol,rtol'"),
         (lambda: trt_backend.CompareOptions(checks=3), "checks must be a list of task checks"),
         (lambda: BenchOptions(baselines=None),  # type: ignore[arg-type]

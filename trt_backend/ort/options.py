@@ -1,6 +1,7 @@
 """ONNX Runtime settings of a Session's sessions (segments, calibration, references, baselines)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from partitioner.errors import OptionsError
@@ -54,7 +55,16 @@ class OrtOptions:
     def __post_init__(self) -> None:
         for f in ("custom_op_libraries", "providers", "disabled_optimizers"):
             value = getattr(self, f)
-            object.__setattr__(self, f, names_option(value, f))
+            if f == "providers":  # (a name, or ONNX Runtime's (name, {option: value}) pair)
+                entries = (value,) if isinstance(value, str) else value
+                if not isinstance(entries, (list, tuple)) or not all(
+                        isinstance(e, str) or (isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], str)
+                                               and isinstance(e[1], Mapping)) for e in entries):
+                    raise OptionsError(f"providers must be a list of provider names, or of (name, options dict) "
+                                       f"pairs, got {value!r:.80}")
+                object.__setattr__(self, f, tuple(entries))
+            else:
+                object.__setattr__(self, f, names_option(value, f))
         if self.graph_optimization_level not in GRAPH_OPTIMIZATION_LEVELS:
             raise OptionsError(f"graph_optimization_level must be one of {', '.join(GRAPH_OPTIMIZATION_LEVELS)}, "
                                f"got {self.graph_optimization_level!r}")
