@@ -2,6 +2,7 @@
 read without loading numpy or ONNX Runtime (build options are made before either loads)."""
 from __future__ import annotations
 
+import functools
 import os
 import re
 import resource
@@ -63,9 +64,20 @@ _UNLIMITED = 1 << 60  # cgroup limits from here on mean none (v1 writes 2^63 rou
 
 
 def _cgroup_room() -> int | None:
-    """The memory this process's cgroup may still take: its limit less its use (cgroup v2's
-    memory.max/memory.current, v1's memory.limit_in_bytes/memory.usage_in_bytes); None where it
+    """The memory this process's cgroup may still take: its limit less its use; None where it
     has no limit or none can be read."""
+    files = _cgroup_files()
+    if files is None:
+        return None
+    limit, used = _read_int(files[0]), _read_int(files[1])
+    return limit - (used or 0) if limit is not None and limit < _UNLIMITED else None
+
+
+@functools.lru_cache(maxsize=1)
+def _cgroup_files() -> tuple[str, str] | None:
+    """(limit, use) files of this process's memory cgroup (v2's memory.max and memory.current, v1's
+    memory.limit_in_bytes and memory.usage_in_bytes), found once per process (a check of every
+    tensor's size reads them); None where /proc/self/cgroup names none."""
     try:
         with open("/proc/self/cgroup", encoding="utf-8") as f:
             lines = [line.rstrip("\n").split(":", 2) for line in f]
@@ -82,9 +94,8 @@ def _cgroup_room() -> int | None:
         else:
             continue
         folder = os.path.join(base, path.lstrip("/"))
-        limit, used = _read_int(os.path.join(folder, limit_file)), _read_int(os.path.join(folder, use_file))
-        if limit is not None and limit < _UNLIMITED:
-            return limit - (used or 0)
+        if os.path.isfile(os.path.join(folder, limit_file)):
+            return os.path.join(folder, limit_file), os.path.join(folder, use_file)
     return None
 
 
