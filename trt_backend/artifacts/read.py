@@ -41,10 +41,11 @@ from trt_backend.engines.targets import (
     describe_target,
     target_covers,
 )
-from trt_backend.errors import ArtifactError, TensorRTUnavailableError
+from trt_backend.errors import ArtifactError, ProfileError, TensorRTUnavailableError
 from trt_backend.planning import load_normalized as load
 from trt_backend.planning import with_shipped_plugins
 from trt_backend.profiles import Profile, profiles_from_json, shape_tensor_inputs
+from trt_backend.profiles.profile import as_shape
 from trt_backend.session.options import SessionOptions
 from trt_backend.tensorrt.flavor import load_flavor
 
@@ -234,10 +235,12 @@ def check_manifest_shape(manifest: Mapping[str, Any], path: str) -> None:
             if not isinstance(profile, dict):
                 refuse(where, (dict,), profile)
             for name, tp in profile.items():
-                spans = [tp.get(w) for w in ("min", "opt", "max")] if isinstance(tp, dict) else [None]
-                lists = [v for v in spans if isinstance(v, list)]
-                if len(lists) != 3 or any(not isinstance(d, int) or isinstance(d, bool) or d < 0
-                                          for v in lists for d in v) or len({len(v) for v in lists}) != 1:
+                try:  # (the shapes as the profiles' own reader takes them: whole numbers >= 0)
+                    spans = [as_shape(tp[w], name) if isinstance(tp[w], list) else None
+                             for w in ("min", "opt", "max")]
+                except (TypeError, KeyError, ProfileError):
+                    spans = [None]
+                if None in spans or len({len(v) for v in spans if v is not None}) != 1:
                     raise ArtifactError(f"{path}: {where}: the profile of '{name}' must give min, opt and max as lists "
                                         f"of whole numbers >= 0 of one length, got {json.dumps(tp)[:80]}; edited by "
                                         "hand? rebuild with trt-backend build")
