@@ -14,6 +14,7 @@ from trt_backend.errors import ExportError, FeedError, SegmentLoadError, Segment
 from trt_backend.export.observe import observed_shapes
 from trt_backend.export.source import ExportSource
 from trt_backend.profiles import TensorProfile
+from trt_backend.profiles.profile import leading_ranges
 
 _DEFAULT = " (export without --max-batch-size: full shapes, no batching)"
 
@@ -99,9 +100,7 @@ def _batch_ranges(source: ExportSource, batched: list[str], what: str, max_batch
     """Per input profile, the batch range (min, max) the model inputs' leading dims share there
     (inputs leading with different ranges: ExportError); each must take 1..max_batch."""
     ranges: list[tuple[int, int]] = []
-    for k, profile in enumerate(source.input_profiles):
-        seen = {name: (profile[name].min[0], profile[name].max[0]) for name in batched if name in profile
-                and profile[name].min}
+    for k, seen in enumerate(leading_ranges(source.input_profiles, batched)):
         if not seen:
             continue
         if len(set(seen.values())) > 1:

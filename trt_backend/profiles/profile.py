@@ -84,6 +84,13 @@ def profiles_from_json(data: Sequence[Mapping[str, Any]]) -> list[Profile]:
     return [{name: TensorProfile.from_dict(tp) for name, tp in p.items()} for p in data]
 
 
+def leading_ranges(profiles: Sequence[Profile], names: Iterable[str]) -> list[dict[str, tuple[int, int]]]:
+    """Per profile, the (min, max) its leading dim takes in each of the tensors ``names`` it
+    profiles with a rank: what a batch dim must be one range of (Triton's and serve's batching)."""
+    wanted = list(names)
+    return [{n: (int(p[n].min[0]), int(p[n].max[0])) for n in wanted if n in p and p[n].min} for p in profiles]
+
+
 def as_shape(value: Any, what: str) -> Shape:
     """``value`` as a shape (whole numbers >= 0); ProfileError naming ``what`` otherwise."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):

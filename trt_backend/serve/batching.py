@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from trt_backend.errors import RequestError, TrtBackendError
+from trt_backend.profiles.profile import leading_ranges
 from trt_backend.session.feeds import random_feeds
 from trt_backend.session.session import Session
 
@@ -82,10 +83,8 @@ def no_batch_dim(session: Session) -> str | None:
 def _batch_ranges(session: Session) -> list[tuple[int, int]] | str:
     """Per profile, the batch range its inputs share; a reason where a profile gives the inputs'
     leading dims different ranges."""
-    names = [a.name for a in session.get_inputs()]
     out = []
-    for k, profile in enumerate(session.input_profiles):
-        seen = {n: (profile[n].min[0], profile[n].max[0]) for n in names if n in profile and profile[n].min}
+    for k, seen in enumerate(leading_ranges(session.input_profiles, [a.name for a in session.get_inputs()])):
         if len(set(seen.values())) > 1:
             return f"profile {k} gives the inputs different batch ranges {seen}"
         if seen:
