@@ -44,3 +44,43 @@ def digits_classifier():
     proto = skl2onnx.convert_sklearn(clf, initial_types=[("X", FloatTensorType([None, 64]))],
                                      target_opset={"": 17, "ai.onnx.ml": 3}, options={id(clf): {"zipmap": False}})
     return proto, X
+
+
+
+CODE_CATEGORIES = ((3, 7, 11, 20), (1, 2))  # the columns of categorical_classifier("codes")'s input
+CITIES = ("oslo", "paris", "rome")  # the values of categorical_classifier("city")'s input
+
+
+def categorical_classifier(kind: str):
+    """A scikit-learn OneHotEncoder (handle_unknown="error") and an MLP, converted by skl2onnx
+    without ZipMap: skl2onnx writes the encoder as an ai.onnx.ml OneHotEncoder with zeros=0, which
+    fails the run on a value it does not know. ``kind`` "codes": input ``codes`` [N, 2] (int64, the
+    columns taking CODE_CATEGORIES: skl2onnx Gathers each column for its own encoder); "city":
+    input ``city`` [N, 1] (strings, CITIES). Outputs ``label`` [N] and ``probabilities`` [N, 2].
+    Returns (the model, a feed of 24 real rows)."""
+    pytest.importorskip("sklearn")
+    skl2onnx = pytest.importorskip("skl2onnx")
+    import warnings
+
+    from skl2onnx.common.data_types import Int64TensorType, StringTensorType
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder
+
+    rng = np.random.default_rng(5)
+    if kind == "codes":
+        X = np.stack([rng.choice(c, 300) for c in CODE_CATEGORIES], axis=1).astype(np.int64)
+        y = ((X[:, 0] > 7) ^ (X[:, 1] == 2)).astype(np.int64)
+        types = [("codes", Int64TensorType([None, 2]))]
+    else:
+        X = rng.choice(CITIES, (300, 1)).astype(object)
+        y = (X[:, 0] == "rome").astype(np.int64)
+        types = [("city", StringTensorType([None, 1]))]
+    pipe = make_pipeline(OneHotEncoder(), MLPClassifier(hidden_layer_sizes=(32, 16), max_iter=300, random_state=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        pipe.fit(X, y)
+    proto = skl2onnx.convert_sklearn(pipe, initial_types=types, target_opset={"": 17, "ai.onnx.ml": 3},
+                                     options={id(pipe): {"zipmap": False}})
+    return proto, {types[0][0]: X[:24]}

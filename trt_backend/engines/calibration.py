@@ -36,7 +36,7 @@ import onnx
 
 from trt_backend._files import npz_problem
 from trt_backend.errors import CalibrationDataError
-from trt_backend.ort.random_data import index_ranges, random_feed
+from trt_backend.ort.random_data import ValueRange, index_ranges, random_feed
 from trt_backend.ort.values import check_npz_sizes
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class InputSpec:
     name: str
     dtype: np.dtype
     dims: tuple[int | None, ...]
-    int_range: tuple[int, int] | None = None  # random integers' range (the rows of a table it indexes)
+    int_range: ValueRange | None = None  # random draws' range (index_ranges: a table's rows, an encoder's categories)
 
     @classmethod
     def of(cls, value: onnx.ValueInfoProto) -> InputSpec:

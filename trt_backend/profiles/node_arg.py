@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from trt_backend.ort.random_data import index_ranges
+from trt_backend.ort.random_data import ValueRange, index_ranges
 
 Dim = int | str | None
 
@@ -26,8 +26,9 @@ class NodeArg:
     rank: int | None = None  # None: unknown rank (or not a tensor)
     dtype: np.dtype | None = None  # numpy dtype of a tensor value; None when not a tensor
     # ours, not onnxruntime's: the range random integers for this input are drawn from by default
-    # where the graph gathers table rows with it (trt_backend.ort.random_data.index_ranges)
-    int_range: tuple[int, int] | None = field(default=None, compare=False, repr=False)
+    # where the graph gathers table rows with it, or the categories its OneHotEncoders know, of any
+    # dtype (trt_backend.ort.random_data.index_ranges)
+    int_range: ValueRange | None = field(default=None, compare=False, repr=False)
 
     @property
     def kind(self) -> str:

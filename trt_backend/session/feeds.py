@@ -20,7 +20,7 @@ from partitioner.wire import graph_inputs
 from trt_backend._files import npz_problem, write_atomic
 from trt_backend.errors import FeedError
 from trt_backend.gpu.memory import as_device_array
-from trt_backend.ort.random_data import random_feed
+from trt_backend.ort.random_data import Categories, ValueRange, random_feed
 from trt_backend.ort.values import check_npz_sizes
 from trt_backend.profiles.given import example_shapes
 from trt_backend.profiles.node_arg import NodeArg, node_arg, shape_text
@@ -244,21 +244,22 @@ def random_feeds(inputs: Sequence[NodeArg], shapes: Mapping[str, Sequence[int]],
 
 
 def value_ranges(inputs: Sequence[NodeArg], val_range: Any = None, int_range: Any = None
-                 ) -> dict[str, tuple[Any, Any]]:
+                 ) -> dict[str, ValueRange]:
     """The range random data is drawn from, per input name, at every door (run, bench, compare):
     integer inputs from ``int_range``, the rest from ``val_range`` (each one (low, high) pair for
     every such input, or a pair per input name); an integer input given none takes its own
-    ``int_range`` where it has one (the graph's, see :func:`trt_backend.ort.random_data.index_ranges`).
-    A range for a name that is no input is a FeedError."""
-    out: dict[str, tuple[Any, Any]] = {}
+    ``int_range`` where it has one, and an input of any dtype the categories a OneHotEncoder knows
+    (the graph's, see :func:`trt_backend.ort.random_data.index_ranges`). A range for a name that
+    is no input is a FeedError."""
+    out: dict[str, ValueRange] = {}
     for arg in inputs:
         integer = arg.dtype is not None and arg.dtype.kind in "iu"
         given = int_range if integer else val_range
         pick = given.get(arg.name) if isinstance(given, Mapping) else given
-        if pick is None and integer:
+        if pick is None and (integer or isinstance(arg.int_range, Categories)):
             pick = arg.int_range
         if pick is not None:
-            out[arg.name] = tuple(pick)  # type: ignore[assignment]
+            out[arg.name] = pick if isinstance(pick, Categories) else tuple(pick)  # type: ignore[assignment]
     for given in (val_range, int_range):
         unknown = [n for n in given if n not in {a.name for a in inputs}] if isinstance(given, Mapping) else []
         if unknown:

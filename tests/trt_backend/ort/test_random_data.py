@@ -203,3 +203,51 @@ def test_inputs_that_index_a_table_stay_within_its_rows(tmp_path, capsys) -> Non
     assert all(int(b["types_in"].max()) <= 1 for b in made.batches)
     assert main(["build", path, "-o", str(tmp_path / "int8"), *shapes, "--precision", "int8",
                  "--calibration-data", "random"]) == 0
+
+
+@pytest.mark.parametrize("kind", ["codes", "city"])
+def test_inputs_a_one_hot_encoder_refuses_other_values_of_take_its_categories(tmp_path, capsys, kind) -> None:
+    """scikit-learn's OneHotEncoder (handle_unknown="error") becomes an ai.onnx.ml OneHotEncoder
+    with zeros=0, which fails the run on a value it does not know. Random values made every door
+    fail on such a pipeline: the type probe (its MLP stayed on ONNX Runtime), and profile derivation
+    even for `run --inputs` of real rows ("Unknown Category and zeros = 0"). An input whose values,
+    or one column's, reach such an encoder takes that encoder's categories."""
+    from tests.support.pipelines import CITIES, CODE_CATEGORIES, categorical_classifier
+    from trt_backend.ort.random_data import Categories, index_ranges
+    from trt_backend.planning import make_plan
+
+    model, feed = categorical_classifier(kind)
+    name = next(iter(feed))
+    ranges = index_ranges(model.graph)
+    # each column Gathered for its own encoder: its own categories
+    assert ranges == {name: Categories((), 1, tuple(enumerate(CODE_CATEGORIES if kind == "codes" else (CITIES,))))}
+    # an encoder of the whole input (through a Cast) gives every element its categories; one
+    # that encodes unknown values as zeros (zeros=1, the default) bounds nothing
+    for zeros, expected in ((0, {"v": Categories((5, 9))}), (1, {})):
+        encoder = h.make_node("OneHotEncoder", ["w"], ["y"], domain="ai.onnx.ml", cats_int64s=[9, 5], zeros=zeros)
+        graph = h.make_graph([h.make_node("Cast", ["v"], ["w"], to=T.INT64), encoder], "g",
+                             [h.make_tensor_value_info("v", T.INT32, [4])],
+                             [h.make_tensor_value_info("y", T.FLOAT, None)])
+        assert index_ranges(graph) == expected
+    drawn = random_feed([(name, feed[name].dtype, (64, feed[name].shape[1]))], SEED, ranges)[name]
+    for column, known in enumerate(CODE_CATEGORIES if kind == "codes" else (CITIES,)):
+        assert set(drawn[:, column].tolist()) == set(known)  # every category, and no other value
+    path = str(tmp_path / f"{kind}.onnx")
+    onnx.save(model, path)
+    np.savez(tmp_path / "rows.npz", **{n: v.astype(str) if v.dtype == object else v for n, v in feed.items()})
+    shape = f"{name}:8x{feed[name].shape[1]}"
+    plan = make_plan(path, shapes=[{name: (8, feed[name].shape[1])}])  # the MLP's types learned: TensorRT's
+    assert plan.model is not None
+    matmuls = {i for i, node in enumerate(plan.model.proto.graph.node) if node.op_type == "MatMul"}
+    assert len(matmuls) == 3 and matmuls <= {i for s in plan.tensorrt_segments() for i in s.nodes}
+    assert main(["compare", path, "--shapes", shape]) == 0
+    assert "PASSED" in capsys.readouterr().out
+    out = tmp_path / "out.npz"
+    assert main(["run", path, "--inputs", str(tmp_path / "rows.npz"), "--outputs", str(out)]) == 0
+    import onnxruntime as ort
+
+    expected = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feed)
+    with np.load(out, allow_pickle=False) as got:
+        np.testing.assert_array_equal(got["label"], expected[0])
+        np.testing.assert_allclose(got["probabilities"], expected[1], rtol=0, atol=1e-6)
+    capsys.readouterr()
