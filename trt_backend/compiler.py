@@ -123,15 +123,16 @@ class Compiled:
 
 
 def compile_as_built(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, Any]] | None,
-                     options: SessionOptions, progress: BuildProgress | None = None
-                     ) -> ModelSource | Model | Plan | Compiled:
+                     options: SessionOptions, progress: BuildProgress | None = None,
+                     calibration_feeds: Sequence[Mapping[str, Any]] = ()) -> ModelSource | Model | Plan | Compiled:
     """``model`` (a model, or its plan) compiled as ``trt-backend build`` compiles it, its TensorRT
     engines built, where a TensorRT builder is here (TensorRT-RTX builds on the CPU): what
     TensorRT's builder refuses is demoted as a build demotes it, and an emulation runs the forms
     the engines were built from. What ``compare`` judges and ``bench`` times of a model is then
     what a build of it holds (a segment the builder refuses was run as if it had built). Else
     ``model`` as it is. A GPU the options name is checked and made current first, as a Session
-    does before it builds; a model file's plan comes from the plan cache where one is kept."""
+    does before it builds; a model file's plan comes from the plan cache where one is kept.
+    ``calibration_feeds``: real inputs to derive profiles with (the samples a command runs)."""
     if isinstance(model, Plan) and not model.tensorrt_segments():
         return model
     try:
@@ -141,7 +142,7 @@ def compile_as_built(model: ModelSource | Model | Plan, profiles: Sequence[Mappi
     if options.device_id is not None and options.emulate is not True:
         check_device(options.device_id)
         use_device(options.device_id)
-    return compile(model, profiles, options, build=True, progress=progress)
+    return compile(model, profiles, options, build=True, progress=progress, calibration_feeds=calibration_feeds)
 
 
 def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, Any]] | None = None,

@@ -119,15 +119,39 @@ def _reshape_model() -> onnx.ModelProto:
 
 
 @pytest.mark.usefixtures("oracle")
-def test_calibration_with_real_feeds_where_random_data_fails() -> None:
+def test_calibration_with_real_feeds_where_random_data_fails(tmp_path, capsys) -> None:
+    """Random data cannot derive the profile of a tensor whose shape is data (a Reshape's target
+    fed as an input); real samples can: Python's calibration_feeds, and the samples every command
+    runs (--inputs: run, compare and bench derived with random data, and failed on a sample the
+    model runs)."""
     opts = SessionOptions(emulate=True, exclude_nodes=("reshape",), min_segment_size=1)
     profiles = [{"x": ((1, 6), (2, 6), (4, 6))}]
     with pytest.raises(CalibrationError, match=r"cannot derive profiles for r: the calibration run at profile 0 "
                                                r"(min|opt|max) shapes \(x \dx6, target 3, random values\) failed .*"
                                                r"give shapes the model runs at \(--shapes, or --min/--opt/--max-shapes"
-                                               r"\), these tensors profiles, or, in Python, real inputs to calibrate "
-                                               r"with \(calibration_feeds\)"):
+                                               r"\), these tensors profiles, or real inputs to calibrate with "
+                                               r"\(--inputs; in Python, calibration_feeds\)"):
         Session(_reshape_model(), profiles, opts)
+    from trt_backend.cli import main
+
+    path = str(tmp_path / "reshape.onnx")
+    onnx.save(_reshape_model(), path)
+    flags = ["--exclude-nodes", "reshape", "--min-segment-size", "1", "--emulate"]
+    np.savez(tmp_path / "one.npz", x=np.arange(18, dtype=np.float32).reshape(3, 6),
+             target=np.array([3, 2, 3], np.int64))
+    assert main(["run", path, "--inputs", str(tmp_path / "one.npz"), *flags]) == 0
+    assert "y: shape (3, 2, 3) float32" in capsys.readouterr().out
+    assert main(["compare", path, "--inputs", str(tmp_path / "one.npz"), *flags]) == 0
+    assert "PASSED" in capsys.readouterr().out
+    assert main(["bench", path, "--inputs", str(tmp_path / "one.npz"), *flags, "--baselines", "none",
+                 "--duration-s", "0.01", "--iterations", "1", "--rounds", "1", "--warmup-ms", "0",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    # a sample the model itself fails on is named as such, not as random values
+    np.savez(tmp_path / "bad.npz", x=np.ones((3, 6), np.float32), target=np.array([4, 2, 3], np.int64))
+    assert main(["run", path, "--inputs", str(tmp_path / "bad.npz"), *flags]) == 1
+    err = capsys.readouterr().err
+    assert "the model fails on the input sample given (profile 0 min shapes: x 3x6, target 3)" in err, err
     samples = [{"x": np.ones((n, 6), np.float32), "target": np.array([n, 2, 3], np.int64)} for n in (1, 2, 4)]
     sess = Session(_reshape_model(), profiles, opts, calibration_feeds=samples)
     r = sess.segment_profiles[1][0]["r"]

@@ -91,10 +91,12 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
                                           so.ort_for(len(sess.runners) + 1))
         else:
             plan = model if isinstance(model, Plan) else Session.make_plan(model, so, profiles)
+            # (real samples derive the TensorRT segments' profiles: random data may be values the
+            # model refuses)
+            samples = [] if feeds is None else [feeds] if isinstance(feeds, Mapping) else list(feeds)
             if feeds is not None and profiles is None and plan.model is not None:
                 # Samples and no profile: one spanning their shapes, as the CLI makes (a missing
                 # input is named as missing first).
-                samples = [feeds] if isinstance(feeds, Mapping) else list(feeds)
                 index = plan.model.index
                 fed = [node_arg(n, index.types.get(n)) for n in index.graph_inputs if n not in index.initializers]
                 source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
@@ -110,7 +112,8 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
             if original is not None:
                 original = as_written(model, original, so.partition.qdq_rewrite, profile_shapes(profiles)) or original
             reference = reference_session(original, so.ort_for(len(plan.segments) + 1))
-            sess, owned = Session(compile_as_built(plan, profiles, so), profiles, so), True
+            sess, owned = Session(compile_as_built(plan, profiles, so, calibration_feeds=samples), profiles, so,
+                                  calibration_feeds=samples), True
     if reference_outputs is not None:
         if feeds is None or len(list(feeds)) != len(reference_outputs):
             raise OptionsError("reference_outputs need the feeds they were made from, one feed per set of outputs")

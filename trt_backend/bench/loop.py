@@ -109,12 +109,15 @@ def run_bench(model: ModelSource, options: BenchOptions | None = None, session_o
         cache_dir = given_cache or (temp_cache := tempfile.mkdtemp(prefix="trt-backend-bench-"))
     so = _session_options(session_options, options, cache_dir)
     candidates: list[Candidate] = []
+    # (real samples derive the TensorRT segments' profiles: random data may be values the model refuses)
+    calibration = [options.feeds] if options.feeds is not None and not is_build_folder(model) else []
     try:
         t0 = time.perf_counter()
         source: Any = model
         if options.build and not is_build_folder(model):  # what a build holds: refused segments demoted
-            source = compile_as_built(model, profiles, so, _build_progress(OURS, progress))
-        sess = Session(source, profiles, so)  # without profiles, the shapes to run are a fixed one
+            source = compile_as_built(model, profiles, so, _build_progress(OURS, progress), calibration)
+        # (without profiles, the shapes to run are a fixed one)
+        sess = Session(source, profiles, so, calibration_feeds=calibration)
         setup_s = time.perf_counter() - t0
     except BaseException:
         if temp_cache:

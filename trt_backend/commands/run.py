@@ -148,7 +148,9 @@ def _handle(args: argparse.Namespace) -> int:
         if args.precision != "fp32" or args.calibration_data else options
     start = time.perf_counter()
     # A build folder brings its profiles: --shapes then only shape the random inputs.
-    sess = Session(args.model, given_model, options, plan=args.saved_plan)
+    # (real samples derive the TensorRT segments' profiles: random data may be values the model refuses)
+    sess = Session(args.model, given_model, options, plan=args.saved_plan,
+                   calibration_feeds=[given] if given is not None and given_model is not None else ())
     made = time.perf_counter() - start
     if given is not None:
         try:  # (before anything is printed: a sample outside the profiles is this command's error)

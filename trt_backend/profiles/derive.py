@@ -199,15 +199,18 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
     drawn = 0  # random feeds drawn so far: the next one is seeded with seed + drawn
     stages = ("min", "opt", "max")
 
-    def record(feeds: Mapping[str, Any], what: str) -> dict[str, Any]:
+    def record(feeds: Mapping[str, Any], what: str, drawn: bool = True) -> dict[str, Any]:
         try:
             return dict(zip(fetch, run(fetch, feeds)))
         except TrtBackendError as e:
             at = ", ".join(f"{n} {'x'.join(map(str, s)) or '[]'}" for n, s in shapes(feeds).items())
+            if not drawn:
+                raise CalibrationError(f"cannot derive profiles for {', '.join(names)}: the model fails on the "
+                                       f"input sample given ({what}: {at}): {e}") from None
             raise CalibrationError(f"cannot derive profiles for {', '.join(names)}: the calibration run at {what} "
                                    f"({at}, random values) failed ({e}); give shapes the model runs at (--shapes, or "
-                                   "--min/--opt/--max-shapes), these tensors profiles, or, in Python, real inputs to "
-                                   "calibrate with (calibration_feeds)") from None
+                                   "--min/--opt/--max-shapes), these tensors profiles, or real inputs to calibrate "
+                                   "with (--inputs; in Python, calibration_feeds)") from None
 
     def shapes(feeds: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
         return {n: tuple(np.shape(v)) for n, v in feeds.items() if isinstance(v, np.ndarray)}
@@ -233,9 +236,9 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
                      3 * k + which + 1, total, k, stages[which])
             sample = next((s for s in samples if all(shapes(s).get(n, w) == w for n, w in want.items())), None)
             runs.append(record(sample if sample is not None else random_feeds(want),
-                               f"profile {k} {stages[which]} shapes"))
+                               f"profile {k} {stages[which]} shapes", sample is None))
         probe = _probe(run, fetch, prof, samples, random_feeds)
-        extra = [record(s, f"calibration sample {j}") for j, s in enumerate(samples)
+        extra = [record(s, f"calibration sample {j}", False) for j, s in enumerate(samples)
                  if covering_profile([prof], shapes(s)) == 0]
         found: dict[str, TensorProfile] = {}
         more = extra + ([probe] if probe is not None else [])
