@@ -11,6 +11,15 @@ the CUDA provider options ``has_user_compute_stream``/``user_compute_stream``; I
 - only tensors of numeric types can be bound to device memory: a sequence, map or optional, or a
   string tensor, bound to ``cuda`` fails the run; a host array bound where the model wants a
   sequence fails as an unexpected input type;
+- ``bind_input``'s element type is a numpy dtype or ONNX's number for the type; a numpy dtype is
+  converted by numpy's type number, so ml_dtypes' bfloat16, float8 and int4 fail there, as
+  ``bind_cpu_input`` of such an array does (``onnxruntime_pybind_iobinding.cc``:
+  "Numpy_type N can't be converted to MLDataType"); an OrtValue of any type binds with
+  ``bind_ortvalue_input``;
+- outputs live in the provider's arena: an OrtValue dropped gives its memory back at once, with
+  no synchronization, and the next output of the session's stream may take it (the CUDA
+  provider's BFC arena is stream-ordered on its own stream only), so whoever read it on another
+  stream must have ordered the session's stream after that read;
 - ``get_providers()`` and ``get_provider_options()`` say what the session really got.
 
 Install with :meth:`FakeOrtCuda.install` (``trt_backend.runners.ort_cuda``'s session maker and
@@ -26,6 +35,7 @@ import numpy as np
 import onnx
 
 from tests.fakes.cuda_runtime import ContractViolation, FakeCudaRuntime
+from trt_backend.ort.values import to_ort_value
 
 CUDA = "CUDAExecutionProvider"
 
@@ -33,7 +43,12 @@ CUDA = "CUDAExecutionProvider"
 class FakeOrtCuda:
     def __init__(self, cuda: FakeCudaRuntime) -> None:
         self.cuda = cuda
-        self.sessions: list[_Session] = []
+        self._sessions: list[weakref.ref[_Session]] = []
+
+    @property
+    def sessions(self) -> list[_Session]:
+        """The sessions made and still alive (a session freed frees its arena)."""
+        return [s for s in (ref() for ref in self._sessions) if s is not None]
 
     def install(self, monkeypatch: Any) -> FakeOrtCuda:
         from trt_backend.runners import ort_cuda
@@ -49,8 +64,38 @@ class FakeOrtCuda:
         cpu = ort_session(model, dataclasses.replace(options, providers=("CPUExecutionProvider",)), what,
                           weights_dir=weights_dir)
         s = _Session(self.cuda, cpu, cuda_options)
-        self.sessions.append(s)
+        self._sessions.append(weakref.ref(s))
         return s
+
+
+class _Arena:
+    """The CUDA provider's memory arena: blocks given back are reused at once, unsynchronized;
+    freed (cudaFree) when the session goes."""
+
+    def __init__(self, cuda: FakeCudaRuntime) -> None:
+        self.cuda = cuda
+        self.free: list[tuple[int, int]] = []  # (ptr, size)
+        self.closed = False
+
+    def take(self, nbytes: int) -> int:
+        size = max(256, -(-nbytes // 256) * 256)
+        for k, (ptr, have) in enumerate(self.free):
+            if have >= size:
+                del self.free[k]
+                return ptr
+        return int(self.cuda.cudaMalloc(size)[1])
+
+    def give_back(self, ptr: int, nbytes: int) -> None:
+        if self.closed:
+            self.cuda.cudaFree(ptr)
+        else:
+            self.free.append((ptr, max(256, -(-nbytes // 256) * 256)))
+
+    def close(self) -> None:
+        self.closed = True
+        blocks, self.free = self.free, []
+        for ptr, _ in blocks:
+            self.cuda.cudaFree(ptr)
 
 
 class _Session:
@@ -58,6 +103,8 @@ class _Session:
         self.cuda, self.cpu, self.cuda_options = cuda, cpu, cuda_options
         self.fallback = True
         self.runs = 0
+        self.arena = _Arena(cuda)
+        weakref.finalize(self, self.arena.close)
 
     def get_inputs(self) -> Any:
         return self.cpu.get_inputs()
@@ -96,6 +143,9 @@ class _Session:
         types = {a.name: a.type for a in list(self.get_inputs()) + list(self.get_outputs())}
         feeds = {}
         for name, (where, value) in binding.inputs.items():
+            if where == "ortvalue":
+                feeds[name] = value
+                continue
             if where == "cpu":
                 if not types[name].startswith("tensor("):
                     raise RuntimeError(f"Unexpected input data type for '{name}': a tensor, "
@@ -108,7 +158,7 @@ class _Session:
                 self.cuda.device_access(ptr, nbytes, self.stream, False, f"ONNX Runtime reading input '{name}'",
                                         device=self.device)
             raw = ctypes.string_at(ptr, nbytes) if nbytes else b""
-            feeds[name] = np.frombuffer(raw, dtype).reshape(shape).copy()
+            feeds[name] = to_ort_value(np.frombuffer(raw, dtype).reshape(shape).copy())
         for name in binding.outputs:
             if not types[name].startswith("tensor(") or types[name] == "tensor(string)":
                 raise RuntimeError(f"output '{name}' of type {types[name]} cannot be bound to a CUDA device")
@@ -129,12 +179,24 @@ class _Binding:
         if device_type != "cuda" or device_id != self.session.device:
             raise ContractViolation(f"bind_input('{name}') on {device_type}:{device_id}; the session is on "
                                     f"cuda:{self.session.device}")
-        self.inputs[name] = ("cuda", (int(buffer_ptr), tuple(shape), np.dtype(element_type)))
+        if isinstance(element_type, (int, np.integer)):  # ONNX's number for the type
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(int(element_type)))
+        else:
+            dtype = _numpy_typed(np.dtype(element_type))
+        self.inputs[name] = ("cuda", (int(buffer_ptr), tuple(shape), dtype))
 
     def bind_cpu_input(self, name: str, arr: Any) -> None:
         if not isinstance(arr, np.ndarray):
             raise TypeError(f"bind_cpu_input('{name}'): expected a numpy array, got {type(arr).__name__}")
+        _numpy_typed(arr.dtype)
         self.inputs[name] = ("cpu", arr)
+
+    def bind_ortvalue_input(self, name: str, value: Any) -> None:
+        import onnxruntime as ort
+
+        if not isinstance(value, ort.OrtValue):
+            raise TypeError(f"bind_ortvalue_input('{name}'): expected an OrtValue, got {type(value).__name__}")
+        self.inputs[name] = ("ortvalue", value)
 
     def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0) -> None:
         self.outputs.append(name)
@@ -149,18 +211,25 @@ class _Binding:
         self.outputs.clear()
 
 
+def _numpy_typed(dtype: np.dtype) -> np.dtype:
+    """``dtype`` where ONNX Runtime's numpy conversion takes it (by numpy's type number)."""
+    if dtype.type.__module__ != "numpy":
+        raise RuntimeError(f"Numpy_type {dtype.num} can't be converted to MLDataType.")
+    return dtype
+
+
 class _DeviceValue:
-    """An OrtValue in (fake) device memory, freed by ONNX Runtime's allocator when dropped."""
+    """An OrtValue in (fake) device memory of the session's arena, given back when dropped."""
 
     def __init__(self, session: _Session, value: np.ndarray) -> None:
         cuda = session.cuda
         self._shape, self._elem = value.shape, onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
-        self._ptr = int(cuda.cudaMalloc(max(1, value.nbytes))[1])
+        self._ptr = session.arena.take(max(1, value.nbytes))
         cuda.device_access(self._ptr, max(1, value.nbytes), session.stream, True, "ONNX Runtime writing an output",
                            device=session.device)
         if value.nbytes:
             ctypes.memmove(self._ptr, value.ctypes.data, value.nbytes)
-        weakref.finalize(self, cuda.cudaFree, self._ptr)
+        weakref.finalize(self, session.arena.give_back, self._ptr, max(1, value.nbytes))
 
     def data_ptr(self) -> int:
         return self._ptr

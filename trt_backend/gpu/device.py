@@ -30,7 +30,8 @@ CUDART_API = (
     "cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaMemcpyAsync", "cudaMemcpyKind",
     "cudaMemsetAsync", "cudaStreamCreateWithFlags", "cudaStreamNonBlocking", "cudaStreamSynchronize",
     "cudaStreamDestroy", "cudaEventCreate", "cudaEventCreateWithFlags", "cudaEventDisableTiming", "cudaEventRecord",
-    "cudaEventSynchronize", "cudaEventElapsedTime", "cudaEventDestroy", "cudaStreamWaitEvent", "cudaGetErrorName",
+    "cudaEventSynchronize", "cudaEventElapsedTime", "cudaEventDestroy", "cudaEventQuery", "cudaStreamWaitEvent",
+    "cudaGetErrorName",
     "cudaError_t", "cudaDriverGetVersion", "cudaRuntimeGetVersion", "cudaPointerGetAttributes", "cudaMemoryType",
     "cudaMemGetInfo",
 )
@@ -194,6 +195,13 @@ class Stream:
         self.device_id = device_id if device_id is not None else current_device()
         self.handle = check(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking), "create stream")
         self._event: Any = None  # recorded on other streams to order this one after them
+        # One event serves every wait_for: its record and the wait that reads it are one step
+        # (a stream waits for the event's latest record, so two threads' records between one's
+        # record and wait would order that wait after the wrong stream).
+        self._waiting = threading.Lock()
+        self._kept: list[tuple[Any, Any]] = []  # (event recorded after the work, host object it reads)
+        self._spare: list[Any] = []  # events of kept objects released, for the next keep
+        self._keeping = threading.Lock()
 
     @property
     def ptr(self) -> int:
@@ -201,6 +209,33 @@ class Stream:
 
     def synchronize(self) -> None:
         check(cudart().cudaStreamSynchronize(self.handle), "synchronize stream")
+        with self._keeping:
+            self._spare.extend(event for event, _ in self._kept)
+            self._kept.clear()
+
+    def keep(self, host: Any) -> None:
+        """Hold ``host`` (host memory work queued on this stream reads: the source of an
+        asynchronous copy from pageable memory) until that work has run. cudaMemcpyAsync may read
+        pageable memory after it returns (CUDA Runtime API, "API synchronization behavior": it
+        "might be synchronous", the driver "may" stage the copy), so a temporary given to it must
+        outlive the copy, not the call. Released once an event recorded after the work has
+        completed (checked at each keep) or at :meth:`synchronize`."""
+        rt = cudart()
+        with self._keeping:
+            while self._kept:  # (the oldest first: events on one stream complete in order)
+                err = rt.cudaEventQuery(self._kept[0][0])[0]
+                if err == rt.cudaError_t.cudaErrorNotReady:
+                    break
+                check((err,), "query an event")
+                self._spare.append(self._kept.pop(0)[0])
+            event = self._spare.pop() if self._spare else check(
+                rt.cudaEventCreateWithFlags(rt.cudaEventDisableTiming), "create event")
+            try:
+                check(rt.cudaEventRecord(event, self.handle), "record an event after a copy")
+            except CudaError:
+                self._spare.append(event)
+                raise
+            self._kept.append((event, host))
 
     def wait(self, event: Event) -> None:
         check(cudart().cudaStreamWaitEvent(self.handle, event.handle, 0), "stream wait event")
@@ -212,19 +247,47 @@ class Stream:
         if handle is None or int(handle) == int(self.handle):
             return
         rt = cudart()
-        if self._event is None:
-            self._event = check(rt.cudaEventCreateWithFlags(rt.cudaEventDisableTiming), "create event")
-        check(rt.cudaEventRecord(self._event, handle), "record an event on the producing stream")
-        check(rt.cudaStreamWaitEvent(self.handle, self._event, 0), "wait for the producing stream")
+        with self._waiting:
+            if self._event is None:
+                self._event = check(rt.cudaEventCreateWithFlags(rt.cudaEventDisableTiming), "create event")
+            check(rt.cudaEventRecord(self._event, handle), "record an event on the producing stream")
+            check(rt.cudaStreamWaitEvent(self.handle, self._event, 0), "wait for the producing stream")
 
     def close(self) -> None:
         if self.handle is not None:
             rt = cudart()
+            if self._kept:
+                self.synchronize()  # (what it holds is read by work still queued)
+            for event in self._spare:
+                check(rt.cudaEventDestroy(event), "destroy event")
+            self._spare.clear()
             if self._event is not None:
                 check(rt.cudaEventDestroy(self._event), "destroy event")
                 self._event = None
             check(rt.cudaStreamDestroy(self.handle), "destroy stream")
             self.handle = None
+
+
+def order_reuse_after(producer: StreamLike, reader: Stream) -> None:
+    """Order the next work queued on ``producer`` (the stream an array was made on, where its
+    memory is given back and reused: ONNX Runtime's arena, a buffer pool, PyTorch's caching
+    allocator) after the reads queued so far on ``reader``. A consumer that reads a tensor on a
+    stream of its own calls this once its reads are queued: the producer may free the memory as
+    soon as the last reference goes, and the next writer on its stream must not overwrite it
+    before those reads have run (TensorRT's enqueueV3: memory released "before stream
+    synchronization" is undefined behaviour; PyTorch's ``record_stream`` answers the same need)."""
+    handle = stream_handle(producer)
+    if handle is None or int(handle) == int(reader.handle):
+        return
+    rt = cudart()
+    event = check(rt.cudaEventCreateWithFlags(rt.cudaEventDisableTiming), "create event")
+    try:
+        check(rt.cudaEventRecord(event, reader.handle), "record an event after the reads")
+        check(rt.cudaStreamWaitEvent(handle, event, 0), "order the producer's stream after the reads")
+    finally:
+        # (a wait reads the event's record when it is queued: the event may go at once, CUDA
+        # Runtime API, cudaStreamWaitEvent)
+        check(rt.cudaEventDestroy(event), "destroy event")
 
 
 class ThreadStreams:

@@ -60,7 +60,9 @@ class BufferPool:
     def __init__(self, device_id: int | None = None) -> None:
         self.device_id = device_id
         self._free: dict[int, list[DeviceBuffer]] = {}
-        self._lock = threading.Lock()
+        # Reentrant: a Lease's finalizer gives its buffer back from whatever the thread was doing
+        # when a garbage-collection pass freed it, which may be an allocation inside this lock.
+        self._lock = threading.RLock()
         self.allocated_bytes = 0
         self.allocations = 0
         self.outstanding = 0
@@ -156,8 +158,10 @@ class BufferPool:
 
 class Lease:
     """One pool buffer, held for as long as this object lives: given back to its pool when the
-    last reference goes (or at :meth:`release`). Giving back makes no CUDA call, so it is safe
-    from a garbage-collection pass in any thread; the pool orders the next use after the last."""
+    last reference goes (or at :meth:`release`). Giving back an open pool's buffer makes no CUDA
+    call and takes the pool's reentrant lock, so it is safe from a garbage-collection pass in any
+    thread, inside the pool's own work too; the pool orders the next use after the last. (A
+    closed pool frees the buffer then.)"""
 
     __slots__ = ("buffer", "_done", "__weakref__")
 
@@ -287,15 +291,20 @@ def _sync(stream: StreamLike) -> None:
 
 
 def copy_to_device(dst_ptr: int, host: np.ndarray, stream: StreamLike = None) -> None:
-    """Queue a host-to-device copy on ``stream`` (None: the legacy default stream, then wait)."""
+    """Queue a host-to-device copy on ``stream`` (None: the legacy default stream, then wait).
+    The host data is held until the copy has run (:meth:`Stream.keep`; a raw stream handle is
+    waited for): CUDA may read pageable memory after the call returns, and the caller's array,
+    or the copy made of it here, may go first."""
     rt = _device.cudart()
     src = np.ascontiguousarray(host)
     if element_bits(src.dtype) < 8:
         src = pack_sub_byte(src)
     check(rt.cudaMemcpyAsync(dst_ptr, src.ctypes.data, src.nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice,
                              stream_handle(stream)), "copy host to device")
-    if stream is None:
-        _sync(None)
+    if isinstance(stream, Stream):
+        stream.keep(src)
+    else:
+        _sync(stream)
 
 
 def copy_to_host(host: np.ndarray, src_ptr: int, stream: StreamLike = None, *, sync: bool = False) -> None:

@@ -25,7 +25,7 @@ from trt_backend.gpu import device as dev
 from trt_backend.gpu import memory as mem
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import first_line, ort_errors, ort_session
-from trt_backend.ort.values import to_numpy
+from trt_backend.ort.values import to_numpy, to_ort_value
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import ONNXRUNTIME, SegmentRunner
 
@@ -100,23 +100,36 @@ class OrtCudaRunner(SegmentRunner):
             return self._run_host(session, inputs, ort_run_options)
         binding = session.io_binding()
         held: list[Any] = []
-        for name, value in zip(self.input_names, inputs):
-            view = mem.as_device_array(value)
-            if view is not None:
-                if view.stream is not None:
-                    self.stream.wait_for(view.stream)  # ONNX Runtime reads it on its stream
-                binding.bind_input(name, "cuda", self.device_id, view.dtype, list(view.shape), view.ptr)
-                held.append(view)
-            else:  # host value: ONNX Runtime copies it to the device itself
-                arr = np.ascontiguousarray(to_numpy(value))
-                held.append(arr)
-                binding.bind_cpu_input(name, arr)
-        for name in self.output_names:
-            binding.bind_output(name, "cuda", self.device_id)
+        producers: list[Any] = []  # the streams of device inputs made on others
         try:
+            for name, value in zip(self.input_names, inputs):
+                view = mem.as_device_array(value)
+                if view is not None:
+                    if view.stream is not None:
+                        self.stream.wait_for(view.stream)  # ONNX Runtime reads it on its stream
+                        producers.append(view.stream)
+                    # (its element type as ONNX's number: ONNX Runtime converts a numpy dtype by
+                    # numpy's type number, which bfloat16, float8 and int4 from ml_dtypes lack;
+                    # onnxruntime_pybind_iobinding.cc, IOBinding.bind_input's documentation)
+                    binding.bind_input(name, "cuda", self.device_id, onnx.helper.np_dtype_to_tensor_dtype(view.dtype),
+                                       list(view.shape), view.ptr)
+                    held.append(view)
+                else:  # host value: ONNX Runtime copies it to the device itself
+                    arr = np.ascontiguousarray(to_numpy(value))
+                    if arr.dtype.type.__module__ != "numpy":  # (ml_dtypes: as an OrtValue of its ONNX type)
+                        ort_value = to_ort_value(arr)
+                        held.append(ort_value)
+                        binding.bind_ortvalue_input(name, ort_value)
+                    else:
+                        held.append(arr)
+                        binding.bind_cpu_input(name, arr)
+            for name in self.output_names:
+                binding.bind_output(name, "cuda", self.device_id)
             session.run_with_iobinding(binding, ort_run_options)
         except ort_errors() as e:
             raise SegmentRunError(f"{self.label} failed: {first_line(e)}") from None
+        for producer in producers:  # their memory is reused there once given back: after these reads
+            dev.order_reuse_after(producer, self.stream)
         outputs = []
         for value in binding.get_outputs():
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value.element_type()))

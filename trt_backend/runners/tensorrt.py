@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from partitioner import Segment
-from trt_backend.errors import SegmentLoadError, SegmentRunError
+from trt_backend.errors import CudaError, SegmentLoadError, SegmentRunError
 from trt_backend.gpu import device as dev
 from trt_backend.gpu import memory as mem
 from trt_backend.ort.values import check_allocation, to_numpy
@@ -79,6 +79,7 @@ class TensorRTRunner(SegmentRunner):
         self.streams = streams if streams is not None else dev.ThreadStreams(self.device_id)
         self.outputs_on_device = outputs_on_device
         self._runtime_cache: RuntimeCacheFile | None = None
+        self._parent_runtime: Any = None  # the runtime that loaded a lean one (see _load)
         try:
             self._load(flavor, engine, allow_host_code, runtime_cache_dir, lean_runtime)
         except BaseException:
@@ -98,9 +99,16 @@ class TensorRTRunner(SegmentRunner):
             if flavor.has("Runtime.engine_host_code_allowed"):
                 runtime.engine_host_code_allowed = allow_host_code
             if lean_runtime:
+                # The runtime that loaded the lean one lives as long as the engine: trtexec keeps it
+                # so (samples/common/sampleEngines.h, mParentRuntime), and the bindings' load_runtime
+                # keeps no reference to it. The engine is deserialized by the lean runtime, so it is
+                # the one allowed host code.
+                self._parent_runtime = runtime
                 runtime = runtime.load_runtime(lean_runtime)
                 if runtime is None:
                     raise SegmentLoadError(f"{self.label}: TensorRT could not load the lean runtime {lean_runtime}")
+                if flavor.has("Runtime.engine_host_code_allowed"):
+                    runtime.engine_host_code_allowed = allow_host_code
             self._runtime = runtime
             self._check_validity(flavor, engine)
             with captured_messages() as errors:
@@ -196,13 +204,16 @@ class TensorRTRunner(SegmentRunner):
         profile = self.select_profile(inputs) if self.profiles else 0
         with self.contexts.context(profile, stream) as pc:
             held: list[Any] = []  # host shape tensors and input buffers, until TensorRT has the work queued
+            producers: list[Any] = []  # the streams of device inputs made on others
             self._mark(0, stream)
             with captured_messages() as errors:
                 for name, value in zip(self.input_names, inputs):
-                    self._bind_input(pc.context, name, value, stream, held, errors, profile)
+                    self._bind_input(pc.context, name, value, stream, held, errors, profile, producers)
                 self._mark(1, stream)
                 ok = pc.context.execute_async_v3(stream.ptr)
             self._checked(ok, "run the engine", errors)
+            for producer in producers:  # their memory is reused there once given back: after these reads
+                dev.order_reuse_after(producer, stream)
             self._mark(2, stream)
             taken = {}
             for name in self.output_names:
@@ -217,7 +228,7 @@ class TensorRTRunner(SegmentRunner):
         return [o.to_numpy() if isinstance(o, _HostOutput) else o for o in outputs]
 
     def _bind_input(self, ctx: Any, name: str, value: Any, stream: dev.Stream, held: list[Any],
-                    errors: list[str], profile: int) -> None:
+                    errors: list[str], profile: int, producers: list[Any]) -> None:
         dtype = self.dtypes[name]
         if name in self.host_io:  # shape tensors: host memory, read by TensorRT when the work is queued
             arr = mem.aligned_host_copy(np.asarray(to_numpy(value), dtype=dtype))
@@ -243,6 +254,7 @@ class TensorRTRunner(SegmentRunner):
                                       f"{self.device_id}")
             if view.stream is not None:
                 stream.wait_for(view.stream)  # The CUDA Array Interface: consumers order after the producer.
+                producers.append(view.stream)
             ptr, shape = view.ptr, view.shape
             if not view.size or ptr % mem.ALIGNMENT:
                 # TensorRT takes 256-byte aligned, non-null addresses: an empty tensor gets a placeholder
@@ -269,9 +281,17 @@ class TensorRTRunner(SegmentRunner):
             cache.save()
         contexts = getattr(self, "contexts", None)
         if contexts is not None:
+            streams = getattr(self, "streams", None)
+            if streams is not None:
+                # work queued on them may still use the contexts' memory, which their destruction frees
+                try:
+                    streams.synchronize()
+                except CudaError as e:
+                    log.warning("%s: its streams could not be synchronized before closing (%s)", self.label, e)
             contexts.close()
         self.engine = None
         self._runtime = None
+        self._parent_runtime = None  # (after the engine and the runtime it loaded)
         if self._own[1]:
             self.streams.close()
         if self._own[0]:

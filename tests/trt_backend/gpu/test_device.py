@@ -137,3 +137,108 @@ def test_session_takes_device_feeds_without_copy_and_validates_them() -> None:
         sess._validator.validate({"image": FakeDeviceArray((2, 3, 32, 32), "<f2")})
     with pytest.raises(FeedError, match=r"shape \(8, 3, 32, 32\) is outside every profile"):
         sess._validator.validate({"image": FakeDeviceArray((8, 3, 32, 32), "<f4")})
+
+
+def test_two_threads_ordering_one_stream_after_theirs_each_wait_for_their_own(fake_gpu, monkeypatch) -> None:
+    """A Stream orders itself after another with one event: recorded on the producer, then waited
+    for. A stream waits for the event's latest record, so a second thread recording the same event
+    between the first's record and wait ordered the first's reads after the wrong stream (the ONNX
+    Runtime CUDA runner's one stream is shared by every thread that runs it)."""
+    import threading
+    import time
+
+    from tests.fakes.cuda_runtime import ContractViolation
+
+    cuda = fake_gpu.cuda
+    shared = dev.Stream(0)
+    first, second = cuda.user_stream(), cuda.user_stream()
+    ptr = int(cuda.cudaMalloc(256)[1])
+    cuda.write(ptr, np.ones(4, np.float32), first)  # the first thread's input, made on its stream
+    record = cuda.cudaEventRecord
+
+    def slow_record(event, stream):
+        result = record(event, stream)
+        if threading.current_thread().name == "first":
+            time.sleep(0.2)  # the first thread loses the CPU between its record and its wait
+        return result
+
+    monkeypatch.setattr(cuda, "cudaEventRecord", slow_record)
+    seen: list[str] = []
+
+    def read_after_first() -> None:
+        shared.wait_for(first)
+        try:
+            cuda.device_access(ptr, 16, shared.handle, False, "reading the first thread's input")
+            seen.append("ordered")
+        except ContractViolation as e:
+            seen.append(str(e))
+
+    def order_after_second() -> None:
+        time.sleep(0.05)
+        shared.wait_for(second)
+
+    threads = [threading.Thread(target=read_after_first, name="first"),
+               threading.Thread(target=order_after_second, name="second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == ["ordered"]
+    shared.close()
+    cuda.cudaFree(ptr)
+
+
+def test_the_host_source_of_an_async_copy_lives_until_the_stream_has_run_it(fake_gpu) -> None:
+    """cudaMemcpyAsync may read pageable host memory after it returns (CUDA Runtime API, "API
+    synchronization behavior"): a temporary handed to it (a dtype cast, packed int4) must outlive
+    the copy. copy_to_device holds it on the stream until an event after the copy has completed
+    (asked at the stream's next hold) or the stream is synchronized."""
+    import gc
+    import weakref
+
+    pool, stream = mem.BufferPool(0), dev.Stream(0)
+    lease = pool.lease(256, stream)
+    source = np.arange(8, dtype=np.float32)
+    alive = weakref.ref(source)
+    mem.copy_to_device(lease.ptr, source, stream)
+    del source
+    gc.collect()
+    assert alive() is not None  # held while the copy may still read it
+    stream.synchronize()
+    gc.collect()
+    assert alive() is None  # and let go once the stream has run
+    later = np.arange(8, dtype=np.float32)
+    kept = weakref.ref(later)
+    mem.copy_to_device(lease.ptr, later, stream)
+    del later
+    mem.copy_to_device(lease.ptr, np.zeros(8, np.float32), stream)  # its event has completed: let go here
+    gc.collect()
+    assert kept() is None
+    np.testing.assert_array_equal(mem.DeviceArray(lease.ptr, (8,), np.dtype(np.float32)).to_host(stream), np.zeros(8))
+    del lease
+    stream.close()
+    pool.close()
+
+
+def test_a_lease_freed_by_a_collection_inside_the_pools_own_work_gives_its_buffer_back(fake_gpu) -> None:
+    """A Lease's finalizer gives its buffer back from whatever the thread was doing when a
+    garbage-collection pass freed it: an allocation inside the pool's lock, say. With a
+    non-reentrant lock that thread waited for itself for ever."""
+    import gc
+    import threading
+
+    pool = mem.BufferPool(0)
+
+    def collect_inside_the_lock() -> None:
+        cycle: list[object] = [pool.lease(256)]
+        cycle.append(cycle)  # only a collection frees it
+        del cycle
+        with pool._lock:
+            gc.collect()
+
+    worker = threading.Thread(target=collect_inside_the_lock, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "the thread waits for the pool's lock it holds"
+    assert pool.outstanding == 0
+    pool.close()

@@ -4,6 +4,8 @@ provider over the contract-strict CUDA fake (tests/fakes/ort_cuda.py) where devi
 involved: a real ONNX Runtime CPU session computes, device reads and writes follow CUDA's rules."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 import pytest
@@ -99,3 +101,63 @@ def test_a_cuda_provider_listed_but_not_given_to_the_session_is_refused(fake_gpu
         with pytest.raises(SegmentLoadError, match=r"ONNX Runtime did not give the segment its CUDA provider \(it runs "
                                                    r"on CPUExecutionProvider\)"):
             OrtCudaRunner(segment_of(model), model, OrtOptions())
+
+
+def bf16_model() -> onnx.ModelProto:
+    """a, b (bfloat16 [2]) -> Cast to float -> Add -> y (float [2])."""
+    nodes = [helper.make_node("Cast", ["a"], ["af"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["b"], ["bf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["af", "bf"], ["y"])]
+    graph = helper.make_graph(nodes, "bf16", [helper.make_tensor_value_info(n, TensorProto.BFLOAT16, [2])
+                                              for n in ("a", "b")],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_bf16_tensors_bind_by_their_onnx_type_on_the_device_and_the_host(fake_gpu, ort_gpu) -> None:
+    """ONNX Runtime converts a numpy dtype given to bind_input, and a host array given to
+    bind_cpu_input, by numpy's type number, which ml_dtypes' bfloat16 (what a TensorRT segment's
+    bf16 output is here) lacks: every such tensor entering an ONNX Runtime CUDA segment raised
+    "Numpy_type 256 can't be converted to MLDataType", a bare RuntimeError. The device tensor binds
+    by ONNX's type number, the host one as an OrtValue of its type."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    model = bf16_model()
+    r = OrtCudaRunner(segment_of(model), model, OrtOptions())
+    a = np.array([1.5, -2.25], ml_dtypes.bfloat16)
+    b = np.array([0.5, 4.0], ml_dtypes.bfloat16)
+    user = fake_gpu.cuda.user_stream()
+    ptr = int(fake_gpu.cuda.cudaMalloc(256)[1])
+    fake_gpu.cuda.write(ptr, a, user)
+    (y,) = r.run([mem.DeviceArray(ptr, a.shape, a.dtype, stream=user), b])
+    np.testing.assert_array_equal(y.to_host(), np.array([2.0, 1.75], np.float32))
+    del y
+    fake_gpu.cuda.cudaFree(ptr)
+    r.close()
+
+
+@pytest.mark.parametrize("reader", ["onnxruntime", "tensorrt"])
+def test_an_output_read_on_another_stream_is_reused_only_after_that_read(fake_gpu, ort_gpu, reader) -> None:
+    """ONNX Runtime's arena takes an output's memory back when its OrtValue goes and hands it to
+    the next output of its own stream, unsynchronized. A segment that read it on a stream of its
+    own (TensorRT's enqueueV3: memory released before the stream synchronizes is undefined; another
+    ONNX Runtime CUDA segment) must order that stream after its reads before the value is dropped,
+    else the next run overwrites what the read may not have read yet."""
+    model = tensor_model()
+    producer = OrtCudaRunner(segment_of(model), model, OrtOptions())
+    if reader == "onnxruntime":
+        consumer: Any = OrtCudaRunner(segment_of(model), model, OrtOptions())
+    else:
+        from trt_backend.profiles import TensorProfile
+
+        consumer = fake_gpu.runner(Segment(0, "tensorrt", (0,), ("x",), ("y",)), model,
+                                   [{"x": TensorProfile((1, 4), (1, 4), (2, 4))}], outputs_on_device=True)
+    x = np.array([[1, -2, 3, -4]], np.float32)
+    (middle,) = producer.run([x])
+    (out,) = consumer.run([middle])
+    del middle  # back to the producer's arena
+    (again,) = producer.run([x * 2])  # takes the same block, written on the producer's stream
+    np.testing.assert_array_equal(out.to_host(), np.maximum(x, 0))
+    np.testing.assert_array_equal(again.to_host(), np.maximum(x * 2, 0))
+    del out, again
+    consumer.close()
+    producer.close()
