@@ -145,7 +145,9 @@ def register(trt: ModuleType) -> None:
                         stream)
 
 
-_modules: dict[str, Any] = {}  # the loaded CUDA module, per process (a cache, not a registry)
+# The loaded CUDA module and its kernel, per CUDA context (a cache, not a registry): a module
+# belongs to the context it was loaded in, and a process may run engines on several GPUs.
+_modules: dict[int, Any] = {}
 
 
 def _launch_generic(p: ResizeParams, dtype: str, in_shape: tuple, x_ptr: int, y_ptr: int, stream: int) -> None:
@@ -156,15 +158,21 @@ def _launch_generic(p: ResizeParams, dtype: str, in_shape: tuple, x_ptr: int, y_
     from .host import make_struct
     from .spec import kernel_source
 
-    if "generic" not in _modules:
+    err, context = driver.cuCtxGetCurrent()  # (TensorRT runs the plugin in the engine's context)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"Resize plugin: no current CUDA context ({err})")
+    key = int(context)
+    if key not in _modules:
         ptx = compile_ptx(kernel_source(), "sm_75")
         check_ptx_for_driver(ptx)
         err, module = driver.cuModuleLoadData(ptx + b"\0")
-        err2, function = driver.cuModuleGetFunction(module, b"trt_backend_resize")
-        if err != driver.CUresult.CUDA_SUCCESS or err2 != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"Resize plugin: loading the kernel failed ({err}, {err2})")
-        _modules["generic"] = (module, function)
-    function = _modules["generic"][1]
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"Resize plugin: loading the kernel failed ({err})")
+        err, function = driver.cuModuleGetFunction(module, b"trt_backend_resize")
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"Resize plugin: finding the kernel failed ({err})")
+        _modules[key] = (module, function)
+    function = _modules[key][1]
     struct = make_struct(p, in_shape, np.dtype(np.float32))
     struct.dtype = {"float32": 0, "float16": 1, "bfloat16": 2}[dtype]
     n = int(np.prod(p.output_shape(in_shape)))
