@@ -68,6 +68,8 @@ from trt_backend.tensorrt.flavor import Flavor, load_flavor
 
 log = logging.getLogger(__name__)
 
+REDUCED = frozenset({"fp16", "bf16", "int8"})  # the precisions a segment's entry says it was asked and not reduced in
+
 
 def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
           profiles: Sequence[Mapping[str, Any]] | None = None,
@@ -222,7 +224,12 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
             stored = stored_reduced(form) if built.precision in ("fp32", "tf32") else {}
             if stored:  # a model stored in fp16: TensorRT computes its types, whatever the build asked
                 entry["stored_types"] = stored
-            kept = fp32_subgraphs(form) if built.precision not in ("fp32", "tf32") else {}
+            # (the precision asked lowered none of its nodes: built as it is; a model stored in fp16
+            # computes in its own types, which stored_types says)
+            unreduced = bopts.precision in REDUCED and built.precision == "fp32" and not stored
+            if unreduced:
+                entry["unreduced"] = bopts.precision
+            kept = fp32_subgraphs(form) if built.precision not in ("fp32", "tf32") or unreduced else {}
             if kept:  # If/Loop/Scan bodies: float32 whatever the segment's precision
                 entry["fp32_subgraphs"] = kept
             if bopts.precision == "int8" and built.precision != "int8":

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from trt_backend.engines.precision_plan import qdq_words, subgraphs_words
+from trt_backend.engines.precision_plan import qdq_words, subgraphs_words, unreduced_words
 
 
 def stored_label(counts: Mapping[str, int]) -> str:
@@ -34,10 +34,13 @@ def precision_notes(segment: Mapping[str, Any]) -> list[str]:
         notes.append(stored_label(segment["stored_types"]))
     if segment.get("pinned") and precision not in (None, "fp32", "tf32"):
         notes.append(f"{len(segment['pinned'])} node(s) kept fp32")
-    if segment.get("int8_none"):
+    unreduced = segment.get("unreduced")
+    if unreduced:
+        notes.append(unreduced_words(unreduced))
+    elif segment.get("int8_none"):
         notes.append("int8 asked: no Conv, ConvTranspose, MatMul or Gemm of it was quantized")
     held = segment.get("fp32_subgraphs")
-    if held and precision not in (None, "fp32", "tf32"):
-        notes.append(subgraphs_words(held))
+    if held and (precision not in (None, "fp32", "tf32") or unreduced):
+        notes.append(subgraphs_words(held, bool(unreduced)))
     return notes
 

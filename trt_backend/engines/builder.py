@@ -39,6 +39,7 @@ from trt_backend.engines.memory import EngineFile, engine_bytes, stream_engine
 from trt_backend.engines.options import BuildOptions
 from trt_backend.engines.precision import (
     apply_precision,
+    fp32_subgraphs,
     stored_reduced,
 )
 from trt_backend.engines.precision_plan import pinned_of
@@ -302,7 +303,11 @@ def prepared_segment(segment_model: onnx.ModelProto, options: BuildOptions,
             raise OptionsError("an int8 build needs the segment's quantizer (build through build_engines, or pass "
                                "quantize=SegmentQuantizer(...))")
         with_qdq = quantize(segment_model, pinned) if pinned else quantize(segment_model)
-        return with_qdq, int8_or_fp16(with_qdq)
+        built = int8_or_fp16(with_qdq, segment_model)
+        if built == "fp32":  # nothing quantized and nothing lowered: built as it is, as fp16 would be
+            _warn_unreduced(segment_model, precision)
+            return segment_model, built
+        return with_qdq, built
     if precision in ("fp16", "bf16"):
         quantized = quantized_nodes(segment_model)
         if quantized:
@@ -339,13 +344,20 @@ def _warn_once(segment_model: onnx.ModelProto, what: str, message: str, *args: A
 
 
 def _warn_unreduced(segment_model: onnx.ModelProto, precision: str) -> None:
-    """The precision asked reduces nothing of a segment that holds no float32 arithmetic to reduce
-    (a model stored in fp16 or bf16), which is built as it is."""
+    """The precision asked reduces nothing of a segment, which is built as it is: a warning where
+    it holds no float32 arithmetic to reduce (a model stored in fp16 or bf16) or all of it is
+    inside If/Loop/Scan bodies (which the transform keeps float32)."""
     stored = [k for k in ("fp16", "bf16") if stored_reduced(segment_model).get(k)]
+    held = fp32_subgraphs(segment_model)
     if stored:
         _warn_once(segment_model, f"unreduced {precision}", "%s: %s asked, but it holds no float32 arithmetic to "
                    "reduce: it computes in the model's own %s types, as built", segment_model.graph.name, precision,
                    " and ".join(stored))
+    elif held:
+        _warn_once(segment_model, f"unreduced {precision}", "%s: %s asked, but none of its nodes computes in a reduced "
+                   "precision: its float arithmetic is the %d node(s) inside its %s subgraphs, which compute in fp32; "
+                   "built in fp32", segment_model.graph.name, precision, held["inner"], " and ".join(held["ops"]))
+    # (else nothing of it computes in floating point: its label says fp32, its entry why)
 
 
 def _warn_quantized(segment_model: onnx.ModelProto, precision: str, count: int) -> None:

@@ -142,7 +142,10 @@ def emulation_model(segment: onnx.ModelProto, precision: str, keep_fp32_ops: tup
         if quantizer is None:
             raise ValueError("int8 emulation needs a quantizer")  # An internal call error, not a user's.
         quantized = quantizer(segment, pinned) if pinned else quantizer(segment)
-        return Emulation(rounded_in_fp32(quantized, TensorProto.FLOAT16), int8_or_fp16(quantized))
+        precision = int8_or_fp16(quantized, segment)
+        if precision == "fp32":  # (nothing reduced: built as it is, see builder.prepared_segment)
+            return Emulation(segment, "fp32")
+        return Emulation(rounded_in_fp32(quantized, TensorProto.FLOAT16), precision)
     if precision not in ("fp16", "bf16"):
         return Emulation(segment, "fp32")
     result: PrecisionResult = apply_precision(segment, precision, keep_fp32_ops, pinned)

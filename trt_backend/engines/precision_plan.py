@@ -152,11 +152,20 @@ def pinned_of(plan: PrecisionPlan | None, node_names: Sequence[str]) -> tuple[st
     return entry.precision, tuple(n for n in entry.pinned_names if n in names)
 
 
-def subgraphs_words(held: Mapping[str, Any]) -> str:
+def subgraphs_words(held: Mapping[str, Any], unreduced: bool = False) -> str:
     """:func:`trt_backend.engines.precision.fp32_subgraphs` in words (here, where a build's
-    summary reads it before onnx loads)."""
-    return (f"the {held['inner']} node(s) inside its {' and '.join(held['ops'])} subgraphs compute in fp32: reduced "
-            f"precision applies outside them")
+    summary reads it before onnx loads); ``unreduced``: of a segment the precision asked reduced
+    nothing of."""
+    where = f"the {held['inner']} node(s) inside its {' and '.join(held['ops'])} subgraphs"
+    if unreduced:
+        return f"{where} compute in fp32 (the reduced precisions do not reach into subgraphs)"
+    return f"{where} compute in fp32: reduced precision applies outside them"
+
+
+def unreduced_words(asked: str) -> str:
+    """A segment built in fp32 where ``asked`` (fp16, bf16, int8) was asked lowered none of its
+    nodes (a build folder's segment entry records it under ``unreduced``), in words."""
+    return f"{asked} asked: none of its nodes computes in a reduced precision"
 
 
 def qdq_words(counts: Mapping[str, int]) -> str:

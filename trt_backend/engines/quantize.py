@@ -99,11 +99,22 @@ def qdq_types(model: onnx.ModelProto) -> dict[str, int]:
     return counts
 
 
-def int8_or_fp16(quantized: onnx.ModelProto) -> str:
-    """The precision a segment the int8 quantizer made computes in: int8 where it holds Q/DQ. One
-    with nothing quantized (no compute op, or every one pinned fp32) is only the fp16 remainder:
-    fp16, and recorded so."""
-    return "int8" if carries_qdq(quantized) else "fp16"
+def int8_or_fp16(quantized: onnx.ModelProto, source: onnx.ModelProto) -> str:
+    """The precision a segment the int8 quantizer made of ``source`` computes in: int8 where it
+    holds Q/DQ. One with nothing quantized (no compute op, or every one pinned fp32) is only the
+    fp16 remainder: fp16 where that lowered some of it (it holds more fp16 weights or casts to fp16
+    than ``source``), else fp32 (all its float arithmetic inside If/Loop/Scan bodies, which the
+    transform keeps float32; a model stored in fp16 computing in its own types)."""
+    if carries_qdq(quantized):
+        return "int8"
+    return "fp16" if _fp16_marks(quantized) > _fp16_marks(source) else "fp32"
+
+
+def _fp16_marks(model: onnx.ModelProto) -> int:
+    """fp16 weights and casts to fp16 in ``model``'s main graph: what lowering a node adds."""
+    return (sum(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
+            + sum(n.op_type == "Cast" and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT16 for a in n.attribute)
+                  for n in model.graph.node))
 
 
 class SegmentQuantizer:

@@ -19,6 +19,7 @@ from partitioner.errors import OptionsError
 from partitioner.options_check import number_option
 from trt_backend._files import follow_umask
 from trt_backend.errors import ExportError
+from trt_backend.engines.precision import fp32_subgraphs
 from trt_backend.export.batching import check_batching
 from trt_backend.export.observe import learn_ranks
 from trt_backend.export.scalars import scalar_io, wrap_scalars
@@ -183,12 +184,12 @@ def triton_repo(source: ExportSource, options: TritonOptions | None = None) -> T
         why = ("asked for with --trt-format onnx" if opts.trt_format == ONNX else _no_plan_reason(source))
         notes.append(f"TensorRT segment(s) {', '.join(map(str, onnx_trt))} exported as ONNX Runtime models with "
                      f"Triton's TensorRT execution accelerator: {why}")
-    pinned = [k for k in onnx_trt if source.segment_pinned.get(k)
-              and source.segment_precisions.get(k, source.precision) == "fp16"]
+    pinned = [k for k in onnx_trt
+              if _kept_fp32(source, k) and source.segment_precisions.get(k, source.precision) == "fp16"]
     if pinned:
-        notes.append(f"TensorRT segment(s) {', '.join(map(str, pinned))} keep nodes pinned to fp32 in fp16: exported "
-                     "without the accelerator's precision_mode FP16, which would let TensorRT lower them too; the "
-                     "segment models' fp16 casts carry what was reduced")
+        notes.append(f"TensorRT segment(s) {', '.join(map(str, pinned))} keep nodes in fp32 in fp16 (pinned, or inside "
+                     "If/Loop/Scan subgraphs): exported without the accelerator's precision_mode FP16, which would let "
+                     "TensorRT lower them too; the segment models' fp16 casts carry what was reduced")
     unmatched = sorted({source.segment_precisions.get(k, source.precision) for k in onnx_trt} & {"bf16", "tf32"})
     if unmatched:
         notes.append(f"the build's precision {', '.join(unmatched)} has no counterpart in the TensorRT accelerator's "
@@ -337,6 +338,14 @@ def _with_input(proto: onnx.ModelProto, vi: onnx.ValueInfoProto) -> onnx.ModelPr
     return copy
 
 
+def _kept_fp32(source: ExportSource, segment_id: int) -> bool:
+    """Whether a segment keeps nodes in fp32 that its precision's flag would let TensorRT lower:
+    nodes pinned to fp32, or the bodies of its If/Loop/Scan nodes (the reduced precisions do not
+    reach into them, see :func:`trt_backend.engines.precision.fp32_subgraphs`)."""
+    model = source.segment_models.get(segment_id)
+    return bool(source.segment_pinned.get(segment_id)) or (model is not None and bool(fp32_subgraphs(model)))
+
+
 def _accelerator(source: ExportSource, seg: Segment) -> dict[str, str]:
     """Parameters of Triton's TensorRT execution accelerator (ONNX Runtime's TensorRT EP): the
     segment's derived profiles, so the EP builds once for the whole range instead of per shape
@@ -353,7 +362,7 @@ def _accelerator(source: ExportSource, seg: Segment) -> dict[str, str]:
     # the segment model is the built form (fp16 casts, or Q/DQ with an fp16 remainder): the
     # accelerator builds it in the same precision
     mode = {"fp16": "FP16", "int8": "INT8"}.get(source.segment_precisions.get(seg.id, source.precision))
-    if mode == "FP16" and source.segment_pinned.get(seg.id):
+    if mode == "FP16" and _kept_fp32(source, seg.id):
         mode = None  # FP16 would let TensorRT lower the pinned nodes too; the form's casts carry the fp16 part
     if mode is not None:
         params["precision_mode"] = mode

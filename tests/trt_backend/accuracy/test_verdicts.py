@@ -288,6 +288,74 @@ def _branches() -> onnx.ModelProto:
     return h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
 
 
+def _switch_only() -> onnx.ModelProto:
+    """silero-vad's form: an integer setting picks one of two heads, so nothing outside the If is
+    float arithmetic (Equal on int64), and its bodies hold all of it (MatMul, Tanh)."""
+    rng = np.random.default_rng(3)
+    weights = [nh.from_array(rng.standard_normal((8, 8)).astype(np.float32), n) for n in ("w1", "w2")]
+    out = h.make_tensor_value_info("y", T.FLOAT, ["n", 8])
+    branches = [h.make_graph([h.make_node("MatMul", ["x", w.name], [f"m{k}"]), h.make_node("Tanh", [f"m{k}"], ["y"])],
+                             f"head{k}", [], [out]) for k, w in enumerate(weights)]
+    g = h.make_graph([h.make_node("Equal", ["rate", "k16"], ["is16"], name="is16k"),
+                      h.make_node("If", ["is16"], ["y"], then_branch=branches[0], else_branch=branches[1],
+                                  name="heads")],
+                     "switch", [h.make_tensor_value_info("x", T.FLOAT, ["n", 8]),
+                                h.make_tensor_value_info("rate", T.INT64, [])], [out],
+                     [*weights, nh.from_array(np.array(16000, np.int64), "k16")])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_a_precision_that_reduces_nothing_outside_subgraphs_is_labelled_fp32_at_every_door(tmp_path, capsys,
+                                                                                           caplog) -> None:
+    """All of a segment's float arithmetic inside an If: fp16 and int8 reduce nothing and build the
+    same engine, which fp16 labelled fp32 without a word and int8 labelled fp16 ("compare: PASSED at
+    0, precision fp16"; export-triton gave its accelerator precision_mode FP16, which would lower
+    the If's bodies on a GPU). Both now say fp32, that the precision asked reduced none of its
+    nodes, and why, on the build line, in inspect DIR and in compare of the model and the folder;
+    export sets no FP16 for a segment whose subgraphs stay fp32."""
+    path = str(tmp_path / "switch.onnx")
+    onnx.save(_switch_only(), path)
+    np.savez(tmp_path / "in.npz", x=np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32),
+             rate=np.array(16000, np.int64))
+    inputs = ["--inputs", str(tmp_path / "in.npz")]
+    inside = ("the 4 node(s) inside its If subgraphs compute in fp32 (the reduced precisions do not reach into "
+              "subgraphs)")
+    engines = {}
+    for precision in ("fp16", "int8"):
+        folder = str(tmp_path / precision)
+        extra = ["--calibration-data", str(tmp_path / "in.npz")] if precision == "int8" else []
+        assert main(["build", path, "-o", folder, "--precision", precision, "--shapes", "x:4x8", *extra]) == 0
+        out = capsys.readouterr()
+        said = f"{precision} asked: none of its nodes computes in a reduced precision"
+        assert f"tensorrt    fp32 ({said}) ({inside})" in out.out, out.out
+        assert "none of its nodes computes in a reduced precision: its float arithmetic is the 4 node(s) inside its " \
+            "If subgraphs, which compute in fp32; built in fp32" in caplog.text
+        assert main(["inspect", folder]) == 0
+        assert f"segment 0: {said}; segment 0: {inside}" in capsys.readouterr().out
+        for door in ([folder], [path, "--precision", precision, "--shapes", "x:4x8", *extra]):
+            assert main(["compare", *door, *inputs]) == 0
+            out = capsys.readouterr().out
+            assert f"note: segment 0 (fp32): {said}; {inside}" in out, out
+            assert f"precision fp32 ({precision} asked: none of its segments' nodes computes in it)" in out
+            assert "compare on a GPU to measure those" in out and "build in a reduced precision" not in out
+        manifest = json.load(open(os.path.join(folder, "manifest.json")))
+        entry = manifest["segments"][0]
+        assert (entry["precision"], entry["unreduced"]) == ("fp32", precision)
+        assert entry["fp32_subgraphs"] == {"nodes": ["heads"], "ops": ["If"], "inner": 4}
+        engines[precision] = open(os.path.join(folder, "segment_0.engine"), "rb").read()
+    assert engines["fp16"] == engines["int8"]  # one engine, one label
+    # a segment reduced outside its If, exported for Triton's accelerator: no FP16 flag to lower its bodies
+    cond = str(tmp_path / "cond.onnx")
+    onnx.save(_branches(), cond)
+    assert main(["build", cond, "-o", str(tmp_path / "c16"), "--precision", "fp16", "--shapes", "x:4x8"]) == 0
+    assert main(["export-triton", str(tmp_path / "c16"), "-o", str(tmp_path / "repo"), "--trt-format", "onnx"]) == 0
+    assert "inside If/Loop/Scan subgraphs): exported without the accelerator's precision_mode FP16" in \
+        capsys.readouterr().out
+    configs = [open(os.path.join(root, f)).read() for root, _, files in os.walk(tmp_path / "repo") for f in files
+               if f == "config.pbtxt"]
+    assert configs and not any("FP16" in c for c in configs)
+
+
 def test_a_reduced_precision_says_what_stays_fp32_inside_subgraphs(tmp_path, capsys) -> None:
     """fp16, bf16 and int8 do not reach into If/Loop/Scan bodies: the segment was labelled fp16
     (and compared at error 0 "precision fp16") while all its arithmetic computed in fp32; int8
