@@ -380,7 +380,8 @@ class _Search:
         if bad:
             name, r = max(bad.items(), key=lambda kv: kv[1])
             raise PrecisionSearchError(f"output '{name}' differs from the reference by {r:.3g} x the tolerance "
-                                       f"(atol {self.opts.atol:g}, rtol {self.opts.rtol:g}) even with every segment "
+                                       f"(atol {self.atols.get(name, self.opts.atol):g}, rtol {self.opts.rtol:g}) "
+                                       "even with every segment "
                                        "in fp32 (nondeterministic ops?): no precision can meet it; loosen the "
                                        "tolerance or drop that output from the comparison")
         self.note(f"fp32: worst output error {max(worst.values(), default=0.0):.3g} x tolerance")
@@ -458,7 +459,8 @@ class _Search:
                 old.close()
         segments = tuple(self._entry(i, states[i]) for i in self.trt)
         return PrecisionPlan(segments, self.opts.atol, self.opts.rtol, self.allowed, tuple(self.log),
-                             time.perf_counter() - start, worst)
+                             time.perf_counter() - start, worst, atol_of_range=self.opts.atol_of_range,
+                             atols=dict(self.atols) if self.opts.atol_of_range else {})
 
     def descend(self, states: dict[int, _SegmentState]) -> None:
         """Segments moved up while another segment was to blame come back down: each segment above

@@ -320,6 +320,7 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
         notes.append(f"atol of each output: at least {opts.atol_of_range:g} x the largest magnitude the reference "
                      "gave it (the atol column shows what applied)")
     report = ComparisonReport(passed, opts.atol, opts.rtol, reports, error_stat=opts.error_stat,
+                              atol_of_range=opts.atol_of_range,
                               precision=_precision_compared(sess), iterations=len(data), seed=opts.seed,
                               points=_feed_points(data), executors=list(sess.segment_executors),
                               skipped_outputs=skipped, inference_ms=run.timing, model=str(sess.model.source),

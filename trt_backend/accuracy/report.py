@@ -158,6 +158,7 @@ class ComparisonReport:
     model: str = ""
     notes: list[str] = field(default_factory=list)  # what the verdict rests on, or does not
     tasks: list[Any] = field(default_factory=list)  # task checks (:class:`~trt_backend.accuracy.tasks.TaskResult`)
+    atol_of_range: float | None = None  # each output's atol raised to this x its largest reference magnitude
 
     def __bool__(self) -> bool:
         return self.passed
@@ -176,7 +177,7 @@ class ComparisonReport:
             "executors": self.executors, "skipped_outputs": self.skipped_outputs, "inference_ms": self.inference_ms,
             "segments": [s.to_dict() for s in self.segments] if self.segments is not None else None,
             "notes": self.notes, "compared_outputs": sum(o.compared for o in self.outputs),
-            "tasks": [t.to_dict() for t in self.tasks],
+            "tasks": [t.to_dict() for t in self.tasks], "atol_of_range": self.atol_of_range,
         }
         finite: dict[str, Any] = _finite(d)
         return finite
@@ -255,7 +256,9 @@ class ComparisonReport:
             failed_tasks = sum(not t.passed for t in self.tasks)
             verdict = f"FAILED ({len(self.failed_outputs)} of {len(self.outputs)} output(s)" + (
                 f", {failed_tasks} of {len(self.tasks)} task check(s))" if failed_tasks else ")")
-        out.append(f"{verdict} | {self.iterations} comparison(s), {self.error_stat} error, atol {self.atol:g}, "
+        atol = f"atol {self.atol:g}" + (f" or {self.atol_of_range:g} x each output's largest magnitude"
+                                         if self.atol_of_range else "")
+        out.append(f"{verdict} | {self.iterations} comparison(s), {self.error_stat} error, {atol}, "
                    f"rtol {self.rtol:g}, precision {self.precision}")
         return out
 

@@ -60,7 +60,7 @@ def build_fields(args: argparse.Namespace, model: Any, profiles: Sequence[Mappin
                                  atol_of_range=getattr(args, "atol_of_range", None))
         calibration = {k: v for k, v in fields.items() if k.startswith("calibration")}
         plan = _auto.search_precision(model, profiles, options_with(options, calibration), auto, feeds=feeds or None)
-        print(f"precision search ({plan.seconds:.1f} s, atol {plan.atol:g}, rtol {plan.rtol:g}):", file=sys.stderr)
+        print(f"precision search ({plan.seconds:.1f} s, {plan.tolerance_words()}):", file=sys.stderr)
         for line in plan.rounds:
             print(f"  {line}", file=sys.stderr)
     print_plan(plan)

@@ -112,7 +112,7 @@ def _with_precision(page: str, plan: Plan, precision: PrecisionPlan) -> str:
     """The HTML picture with a table of each TensorRT segment's precision and pinned nodes."""
     import html  # (only here: a plain inspect loads no more than it needs)
 
-    about = f"--precision auto plan: atol {precision.atol:g}, rtol {precision.rtol:g}; search {precision.seconds:.1f} s"
+    about = f"--precision auto plan: {precision.tolerance_words()}; search {precision.seconds:.1f} s"
     rows = ["<h2>Precision</h2>", f"<p>{html.escape(about)}</p>",
             "<table><tr><th>id</th><th>precision</th><th>nodes reduced</th><th>pinned to fp32 (error that pinned "
             "them)</th></tr>"]
@@ -180,7 +180,7 @@ def handle(args: argparse.Namespace) -> int:
     if precision is None and manifest is not None and manifest.get("precision_plan"):
         precision = _precision_plan.PrecisionPlan.from_dict(manifest["precision_plan"])
     if precision is not None:
-        print(f"precision plan (atol {precision.atol:g}, rtol {precision.rtol:g}):")
+        print(f"precision plan ({precision.tolerance_words()}):")
         for seg in plan.tensorrt_segments():
             entry = precision.for_segment(plan.nodes[i].name for i in seg.nodes)
             print(f"  segment {seg.id}: " + (_precision_text(entry) if entry is not None else "fp32 (not in the plan)"))

@@ -55,6 +55,20 @@ class PrecisionPlan:
     # Nodes a build ran on ONNX Runtime after the search (TensorRT's builder refused them): the
     # search measured ``rounds`` and ``worst`` with them in TensorRT segments (see :meth:`after_build`).
     moved: tuple[str, ...] = ()
+    # --atol-of-range: each output's atol at least this x its largest magnitude on the reference,
+    # and the atol that came to per output (where above ``atol``)
+    atol_of_range: float | None = None
+    atols: Mapping[str, float] = field(default_factory=dict)
+
+    def tolerance_words(self) -> str:
+        """The tolerance the search held the outputs to: "atol 0.001, rtol 0.001", with the atol
+        each output was given where --atol-of-range raised it."""
+        if not self.atol_of_range:
+            return f"atol {self.atol:g}, rtol {self.rtol:g}"
+        raised = [f"'{n}' {a:.3g}" for n, a in self.atols.items() if a > self.atol]
+        shown = ", ".join(raised[:4]) + (f" and {len(raised) - 4} more" if len(raised) > 4 else "")
+        return (f"atol {self.atol:g} or {self.atol_of_range:g} x each output's largest magnitude"
+                + (f" ({shown})" if raised else "") + f", rtol {self.rtol:g}")
 
     def after_build(self, moved: Sequence[str]) -> PrecisionPlan:
         """This plan as a build that moved the nodes ``moved`` to ONNX Runtime records it: the
@@ -84,6 +98,7 @@ class PrecisionPlan:
         return {"format": PLAN_FORMAT, "atol": self.atol, "rtol": self.rtol, "allowed": list(self.allowed),
                 "seconds": round(self.seconds, 3), "worst": dict(self.worst), "rounds": list(self.rounds),
                 **({"moved_after_search": list(self.moved)} if self.moved else {}),
+                **({"atol_of_range": self.atol_of_range, "atols": dict(self.atols)} if self.atol_of_range else {}),
                 "segments": [{"segment": s.segment, "precision": s.precision, "reduced": s.reduced,
                               "nodes": list(s.nodes),
                               "pinned": [p.__dict__ for p in s.pinned]} for s in self.segments]}
@@ -101,9 +116,11 @@ class PrecisionPlan:
                                               tuple(PinnedNode(**p) for p in s["pinned"]), int(s.get("reduced", 0)),
                                               int(s.get("segment", -1)))
                              for s in data["segments"])
+            of_range = data.get("atol_of_range")
             return cls(segments, float(data["atol"]), float(data["rtol"]), tuple(data["allowed"]),
                        tuple(data.get("rounds", ())), float(data.get("seconds", 0.0)), dict(data.get("worst", {})),
-                       tuple(data.get("moved_after_search", ())))
+                       tuple(data.get("moved_after_search", ())), float(of_range) if of_range is not None else None,
+                       {str(k): float(v) for k, v in (data.get("atols") or {}).items()})
         except (KeyError, TypeError, ValueError) as e:
             raise PrecisionError(f"{where}: not a format-{PLAN_FORMAT} precision plan ({e})") from None
 

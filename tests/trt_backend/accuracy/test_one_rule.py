@@ -111,6 +111,17 @@ def test_integer_outputs_are_judged_by_equality_in_compare_and_auto_alike(tmp_pa
     trt_backend.build(path, auto, None, SessionOptions(build=BuildOptions(precision="auto", precision_plan=plan)))
     assert trt_backend.compare(auto, trt_backend.CompareOptions(atol_of_range=0.01), session_options=so,
                                feeds=feeds).passed
+    # The plan, the folder and compare say the tolerance the search held the outputs to: the
+    # logits' atol raised to 1% of their range (it read "atol 0.001" alone)
+    logits = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(["logits"], {"x": x})[0]
+    peak = float(np.abs(logits).max())
+    assert plan.atol_of_range == 0.01 and plan.atols["logits"] == pytest.approx(0.01 * peak, rel=1e-6)
+    words = f"atol 0.001 or 0.01 x each output's largest magnitude ('logits' {0.01 * peak:.3g}), rtol 0.001"
+    assert plan.tolerance_words() == words
+    assert main(["inspect", auto]) == 0
+    assert f"precision plan ({words}):" in capsys.readouterr().out
+    assert main(["compare", auto, "--inputs", str(tmp_path / "x.npz"), "--atol-of-range", "0.01"]) == 0
+    assert "atol 0.001 or 0.01 x each output's largest magnitude, rtol 0.001" in capsys.readouterr().out
 
 
 @pytest.mark.usefixtures("flavor")
