@@ -91,6 +91,24 @@ def test_a_sample_outside_a_folders_profiles_is_named_before_anything_prints(pat
                                         "(9, 4) is outside every profile"), err
 
 
+@pytest.mark.parametrize("command", ["run", "compare", "bench"])
+@pytest.mark.parametrize("target", ["model", "folder"])
+def test_shapes_the_samples_contradict_are_refused_not_dropped(paths, capsys, command, target) -> None:
+    """``--shapes`` beside ``--inputs`` of other shapes: a folder's run ran the samples and dropped
+    --shapes without a word (even shapes outside every profile); a model's built a profile the
+    samples then fell outside of. One line at every door, naming both."""
+    extra = FAST if command == "bench" else []
+    assert main([command, paths[target], "--inputs", paths["good"], "--shapes", "x:16x4,y:16x4", "--emulate",
+                 *extra]) != 0
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"trt-backend: error: --inputs {paths['good']}: input 'x' is 2x4, --shapes gives "
+                                 "16x4: the samples run at their own shapes (give --shapes only to shape random "
+                                 "inputs, or --min/--opt/--max-shapes for a profile spanning the samples)\n"), err
+    assert main([command, paths[target], "--inputs", paths["good"], "--shapes", "x:2x4,y:2x4", "--emulate",
+                 *extra]) == 0  # (the samples' own shapes: as without --shapes)
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize("bad", sorted(BAD))
 @pytest.mark.parametrize("target", ["model", "folder"])
 def test_python_compare_refuses_the_same_feeds(paths, target, bad) -> None:

@@ -408,14 +408,25 @@ def _range_flags(texts: Sequence[str], kind: type, flag: str) -> Any:
     return named or whole
 
 
-def read_samples(path: str, model: str, what: str = "--inputs") -> list[dict[str, Any]]:
+def read_samples(path: str, model: str, what: str = "--inputs", shapes: str | None = None) -> list[dict[str, Any]]:
     """The samples of ``--inputs PATH``, held to the inputs of ``model`` (a model file, or a build
     folder's model) as a run checks feeds (names, dtypes, ranks, fixed and shared dims) before
     anything is loaded or made: one line naming the file, through every command, with or without
     profiles given, for a folder as for a model file. A sample outside the profiles is the
-    session's to name (``Session.check_feeds``)."""
+    session's to name (``Session.check_feeds``). ``shapes``: the command's ``--shapes``, which
+    samples of other shapes contradict (a folder's run took the samples' and dropped them)."""
     feeds = _feeds.read_feeds(path, what)
     check_model_samples(model, feeds, f"{what} {path}")
+    given = _shapes.parse_shapes(shapes) if shapes else {}
+    for k, feed in enumerate(feeds):
+        for name, shape in given.items():
+            got = getattr(feed.get(name), "shape", None)
+            if got is not None and tuple(got) != tuple(shape):
+                sample = f" (sample {k})" if len(feeds) > 1 else ""
+                raise OptionsError(f"{what} {path}{sample}: input '{name}' is {'x'.join(map(str, got)) or 'a scalar'}, "
+                                   f"--shapes gives {'x'.join(map(str, shape)) or 'a scalar'}: the samples run at "
+                                   "their own shapes (give --shapes only to shape random inputs, or "
+                                   "--min/--opt/--max-shapes for a profile spanning the samples)")
     return feeds
 
 

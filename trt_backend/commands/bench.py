@@ -125,7 +125,7 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
     shapes = parse_shapes(args.shapes) if args.shapes else {}
     feeds = None
     if args.inputs:
-        samples = read_samples(args.inputs, args.model)
+        samples = read_samples(args.inputs, args.model, shapes=args.shapes)
         feeds = samples[0]
         if len(samples) > 1:
             print(f"--inputs {args.inputs}: {len(samples)} samples; bench times the first", file=sys.stderr)

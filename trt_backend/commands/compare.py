@@ -121,7 +121,7 @@ def _handle(args: argparse.Namespace) -> int:
         feeds, reference = read_run(args.load_outputs)
         check_model_samples(args.model, feeds, f"--load-outputs {args.load_outputs}")
     elif args.inputs:
-        feeds = read_samples(args.inputs, args.model)
+        feeds = read_samples(args.inputs, args.model, shapes=args.shapes)
     for path, flag in ((args.json, "--json"), (args.save_outputs, "--save-outputs")):
         _check_out_path(path, flag)
     so = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=options.seed)

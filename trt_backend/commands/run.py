@@ -134,7 +134,7 @@ def _handle(args: argparse.Namespace) -> int:
     ranges = random_ranges(args)
     given: dict[str, Any] | None = None
     if args.inputs:
-        inputs = read_samples(args.inputs, args.model)
+        inputs = read_samples(args.inputs, args.model, shapes=args.shapes)
         if len(inputs) != 1:
             raise FeedError(f"--inputs {args.inputs}: holds {len(inputs)} input sets; run takes one (compare and "
                             "bench take several)")
