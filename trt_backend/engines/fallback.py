@@ -20,7 +20,7 @@ from partitioner.cost import BoundaryCost
 from partitioner.errors import OptionsError
 from partitioner.extract import extract
 from partitioner.split import weight_bytes
-from plugins import default_registry, register_with, rewrite_for_engine
+from plugins import default_registry, rewrite_for_engine
 from trt_backend import _progress
 from trt_backend.engines import head_start
 from trt_backend.engines.builder import (
@@ -51,7 +51,7 @@ from trt_backend.engines.report import (
 )
 from trt_backend.engines.targets import build_target
 from trt_backend.errors import BuilderCrashError, SegmentBuildError
-from trt_backend.tensorrt.flavor import Flavor, load_flavor, tensorrt_lock
+from trt_backend.tensorrt.flavor import Flavor, load_flavor, register_plugins
 
 log = logging.getLogger(__name__)
 
@@ -475,7 +475,7 @@ def plugin_rewrite(plan: Plan, flavor: Flavor | str = "auto") -> SegmentRewrite 
                            "plan with --target tensorrt_rtx (or --no-plugins), or build with full TensorRT")
 
     registry = default_registry()
-    _register_plugins(flv)
+    register_plugins(flv)
 
     def rewrite(segment: onnx.ModelProto) -> onnx.ModelProto:
         return rewrite_for_engine(segment, registry, claimed)
@@ -483,12 +483,3 @@ def plugin_rewrite(plan: Plan, flavor: Flavor | str = "auto") -> SegmentRewrite 
     return rewrite
 
 
-_registered: set[str] = set()
-
-
-def _register_plugins(flv: Flavor) -> None:
-    """TensorRT's plugin registry is per process: register ours there once."""
-    with tensorrt_lock:
-        if flv.target not in _registered:
-            register_with(flv.module)
-            _registered.add(flv.target)

@@ -20,6 +20,7 @@ from partitioner.options_check import number_option
 from trt_backend._files import follow_umask
 from trt_backend.errors import ExportError
 from trt_backend.engines.precision import fp32_subgraphs
+from trt_backend.tensorrt.flavor import JIT_PLUGINS
 from trt_backend.export.batching import check_batching
 from trt_backend.export.observe import learn_ranks
 from trt_backend.export.scalars import scalar_io, wrap_scalars
@@ -44,7 +45,7 @@ SEGMENT_ONNX = "segment.onnx"  # beside a plan: the segment it was built from (c
 PLAN, ONNX = "plan", "onnx"
 TRT_FORMATS = (PLAN, ONNX)
 INSTANCE_KINDS = ("cpu", "gpu")
-AOT_PLUGINS = (10, 9)  # TensorRT whose Python plugins embed an ahead-of-time kernel in the engine
+AOT_PLUGINS = JIT_PLUGINS[1]  # TensorRT whose Python plugins embed an ahead-of-time kernel in the engine
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from trt_backend.runners.tensorrt_contexts import (
     PooledContext,
     RuntimeCacheFile,
 )
-from trt_backend.tensorrt.flavor import Flavor, captured_messages, shared_logger, tensorrt_lock
+from trt_backend.tensorrt.flavor import Flavor, captured_messages, plugins_for_engine, shared_logger, tensorrt_lock
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,10 @@ class TensorRTRunner(SegmentRunner):
                     runtime.engine_host_code_allowed = allow_host_code
             self._runtime = runtime
             self._check_validity(flavor, engine)
+        # (before 10.9 an engine holding a plugin of ours needs it registered here to load: a
+        # folder run, a serve replica, a session from Session.load build nothing)
+        plugins_for_engine(flavor, engine)
+        with tensorrt_lock:
             with captured_messages() as errors:
                 self.engine = runtime.deserialize_cuda_engine(engine)
         if self.engine is None:

@@ -18,6 +18,8 @@ from typing import Any
 from trt_backend._lazy import lazy_module
 from trt_backend.errors import TensorRTUnavailableError
 
+_plugins = lazy_module("plugins")  # (registered with full TensorRT only, where an engine or a build needs them)
+
 log = logging.getLogger(__name__)
 
 FLAVORS = ("tensorrt", "tensorrt_rtx")
@@ -357,3 +359,43 @@ def native_stderr() -> Iterator[None]:
                 sink.close()
                 if text:
                     log.debug("TensorRT wrote to stderr (or stdout): %s", text)
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"10.13.0.35"`` -> (10, 13, 0, 35): the numbers before the first part that is not one."""
+    out = []
+    for part in version.split("."):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+_registered: set[str] = set()
+# TensorRT versions whose Python plugins run just in time, through Python, from the engine: an
+# engine holding one deserializes only where the plugin is registered in that process (from 10.9
+# the plugin's ahead-of-time kernel is in the engine).
+JIT_PLUGINS = ((10, 6), (10, 9))
+
+
+def register_plugins(flv: Flavor) -> None:
+    """Register the shipped plugins with ``flv``'s TensorRT (full TensorRT: its plugin registry is
+    per process), once."""
+    with tensorrt_lock:
+        if flv.target not in _registered:
+            _plugins.register_with(flv.module)
+            _registered.add(flv.target)
+
+
+def plugins_for_engine(flv: Flavor, engine: bytes) -> bool:
+    """Register the shipped plugins before ``engine`` is deserialized where it needs them: full
+    TensorRT of the just-in-time plugin versions (:data:`JIT_PLUGINS`), an engine that names a
+    plugin of ours (its namespace, which TensorRT serializes to find the plugin's creator when it
+    loads). Whether they were registered."""
+    if flv.is_rtx or not JIT_PLUGINS[0] <= version_tuple(flv.version)[:2] < JIT_PLUGINS[1]:
+        return False
+    if not any(f"{r.plugin_namespace}".encode() in engine for r in _plugins.default_registry().records):
+        return False
+    register_plugins(flv)
+    return True
+

@@ -179,3 +179,26 @@ def test_a_tensorrt_described_by_another_process_answers_as_its_import_would() -
                 with open(os.path.join(folder, name), encoding="utf-8") as f:
                     asked.update(re.findall(r'\.has\("([A-Za-z_][A-Za-z_0-9.]*)"\)', f.read()))
     assert asked - {"X.Y"} <= set(flavor.FEATURES), asked - set(flavor.FEATURES)
+
+
+def test_an_engine_holding_a_plugin_of_ours_registers_it_before_loading_where_it_runs_through_python(
+        monkeypatch) -> None:
+    """Before TensorRT 10.9 our Python plugins run just in time from the engine, and deserializing
+    an engine that holds one needs its creator registered in that process: only builds registered
+    it, so a folder run, a serve replica or Session.load of such an engine could not load it. An
+    engine naming our plugin namespace registers them first, on full TensorRT 10.6 to 10.8 only."""
+    import types
+
+    from trt_backend.tensorrt import flavor as fl
+
+    registered: list[str] = []
+    monkeypatch.setattr(fl, "register_plugins", lambda f: registered.append(f.version))
+    engine = b"\x00plan\x00trt_backend\x00Resize\x001\x00"
+    for name, version, expected in (("tensorrt", "10.7.0.23", True), ("tensorrt", "10.6.0", True),
+                                    ("tensorrt", "10.9.0.34", False), ("tensorrt", "10.5.0", False),
+                                    ("tensorrt_rtx", "1.7.1.116", False)):
+        flavor = fl.Flavor(name, version, types.ModuleType(name))
+        assert fl.plugins_for_engine(flavor, engine) is expected, version
+        assert fl.plugins_for_engine(flavor, b"\x00plan without plugins\x00") is False
+    assert registered == ["10.7.0.23", "10.6.0"]
+    assert fl.version_tuple("10.13.0.35") == (10, 13, 0, 35) and fl.version_tuple("11.1.0.post1") == (11, 1, 0)
