@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from partitioner import BoundaryCost, OptionsError, PartitionOptions, TrtBackendError
@@ -31,6 +32,7 @@ _sessions = lazy_module("trt_backend.ort.sessions")
 _shapes = lazy_module("trt_backend.commands._shapes")
 _read = lazy_module("trt_backend.artifacts.read")  # (a folder's manifest: read where a build flag is given)
 _precision_plan = lazy_module("trt_backend.engines.precision_plan")
+_calibration = lazy_module("trt_backend.engines.calibration")  # (--calibration-data's files: their shapes)
 
 # Every flag that names something a command writes: its argparse dest -> (flag, what it is: a
 # "file", a "folder" replaced or filled whole, a "tree" (a folder made with its parents), or
@@ -446,9 +448,15 @@ def check_model_samples(model: str, feeds: Sequence[Mapping[str, Any]], where: s
     _feeds.check_samples(inputs, feeds, where, profiles, runs)
 
 
-def sample_profiles(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def sample_profiles(feeds: Sequence[Mapping[str, Any]], args: argparse.Namespace | None = None
+                    ) -> list[dict[str, Any]]:
     """For samples of a model file given with ``--inputs`` and no profile (held to the model's
     inputs by :func:`read_samples` first, so that a missing input is named as missing and a
-    wrong rank as a wrong rank): one profile spanning their shapes
-    (:func:`trt_backend.session.feeds.profiles_from_feeds`)."""
-    return _feeds.profiles_from_feeds(feeds)
+    wrong rank as a wrong rank), and the files of ``--calibration-data`` where ``args`` asks for
+    int8 (or auto) with them: one profile spanning their shapes
+    (:func:`trt_backend.session.feeds.profiles_from_feeds`); none without either."""
+    source = getattr(args, "calibration_data", None)
+    calibration = _calibration.calibration_shapes(source) if source and source != "random" and getattr(
+        args, "precision", "fp32") in ("int8", "auto") else []
+    shaped = [{name: SimpleNamespace(shape=shape) for name, shape in sample.items()} for sample in calibration]
+    return _feeds.profiles_from_feeds([*feeds, *shaped]) if feeds or shaped else []

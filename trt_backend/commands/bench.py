@@ -129,8 +129,8 @@ def options_from_args(args: argparse.Namespace) -> tuple[BenchOptions, Any]:
         feeds = samples[0]
         if len(samples) > 1:
             print(f"--inputs {args.inputs}: {len(samples)} samples; bench times the first", file=sys.stderr)
-        if not profiles and not is_build_folder(args.model):
-            profiles = sample_profiles([feeds])
+    if not profiles and not is_build_folder(args.model):
+        profiles = sample_profiles([feeds] if feeds is not None else [], args)
     options = BenchOptions(shapes=shapes, profiles=profiles or None, baselines=_baselines(args.baselines),
                            timing=timing, build=not args.no_build, seed=args.seed, feeds=feeds, **random_ranges(args))
     session = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,

@@ -104,8 +104,8 @@ def _build(args: argparse.Namespace) -> int:
     so = session_options(args)
     builder = builder_fields(args)  # Checked before a precision search, which can take minutes.
     feeds = read_samples(args.inputs, args.model) if args.inputs else None
-    if feeds and not profiles:  # Real samples and no profile: one spanning their shapes, as run and compare make.
-        profiles = sample_profiles(feeds)
+    if not profiles:  # Real samples (and calibration data) and no profile: one spanning their shapes, as run,
+        profiles = sample_profiles(feeds or [], args)  # compare and bench make.
     kw: dict[str, Any] = {**build_fields(args, args.model, profiles or None, so, feeds), **builder}
     options = dataclasses.replace(options_with(so, kw), cache_dir=args.cache_dir)
     manifest = build(args.model, args.output, profiles or None, options)

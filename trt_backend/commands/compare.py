@@ -128,8 +128,8 @@ def _handle(args: argparse.Namespace) -> int:
     if is_folder_arg(args):  # Its own profiles: --shapes picks the shape to compare at within them.
         profiles = []
     else:
-        if feeds and not profiles:  # Real samples and no profile: one spanning their shapes.
-            profiles = sample_profiles(feeds)
+        if not profiles:  # Real samples (and calibration data) and no profile: one spanning their shapes.
+            profiles = sample_profiles(feeds or [], args)
         so = options_with(so, build_fields(args, args.model, profiles or None, so, feeds))
     report = compare(args.model, options, profiles=profiles or None, session_options=so, feeds=feeds,
                      reference_outputs=reference, save_outputs=args.save_outputs)

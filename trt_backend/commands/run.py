@@ -139,8 +139,8 @@ def _handle(args: argparse.Namespace) -> int:
             raise FeedError(f"--inputs {args.inputs}: holds {len(inputs)} input sets; run takes one (compare and "
                             "bench take several)")
         given = inputs[0]
-        if not profiles and not is_build_folder(args.model):  # Real samples and no profile: their shapes.
-            profiles = sample_profiles(inputs)
+    if not profiles and not is_build_folder(args.model):  # Real samples (and calibration data), no profile: theirs.
+        profiles = sample_profiles([given] if given is not None else [], args)
     options = session_options(args, emulate=True if args.emulate else "auto", calibration_seed=args.seed,
                               ort=ort_options(args))
     given_model = None if is_build_folder(args.model) else profiles or None

@@ -37,7 +37,7 @@ import onnx
 from trt_backend._files import npz_problem
 from trt_backend.errors import CalibrationDataError
 from trt_backend.ort.random_data import ValueRange, index_ranges, random_feed
-from trt_backend.ort.values import check_npz_sizes
+from trt_backend.ort.values import check_npz_sizes, npz_headers
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,21 @@ def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
     ranges = index_ranges(model.graph)
     return [dataclasses.replace(InputSpec.of(v), int_range=ranges.get(v.name))
             for v in model.graph.input if v.name not in inits]
+
+
+def calibration_shapes(source: str) -> list[dict[str, tuple[int, ...]]]:
+    """The shapes of the arrays in each .npz file of calibration data ``source`` (a file or a
+    folder), from their headers: what a profile spans where none is given. Empty where the data
+    cannot be read so (loading it names the problem)."""
+    try:
+        files = calibration_files(source)
+        out = []
+        for path in files:
+            with np.load(path, allow_pickle=False) as data:
+                out.append({name: shape for name, (shape, _) in npz_headers(data).items()})
+        return out
+    except (CalibrationDataError, OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return []
 
 
 def calibration_files(source: str) -> list[str]:

@@ -156,8 +156,17 @@ def check_npz_sizes(data: Any, path: str) -> None:
     before numpy allocates it (a header may claim any shape, whatever the file's size); a header
     numpy cannot parse is a ValueError naming the array (numpy's own parser ends in a tokenizer's
     or Python's syntax error there), as the caller's reading of the file reports others."""
+    for name, (shape, dtype) in npz_headers(data).items():
+        check_allocation(shape, dtype, f"input '{name}' in {path}")
+
+
+def npz_headers(data: Any) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Each array's shape and dtype in the opened .npz ``data``, read from its header (nothing
+    loaded); an array of a newer format numpy reads itself is left out. ValueError naming the
+    array where a header cannot be parsed."""
     members = set(data.zip.namelist())
     readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    out = {}
     for name in data.files:
         with data.zip.open(name + ".npy" if name + ".npy" in members else name) as f:
             try:
@@ -167,4 +176,5 @@ def check_npz_sizes(data: Any, path: str) -> None:
                 shape, _, dtype = reader(f)
             except (ValueError, SyntaxError, EOFError, tokenize.TokenError) as e:
                 raise ValueError(f"array '{name}': its header cannot be read ({e})") from None
-        check_allocation(shape, dtype, f"input '{name}' in {path}")
+        out[name] = (tuple(int(d) for d in shape), dtype)
+    return out

@@ -247,3 +247,32 @@ def test_string_samples_calibrate_as_they_feed_a_run(tmp_path, capsys) -> None:
     report = capsys.readouterr().out
     label = next(line for line in report.splitlines() if line.startswith("label"))
     assert "equal:" in label and "of 24 differ" in label and "precision int8" in report
+
+
+def test_calibration_data_given_without_profiles_shapes_the_profile_as_samples_do(tmp_path, capsys) -> None:
+    """A model of open dims built int8 on calibration files and no --shapes asked for a --shapes
+    setting every open dim to 1 (a CNN that cannot run at width 1), and compare's profile spanned
+    its --inputs sample alone, then refused the calibration files outside it. The files' shapes
+    (read from their headers) join the samples' in the one profile that spans them, as --inputs
+    alone makes one."""
+    import json
+
+    from trt_backend.cli import main
+
+    path = str(tmp_path / "det.onnx")
+    onnx.save(detector(), path)
+    data = tmp_path / "cal"
+    data.mkdir()
+    shapes = _varied(data)
+    assert main(["build", path, "-o", str(tmp_path / "b8"), "--precision", "int8", "--calibration-data",
+                 str(data)]) == 0
+    capsys.readouterr()
+    profile = json.load(open(tmp_path / "b8" / "manifest.json"))["plan"]["input_profiles"][0]["x"]
+    low = [min(s[k] for s in shapes.values()) for k in range(4)]
+    high = [max(s[k] for s in shapes.values()) for k in range(4)]
+    assert (profile["min"], profile["opt"], profile["max"]) == (low, list(shapes["a.npz"]), high)
+    np.savez(tmp_path / "one.npz", x=np.random.default_rng(3).random((2, 3, 24, 24), dtype=np.float32))
+    rc = main(["compare", path, "--inputs", str(tmp_path / "one.npz"), "--precision", "int8", "--calibration-data",
+               str(data), "--atol", "0.5", "--rtol", "0.5"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "outside" not in err and "PASSED" in out, (out, err)
