@@ -11,7 +11,7 @@ from __future__ import annotations
 import onnx
 
 from trt_backend.errors import ExportError, FeedError, SegmentLoadError, SegmentRunError
-from trt_backend.export.observe import observed_shapes
+from trt_backend.export.observe import observed_shapes, rows_depend
 from trt_backend.export.source import ExportSource
 from trt_backend.profiles import TensorProfile
 from trt_backend.profiles.profile import leading_ranges
@@ -74,6 +74,14 @@ def check_batching(source: ExportSource, max_batch: int) -> None:
                     undecided[name] = (label, shown)
     if undecided:
         _check_by_running(source, undecided, batched, max_batch)
+    if max_batch > 1:
+        try:
+            why = rows_depend(source, batched, "the row check of --max-batch-size")
+        except (SegmentRunError, SegmentLoadError, FeedError) as e:
+            raise ExportError(f"{what}: running the model to check that its rows are independent failed: {e}"
+                              f"{_DEFAULT}") from None
+        if why is not None:
+            raise ExportError(f"{what}: {why}{_DEFAULT}")
 
 
 def _check_by_running(source: ExportSource, undecided: dict[str, tuple[str, str]], batched: list[str],

@@ -13,7 +13,7 @@ from trt_backend.export.source import ExportSource
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import tapped_session
 from trt_backend.profiles.node_arg import graph_inputs
-from trt_backend.session.feeds import random_feeds
+from trt_backend.session.feeds import random_feeds, rows_interact
 
 
 def observed_shapes(source: ExportSource, names: Sequence[str], batches: Sequence[int | None], batched: Sequence[str],
@@ -39,6 +39,29 @@ def observed_shapes(source: ExportSource, names: Sequence[str], batches: Sequenc
         values = run(random_feeds(args, shapes, seed=k), list(names))
         out.append({n: tuple(int(d) for d in np.shape(values[n])) for n in names})
     return out
+
+
+def rows_depend(source: ExportSource, batched: Sequence[str], what: str) -> str | None:
+    """Why Triton's batching would change answers: the whole model run in ONNX Runtime on two rows
+    of the ``batched`` inputs (other dims at the first profile's opt) against its first row alone
+    (:func:`trt_backend.session.feeds.rows_interact`); None where the rows are independent. Raises
+    the runtime's error for the caller to word."""
+    model = source.plan.model
+    if model is None:
+        raise ExportError(f"{what}: the build's plan has no model to run")
+    args = graph_inputs(model.proto.graph)
+    first = source.input_profiles[0] if source.input_profiles else {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for arg in args:
+        base = list(first[arg.name].opt) if arg.name in first else \
+            [d if isinstance(d, int) else 1 for d in (arg.shape or ())]
+        if arg.name in batched and base:
+            base[0] = 2
+        shapes[arg.name] = tuple(base)
+    run = tapped_session(model, [], OrtOptions(), what)
+    outputs = [o.name for o in model.proto.graph.output]
+    return rows_interact(lambda feeds, names: [run(feeds, names)[n] for n in names], args, shapes, batched, outputs,
+                         seed=2)
 
 
 def learn_ranks(source: ExportSource) -> list[str]:

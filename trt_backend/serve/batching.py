@@ -15,7 +15,7 @@ import numpy as np
 
 from trt_backend.errors import RequestError, TrtBackendError
 from trt_backend.profiles.profile import leading_ranges
-from trt_backend.session.feeds import random_feeds
+from trt_backend.session.feeds import random_feeds, rows_interact
 from trt_backend.session.session import Session
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,28 @@ def no_batch_dim(session: Session) -> str | None:
             return f"output '{a.name}' leads with {lead!r}, which the inputs name another dim than the batch"
         if not (isinstance(lead, str) and lead in names):
             undecided.append(a.name)
-    return _not_following(session, undecided, ranges) if undecided else None
+    why = _not_following(session, undecided, ranges) if undecided else None
+    return why if why is not None else _rows_depend(session, ranges)
+
+
+def _rows_depend(session: Session, ranges: list[tuple[int, int]]) -> str | None:
+    """Why the model's rows cannot be batched together: a run of the smallest batch the first
+    profile takes plus one row against one of the smallest (other dims at the first profile's opt
+    shapes) shows its rows depend on each other (:func:`trt_backend.session.feeds.rows_interact`).
+    None where they do not, or where the profiles take one batch size only."""
+    lo, hi = ranges[0] if ranges else (1, 2)
+    if lo + 1 > hi:
+        return None
+    first = session.input_profiles[0] if session.input_profiles else {}
+    args = session.get_inputs()
+    shapes = {a.name: (lo + 1, *(first[a.name].opt[1:] if a.name in first else
+                                 [d if isinstance(d, int) else 1 for d in a.shape[1:]])) for a in args}
+    outputs = [a.name for a in session.get_outputs()]
+    try:
+        return rows_interact(lambda feeds, names: session.run(names, feeds), args, shapes, [a.name for a in args],
+                             outputs, rows=lo, seed=2)
+    except TrtBackendError as e:
+        return f"a run to check that the model's rows are independent failed: {e}"
 
 
 def _batch_ranges(session: Session) -> list[tuple[int, int]] | str:

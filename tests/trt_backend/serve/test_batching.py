@@ -103,6 +103,36 @@ def test_serve_batches_what_export_triton_batches(tmp_path) -> None:
         np.testing.assert_allclose(got["probabilities"], want[1], rtol=1e-5, atol=1e-6)
 
 
+def test_a_model_whose_rows_depend_on_each_other_is_batched_at_neither_door(tmp_path) -> None:
+    """A model that subtracts the mean over the batch passes every shape rule (its output follows
+    the batch), so serve packed concurrent one-row requests into one run and split a 12-row
+    request into runs of 8 and 4, answering each with other rows' statistics (HTTP 200, off by up
+    to 32), and export-triton --max-batch-size let Triton's batcher do the same. A run of two rows
+    against the first alone shows it: serve runs each request as sent, export refuses, in the
+    same words."""
+    from trt_backend.errors import ExportError
+    from trt_backend.export.repo import TritonOptions, triton_repo
+    from trt_backend.export.source import from_model
+
+    centred = model([helper.make_node("Relu", ["x"], ["r"]),
+                     helper.make_node("ReduceMean", ["r"], ["m"], axes=[0], keepdims=1),
+                     helper.make_node("Sub", ["r", "m"], ["y"])], [vi("x", ["N", 4])], [vi("y", ["N", 4])], opset=17)
+    profile = [{"x": ((1, 4), (4, 4), (8, 4))}]
+    runner = BatchRunner(Session(centred, profile, SessionOptions(emulate=True)), 8)
+    assert runner.no_batching is not None and runner.no_batching.startswith(
+        "output 'y' differs by up to ") and "the model's rows depend on each other" in runner.no_batching
+    x = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    requests = [{"x": x}, {"x": x[:1]}, {"x": x[1:2]}]
+    replies = runner.run(requests)
+    for got, request in zip(replies, requests):  # each as sent: its own rows' mean
+        r = np.maximum(request["x"], 0)
+        assert isinstance(got, dict)
+        np.testing.assert_allclose(got["y"], r - r.mean(axis=0, keepdims=True), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ExportError, match=r"--max-batch-size 8: output 'y' differs by up to .* the model's rows "
+                                          r"depend on each other"):
+        triton_repo(from_model(centred, profile, SessionOptions()), TritonOptions(max_batch_size=8))
+
+
 def test_mixed_requests_are_packed_split_and_answered(session, reference) -> None:
     runner = BatchRunner(session, 4)
     sizes = [1, 3, 2, 7, 1, 12, 4, 2]
