@@ -262,6 +262,11 @@ def test_build_options_are_refused_on_a_folder_in_one_line(material, tmp_path, c
         assert "--exclude-ops would change what was built" in capsys.readouterr().err
         assert main([command, fp16, "--precision", "bf16", "--emulate", *extra]) == (2 if command == "compare" else 1)
         assert "--precision would change what was built" in capsys.readouterr().err
+        # fp32 given is fp32 asked, though it is the default: the folder ran in fp16 and said so after
+        assert main([command, fp16, "--precision", "fp32", "--emulate", *extra]) == (2 if command == "compare" else 1)
+        assert "--precision would change what was built" in capsys.readouterr().err
+    assert main(["export-triton", fp16, "-o", str(tmp_path / "repo16"), "--precision", "fp32"]) == 1
+    assert "--precision would change what was built" in capsys.readouterr().err
 
 
 def test_build_reads_every_setting_from_its_options(material, tmp_path) -> None:

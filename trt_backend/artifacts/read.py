@@ -378,7 +378,8 @@ def refusal(folder: str, flag: str, field: str | None = None) -> OptionsError:
 
 
 def refused_on_folder(options: SessionOptions, folder: str, manifest: Mapping[str, Any] | None = None, *,
-                      build: Mapping[str, Any] | None = None, skip: tuple[str, ...] = ()) -> None:
+                      build: Mapping[str, Any] | None = None, skip: tuple[str, ...] = (),
+                      explicit: frozenset[str] = frozenset()) -> None:
     """The rule every door follows on a build folder (the Python door's Session.load and the
     command line's flags alike): the :func:`refusal` of the first option that would change what
     the folder's engines were built from. Planning, partition and build options pass when left at
@@ -386,12 +387,14 @@ def refused_on_folder(options: SessionOptions, folder: str, manifest: Mapping[st
     default is refused); run-time ones (threads, device, emulation, memory) always do.
     ``build``: the build fields as given where they are no BuildOptions (the command line's:
     precision 'auto' without its plan is none), default ``options.build``'s; ``skip``: fields the
-    caller reads for a purpose of its own (inspect's precision plan)."""
+    caller reads for a purpose of its own (inspect's precision plan); ``explicit``: build fields the
+    command line gave explicitly, which are held to the folder's even at their defaults."""
     built = folder_build_options(manifest) if manifest is not None else BuildOptions()
     default_build, default_partition = BuildOptions(), with_shipped_plugins()
     for name, flag in BUILD_FIELDS.items():
         value = build.get(name, getattr(default_build, name)) if build is not None else getattr(options.build, name)
-        if name not in skip and value != getattr(default_build, name) and value != getattr(built, name):
+        asked = value != getattr(default_build, name) or name in explicit
+        if name not in skip and asked and value != getattr(built, name):
             raise refusal(folder, flag, name)
     recorded = manifest.get("build", {}) if manifest is not None else {}
     partition = recorded.get("partition")

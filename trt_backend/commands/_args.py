@@ -202,6 +202,17 @@ def builder_fields(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
+class Explicit(argparse.Action):
+    """Stores the value as argparse's default action does, and records that the flag was given
+    (``args.explicit``): on a build folder a flag given at its default value still asks for that
+    value (``--precision fp32`` of an fp16 folder), where a flag left out asks for nothing."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.explicit = {*getattr(namespace, "explicit", ()), self.dest}
+
+
 def refuse_build_flags(args: argparse.Namespace, folder: str, allow: tuple[str, ...] = ()) -> None:
     """One OptionsError naming the first flag given that would change what ``folder`` was built
     with, by the rule the Python door follows (:func:`trt_backend.artifacts.read.refused_on_folder`):
@@ -236,7 +247,8 @@ def refuse_build_flags(args: argparse.Namespace, folder: str, allow: tuple[str, 
     given = _session_options.SessionOptions(
         partition=partition_options(args) if hasattr(args, "exclude_ops") else None,
         flavor=getattr(args, "flavor", "auto"), isolate_parser=bool(getattr(args, "isolate", False)))
-    _read.refused_on_folder(given, folder, manifest, build=build, skip=allow)
+    _read.refused_on_folder(given, folder, manifest, build=build, skip=allow,
+                            explicit=frozenset(getattr(args, "explicit", ())))
 
 
 def _given_profiles(args: argparse.Namespace) -> list[dict[str, Any]] | None:
@@ -325,7 +337,7 @@ def add_shape_arguments(p: argparse.ArgumentParser, what: str) -> None:
 
 def add_precision_arguments(p: argparse.ArgumentParser, what: str = "TensorRT segments") -> None:
     """``--precision`` and int8's ``--calibration-data``/``--calibration-method``."""
-    p.add_argument("--precision", default="fp32", metavar="|".join(_options.PRECISIONS),
+    p.add_argument("--precision", default="fp32", action=Explicit, metavar="|".join(_options.PRECISIONS),
                    help=f"precision of the {what} (fp16/bf16: an ONNX-level transform; int8: calibrated Q/DQ; "
                         "default fp32)")
     p.add_argument("--calibration-data", metavar="FILE.npz|DIR|random", default=None,

@@ -9,6 +9,7 @@ from typing import Any
 
 from partitioner import OptionsError
 from trt_backend.commands._args import (
+    Explicit,
     add_partition_arguments,
     add_shape_arguments,
     add_sign_key_argument,
@@ -54,7 +55,7 @@ def register(p: argparse.ArgumentParser) -> None:
     add_sign_key_argument(p)
     g = p.add_argument_group("building a model first (SOURCE is a model file)")
     add_shape_arguments(g, "build for")  # type: ignore[arg-type]
-    g.add_argument("--precision", choices=("fp32", "tf32", "fp16", "bf16"), default="fp32",
+    g.add_argument("--precision", choices=("fp32", "tf32", "fp16", "bf16"), default="fp32", action=Explicit,
                    help="precision of TensorRT segments (default fp32)")
     g.add_argument("--compute-capabilities", default=None, metavar="SM80,SM86",
                    help="TensorRT-RTX: GPUs to build for ahead of time")
