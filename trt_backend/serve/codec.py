@@ -51,6 +51,8 @@ def decode_request(body: bytes, content_type: str | None, inputs: Sequence[NodeA
         doc = json.loads(body or b"null")
     except (ValueError, UnicodeDecodeError) as e:
         raise RequestError(f"cannot read the request body as JSON: {e}") from None
+    except RecursionError:
+        raise RequestError("cannot read the request body as JSON: it nests deeper than a reader follows") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), dict):
         raise RequestError('a JSON request is {"inputs": {"<input name>": <array>, ...}}')
     dtypes = {a.name: a.dtype for a in inputs}
@@ -78,9 +80,26 @@ def _array(name: str, value: Any, model_dtype: np.dtype | None) -> np.ndarray:
 
 
 def _as_array(name: str, data: Any, dtype: np.dtype) -> np.ndarray:
+    """JSON values as an array of ``dtype``, refusing what the conversion would change: text for
+    an integer or a boolean, a fraction or a non-finite number for an integer, an integer
+    ``dtype`` cannot hold (numpy's cast truncates 1.7 to 1 and wraps 300 to 44 without a word).
+    A float takes "NaN", "Infinity" and "-Infinity", as replies write them."""
     try:
-        return np.asarray(data, dtype=dtype)
-    except (ValueError, TypeError, OverflowError) as e:
+        raw = np.asarray(data)
+        if raw.dtype.kind in "USO" and dtype.kind not in "USOfc" and raw.size:
+            raise RequestError(f"input '{name}': got text (or values of mixed kinds) where the model takes {dtype}")
+        if dtype.kind in "iu" and raw.dtype.kind in "fc" and raw.size:
+            bad = ~np.isfinite(raw) | (raw != np.round(raw.real))
+            if bad.any():
+                first = raw[bad].reshape(-1)[0].item()
+                raise RequestError(f"input '{name}': {dtype} takes whole numbers, got {first!r}")
+        if dtype.kind in "iu" and raw.dtype.kind in "iuf" and raw.size:
+            info = np.iinfo(dtype)
+            if raw.min() < info.min or raw.max() > info.max:
+                raise RequestError(f"input '{name}': values {raw.min()}..{raw.max()} do not fit {dtype} "
+                                   f"({info.min}..{info.max})")
+        return raw.astype(dtype) if raw.dtype != dtype else raw
+    except (ValueError, TypeError, OverflowError, RecursionError) as e:
         raise RequestError(f"input '{name}': cannot read the values as {dtype}: {e}") from None
 
 
@@ -90,7 +109,18 @@ def encode_reply(outputs: Mapping[str, np.ndarray], npz: bool) -> bytes:
         np.savez(buffer, **dict(_npz_entry(n, v) for n, v in outputs.items()))  # type: ignore[arg-type]
         return buffer.getvalue()
     return json.dumps({"outputs": {n: {"dtype": np.asarray(v).dtype.name, "shape": list(np.shape(v)),
-                                       "data": np.asarray(v).tolist()} for n, v in outputs.items()}}).encode()
+                                       "data": _json_data(np.asarray(v))} for n, v in outputs.items()}},
+                      allow_nan=False).encode()
+
+
+def _json_data(value: np.ndarray) -> Any:
+    """An output's values as JSON holds them: NaN and infinities as the strings "NaN",
+    "Infinity", "-Infinity" (JSON has no such numbers; Python's writer would emit bare NaN and
+    Infinity, which strict readers refuse), which numpy reads back with the dtype given."""
+    if value.dtype.kind not in "fc" or np.isfinite(value).all():
+        return value.tolist()
+    words = np.where(np.isnan(value), "NaN", np.where(value > 0, "Infinity", "-Infinity"))
+    return np.where(np.isfinite(value), value.astype(object), words.astype(object)).tolist()
 
 
 def _npz_entry(name: str, value: Any) -> tuple[str, np.ndarray]:

@@ -3,6 +3,7 @@ checked against whole-model ONNX Runtime."""
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 import numpy as np
@@ -259,3 +260,42 @@ def test_serving_a_value_that_is_no_path_is_one_error() -> None:
         with pytest.raises(OptionsError, match=r"the source \(a build folder or a model file\) must be a path "
                                                r"\(a str or os.PathLike\), got int"):
             door(123)  # type: ignore[arg-type]
+
+
+def test_json_bodies_refuse_what_a_cast_would_change_and_replies_stay_json() -> None:
+    """A JSON request's values were cast as numpy casts: 1.7 for an int64 input became 1, "1"
+    was taken for 1, 300 for a uint8 wrapped; a body nested a thousand deep ended in a
+    RecursionError (HTTP 500); a reply holding inf or NaN was written as bare Infinity/NaN, which
+    strict JSON readers refuse. Each is one error of the request now, and non-finite values travel
+    as the strings "NaN", "Infinity", "-Infinity", read back as numbers."""
+    import json
+
+    from trt_backend.profiles.node_arg import NodeArg
+
+    inputs = [NodeArg("i", [None], "tensor(int64)", 1, np.dtype(np.int64)),
+              NodeArg("u", [None], "tensor(uint8)", 1, np.dtype(np.uint8)),
+              NodeArg("f", [None], "tensor(float)", 1, np.dtype(np.float32))]
+
+    def decode(doc: Any) -> dict[str, np.ndarray]:
+        return decode_request(json.dumps({"inputs": doc}).encode(), "application/json", inputs)
+
+    for doc, said in (({"i": [1.7, 0.2]}, "input 'i': int64 takes whole numbers, got 1.7"),
+                      ({"i": ["1"]}, "input 'i': got text (or values of mixed kinds) where the model takes int64"),
+                      ({"u": [300]}, "input 'u': values 300..300 do not fit uint8 (0..255)"),
+                      ({"i": [float("inf")]}, "input 'i': int64 takes whole numbers, got inf")):
+        with pytest.raises(RequestError, match=re.escape(said)):
+            decode(doc)
+    got = decode({"i": [1.0, 2], "u": [0, 255], "f": [1.5, "NaN", "-Infinity"]})
+    assert got["i"].tolist() == [1, 2] and got["u"].dtype == np.uint8 and np.isnan(got["f"][1])
+    deep = b'{"inputs": {"f": ' + b"[" * 5000 + b"]" * 5000 + b"}}"
+    with pytest.raises(RequestError, match="nests deeper than a reader follows"):
+        decode_request(deep, "application/json", inputs)
+    body = encode_reply({"y": np.array([1.5, np.inf, np.nan, -np.inf], np.float32)}, npz=False)
+
+    def strict(word: str) -> None:
+        raise AssertionError(f"bare {word} in a JSON reply")
+
+    json.loads(body, parse_constant=strict)
+    back = read_reply(body, "application/json")["y"]
+    assert back.dtype == np.float32 and back[0] == 1.5 and np.isposinf(back[1]) and np.isnan(back[2])
+    assert np.isneginf(back[3])
