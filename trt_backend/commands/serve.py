@@ -74,15 +74,23 @@ def handle(args: argparse.Namespace) -> int:
                 f"no batching (each request runs alone: {info.get('no_batching') or 'no batch dim'})")
     print(f"serving {args.model} | {options.replicas} replica(s) | executors {', '.join(info['executors'])} | "
           f"{batching}")
-    print(f"  POST http://{options.host}:{options.port}{options.route_prefix}  "
+    port = client.port if client.port is not None else options.port  # (--port 0: the one picked)
+    print(f"  POST http://{options.host}:{port}{options.route_prefix}  "
           '(JSON {"inputs": {name: array}} or NumPy .npz with Content-Type: application/x-npz)')
     print("  Python: trt_backend.serve.ServeClient(" + repr(options.name) + ").infer({name: array})  (Ctrl-C stops)",
           flush=True)
     done = threading.Event()
+    got: list[int] = []
+
+    def stop_on(number: int, _frame: object) -> None:
+        got.append(number)
+        done.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):  # Ray's driver keeps SIGINT from raising KeyboardInterrupt.
-        signal.signal(sig, lambda *_: done.set())
+        signal.signal(sig, stop_on)
     while not done.wait(3600):
         pass
+    print("stopping (Ray Serve shuts its replicas down)", flush=True)
     stop()
     print("stopped")
-    return 0
+    return 128 + (got[0] if got else signal.SIGINT)  # (as a shell reports a command a signal ended: 130, 143)

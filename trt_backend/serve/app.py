@@ -216,6 +216,7 @@ class ServeClient:
                              f"({type(e).__name__}: {first_line(e)})") from None
         self.retries = retries
         self.resent = 0  # requests sent again because their replica died
+        self.port: int | None = None  # the HTTP port, where this process started serving
 
     def _call(self, method: str, *args: Any) -> Any:
         retriable = _retriable()
@@ -299,12 +300,16 @@ def start(source: str | os.PathLike[str], options: ServeOptions | None = None, *
 
     opts = options or ServeOptions()
     src = os.path.abspath(path_text(source, "the source (a build folder or a model file)"))
+    if opts.port == 0:  # (any free port: picked here, so that it can be said; Ray's proxy does not tell)
+        opts = dataclasses.replace(opts, port=free_port(opts.host))
     if address is None and not ray.is_initialized():  # A cluster joined may be serving on it already.
         check_port(opts.host, opts.port)
     _check_source(src, opts)
     if not ray.is_initialized():
-        ray.init(address=address if address is not None else os.environ.get("RAY_ADDRESS") or "local",
-                 include_dashboard=False, logging_level=logging.WARNING)
+        joined = address if address is not None else os.environ.get("RAY_ADDRESS") or "local"
+        check_reachable(joined)
+        ray.init(address=joined, include_dashboard=False, logging_level=logging.WARNING)
+    check_resources(opts, ray.cluster_resources())
     from ray.serve.exceptions import RayServeException
 
     serve.start(http_options={"host": opts.host, "port": opts.port}, proxy_location="HeadOnly")
@@ -312,7 +317,48 @@ def start(source: str | os.PathLike[str], options: ServeOptions | None = None, *
         serve.run(build_app(src, opts), name=opts.name, route_prefix=opts.route_prefix)
     except (RuntimeError, RayServeException) as e:  # (RayServeException: a route another application holds)
         raise ServeError(f"the deployment of {src} did not start: {ray_reason(e)}") from None
-    return ServeClient(opts.name, opts.retries)
+    client = ServeClient(opts.name, opts.retries)
+    client.port = opts.port
+    return client
+
+
+def free_port(host: str) -> int:
+    """A port on ``host`` nothing listens on now (the one the system gives a socket bound to 0)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, 0))
+        except OSError as e:
+            raise ServeError(f"cannot listen on {host}: {e.strerror or e}") from None
+        return int(sock.getsockname()[1])
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """ServeError, in one line, where ``address`` names a Ray cluster as HOST:PORT (or
+    ray://HOST:PORT) that nothing answers at: Ray's own client retries such an address for
+    minutes, printing native warnings. "local", "auto" and other forms are left to Ray."""
+    target = address[len("ray://"):] if address.startswith("ray://") else address
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as e:
+        raise ServeError(f"no Ray cluster answers at {address} ({e.strerror or e}): start one (ray start --head) or "
+                         "give the address it printed") from None
+
+
+def check_resources(opts: ServeOptions, resources: Mapping[str, float]) -> None:
+    """ServeError, in one line, where the cluster cannot place every replica (``num_gpus`` and
+    ``num_cpus`` each, as Ray schedules them): Ray Serve would wait for them for ever."""
+    gpus = opts.num_gpus if opts.num_gpus is not None else (1.0 if resources.get("GPU", 0) else 0.0)
+    for what, each, have, flag in (("GPU", gpus, resources.get("GPU", 0.0), "--num-gpus"),
+                                   ("CPU", opts.num_cpus, resources.get("CPU", 0.0), "--num-cpus")):
+        need = each * opts.replicas
+        if need > have + 1e-9:
+            raise ServeError(f"{opts.replicas} replica(s) x {each:g} {what} ({flag}) need {need:g} {what}(s); the Ray "
+                             f"cluster has {have:g}: lower {flag} or --replicas, or add nodes")
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

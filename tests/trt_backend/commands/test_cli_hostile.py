@@ -169,6 +169,20 @@ def test_serve_on_a_busy_port_is_one_line_before_ray_starts(demo_folder, capsys)
     assert not ray.is_initialized()
 
 
+def test_serve_at_an_address_no_ray_cluster_answers_is_one_line_before_ray_starts(demo_folder, capsys) -> None:
+    """Ray's client retried a cluster address nothing answered at for minutes, printing native
+    warnings, and trt-backend said nothing; a port nothing listens on is one line now."""
+    pytest.importorskip("ray")
+    import ray
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    assert main(["serve", demo_folder, "--address", f"127.0.0.1:{port}"]) == 1
+    _one_error_line(capsys.readouterr().err, f"no Ray cluster answers at 127.0.0.1:{port}")
+    assert not ray.is_initialized()
+
+
 def test_serve_of_a_model_without_profiles_is_one_line_before_ray_starts(tmp_path, capsys) -> None:
     pytest.importorskip("ray")
     import ray

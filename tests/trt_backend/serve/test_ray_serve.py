@@ -217,3 +217,19 @@ def test_a_route_another_application_holds_is_one_error_and_that_application_kee
         start(folder, ServeOptions(name="another-app", port=free_port()))
     x = image(3, 5)
     check(client.infer({"image": x}), x, reference)
+
+
+def test_replicas_the_cluster_cannot_place_are_one_error(served) -> None:
+    """A replica asking for a GPU on a cluster without one (or more CPUs than it has) waited for
+    ever in Ray Serve, with Ray's autoscaler warning once a minute; it is one ServeError naming
+    the flag, and the application already served is untouched."""
+    from trt_backend.errors import ServeError
+
+    _client, _url, folder = served
+    with pytest.raises(ServeError, match=r"1 replica\(s\) x 1 GPU \(--num-gpus\) need 1 GPU\(s\); the Ray cluster "
+                                         r"has 0: lower --num-gpus or --replicas, or add nodes"):
+        start(folder, ServeOptions(name="gpu-app", num_gpus=1, port=free_port()))
+    with pytest.raises(ServeError, match=r"3 replica\(s\) x 1 CPU \(--num-cpus\) need 3 CPU\(s\); the Ray cluster "
+                                         r"has 2"):
+        start(folder, ServeOptions(name="cpu-app", replicas=3, port=free_port()))
+
