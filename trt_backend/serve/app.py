@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from trt_backend._files import path_text
-from trt_backend.artifacts.read import is_build_folder
+from trt_backend.artifacts.read import is_build_folder, read_manifest
 from trt_backend.errors import RequestError, ServeError, TrtBackendError
 from trt_backend.ort.sessions import first_line
 from trt_backend.planning import load_normalized, plan_for
@@ -72,11 +72,20 @@ def _reply(r: Reply) -> dict[str, np.ndarray] | Refusal:
     return Refusal(str(r), type(r).__name__) if isinstance(r, TrtBackendError) else r
 
 
-def replica_session(source: str, options: ServeOptions, gpus: float) -> Session:
+def replica_session(source: str, options: ServeOptions, gpus: float, digest: str | None = None) -> Session:
     """The Session a replica holds. With a GPU it runs on device 0: Ray has set the replica's
-    CUDA_VISIBLE_DEVICES to the GPU(s) it was given, so device 0 is its own."""
+    CUDA_VISIBLE_DEVICES to the GPU(s) it was given, so device 0 is its own. ``digest``: the
+    build folder's manifest digest when serving began; a folder rebuilt since (a replica that
+    died and is replaced loads it again) is refused, so that every replica serves one build."""
     so = dataclasses.replace(options.session, device_id=0 if gpus > 0 else None)
-    return Session(source, None if is_build_folder(source) else options.profiles, so)
+    session = Session(source, None if is_build_folder(source) else options.profiles, so)
+    now = (session.folder_manifest or {}).get("digest")
+    if digest is not None and now != digest:
+        session.close()
+        raise ServeError(f"{source} was rebuilt after serving began (manifest digest {str(now)[:19]}, served "
+                         f"{digest[:19]}): this replica does not load it beside replicas serving the old build; "
+                         "restart serve to serve the new one")
+    return session
 
 
 def _retriable() -> tuple[type[BaseException], ...]:
@@ -123,13 +132,14 @@ def build_app(source: str | os.PathLike[str], options: ServeOptions | None = Non
     env = {"PYTHONPATH": os.pathsep.join([_package_root(), *filter(None, [os.environ.get("PYTHONPATH")])])}
     actor = {"num_cpus": opts.num_cpus, "num_gpus": gpus, "runtime_env": {"env_vars": env}, **opts.extra_actor_options}
     wait_s = opts.batch_wait_ms / 1000.0
+    digest = str(read_manifest(src).get("digest") or "") or None if is_build_folder(src) else None
 
     @serve.deployment(name=SESSION_DEPLOYMENT, num_replicas=opts.replicas, ray_actor_options=actor,
                       max_ongoing_requests=opts.max_ongoing_requests,
                       health_check_period_s=opts.health_check_period_s)
     class SessionReplica:
         def __init__(self) -> None:
-            self.session = replica_session(src, opts, gpus)
+            self.session = replica_session(src, opts, gpus, digest)
             self.runner = BatchRunner(self.session, opts.max_batch_size)
 
         def _run(self, requests: list[Any]) -> list[Any]:

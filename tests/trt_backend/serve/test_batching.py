@@ -299,3 +299,26 @@ def test_json_bodies_refuse_what_a_cast_would_change_and_replies_stay_json() -> 
     back = read_reply(body, "application/json")["y"]
     assert back.dtype == np.float32 and back[0] == 1.5 and np.isposinf(back[1]) and np.isnan(back[2])
     assert np.isneginf(back[3])
+
+
+def test_a_replica_refuses_a_folder_rebuilt_after_serving_began(tmp_path) -> None:
+    """A replica that died is replaced, and the new one loads the folder again: rebuilt in the
+    meantime, it served the new build beside replicas of the old one, under the old batching,
+    without a word. It is refused, naming both digests."""
+    import json
+
+    from trt_backend.cli import main
+    from trt_backend.errors import ServeError
+    from trt_backend.serve.app import replica_session
+
+    folder = str(tmp_path / "served")
+    shapes = ["--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:4x3x32x32", "--max-shapes", "image:8x3x32x32"]
+    assert main(["build", DEMO_PATH, "-o", folder, *shapes]) == 0
+    digest = json.load(open(f"{folder}/manifest.json"))["digest"]
+    options = ServeOptions(session=SessionOptions(emulate=True))
+    replica_session(folder, options, 0.0, digest).close()  # the build serving began with
+    assert main(["build", DEMO_PATH, "-o", folder, *shapes[:2], "--opt-shapes", "image:2x3x32x32",
+                 "--max-shapes", "image:4x3x32x32"]) == 0
+    with pytest.raises(ServeError, match=r"served was rebuilt after serving began \(manifest digest sha256:.*, served "
+                                         rf"{re.escape(digest[:19])}\): .*restart serve to serve the new one"):
+        replica_session(folder, options, 0.0, digest)
