@@ -178,6 +178,7 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
     plan, bopts = compiled.plan, compiled.options.build
     report = compiled.report if compiled.report is not None else BuildReport(flv.target)  # No TensorRT segment.
     seconds = {r.segment: r.seconds for r in report.segments}
+    from_cache = {r.segment for r in report.segments if r.cached}
     placed = stage.data(compiled.model)
     originals, weights, weights_entry = placed.originals, placed.weights, placed.entry
     refer = weights.refs.get if weights is not None else (lambda name: None)
@@ -216,6 +217,8 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
             entry.update(engine=name, engine_sha256=digest, engine_bytes=len(engine),
                          build_seconds=round(float(seconds.get(seg.id, 0.0)), 4), precision=built.precision,
                          pinned=list(built.pinned))
+            if seg.id in from_cache:  # (build_seconds: its load from the engine cache, not a build)
+                entry["engine_cache_hit"] = True
             # Q/DQ in the built form: TensorRT computes int8 there whatever the precision (the
             # model's own, or an int8 build's)
             qdq = sum(n.op_type in QDQ_OPS for n in form.graph.node)

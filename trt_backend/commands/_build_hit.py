@@ -205,8 +205,10 @@ def print_build(model: str, output: str, manifest: Mapping[str, Any], verbose: b
     print(f"model {model} | {manifest['tensorrt']} | target {manifest['gpu_target']} | {len(segs)} segment(s), "
           f"{len(engines)} engine(s) | {manifest['build_seconds']:.2f} s{cached}")
     for s in segs:
-        what = (f"engine {s['engine']} {s['engine_bytes']} bytes, built in {s['build_seconds']:.2f} s"
-                if s["engine"] else "runs in ONNX Runtime")
+        what = "runs in ONNX Runtime"
+        if s["engine"]:
+            how = "from the engine cache in" if s.get("engine_cache_hit") else "built in"
+            what = f"engine {s['engine']} {s['engine_bytes']} bytes, {how} {s['build_seconds']:.2f} s"
         precision = f" {s['precision']}" if s.get("precision") else ""
         precision += "".join(f" ({note})" for note in precision_notes(s))
         print(f"  segment {s['id']}: {s['backend']:<11}{precision} {s['model']}  {what}")

@@ -453,3 +453,23 @@ def test_precision_search_reports_its_rounds_as_they_come(tmp_path) -> None:
     assert live and any(": start: " in ln or "round 1" in ln for ln in live)
     block = proc.stderr.index("precision search (")  # (the summary comes after the live lines)
     assert proc.stderr.index(live[0]) < block
+
+
+def test_an_engine_taken_from_the_engine_cache_is_not_said_to_be_built(tmp_path, capsys) -> None:
+    """A build whose engines come from the engine cache (another folder, the same segments)
+    printed "built in 0.01 s" and recorded the load as build seconds; the line and the manifest
+    say it came from the cache."""
+    shapes = ["--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:2x3x32x32", "--max-shapes", "image:4x3x32x32"]
+    cache = str(tmp_path / "cache")
+    assert main(["build", DEMO_PATH, "-o", str(tmp_path / "first"), "--cache-dir", cache, *shapes]) == 0
+    first = capsys.readouterr().out
+    assert "from the engine cache" not in first and len(re.findall(r"engine segment_\d\.engine \d+ bytes, built in",
+                                                                    first)) == 2
+    # (another planning setting that plans the same segments: a miss of the build cache, hits of the engine cache)
+    assert main(["build", DEMO_PATH, "-o", str(tmp_path / "second"), "--cache-dir", cache, "--min-segment-size", "2",
+                 *shapes]) == 0
+    second = capsys.readouterr().out
+    assert "(a copy of an earlier build" not in second  # (not the build cache: the engines, one by one)
+    assert len(re.findall(r"engine segment_\d\.engine \d+ bytes, from the engine cache in", second)) == 2, second
+    manifest = json.load(open(tmp_path / "second" / "manifest.json"))
+    assert [s.get("engine_cache_hit") for s in manifest["segments"] if s["engine"]] == [True, True]
