@@ -209,7 +209,7 @@ def _build_ours(sess: Session, options: BenchOptions, cache_dir: str | None, so:
         return {"skipped": str(e) if str(e).startswith("no TensorRT") else f"no TensorRT flavor importable: {e}"}
     info = build_info(sess.plan, sess.segment_profiles, so.build, cache_dir, flavor, progress, built)
     if built is not None:
-        info["note"] = "built by the session while it was made (setup_s includes it)"
+        info["note"] = "built, or taken from the engine cache, by the session while it was made (setup_s includes it)"
     return info
 
 

@@ -134,9 +134,12 @@ def format_table(result: BenchResult) -> str:
         b = r.extra.get("build")
         if b and "seconds" in b:
             load = b.get("cached_load_seconds")
+            hits = sum(bool(s.get("cached")) for s in b["segments"])
+            again = ("" if b.get("all_cache_hits") else " (not every engine was found there)")
             lines.append(f"build of {r.name} ({b['flavor']}, {b['precision']}): {len(b['segments'])} engine(s) in "
-                         f"{b['seconds']:.2f} s; "
-                         + (f"from the engine cache in {load:.3f} s" if load is not None else "no engine cache")
+                         f"{b['seconds']:.2f} s" + (f" ({hits} of them taken from the engine cache)" if hits else "")
+                         + "; " + (f"loaded again from the engine cache in {load:.3f} s{again}" if load is not None
+                                   else "no engine cache")
                          + (f"; {len(b['failures'])} segment(s) failed" if b.get("failures") else "")
                          + (f" ({b['note']})" if b.get("note") else ""))
         elif b and "skipped" in b:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import os
 
 import pytest
@@ -106,7 +107,10 @@ def test_every_baseline_is_listed_with_a_reason_when_unavailable(tmp_path) -> No
     assert "the whole model is not TensorRT-supported" in by["trt-whole"]["reason"]
 
 
-def test_single_segment_model_reports_build_and_cache_load_times(tmp_path) -> None:
+def test_single_segment_model_reports_build_and_cache_load_times(tmp_path, capsys) -> None:
+    """The build line says what was built and what the timed reload from the engine cache took
+    (it read "1 engine(s) in 0.3 s; from the engine cache in 0.012 s" of engines just built, which
+    the JSON's segments record as not cached)."""
     import onnx
 
     path = tmp_path / "conv.onnx"
@@ -123,6 +127,13 @@ def test_single_segment_model_reports_build_and_cache_load_times(tmp_path) -> No
     if cuda_device_count() == 0:
         assert not whole["available"] and whole["reason"].startswith("no CUDA device")
     assert os.listdir(tmp_path / "cache")  # built through the cache asked for
+    text = capsys.readouterr().out
+    assert re.search(r"build of trt-backend \(tensorrt_rtx [^,]+, fp32\): 1 engine\(s\) in [0-9.]+ s; loaded "
+                     r"again from the engine cache in [0-9.]+ s \(built, or taken", text), text
+    bench_json(tmp_path, str(path), "--shapes", "x:2x4x8x8", "--emulate", "--baselines", "none", "--cache-dir",
+               str(tmp_path / "cache"))  # (its engine now in the cache)
+    assert re.search(r"1 engine\(s\) in [0-9.]+ s \(1 of them taken from the engine cache\); loaded again",
+                     capsys.readouterr().out)
 
 
 def test_plot_is_a_png(tmp_path) -> None:
