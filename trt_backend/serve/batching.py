@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from trt_backend.errors import RequestError, TrtBackendError
+from trt_backend.errors import FeedError, RequestError, TrtBackendError
 from trt_backend.profiles.profile import leading_ranges
 from trt_backend.session.feeds import random_feeds, rows_interact
 from trt_backend.session.session import Session
@@ -145,6 +145,7 @@ class _Piece:
     rows: int
     key: tuple[Any, ...]
     outputs: list[Any] | None = None
+    part: tuple[int, int, int] | None = None  # (first row, end, rows of the request) of a split request
 
 
 @dataclass
@@ -218,7 +219,8 @@ class BatchRunner:
         with self.stats.lock:
             self.stats.split_requests += 1
         return [_Piece(k, {name: a[lo:lo + self.max_rows] for name, a in arrays.items()},
-                       min(self.max_rows, n - lo), key) for lo in range(0, n, self.max_rows)]
+                       min(self.max_rows, n - lo), key, part=(lo, min(lo + self.max_rows, n), n))
+                for lo in range(0, n, self.max_rows)]
 
     def _pack(self, group: list[_Piece]) -> list[list[_Piece]]:
         if group[0].key[0] == "alone":
@@ -240,7 +242,11 @@ class BatchRunner:
             outputs = self.session.run(None, feeds)
         except TrtBackendError as e:
             if len(run) == 1:
-                replies[run[0].request] = e
+                part = run[0].part  # (the shapes the session names are the part's: say so, of the first)
+                if replies[run[0].request] is None:
+                    replies[run[0].request] = e if part is None or not isinstance(e, (FeedError, RequestError)) \
+                        else type(e)(f"{e} (in rows {part[0]}..{part[1] - 1} of the request's {part[2]}, which runs "
+                                     f"in parts of at most {self.max_rows} rows)")
                 return
             for piece in run:  # whose fault? each alone
                 self._run([piece], replies)

@@ -160,6 +160,12 @@ def test_one_bad_request_fails_alone(session, reference) -> None:
     assert isinstance(replies[4], FeedError) and "'picture'" in str(replies[4])
     assert isinstance(replies[5], RequestError) and "got str" in str(replies[5])
     assert [str(replies[k]) for k in (1, 2, 4, 5) if "\n" in str(replies[k])] == []  # one line each (HTTP 400 bodies)
+    # a request split into runs is refused naming the part whose shape the session names (it read
+    # "got float64 array of shape (8, 3, 32, 32)" of a 12-row request)
+    (split,) = runner.run([{"image": image(12, 4).astype(np.float64)}])
+    assert isinstance(split, FeedError) and str(split).endswith(
+        "got float64 array of shape (8, 3, 32, 32) (in rows 0..7 of the request's 12, which runs in parts of at most "
+        "8 rows)"), split
 
 
 def test_http_bodies_both_ways(session) -> None:
