@@ -160,15 +160,74 @@ def output_problem(path: str, *, folder: bool = False, make_parents: bool = Fals
 
 def new_folder(parent: str, prefix: str) -> str:
     """A new, empty folder with a unique name in ``parent``, made with the mode the user's umask
-    gives (``tempfile.mkdtemp`` makes 0700, which would stay with a folder renamed into place)."""
+    gives (``tempfile.mkdtemp`` makes 0700, which would stay with a folder renamed into place).
+    Its name carries this machine's token and this process's id (``PREFIX<machine>.<pid>-<token>``):
+    folders of the same prefix that a process of this machine left behind when it was killed
+    (SIGKILL, the kernel's out-of-memory killer: nothing of it ran to remove them) are removed
+    here first (:func:`remove_stale`)."""
+    remove_stale(parent, prefix)
     for _ in range(100):
-        path = os.path.join(parent, f"{prefix}{_token()}")
+        path = os.path.join(parent, f"{prefix}{_machine()}.{os.getpid()}-{_token()}")
         try:
             os.mkdir(path, 0o777)
         except FileExistsError:
             continue
         return path
     raise FileExistsError(errno.EEXIST, "no unused temporary name", os.path.join(parent, prefix))
+
+
+def remove_stale(parent: str, prefix: str) -> list[str]:
+    """Remove the folders ``new_folder`` made in ``parent`` with ``prefix`` whose process is gone:
+    made on this machine (its token: another host or container sharing the folder is left alone)
+    by a process id no process holds now. Returns what was removed; nothing it cannot list or
+    remove stops the caller."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    mine, removed = f"{prefix}{_machine()}.", []
+    for name in names:
+        if not name.startswith(mine):
+            continue
+        pid = name[len(mine):].partition("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        path = os.path.join(parent, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.exists(path):
+                removed.append(path)
+                log.info("removed %s, left by process %s, which is gone", path, pid)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process of this id exists (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # (EPERM: it exists, another user's)
+    return True
+
+
+_MACHINE: list[str] = []
+
+
+def _machine() -> str:
+    """A short token of this machine and boot (the hostname and Linux's boot id): process ids are
+    only told apart within one."""
+    if not _MACHINE:
+        boot = ""
+        with contextlib.suppress(OSError):
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+                boot = f.read().strip()
+        import hashlib  # (here: once per process, as below)
+
+        host = os.uname().nodename if hasattr(os, "uname") else os.environ.get("COMPUTERNAME", "")
+        _MACHINE.append(hashlib.sha256(f"{host}|{boot}".encode()).hexdigest()[:8])
+    return _MACHINE[0]
 
 
 def umask() -> int:

@@ -123,3 +123,48 @@ def test_write_hashed_removes_its_file_where_the_hash_fails(tmp_path, monkeypatc
     assert not path.exists()
     with pytest.raises(IsADirectoryError):  # (a write that fails: nothing made)
         write_hashed(str(tmp_path), b"x")
+
+
+def test_folders_a_killed_process_left_are_removed_by_the_next_one_of_their_kind(tmp_path) -> None:
+    """A build killed with SIGKILL (or by the out-of-memory killer) left its staging folder
+    (.build-*, 100s of MB), its head start's (.head-start-*) and its capability queries' zeros in
+    the temporary folder for good, even after later builds into the same -o. The next build
+    into that folder removes those of processes of this machine that are gone; a live one's, and
+    another machine's, stay. Here a real build is killed mid-way."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from trt_backend._files import _machine, remove_stale
+    from trt_backend.cli import main
+    from trt_backend.data.demo import DEMO_PATH
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = tmp_path / f".build-{_machine()}.{gone.pid}-abc123"
+    live = tmp_path / f".build-{_machine()}.{os.getpid()}-def456"
+    other = tmp_path / f".build-00000000.{gone.pid}-ghi789"
+    probe = tmp_path / f".build-probe-{_machine()}.{gone.pid}-x"
+    for folder in (stale, live, other, probe):
+        folder.mkdir()
+        (folder / "segment_0.engine").write_bytes(b"x" * 1000)
+    assert remove_stale(str(tmp_path), ".build-") == [str(stale)]
+    assert not stale.exists() and live.exists() and other.exists() and probe.exists()
+    # a real build killed while it builds: its folders go with the next build into the same place
+    shapes = ["--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:4x3x32x32", "--max-shapes", "image:8x3x32x32"]
+    out = str(tmp_path / "built")
+    proc = subprocess.Popen([sys.executable, "-m", "trt_backend.cli", "build", DEMO_PATH, "-o", out, *shapes],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    mine = f".build-{_machine()}.{proc.pid}-"
+    while time.monotonic() < deadline and proc.poll() is None and not any(
+            n.startswith(mine) for n in os.listdir(tmp_path)):
+        time.sleep(0.005)
+    assert proc.poll() is None, "the build ended before its staging folder was seen"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    left = [n for n in os.listdir(tmp_path) if f"{_machine()}.{proc.pid}-" in n]
+    assert left and not os.path.exists(out)
+    assert main(["build", DEMO_PATH, "-o", out, *shapes]) == 0
+    assert [n for n in os.listdir(tmp_path) if f"{_machine()}.{proc.pid}-" in n] == []

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
+import weakref
 from typing import Any
 
 import onnx
@@ -11,6 +13,7 @@ import onnx
 from partitioner.capability import Piece, QueryResult
 from partitioner.model import serialize, structure_copy
 from partitioner.weights import external_reference, is_external, is_stand_in, raw_nbytes
+from trt_backend._files import new_folder
 from trt_backend._progress import progress
 from trt_backend.tensorrt.flavor import (
     Flavor,
@@ -113,9 +116,11 @@ class _ZeroWeights:
     point into instead of travelling inside its bytes."""
 
     def __init__(self) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="trt-backend-zeros-")
-        self.path = os.path.join(self._dir.name, "query.onnx")
-        self._file = os.path.join(self._dir.name, "zeros.bin")
+        # (named with this process, so that a later run removes it where this one is killed)
+        folder = self._folder = new_folder(tempfile.gettempdir(), "trt-backend-zeros-")
+        self._done = weakref.finalize(self, shutil.rmtree, folder, True)
+        self.path = os.path.join(folder, "query.onnx")
+        self._file = os.path.join(folder, "zeros.bin")
         self._size = 0
         open(self._file, "wb").close()
 
@@ -145,7 +150,7 @@ class _ZeroWeights:
 
     def _link(self, t: onnx.TensorProto, weights_dir: str) -> None:
         location = next(e.value for e in t.external_data if e.key == "location")
-        link = os.path.join(self._dir.name, location)
+        link = os.path.join(self._folder, location)
         if not os.path.lexists(link):
             os.makedirs(os.path.dirname(link), exist_ok=True)
             os.symlink(os.path.join(os.path.abspath(weights_dir), location), link)
