@@ -173,3 +173,26 @@ def test_a_test_needing_what_only_the_install_script_installs_is_optional_and_co
     assert in_ci.returncode == 1, in_ci.stdout[-1500:]
     assert "CI must install tensorrt-stubs==10.13.* (tests/install.sh)" in in_ci.stdout
     assert "optional tests skipped" not in in_ci.stdout
+
+
+def test_every_command_line_option_is_described_in_the_docs() -> None:
+    """Each long option a command's --help lists is described in the documentation (docs/*.md or
+    the README): options the help listed and no page described (bench --rounds, compare
+    --error-quantile, serve --host) were found by users reading both."""
+    import argparse
+
+    from trt_backend.cli import COMMANDS, build_parser
+
+    docs = "\n".join(open(os.path.join(ROOT, "docs", name), encoding="utf-8").read()
+                     for name in sorted(os.listdir(os.path.join(ROOT, "docs"))) if name.endswith(".md"))
+    docs += open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    missing = []
+    for command in COMMANDS:
+        parser = build_parser(command)
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+        for action in sub._actions:
+            for option in action.option_strings:
+                if option.startswith("--") and option != "--help" and not re.search(re.escape(option) + r"(?![\w-])",
+                                                                                     docs):
+                    missing.append(f"{command} {option}")
+    assert missing == []

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import threading
 
@@ -23,6 +24,7 @@ from trt_backend.commands._precision import (
     build_fields,
     options_with,
 )
+from trt_backend.errors import OptionsError
 from trt_backend.serve import ServeOptions, start, stop
 from trt_backend.serve.options import DEFAULT_MAX_BATCH, DEFAULT_WAIT_MS
 
@@ -64,9 +66,13 @@ def handle(args: argparse.Namespace) -> int:
     session = session_options(args, emulate=True if args.emulate else "auto", cache_dir=args.cache_dir)
     if not is_folder_arg(args):
         session = options_with(session, build_fields(args, args.model, profiles, session))
-    options = ServeOptions(replicas=args.replicas, port=args.port, host=args.host, batching=not args.no_batching,
-                           max_batch_size=args.max_batch_size, batch_wait_ms=args.batch_wait_ms,
-                           num_gpus=args.num_gpus, num_cpus=args.num_cpus, session=session, profiles=profiles)
+    try:
+        options = ServeOptions(replicas=args.replicas, port=args.port, host=args.host, batching=not args.no_batching,
+                               max_batch_size=args.max_batch_size, batch_wait_ms=args.batch_wait_ms,
+                               num_gpus=args.num_gpus, num_cpus=args.num_cpus, session=session, profiles=profiles)
+    except OptionsError as e:  # (named as the command line gives them: --port, not ServeOptions.port)
+        raise OptionsError(re.sub(r"ServeOptions\.(\w+)", lambda m: "--" + m.group(1).replace("_", "-"), str(e))) \
+            from None
     client = start(args.model, options, address=args.address)
     info = client.info()
     batching = (f"batches of up to {info['max_rows']} rows, {options.batch_wait_ms:g} ms wait"
