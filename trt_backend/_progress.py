@@ -27,8 +27,10 @@ class ProgressHandler(logging.Handler):
     """Progress records on ``stream``. On a terminal, one line rewritten in place and cleared
     (:meth:`clear`) before anything else is written there. Elsewhere (a log file, CI), one line
     per record with the seconds since the handler was made, for records from :data:`AFTER_S` on
-    (a quicker command prints none: its output stays as it was); a line that differs from the
-    one before it only in its numbers is left out within :data:`REPEAT_S`."""
+    (a quicker command prints none: its output stays as it was), and at :data:`AFTER_S` the step
+    still running then, with the second it began (an int8 build's calibration that ran from 1 s
+    to 11 s printed nothing before it ended); a line that differs from the one before it only in
+    its numbers is left out within :data:`REPEAT_S`."""
 
     def __init__(self, stream: IO[str], after_s: float = AFTER_S) -> None:
         super().__init__(logging.INFO)
@@ -40,6 +42,21 @@ class ProgressHandler(logging.Handler):
         self._last_kind = ""
         self._last_at = 0.0
         self._guard = threading.Lock()
+        self._pending: tuple[float, str] | None = None  # the step running before after_s: (began, text)
+        self._timer: threading.Timer | None = None
+        if not self.tty and after_s > 0:
+            self._timer = threading.Timer(after_s, self._running_step)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _running_step(self) -> None:
+        """At ``after_s``: the step that began before and runs on, with the second it began."""
+        with self._guard:
+            pending, self._pending = self._pending, None
+            if pending is not None:
+                began, text = pending
+                self._last_kind, self._last_at = _DIGITS.sub("#", text), time.perf_counter()
+                self._write(f"[{began:6.1f} s] {text}\n")
 
     def emit(self, record: logging.LogRecord) -> None:
         text = " ".join(record.getMessage().split())
@@ -54,8 +71,12 @@ class ProgressHandler(logging.Handler):
                 self.dirty = True
                 return
             kind = _DIGITS.sub("#", text)
-            if now - self.start < self.after_s or (kind == self._last_kind and now - self._last_at < REPEAT_S):
-                return  # A quick command; or the same step again but for its numbers, moments later.
+            if now - self.start < self.after_s:
+                self._pending = (now - self.start, text)  # (said at after_s if it still runs then)
+                return  # A quick command prints nothing.
+            self._pending = None
+            if kind == self._last_kind and now - self._last_at < REPEAT_S:
+                return  # The same step again but for its numbers, moments later.
             self._last_kind, self._last_at = kind, now
             self._write(f"[{now - self.start:6.1f} s] {text}\n")
 
@@ -74,7 +95,11 @@ class ProgressHandler(logging.Handler):
                 self._write("\r\033[K")
 
     def close(self) -> None:
-        """Stop: the terminal's progress line is erased."""
+        """Stop: the terminal's progress line is erased (and a running step no longer said)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        with self._guard:
+            self._pending = None
         self.clear()
         super().close()
 

@@ -430,6 +430,42 @@ def test_progress_handler_rewrites_one_line_on_a_terminal_and_prints_lines_elsew
             logger.propagate = old[1]
 
 
+def test_a_step_still_running_when_progress_lines_begin_is_said_then() -> None:
+    """Off a terminal, progress lines begin once a command has run a while: a step that began
+    before and ran on (an int8 build's calibration from 1 s to 11 s) printed nothing until it
+    ended. At that moment the running step is said, with the second it began; a command that
+    ends before says nothing."""
+    import logging
+    import time
+
+    logger = logging.getLogger("trt_backend.progress")
+    old = (logger.level, logger.propagate)
+    for quick in (False, True):
+        stream = io.StringIO()
+        handler = ProgressHandler(stream, after_s=0.3)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        try:
+            progress("planning %s", "m.onnx")
+            progress("calibrating %d segment input(s)", 3)
+            if quick:
+                handler.close()
+                time.sleep(0.5)
+                assert stream.getvalue() == ""
+                continue
+            time.sleep(0.6)
+            lines = stream.getvalue().splitlines()
+            assert len(lines) == 1 and re.match(r"^\[\s*0\.\d s\] calibrating 3 segment input\(s\)$", lines[0]), lines
+            progress("engine %d/%d built", 1, 1)
+            assert stream.getvalue().splitlines()[1].endswith("engine 1/1 built")
+        finally:
+            logger.removeHandler(handler)
+            handler.close()
+            logger.setLevel(old[0])
+            logger.propagate = old[1]
+
+
 def test_progress_of_planning_calibration_and_builds_on_a_terminal(tmp_path) -> None:
     proc = _cli("build", DEMO_PATH, "-o", str(tmp_path / "b"), "--min-shapes", "image:1x3x32x32", "--opt-shapes",
                 "image:2x3x32x32", "--max-shapes", "image:4x3x32x32", stderr_tty=True)
