@@ -267,6 +267,9 @@ def test_build_options_are_refused_on_a_folder_in_one_line(material, tmp_path, c
         assert "--precision would change what was built" in capsys.readouterr().err
     assert main(["export-triton", fp16, "-o", str(tmp_path / "repo16"), "--precision", "fp32"]) == 1
     assert "--precision would change what was built" in capsys.readouterr().err
+    with pytest.raises(trt_backend.errors.OptionsError, match="--precision would change what was built"):
+        Session.load(fp16, SessionOptions(precision="fp32", emulate=True))  # (given, at its default: asked)
+    Session.load(fp16, SessionOptions(emulate=True)).close()  # (not given: the folder's own)
 
 
 def test_build_reads_every_setting_from_its_options(material, tmp_path) -> None:

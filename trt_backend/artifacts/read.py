@@ -477,7 +477,7 @@ def open_build(folder: str | os.PathLike[str], options: SessionOptions | None = 
     opts = options if options is not None else SessionOptions()
     built = open_folder(folder, executes=executes, rebuild=rebuild, sign_key=sign_key, options=opts)
     manifest = built.manifest
-    refused_on_folder(opts, folder, manifest)
+    refused_on_folder(opts, folder, manifest, explicit=getattr(opts, "given", frozenset()))
     opts = dataclasses.replace(opts, build=dataclasses.replace(folder_build_options(manifest),
                                                                max_workers=opts.build.max_workers,
                                                                timing_cache=opts.build.timing_cache))

@@ -115,6 +115,9 @@ class SessionOptions:
         stages["partition"] = with_shipped_plugins(stages["partition"])  # (as every door resolves them)
         for key, value in {**stages, **own}.items():
             object.__setattr__(self, key, value)
+        # the stages' fields given by keyword here, at their defaults too (precision="fp32" asks for
+        # fp32: a build folder of another precision refuses it); not a field: equality ignores it
+        object.__setattr__(self, "given", frozenset(flat))
         if not any(emulate is c or (isinstance(c, str) and emulate == c) for c in EMULATE_CHOICES):
             raise OptionsError(f"emulate must be True, False or 'auto', got {emulate!r}")
         if flavor not in FLAVOR_CHOICES:
