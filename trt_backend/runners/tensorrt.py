@@ -163,7 +163,10 @@ class TensorRTRunner(SegmentRunner):
 
     def _make_context(self, profile: int, stream: dev.Stream) -> PooledContext:
         trt, engine = self.trt, self.engine
-        with captured_messages() as errors:
+        # (inside TensorRT's one-thread lock, as loading: TensorRT-RTX compiles kernels for a new
+        # context and logs while it holds its own locks, see tensorrt_lock; threads of a server
+        # make their contexts at once)
+        with tensorrt_lock, captured_messages() as errors:
             if self._runtime_cache is not None:
                 config = self._runtime_cache.config
                 if (hasattr(trt, "ExecutionContextAllocationStrategy")
@@ -292,10 +295,12 @@ class TensorRTRunner(SegmentRunner):
                     streams.synchronize()
                 except CudaError as e:
                     log.warning("%s: its streams could not be synchronized before closing (%s)", self.label, e)
-            contexts.close()
-        self.engine = None
-        self._runtime = None
-        self._parent_runtime = None  # (after the engine and the runtime it loaded)
+        with tensorrt_lock:  # (released as they were made: inside TensorRT's one-thread lock)
+            if contexts is not None:
+                contexts.close()
+            self.engine = None
+            self._runtime = None
+            self._parent_runtime = None  # (after the engine and the runtime it loaded)
         if self._own[1]:
             self.streams.close()
         if self._own[0]:
