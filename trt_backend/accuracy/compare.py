@@ -94,17 +94,19 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
             # (real samples derive the TensorRT segments' profiles: random data may be values the
             # model refuses)
             samples = [] if feeds is None else [feeds] if isinstance(feeds, Mapping) else list(feeds)
-            if feeds is not None and profiles is None and plan.model is not None:
-                # Samples and no profile: one spanning their shapes, as the CLI makes (a missing
-                # input is named as missing first).
+            if feeds is not None and plan.model is not None:
+                # The samples held to the model's inputs first, as the CLI holds them (a wrong dtype
+                # or name named as such, not as a failure of the profile derivation they feed); and
+                # without profiles, one spanning their shapes, as the CLI makes.
                 index = plan.model.index
                 fed = [node_arg(n, index.types.get(n)) for n in index.graph_inputs if n not in index.initializers]
                 source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
                 untied = check_samples(fed, samples, "feeds", runs=None if source is None else
                                        (lambda feed: runs_whole(source, feed)))
-                profiles = profiles_from_feeds(samples)
-                if untied and not isinstance(model, Plan):  # (names the samples contradict: loaded again at
-                    plan = Session.make_plan(model, so, profiles)  # their shapes, which drops them)
+                if profiles is None:
+                    profiles = profiles_from_feeds(samples)
+                    if untied and not isinstance(model, Plan):  # (names the samples contradict: loaded again
+                        plan = Session.make_plan(model, so, profiles)  # at their shapes, which drops them)
             # The reference first: a model ONNX Runtime cannot load is reported as such, not as a
             # failure to derive profiles. Q/DQ re-quantized to int8 is measured against the model
             # as it was (the exact rewrite: the original's numerics).
