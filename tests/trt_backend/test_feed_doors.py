@@ -240,3 +240,18 @@ def test_an_npz_whose_array_header_numpy_cannot_parse_is_one_line(paths, tmp_pat
                  bad, "--shapes", "x:2x4,y:2x4"]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and said in err and "calibration data" in err, err
+
+
+def test_python_compare_names_a_bad_feed_before_its_samples_derive_profiles() -> None:
+    """The demo's TensorRT segments read tensors ONNX Runtime makes, whose profiles the feeds
+    derive: a float64 feed or a wrong name came out as a CalibrationError about an internal
+    tensor (and a profile's shapes it does not have), where Session.run and the CLI say FeedError."""
+    from trt_backend.data.demo import DEMO_PATH
+
+    profiles = [{"image": ((1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32))}]
+    x = np.random.default_rng(0).random((2, 3, 32, 32))
+    for feed, said in (({"image": x}, "feeds: input 'image': expected dtype float32 (tensor(float)), got float64"),
+                       ({"img": x.astype(np.float32)}, "feeds: unknown input 'img'")):
+        with pytest.raises(FeedError, match=re.escape(said)):
+            trt_backend.compare(DEMO_PATH, profiles=profiles, feeds=[feed],
+                                session_options=trt_backend.SessionOptions(emulate=True))
