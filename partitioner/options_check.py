@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import math
 import numbers
+from collections.abc import Mapping
 from typing import Any, TypeVar, overload
 
 from partitioner.errors import OptionsError
@@ -93,3 +94,41 @@ def keyword_checked(cls: _Options) -> _Options:
 
     cls.__init__ = __init__  # type: ignore[misc]
     return cls
+
+
+def plain_options(cls: _Options) -> _Options:
+    """An options dataclass whose fields hold mappings (read-only views, dicts) made hashable and
+    picklable as the others are: hashed by its fields' values (mappings and lists as sorted items
+    and tuples: equal options hash alike), pickled and copied by making it again from them. Put
+    above ``@dataclass`` (and below :func:`keyword_checked`)."""
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+
+    def __hash__(self: Any) -> int:
+        return hash((cls.__name__, *(_frozen(getattr(self, n)) for n in names)))
+
+    def __reduce__(self: Any) -> tuple[Any, ...]:
+        return _remade, (cls, {n: _thawed(getattr(self, n)) for n in names})
+
+    cls.__hash__ = __hash__  # type: ignore[assignment]
+    cls.__reduce__ = __reduce__  # type: ignore[assignment]
+    return cls
+
+
+def _remade(cls: Any, fields: dict[str, Any]) -> Any:
+    return cls(**fields)
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted(((k, _frozen(v)) for k, v in value.items()), key=lambda kv: repr(kv[0])))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return frozenset(_frozen(v) for v in value)
+    return value
+
+
+def _thawed(value: Any) -> Any:
+    """A read-only mapping view as the dict it shows (what a constructor takes and pickle writes)."""
+    return dict(value) if isinstance(value, Mapping) and not isinstance(value, dict) else value
+

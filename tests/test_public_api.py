@@ -9,6 +9,8 @@ import os
 import pkgutil
 from typing import Any
 
+import pytest
+
 import partitioner
 import plugins
 import trt_backend
@@ -165,3 +167,31 @@ def _each_one_error(calls: list[tuple[Any, str]]) -> None:
             assert message in str(e) and "\n" not in str(e), (message, str(e))
         else:
             raise AssertionError(f"no error: {message}")
+
+
+def test_every_options_class_hashes_pickles_copies_and_names_an_unknown_option() -> None:
+    """Options are values: equal ones hash alike, and each survives pickling (a worker process)
+    and deep copies. CompareOptions (its tolerances a read-only mapping), BenchOptions and
+    ServeOptions could not be hashed, CompareOptions not pickled; RunOptions named an unknown
+    keyword with Python's TypeError instead of the OptionsError listing its options."""
+    import copy
+    import pickle
+
+    from trt_backend.accuracy.options import CompareOptions
+    from trt_backend.bench.loop import BenchOptions
+    from trt_backend.engines.options import BuildOptions
+    from trt_backend.ort.options import OrtOptions
+    from trt_backend.serve.options import ServeOptions
+    from trt_backend.session.options import RunOptions, SessionOptions
+
+    made = [CompareOptions(tolerances={"y": (1e-2, 1e-2)}, shapes={"x": (2, 4)}), BenchOptions(shapes={"x": (1, 4)}),
+            ServeOptions(replicas=2), RunOptions(outputs_on_device=False), BuildOptions(precision="fp16"),
+            OrtOptions(), SessionOptions(precision="fp16"), partitioner.PartitionOptions(min_segment_size=2)]
+    for options in made:
+        again = pickle.loads(pickle.dumps(options))
+        assert again == options and hash(again) == hash(options), type(options).__name__
+        assert copy.deepcopy(options) == options and {options: 1}[again] == 1
+    assert CompareOptions(tolerances={"y": (1e-2, 1e-2)}) != CompareOptions(tolerances={"y": (1e-3, 1e-2)})
+    with pytest.raises(errors.OptionsError, match=r"RunOptions has no option 'outputs_on_devce' \(its options: "
+                                                  r"outputs_on_device, ort\)"):
+        RunOptions(outputs_on_devce=True)  # type: ignore[call-arg]

@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 from partitioner.errors import OptionsError
-from partitioner.options_check import keyword_checked, names_option, number_option
+from partitioner.options_check import keyword_checked, plain_options, names_option, number_option
 from trt_backend.accuracy.tasks import TaskCheck
 
 ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
@@ -40,6 +40,7 @@ def _int_value(value: Any, what: str, lowest: int) -> int:
 
 
 @keyword_checked
+@plain_options
 @dataclass(frozen=True)
 class CompareOptions:
     """How :func:`trt_backend.compare` compares a Session with the reference.

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from partitioner.options_check import keyword_checked, names_option
+from partitioner.options_check import keyword_checked, plain_options, names_option
 from partitioner import Plan
 from partitioner.model import ModelSource
 from trt_backend.artifacts.read import is_build_folder
@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 
 
 @keyword_checked
+@plain_options
 @dataclass(frozen=True)
 class BenchOptions:
     """What to benchmark and how. ``shapes``: input shapes to run (default: the opt shapes of

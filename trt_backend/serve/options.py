@@ -5,7 +5,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from partitioner.options_check import keyword_checked, number_option
+from partitioner.options_check import keyword_checked, plain_options, number_option
 from trt_backend.errors import OptionsError
 from trt_backend.session.options import SessionOptions
 
@@ -14,6 +14,7 @@ DEFAULT_WAIT_MS = 5.0
 
 
 @keyword_checked
+@plain_options
 @dataclass(frozen=True)
 class ServeOptions:
     """``replicas``: session replicas (each holds one Session). ``batching``: requests are

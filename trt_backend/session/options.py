@@ -16,7 +16,7 @@ from typing import Any
 from partitioner import PartitionOptions
 from partitioner.capability import CapabilityOracle
 from partitioner.errors import OptionsError
-from partitioner.options_check import number_option
+from partitioner.options_check import keyword_checked, number_option
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sizes import parse_size
@@ -148,6 +148,7 @@ def is_ort_run_options(value: Any) -> bool:
     return cls.__name__ == "RunOptions" and cls.__module__.startswith("onnxruntime")
 
 
+@keyword_checked
 @dataclass(frozen=True)
 class RunOptions:
     """What one :meth:`Session.run` does. ``outputs_on_device``: None follows the session's
