@@ -8,5 +8,8 @@ __getattr__, __dir__, __all__ = facade(__name__, {
     "from_build_folders": "trt_backend.export.source",
     "from_model": "trt_backend.export.source",
     "from_session": "trt_backend.export.source",
+    "TritonOptions": "trt_backend.export.repo",
+    "TritonRepo": "trt_backend.export.repo",
+    "triton_repo": "trt_backend.export.repo",
     "write_repo": "trt_backend.export.write",
 })

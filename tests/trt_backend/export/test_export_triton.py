@@ -516,3 +516,26 @@ def test_tensors_whose_only_dim_is_the_batch_are_reshaped_as_triton_declares_the
     wv = np.array([1.0, -2.0, 0.5], np.float32)
     got = run_ensemble(repo2, {"x": x, "w": wv[:, None]})
     assert np.abs(got["y"] - (x + 2 * wv[:, None])).max() < 1e-6
+
+
+def test_the_python_door_writes_a_repository_from_a_source(tmp_path) -> None:
+    """trt_backend.export listed sources and write_repo, but write_repo took a TritonRepo that
+    nothing public made, and a source handed to it ended in an AttributeError. It takes the
+    source (default options) or triton_repo(source, TritonOptions(...)), now public, and anything
+    else is one ExportError."""
+    from trt_backend import Session, SessionOptions, export
+    from trt_backend.data.demo import DEMO_PATH
+    from trt_backend.errors import ExportError
+
+    session = Session(DEMO_PATH, [{"image": ((1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32))}],
+                      SessionOptions(emulate=True))
+    source = export.from_session(session)
+    export.write_repo(source, str(tmp_path / "plain"))
+    export.write_repo(export.triton_repo(source, export.TritonOptions(max_batch_size=8)), str(tmp_path / "batched"))
+    for repo, batch in (("plain", 0), ("batched", 8)):
+        configs = [os.path.join(root, f) for root, _, files in os.walk(tmp_path / repo) for f in files
+                   if f == "config.pbtxt"]
+        assert len(configs) == 4 and all(f"max_batch_size: {batch}" in open(c).read() for c in configs), repo
+    with pytest.raises(ExportError, match="write_repo takes a TritonRepo .* or an ExportSource .*, got str"):
+        export.write_repo("demo_build", str(tmp_path / "wrong"))  # type: ignore[arg-type]
+    session.close()
