@@ -37,12 +37,15 @@ class FeedValidator:
     """Checks a feed dict against the model's inputs and profiles; returns arrays ready to run."""
 
     def __init__(self, inputs: Sequence[NodeArg], outputs: Sequence[NodeArg], profiles: Sequence[Profile],
-                 initializers: frozenset[str] = frozenset(), *, shared_dims: bool = True) -> None:
+                 initializers: frozenset[str] = frozenset(), *, shared_dims: bool = True,
+                 shape_tensors: frozenset[str] = frozenset()) -> None:
         """``initializers``: the model's initializer names, named as such where a feed gives one
         (a graph input with a default, which ONNX Runtime lets a caller override). ``shared_dims``
         False: dims the inputs name alike are not held equal (samples a model is yet to be loaded
-        for, whose load drops a name they contradict)."""
+        for, whose load drops a name they contradict). ``shape_tensors``: inputs a TensorRT segment
+        reads as shapes, whose values the profiles bound too."""
         self.shared_dims = shared_dims
+        self.shape_tensors = shape_tensors
         self.inputs = list(inputs)
         self.initializers = initializers
         self.outputs = list(outputs)
@@ -53,7 +56,7 @@ class FeedValidator:
         self._output_set = set(self._output_names)
         # Feeds of numpy arrays that passed every check, by (name, dtype, shape) of each: a feed
         # of the same kinds passes again without the checks (a serving loop feeds the same few).
-        self._passed: dict[tuple[tuple[str, np.dtype, tuple[int, ...]], ...], None] = {}
+        self._passed: dict[tuple[tuple[Any, ...], ...], None] = {}
 
     def output_names(self, requested: Sequence[str] | None) -> tuple[str, ...]:
         """The outputs asked for; None or an empty list: every output, as ONNX Runtime takes them."""
@@ -79,16 +82,18 @@ class FeedValidator:
             self._passed[key] = None
         return out
 
-    def _key(self, feeds: Any) -> tuple[tuple[str, np.dtype, tuple[int, ...]], ...] | None:
-        """What decides whether ``feeds`` pass: each input's name, dtype and shape, where every
-        value is a plain numpy array and every input is given once (else None: checked in full)."""
+    def _key(self, feeds: Any) -> tuple[tuple[Any, ...], ...] | None:
+        """What decides whether ``feeds`` pass: each input's name, dtype and shape (and the values
+        of an input read as a shape), where every value is a plain numpy array and every input is
+        given once (else None: checked in full)."""
         if type(feeds) is not dict or len(feeds) != len(self._by_name):
             return None
-        key = []
+        key: list[tuple[Any, ...]] = []
         for name, value in feeds.items():
             if type(value) is not np.ndarray:
                 return None
-            key.append((name, value.dtype, value.shape))
+            key.append((name, value.dtype, value.shape) if name not in self.shape_tensors else
+                       (name, value.dtype, value.shape, value.tobytes() if value.size <= 64 else None))
         return tuple(key)
 
     def _validate(self, feeds: Any) -> dict[str, Any]:
@@ -116,22 +121,35 @@ class FeedValidator:
             raise FeedError("; ".join(problems))
         if self.shared_dims:
             _check_shared_dims(self.inputs, out)
-        self.check_profiles({n: tuple(v.shape) for n, v in out.items() if _is_array(v)})
+        valued = {n for p in self.profiles for n, tp in p.items() if tp.values is not None and n in self.shape_tensors}
+        self.check_profiles({n: tuple(v.shape) for n, v in out.items() if _is_array(v)},
+                            {n: tuple(int(x) for x in np.asarray(v).reshape(-1)) for n, v in out.items()
+                             if n in valued and isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.size <= 64})
         return out
 
-    def check_profiles(self, shapes: Mapping[str, tuple[int, ...]]) -> int | None:
-        """Index of the first profile covering every fed shape; FeedError when none does."""
+    def check_profiles(self, shapes: Mapping[str, tuple[int, ...]],
+                       values: Mapping[str, tuple[int, ...]] | None = None) -> int | None:
+        """Index of the first profile covering every fed shape (and the ``values`` of inputs whose
+        profiles give values: shape tensors, which TensorRT reads when it runs); FeedError when
+        none does."""
         if not self.profiles:
             return None
+        values = values or {}
         misses: list[tuple[int, str, tuple[int, ...]]] = []
         for k, profile in enumerate(self.profiles):
-            bad = [(n, tuple(s)) for n, s in shapes.items() if n in profile and not profile[n].covers(s)]
+            bad = [(n, tuple(s)) for n, s in shapes.items() if n in profile and (
+                not profile[n].covers(s) or (n in values and not profile[n].covers_values(values[n])))]
             if not bad:
                 return k
             misses.append((k, *bad[0]))
         names = {n for _, n, _ in misses}
         if len(names) == 1:
             name, got = misses[0][1], misses[0][2]
+            if name in values and all(self.profiles[k][name].covers(got) for k, _, _ in misses):
+                raise FeedError(f"input '{name}': values {values[name]} are outside every profile (TensorRT reads "
+                                "it as a shape: its values are part of the profile): " + "; ".join(
+                                    f"profile {k} allows {describe_profile(self.profiles[k][name])}"
+                                    for k, _, _ in misses))
             raise FeedError(f"input '{name}': shape {got} is outside every profile: " + "; ".join(
                 f"profile {k} allows {describe_profile(self.profiles[k][name])}" for k, _, _ in misses))
         raise FeedError("the feeds fit no profile: " + "; ".join(

@@ -29,7 +29,7 @@ from trt_backend.gpu.device import check_device, current_device, device_of, use_
 from trt_backend.gpu.memory import DeviceArray
 from trt_backend.ort.values import memory_limit, to_numpy
 from trt_backend.planning import plan_for
-from trt_backend.profiles import NodeArg, Profile
+from trt_backend.profiles import NodeArg, Profile, shape_tensor_inputs
 from trt_backend.profiles.given import profile_shapes
 from trt_backend.runners.base import SegmentRunner
 from trt_backend.runners.factory import RunnerFactory
@@ -196,8 +196,11 @@ class Session:
         self.plan = SessionPlan.of(compiled.plan, executors=[r.executor for r in self.runners],
                                    input_profiles=compiled.input_profiles,
                                    segment_profiles=compiled.segment_profiles)
+        fed = {a.name for a in self._inputs}
+        read_as_shapes = frozenset(n for seg in compiled.plan.tensorrt_segments()
+                                   for n in shape_tensor_inputs(self.model, seg) if n in fed)
         self._validator = FeedValidator(self._inputs, self._outputs, compiled.input_profiles,
-                                        frozenset(t.name for t in graph.initializer))
+                                        frozenset(t.name for t in graph.initializer), shape_tensors=read_as_shapes)
         self._constants = {t.name: tensor_array(t, self.model.base_dir) for t in graph.initializer
                            if t.name in {o.name for o in graph.output}}
         # Outputs a run would hand back as an array it did not make: the caller's own input, or the

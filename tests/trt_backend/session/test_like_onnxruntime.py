@@ -136,9 +136,9 @@ def test_inputs_tensorrt_reads_as_shapes_take_their_values_from_the_samples(tmp_
     sess = Session.load(folder, SessionOptions(emulate=True))
     feed = {"start": np.array(10, np.int64), "limit": np.array(4, np.int64), "delta": np.array(-3, np.int64)}
     assert sess.run(None, feed)[0].tolist() == [10.0, 7.0]
-    with pytest.raises(trt_backend.errors.ProfileError, match=r"input 'limit' has values \(0,\), outside those its "
-                                                              r"profiles were built for"):
-        sess.run(None, {**feed, "limit": np.array(0, np.int64)})
+    with pytest.raises(trt_backend.errors.FeedError, match=r"input 'limit': values \(0,\) are outside every "
+                                                           r"profile \(TensorRT reads it as a shape"):
+        sess.run(None, {**feed, "limit": np.array(0, np.int64)})  # (the feed check's error, before anything runs)
     # In Python, values of any sign: a step from -5 to 5.
     profile = {n: {"min": (), "opt": (), "max": (), "values": ((lo,), (mid,), (hi,))}
                for n, lo, mid, hi in (("start", 0, 10, 20), ("limit", 0, 4, 20), ("delta", -5, -3, 5))}

@@ -45,3 +45,33 @@ def test_a_shape_computed_elsewhere_builds_without_asking(flavor, tmp_path) -> N
     manifest = build_folder_build(m, str(tmp_path / "b"), profiles, opts)  # (asked for values before)
     assert [s["backend"] for s in manifest["segments"]][-1] == "tensorrt"
     assert manifest["segments"][-1]["engine_bytes"] > 0
+
+
+def test_shape_values_outside_the_profiles_are_a_feed_error_before_anything_runs() -> None:
+    """An input TensorRT reads as a shape (a Reshape's target) given values outside those its
+    profile was built for: check_feeds took it and the run failed inside the segment's runner with
+    a ProfileError, which a server catching FeedError for bad requests missed. It is a FeedError
+    of the feed check, on the checked-feeds shortcut of a serving loop too."""
+    import pytest
+
+    from trt_backend.errors import FeedError
+
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["a"]), h.make_node("Reshape", ["a", "shape"], ["b"]),
+                          h.make_node("Sigmoid", ["b"], ["y"])], "rs",
+                         [h.make_tensor_value_info("x", T.FLOAT, [2, 6]),
+                          h.make_tensor_value_info("shape", T.INT64, [2])],
+                         [h.make_tensor_value_info("y", T.FLOAT, ["p", "q"])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    sess = Session(model, [{"shape": {"min": (2,), "opt": (2,), "max": (2,), "values": ((3, 4), (3, 4), (4, 6))}}],
+                   SessionOptions(emulate=True, min_segment_size=1))
+    assert sess.plan.tensorrt_segments()
+    x = np.ones((2, 6), np.float32)
+    (y,) = sess.run(None, {"x": x, "shape": np.array([3, 4], np.int64)})  # inside: runs (and is memoised)
+    assert y.shape == (3, 4)
+    said = r"input 'shape': values \(2, 6\) are outside every profile \(TensorRT reads it as a shape"
+    with pytest.raises(FeedError, match=said):
+        sess.check_feeds({"x": x, "shape": np.array([2, 6], np.int64)})
+    with pytest.raises(FeedError, match=said):
+        sess.run(None, {"x": x, "shape": np.array([2, 6], np.int64)})
+    sess.close()
