@@ -169,7 +169,8 @@ def check_external(proto: onnx.ModelProto, base_dir: str | None, where: str,
         return []
     if base_dir is None:
         raise ModelLoadError(f"{where}: tensor '{external[0].name}' has external data; "
-                             "pass base_dir (the folder holding the data files) or load from a path")
+                             "load it from its path, or with onnx.load(path) where its data files lie beside it "
+                             "(partitioner.load_model takes base_dir: the folder holding them)")
     refs = []
     for tensor in external:
         ref = external_ref(tensor, base_dir, where)

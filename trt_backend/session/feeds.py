@@ -10,7 +10,7 @@ import mmap
 import os
 import re
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,6 +62,10 @@ class FeedValidator:
         """The outputs asked for; None or an empty list: every output, as ONNX Runtime takes them."""
         if requested is None or (isinstance(requested, (list, tuple)) and not requested):
             return self._all_outputs
+        if not isinstance(requested, (str, bytes, Mapping)) and isinstance(requested, Iterable):
+            requested = list(requested)  # (a numpy array of names, dict keys, a generator: as ONNX Runtime takes them)
+            if not requested:
+                return self._all_outputs
         if isinstance(requested, str) or not isinstance(requested, Sequence):
             raise FeedError(f"output names must be a list of names or None, got {type(requested).__name__}")
         bad = [n for n in requested if not isinstance(n, str) or n not in self._output_set]
@@ -168,6 +172,36 @@ def fed_initializers(names: Sequence[str]) -> FeedError:
 _PASSED_KEPT = 64  # feed kinds remembered as passed (beyond: forgotten, checked again)
 
 
+def _from_list(arg: NodeArg, value: Any) -> tuple[Any, str | None]:
+    """A tensor input given as nested lists, as ONNX Runtime takes it: the array of the input's
+    dtype where that holds every value as given (numbers to a float type; whole numbers to an
+    integer type; strings to a string input), else the problem."""
+    assert arg.dtype is not None
+    try:
+        raw = np.asarray(value)
+    except ValueError as e:
+        return value, f"input '{arg.name}': cannot read the nested lists as an array ({_line(str(e))})"
+    want = arg.dtype
+    if raw.size == 0 or raw.dtype == want:
+        return raw.astype(want), None
+    if want == np.dtype(object) and raw.dtype.kind == "U":
+        return raw.astype(object), None
+    if raw.dtype.kind in "biu" and want.kind in "biuf" or raw.dtype.kind == "f" and want.kind == "f":
+        cast = raw.astype(want)
+        if want.kind == "f" or np.array_equal(cast.astype(raw.dtype), raw):
+            return cast, None
+    if raw.dtype.kind == "f" and want.kind in "iu" and np.all(np.isfinite(raw)) and np.array_equal(raw, np.round(raw)):
+        cast = raw.astype(want)
+        if np.array_equal(cast.astype(raw.dtype), raw):
+            return cast, None
+    return value, (f"input '{arg.name}': expected {want} values ({arg.type}), got nested lists of {raw.dtype} that "
+                   f"{want} does not hold as given")
+
+
+def _line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
 def _check_value(arg: NodeArg, value: Any) -> tuple[Any, str | None]:
     """(normalised value, problem or None) for one input."""
     kind = arg.kind
@@ -192,7 +226,12 @@ def _check_value(arg: NodeArg, value: Any) -> tuple[Any, str | None]:
     elif not isinstance(value, np.ndarray):
         if _is_ort_value(value):
             return value, None  # already a runtime value; onnxruntime checks it
+        if isinstance(value, (list, tuple)) and kind == "tensor" and arg.dtype is not None:
+            return _from_list(arg, value)  # (nested lists: ONNX Runtime takes them too)
         return value, f"input '{arg.name}': expected a numpy array ({arg.type}), got {_given(value)}"
+    if arg.dtype is not None and value.dtype != arg.dtype and value.dtype.kind == arg.dtype.kind \
+            and value.dtype.newbyteorder("=") == arg.dtype:  # the same type in the other byte order
+        value = value.astype(arg.dtype)
     if arg.dtype is not None and value.dtype != arg.dtype:
         if not (arg.dtype == np.dtype(object) and value.dtype.kind in "OU"):
             return value, (f"input '{arg.name}': expected dtype {arg.dtype} ({arg.type}), "

@@ -168,3 +168,30 @@ def test_a_profile_missing_an_input_is_named_without_a_probe_warning_first(tmp_p
     with caplog.at_level("WARNING"), pytest.raises(trt_backend.errors.MissingProfileError, match="input 'mask'"):
         Session(path, [{"ids": ((1, 4), (2, 8), (4, 16))}], SessionOptions(emulate=True))
     assert "unknown after shape inference" not in caplog.text, caplog.text
+
+
+def test_feeds_and_output_names_onnx_runtime_takes_are_taken() -> None:
+    """ONNX Runtime runs nested lists, arrays of the other byte order and output names given as
+    any iterable (a numpy array of names, dict keys); the session refused them. They are taken
+    where the values are the input's as given; a list of fractions for an integer input, or
+    ragged lists, is one FeedError naming the input."""
+    import onnxruntime as ort
+
+    from trt_backend.data.demo import DEMO_PATH
+
+    sess = Session(DEMO_PATH, [{"image": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}],
+                   SessionOptions(emulate=True))
+    reference = ort.InferenceSession(DEMO_PATH, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).random((2, 3, 32, 32), dtype=np.float32)
+    want = reference.run(None, {"image": x})
+    for feed in (x.tolist(), x.astype(">f4")):
+        got = sess.run(None, {"image": feed})
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    names = np.array(["top_classes", "probs"])
+    got = sess.run(names, {"image": x})  # type: ignore[arg-type]
+    assert [g.shape for g in got] == [w.shape for w in reference.run(list(names), {"image": x})]
+    assert len(sess.run({"probs": 0}.keys(), {"image": x})) == 1  # type: ignore[arg-type]
+    with pytest.raises(trt_backend.errors.FeedError, match=r"input 'image': cannot read the nested lists"):
+        sess.run(None, {"image": [[1.0, 2.0], [3.0]]})
+    sess.close()
