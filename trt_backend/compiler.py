@@ -76,7 +76,7 @@ class Compiled:
     options: SessionOptions
     report: BuildReport | None = None
     calibration: dict[str, Any] | None = None
-    quantizers: dict[tuple[str, str], SegmentQuantizer] = field(default_factory=dict, repr=False)
+    quantizers: dict[tuple[str, str, str], SegmentQuantizer] = field(default_factory=dict, repr=False)
 
     @property
     def model(self) -> Model:
@@ -231,7 +231,7 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
         derived = found if found is not None else derive(plan)
         if keep is not None and found is None:
             keep.store_profiles(derivation, derived)
-    quantizers: dict[tuple[str, str], SegmentQuantizer] = {}
+    quantizers: dict[tuple[str, str, str], SegmentQuantizer] = {}
     quantizer = _quantizer(the_model, opts.build, input_profiles, opts, quantizers) if _uses_int8(opts.build) else None
     given: dict[int, bytes | EngineFile] = dict(engines or {})
     report: BuildReport | None = None
@@ -442,14 +442,14 @@ def _uses_int8(build: BuildOptions) -> bool:
 
 
 def _quantizer(model: Model, build: BuildOptions, input_profiles: Sequence[Profile], options: SessionOptions,
-               kept: dict[tuple[str, str], SegmentQuantizer]) -> SegmentQuantizer:
+               kept: dict[tuple[str, str, str], SegmentQuantizer]) -> SegmentQuantizer:
     require_calibration("int8", build.calibration_data)
-    key = (str(build.calibration_data), build.calibration_method)
+    key = (str(build.calibration_data), build.calibration_method, ",".join(build.keep_fp32_ops))
     if key not in kept:
         batches = {n: tp.opt[0] for n, tp in (input_profiles[0] if input_profiles else {}).items() if len(tp.opt) > 0}
         ranges = [{n: (tp.min, tp.opt, tp.max) for n, tp in p.items()} for p in input_profiles]
         kept[key] = SegmentQuantizer(model, key[0], build.calibration_method, batches, options.ort_for(1),
-                                     options.calibration_seed, ranges=ranges)
+                                     options.calibration_seed, keep_fp32_ops=build.keep_fp32_ops, ranges=ranges)
     return kept[key]
 
 

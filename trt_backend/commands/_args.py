@@ -347,7 +347,7 @@ def add_precision_arguments(p: argparse.ArgumentParser, what: str = "TensorRT se
                    help="int8: how activation ranges are chosen from the calibration data (default minmax)")
     p.add_argument("--keep-fp32-ops", type=split_list, default=None, metavar="OP,OP",
                    help="fp16/bf16/int8: op types kept in fp32 (replaces the default list: normalizations, "
-                        "Softmax, reductions, Exp/Log/Pow...)")
+                        "Softmax, LogSoftmax and reductions)")
 
 
 def precision_fields(args: argparse.Namespace) -> dict[str, Any]:

@@ -254,7 +254,8 @@ def _quantizer(plan: Plan, options: BuildOptions, given: SegmentRewrite | None) 
         return given
     if plan.model is None:
         raise OptionsError("this plan was read from JSON without its model; int8 calibration needs the model")
-    return SegmentQuantizer(plan.model, str(options.calibration_data), options.calibration_method)
+    return SegmentQuantizer(plan.model, str(options.calibration_data), options.calibration_method,
+                            keep_fp32_ops=options.keep_fp32_ops)
 
 
 def _flavor(flavor: Flavor | str) -> Flavor:

@@ -4,6 +4,8 @@ rather than held, and a sample outside the profiles as one CalibrationDataError 
 the input, what the profiles take and what the file holds."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 import pytest
@@ -276,3 +278,28 @@ def test_calibration_data_given_without_profiles_shapes_the_profile_as_samples_d
                str(data), "--atol", "0.5", "--rtol", "0.5"])
     out, err = capsys.readouterr()
     assert rc == 0 and "outside" not in err and "PASSED" in out, (out, err)
+
+
+def test_keep_fp32_ops_reaches_the_fp16_remainder_of_an_int8_build(tmp_path) -> None:
+    """An int8 build computes what it does not quantize in fp16, save the ops of keep_fp32_ops:
+    the quantizer was made without the list given, so --keep-fp32-ops changed nothing of an int8
+    build (byte-identical segment models) while the manifest recorded it."""
+    _varied(tmp_path)
+
+    def segment(keep: tuple[str, ...] | None) -> onnx.ModelProto:
+        extra: dict[str, Any] = {"keep_fp32_ops": keep} if keep is not None else {}
+        sess = Session(detector(), PROFILES, SessionOptions(emulate=True, precision="int8",
+                                                            calibration_data=str(tmp_path), **extra))
+        return sess.compiled.segments[0].model
+
+    def fp16_inputs(model: onnx.ModelProto, op: str) -> bool:
+        types = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.value_info}
+        casts = {o: n for n in model.graph.node if n.op_type == "Cast" for o in n.output}
+        node = next(n for n in model.graph.node if n.op_type == op)
+        source = node.input[0]
+        return types.get(source) == T.FLOAT16 or (source in casts and any(
+            a.name == "to" and a.i == T.FLOAT16 for a in casts[source].attribute))
+
+    default, kept = segment(None), segment(("GlobalAveragePool",))
+    assert fp16_inputs(default, "GlobalAveragePool") and not fp16_inputs(kept, "GlobalAveragePool")
+    assert default.SerializeToString() != kept.SerializeToString()
