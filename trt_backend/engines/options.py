@@ -147,7 +147,7 @@ class BuildOptions:
             d.pop(k)
         if self.precision_plan is not None:  # What the plan decides; its search log is not part of the key.
             d["precision_plan"] = {"segments": self.precision_plan.to_dict()["segments"]}
-        d["keep_fp32_ops"] = sorted(d["keep_fp32_ops"]) if self.precision in ("fp16", "bf16", "auto") else []
+        d["keep_fp32_ops"] = sorted(d["keep_fp32_ops"]) if self.precision in ("fp16", "bf16", "int8", "auto") else []
         d["precision_transform"] = TRANSFORM_VERSION
         if self.calibration_data and self.precision in ("int8", "auto"):  # the data by its bytes, not its path
             d["calibration"] = {"sha256": _calibration.data_sha256(str(self.calibration_data)),

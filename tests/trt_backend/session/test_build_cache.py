@@ -75,6 +75,19 @@ def test_second_build_is_a_copy_and_any_option_changes_the_key(tmp_path, capsys)
     assert other["build_cache"]["hit"] is False and other["build_cache"]["key"] != first["build_cache"]["key"]
     shapes = build(model, str(tmp_path / "d"), cache, shapes=[*SHAPES[:-1], f"x:8x{HIDDEN}"])
     assert shapes["build_cache"]["hit"] is False
+    # a memory budget cuts the model, and so the folder: a miss each way (a budget's folder was a hit
+    # of a build without one, and recorded the budget it was not given)
+    budget = build(model, str(tmp_path / "e"), cache, "--max-build-memory", "8G")
+    assert budget["build_cache"]["hit"] is False and budget["build"]["max_build_memory"] == 8 * 2**30
+    again = build(model, str(tmp_path / "f"), cache)
+    assert again["build_cache"]["hit"] is True and again["build"]["max_build_memory"] is None
+    # int8's kept ops change its fp16 remainder, and so the engines: a miss
+    cal = str(tmp_path / "cal.npz")
+    np.savez(cal, x=feeds()["x"])
+    int8 = ["--precision", "int8", "--calibration-data", cal]
+    first8 = build(model, str(tmp_path / "g"), cache, *int8)
+    kept8 = build(model, str(tmp_path / "h"), cache, *int8, "--keep-fp32-ops", "Relu")
+    assert first8["build_cache"]["key"] != kept8["build_cache"]["key"] and kept8["build_cache"]["hit"] is False
 
 
 def test_a_changed_model_of_the_same_size_and_time_misses(tmp_path) -> None:
