@@ -161,12 +161,22 @@ def read_precision_plan(source: str | os.PathLike[str] | Mapping[str, Any]) -> P
 
 
 def pinned_of(plan: PrecisionPlan | None, node_names: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-    """(precision, pinned node names) a segment of ``node_names`` is built in under ``plan``."""
+    """(precision, pinned node names) a segment of ``node_names`` is built in under ``plan``: the
+    precision of the entry it overlaps most, and kept in fp32 every node the plan pinned, every
+    node of another entry of another precision, and, in a reduced precision, every node no entry
+    holds (a segment the partition merged since the search, or grew by nodes that ran on ONNX
+    Runtime then): what the search measured, never lower."""
     entry = plan.for_segment(node_names) if plan is not None else None
-    if entry is None:
+    if plan is None or entry is None:
         return "fp32", ()
     names = set(node_names)  # (an entry can match segments the plan's one was cut into since)
-    return entry.precision, tuple(n for n in entry.pinned_names if n in names)
+    pinned = [n for e in plan.segments for n in e.pinned_names if n in names]
+    pinned += [n for e in plan.segments if e is not entry and e.precision != entry.precision
+               for n in e.nodes if n in names]
+    if entry.precision not in ("fp32", "tf32"):
+        held = {n for e in plan.segments for n in e.nodes}
+        pinned += [n for n in node_names if n not in held]
+    return entry.precision, tuple(dict.fromkeys(pinned))
 
 
 def subgraphs_words(held: Mapping[str, Any], unreduced: bool = False) -> str:

@@ -360,3 +360,20 @@ def test_a_precision_asked_of_a_model_stored_in_fp16_says_it_reduced_nothing(tmp
     capsys.readouterr()
     assert main(["compare", str(tmp_path / "b")]) == 0
     assert "precision fp32 (computing in the model's own fp16 types)" in capsys.readouterr().out
+
+
+def test_a_plan_reused_on_another_partition_keeps_what_it_measured_in_fp32() -> None:
+    """A plan searched on three segments and reused where the partition made one of them: the
+    merged segment took its largest entry's precision and that entry's pins only, so a node the
+    search had pinned to fp32 in another segment computed in fp16 (compare then FAILED what the
+    searched folder passed). Every pin, every node of an entry of another precision, and every
+    node the search never measured in TensorRT stay fp32."""
+    from trt_backend.engines.precision_plan import PinnedNode, PrecisionPlan, SegmentPrecision, pinned_of
+
+    pin = PinnedNode("e", "Exp", "summary", 3.0, 1)
+    plan = PrecisionPlan((SegmentPrecision("fp16", ("a", "b", "g")), SegmentPrecision("fp32", ("c",)),
+                          SegmentPrecision("fp16", ("d", "e"), (pin,))), 1e-3, 1e-3, ("fp16",))
+    assert pinned_of(plan, ["a", "b", "g"]) == ("fp16", ())  # as searched
+    assert pinned_of(plan, ["d", "e"]) == ("fp16", ("e",))
+    assert pinned_of(plan, ["a", "b", "g", "c", "d", "e", "f"]) == ("fp16", ("e", "c", "f"))
+    assert pinned_of(plan, ["c", "x"]) == ("fp32", ())
