@@ -130,6 +130,12 @@ class SegmentQuantizer:
         self.options = options or OrtOptions()
         self.data: CalibrationData = load_calibration(data_source, model_inputs(model.proto), batch_sizes, seed,
                                                       ranges)
+        if method != "minmax" and self.data.shapes > 1:
+            # (ONNX Runtime's histogram calibrators stack every batch's values of a tensor into one
+            # array: batches of two shapes fail there, deep in a segment's build)
+            raise CalibrationDataError(f"calibration data {data_source}: --calibration-method {method} takes batches "
+                                       f"of one shape, and the data holds {self.data.shapes} (ONNX Runtime's "
+                                       "histogram calibrator stacks them); use minmax, or samples of one shape")
         self._taps: dict[str, list[Any]] = {}  # tensor -> its value per calibration batch (while they fit)
         self._done: dict[str, onnx.ModelProto] = {}
         self._lock = threading.Lock()

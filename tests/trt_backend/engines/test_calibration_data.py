@@ -303,3 +303,18 @@ def test_keep_fp32_ops_reaches_the_fp16_remainder_of_an_int8_build(tmp_path) -> 
     default, kept = segment(None), segment(("GlobalAveragePool",))
     assert fp16_inputs(default, "GlobalAveragePool") and not fp16_inputs(kept, "GlobalAveragePool")
     assert default.SerializeToString() != kept.SerializeToString()
+
+
+@pytest.mark.parametrize("method", ["entropy", "percentile"])
+def test_a_histogram_calibration_of_batches_of_several_shapes_is_one_error(tmp_path, method) -> None:
+    """ONNX Runtime's histogram calibrators (entropy, percentile) stack every batch of a tensor:
+    on data of several shapes the quantizer failed inside the segment's build, which fell back to
+    fp32 with a warning and exited 0. It is one CalibrationDataError before anything builds;
+    minmax takes the same data."""
+    _varied(tmp_path)
+    with pytest.raises(CalibrationDataError, match=rf"--calibration-method {method} takes batches of one shape, "
+                                                   r"and the data holds \d+ \(ONNX Runtime's histogram calibrator"):
+        Session(detector(), PROFILES, SessionOptions(emulate=True, precision="int8", calibration_data=str(tmp_path),
+                                                     calibration_method=method))
+    Session(detector(), PROFILES, SessionOptions(emulate=True, precision="int8", calibration_data=str(tmp_path),
+                                                 calibration_method="minmax")).close()
