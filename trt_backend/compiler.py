@@ -29,7 +29,7 @@ from trt_backend.engines.builder import BuildOptions, built_form, prepare_segmen
 from trt_backend.engines.cache import EngineCache
 from trt_backend.engines.calibration import data_sha256
 from trt_backend.engines.fallback import PlanMemo, build_with_fallback, plugin_rewrite
-from trt_backend.engines.memory import EngineFile, build_room, engine_bytes
+from trt_backend.engines.memory import EngineFile, build_room, engine_bytes, process_memory
 from trt_backend.engines.options import require_calibration
 from trt_backend.engines.quantize import SegmentQuantizer
 from trt_backend.engines.report import BuildProgress, BuildReport, BuiltSegment
@@ -412,9 +412,13 @@ def _cut_for_memory(plan: Plan, options: SessionOptions, limit: int) -> Plan:
     cut = build_plan(plan.model, verdicts, plan.tensorrt, options.partition.min_segment_size, target=plan.target,
                      cost=options.partition.boundary_cost, max_segment_weights=limit)
     cut.seconds, cut.oracle_calls, cut.cached = plan.seconds, plan.oracle_calls, plan.cached
-    log.info("%s: %d TensorRT segment(s) hold more than %s of weights, the most a build within the memory "
-             "budget may; cut into %d TensorRT segment(s)", plan.model_name, len(over), si_bytes(limit),
-             len(cut.tensorrt_segments()))
+    # (said: a cut changes the folder; and the limit follows what this process holds at the time,
+    # so the same budget can cut otherwise in another run)
+    budget = options.build.max_build_memory
+    log.warning("%s: %d TensorRT segment(s) hold more than %s of weights, the most one may to build within %s "
+                "(this process holds %s now); cut into %d TensorRT segment(s)", plan.model_name, len(over),
+                si_bytes(limit), f"--max-build-memory {si_bytes(budget)}" if budget is not None else
+                "the memory free now", si_bytes(process_memory()), len(cut.tensorrt_segments()))
     return cut
 
 

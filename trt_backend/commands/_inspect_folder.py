@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from partitioner import Plan
+from partitioner.cost import si_bytes
 from partitioner.report import summary, table
 from trt_backend.artifacts.read import BuiltFolder, open_folder, runtime_mismatch
 from trt_backend.artifacts.references import KEY as REFERENCES_KEY
@@ -55,6 +56,18 @@ def _weights_line(manifest: dict[str, Any]) -> list[str]:
             "against its size, modification time and digest when the folder is read)"]
 
 
+def _memory_line(manifest: dict[str, Any]) -> list[str]:
+    """The memory budget a folder was built within, where one held its TensorRT segments' weights
+    (a cut the plan would not make otherwise)."""
+    build = manifest.get("build")
+    limit, budget = (build.get("max_segment_weights"), build.get("max_build_memory")) if isinstance(build, dict) \
+        else (None, None)
+    if not isinstance(limit, int):
+        return []
+    within = f"--max-build-memory {si_bytes(budget)}" if isinstance(budget, int) else "the memory free then"
+    return [f"memory: TensorRT segments held to {si_bytes(limit)} of weights each, to build within {within}"]
+
+
 def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str:
     """A build folder as built: header (digest, signature, TensorRT, GPU target, build options),
     the plan's segment table, each TensorRT segment's profiles and each engine."""
@@ -74,7 +87,7 @@ def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str
              + f" | trt-backend {m.get('trt_backend')} | from {m.get('model')}",
              f"engines for {m.get('tensorrt')} | GPU target {m.get('gpu_target')} (compute capabilities: {caps}) | "
              f"precision {built_in}{asked} | workspace {workspace} | built in {m.get('build_seconds')} s",
-             *_builder_line(opts), *_weights_line(m),
+             *_builder_line(opts), *_weights_line(m), *_memory_line(m),
              f"this machine: {_here(m)}", ""]
     demoted = [d["node"] for d in m.get("demoted") or () if isinstance(d, dict) and isinstance(d.get("node"), int)]
     lines.append(summary(built.plan, origin="the plan as built", verbose=verbose,  # (demotions: listed below)

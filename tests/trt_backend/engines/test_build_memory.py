@@ -4,8 +4,10 @@ limit, the engines streamed into the folder, and the folder computes what the mo
 from __future__ import annotations
 
 import gc
+import logging
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -50,7 +52,7 @@ def trt_weights(folder: str) -> list[int]:
     return [weight_bytes(loaded.index, s["nodes"]) for s in manifest["plan"]["segments"] if s["backend"] == "tensorrt"]
 
 
-def test_a_segment_past_the_budget_is_cut_and_builds_the_same_model(tmp_path, monkeypatch) -> None:
+def test_a_segment_past_the_budget_is_cut_and_builds_the_same_model(tmp_path, monkeypatch, caplog, capsys) -> None:
     m = mlp_model()
     whole = str(tmp_path / "whole")
     build(m, whole, PROFILE, SessionOptions(flavor="tensorrt_rtx"))
@@ -68,8 +70,15 @@ def test_a_segment_past_the_budget_is_cut_and_builds_the_same_model(tmp_path, mo
     monkeypatch.setattr("trt_backend.engines.memory.process_memory", lambda: held)
     budget = held + BUILD_OVERHEAD + int(BUILD_WEIGHT_FACTOR * 3.5 * BLOCK)
     cut = str(tmp_path / "cut")
-    manifest = build(m, cut, PROFILE, SessionOptions(flavor="tensorrt_rtx", max_build_memory=budget))
+    with caplog.at_level(logging.WARNING):
+        manifest = build(m, cut, PROFILE, SessionOptions(flavor="tensorrt_rtx", max_build_memory=budget))
     assert manifest["build"]["max_build_memory"] == budget
+    # the cut is said (it was an INFO line, shown only with -v), with what the limit was counted from
+    assert re.search(r"1 TensorRT segment\(s\) hold more than .* of weights, the most one may to build within "
+                     r"--max-build-memory .* \(this process holds .* now\); cut into \d+ TensorRT segment\(s\)",
+                     caplog.text), caplog.text
+    assert main(["inspect", cut]) == 0
+    assert "memory: TensorRT segments held to " in capsys.readouterr().out
     limit = manifest["build"]["max_segment_weights"]
     # counted from what the process holds (from the budget alone it would hold the whole model)
     assert abs(limit - 3.5 * BLOCK) <= 1 and BLOCKS * BLOCK < (budget - BUILD_OVERHEAD) / BUILD_WEIGHT_FACTOR
