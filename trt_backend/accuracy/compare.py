@@ -327,7 +327,7 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
                               points=_feed_points(data), executors=list(sess.segment_executors),
                               skipped_outputs=skipped, inference_ms=run.timing, model=str(sess.model.source),
                               notes=notes, tasks=tasks)
-    first_bad = next((i for i, it in enumerate(errors) if not all(e.passed for e in it.values())), 0)
+    first_bad = _worst_comparison(errors)
     if reduced_segments(sess):  # activations the reduced precision cannot hold: said, not left to guess
         for overflow in range_overflows(sess, data[first_bad]):
             report.notes.append(overflow.message())
@@ -336,4 +336,22 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
         run_reference = reference_with_boundaries(sess.model, boundary_names(sess.runners), ort_opts)
         report.segments = segment_reports(sess, data[first_bad], judged, run_reference, precisions)
         report.localization = blame(report.segments, sess.model.proto.graph, first_bad, not passed)
+        if len(data) > 1:
+            shapes = ", ".join(f"{n} {'x'.join(map(str, np.shape(v))) or 'scalar'}" for n, v in data[first_bad].items()
+                               if hasattr(v, "shape"))
+            report.notes.append(f"segments localized on comparison {first_bad + 1} of {len(data)} ({shapes}): the one "
+                                "where the output failing most errs most")
     return report
+
+
+def _worst_comparison(errors: Sequence[Mapping[str, Any]]) -> int:
+    """The comparison to localize and to look for range overflows on: where the first output that
+    fails somewhere has its largest error (the error its row reports); the first without one."""
+    failing = next((name for it in errors for name, e in it.items() if not e.passed), None)
+    if failing is None:
+        return 0
+    def size(k: int) -> float:
+        e = errors[k].get(failing)
+        value = float(e.max_abs_error) if e is not None else -1.0
+        return value if value == value else float("inf")  # (NaN: unbounded)
+    return max(range(len(errors)), key=size)

@@ -447,3 +447,24 @@ def test_localizing_measures_a_segment_that_makes_maps(tmp_path, capsys) -> None
     assert "FAILED" in maps
     makes = next(line for line in out.splitlines() if " onnxruntime onnxruntime " in line)  # (Scaler .. ZipMap)
     assert "stitched 0 ok" not in makes and "DIVERGES" in makes and "own 0 ok" in makes, makes
+
+
+def test_several_comparisons_are_localized_where_the_failing_output_errs_most() -> None:
+    """compare --all-profile-shapes (or several samples) with --localize localized the first
+    failing comparison, without saying which, so its segment table disagreed with the output
+    rows above it (the worst over every comparison). It localizes the comparison where the first
+    failing output errs most, and says which."""
+    from trt_backend.data.demo import DEMO_PATH
+    from trt_backend.session.options import SessionOptions
+
+    profile = [{"image": ((1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32))}]
+    options = SessionOptions(emulate=True, precision="fp16")
+    report = compare(DEMO_PATH, CompareOptions(all_profile_shapes=True, localize="always", atol=1e-6, rtol=1e-6),
+                     profiles=profile, session_options=options)
+    note = next(n for n in report.notes if n.startswith("segments localized on comparison "))
+    each = [compare(DEMO_PATH, CompareOptions(shapes={"image": shape}, seed=j, atol=1e-6, rtol=1e-6),
+                    profiles=profile, session_options=options).outputs[0].error.max_abs_error
+            for j, shape in enumerate(((1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32)))]  # (comparison j: seed j)
+    worst = int(np.argmax(each))
+    assert note.startswith(f"segments localized on comparison {worst + 1} of 3 "), (note, each)
+    assert report.outputs[0].error.max_abs_error == pytest.approx(max(each))
