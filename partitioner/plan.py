@@ -195,7 +195,27 @@ def validate_options(model: Model, options: PartitionOptions) -> None:
     names = {n.name for n in model.proto.graph.node}
     for name in options.exclude_nodes:
         if name not in names:
+            holder = _holder_of(model.proto.graph, name)
+            if holder is not None:
+                raise OptionsError(f"node '{name}' of {model.source} is inside the subgraph of {holder}, which runs "
+                                   f"whole where the node holding it runs: exclude that node instead (node exclusions)")
             raise OptionsError(f"no node named '{name}' in {model.source} (node exclusions)")
+
+
+def _holder_of(graph: onnx.GraphProto, name: str) -> str | None:
+    """The main-graph node (``'If_1' (If), its then_branch``) whose subgraphs hold a node named
+    ``name``, nested ones included; None where none does. A walk with its own stack."""
+    for top in graph.node:
+        todo = [(a.name, g) for a in top.attribute
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
+        while todo:
+            attr, body = todo.pop()
+            for node in body.node:
+                if node.name == name:
+                    return f"'{top.name}' ({top.op_type}), its {attr}"
+                todo.extend((attr, g) for a in node.attribute
+                            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)))
+    return None
 
 
 def plan_model(source: ModelSource | Model, oracle: CapabilityOracle | None,

@@ -247,3 +247,10 @@ def test_unknown_exclusion_is_an_error(oracle) -> None:
         plan_model(if_model(), oracle, PartitionOptions(exclude_ops=("Reluu",)))
     with pytest.raises(OptionsError, match="no node named 'nope'"):
         plan_model(if_model(), oracle, PartitionOptions(exclude_nodes=("nope",)))
+    # a node inside an If's branch: named where it sits, and what to exclude instead ("no node named" before)
+    m = if_model()
+    next(a for a in m.graph.node[3].attribute if a.name == "then_branch").g.node[0].name = "inner_add"
+    with pytest.raises(OptionsError, match=r"node 'inner_add' of .* is inside the subgraph of 'if' \(If\), its "
+                                           r"then_branch, which runs whole where the node holding it runs: exclude "
+                                           r"that node instead"):
+        plan_model(m, oracle, PartitionOptions(exclude_nodes=("inner_add",)))
