@@ -97,8 +97,11 @@ def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str
     for seg in m["plan"]["segments"]:
         for k, profile in enumerate(seg.get("profiles") or ()):
             for name, tp in profile.items():
-                rows.append((seg["id"], k, name, " / ".join("x".join(map(str, tp[w])) or "[]"
-                                                            for w in ("min", "opt", "max")), tp.get("source", "")))
+                shown = " / ".join("x".join(map(str, tp[w])) or "[]" for w in ("min", "opt", "max"))
+                values = tp.get("values")
+                if isinstance(values, dict):  # a shape tensor: the values it takes decide a run too
+                    shown += "; values " + " / ".join(str(tuple(values.get(w) or ())) for w in ("min", "opt", "max"))
+                rows.append((seg["id"], k, name, shown, tp.get("source", "")))
     lines += table(("segment", "profile", "tensor", "min / opt / max", "source"), rows,
                    (True, True, False, False, False)) if rows else ["  none: no TensorRT segment"]
     engines = [(s["id"], s["engine"], s["engine_bytes"], s["build_seconds"], s["engine_sha256"][:16])

@@ -3,6 +3,8 @@ are the caller's inputs or the model's initializers, initializers fed as inputs,
 twice, and ``make_plan``'s shapes."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -133,6 +135,8 @@ def test_inputs_tensorrt_reads_as_shapes_take_their_values_from_the_samples(tmp_
     assert main(["bench", path, "--inputs", inputs, "--warmup-ms", "10", "--duration-s", "0.1", "--iterations", "3",
                  "--rounds", "1", "--no-progress"]) == 0
     capsys.readouterr()
+    assert main(["inspect", folder]) == 0  # the profile table shows the values a run is held to
+    assert re.search(r"delta +\[\] / \[\] / \[\]; values \(-3,\) / \(-3,\) / \(-3,\)", capsys.readouterr().out)
     sess = Session.load(folder, SessionOptions(emulate=True))
     feed = {"start": np.array(10, np.int64), "limit": np.array(4, np.int64), "delta": np.array(-3, np.int64)}
     assert sess.run(None, feed)[0].tolist() == [10.0, 7.0]
