@@ -234,10 +234,12 @@ class BuildCache:
             return {}
 
     def restore(self, key: str, out_dir: str, updates: Mapping[str, Any],
-                sign_key: bytes | None) -> dict[str, Any] | None:
+                sign_key: bytes | None, calibration_source: str | None = None) -> dict[str, Any] | None:
         """Write the folder cached under ``key`` as ``out_dir`` (temp folder, then swapped in), its
         manifest updated with ``updates`` and sealed (signed with ``sign_key``); the manifest, or
-        None on a miss. A damaged entry is logged, removed and a miss."""
+        None on a miss. A damaged entry is logged, removed and a miss. ``calibration_source``: the
+        calibration data this build was given (the key holds its bytes, not its path), recorded
+        in place of the path the cached build was given."""
         entry = self.entry(key)
         manifest = self._read(entry)
         if manifest is None:
@@ -248,6 +250,10 @@ class BuildCache:
             tmp = new_folder(parent, ".build-")
             for name in _files_of(manifest):
                 link_or_copy(os.path.join(entry, name), os.path.join(tmp, name), link=name.endswith(".engine"))
+            build = manifest.get("build")
+            recorded = build.get("calibration") if isinstance(build, dict) else None
+            if calibration_source is not None and isinstance(build, dict) and isinstance(recorded, dict):
+                manifest = {**manifest, "build": {**build, "calibration": {**recorded, "source": calibration_source}}}
             manifest = seal({**manifest, **updates}, sign_key)
             write_atomic(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1) + "\n")
             swap_in_folder(tmp, out_dir)

@@ -120,8 +120,9 @@ def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[M
     builds, build_key = _build_cache(model, profiles, opts, flv)
     if builds is not None and build_key is not None:
         path = os.fspath(cast("str | os.PathLike[str]", model))
+        given = str(opts.build.calibration_data) if opts.build.calibration_data else None
         hit = builds.restore(build_key, out_dir, {"model": path, "build_seconds": round(time.perf_counter() - start, 4),
-                                                  "build_cache": {"key": build_key, "hit": True}}, key)
+                                                  "build_cache": {"key": build_key, "hit": True}}, key, given)
         if hit is not None:
             return hit
     entry = plan_entry_for(model, profiles, opts)  # (a plan kept in the plan cache: the model loaded, not probed)

@@ -192,9 +192,11 @@ def restore_indexed(call: Call, index: str) -> dict[str, Any] | None:
     signing = sign_key(None)
     check_build_folder(call.output)
     with output_lock(call.output):
+        given = call.values("--calibration-data")[-1:]
         return cache.restore(key, call.output, {"model": call.model,
                                                 "build_seconds": round(time.perf_counter() - start, 4),
-                                                "build_cache": {"key": key, "hit": True}}, signing)
+                                                "build_cache": {"key": key, "hit": True}}, signing,
+                             given[0] if given else None)
 
 
 def print_build(model: str, output: str, manifest: Mapping[str, Any], verbose: bool) -> None:

@@ -88,6 +88,11 @@ def test_second_build_is_a_copy_and_any_option_changes_the_key(tmp_path, capsys)
     first8 = build(model, str(tmp_path / "g"), cache, *int8)
     kept8 = build(model, str(tmp_path / "h"), cache, *int8, "--keep-fp32-ops", "Relu")
     assert first8["build_cache"]["key"] != kept8["build_cache"]["key"] and kept8["build_cache"]["hit"] is False
+    # the same data under another path: a hit (its bytes are keyed), recording the path given
+    moved = str(tmp_path / "moved.npz")
+    os.rename(cal, moved)
+    again8 = build(model, str(tmp_path / "i"), cache, "--precision", "int8", "--calibration-data", moved)
+    assert again8["build_cache"]["hit"] is True and again8["build"]["calibration"]["source"] == moved
 
 
 def test_a_changed_model_of_the_same_size_and_time_misses(tmp_path) -> None:
