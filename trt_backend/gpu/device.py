@@ -16,6 +16,8 @@ import logging
 import os
 import sys
 import threading
+import weakref
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -292,7 +294,9 @@ def order_reuse_after(producer: StreamLike, reader: Stream) -> None:
 
 class ThreadStreams:
     """One :class:`Stream` per thread that runs work on ``device_id``, made on the thread's first
-    use and kept until :meth:`close` (which synchronizes and destroys every one).
+    use and kept until :meth:`close` (which synchronizes and destroys every one); a thread that has
+    ended leaves its stream to the next new thread (work queued on it stays in order), so callers
+    that run each call in a fresh thread do not grow streams without bound.
 
     A stream per thread, as ONNX Runtime gives each concurrent run device streams of its own and
     Torch-TensorRT runs on the caller's current stream (which PyTorch keeps per thread): threads
@@ -303,6 +307,7 @@ class ThreadStreams:
         self.device_id = device_id
         self._local = threading.local()
         self._all: list[Stream] = []
+        self._users: dict[int, Callable[[], threading.Thread | None]] = {}  # id(stream) -> its thread
         self._lock = threading.Lock()
         self._closed = False
 
@@ -312,8 +317,11 @@ class ThreadStreams:
             with self._lock:
                 if self._closed:
                     raise CudaError("the session's streams are closed (its Session was closed)")
-                stream = Stream(self.device_id)
-                self._all.append(stream)
+                stream = next((s for s in self._all if not _alive(self._users.get(id(s)))), None)
+                if stream is None:
+                    stream = Stream(self.device_id)
+                    self._all.append(stream)
+                self._users[id(stream)] = weakref.ref(threading.current_thread())
             self._local.stream = stream
         return stream
 
@@ -327,10 +335,16 @@ class ThreadStreams:
     def close(self) -> None:
         with self._lock:
             self._closed, streams, self._all = True, self._all, []
+            self._users.clear()
         for s in streams:
             s.synchronize()
             s.close()
         self._local = threading.local()
+
+
+def _alive(user: Callable[[], threading.Thread | None] | None) -> bool:
+    thread = user() if user is not None else None
+    return thread is not None and thread.is_alive()
 
 
 class Event:

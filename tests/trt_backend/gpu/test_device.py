@@ -242,3 +242,37 @@ def test_a_lease_freed_by_a_collection_inside_the_pools_own_work_gives_its_buffe
     assert not worker.is_alive(), "the thread waits for the pool's lock it holds"
     assert pool.outstanding == 0
     pool.close()
+
+
+def test_a_thread_that_ended_leaves_its_stream_to_the_next(fake_gpu) -> None:
+    """One stream per thread that runs work, kept until the session closes: a caller running each
+    call in a fresh thread grew one stream (and its events) per call. A stream of an ended thread
+    goes to the next new thread; live threads keep their own."""
+    import threading
+
+    streams = dev.ThreadStreams(0)
+    seen: list[int] = []
+
+    def use() -> None:
+        seen.append(int(streams.current().handle))
+
+    for _ in range(20):
+        t = threading.Thread(target=use)
+        t.start()
+        t.join()
+    assert len(streams) == 1 and len(set(seen)) == 1
+    hold, go = threading.Event(), threading.Event()
+
+    def keep() -> None:
+        seen.append(int(streams.current().handle))
+        hold.set()
+        go.wait(10)
+
+    first = threading.Thread(target=keep)
+    first.start()
+    hold.wait(10)
+    use()  # (this thread, beside a live one: a stream of its own)
+    go.set()
+    first.join()
+    assert len(streams) == 2 and seen[-1] != seen[-2]
+    streams.close()
