@@ -269,6 +269,11 @@ def test_build_options_are_refused_on_a_folder_in_one_line(material, tmp_path, c
     assert "--precision would change what was built" in capsys.readouterr().err
     with pytest.raises(trt_backend.errors.OptionsError, match="--precision would change what was built"):
         Session.load(fp16, SessionOptions(precision="fp32", emulate=True))  # (given, at its default: asked)
+    import dataclasses
+
+    with pytest.raises(trt_backend.errors.OptionsError, match="--precision would change what was built"):
+        # (options remade by dataclasses.replace, as a signed load and serve replicas remake them)
+        Session.load(fp16, dataclasses.replace(SessionOptions(precision="fp32"), emulate=True))
     Session.load(fp16, SessionOptions(emulate=True)).close()  # (not given: the folder's own)
 
 

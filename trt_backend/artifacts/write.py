@@ -158,7 +158,7 @@ def _build_cache(model: ModelSource | Model, profiles: Sequence[Mapping[str, Any
     if not os.path.isfile(model):
         return None, None  # Loading it names the problem.
     options = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)
-               if f.name not in ("sign_key", "cache_dir", "build")}  # ``build``: its key fields below decide.
+               if f.name not in ("sign_key", "cache_dir", "build", "given")}  # ``build``: its key fields below decide.
     # (the memory budget given cuts the model, and so the folder, though not a given segment's engine)
     inputs = {"profiles": profiles, "options": options, "build_options": opts.build.key_fields(),
               "max_build_memory": opts.build.max_build_memory,

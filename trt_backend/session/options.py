@@ -80,6 +80,10 @@ class SessionOptions:
     device_id: int | None = None
     lean_runtime: str | None = None
     weights_by_reference: bool = False
+    # the stages' fields given by keyword (``SessionOptions(precision="fp32")``), at their defaults
+    # too: a build folder of another precision refuses such a one. A field, so that
+    # ``dataclasses.replace`` keeps it; not compared: it says how the options were written.
+    given: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def __init__(self, *, partition: PartitionOptions | None = None, ort: OrtOptions | None = None,
                  build: BuildOptions | None = None, emulate: bool | str = "auto", flavor: str = "auto",
@@ -87,7 +91,7 @@ class SessionOptions:
                  allow_host_code: bool = False, outputs_on_device: bool = False, calibration_seed: int = 0,
                  max_memory: int | str | None = None, sign_key: str | bytes | None = None,
                  device_id: int | None = None, lean_runtime: str | None = None, weights_by_reference: bool = False,
-                 **flat: Any) -> None:
+                 given: frozenset[str] = frozenset(), **flat: Any) -> None:
         stages: dict[str, Any] = {"partition": partition if partition is not None else PartitionOptions(),
                                   "ort": ort if ort is not None else OrtOptions(),
                                   "build": build if build is not None else BuildOptions()}
@@ -115,9 +119,7 @@ class SessionOptions:
         stages["partition"] = with_shipped_plugins(stages["partition"])  # (as every door resolves them)
         for key, value in {**stages, **own}.items():
             object.__setattr__(self, key, value)
-        # the stages' fields given by keyword here, at their defaults too (precision="fp32" asks for
-        # fp32: a build folder of another precision refuses it); not a field: equality ignores it
-        object.__setattr__(self, "given", frozenset(flat))
+        object.__setattr__(self, "given", frozenset(given) | frozenset(flat))
         if not any(emulate is c or (isinstance(c, str) and emulate == c) for c in EMULATE_CHOICES):
             raise OptionsError(f"emulate must be True, False or 'auto', got {emulate!r}")
         if flavor not in FLAVOR_CHOICES:
@@ -137,7 +139,7 @@ class SessionOptions:
         return self.ort.for_segments(segments)
 
 
-_OWN = tuple(f.name for f in dataclasses.fields(SessionOptions))
+_OWN = tuple(f.name for f in dataclasses.fields(SessionOptions) if f.name != "given")
 # every keyword SessionOptions(...) takes: its own fields and the stages' fields, flat
 OPTION_NAMES = frozenset(_OWN) | frozenset(_FLAT)
 
