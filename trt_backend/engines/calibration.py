@@ -106,7 +106,24 @@ class CalibrationData:
     batches: Sequence[dict[str, np.ndarray]] = field(repr=False)
     random: bool = False
     samples: int = 0
-    shapes: int = 1  # distinct batch shapes (more than one: samples of different shapes)
+    shapes: int = 1  # distinct batch shapes (more than one: samples of different shapes, or a short batch)
+    sample_shapes: int = 1  # distinct shapes of the samples themselves (each batch's without its leading dim)
+    commonest: tuple[Any, ...] = ()  # the batch shape most batches have (batch_key), and how many have it
+    commonest_count: int = 0
+
+    def of_commonest_shape(self) -> CalibrationData:
+        """These batches but those of another shape than the commonest (a last batch short of
+        the batch size): what a calibrator that stacks every batch of a tensor takes."""
+        if self.shapes <= 1:
+            return self
+        batches, keep = self.batches, self.commonest
+        kept = Batches(lambda: (b for b in batches if batch_key(b) == keep), self.commonest_count)
+        return dataclasses.replace(self, batches=kept, shapes=1, commonest_count=self.commonest_count)
+
+
+def batch_key(batch: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A calibration batch's shape: each input's, by name."""
+    return tuple(sorted((n, tuple(np.shape(a))) for n, a in batch.items()))
 
 
 def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
@@ -176,17 +193,23 @@ def load_calibration(source: str, inputs: Sequence[InputSpec], batch_sizes: Mapp
         made = _random_batches(inputs, sizes, seed, ranges[0] if ranges else {})
         return CalibrationData(RANDOM, data_sha256(RANDOM), made, random=True, samples=len(made))
     files = calibration_files(source)
-    count, samples, shapes = 0, 0, set()
+    count, samples = 0, 0
+    shapes: dict[tuple[Any, ...], int] = {}
+    per_sample: set[tuple[Any, ...]] = set()
     for _path, batch in _stream(files, inputs, sizes, ranges):
         count += 1
         samples += _samples(batch, inputs)
-        shapes.add(tuple(sorted((n, a.shape) for n, a in batch.items())))
+        key = batch_key(batch)
+        shapes[key] = shapes.get(key, 0) + 1
+        per_sample.add(tuple((n, s[1:]) for n, s in key))
     if not count:
         raise CalibrationDataError(f"calibration data {source}: fewer samples than one batch")
     if len(shapes) > 1:
         log.info("calibration data %s: %d batch(es) in %d shapes", source, count, len(shapes))
     batches = Batches(lambda: (b for _, b in _stream(files, inputs, sizes, ranges)), count)
-    return CalibrationData(source, data_sha256(source), batches, samples=samples, shapes=len(shapes))
+    commonest = max(shapes, key=lambda k: shapes[k])
+    return CalibrationData(source, data_sha256(source), batches, samples=samples, shapes=len(shapes),
+                           sample_shapes=len(per_sample), commonest=commonest, commonest_count=shapes[commonest])
 
 
 def _samples(batch: Mapping[str, np.ndarray], inputs: Sequence[InputSpec]) -> int:

@@ -133,9 +133,15 @@ class SegmentQuantizer:
         if method != "minmax" and self.data.shapes > 1:
             # (ONNX Runtime's histogram calibrators stack every batch's values of a tensor into one
             # array: batches of two shapes fail there, deep in a segment's build)
-            raise CalibrationDataError(f"calibration data {data_source}: --calibration-method {method} takes batches "
-                                       f"of one shape, and the data holds {self.data.shapes} (ONNX Runtime's "
-                                       "histogram calibrator stacks them); use minmax, or samples of one shape")
+            if self.data.sample_shapes > 1:
+                raise CalibrationDataError(f"calibration data {data_source}: --calibration-method {method} takes "
+                                           f"samples of one shape, and the data holds {self.data.sample_shapes} "
+                                           "(ONNX Runtime's histogram calibrator stacks them); use minmax, or samples "
+                                           "of one shape")
+            kept = self.data.of_commonest_shape()  # (a last batch short of the batch size: left out)
+            log.info("calibration data %s: %s calibration takes %d batch(es) of one shape, of %d", data_source,
+                     method, len(kept.batches), len(self.data.batches))
+            self.data = kept
         self._taps: dict[str, list[Any]] = {}  # tensor -> its value per calibration batch (while they fit)
         self._done: dict[str, onnx.ModelProto] = {}
         self._lock = threading.Lock()

@@ -312,9 +312,24 @@ def test_a_histogram_calibration_of_batches_of_several_shapes_is_one_error(tmp_p
     fp32 with a warning and exited 0. It is one CalibrationDataError before anything builds;
     minmax takes the same data."""
     _varied(tmp_path)
-    with pytest.raises(CalibrationDataError, match=rf"--calibration-method {method} takes batches of one shape, "
+    with pytest.raises(CalibrationDataError, match=rf"--calibration-method {method} takes samples of one shape, "
                                                    r"and the data holds \d+ \(ONNX Runtime's histogram calibrator"):
         Session(detector(), PROFILES, SessionOptions(emulate=True, precision="int8", calibration_data=str(tmp_path),
                                                      calibration_method=method))
     Session(detector(), PROFILES, SessionOptions(emulate=True, precision="int8", calibration_data=str(tmp_path),
                                                  calibration_method="minmax")).close()
+
+
+def test_a_histogram_calibration_leaves_out_a_short_last_batch(tmp_path) -> None:
+    """Ten samples of one shape at a batch of 4 make batches of 4, 4 and 2: the check of shapes
+    refused them as of several shapes ("use samples of one shape", which they were). The short
+    batch is left out of an entropy or percentile calibration, which stacks every batch."""
+    rng = np.random.default_rng(4)
+    np.savez(tmp_path / "ten.npz", x=rng.random((10, 3, 16, 16), dtype=np.float32))
+    profile = [{"x": ((1, 3, 16, 16), (4, 3, 16, 16), (4, 3, 16, 16))}]
+    sess = Session(detector(), profile, SessionOptions(emulate=True, precision="int8",
+                                                       calibration_data=str(tmp_path / "ten.npz"),
+                                                       calibration_method="entropy"))
+    quantized = sess.compiled.segments[0].model
+    assert sum(n.op_type in QDQ_OPS for n in quantized.graph.node) >= 6
+    sess.close()
