@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -20,6 +21,8 @@ from trt_backend.ort.sizes import parse_size
 
 if TYPE_CHECKING:
     from trt_backend.ort.options import OrtOptions
+
+log = logging.getLogger(__name__)
 
 # What only some commands' flags need (a session's options, precisions, ONNX Runtime's settings)
 # loads when those flags are added or read: ``inspect`` of a model takes none of them.
@@ -470,5 +473,21 @@ def sample_profiles(feeds: Sequence[Mapping[str, Any]], args: argparse.Namespace
     source = getattr(args, "calibration_data", None)
     calibration = _calibration.calibration_shapes(source) if source and source != "random" and getattr(
         args, "precision", "fp32") in ("int8", "auto") else []
-    shaped = [{name: SimpleNamespace(shape=shape) for name, shape in sample.items()} for sample in calibration]
-    return _feeds.profiles_from_feeds([*feeds, *shaped]) if feeds or shaped else []
+    # A calibration file's leading dim counts the samples it stacks (re-batched to the profile's
+    # opt batch), not a batch the engine runs at: it spans the other dims only, its batch the
+    # samples' (1 without any).
+    def batch(name: str) -> int:
+        lead = [int(f[name].shape[0]) for f in feeds if name in f and len(getattr(f[name], "shape", ())) >= 1]
+        return lead[0] if lead else 1
+
+    shaped = [{name: SimpleNamespace(shape=(batch(name), *shape[1:]) if shape else shape)
+               for name, shape in sample.items()} for sample in calibration]
+    profiles = _feeds.profiles_from_feeds([*feeds, *shaped]) if feeds or shaped else []
+    if shaped and profiles:
+        made = ", ".join(f"{n} {'x'.join(map(str, p[0])) or 'scalar'}" + (
+            f"..{'x'.join(map(str, p[2]))}" if p[2] != p[0] else "") for n, p in profiles[0].items()
+            if isinstance(p, tuple) and len(p) >= 3)
+        log.warning("no profile given: one made from the shapes of %s (%s), its batch %s; give "
+                    "--min/--opt/--max-shapes for others", "the calibration data and --inputs" if feeds else
+                    "the calibration data", made, "the samples'" if feeds else "1")
+    return profiles

@@ -270,9 +270,10 @@ def test_calibration_data_given_without_profiles_shapes_the_profile_as_samples_d
                  str(data)]) == 0
     capsys.readouterr()
     profile = json.load(open(tmp_path / "b8" / "manifest.json"))["plan"]["input_profiles"][0]["x"]
-    low = [min(s[k] for s in shapes.values()) for k in range(4)]
-    high = [max(s[k] for s in shapes.values()) for k in range(4)]
-    assert (profile["min"], profile["opt"], profile["max"]) == (low, list(shapes["a.npz"]), high)
+    # (a file's leading dim counts the samples it stacks: the batch is 1 without --inputs, said)
+    low = [1] + [min(s[k] for s in shapes.values()) for k in range(1, 4)]
+    high = [1] + [max(s[k] for s in shapes.values()) for k in range(1, 4)]
+    assert (profile["min"], profile["opt"], profile["max"]) == (low, [1, *shapes["a.npz"][1:]], high)
     np.savez(tmp_path / "one.npz", x=np.random.default_rng(3).random((2, 3, 24, 24), dtype=np.float32))
     rc = main(["compare", path, "--inputs", str(tmp_path / "one.npz"), "--precision", "int8", "--calibration-data",
                str(data), "--atol", "0.5", "--rtol", "0.5"])
