@@ -97,8 +97,10 @@ def _rows_depend(session: Session, ranges: list[tuple[int, int]]) -> str | None:
     try:
         return rows_interact(lambda feeds, names: session.run(names, feeds), args, shapes, [a.name for a in args],
                              outputs, rows=lo, seed=2)
-    except TrtBackendError as e:
-        return f"a run to check that the model's rows are independent failed: {e}"
+    except TrtBackendError as e:  # (random data at made-up dims a model may refuse: batched as the shapes allow)
+        log.warning("requests are batched without checking that the model's rows are independent: a run to check "
+                    "failed (%s); give profiles (or --inputs) of shapes it runs at to check it", e)
+        return None
 
 
 def _batch_ranges(session: Session) -> list[tuple[int, int]] | str:

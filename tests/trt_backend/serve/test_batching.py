@@ -134,6 +134,31 @@ def test_a_model_whose_rows_depend_on_each_other_is_batched_at_neither_door(tmp_
         triton_repo(from_model(centred, profile, SessionOptions()), TritonOptions(max_batch_size=8))
 
 
+def test_a_row_check_that_cannot_run_leaves_batching_as_the_shapes_allow(tmp_path, caplog) -> None:
+    """Without profiles the row check runs at made-up dims (1 for every dim but the batch), which
+    a 3x3 Conv refuses: that failure turned batching off in serve and made export-triton
+    --max-batch-size refuse a model it exported before. A check that cannot run is a warning;
+    only a dependence measured stops batching."""
+    import logging
+
+    from onnx import TensorProto as T
+    from onnx import numpy_helper as nh
+
+    from trt_backend.export.repo import TritonOptions, triton_repo
+    from trt_backend.export.source import from_model
+    from trt_backend.serve.batching import no_batch_dim
+
+    w = nh.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    conv = model([helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3])],
+                 [helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, "H", "W"])],
+                 [helper.make_tensor_value_info("y", T.FLOAT, ["N", 4, "H2", "W2"])], [w])
+    options = SessionOptions(exclude_ops=("Conv",), emulate=True)
+    with caplog.at_level(logging.WARNING):
+        assert no_batch_dim(Session(conv, None, options)) is None
+        triton_repo(from_model(conv, None, options), TritonOptions(max_batch_size=8))
+    assert caplog.text.count("without checking that the model's rows are independent: a run to check failed") == 2
+
+
 def test_mixed_requests_are_packed_split_and_answered(session, reference) -> None:
     runner = BatchRunner(session, 4)
     sizes = [1, 3, 2, 7, 1, 12, 4, 2]
