@@ -226,9 +226,11 @@ def _check_value(arg: NodeArg, value: Any) -> tuple[Any, str | None]:
     elif not isinstance(value, np.ndarray):
         if _is_ort_value(value):
             return value, None  # already a runtime value; onnxruntime checks it
-        if isinstance(value, (list, tuple)) and kind == "tensor" and arg.dtype is not None:
-            return _from_list(arg, value)  # (nested lists: ONNX Runtime takes them too)
-        return value, f"input '{arg.name}': expected a numpy array ({arg.type}), got {_given(value)}"
+        if not (isinstance(value, (list, tuple)) and kind == "tensor" and arg.dtype is not None):
+            return value, f"input '{arg.name}': expected a numpy array ({arg.type}), got {_given(value)}"
+        value, problem = _from_list(arg, value)  # (nested lists: ONNX Runtime takes them too; then checked as arrays)
+        if problem is not None:
+            return value, problem
     if arg.dtype is not None and value.dtype != arg.dtype and value.dtype.kind == arg.dtype.kind \
             and value.dtype.newbyteorder("=") == arg.dtype:  # the same type in the other byte order
         value = value.astype(arg.dtype)

@@ -198,4 +198,6 @@ def test_feeds_and_output_names_onnx_runtime_takes_are_taken() -> None:
     assert len(sess.run({"probs": 0}.keys(), {"image": x})) == 1  # type: ignore[arg-type]
     with pytest.raises(trt_backend.errors.FeedError, match=r"input 'image': cannot read the nested lists"):
         sess.run(None, {"image": [[1.0, 2.0], [3.0]]})
+    with pytest.raises(trt_backend.errors.FeedError, match=r"input 'image': expected rank 4 .*got shape \(2, 3\)"):
+        sess.run(None, {"image": [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]})  # (checked as an array is: rank, dims)
     sess.close()
