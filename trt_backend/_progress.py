@@ -18,6 +18,13 @@ _DIGITS = re.compile(r"\d+(\.\d+)?")
 log = logging.getLogger(PROGRESS)
 
 
+def settle() -> None:
+    """Say no more of steps begun: the command waits now (``serve`` once it serves)."""
+    for handler in log.handlers:
+        if isinstance(handler, ProgressHandler):
+            handler.settle()
+
+
 def progress(message: str, *args: Any) -> None:
     """Report a step of a long job (``message % args``, as logging formats it)."""
     log.info(message, *args)
@@ -56,7 +63,15 @@ class ProgressHandler(logging.Handler):
             if pending is not None:
                 began, text = pending
                 self._last_kind, self._last_at = _DIGITS.sub("#", text), time.perf_counter()
-                self._write(f"[{began:6.1f} s] {text}\n")
+                self._write(f"[{began:6.1f} s] {text} (the last step begun, at {self.after_s:g} s)\n")
+
+    def settle(self) -> None:
+        """The command's long work is over (it waits now, as serve does): no step is running to
+        be said."""
+        if self._timer is not None:
+            self._timer.cancel()
+        with self._guard:
+            self._pending = None
 
     def emit(self, record: logging.LogRecord) -> None:
         text = " ".join(record.getMessage().split())
@@ -96,10 +111,7 @@ class ProgressHandler(logging.Handler):
 
     def close(self) -> None:
         """Stop: the terminal's progress line is erased (and a running step no longer said)."""
-        if self._timer is not None:
-            self._timer.cancel()
-        with self._guard:
-            self._pending = None
+        self.settle()
         self.clear()
         super().close()
 

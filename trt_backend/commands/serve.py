@@ -24,6 +24,7 @@ from trt_backend.commands._precision import (
     build_fields,
     options_with,
 )
+from trt_backend._progress import settle
 from trt_backend.errors import OptionsError
 from trt_backend.serve import ServeOptions, start, stop
 from trt_backend.serve.options import DEFAULT_MAX_BATCH, DEFAULT_WAIT_MS
@@ -85,6 +86,7 @@ def handle(args: argparse.Namespace) -> int:
           '(JSON {"inputs": {name: array}} or NumPy .npz with Content-Type: application/x-npz)')
     print("  Python: trt_backend.serve.ServeClient(" + repr(options.name) + ").infer({name: array})  (Ctrl-C stops)",
           flush=True)
+    settle()  # (serving, it waits: no step of its start is running)
     done = threading.Event()
     got: list[int] = []
 

@@ -440,7 +440,9 @@ def test_a_step_still_running_when_progress_lines_begin_is_said_then() -> None:
 
     logger = logging.getLogger("trt_backend.progress")
     old = (logger.level, logger.propagate)
-    for quick in (False, True):
+    from trt_backend._progress import settle
+
+    for quick in (False, "closed", "settled"):
         stream = io.StringIO()
         handler = ProgressHandler(stream, after_s=0.3)
         logger.addHandler(handler)
@@ -449,14 +451,15 @@ def test_a_step_still_running_when_progress_lines_begin_is_said_then() -> None:
         try:
             progress("planning %s", "m.onnx")
             progress("calibrating %d segment input(s)", 3)
-            if quick:
-                handler.close()
+            if quick:  # (a command that ended, or one that waits now, as serve does once it serves)
+                handler.close() if quick == "closed" else settle()
                 time.sleep(0.5)
                 assert stream.getvalue() == ""
                 continue
             time.sleep(0.6)
             lines = stream.getvalue().splitlines()
-            assert len(lines) == 1 and re.match(r"^\[\s*0\.\d s\] calibrating 3 segment input\(s\)$", lines[0]), lines
+            assert len(lines) == 1 and re.match(r"^\[\s*0\.\d s\] calibrating 3 segment input\(s\) \(the last step "
+                                                r"begun, at 0\.3 s\)$", lines[0]), lines
             progress("engine %d/%d built", 1, 1)
             assert stream.getvalue().splitlines()[1].endswith("engine 1/1 built")
         finally:
