@@ -119,6 +119,8 @@ def _remade(cls: Any, fields: dict[str, Any]) -> Any:
 
 
 def _frozen(value: Any) -> Any:
+    if hasattr(value, "tobytes") and hasattr(value, "dtype") and hasattr(value, "shape"):  # (an array: its contents)
+        return ("array", str(value.dtype), tuple(value.shape), value.tobytes())
     if isinstance(value, Mapping):
         return tuple(sorted(((k, _frozen(v)) for k, v in value.items()), key=lambda kv: repr(kv[0])))
     if isinstance(value, (list, tuple)):

@@ -192,6 +192,10 @@ def test_every_options_class_hashes_pickles_copies_and_names_an_unknown_option()
         assert again == options and hash(again) == hash(options), type(options).__name__
         assert copy.deepcopy(options) == options and {options: 1}[again] == 1
     assert CompareOptions(tolerances={"y": (1e-2, 1e-2)}) != CompareOptions(tolerances={"y": (1e-3, 1e-2)})
+    import numpy as np
+
+    fed = [BenchOptions(feeds={"x": np.arange(4.0)}) for _ in range(2)]  # (arrays hashed by their contents)
+    assert hash(fed[0]) == hash(fed[1]) != hash(BenchOptions(feeds={"x": np.arange(5.0)}))
     with pytest.raises(errors.OptionsError, match=r"RunOptions has no option 'outputs_on_devce' \(its options: "
                                                   r"outputs_on_device, ort\)"):
         RunOptions(outputs_on_devce=True)  # type: ignore[call-arg]
