@@ -202,7 +202,10 @@ def remove_stale(parent: str, prefix: str) -> list[str]:
 
 
 def _alive(pid: int) -> bool:
-    """Whether a process of this id exists (one of another user's counts)."""
+    """Whether a process of this id exists (one of another user's counts). Elsewhere than on
+    POSIX (where signal 0 only asks), every process counts as alive: nothing is swept."""
+    if os.name != "posix":
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -216,13 +219,16 @@ _MACHINE: list[str] = []
 
 
 def _machine() -> str:
-    """A short token of this machine and boot (the hostname and Linux's boot id): process ids are
-    only told apart within one."""
+    """A short token of this machine, boot and process-id namespace (the hostname, Linux's boot id
+    and the namespace's id: containers of one host may share the first two): process ids are only
+    told apart within one."""
     if not _MACHINE:
         boot = ""
         with contextlib.suppress(OSError):
             with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
                 boot = f.read().strip()
+        with contextlib.suppress(OSError):
+            boot += "|" + os.readlink("/proc/self/ns/pid")
         import hashlib  # (here: once per process, as below)
 
         host = os.uname().nodename if hasattr(os, "uname") else os.environ.get("COMPUTERNAME", "")
