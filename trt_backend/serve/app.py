@@ -363,8 +363,10 @@ def check_resources(opts: ServeOptions, resources: Mapping[str, float]) -> None:
     """ServeError, in one line, where the cluster cannot place every replica (``num_gpus`` and
     ``num_cpus`` each, as Ray schedules them): Ray Serve would wait for them for ever."""
     gpus = opts.num_gpus if opts.num_gpus is not None else (1.0 if resources.get("GPU", 0) else 0.0)
+    extra = opts.extra_actor_options  # (Ray's own actor options, given: they win, as in the deployment)
+    gpus, cpus = float(extra.get("num_gpus", gpus)), float(extra.get("num_cpus", opts.num_cpus))
     for what, each, have, flag in (("GPU", gpus, resources.get("GPU", 0.0), "--num-gpus"),
-                                   ("CPU", opts.num_cpus, resources.get("CPU", 0.0), "--num-cpus")):
+                                   ("CPU", cpus, resources.get("CPU", 0.0), "--num-cpus")):
         need = each * opts.replicas
         if need > have + 1e-9:
             raise ServeError(f"{opts.replicas} replica(s) x {each:g} {what} ({flag}) need {need:g} {what}(s); the Ray "
