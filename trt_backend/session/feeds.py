@@ -523,12 +523,15 @@ def rows_interact(run: Callable[[dict[str, Any], list[str]], Sequence[Any]], inp
     """Whether a model's rows depend on each other, so that batching requests together (serve,
     Triton's dynamic batcher) changes answers: ``run(feeds, outputs)`` on seeded random inputs at
     ``shapes`` (``batched`` inputs leading with more than ``rows`` rows), and again on their first
-    ``rows`` rows alone; an output whose first rows differ (beyond float rounding between kernels
-    of two batch sizes: 1e-3 relative, 1e-4 of the output's largest magnitude) is named with how
-    far. None where every output's first rows are the same."""
+    ``rows`` rows alone; an output whose first rows differ (beyond what kernels of two batch
+    sizes round differently, in fp16 too: 1e-2 relative and 1e-2 of the output's largest
+    magnitude; a statistic over the batch moves values by their own size) is named with how far.
+    Integer outputs (labels an arg-max of near ties may flip) count only where no float output
+    does. None where every output's first rows are the same."""
     feeds = random_feeds(inputs, shapes, seed=seed)
     alone = {n: (v[:rows] if n in batched else v) for n, v in feeds.items()}
     together, single = run(feeds, list(outputs)), run(alone, list(outputs))
+    floats = any(np.asarray(v).dtype.kind in "fc" for v in together)
     for name, many, one in zip(outputs, together, single):
         many, one = np.asarray(many), np.asarray(one)
         if many.ndim == 0 or one.ndim == 0 or many.shape[1:] != one.shape[1:] or one.shape[0] != rows:
@@ -536,13 +539,13 @@ def rows_interact(run: Callable[[dict[str, Any], list[str]], Sequence[Any]], inp
         first = many[:rows]
         if first.dtype.kind in "fc":
             scale = float(np.nanmax(np.abs(many))) if many.size else 0.0
-            close = np.isclose(first, one, rtol=1e-3, atol=1e-4 * scale, equal_nan=True)
+            close = np.isclose(first, one, rtol=1e-2, atol=1e-2 * scale, equal_nan=True)
             if not close.all():
                 gap = float(np.nanmax(np.abs(first.astype(np.float64) - one.astype(np.float64))))
                 return (f"output '{name}' differs by up to {gap:.3g} on the same rows run with "
                         f"{many.shape[0] - rows} more row(s) than alone: the model's rows depend on each other (a "
                         "statistic over the batch?), so batched requests would change each other's answers")
-        elif first.dtype.kind in "iub" and not np.array_equal(first, one):
+        elif first.dtype.kind in "iub" and not floats and not np.array_equal(first, one):
             return (f"output '{name}' differs on the same rows run with {many.shape[0] - rows} more row(s) than "
                     "alone: the model's rows depend on each other, so batched requests would change each other's "
                     "answers")
