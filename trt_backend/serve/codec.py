@@ -20,7 +20,7 @@ import numpy as np
 from trt_backend.errors import MemoryLimitError, RequestError
 from trt_backend.profiles.node_arg import NodeArg
 from trt_backend.ort.values import check_npz_sizes
-from trt_backend.session.feeds import storable
+from trt_backend.session.feeds import storable, values_as
 
 NPZ = "application/x-npz"
 JSON = "application/json"
@@ -80,27 +80,12 @@ def _array(name: str, value: Any, model_dtype: np.dtype | None) -> np.ndarray:
 
 
 def _as_array(name: str, data: Any, dtype: np.dtype) -> np.ndarray:
-    """JSON values as an array of ``dtype``, refusing what the conversion would change: text for
-    an integer or a boolean, a fraction or a non-finite number for an integer, an integer
-    ``dtype`` cannot hold (numpy's cast truncates 1.7 to 1 and wraps 300 to 44 without a word).
-    A float takes "NaN", "Infinity" and "-Infinity", as replies write them."""
-    try:
-        raw = np.asarray(data)
-        if raw.dtype.kind in "USO" and dtype.kind not in "USOfc" and raw.size:
-            raise RequestError(f"input '{name}': got text (or values of mixed kinds) where the model takes {dtype}")
-        if dtype.kind in "iu" and raw.dtype.kind in "fc" and raw.size:
-            bad = ~np.isfinite(raw) | (raw != np.round(raw.real))
-            if bad.any():
-                first = raw[bad].reshape(-1)[0].item()
-                raise RequestError(f"input '{name}': {dtype} takes whole numbers, got {first!r}")
-        if dtype.kind in "iu" and raw.dtype.kind in "iuf" and raw.size:
-            info = np.iinfo(dtype)
-            if raw.min() < info.min or raw.max() > info.max:
-                raise RequestError(f"input '{name}': values {raw.min()}..{raw.max()} do not fit {dtype} "
-                                   f"({info.min}..{info.max})")
-        return raw.astype(dtype) if raw.dtype != dtype else raw
-    except (ValueError, TypeError, OverflowError, RecursionError) as e:
-        raise RequestError(f"input '{name}': cannot read the values as {dtype}: {e}") from None
+    """JSON values as an array of ``dtype``, refusing what the conversion would change
+    (:func:`trt_backend.session.feeds.values_as`, as Session.run reads lists)."""
+    array, problem = values_as(data, dtype)
+    if array is None:
+        raise RequestError(f"input '{name}': {problem}")
+    return array
 
 
 def encode_reply(outputs: Mapping[str, np.ndarray], npz: bool) -> bytes:

@@ -21,6 +21,7 @@ from trt_backend._files import npz_problem, write_atomic
 from trt_backend.errors import FeedError
 from trt_backend.gpu.memory import as_device_array
 from trt_backend.ort.random_data import Categories, ValueRange, random_feed
+from trt_backend.ort.sessions import first_line
 from trt_backend.ort.values import check_npz_sizes
 from trt_backend.profiles.given import example_shapes
 from trt_backend.profiles.node_arg import NodeArg, node_arg, shape_text
@@ -172,34 +173,41 @@ def fed_initializers(names: Sequence[str]) -> FeedError:
 _PASSED_KEPT = 64  # feed kinds remembered as passed (beyond: forgotten, checked again)
 
 
-def _from_list(arg: NodeArg, value: Any) -> tuple[Any, str | None]:
-    """A tensor input given as nested lists, as ONNX Runtime takes it: the array of the input's
-    dtype where that holds every value as given (numbers to a float type; whole numbers to an
-    integer type; strings to a string input), else the problem."""
-    assert arg.dtype is not None
+def values_as(data: Any, dtype: np.dtype) -> tuple[np.ndarray | None, str | None]:
+    """``data`` (nested lists, JSON values) as an array of ``dtype`` where that holds every value
+    as given, else (None, what it would change): text for a number (a float takes "NaN",
+    "Infinity", "-Infinity" and numbers written as text), a fraction or a non-finite number for an
+    integer, an integer ``dtype`` cannot hold, anything but 0 and 1 for a boolean (numpy's cast
+    truncates 1.7 to 1 and wraps 300 to 44 without a word); a string input takes text only. Session
+    feeds given as lists and serve's JSON requests are read so."""
     try:
-        raw = np.asarray(value)
-    except ValueError as e:
-        return value, f"input '{arg.name}': cannot read the nested lists as an array ({_line(str(e))})"
-    want = arg.dtype
-    if raw.size == 0 or raw.dtype == want:
-        return raw.astype(want), None
-    if want == np.dtype(object) and raw.dtype.kind == "U":
-        return raw.astype(object), None
-    if raw.dtype.kind in "biu" and want.kind in "biuf" or raw.dtype.kind == "f" and want.kind == "f":
-        cast = raw.astype(want)
-        if want.kind == "f" or np.array_equal(cast.astype(raw.dtype), raw):
-            return cast, None
-    if raw.dtype.kind == "f" and want.kind in "iu" and np.all(np.isfinite(raw)) and np.array_equal(raw, np.round(raw)):
-        cast = raw.astype(want)
-        if np.array_equal(cast.astype(raw.dtype), raw):
-            return cast, None
-    return value, (f"input '{arg.name}': expected {want} values ({arg.type}), got nested lists of {raw.dtype} that "
-                   f"{want} does not hold as given")
-
-
-def _line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else text
+        raw = np.asarray(data)
+    except (ValueError, TypeError, RecursionError) as e:
+        return None, f"cannot read the values as {dtype}: {first_line(e)}"
+    if raw.size == 0 or raw.dtype == dtype:
+        return raw.astype(dtype), None
+    text = raw.dtype.kind in "USO"
+    if dtype.kind in "USO":
+        if not text:
+            return None, f"got {raw.dtype} values where the model takes text"
+        return raw.astype(dtype), None
+    if text and dtype.kind not in "fc":
+        return None, f"got text (or values of mixed kinds) where the model takes {dtype}"
+    if dtype.kind in "iu" and raw.dtype.kind in "fc":
+        bad = ~np.isfinite(raw) | (raw != np.round(raw.real))
+        if bad.any():
+            return None, f"{dtype} takes whole numbers, got {raw[bad].reshape(-1)[0].item()!r}"
+    if dtype.kind in "iu" and raw.dtype.kind in "biuf":
+        info = np.iinfo(dtype)
+        if raw.min() < info.min or raw.max() > info.max:
+            return None, f"values {raw.min()}..{raw.max()} do not fit {dtype} ({info.min}..{info.max})"
+    if dtype.kind == "b" and not np.isin(raw, (0, 1)).all():
+        flat = raw.reshape(-1)
+        return None, f"bool takes 0 and 1 (or true and false), got {flat[~np.isin(flat, (0, 1))][0].item()!r}"
+    try:
+        return raw.astype(dtype), None
+    except (ValueError, TypeError, OverflowError) as e:
+        return None, f"cannot read the values as {dtype}: {first_line(e)}"
 
 
 def _check_value(arg: NodeArg, value: Any) -> tuple[Any, str | None]:
@@ -228,9 +236,10 @@ def _check_value(arg: NodeArg, value: Any) -> tuple[Any, str | None]:
             return value, None  # already a runtime value; onnxruntime checks it
         if not (isinstance(value, (list, tuple)) and kind == "tensor" and arg.dtype is not None):
             return value, f"input '{arg.name}': expected a numpy array ({arg.type}), got {_given(value)}"
-        value, problem = _from_list(arg, value)  # (nested lists: ONNX Runtime takes them too; then checked as arrays)
-        if problem is not None:
-            return value, problem
+        array, problem = values_as(value, arg.dtype)  # (nested lists: ONNX Runtime takes them too; then checked
+        if array is None:                             # as arrays are)
+            return value, f"input '{arg.name}': {problem}"
+        value = array
     if arg.dtype is not None and value.dtype != arg.dtype and value.dtype.kind == arg.dtype.kind \
             and value.dtype.newbyteorder("=") == arg.dtype:  # the same type in the other byte order
         value = value.astype(arg.dtype)

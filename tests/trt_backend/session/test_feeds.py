@@ -49,7 +49,7 @@ def good(n: int = 2) -> np.ndarray:
     ({"image": good(), "extra": good()}, r"unknown input 'extra'; the model's inputs are: 'image' tensor\(float\) "
                                          r"\[batch, 3, 32, 32\]"),
     ({}, r"missing input 'image' \(expected tensor\(float\) of shape \[batch, 3, 32, 32\]\)"),
-    ({"image": [[1.0, 2.0], [3.0]]}, r"input 'image': cannot read the nested lists as an array"),
+    ({"image": [[1.0, 2.0], [3.0]]}, r"input 'image': cannot read the values as float32"),
     ({"image": "pixels"}, r"input 'image': expected a numpy array \(tensor\(float\)\), got str"),
     ({"image": good().astype(np.float64)}, r"input 'image': expected dtype float32 \(tensor\(float\)\), "
                                            r"got float64 array of shape \(2, 3, 32, 32\)"),
@@ -191,6 +191,6 @@ def test_a_feed_of_a_kind_that_passed_before_is_not_checked_again_but_others_are
                          ({}, "missing input 'image'"),
                          ({"image": np.zeros((2, 3, 32, 32), np.float32), "x": np.zeros(1)}, "unknown input 'x'"),
                          ({"image": np.zeros((2, 3, 32, 32), np.float32).tolist()[:1] + [[0.5]]},
-                          "cannot read the nested lists")]:
+                          "cannot read the values as float32")]:
         with pytest.raises(FeedError, match=message):
             sess.run(None, bad)
