@@ -12,7 +12,7 @@ from trt_backend.errors import ExportError, FeedError, SegmentLoadError, Segment
 from trt_backend.export.source import ExportSource
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import tapped_session
-from trt_backend.profiles.node_arg import graph_inputs
+from trt_backend.profiles.node_arg import NodeArg, graph_inputs
 from trt_backend.session.feeds import random_feeds, rows_interact
 
 
@@ -25,20 +25,28 @@ def observed_shapes(source: ExportSource, names: Sequence[str], batches: Sequenc
     if model is None:
         raise ExportError(f"{what}: the build's plan has no model to run")
     args = graph_inputs(model.proto.graph)
-    first = source.input_profiles[0] if source.input_profiles else {}
     run = tapped_session(model, list(names), OrtOptions(), what)
     out = []
     for k, b in enumerate(batches):
-        shapes: dict[str, tuple[int, ...]] = {}
-        for arg in args:
-            base = list(first[arg.name].opt) if arg.name in first else \
-                [d if isinstance(d, int) else 1 for d in (arg.shape or ())]
-            if b is not None and arg.name in batched and base:
-                base[0] = b
-            shapes[arg.name] = tuple(base)
+        shapes = _at_batch(source, args, b, batched)
         values = run(random_feeds(args, shapes, seed=k), list(names))
         out.append({n: tuple(int(d) for d in np.shape(values[n])) for n in names})
     return out
+
+
+def _at_batch(source: ExportSource, args: Sequence[NodeArg], batch: int | None,
+              batched: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """The model inputs' shapes at the first profile's opt shapes (without one, the fixed dims and
+    1 for the rest), the leading dim of the inputs ``batched`` set to ``batch`` (None: as it is)."""
+    first = source.input_profiles[0] if source.input_profiles else {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for arg in args:
+        base = list(first[arg.name].opt) if arg.name in first else \
+            [d if isinstance(d, int) else 1 for d in (arg.shape or ())]
+        if batch is not None and arg.name in batched and base:
+            base[0] = batch
+        shapes[arg.name] = tuple(base)
+    return shapes
 
 
 def rows_depend(source: ExportSource, batched: Sequence[str], what: str) -> str | None:
@@ -50,14 +58,7 @@ def rows_depend(source: ExportSource, batched: Sequence[str], what: str) -> str 
     if model is None:
         raise ExportError(f"{what}: the build's plan has no model to run")
     args = graph_inputs(model.proto.graph)
-    first = source.input_profiles[0] if source.input_profiles else {}
-    shapes: dict[str, tuple[int, ...]] = {}
-    for arg in args:
-        base = list(first[arg.name].opt) if arg.name in first else \
-            [d if isinstance(d, int) else 1 for d in (arg.shape or ())]
-        if arg.name in batched and base:
-            base[0] = 2
-        shapes[arg.name] = tuple(base)
+    shapes = _at_batch(source, args, 2, batched)
     run = tapped_session(model, [], OrtOptions(), what)
     outputs = [o.name for o in model.proto.graph.output]
     return rows_interact(lambda feeds, names: [run(feeds, names)[n] for n in names], args, shapes, batched, outputs,

@@ -126,8 +126,7 @@ def build_app(source: str | os.PathLike[str], options: ServeOptions | None = Non
 
     opts = options or ServeOptions()
     src = os.path.abspath(path_text(source, "the source (a build folder or a model file)"))
-    gpus = opts.num_gpus if opts.num_gpus is not None else \
-        (1.0 if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) > 0 else 0.0)
+    gpus = replica_gpus(opts, ray.cluster_resources() if ray.is_initialized() else {})
     # replicas import the trt_backend this process imported (a checkout, an editable install)
     env = {"PYTHONPATH": os.pathsep.join([_package_root(), *filter(None, [os.environ.get("PYTHONPATH")])])}
     actor = {"num_cpus": opts.num_cpus, "num_gpus": gpus, "runtime_env": {"env_vars": env}, **opts.extra_actor_options}
@@ -359,10 +358,15 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
                          "give the address it printed") from None
 
 
+def replica_gpus(opts: ServeOptions, resources: Mapping[str, float]) -> float:
+    """The GPUs a replica asks Ray for: ``opts.num_gpus``, else 1 where the cluster has GPUs."""
+    return opts.num_gpus if opts.num_gpus is not None else (1.0 if resources.get("GPU", 0) > 0 else 0.0)
+
+
 def check_resources(opts: ServeOptions, resources: Mapping[str, float]) -> None:
     """ServeError, in one line, where the cluster cannot place every replica (``num_gpus`` and
     ``num_cpus`` each, as Ray schedules them): Ray Serve would wait for them for ever."""
-    gpus = opts.num_gpus if opts.num_gpus is not None else (1.0 if resources.get("GPU", 0) else 0.0)
+    gpus = replica_gpus(opts, resources)
     extra = opts.extra_actor_options  # (Ray's own actor options, given: they win, as in the deployment)
     gpus, cpus = float(extra.get("num_gpus", gpus)), float(extra.get("num_cpus", opts.num_cpus))
     for what, each, have, flag in (("GPU", gpus, resources.get("GPU", 0.0), "--num-gpus"),

@@ -89,10 +89,8 @@ def _rows_depend(session: Session, ranges: list[tuple[int, int]]) -> str | None:
     lo, hi = ranges[0] if ranges else (1, 2)
     if lo + 1 > hi:
         return None
-    first = session.input_profiles[0] if session.input_profiles else {}
     args = session.get_inputs()
-    shapes = {a.name: (lo + 1, *(first[a.name].opt[1:] if a.name in first else
-                                 [d if isinstance(d, int) else 1 for d in a.shape[1:]])) for a in args}
+    shapes = _at_batch(session, lo + 1)
     outputs = [a.name for a in session.get_outputs()]
     try:
         return rows_interact(lambda feeds, names: session.run(names, feeds), args, shapes, [a.name for a in args],
@@ -101,6 +99,14 @@ def _rows_depend(session: Session, ranges: list[tuple[int, int]]) -> str | None:
         log.warning("requests are batched without checking that the model's rows are independent: a run to check "
                     "failed (%s); give profiles (or --inputs) of shapes it runs at to check it", e)
         return None
+
+
+def _at_batch(session: Session, batch: int) -> dict[str, tuple[int, ...]]:
+    """The session's input shapes at ``batch`` rows, the other dims at the first profile's opt
+    shapes (without one, the fixed dims and 1 for the rest)."""
+    first = session.input_profiles[0] if session.input_profiles else {}
+    return {a.name: (batch, *(first[a.name].opt[1:] if a.name in first else
+                              [d if isinstance(d, int) else 1 for d in a.shape[1:]])) for a in session.get_inputs()}
 
 
 def _batch_ranges(session: Session) -> list[tuple[int, int]] | str:
@@ -121,12 +127,10 @@ def _not_following(session: Session, names: list[str], ranges: list[tuple[int, i
     profile's opt shapes): the first that does not, or why the runs could not tell."""
     lo, hi = ranges[0] if ranges else (1, 2)
     batches = sorted({lo, min(lo + 1, hi)})
-    first = session.input_profiles[0] if session.input_profiles else {}
     args = session.get_inputs()
     seen: list[list[int | None]] = []
     for k, b in enumerate(batches):
-        shapes = {a.name: (b, *(first[a.name].opt[1:] if a.name in first else
-                                [d if isinstance(d, int) else 1 for d in a.shape[1:]])) for a in args}
+        shapes = _at_batch(session, b)
         try:
             values = session.run(names, random_feeds(args, shapes, seed=k))
         except TrtBackendError as e:
