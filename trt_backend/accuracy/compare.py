@@ -34,7 +34,7 @@ from trt_backend.accuracy.tasks import run_checks
 from trt_backend.artifacts.read import REFERENCE_KEY, is_build_folder
 from trt_backend.artifacts.references import weights_dir
 from trt_backend.engines.emulation import is_quantized, reference_ort_options
-from trt_backend.engines.precision import fp32_subgraphs, stored_reduced
+from trt_backend.engines.precision import fp32_subgraphs, stored_reduced, unreduced
 from trt_backend.engines.precision_plan import qdq_words, subgraphs_words, unreduced_words
 from trt_backend.engines.quantize import qdq_types
 from trt_backend.compiler import compile_as_built
@@ -190,12 +190,12 @@ def _notes(sess: Session, reports: Sequence[OutputReport], saved: bool = False) 
               "input: not compared (give inputs that produce finite values)") for r in reports if not r.compared]
     executors = sess.segment_executors
     fp32 = all(p in ("fp32", "tf32") for p in sess.compiled.precisions.values())
-    unreduced = _unreduced(sess)
+    lowered_none = _unreduced(sess)
     for k, built in sorted(sess.compiled.segments.items()):
-        held = fp32_subgraphs(built.model) if built.precision not in ("fp32", "tf32") or k in unreduced else {}
-        said = [unreduced_words(unreduced[k])] if k in unreduced else []
+        held = fp32_subgraphs(built.model) if built.precision not in ("fp32", "tf32") or k in lowered_none else {}
+        said = [unreduced_words(lowered_none[k])] if k in lowered_none else []
         if held:  # (a reduced precision's label would say the whole segment computes in it)
-            said.append(subgraphs_words(held, k in unreduced))
+            said.append(subgraphs_words(held, k in lowered_none))
         if said:
             notes.append(f"segment {k} ({built.precision}): {'; '.join(said)}")
     requantized = bool((sess.folder_manifest or {}).get(REFERENCE_KEY)) or (
@@ -223,7 +223,7 @@ def _notes(sess: Session, reports: Sequence[OutputReport], saved: bool = False) 
                "emulated)" if tf32 else "in fp32")
         notes.append(f"TensorRT segments ran emulated {how} through ONNX Runtime, as the reference does: the "
                      "comparison checks the partition and stitching (equal by construction otherwise), not "
-                     "TensorRT's kernels; " + ("compare on a GPU to measure those" if quantized or tf32 or unreduced
+                     "TensorRT's kernels; " + ("compare on a GPU to measure those" if quantized or tf32 or lowered_none
                                                else "build in a reduced precision, or compare on a GPU, to measure "
                                                "those"))
     return notes
@@ -236,10 +236,8 @@ def _unreduced(sess: Session) -> dict[int, str]:
     stored in fp16, which computes in its own types)."""
     manifest = sess.folder_manifest
     asked = (manifest.get("build") or {}).get("precision") if manifest is not None else sess.options.build.precision
-    if asked not in ("fp16", "bf16", "int8"):
-        return {}
     return {k: str(asked) for k, built in sess.compiled.segments.items()
-            if built.precision == "fp32" and not stored_reduced(built.model)}  # (stored: its own types)
+            if unreduced(asked, built.precision, built.model)}
 
 
 def _precision_compared(sess: Session) -> str:
@@ -254,9 +252,9 @@ def _precision_compared(sess: Session) -> str:
                      for k in stored_reduced(built.model) if k != "fp32"})
     if stored:
         return f"{summary} (computing in the model's own {' and '.join(stored)} types)"
-    unreduced = _unreduced(sess)
-    if unreduced and len(unreduced) == len(sess.compiled.segments):
-        return f"{summary} ({next(iter(unreduced.values()))} asked: none of its segments' nodes computes in it)"
+    lowered_none = _unreduced(sess)
+    if lowered_none and len(lowered_none) == len(sess.compiled.segments):
+        return f"{summary} ({next(iter(lowered_none.values()))} asked: none of its segments' nodes computes in it)"
     return summary
 
 

@@ -51,7 +51,7 @@ from trt_backend.engines import head_start
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.config import check_build_options
 from trt_backend.engines.memory import EngineFile
-from trt_backend.engines.precision import fp32_subgraphs, stored_reduced
+from trt_backend.engines.precision import fp32_subgraphs, stored_reduced, unreduced
 from trt_backend.engines.quantize import QDQ_OPS, qdq_types
 from trt_backend.engines.report import BuildProgress, BuildReport
 from trt_backend.engines.targets import build_target, current_sm
@@ -67,8 +67,6 @@ from trt_backend.session.options import SessionOptions
 from trt_backend.tensorrt.flavor import Flavor, load_flavor
 
 log = logging.getLogger(__name__)
-
-REDUCED = frozenset({"fp16", "bf16", "int8"})  # the precisions a segment's entry says it was asked and not reduced in
 
 
 def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
@@ -230,12 +228,10 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
             stored = stored_reduced(form) if built.precision in ("fp32", "tf32") else {}
             if stored:  # a model stored in fp16: TensorRT computes its types, whatever the build asked
                 entry["stored_types"] = stored
-            # (the precision asked lowered none of its nodes: built as it is; a model stored in fp16
-            # computes in its own types, which stored_types says)
-            unreduced = bopts.precision in REDUCED and built.precision == "fp32" and not stored
-            if unreduced:
+            lowered_none = unreduced(bopts.precision, built.precision, form)  # (the precision asked: built as it is)
+            if lowered_none:
                 entry["unreduced"] = bopts.precision
-            kept = fp32_subgraphs(form) if built.precision not in ("fp32", "tf32") or unreduced else {}
+            kept = fp32_subgraphs(form) if built.precision not in ("fp32", "tf32") or lowered_none else {}
             if kept:  # If/Loop/Scan bodies: float32 whatever the segment's precision
                 entry["fp32_subgraphs"] = kept
             if bopts.precision == "int8" and built.precision != "int8":

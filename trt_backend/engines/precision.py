@@ -59,6 +59,18 @@ def stored_reduced(model: onnx.ModelProto) -> dict[str, int]:
     return counts if any(k != "fp32" for k in counts) else {}
 
 
+# The precisions asked that lower a segment (a segment asked one of them and built fp32 reduced nothing)
+REDUCED = frozenset({"fp16", "bf16", "int8"})
+
+
+def unreduced(asked: str | None, built: str, model: onnx.ModelProto) -> bool:
+    """Whether a segment built in ``built`` from ``model`` where ``asked`` was asked is one the
+    precision asked lowered none of the nodes of: built fp32 though a reduced precision was asked,
+    and not a model stored in fp16 or bf16 (which computes in its own types, as its label says).
+    The build folder's entry records it; compare of a model says it the same way."""
+    return asked in REDUCED and built == "fp32" and not stored_reduced(model)
+
+
 def fp32_subgraphs(model: onnx.ModelProto) -> dict[str, Any]:
     """The nodes of ``model``'s main graph with subgraphs (If, Loop, Scan), which the fp16/bf16
     transform keeps float32 whole, and how many nodes their subgraphs hold (nested ones counted):

@@ -240,9 +240,7 @@ class SegmentQuantizer:
 
 def holds_fp16(model: onnx.ModelProto) -> bool:
     """Whether ``model`` already has fp16 weights or casts to fp16."""
-    return (any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
-            or any(n.op_type == "Cast" and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT16 for a in n.attribute)
-                   for n in model.graph.node))
+    return _fp16_marks(model) > 0
 
 
 def with_fp16_remainder(quantized: onnx.ModelProto, keep_fp32_ops: Sequence[str] = DEFAULT_KEEP_FP32,
