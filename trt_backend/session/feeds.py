@@ -51,6 +51,9 @@ class FeedValidator:
         self.initializers = initializers
         self.outputs = list(outputs)
         self.profiles = list(profiles)
+        # the shape tensors whose profiles bound their values: checked by value too
+        self._valued = frozenset(n for p in self.profiles for n, tp in p.items()
+                                 if tp.values is not None and n in shape_tensors)
         self._by_name = {a.name: a for a in self.inputs}
         self._output_names = [a.name for a in self.outputs]
         self._all_outputs = tuple(self._output_names)
@@ -126,10 +129,10 @@ class FeedValidator:
             raise FeedError("; ".join(problems))
         if self.shared_dims:
             _check_shared_dims(self.inputs, out)
-        valued = {n for p in self.profiles for n, tp in p.items() if tp.values is not None and n in self.shape_tensors}
         self.check_profiles({n: tuple(v.shape) for n, v in out.items() if _is_array(v)},
-                            {n: tuple(int(x) for x in np.asarray(v).reshape(-1)) for n, v in out.items()
-                             if n in valued and isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.size <= 64})
+                            {n: tuple(int(x) for x in v.reshape(-1)) for n, v in out.items()
+                             if n in self._valued and isinstance(v, np.ndarray) and v.dtype.kind in "iu"
+                             and v.size <= 64})
         return out
 
     def check_profiles(self, shapes: Mapping[str, tuple[int, ...]],
