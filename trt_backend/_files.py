@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import json
 import logging
 import os
@@ -215,25 +216,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
-_MACHINE: list[str] = []
-
-
+@functools.lru_cache(maxsize=1)
 def _machine() -> str:
     """A short token of this machine, boot and process-id namespace (the hostname, Linux's boot id
     and the namespace's id: containers of one host may share the first two): process ids are only
     told apart within one."""
-    if not _MACHINE:
-        boot = ""
-        with contextlib.suppress(OSError):
-            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-                boot = f.read().strip()
-        with contextlib.suppress(OSError):
-            boot += "|" + os.readlink("/proc/self/ns/pid")
-        import hashlib  # (here: once per process, as below)
+    boot = ""
+    with contextlib.suppress(OSError):
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+    with contextlib.suppress(OSError):
+        boot += "|" + os.readlink("/proc/self/ns/pid")
+    import hashlib  # (here: once per process, as below)
 
-        host = os.uname().nodename if hasattr(os, "uname") else os.environ.get("COMPUTERNAME", "")
-        _MACHINE.append(hashlib.sha256(f"{host}|{boot}".encode()).hexdigest()[:8])
-    return _MACHINE[0]
+    host = os.uname().nodename if hasattr(os, "uname") else os.environ.get("COMPUTERNAME", "")
+    return hashlib.sha256(f"{host}|{boot}".encode()).hexdigest()[:8]
 
 
 def umask() -> int:
