@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from trt_backend.accuracy.report import TensorError
+from trt_backend.ort.values import is_ml_dtype
 
 EPSILON = 2.220446049250313e-16  # what Polygraphy adds to zeros of the reference
 _INF = float("inf")
@@ -74,7 +75,7 @@ def prepare_pair(ours: Any, ref: Any) -> tuple[Any, Any, int, int]:
 
 
 def _widen(arr: np.ndarray) -> np.ndarray:
-    if arr.dtype.type.__module__ != "numpy":  # ml_dtypes (bfloat16, float8): compare in float32
+    if is_ml_dtype(arr.dtype):  # (bfloat16, float8: compared in float32)
         return arr.astype(np.float32)
     wider = _WIDEN.get(arr.dtype)
     return arr.astype(wider) if wider is not None else arr

@@ -16,6 +16,12 @@ from trt_backend.ort.sessions import ort_errors
 from trt_backend.ort.sizes import available_memory
 
 
+def is_ml_dtype(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is one of ml_dtypes' (bfloat16, float8, int4...), which numpy knows by no
+    type number of its own: ONNX Runtime takes such arrays by their ONNX type only."""
+    return dtype.type.__module__ != "numpy"
+
+
 def to_ort_value(value: Any) -> Any:
     """A tensor value as an OrtValue (no copy for contiguous arrays)."""
     import onnxruntime as ort
@@ -25,7 +31,7 @@ def to_ort_value(value: Any) -> Any:
     arr = np.asarray(value)
     if not arr.flags.c_contiguous:
         arr = arr.copy(order="C")  # Not np.ascontiguousarray: it would turn a 0-d array into a 1-d one.
-    if arr.dtype.type.__module__ != "numpy":  # ml_dtypes (bfloat16, float8, int4...): ORT takes the raw bits
+    if is_ml_dtype(arr.dtype):  # ml_dtypes (bfloat16, float8, int4...): ORT takes the raw bits
         elem = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
         bits = _SUB_BYTE_BITS.get(elem)
         raw = _pack(arr, bits) if bits else arr.view(np.dtype(f"u{arr.dtype.itemsize}"))
@@ -43,7 +49,7 @@ _SUB_BYTE_BITS = _sub_byte_types()
 NO_NUMPY_TYPES = frozenset(
     f"tensor({onnx.TensorProto.DataType.Name(t).lower()})" for t in onnx.TensorProto.DataType.values()
     if t not in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING)
-    and (t in _SUB_BYTE_BITS or np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).type.__module__ != "numpy"))
+    and (t in _SUB_BYTE_BITS or is_ml_dtype(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)))))
 
 
 def _pack(arr: np.ndarray, bits: int) -> np.ndarray:

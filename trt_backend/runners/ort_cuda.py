@@ -25,7 +25,7 @@ from trt_backend.gpu import device as dev
 from trt_backend.gpu import memory as mem
 from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import first_line, ort_errors, ort_session
-from trt_backend.ort.values import to_numpy, to_ort_value
+from trt_backend.ort.values import is_ml_dtype, to_numpy, to_ort_value
 from trt_backend.profiles import Profile
 from trt_backend.runners.base import ONNXRUNTIME, SegmentRunner
 
@@ -116,7 +116,7 @@ class OrtCudaRunner(SegmentRunner):
                     held.append(view)
                 else:  # host value: ONNX Runtime copies it to the device itself
                     arr = np.ascontiguousarray(to_numpy(value))
-                    if arr.dtype.type.__module__ != "numpy":  # (ml_dtypes: as an OrtValue of its ONNX type)
+                    if is_ml_dtype(arr.dtype):  # (as an OrtValue of its ONNX type)
                         ort_value = to_ort_value(arr)
                         held.append(ort_value)
                         binding.bind_ortvalue_input(name, ort_value)
