@@ -19,6 +19,7 @@ from partitioner.capability import (
 )
 from partitioner.cost import BoundaryCost
 from partitioner.errors import OptionsError
+from partitioner.graph import subgraphs
 from partitioner.extract import boundary, extract
 from partitioner.model import Model, ModelSource, load_model
 from partitioner.options_check import keyword_checked, number_option
@@ -206,15 +207,14 @@ def _holder_of(graph: onnx.GraphProto, name: str) -> str | None:
     """The main-graph node (``'If_1' (If), its then_branch``) whose subgraphs hold a node named
     ``name``, nested ones included; None where none does. A walk with its own stack."""
     for top in graph.node:
-        todo = [(a.name, g) for a in top.attribute
+        todo = [(a.name, g) for a in top.attribute  # (named: the message says which branch)
                 for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
         while todo:
             attr, body = todo.pop()
             for node in body.node:
                 if node.name == name:
                     return f"'{top.name}' ({top.op_type}), its {attr}"
-                todo.extend((attr, g) for a in node.attribute
-                            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)))
+                todo.extend((attr, g) for g in subgraphs(node))
     return None
 
 

@@ -20,7 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from partitioner.errors import InvalidModelError
-from partitioner.graph import fresh_name
+from partitioner.graph import fresh_name, subgraphs
 from partitioner.model import check_model, fitting_ir_version, onnx_error_text, weightless_copy
 from trt_backend.engines.options import DEFAULT_KEEP_FP32, validate_precision
 from trt_backend.errors import PrecisionError
@@ -78,19 +78,14 @@ def fp32_subgraphs(model: onnx.ModelProto) -> dict[str, Any]:
     reduced-precision segment computes those in fp32 (and int8 quantizes nothing inside them),
     which its label alone would not say."""
     def inner(graph: onnx.GraphProto) -> int:
-        return sum(1 + sum(inner(g) for g in _bodies(n)) for n in graph.node if n.op_type != "Constant")
+        return sum(1 + sum(inner(g) for g in subgraphs(n)) for n in graph.node if n.op_type != "Constant")
 
-    holders = [n for n in model.graph.node if _bodies(n)]
-    count = sum(inner(g) for n in holders for g in _bodies(n))
+    holders = [n for n in model.graph.node if subgraphs(n)]
+    count = sum(inner(g) for n in holders for g in subgraphs(n))
     if not holders or not count:
         return {}
     return {"nodes": [n.name or n.op_type for n in holders], "ops": sorted({n.op_type for n in holders}),
             "inner": count}
-
-
-def _bodies(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    return [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                                                list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else [])]
 
 
 @dataclass(frozen=True)
