@@ -206,6 +206,10 @@ def _drop_stdout() -> None:
         sys.stdout = None  # type: ignore[assignment]
 
 
+# the variables OpenBLAS reads its thread count from, in its order
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
 def script_main() -> NoReturn:
     """The ``trt-backend`` script and ``python -m trt_backend``: :func:`main`, in a process that
     starts and ends faster than Python's defaults let it.
@@ -219,8 +223,17 @@ def script_main() -> NoReturn:
     spends planning. What that exit does for the program runs first: the atexit callbacks
     (temporary folders, logging handlers, multiprocessing children) and the flush of stdout and
     stderr. While a thread that is not a daemon still runs, Python's exit, which waits for it,
-    is taken instead."""
+    is taken instead.
+
+    numpy's BLAS (OpenBLAS) starts a thread per CPU when numpy loads; the command line does no
+    linear algebra in numpy (ONNX Runtime and TensorRT compute), and on a machine of few CPUs
+    starting those threads competed with the engine build running beside the import (~40 ms
+    of a build's 0.45 s on 2 CPUs). The process loads it with one thread unless the environment
+    already says how many (``OPENBLAS_NUM_THREADS``, ``GOTO_NUM_THREADS`` or ``OMP_NUM_THREADS``)
+    or numpy is loaded already."""
     global _collector_held
+    if "numpy" not in sys.modules and not any(v in os.environ for v in _BLAS_THREADS):
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
     if gc.isenabled():
         gc.disable()
         _collector_held = True

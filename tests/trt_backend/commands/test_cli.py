@@ -150,6 +150,30 @@ def test_the_script_freezes_what_loading_made_and_collects_as_usual_after() -> N
     assert proc.stdout.splitlines()[-1] == "COLLECTOR True True"
 
 
+BLAS_THREADS = textwrap.dedent("""
+    import atexit, os, sys
+    from trt_backend.cli import script_main
+
+    atexit.register(lambda: print("BLAS", os.environ.get("OPENBLAS_NUM_THREADS"), flush=True))
+    sys.argv = ["trt-backend", "inspect", sys.argv[1]]
+    script_main()
+""")
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, "BLAS 1"),  # numpy's BLAS loads with one thread: it does no work in the command line
+    ({"OPENBLAS_NUM_THREADS": "3"}, "BLAS 3"),  # what the user said is kept
+    ({"OMP_NUM_THREADS": "2"}, "BLAS None"),  # (OpenBLAS reads this one too)
+])
+def test_the_script_loads_numpy_with_one_blas_thread_unless_told(env, expected) -> None:
+    base = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+                                                               "OMP_NUM_THREADS")}
+    proc = subprocess.run([sys.executable, "-c", BLAS_THREADS, DEMO_PATH], capture_output=True, text=True,
+                          timeout=300, env={**base, **env})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == expected
+
+
 def test_main_leaves_its_callers_collector_as_it_is() -> None:
     frozen = gc.get_freeze_count()
     assert cli.main(["inspect", DEMO_PATH]) == 0
