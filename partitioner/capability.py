@@ -11,6 +11,7 @@ from typing import Protocol, runtime_checkable
 import onnx
 
 from partitioner.extract import boundary, constant_only, copies_for, extract
+from partitioner.graph import GraphIndex
 from partitioner.model import Model
 from partitioner.rules import Rules
 from partitioner.weights import stand_in
@@ -47,6 +48,8 @@ class QueryResult:
     supported: bool
     pieces: tuple[Piece, ...] = ()
     errors: dict[int, str] = field(default_factory=dict)  # queried node index -> message
+    unnamed: str | None = None  # an error the parser gave without naming its node
+    blamed_ops: tuple[str, ...] = ()  # the op types that error names (the op whose importer failed)
 
 
 @runtime_checkable
@@ -201,15 +204,33 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
                     verdicts[i] = Verdict(TENSORRT)
             elif len(nodes) < len(piece):
                 work.append(nodes)
-            else:  # the parser repeated the question without naming a culprit: no progress possible
-                for i in nodes:
-                    verdicts[i] = Verdict(ONNXRUNTIME, "TensorRT parser rejected this group without naming a node")
+            elif len(nodes) > 1:  # the parser repeated the question without naming a culprit: asked apart
+                work.extend(_apart(index, nodes, result.blamed_ops))
+            else:
+                said = f"TensorRT parser: {result.unnamed}" if result.unnamed else \
+                    "TensorRT parser rejected it without naming a node"
+                verdicts[nodes[0]] = Verdict(ONNXRUNTIME, said)
         leftover = tuple(i for i in local if i not in covered and i not in rejected)  # (copies: covered)
         if leftover and len(leftover) < len(piece):
             work.append(leftover)
         else:
             for i in leftover:
                 verdicts[i] = Verdict(ONNXRUNTIME, "TensorRT parser left this node out of every supported subgraph")
+
+
+def _apart(index: GraphIndex, nodes: tuple[int, ...], blamed_ops: Collection[str]) -> list[tuple[int, ...]]:
+    """Questions that find the culprit of a group the parser rejected without naming a node
+    (``nodes``, in order, more than one). Where its error names an op whose importer failed
+    (``blamed_ops``), each node of that op alone and the rest of the group (a group of such nodes
+    only is asked half by half); else the group in two halves, each asked again and halved in turn
+    while it is refused so: a culprit in as many questions as halvings."""
+    ops = set(blamed_ops)
+    suspects = [i for i in nodes if index.graph.node[i].op_type in ops]
+    if suspects and len(suspects) < len(nodes):
+        rest = tuple(i for i in nodes if i not in set(suspects))
+        return [*((i,) for i in suspects), rest]
+    half = len(nodes) // 2
+    return [nodes[:half], nodes[half:]]
 
 
 def _untyped_inputs(model: Model, piece: tuple[int, ...], inputs: Sequence[str]) -> dict[int, str]:

@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from partitioner import Claim, PartitionOptions, plan_model
+from partitioner.capability import Piece, QueryResult
 from partitioner.model import check_model
 from tests.helpers import assert_plan_valid, const, crop_resize, model, vi
 
@@ -254,3 +255,70 @@ def test_unknown_exclusion_is_an_error(oracle) -> None:
                                            r"then_branch, which runs whole where the node holding it runs: exclude "
                                            r"that node instead"):
         plan_model(m, oracle, PartitionOptions(exclude_nodes=("inner_add",)))
+
+
+def scatter_chain() -> onnx.ModelProto:
+    """Relu -> ScatterElements(reduction=add) -> Relu -> ScatterElements(reduction=none) -> Relu, as a
+    graph network sums messages into its nodes. TensorRT-RTX 1.7's parser refuses the reduction
+    without naming the node (its error names only ScatterElements' importer)."""
+    idx = const("idx", np.array([[0, 1, 0, 2], [3, 1, 2, 0]], np.int64))
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu0"),
+             helper.make_node("ScatterElements", ["a", "idx", "u"], ["s_add"], axis=0, reduction="add",
+                              name="scatter_add"),
+             helper.make_node("Relu", ["s_add"], ["b"], name="relu1"),
+             helper.make_node("ScatterElements", ["b", "idx", "u"], ["s_set"], axis=0, name="scatter_set"),
+             helper.make_node("Relu", ["s_set"], ["y"], name="relu2")]
+    return model(nodes, [vi("x", [4, 4]), vi("u", [2, 4])], [vi("y", [4, 4])], [idx])
+
+
+def test_a_group_refused_without_naming_a_node_is_narrowed_to_the_op_its_error_names(oracle) -> None:
+    """A graph network's ScatterElements with a reduction sent every one of its 718 nodes to ONNX
+    Runtime ("rejected this group without naming a node"): the parser's error names the op's
+    importer, whose nodes are asked alone; only the refused one falls back, with the parser's reason."""
+    plan = plan_model(scatter_chain(), oracle, PartitionOptions(boundary_cost=None, min_segment_size=1))
+    verdicts = {n.name: (n.verdict, n.reason) for n in plan.nodes}
+    if verdicts["scatter_add"][0] == "tensorrt":
+        pytest.skip(f"{plan.tensorrt} takes ScatterElements with a reduction")
+    assert [name for name, (v, _) in verdicts.items() if v != "tensorrt"] == ["scatter_add"], verdicts
+    assert "reduction" in (verdicts["scatter_add"][1] or ""), verdicts["scatter_add"]
+    assert [s.backend for s in plan.segments] == ["tensorrt", "onnxruntime", "tensorrt"]
+    assert_plan_valid(plan)
+    feeds = {"x": np.arange(16, dtype=np.float32).reshape(4, 4) - 8, "u": np.ones((2, 4), np.float32)}
+    expected = ort.InferenceSession(scatter_chain().SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds)
+    from trt_backend import Session
+
+    got = Session(scatter_chain(), None).run(None, feeds)
+    np.testing.assert_array_equal(got[0], expected[0])
+
+
+class _Unnamed:
+    """An oracle answering as TensorRT-RTX's parser does where an importer fails without naming
+    its node: any question holding a node named ``bad...`` is refused whole, naming no node and no
+    op; any other is taken."""
+
+    target = "scripted"
+
+    def __init__(self) -> None:
+        self.questions: list[int] = []
+
+    def query(self, m: onnx.ModelProto) -> QueryResult:
+        self.questions.append(len(m.graph.node))
+        if any(n.name.startswith("bad") for n in m.graph.node):
+            return QueryResult(False, (Piece(tuple(range(len(m.graph.node))), False),), {},
+                               unnamed="UNSUPPORTED_NODE: refused [importSomething]")
+        return QueryResult(True, (Piece(tuple(range(len(m.graph.node))), True),))
+
+
+def test_without_an_op_to_blame_the_group_is_halved_until_the_culprit_is_alone() -> None:
+    nodes, prev = relus("x", 7, "r")
+    nodes.append(helper.make_node("Neg", [prev], ["n"], name="bad_neg"))
+    more, _ = relus("n", 8, "s")
+    more[-1].output[0] = "y"
+    oracle = _Unnamed()
+    plan = plan_model(model(nodes + more, [vi("x", ["N", 4])], [vi("y", ["N", 4])]), oracle,
+                      PartitionOptions(boundary_cost=None, min_segment_size=1))
+    off = [(n.name, n.reason) for n in plan.nodes if n.verdict != "tensorrt"]
+    assert off == [("bad_neg", "TensorRT parser: UNSUPPORTED_NODE: refused [importSomething]")]
+    assert len(oracle.questions) <= 2 * 5 + 1  # one question, then two per halving of 16 nodes
+    assert_plan_valid(plan)

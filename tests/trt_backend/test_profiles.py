@@ -159,6 +159,41 @@ def test_calibration_with_real_feeds_where_random_data_fails(tmp_path, capsys) -
     assert sess.run(None, samples[2])[0].shape == (4, 2, 3)
 
 
+def test_a_build_derives_profiles_from_the_samples_given_as_run_and_compare_do(tmp_path, capsys) -> None:
+    """``build --inputs`` and ``trt_backend.build(calibration_feeds=...)`` derive the segments'
+    profiles from the samples, as a Session and compare do: a build of a model random inputs cannot
+    calibrate (a graph network's node indices, here a Reshape's target) failed with an error that
+    told the user to give --inputs, which the build then did not use."""
+    from trt_backend import build
+    from trt_backend.cli import main
+
+    path = str(tmp_path / "reshape.onnx")
+    onnx.save(_reshape_model(), path)
+    samples = [{"x": np.ones((n, 6), np.float32), "target": np.array([n, 2, 3], np.int64)} for n in (1, 2, 4)]
+    (tmp_path / "samples").mkdir()
+    for k, sample in enumerate(samples):
+        np.savez(tmp_path / "samples" / f"{k}.npz", **sample)
+    ranges = ["--min-shapes", "x:1x6,target:3", "--opt-shapes", "x:2x6,target:3", "--max-shapes", "x:4x6,target:3"]
+    flags = ["--exclude-nodes", "reshape", "--min-segment-size", "1", "-q"]
+    assert main(["build", path, "-o", str(tmp_path / "cli"), *ranges, *flags]) == 1  # random values: refused
+    assert "real inputs to calibrate with (--inputs" in capsys.readouterr().err
+    assert main(["build", path, "-o", str(tmp_path / "cli"), *ranges, *flags, "--inputs",
+                 str(tmp_path / "samples")]) == 0
+    capsys.readouterr()
+    opts = SessionOptions(exclude_nodes=("reshape",), min_segment_size=1)
+    profiles = [{"x": ((1, 6), (2, 6), (4, 6)), "target": ((3,), (3,), (3,))}]
+    build(path, str(tmp_path / "py"), profiles, opts, calibration_feeds=samples)
+    expected = Session(_reshape_model(), profiles, SessionOptions(emulate=True, exclude_nodes=("reshape",),
+                                                                  min_segment_size=1),
+                       calibration_feeds=samples).segment_profiles[1][0]["r"]
+    assert (expected.min, expected.opt, expected.max) == ((1, 2, 3), (2, 2, 3), (4, 2, 3))
+    for folder in ("cli", "py"):
+        sess = Session.load(str(tmp_path / folder), SessionOptions(emulate=True))
+        r = sess.segment_profiles[1][0]["r"]
+        assert (r.min, r.opt, r.max, r.source) == (expected.min, expected.opt, expected.max, "calibrated"), folder
+        np.testing.assert_array_equal(sess.run(None, samples[2])[0], np.full((4, 2, 3), 2, np.float32))
+
+
 @pytest.mark.usefixtures("oracle")
 def test_segment_input_outside_its_derived_profile_is_a_clear_error_and_an_override_fixes_it() -> None:
     opts = SessionOptions(emulate=True, exclude_nodes=("reshape",), min_segment_size=1)

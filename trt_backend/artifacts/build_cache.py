@@ -143,6 +143,28 @@ def _file_digest(path: str, known: dict[str, Any], data: bool | None) -> dict[st
     return entry
 
 
+def feeds_sha256(feeds: Sequence[Any]) -> str:
+    """SHA-256 of real inputs (a sequence of input name -> array mappings) by their names, dtypes,
+    shapes and values, for cache keys; what is not an array keys by its repr (the build names the
+    problem with it)."""
+    import numpy as np
+
+    h = hashlib.sha256()
+    for k, sample in enumerate(feeds):
+        if not isinstance(sample, Mapping):
+            h.update(f"{k}:{sample!r}".encode())
+            continue
+        for name in sorted(sample, key=str):
+            try:
+                a = np.ascontiguousarray(sample[name])
+            except Exception:  # noqa: BLE001 - keyed by its repr: the build says what is wrong with it
+                h.update(f"{k}:{name}:{sample[name]!r}".encode())
+                continue
+            h.update(f"{k}:{name}:{a.dtype.str}:{a.shape}:".encode())
+            h.update(repr(a.tolist()).encode() if a.dtype.hasobject else a.tobytes())
+    return h.hexdigest()
+
+
 def jsonable(value: Any) -> Any:
     """``value`` as JSON-able data that is the same in every process: dataclasses as their fields,
     our own functions by name (their sources are in the build key), anything else by repr."""

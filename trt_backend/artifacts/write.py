@@ -38,7 +38,7 @@ from trt_backend._files import (
     write_atomic,
 )
 from trt_backend._version import __version__
-from trt_backend.artifacts.build_cache import BuildCache, check_build_folder, jsonable
+from trt_backend.artifacts.build_cache import BuildCache, check_build_folder, feeds_sha256, jsonable
 from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE, REFERENCE_FILE, REFERENCE_KEY
 from trt_backend.artifacts.references import KEY as REFERENCES_KEY
 from trt_backend.artifacts.references import refer as refer_to_weights
@@ -71,7 +71,8 @@ log = logging.getLogger(__name__)
 
 def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
           profiles: Sequence[Mapping[str, Any]] | None = None,
-          options: SessionOptions | None = None, *, progress: BuildProgress | None = None) -> dict[str, Any]:
+          options: SessionOptions | None = None, *, progress: BuildProgress | None = None,
+          calibration_feeds: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Compile ``model`` (:func:`trt_backend.compiler.compile`: plan, derive profiles, apply the
     precision, build every TensorRT segment, demoting what TensorRT refuses) and write the folder
     ``out_dir`` atomically. Everything comes from ``options``: precision and calibration
@@ -82,7 +83,10 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
     instead of holding a copy: :mod:`trt_backend.artifacts.references`; ``model`` must then be a
     path) and ``sign_key`` (the key, ``@FILE``, or else ``TRT_BACKEND_SIGN_KEY``). Returns the manifest,
     sealed with its digest (and signed with the key). ``progress`` receives a ``BuildEvent`` as
-    each segment finishes."""
+    each segment finishes. ``calibration_feeds``: real inputs (input name -> array, one mapping a
+    sample) that profiles are derived from where random inputs would not do, as :class:`Session`
+    and ``compare`` take them (a graph network's index inputs: random indices fall outside its
+    nodes); they are part of the build cache's key."""
     opts = options if options is not None else SessionOptions()
     if not isinstance(opts, SessionOptions):
         raise OptionsError(f"options must be a SessionOptions, got {type(opts).__name__}")
@@ -106,16 +110,18 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
     began = head_start.started_for(os.fspath(model)) if isinstance(model, (str, os.PathLike)) else None
     try:
         with output_lock(out_dir):  # A second build into the same folder is refused, not lost.
-            return _build_locked(model, out_dir, profiles, opts, flv, key, progress, reference, began)
+            return _build_locked(model, out_dir, profiles, opts, flv, key, progress, reference, began,
+                                 list(calibration_feeds))
     finally:
         head_start.discard()  # One the build did not take (see trt_backend.engines.head_start).
 
 
 def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[Mapping[str, Any]] | None,
                   opts: SessionOptions, flv: Flavor, key: bytes | None, progress: BuildProgress | None,
-                  reference: str | None, began: float | None = None) -> dict[str, Any]:
+                  reference: str | None, began: float | None = None,
+                  calibration_feeds: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     start = min(time.perf_counter(), began) if began is not None else time.perf_counter()
-    builds, build_key = _build_cache(model, profiles, opts, flv)
+    builds, build_key = _build_cache(model, profiles, opts, flv, calibration_feeds)
     if builds is not None and build_key is not None:
         path = os.fspath(cast("str | os.PathLike[str]", model))
         given = str(opts.build.calibration_data) if opts.build.calibration_data else None
@@ -130,7 +136,7 @@ def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[M
     stage = _Stage(out_dir, loaded, reference)  # the weights go into the folder while the engines build
     try:
         compiled = compile(kept if kept is not None else loaded, profiles, opts, build=True, progress=progress,
-                           engine_dir=stage.engine_dir(), plan_entry=entry)
+                           engine_dir=stage.engine_dir(), plan_entry=entry, calibration_feeds=calibration_feeds)
         if opts.build.precision not in ("fp32", "tf32") and not compiled.plan.tensorrt_segments():
             log.warning("--precision %s applies to TensorRT segments, and the plan has none: ONNX Runtime runs the "
                         "whole model in the precision it has", opts.build.precision)
@@ -148,9 +154,11 @@ def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[M
 
 
 def _build_cache(model: ModelSource | Model, profiles: Sequence[Mapping[str, Any]] | None, opts: SessionOptions,
-                 flv: Flavor) -> tuple[BuildCache | None, str | None]:
+                 flv: Flavor, calibration_feeds: Sequence[Mapping[str, Any]] = ()
+                 ) -> tuple[BuildCache | None, str | None]:
     """The build cache under ``opts.cache_dir`` and this build's key there: for a model given by
-    the path of a file and no oracle of the caller's (one the key cannot describe); else (None, None)."""
+    the path of a file and no oracle of the caller's (one the key cannot describe); else (None, None).
+    Real inputs profiles are derived from are in the key by their values."""
     if not opts.cache_dir or not isinstance(model, (str, os.PathLike)) or opts.oracle is not None:
         return None, None
     if not os.path.isfile(model):
@@ -162,6 +170,8 @@ def _build_cache(model: ModelSource | Model, profiles: Sequence[Mapping[str, Any
               "max_build_memory": opts.build.max_build_memory,
               "flavor": opts.flavor, "tensorrt": [flv.name, flv.version, flv.parser_version],
               "gpu_target": build_target(flv, opts.build)}
+    if calibration_feeds:
+        inputs["calibration_feeds"] = feeds_sha256(calibration_feeds)
     try:
         builds = BuildCache(opts.cache_dir)
         return builds, builds.key(os.fspath(model), inputs, by_reference=opts.weights_by_reference)

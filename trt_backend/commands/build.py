@@ -108,7 +108,7 @@ def _build(args: argparse.Namespace) -> int:
         profiles = sample_profiles(feeds or [], args)  # compare and bench make.
     kw: dict[str, Any] = {**build_fields(args, args.model, profiles or None, so, feeds), **builder}
     options = dataclasses.replace(options_with(so, kw), cache_dir=args.cache_dir)
-    manifest = build(args.model, args.output, profiles or None, options)
+    manifest = build(args.model, args.output, profiles or None, options, calibration_feeds=feeds or ())
     if args.cache_dir and getattr(args, "build_line", None):  # The next same command finds it before loading.
         index = args.build_index or lookup_index(args.build_line, read=True)[1]
         if index is not None:

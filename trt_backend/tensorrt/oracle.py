@@ -23,7 +23,7 @@ from trt_backend.tensorrt.flavor import (
     network_flags,
     tensorrt_lock,
 )
-from trt_backend.tensorrt.questions import describe_parser_error, supports
+from trt_backend.tensorrt.questions import UNNAMED, importer_op, parser_errors, supports
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +72,12 @@ class ParserOracle:
         data, path = self._question(model)
         with tensorrt_lock:  # (see tensorrt_lock: the network and parser also go inside it)
             supported, pieces, errors = self._supported(data, path)
-        if not supported and not errors:
-            errors = self._parse_errors(data, path)  # some versions reject a model without naming a node
-        return QueryResult(supported, pieces, errors)
+        if not supported and not any(k >= 0 for k in errors):  # some versions reject a model without naming a node
+            errors = {**self._parse_errors(data, path), **errors}
+        unnamed = errors.pop(UNNAMED, None)
+        op = importer_op(unnamed) if unnamed is not None else None
+        return QueryResult(supported, pieces, errors, unnamed=unnamed,
+                           blamed_ops=(op,) if op is not None and unnamed is not None else ())
 
     def _supported(self, data: bytes, path: str | None) -> tuple[bool, tuple[Piece, ...], dict[int, str]]:
         supported, pieces, errors = supports(self.flavor, self._builder, self._logger, data, path)
@@ -89,10 +92,7 @@ class ParserOracle:
             with native_stderr():
                 parsed = bool(parser.parse(data, path))
             if not parsed:
-                for i in range(parser.num_errors):
-                    err = parser.get_error(i)
-                    if int(err.node()) >= 0:
-                        errors.setdefault(int(err.node()), describe_parser_error(err))
+                errors = parser_errors(parser)
             del parser, network
         return errors
 

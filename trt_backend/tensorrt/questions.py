@@ -46,13 +46,37 @@ def supports_into(flavor: Flavor, network: Any, logger: Any, data: bytes, path: 
         supported = bool(parser.supports_model_v2(data, path))
     pieces = tuple((tuple(int(k) for k in parser.get_subgraph_nodes(i)), bool(parser.is_subgraph_supported(i)))
                    for i in range(parser.num_subgraphs))
+    return _without_builder_crashes(flavor, data, (supported, pieces, parser_errors(parser))), parser
+
+
+UNNAMED = -1  # the key of an error the parser gave without naming its node, in an answer's errors
+
+
+def parser_errors(parser: Any) -> dict[int, str]:
+    """The first error ``parser`` gives of each node it names, by node index, and under
+    :data:`UNNAMED` the first it gives without naming one (an op's importer failing where the parser
+    has lost track of the node: TensorRT-RTX 1.7's ScatterElements with a reduction), its message
+    ending with the importer's function in brackets (see :func:`importer_op`)."""
     errors: dict[int, str] = {}
     for i in range(parser.num_errors):
         err = parser.get_error(i)
         node = int(err.node())
         if node >= 0 and node not in errors:
             errors[node] = describe_parser_error(err)
-    return _without_builder_crashes(flavor, data, (supported, pieces, errors)), parser
+        elif node < 0 and UNNAMED not in errors:
+            func = str(err.func()).strip()
+            errors[UNNAMED] = describe_parser_error(err) + (f" [{func}]" if func else "")
+    return errors
+
+
+_IMPORTER = re.compile(r"\[import([A-Za-z0-9_]+)\]$")
+
+
+def importer_op(message: str) -> str | None:
+    """The op type whose importer gave the error ``message`` (an :data:`UNNAMED` one), where its
+    function is named as the ONNX parser names its importers (``importScatterElements``)."""
+    match = _IMPORTER.search(message)
+    return match.group(1) if match else None
 
 
 # Ops TensorRT's parser takes whose build can crash the builder (a segmentation fault), by flavor
