@@ -237,6 +237,29 @@ def test_nonzero_output_gets_its_bound_and_shape_tensors_their_values() -> None:
         np.testing.assert_array_equal(y, np.maximum(x, 0))
 
 
+def test_data_dependent_indices_read_as_data_are_not_called_a_shape_tensor(caplog) -> None:
+    """A graph network's node indices reach a TensorRT segment as a small integer tensor read by
+    a Gather: its values are calibrated (TensorRT could read such a tensor as a shape) but a
+    widened range of them was warned about as a "shape tensor" the user should give a profile."""
+    nodes = [h.make_node("Mul", ["x", "fifty"], ["x50"], name="mul"),
+             h.make_node("Cast", ["x50"], ["idx"], to=T.INT64, name="cast"),
+             h.make_node("Gather", ["table", "idx"], ["rows"], name="gather"), h.make_node("Relu", ["rows"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [3])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     [nh.from_array(np.arange(300, dtype=np.float32).reshape(100, 3) - 150, "table"),
+                      nh.from_array(np.array(50, np.float32), "fifty")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    with caplog.at_level("WARNING"):
+        sess = Session(m, [{"x": (3,)}], SessionOptions(emulate=True, exclude_nodes=("mul", "cast"),
+                                                         min_segment_size=1))
+    idx = next(p["idx"] for seg in sess.plan.tensorrt_segments() for p in sess.segment_profiles[seg.id])
+    assert idx.values is not None and idx.values[0] != idx.values[2]  # (calibrated all the same, and widened)
+    assert not [r for r in caplog.records if "idx" in r.getMessage()], caplog.text
+    x = np.array([0.08, -0.14, 1.98], np.float32)  # rows 4, -7 and 99
+    table = np.arange(300, dtype=np.float32).reshape(100, 3) - 150
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.maximum(table[[4, -7, 99]], 0))
+
+
 def test_runner_profile_choice_is_remembered_per_shape_and_shape_tensor_value() -> None:
     from partitioner import Segment
     from trt_backend.runners.base import SegmentRunner

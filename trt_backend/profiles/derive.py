@@ -5,7 +5,7 @@ values of shape tensors) are recorded."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -144,7 +144,8 @@ def derive_profiles(model: Model, plan: Plan, inputs: Sequence[NodeArg], input_p
         pending.append(todo)
     names = sorted(set().union(*pending))
     if names:
-        seen = calibrate(model, names, inputs, input_profiles, make_runner, seed, samples)
+        seen = calibrate(model, names, inputs, input_profiles, make_runner, seed, samples,
+                         set().union(*shape_tensors.values()))
         for k, todo in enumerate(pending):
             for seg in trt:
                 for name in seg.inputs:
@@ -184,13 +185,16 @@ def _bounded(model: Model, names: Sequence[str]) -> dict[str, tuple[int, str, li
 
 def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], input_profiles: Sequence[Profile],
               make_runner: Callable[[Sequence[str]], Runner], seed: int = 0,
-              samples: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, TensorProfile]]:
+              samples: Sequence[Mapping[str, Any]] = (), shape_tensors: Collection[str] = ()
+              ) -> list[dict[str, TensorProfile]]:
     """Run the whole model at each profile's min/opt/max and record ``names``' shapes (and values,
     for integer tensors of rank <= 1). A sample whose shapes equal a profile's min, opt or max is
     run instead of random data there, and every sample widens the profile it falls in. One more
     run at opt shapes with other data finds dims that depend on the data; for outputs of
     NonMaxSuppression, NonZero, Compress and Unique their max is the op's bound. Random data
-    comes from :mod:`trt_backend.ort.random_data`, the ``k``-th feed drawn with ``seed + k``."""
+    comes from :mod:`trt_backend.ort.random_data`, the ``k``-th feed drawn with ``seed + k``.
+    ``shape_tensors``: those of ``names`` a segment reads as a shape (see
+    :func:`shape_tensor_inputs`); a widened value range of another is no warning."""
     log.info("%s: calibrating profiles of %d segment input(s) with ONNX Runtime", model.source, len(names))
     total = 3 * len(input_profiles)
     bounded = _bounded(model, names)
@@ -258,7 +262,8 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
             value = np.asarray(runs[1][name])
             by_value = graph_bounds.value_bounds(name) if value.dtype.kind in "iu" and value.ndim <= 1 else None
             found[name] = _combine(name, [r[name] for r in runs], [r[name] for r in more],
-                                   probe[name] if probe is not None else None, bound, traced, by_value)
+                                   probe[name] if probe is not None else None, bound, traced, by_value,
+                                   name in shape_tensors)
         out.append(found)
     return out
 
@@ -279,7 +284,7 @@ def _probe(run: Runner, fetch: Sequence[str], prof: Profile, samples: Sequence[M
 
 def _combine(name: str, seen: Sequence[Any], more: Sequence[Any] = (), probe: Any = None,
              bound: tuple[int, int] | None = None, traced: Mapping[int, Bound] | None = None,
-             value_bounds: Sequence[Bound] | None = None) -> TensorProfile:
+             value_bounds: Sequence[Bound] | None = None, shape_tensor: bool = True) -> TensorProfile:
     """min/max over every run, opt from the run at the profile's opt shapes (``seen[1]``). Dims
     that differ between that run and ``probe`` (same shapes, other data), or that the graph
     derives from a data-dependent op (``traced``: per dim, the graph's bound and whether such an
@@ -289,7 +294,9 @@ def _combine(name: str, seen: Sequence[Any], more: Sequence[Any] = (), probe: An
     values of a small integer tensor (a shape tensor) get the same treatment per element:
     elements that differ with the data, or that ``value_bounds`` (see
     :meth:`DimBounds.value_bounds`) traces to a data-dependent dim, range from 0 to the graph's
-    bound, else to what calibration saw times OBSERVED_WIDEN."""
+    bound, else to what calibration saw times OBSERVED_WIDEN (a warning where it is a
+    ``shape_tensor``: one a segment reads as a shape; TensorRT reads another's values, a Gather's
+    indices, as data, and its profile's values are not used)."""
     traced = traced or {}
     arrays = [np.asarray(v) for v in list(seen) + list(more)]
     shapes = [tuple(int(d) for d in a.shape) for a in arrays]
@@ -320,12 +327,12 @@ def _combine(name: str, seen: Sequence[Any], more: Sequence[Any] = (), probe: An
     values = None
     if arrays[0].dtype.kind in "iu" and arrays[0].ndim <= 1 and len({a.size for a in arrays}) == 1:
         vals = [tuple(int(x) for x in a.reshape(-1)) for a in arrays]
-        values = _value_range(name, vals, probe, value_bounds)
+        values = _value_range(name, vals, probe, value_bounds, shape_tensor)
     return TensorProfile(lo, shapes[1], hi, CALIBRATED, values, dependent, observed)
 
 
-def _value_range(name: str, vals: Sequence[tuple[int, ...]], probe: Any,
-                 value_bounds: Sequence[Bound] | None) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+def _value_range(name: str, vals: Sequence[tuple[int, ...]], probe: Any, value_bounds: Sequence[Bound] | None,
+                 shape_tensor: bool = True) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(min, opt, max) values of a shape tensor: see :func:`_combine`."""
     lo = [min(v) for v in zip(*vals)]
     hi = [max(v) for v in zip(*vals)]
@@ -345,7 +352,9 @@ def _value_range(name: str, vals: Sequence[tuple[int, ...]], probe: Any,
             hi[i] = max(1, hi[i]) * OBSERVED_WIDEN
             widened.append(i)
     if widened:
-        log.warning("shape tensor '%s' has data-dependent value(s) at %s that the graph does not bound: its "
-                    "profile allows %s..%s, %dx what calibration saw; give it a profile if the data can go further",
-                    name, widened, tuple(lo), tuple(hi), OBSERVED_WIDEN)
+        (log.warning if shape_tensor else log.debug)(
+            "%s '%s' has data-dependent value(s) at %s that the graph does not bound: its profile allows %s..%s, "
+            "%dx what calibration saw; give it a profile if the data can go further",
+            "shape tensor" if shape_tensor else "integer tensor (read as data, not as a shape)", name, widened,
+            tuple(lo), tuple(hi), OBSERVED_WIDEN)
     return tuple(lo), opt, tuple(hi)
