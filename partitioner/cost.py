@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import onnx
@@ -58,6 +58,10 @@ class BoundaryCost:
     # the sizes of named dims where the shapes the model runs at are known: (name, size) pairs,
     # sorted (a mapping given is made one); the rest of the named dims count as symbolic_dim
     dims: tuple[tuple[str, int], ...] | Mapping[str, int] = ()
+    # tensor -> its dims at those shapes, where shape inference sizes them in full (derived from
+    # ``dims`` and the model, so neither compared nor recorded: see :meth:`at_shapes`)
+    tensor_dims: Mapping[str, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False,
+                                                       metadata={"derived": True})
 
     def __post_init__(self) -> None:
         number_option(self.launch_us, "boundary cost launch_us", low=0)
@@ -79,10 +83,13 @@ class BoundaryCost:
         """``dims`` as a mapping."""
         return dict(self.dims)
 
-    def at_shapes(self, index: GraphIndex, shapes: Mapping[str, Sequence[int]]) -> BoundaryCost:
+    def at_shapes(self, index: GraphIndex, shapes: Mapping[str, Sequence[int]],
+                  tensor_dims: Mapping[str, tuple[int, ...]] | None = None) -> BoundaryCost:
         """These constants, with the sizes ``shapes`` (model input -> its shape) give the named
-        dims of the model's inputs: a name given two sizes keeps the stand-in."""
-        return replace(self, dims=named_dim_sizes(index, shapes))
+        dims of the model's inputs: a name given two sizes keeps the stand-in. ``tensor_dims``:
+        the dims of tensors at those shapes (:func:`partitioner.model.shapes_at`), which size them
+        where their types leave dims unknown or unnamed."""
+        return replace(self, dims=named_dim_sizes(index, shapes), tensor_dims=dict(tensor_dims or {}))
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,9 @@ def tensor_shape(index: GraphIndex, name: str, cost: BoundaryCost) -> tuple[int,
         return None
     if min(dims, default=0) >= 0:
         return dims
+    sized = cost.tensor_dims.get(name)
+    if sized is not None and len(sized) == len(dims):
+        return sized
     sizes, names = cost.sizes, dim_names(index, name) if cost.dims and -1 in dims else None
     return tuple(d if d >= 0 else cost.unknown_dim if d != -1 else
                  sizes.get(names[k] or "", cost.symbolic_dim) if names is not None else cost.symbolic_dim

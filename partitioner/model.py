@@ -70,6 +70,8 @@ class Model:
     # the size, modification time (ns), inode and device of the file the model was read from, as
     # it was read (partitioner.wire.file_status); empty: not read from a file
     file_status: tuple[int, ...] = ()
+    # what shapes_at found, by the input shapes asked (and the node count, should nodes change)
+    sized: dict[Any, dict[str, tuple[int, ...]]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def nodes(self) -> list[onnx.NodeProto]:
@@ -964,6 +966,45 @@ def _infer_from_what_is_known(proto: onnx.ModelProto, name: str) -> None:
     symbols = _dim_names(graph.input)
     for mine, theirs in zip(graph.output, inferred.graph.output):
         mine.type.CopyFrom(_merge_declared(theirs.type, mine.type, symbols)[0])
+
+
+def shapes_at(model: Model, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+    """The dims of the main graph's tensors where the model runs at ``shapes`` (model input ->
+    its shape), each tensor shape inference then sizes in full: inference over a weightless copy
+    with those inputs' dims set (a detector's feature maps, whose sizes follow its image's: from
+    symbolic inputs inference leaves them unknown). Tensors it cannot size are left out; once
+    per model and shapes."""
+    key = (tuple(sorted((n, tuple(int(d) for d in v)) for n, v in shapes.items())), len(model.proto.graph.node))
+    if key not in model.sized:
+        model.sized[key] = _sized(model, shapes)
+    return model.sized[key]
+
+
+def _sized(model: Model, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+    copy = weightless_copy(model.proto)
+    graph = copy.graph
+    for vi in graph.input:
+        shape = shapes.get(vi.name)
+        if shape is None or vi.type.WhichOneof("value") != "tensor_type":
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if vi.type.tensor_type.HasField("shape") and len(dims) != len(shape):
+            continue
+        vi.type.tensor_type.ClearField("shape")
+        for d in shape:
+            vi.type.tensor_type.shape.dim.add().dim_value = int(d)
+    del graph.value_info[:]
+    _clear_output_shapes(graph)
+    inferred = _run_inference(copy, str(model.source or "model"))
+    if inferred is None:
+        return {}
+    out: dict[str, tuple[int, ...]] = {}
+    for vi in [*inferred.graph.value_info, *inferred.graph.output]:
+        tt = vi.type.tensor_type if vi.type.WhichOneof("value") == "tensor_type" else None
+        if tt is not None and tt.HasField("shape") and all(
+                d.WhichOneof("value") == "dim_value" and d.dim_value >= 0 for d in tt.shape.dim):
+            out[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
+    return out
 
 
 def _clear_output_shapes(graph: onnx.GraphProto) -> None:

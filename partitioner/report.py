@@ -168,10 +168,14 @@ class Crossing:
     given: tuple[tuple[str, int], ...] = ()  # named dims of crossing tensors sized by the shapes given
     stand_ins: tuple[str, ...] = ()  # which stand-ins they needed: "symbolic", "unknown"
     unknown_dim: int = 64
+    inferred: bool = False  # some sized as shape inference sizes them at the shapes given
 
     def describe(self) -> str:
         sizes = [f"at the shapes given: {', '.join(f'{k}={v}' for k, v in self.given)}"] if self.given else []
-        if "symbolic" in self.stand_ins or not (self.given or self.stand_ins):
+        if self.inferred:
+            sizes.append("at the shapes given, as shape inference sizes them" if not self.given else
+                         "the other dims as shape inference sizes them there")
+        if "symbolic" in self.stand_ins or not (self.given or self.stand_ins or self.inferred):
             sizes.append(f"{'other ' if self.given else ''}symbolic dims counted as {self.symbolic_dim}")
         if "unknown" in self.stand_ins:
             sizes.append(f"unknown dims counted as {self.unknown_dim}")
@@ -193,8 +197,13 @@ def boundary_crossing(plan: Plan, cost: BoundaryCost | None = None) -> Crossing 
     tensors, total, unknown = tally(index, crossing, cost)
     given: set[tuple[str, int]] = set()
     stand_ins: set[str] = set()
+    inferred = False
     for name in crossing:
         dims, names = index.dims_of(name) or (), dim_names(index, name) or ()
+        sized = cost.tensor_dims.get(name)
+        if sized is not None and len(sized) == len(dims) and min(dims, default=0) < 0:
+            inferred = True  # (sized as shape inference sizes it at the shapes given)
+            continue
         for k, d in enumerate(dims):
             named = names[k] if k < len(names) else None
             if d == -1 and named is not None and named in cost.sizes:
@@ -202,7 +211,7 @@ def boundary_crossing(plan: Plan, cost: BoundaryCost | None = None) -> Crossing 
             elif d < 0:
                 stand_ins.add("symbolic" if d == -1 else "unknown")
     return Crossing(tensors, total, unknown, cost.symbolic_dim, tuple(sorted(given)), tuple(sorted(stand_ins)),
-                    cost.unknown_dim)
+                    cost.unknown_dim, inferred)
 
 
 def summary(plan: Plan, cost: BoundaryCost | None = None, origin: str | None = None, verbose: bool = False,

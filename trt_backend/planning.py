@@ -13,7 +13,7 @@ import pickle
 import threading
 import time
 from dataclasses import replace
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -27,7 +27,7 @@ from partitioner import (
     plan_model,
 )
 from partitioner.capability import CapabilityOracle, Piece, QueryResult, Verdict
-from partitioner.cost import BoundaryCost, si_bytes
+from partitioner.cost import BoundaryCost, dim_names, named_dim_sizes, si_bytes
 from partitioner.errors import OptionsError
 from partitioner.model import (
     FILE_HANDED_FIXES,
@@ -35,6 +35,7 @@ from partitioner.model import (
     ModelSource,
     learn_types,
     serialize,
+    shapes_at,
     untie_contradicted_dims,
 )
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
@@ -166,12 +167,35 @@ def _qdq_rewrite(options: Any) -> str:
 
 def sized_cost(cost: BoundaryCost | None, model: Model, shapes: ProbeShapes) -> BoundaryCost:
     """``cost`` (None: the default constants) with the named dims of the model's inputs sized at
-    the shapes it runs at, where ``shapes`` are given and ``cost`` sizes none itself: the first
-    profile's opt shapes (:func:`~trt_backend.ort.probe.opt_shapes`)."""
+    the shapes it runs at, where ``shapes`` are given and ``cost`` sizes none otherwise itself: the
+    first profile's opt shapes (:func:`~trt_backend.ort.probe.opt_shapes`), and its tensors' dims
+    there (:func:`with_tensor_dims`)."""
     cost = cost if cost is not None else BoundaryCost()
-    if not shapes or cost.dims:
+    if not shapes:
         return cost
-    return cost.at_shapes(model.index, opt_shapes(shapes)[0])
+    opt = opt_shapes(shapes)[0]
+    if cost.dims and cost.dims != named_dim_sizes(model.index, opt):
+        return cost  # (sizes of the caller's own)
+    return with_tensor_dims(cost.at_shapes(model.index, opt), model, opt)
+
+
+def with_tensor_dims(cost: BoundaryCost, model: Model, shapes: Mapping[str, Sequence[int]]) -> BoundaryCost:
+    """``cost`` (sized at ``shapes``, see :meth:`BoundaryCost.at_shapes`) with the dims shape
+    inference gives the model's tensors at ``shapes`` (:func:`partitioner.model.shapes_at`), where
+    some tensor's type leaves a dim the named sizes do not fix (a detector's feature maps, whose
+    sizes follow its image's: each counted as ``unknown_dim`` otherwise, NudeNet's boundaries
+    estimated at 1.37 GB for 3.6 MB)."""
+    sizes, index = cost.sizes, model.index
+    for name in index.types:
+        dims = index.dims_of(name)
+        if dims is None or min(dims, default=0) >= 0:
+            continue
+        names = dim_names(index, name)
+        if any(d == -2 or names is None or (names[k] or "") not in sizes for k, d in enumerate(dims) if d < 0):
+            break
+    else:
+        return cost
+    return replace(cost, tensor_dims=shapes_at(model, shapes))
 
 
 def priced(plan: Plan, cost: BoundaryCost | None, shapes: ProbeShapes) -> Plan:

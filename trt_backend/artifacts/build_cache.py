@@ -168,8 +168,9 @@ def feeds_sha256(feeds: Sequence[Any]) -> str:
 def jsonable(value: Any) -> Any:
     """``value`` as JSON-able data that is the same in every process: dataclasses as their fields,
     our own functions by name (their sources are in the build key), anything else by repr."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # (less what is derived from the rest)
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not f.metadata.get("derived")}
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
