@@ -2,7 +2,9 @@
 error. A detector whose boxes move by a pixel, or a classifier whose logits move by 1e-2, can
 fail any absolute tolerance and still give every user the same result; these checks say so.
 
-- ``top1[:OUT]``: per row, the arg-max over the last axis agrees (classification).
+- ``top1[:OUT]``: per row, the arg-max over the last axis agrees (classification). An output of
+  one score a row (a last axis of 1: a binary classifier's probability) has no class to pick: the
+  check says NOT COMPARED there (its arg-max would agree whatever the scores).
 - ``argmax-sequence[:OUT][;time=AXIS][;blank=ID]``: per sequence, the greedy token sequence
   agrees: the arg-max over the last axis along the sequence axis (``time=``, default 1: outputs
   laid out [batch, time, classes]; 0 for [time, batch, classes]), repeats merged and the blank
@@ -147,10 +149,11 @@ def _default_output(check: TaskCheck, ref: Sequence[Mapping[str, Any]], names: S
     need = 2 if check.kind == "top1" else 3
     for name in names:
         values = [r.get(name) for r in ref]
-        if all(isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.ndim >= need for v in values):
+        if all(isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.ndim >= need and v.shape[-1] > 1
+               for v in values):
             return (name,)
-    raise OptionsError(f"task check {check.kind}: no float output of rank >= {need} to check; name one "
-                       f"({check.kind}:OUTPUT)")
+    raise OptionsError(f"task check {check.kind}: no float output of rank >= {need} with more than one class "
+                       f"(its last axis) to check; name one ({check.kind}:OUTPUT)")
 
 
 def _rows(result: TaskResult, ours: np.ndarray, ref: np.ndarray) -> None:
@@ -158,6 +161,9 @@ def _rows(result: TaskResult, ours: np.ndarray, ref: np.ndarray) -> None:
         result.note = f"shape {ours.shape} vs reference {ref.shape}"
         return
     if ref.ndim < 2 or ref.size == 0:
+        return
+    if ref.shape[-1] == 1:  # (a score per row, no classes: its arg-max is 0 whatever the score)
+        result.note = f"one score a row (shape {ref.shape}): no class to pick"
         return
     a, b = np.argmax(ours, axis=-1), np.argmax(ref, axis=-1)
     if result.check.kind == "top1":

@@ -82,6 +82,13 @@ def test_task_checks_count_what_users_see() -> None:
     moved = logits + np.array([[0.0, -0.85, 0.0], [0.0, 0.0, 0.0]], np.float32)  # row 0's answer changes
     [top1] = run_checks([TaskCheck.parse("top1:l@0.5")], [{"l": moved}], [{"l": logits}], ["l"])
     assert (top1.agreed, top1.total, top1.passed) == (1, 2, True)
+    # one score a row (a word-boundary probability): its arg-max is 0 whatever the score, and top1
+    # said PASSED where 8 of 35 thresholded answers had flipped; nothing is compared there
+    probs, flipped = np.array([[0.2], [0.7]], np.float32), np.array([[0.7], [0.2]], np.float32)
+    [one] = run_checks([TaskCheck.parse("top1:p")], [{"p": flipped}], [{"p": probs}], ["p"])
+    assert (one.total, one.passed) == (0, False) and one.line().endswith("NOT COMPARED"), one.line()
+    with pytest.raises(OptionsError, match="more than one class"):
+        run_checks([TaskCheck.parse("top1")], [{"p": flipped}], [{"p": probs}], ["p"])
     # greedy CTC: [1, 1, 0, 2] and [1, 0, 0, 2] both read "1 2"; [2, 2, 0, 1] reads "2 1"
     steps = np.eye(3, dtype=np.float32)[[[1, 1, 0, 2], [1, 0, 0, 2], [2, 2, 0, 1]]]
     ref = np.eye(3, dtype=np.float32)[[[1, 0, 0, 2], [1, 0, 2, 2], [2, 0, 1, 1]]]
