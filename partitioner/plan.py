@@ -64,7 +64,8 @@ class PartitionOptions:
             wrong = next((v for v in value if not isinstance(v, str)), None) if f != "plugins" else None
             if wrong is not None:
                 raise OptionsError(f"{f} must list names (str), got {type(wrong).__name__} {wrong!r}")
-            object.__setattr__(self, f, value)
+            # (names of a set: the same ones in another order are the same options, and the same plan)
+            object.__setattr__(self, f, value if f == "plugins" else tuple(sorted(set(value))))
         for f in ("min_segment_size", "max_oracle_calls"):
             value = getattr(self, f)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

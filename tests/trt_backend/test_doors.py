@@ -351,3 +351,24 @@ def test_auto_flags_beside_another_precision_are_refused(material, tmp_path, cap
     refused = "a precision plan applies to precision 'auto', not 'fp16'"
     with pytest.raises(trt_backend.errors.OptionsError, match=refused):
         BuildOptions(precision="fp16", precision_plan=m["plan"])
+
+
+def test_a_folder_takes_its_exclusions_in_any_order(tmp_path, capsys) -> None:
+    """Exclusions name sets of ops or nodes: a folder built with --exclude-ops Relu,Softmax refused
+    Softmax,Relu at every door, and the plan cache missed on it."""
+    from trt_backend.data.demo import DEMO_PATH
+
+    folder = str(tmp_path / "b")
+    shapes = ["--shapes", "image:2x3x32x32"]
+    assert main(["build", DEMO_PATH, "-o", folder, *shapes, "--exclude-ops", "Relu,Softmax", "-q"]) == 0
+    assert PartitionOptions(exclude_ops=("Softmax", "Relu", "Relu")) == PartitionOptions(exclude_ops=("Relu", "Softmax"))
+    Session.load(folder, SessionOptions(exclude_ops=("Softmax", "Relu"), emulate=True)).close()
+    capsys.readouterr()
+    assert main(["run", folder, "--exclude-ops", "Softmax,Relu", "--emulate"]) == 0
+    assert main(["compare", folder, "--exclude-ops", "Softmax,Relu", "--emulate"]) == 0
+    assert main(["run", folder, "--exclude-ops", "Softmax", "--emulate"]) == 1
+    assert "--exclude-ops would change what was built" in capsys.readouterr().err
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    assert main(["inspect", DEMO_PATH, *shapes, "--exclude-ops", "Relu,Softmax", *cache]) == 0
+    assert main(["inspect", DEMO_PATH, *shapes, "--exclude-ops", "Softmax,Relu", *cache]) == 0
+    assert "plan from the plan cache" in capsys.readouterr().out

@@ -370,6 +370,17 @@ PARTITION_FIELDS = {"exclude_ops": "--exclude-ops", "exclude_nodes": "--exclude-
 PLANNING_FIELDS = {"flavor": "--flavor", "isolate_parser": "--isolate"}
 
 
+# Options that name a set of ops or nodes: the same names in another order are the same option.
+_SETS = frozenset({"keep_fp32_ops", "exclude_ops", "exclude_nodes", "plugin_ops"})
+
+
+def _unlike(name: str, given: Any, recorded: Any) -> bool:
+    """Whether the option ``name`` given as ``given`` differs from the folder's ``recorded``."""
+    if name in _SETS and isinstance(given, (list, tuple)) and isinstance(recorded, (list, tuple)):
+        return set(given) != set(recorded)
+    return bool(given != recorded)
+
+
 def refusal(folder: str, flag: str, field: str | None = None) -> OptionsError:
     """The one error every door gives for an option a build folder refuses: the folder, the flag
     (and the option's field where its name differs), where it belongs instead."""
@@ -395,7 +406,7 @@ def refused_on_folder(options: SessionOptions, folder: str, manifest: Mapping[st
     for name, flag in BUILD_FIELDS.items():
         value = build.get(name, getattr(default_build, name)) if build is not None else getattr(options.build, name)
         asked = value != getattr(default_build, name) or name in explicit
-        if name not in skip and asked and value != getattr(built, name):
+        if name not in skip and asked and _unlike(name, value, getattr(built, name)):
             raise refusal(folder, flag, name)
     recorded = manifest.get("build", {}) if manifest is not None else {}
     partition = recorded.get("partition")
@@ -405,7 +416,8 @@ def refused_on_folder(options: SessionOptions, folder: str, manifest: Mapping[st
         # (the named dims a build priced boundaries at come from its profiles, not from options given)
         planned = {**planned, "boundary_cost": {**planned["boundary_cost"], "dims": []}}
     for name, flag in PARTITION_FIELDS.items():
-        if getattr(options.partition, name) != getattr(default_partition, name) and given[name] != planned.get(name):
+        if getattr(options.partition, name) != getattr(default_partition, name) and _unlike(name, given[name],
+                                                                                              planned.get(name)):
             raise refusal(folder, flag, name)
     engines = str((manifest or {}).get("tensorrt") or "").partition(" ")[0]
     if options.flavor not in ("auto", engines):
