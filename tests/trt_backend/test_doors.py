@@ -361,7 +361,8 @@ def test_a_folder_takes_its_exclusions_in_any_order(tmp_path, capsys) -> None:
     folder = str(tmp_path / "b")
     shapes = ["--shapes", "image:2x3x32x32"]
     assert main(["build", DEMO_PATH, "-o", folder, *shapes, "--exclude-ops", "Relu,Softmax", "-q"]) == 0
-    assert PartitionOptions(exclude_ops=("Softmax", "Relu", "Relu")) == PartitionOptions(exclude_ops=("Relu", "Softmax"))
+    assert PartitionOptions(exclude_ops=("Softmax", "Relu", "Relu")) == \
+        PartitionOptions(exclude_ops=("Relu", "Softmax"))
     Session.load(folder, SessionOptions(exclude_ops=("Softmax", "Relu"), emulate=True)).close()
     capsys.readouterr()
     assert main(["run", folder, "--exclude-ops", "Softmax,Relu", "--emulate"]) == 0

@@ -315,7 +315,9 @@ def _segment_model(source: ExportSource, seg: Segment, name: str, opts: TritonOp
         config.backend = ONNXRUNTIME
         if seg.backend == "tensorrt":
             config.instance_kind, config.instance_count = KIND_GPU, opts.trt_instances
-            config.tensorrt_accelerator = _accelerator(source, seg)
+            config.tensorrt_accelerator, missed = _accelerator(source, seg)
+            if missed:
+                note = "; ".join(n for n in (note, f"segment {seg.id}: {missed}") if n)
         else:
             config.instance_kind = KIND_GPU if opts.ort_kind == "gpu" else KIND_CPU
             config.instance_count = opts.ort_instances
@@ -347,16 +349,25 @@ def _kept_fp32(source: ExportSource, segment_id: int) -> bool:
     return bool(source.segment_pinned.get(segment_id)) or (model is not None and bool(fp32_subgraphs(model)))
 
 
-def _accelerator(source: ExportSource, seg: Segment) -> dict[str, str]:
+def _accelerator(source: ExportSource, seg: Segment) -> tuple[dict[str, str], str | None]:
     """Parameters of Triton's TensorRT execution accelerator (ONNX Runtime's TensorRT EP): the
     segment's derived profiles, so the EP builds once for the whole range instead of per shape
-    (for a shape tensor the EP reads the profile as its values, as TensorRT takes them)."""
+    (for a shape tensor the EP reads the profile as its values, as TensorRT takes them); and why
+    they are left out, where a profile cannot be written in the EP's ``name:dims,...`` lists (a
+    name holding ':' or ',', as tf2onnx names every tensor, or a scalar)."""
     params: dict[str, str] = {}
     profiles: list[Profile] = source.segment_profiles.get(seg.id, [])
     names = [n for n in seg.inputs if all(n in p for p in profiles)]
     points = [[(n, _profile_point(p[n])) for n in names] for p in profiles]
-    usable = bool(profiles) and bool(names) and all(":" not in n and "," not in n for n in names) and \
-        all(pt and all(len(d) > 0 and min(d) >= 0 for d in pt) for prof in points for _, pt in prof)
+    odd = next((n for n in names if ":" in n or "," in n), None)
+    scalar = next((n for prof in points for n, pt in prof if not (pt and all(len(d) > 0 for d in pt))), None)
+    missed = None
+    if profiles and names and (odd is not None or scalar is not None):
+        why = f"input '{odd}' has ':' or ',' in its name" if odd is not None else f"input '{scalar}' is a scalar"
+        missed = (f"its TensorRT accelerator is given no profiles ({why}, which ONNX Runtime's TensorRT provider "
+                  "cannot read in its name:dims lists): it builds an engine for each new input shape instead")
+    usable = bool(profiles) and bool(names) and missed is None and \
+        all(pt and all(min(d, default=0) >= 0 for d in pt) for prof in points for _, pt in prof)
     if usable:
         for key, pick in (("trt_profile_min_shapes", 0), ("trt_profile_opt_shapes", 1), ("trt_profile_max_shapes", 2)):
             params[key] = ",".join(f"{n}:{'x'.join(str(d) for d in pt[pick])}" for prof in points for n, pt in prof)
@@ -367,7 +378,7 @@ def _accelerator(source: ExportSource, seg: Segment) -> dict[str, str]:
         mode = None  # FP16 would let TensorRT lower the pinned nodes too; the form's casts carry the fp16 part
     if mode is not None:
         params["precision_mode"] = mode
-    return params
+    return params, missed
 
 
 def _profile_point(tp: TensorProfile) -> tuple[tuple[int, ...], ...]:

@@ -539,3 +539,29 @@ def test_the_python_door_writes_a_repository_from_a_source(tmp_path) -> None:
     with pytest.raises(ExportError, match="write_repo takes a TritonRepo .* or an ExportSource .*, got str"):
         export.write_repo("demo_build", str(tmp_path / "wrong"))  # type: ignore[arg-type]
     session.close()
+
+
+def test_profiles_the_accelerator_cannot_read_are_left_out_with_a_note(tmp_path, capsys) -> None:
+    """ONNX Runtime's TensorRT provider reads its profiles as ``name:dims`` lists, cut at the first
+    ':' and ','; tf2onnx names every tensor ``...:0``. Such a segment's accelerator gets no profiles,
+    and the export says so (it said nothing, and the accelerator then builds per input shape)."""
+    nodes = [h.make_node("Relu", ["x"], ["conv:0"], name="r0"), h.make_node("Sin", ["conv:0"], ["sin:0"], name="sin"),
+             h.make_node("Relu", ["sin:0"], ["y"], name="r1")]
+    path = str(tmp_path / "tf.onnx")
+    onnx.save(h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["N", 4])],
+                                        [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])]),
+                           opset_imports=[h.make_opsetid("", 17)]), path)
+    folder, repo = str(tmp_path / "b"), str(tmp_path / "repo")
+    assert main(["build", path, "-o", folder, "--min-shapes", "x:1x4", "--opt-shapes", "x:2x4", "--max-shapes", "x:8x4",
+                 "--exclude-ops", "Sin", "--min-segment-size", "1", "--no-boundary-cost", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["export-triton", folder, "-o", repo]) == 0
+    out = capsys.readouterr().out
+    assert "segment 2: its TensorRT accelerator is given no profiles (input 'sin:0' has ':' or ','" in out, out
+    models, _ = check_repo(repo)
+    first = models["tf_0_trt"].config.optimization.execution_accelerators.gpu_execution_accelerator[0]
+    last = models["tf_2_trt"].config.optimization.execution_accelerators.gpu_execution_accelerator[0]
+    assert dict(first.parameters)["trt_profile_max_shapes"] == "x:8x4"
+    assert "trt_profile_max_shapes" not in dict(last.parameters)
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_allclose(run_ensemble(repo, {"x": x})["y"], np.maximum(np.sin(np.maximum(x, 0)), 0), atol=1e-6)
