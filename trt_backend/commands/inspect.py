@@ -31,7 +31,7 @@ from trt_backend.commands._shapes import cli_profiles
 from trt_backend.planning import make_plan
 
 if TYPE_CHECKING:
-    from trt_backend.engines.precision_plan import PrecisionPlan, SegmentPrecision
+    from trt_backend.engines.precision_plan import PrecisionPlan
 
 # Loaded on the paths that need them: a build folder's reader and report, a picture, a precision plan.
 _folder = lazy_module("trt_backend.commands._inspect_folder")
@@ -99,13 +99,6 @@ def export_segments(plan: Plan, folder: str, built: tuple[str, dict[str, Any]] |
             shutil.rmtree(target, ignore_errors=True)
         raise
     return written
-
-
-def _precision_text(entry: SegmentPrecision) -> str:
-    pins = ", ".join(f"{p.node} ({p.op_type}, " + (p.tensor[1:-1] if p.tensor.startswith("(") else
-                                                   f"{p.error:.3g} x tolerance") + ")" for p in entry.pinned)
-    return (f"{entry.precision}, {entry.reduced}/{len(entry.nodes)} node(s) reduced, {len(entry.pinned)} pinned to fp32"
-            + (f": {pins}" if pins else ""))
 
 
 def _with_precision(page: str, plan: Plan, precision: PrecisionPlan) -> str:
@@ -183,7 +176,7 @@ def handle(args: argparse.Namespace) -> int:
         print(f"precision plan ({precision.tolerance_words()}):")
         for seg in plan.tensorrt_segments():
             entry = precision.for_segment(plan.nodes[i].name for i in seg.nodes)
-            print(f"  segment {seg.id}: " + (_precision_text(entry) if entry is not None else "fp32 (not in the plan)"))
+            print(f"  segment {seg.id}: " + (entry.words() if entry is not None else "fp32 (not in the plan)"))
         moved = precision.moved_line()
         if moved:
             print(f"  {moved}")

@@ -40,6 +40,18 @@ class SegmentPrecision:
     def pinned_names(self) -> tuple[str, ...]:
         return tuple(p.node for p in self.pinned)
 
+    def words(self) -> str:
+        """Its precision and pins as a user reads them: the first six pins with the error that
+        pinned each, or a bisected tail as its first and last node."""
+        tails = {p.tensor for p in self.pinned}
+        head = f"{self.precision}, {self.reduced}/{len(self.nodes)} node(s) reduced, {len(self.pinned)} pinned to fp32"
+        if len(self.pinned) > 6 and len(tails) == 1 and next(iter(tails)).startswith("(the last"):
+            return f"{head}: {self.pinned[0].node} ... {self.pinned[-1].node} {next(iter(tails))}"  # one bisected tail
+        pins = ", ".join(f"{p.node} ({p.op_type}, " + (p.tensor[1:-1] if p.tensor.startswith("(") else
+                                                       f"{p.error:.3g} x tolerance") + ")" for p in self.pinned[:6])
+        more = f" and {len(self.pinned) - 6} more" if len(self.pinned) > 6 else ""
+        return head + (f": {pins}{more}" if self.pinned else "")
+
 
 @dataclass(frozen=True)
 class PrecisionPlan:
@@ -126,21 +138,7 @@ class PrecisionPlan:
 
     def lines(self) -> list[str]:
         """What a user reads: per segment its precision and pins."""
-        out = []
-        for k, s in enumerate(self.segments):
-            tails = {p.tensor for p in s.pinned}
-            if len(s.pinned) > 6 and len(tails) == 1 and next(iter(tails)).startswith("(the last"):
-                pins = f"{s.pinned[0].node} ... {s.pinned[-1].node} {next(iter(tails))}"  # one bisected tail
-                out.append(f"segment {s.segment if s.segment >= 0 else k}: {s.precision}, {s.reduced}/{len(s.nodes)} "
-                           f"node(s) reduced, {len(s.pinned)} pinned to fp32: {pins}")
-                continue
-            pins = ", ".join(f"{p.node} ({p.op_type}, " + (p.tensor[1:-1] if p.tensor.startswith("(") else
-                                                            f"{p.error:.3g} x tolerance") + ")" for p in s.pinned[:6])
-            more = f" and {len(s.pinned) - 6} more" if len(s.pinned) > 6 else ""
-            out.append(f"segment {s.segment if s.segment >= 0 else k}: {s.precision}, {s.reduced}/{len(s.nodes)} "
-                       "node(s) reduced, "
-                       f"{len(s.pinned)} pinned to fp32" + (f": {pins}{more}" if s.pinned else ""))
-        return out
+        return [f"segment {s.segment if s.segment >= 0 else k}: {s.words()}" for k, s in enumerate(self.segments)]
 
 
 def read_precision_plan(source: str | os.PathLike[str] | Mapping[str, Any]) -> PrecisionPlan:
