@@ -227,8 +227,8 @@ def _apart(index: GraphIndex, nodes: tuple[int, ...], blamed_ops: Collection[str
     ops = set(blamed_ops)
     suspects = [i for i in nodes if index.graph.node[i].op_type in ops]
     if suspects and len(suspects) < len(nodes):
-        rest = tuple(i for i in nodes if i not in set(suspects))
-        return [*((i,) for i in suspects), rest]
+        alone = set(suspects)
+        return [*((i,) for i in suspects), tuple(i for i in nodes if i not in alone)]
     half = len(nodes) // 2
     return [nodes[:half], nodes[half:]]
 

@@ -58,8 +58,9 @@ class BoundaryCost:
     # the sizes of named dims where the shapes the model runs at are known: (name, size) pairs,
     # sorted (a mapping given is made one); the rest of the named dims count as symbolic_dim
     dims: tuple[tuple[str, int], ...] | Mapping[str, int] = ()
-    # tensor -> its dims at those shapes, where shape inference sizes them in full (derived from
-    # ``dims`` and the model, so neither compared nor recorded: see :meth:`at_shapes`)
+    # tensor -> its dims at those shapes, where shape inference sizes them in full, which size it
+    # where its type leaves dims unknown or unnamed (derived from the shapes and the model, so
+    # neither compared nor recorded: see partitioner.model.shapes_at)
     tensor_dims: Mapping[str, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False,
                                                        metadata={"derived": True})
 
@@ -83,13 +84,12 @@ class BoundaryCost:
         """``dims`` as a mapping."""
         return dict(self.dims)
 
-    def at_shapes(self, index: GraphIndex, shapes: Mapping[str, Sequence[int]],
-                  tensor_dims: Mapping[str, tuple[int, ...]] | None = None) -> BoundaryCost:
+    def at_shapes(self, index: GraphIndex, shapes: Mapping[str, Sequence[int]]) -> BoundaryCost:
         """These constants, with the sizes ``shapes`` (model input -> its shape) give the named
-        dims of the model's inputs: a name given two sizes keeps the stand-in. ``tensor_dims``:
-        the dims of tensors at those shapes (:func:`partitioner.model.shapes_at`), which size them
-        where their types leave dims unknown or unnamed."""
-        return replace(self, dims=named_dim_sizes(index, shapes), tensor_dims=dict(tensor_dims or {}))
+        dims of the model's inputs: a name given two sizes keeps the stand-in. Tensor dims found at
+        other shapes are dropped (``tensor_dims``: the caller sizes them at these, see
+        ``trt_backend.planning.with_tensor_dims``)."""
+        return replace(self, dims=named_dim_sizes(index, shapes), tensor_dims={})
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,7 @@ class ParserOracle:
             errors = {**self._parse_errors(data, path), **errors}
         unnamed = errors.pop(UNNAMED, None)
         op = importer_op(unnamed) if unnamed is not None else None
-        return QueryResult(supported, pieces, errors, unnamed=unnamed,
-                           blamed_ops=(op,) if op is not None and unnamed is not None else ())
+        return QueryResult(supported, pieces, errors, unnamed=unnamed, blamed_ops=(op,) if op else ())
 
     def _supported(self, data: bytes, path: str | None) -> tuple[bool, tuple[Piece, ...], dict[int, str]]:
         supported, pieces, errors = supports(self.flavor, self._builder, self._logger, data, path)
