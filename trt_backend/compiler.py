@@ -122,6 +122,21 @@ class Compiled:
         return _quantizer(self.model, b, self.input_profiles, self.options, self.quantizers)
 
 
+def check_feeds(calibration_feeds: Any) -> None:
+    """OptionsError unless ``calibration_feeds`` is a list (or tuple) of samples, each a mapping of
+    input name -> array (a sample's names and values are held to the model's by its runs)."""
+    if isinstance(calibration_feeds, Mapping):
+        raise OptionsError("calibration_feeds must be a list of samples, each a mapping of input name -> array, got "
+                           "one mapping (give [feeds] for one sample)")
+    if not isinstance(calibration_feeds, (list, tuple)):
+        raise OptionsError("calibration_feeds must be a list of samples, each a mapping of input name -> array, got "
+                           f"{type(calibration_feeds).__name__}")
+    wrong = next((f for f in calibration_feeds if not isinstance(f, Mapping)), None)
+    if wrong is not None:
+        raise OptionsError("calibration_feeds must be a list of samples, each a mapping of input name -> array, got "
+                           f"a sample of type {type(wrong).__name__}")
+
+
 def compile_as_built(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, Any]] | None,
                      options: SessionOptions, progress: BuildProgress | None = None,
                      calibration_feeds: Sequence[Mapping[str, Any]] = ()) -> ModelSource | Model | Plan | Compiled:
@@ -168,6 +183,7 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
     opts = options if options is not None else SessionOptions()
     if not isinstance(opts, SessionOptions):
         raise OptionsError(f"options must be a SessionOptions, got {type(opts).__name__}")
+    check_feeds(calibration_feeds)
     entry = plan_entry if plan_entry is not None else plan_entry_for(model, profiles, opts)
     if entry is not None and isinstance(model, (str, os.PathLike)):
         model = entry.load() or model

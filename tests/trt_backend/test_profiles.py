@@ -355,3 +355,18 @@ def test_an_input_given_two_shapes_is_refused() -> None:
                                            r"input one shape"):
         parse_shapes("x:1x4,x:2x4")
     assert parse_shapes("x:1x4,x:1x4") == {"x": (1, 4)}
+
+
+@pytest.mark.parametrize("feeds, says", [({"x": np.ones((1, 6), np.float32)}, "got one mapping"),
+                                         (5, "got int"), ([np.ones(3)], "a sample of type ndarray")])
+def test_calibration_feeds_that_are_no_list_of_samples_are_one_error_at_both_doors(tmp_path, feeds, says) -> None:
+    from trt_backend import build
+
+    path = str(tmp_path / "reshape.onnx")
+    onnx.save(_reshape_model(), path)
+    profiles = [{"x": ((1, 6), (2, 6), (4, 6)), "target": ((3,), (3,), (3,))}]
+    with pytest.raises(OptionsError, match=f"calibration_feeds must be a list of samples.*{says}"):
+        build(path, str(tmp_path / "b"), profiles, calibration_feeds=feeds)
+    with pytest.raises(OptionsError, match=f"calibration_feeds must be a list of samples.*{says}"):
+        Session(path, profiles, calibration_feeds=feeds)
+    assert not (tmp_path / "b").exists()

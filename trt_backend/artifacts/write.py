@@ -46,7 +46,7 @@ from trt_backend.artifacts.references import referable_path
 from trt_backend.artifacts.saved import SessionPlan
 from trt_backend.artifacts.seal import seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key
-from trt_backend.compiler import Compiled, compile, plan_entry_for
+from trt_backend.compiler import Compiled, check_feeds, compile, plan_entry_for
 from trt_backend.engines import head_start
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.config import check_build_options
@@ -90,6 +90,7 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
     opts = options if options is not None else SessionOptions()
     if not isinstance(opts, SessionOptions):
         raise OptionsError(f"options must be a SessionOptions, got {type(opts).__name__}")
+    check_feeds(calibration_feeds)
     out_dir = path_text(out_dir, "out_dir")
     reference = referable_path(model) if opts.weights_by_reference else None
     key = read_sign_key(opts.sign_key)
@@ -111,7 +112,7 @@ def build(model: ModelSource | Model, out_dir: str | os.PathLike[str],
     try:
         with output_lock(out_dir):  # A second build into the same folder is refused, not lost.
             return _build_locked(model, out_dir, profiles, opts, flv, key, progress, reference, began,
-                                 list(calibration_feeds))
+                                 calibration_feeds)
     finally:
         head_start.discard()  # One the build did not take (see trt_backend.engines.head_start).
 
