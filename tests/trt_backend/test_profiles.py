@@ -2,6 +2,7 @@
 TensorRT segment inputs (symbolic, calibrated, shape-tensor values, data-dependent dims)."""
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -370,3 +371,23 @@ def test_calibration_feeds_that_are_no_list_of_samples_are_one_error_at_both_doo
     with pytest.raises(OptionsError, match=f"calibration_feeds must be a list of samples.*{says}"):
         Session(path, profiles, calibration_feeds=feeds)
     assert not (tmp_path / "b").exists()
+
+
+def test_a_profile_made_from_samples_says_so(tmp_path, capsys) -> None:
+    """--inputs without profiles makes one spanning the samples' shapes; the folder recorded (and
+    inspect showed) its source as "user"."""
+    from trt_backend.cli import main
+    from trt_backend.profiles import tensor_profile
+
+    path = str(tmp_path / "reshape.onnx")
+    onnx.save(_reshape_model(), path)
+    (tmp_path / "samples").mkdir()
+    for n in (1, 4):
+        np.savez(tmp_path / "samples" / f"{n}.npz", x=np.ones((n, 6), np.float32), target=np.array([n, 2, 3], np.int64))
+    assert main(["build", path, "-o", str(tmp_path / "b"), "--inputs", str(tmp_path / "samples"),
+                 "--exclude-nodes", "reshape", "--min-segment-size", "1", "-q"]) == 0
+    with open(tmp_path / "b" / "manifest.json") as f:
+        x = json.load(f)["plan"]["input_profiles"][0]["x"]
+    assert (x["min"], x["max"], x["source"]) == ([1, 6], [4, 6], "samples")
+    with pytest.raises(ProfileError, match="source is 'user' or 'samples'"):
+        tensor_profile({"min": (1,), "opt": (1,), "max": (1,), "source": "calibrated"}, "profile 0, input 'x'")

@@ -484,9 +484,8 @@ def sample_profiles(feeds: Sequence[Mapping[str, Any]], args: argparse.Namespace
                for name, shape in sample.items()} for sample in calibration]
     profiles = _feeds.profiles_from_feeds([*feeds, *shaped]) if feeds or shaped else []
     if shaped and profiles:
-        made = ", ".join(f"{n} {'x'.join(map(str, p[0])) or 'scalar'}" + (
-            f"..{'x'.join(map(str, p[2]))}" if p[2] != p[0] else "") for n, p in profiles[0].items()
-            if isinstance(p, tuple) and len(p) >= 3)
+        made = ", ".join(f"{n} {'x'.join(map(str, p['min'])) or 'scalar'}" + (
+            f"..{'x'.join(map(str, p['max']))}" if p["max"] != p["min"] else "") for n, p in profiles[0].items())
         log.warning("no profile given: one made from the shapes of %s (%s), its batch %s; give "
                     "--min/--opt/--max-shapes for others", "the calibration data and --inputs" if feeds else
                     "the calibration data", made, "the samples'" if feeds else "1")

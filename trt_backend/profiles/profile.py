@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 
 Shape = tuple[int, ...]
 USER, STATIC, SYMBOLIC, CALIBRATED = "user", "static", "symbolic", "calibrated"
+SAMPLES = "samples"  # a model input's profile made from the shapes of real samples given without one
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class TensorProfile:
     min: Shape
     opt: Shape
     max: Shape
-    source: str = USER  # user | static | symbolic | calibrated
+    source: str = USER  # user | samples | static | symbolic | calibrated
     values: tuple[Shape, Shape, Shape] | None = None
     data_dependent: tuple[int, ...] = ()  # dims that change with the data alone
     # data-dependent dims whose max is what calibration saw, widened (the graph gave no bound)
@@ -114,7 +115,8 @@ def as_values(value: Any, what: str) -> Shape:
 
 def tensor_profile(value: Any, what: str) -> TensorProfile:
     """A profile entry as a :class:`TensorProfile`. Takes a TensorProfile, ``(min, opt, max)``,
-    one shape (min = opt = max), or ``{"min", "opt", "max"[, "values"]}``; checked for equal
+    one shape (min = opt = max), or ``{"min", "opt", "max"[, "values"][, "source"]}`` (``source``:
+    "samples" for one made from real samples' shapes, else "user"); checked for equal
     ranks and min <= opt <= max (ProfileError naming ``what``)."""
     if isinstance(value, TensorProfile):
         tp = value
@@ -131,8 +133,11 @@ def tensor_profile(value: Any, what: str) -> TensorProfile:
                 raise ProfileError(f"{what}: values must be (min, opt, max) of one length, got {value['values']!r}")
             if not all(a <= b <= c for a, b, c in zip(*values)):
                 raise ProfileError(f"{what}: values need min <= opt <= max in every element, got {values!r}")
+        source = value.get("source", USER)
+        if source not in (USER, SAMPLES):
+            raise ProfileError(f"{what}: source is {USER!r} or {SAMPLES!r} where one is given, got {source!r}")
         tp = TensorProfile(as_shape(value["min"], what), as_shape(value["opt"], what), as_shape(value["max"], what),
-                           values=values)
+                           source, values)
     elif isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise ProfileError(f"{what}: expected (min_shape, opt_shape, max_shape) or one shape, got {value!r}")
     else:

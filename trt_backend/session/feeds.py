@@ -25,7 +25,7 @@ from trt_backend.ort.sessions import first_line
 from trt_backend.ort.values import check_npz_sizes
 from trt_backend.profiles.given import example_shapes
 from trt_backend.profiles.node_arg import NodeArg, node_arg, shape_text
-from trt_backend.profiles.profile import Profile, describe_profile
+from trt_backend.profiles.profile import SAMPLES, Profile, describe_profile
 
 
 def _given(value: Any) -> str:
@@ -398,7 +398,7 @@ def model_file_inputs(path: str) -> list[NodeArg] | None:
 
 def profiles_from_feeds(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One profile spanning the shapes of the given samples (per dim their least and greatest;
-    opt: the first sample's), for feeds given without a profile. A small integer input (rank 0
+    opt: the first sample's; its source "samples"), for feeds given without a profile. A small integer input (rank 0
     or 1, at most :data:`VALUES_KEPT` elements, the same count in every sample) also gets the
     span of its values: where TensorRT takes it as a shape tensor (a Range's limits, a Reshape's
     shape), its profile must hold them; elsewhere they are not used."""
@@ -418,11 +418,11 @@ def profiles_from_feeds(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, An
             raise FeedError(f"input '{name}' comes with different ranks {sorted({len(s) for s in seen})}")
         low = tuple(min(d) for d in zip(*seen))
         high = tuple(max(d) for d in zip(*seen))
-        profile[name] = (low, seen[0], high)
+        profile[name] = {"min": low, "opt": seen[0], "max": high, "source": SAMPLES}
         contents = values.get(name, [])
         if len(contents) == len(seen) and len({len(v) for v in contents}) == 1:
-            spans = (tuple(min(v) for v in zip(*contents)), contents[0], tuple(max(v) for v in zip(*contents)))
-            profile[name] = {"min": low, "opt": seen[0], "max": high, "values": spans}
+            profile[name]["values"] = (tuple(min(v) for v in zip(*contents)), contents[0],
+                                       tuple(max(v) for v in zip(*contents)))
     return [profile] if profile else []
 
 
