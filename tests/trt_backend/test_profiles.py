@@ -170,10 +170,11 @@ def test_a_build_derives_profiles_from_the_samples_given_as_run_and_compare_do(t
 
     path = str(tmp_path / "reshape.onnx")
     onnx.save(_reshape_model(), path)
-    samples = [{"x": np.ones((n, 6), np.float32), "target": np.array([n, 2, 3], np.int64)} for n in (1, 2, 4)]
+    samples: list[dict[str, np.ndarray]] = [{"x": np.ones((n, 6), np.float32), "target": np.array([n, 2, 3], np.int64)}
+                                            for n in (1, 2, 4)]
     (tmp_path / "samples").mkdir()
     for k, sample in enumerate(samples):
-        np.savez(tmp_path / "samples" / f"{k}.npz", **sample)
+        np.savez(tmp_path / "samples" / f"{k}.npz", x=sample["x"], target=sample["target"])
     ranges = ["--min-shapes", "x:1x6,target:3", "--opt-shapes", "x:2x6,target:3", "--max-shapes", "x:4x6,target:3"]
     flags = ["--exclude-nodes", "reshape", "--min-segment-size", "1", "-q"]
     assert main(["build", path, "-o", str(tmp_path / "cli"), *ranges, *flags]) == 1  # random values: refused
