@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from trt_backend._files import write_atomic
 from trt_backend.artifacts.write import build
@@ -35,7 +38,16 @@ from trt_backend.commands._precision import (
 )
 from trt_backend.engines.report import group_demotions
 from partitioner.errors import OptionsError
+from trt_backend._lazy import lazy_module
+from trt_backend.errors import TrtBackendError
 from trt_backend.ort.values import memory_limit
+
+log = logging.getLogger(__name__)
+# Loaded for the range check of a reduced build with real data only.
+_calibration = lazy_module("trt_backend.engines.calibration")
+_overflow = lazy_module("trt_backend.accuracy.overflow")
+_session = lazy_module("trt_backend.session.session")
+_options = lazy_module("trt_backend.session.options")
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -114,10 +126,49 @@ def _build(args: argparse.Namespace) -> int:
         if index is not None:
             remember_in_index(args.cache_dir, index, manifest)
     print_build(args.model, args.output, manifest, bool(args.verbose))
+    _check_range(args, manifest, feeds)
     if args.report:
         write_atomic(args.report, json.dumps(build_report(manifest, args.output), indent=1) + "\n")
         print(f"wrote {args.report}")
     return 0
+
+
+def _check_range(args: argparse.Namespace, manifest: Mapping[str, Any], feeds: list[dict[str, Any]] | None) -> None:
+    """Where the folder's segments compute in fp16, bf16 or int8 (whose remainder is fp16) and
+    real data is at hand (the first --inputs sample, else the first of the calibration data), a
+    warning for each segment whose activations leave the reduced type's range on it
+    (:func:`trt_backend.accuracy.overflow.range_overflows`, as ``run`` and ``compare`` warn): an
+    fp16 cast after a sum of squares that reaches 1.7e5 turned every answer of a classifier into
+    the same class, and the build said nothing. Best effort: a sample the folder's profiles do
+    not take is no check (``compare DIR --inputs`` measures the folder on any)."""
+    if not any(s.get("precision") in ("fp16", "bf16", "int8") for s in manifest.get("segments", ())):
+        return
+    sample, where = (feeds[0], f"--inputs {args.inputs}") if feeds else _calibration_sample(args)
+    if sample is None:
+        return
+    try:
+        with _session.Session.load(args.output, _options.SessionOptions(emulate=True)) as sess:
+            overflows = _overflow.range_overflows(sess, sample)
+    except (TrtBackendError, OSError, ValueError) as e:
+        log.debug("no range check of %s on %s: %s", args.output, where, e)
+        return
+    for overflow in overflows:
+        log.warning("on %s: %s", where, overflow.message())
+
+
+def _calibration_sample(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
+    """The first sample of the calibration data's first file (its leading dim counts the samples
+    it stacks), and where it came from; None without calibration files."""
+    source = getattr(args, "calibration_data", None)
+    if not source or source == "random":
+        return None, ""
+    try:
+        files = _calibration.calibration_files(str(source))
+        with np.load(files[0]) as data:
+            return {name: data[name][:1] for name in data.files}, files[0]
+    except (OSError, ValueError, IndexError, TrtBackendError) as e:
+        log.debug("no calibration sample for a range check: %s", e)
+        return None, ""
 
 
 def build_report(manifest: Mapping[str, Any], folder: str) -> dict[str, Any]:

@@ -86,6 +86,31 @@ def test_run_warns_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Non
     assert not [r for r in caplog.records if "range" in r.getMessage()]
 
 
+def test_a_reduced_build_with_real_data_warns_where_it_leaves_the_range(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """A build in fp16 (or int8, whose remainder is fp16) said nothing of an activation fp16 cannot
+    hold (magika: a sum of squares of 1.7e5 cast to fp16 made every file the same class); with real
+    data at hand (--inputs, or the calibration data) it warns as run and compare do. Without any,
+    it cannot tell, and says nothing."""
+    model = tmp_path / "squares.onnx"
+    onnx.save(squares(), str(model))
+    np.savez(tmp_path / "in.npz", **FEEDS)
+    (tmp_path / "cal").mkdir()
+    np.savez(tmp_path / "cal" / "0.npz", x=np.full((4, 16), 0.9, np.float32))  # four samples stacked
+    shapes = ["--shapes", "x:1x16", "-q"]
+    for extra in (["--precision", "fp16", "--inputs", str(tmp_path / "in.npz")],
+                  ["--precision", "int8", "--calibration-data", str(tmp_path / "cal")]):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert main(["build", str(model), "-o", str(tmp_path / "b"), *shapes, *extra]) == 0
+        said = [r.getMessage() for r in caplog.records if "range" in r.getMessage()]
+        assert len(said) == 1 and "leaves fp16's range" in said[0] and "(node 'square', Mul)" in said[0], extra
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert main(["build", str(model), "-o", str(tmp_path / "b"), *shapes, "--precision", "fp16"]) == 0
+    assert not [r for r in caplog.records if "range" in r.getMessage()]
+
+
 def paddle_batchnorm() -> onnx.ModelProto:
     """x [1,4,8,8] -> Conv -> BatchNormalization whose variance is a Constant node of 1e7..9.8e7
     (as Paddle2ONNX writes a trained one) -> Relu. The fp16 transform keeps that Constant and its
