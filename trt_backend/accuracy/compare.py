@@ -5,6 +5,7 @@ model, with Polygraphy's Comparator, and (when asked) the segment a divergence s
 replace the function ``trt_backend.compare`` on the package once anything imported it.)"""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ from trt_backend.accuracy.localize import (
     reference_with_boundaries,
     segment_reports,
 )
-from trt_backend.accuracy.options import CompareOptions
+from trt_backend.accuracy.options import DEFAULT_TOLERANCE, CompareOptions
 from trt_backend.accuracy.overflow import range_overflows, reduced_segments
 from trt_backend.accuracy.polygraphy_glue import (
     SavedReference,
@@ -35,7 +36,7 @@ from trt_backend.artifacts.read import REFERENCE_KEY, is_build_folder
 from trt_backend.artifacts.references import weights_dir
 from trt_backend.engines.emulation import is_quantized, reference_ort_options
 from trt_backend.engines.precision import fp32_subgraphs, stored_reduced, unreduced
-from trt_backend.engines.precision_plan import qdq_words, subgraphs_words, unreduced_words
+from trt_backend.engines.precision_plan import PrecisionPlan, qdq_words, subgraphs_words, unreduced_words
 from trt_backend.engines.quantize import qdq_types
 from trt_backend.compiler import compile_as_built
 from trt_backend.errors import ReferenceRunError, SegmentLoadError
@@ -120,11 +121,32 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
         if feeds is None or len(list(feeds)) != len(reference_outputs):
             raise OptionsError("reference_outputs need the feeds they were made from, one feed per set of outputs")
         reference = SavedReference(sess.get_inputs(), sess.get_outputs(), reference_outputs)
+    opts, searched = _searched_rule(sess, opts)
     try:
-        return _compare(sess, reference, opts, feeds, save_outputs)
+        return _compare(sess, reference, opts, feeds, save_outputs, searched)
     finally:
         if owned:
             sess.close()
+
+
+def _searched_rule(sess: Session, opts: CompareOptions) -> tuple[CompareOptions, list[str]]:
+    """A build folder made with ``--precision auto`` is judged by the rule its precision plan
+    was searched with (atol, rtol and --atol-of-range) where ``opts`` give none of their own (the
+    defaults, no per-output tolerances): its search held it to that, and compare at the defaults
+    FAILED a folder that met it. Returns the options and a note saying which rule judged and why."""
+    recorded = (sess.folder_manifest or {}).get("precision_plan")
+    if not recorded:
+        return opts, []
+    plan = PrecisionPlan.from_dict(recorded)
+    rule = plan.tolerance_words()
+    if (opts.atol, opts.rtol, opts.atol_of_range) == (DEFAULT_TOLERANCE, DEFAULT_TOLERANCE, None) \
+            and not opts.output_tolerances:
+        if (plan.atol, plan.rtol, plan.atol_of_range) == (opts.atol, opts.rtol, None):
+            return opts, []
+        return dataclasses.replace(opts, atol=plan.atol, rtol=plan.rtol, atol_of_range=plan.atol_of_range), \
+            [f"judged by the tolerance the folder's precision plan was searched with ({rule}); give --atol, "
+             "--rtol or --atol-of-range to judge by another"]
+    return opts, [f"the folder's precision plan was searched with {rule}; judged here by the tolerance given"]
 
 
 def _feed_list(feeds: Any) -> list[Mapping[str, Any]] | None:
@@ -268,7 +290,7 @@ def _feed_points(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, list[int]
 
 
 def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequence[Mapping[str, Any]] | None,
-             save_outputs: str | None = None) -> ComparisonReport:
+             save_outputs: str | None = None, first_notes: Sequence[str] = ()) -> ComparisonReport:
     outputs = sess.get_outputs()
     opts.check_output_names([a.name for a in outputs])
     # (each output once, where the model lists one twice; sequences, maps and optionals are compared by side_errors)
@@ -305,7 +327,7 @@ def _compare(sess: Session, reference: Any, opts: CompareOptions, feeds: Sequenc
     tasks = run_checks(opts.checks, run.ours, run.reference, names)
     compared = [r for r in reports if r.compared]
     passed = bool(compared) and all(r.error.passed for r in reports) and all(t.passed for t in tasks)
-    notes = _notes(sess, reports, saved=isinstance(reference, SavedReference))
+    notes = [*first_notes, *_notes(sess, reports, saved=isinstance(reference, SavedReference))]
     if skipped:
         notes.append(f"{', '.join(map(repr, skipped))}: not in the saved outputs (an .npz holds tensors: sequences "
                      "and maps are not saved), so not compared")

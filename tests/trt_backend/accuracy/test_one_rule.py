@@ -122,6 +122,16 @@ def test_integer_outputs_are_judged_by_equality_in_compare_and_auto_alike(tmp_pa
     assert f"precision plan ({words}):" in capsys.readouterr().out
     assert main(["compare", auto, "--inputs", str(tmp_path / "x.npz"), "--atol-of-range", "0.01"]) == 0
     assert "atol 0.001 or 0.01 x each output's largest magnitude, rtol 0.001" in capsys.readouterr().out
+    # Given no tolerance, compare of the folder judges by the rule it was searched with, and says so
+    # (it judged at the defaults and FAILED what the search held within its rule)
+    assert main(["compare", auto, "--inputs", str(tmp_path / "x.npz")]) == 0
+    out = capsys.readouterr().out
+    assert f"note: judged by the tolerance the folder's precision plan was searched with ({words})" in out, out
+    report = trt_backend.compare(auto, session_options=so, feeds=feeds)
+    assert report.passed and report.atol_of_range == 0.01
+    given = trt_backend.compare(auto, trt_backend.CompareOptions(atol=1e-4), session_options=so, feeds=feeds)
+    assert given.atol_of_range is None and given.atol == 1e-4
+    assert f"the folder's precision plan was searched with {words}; judged here by the tolerance given" in given.notes
 
 
 @pytest.mark.usefixtures("flavor")
