@@ -390,5 +390,5 @@ def test_a_profile_made_from_samples_says_so(tmp_path, capsys) -> None:
     with open(tmp_path / "b" / "manifest.json") as f:
         x = json.load(f)["plan"]["input_profiles"][0]["x"]
     assert (x["min"], x["max"], x["source"]) == ([1, 6], [4, 6], "samples")
-    with pytest.raises(ProfileError, match="source is 'user' or 'samples'"):
-        tensor_profile({"min": (1,), "opt": (1,), "max": (1,), "source": "calibrated"}, "profile 0, input 'x'")
+    with pytest.raises(ProfileError, match="source is one of user, samples, static, symbolic, calibrated"):
+        tensor_profile({"min": (1,), "opt": (1,), "max": (1,), "source": "given"}, "profile 0, input 'x'")

@@ -19,7 +19,6 @@ from trt_backend.profiles.given import (
 from trt_backend.profiles.node_arg import NodeArg, graph_inputs, node_arg
 from trt_backend.profiles.profile import (
     CALIBRATED,
-    SAMPLES,
     STATIC,
     SYMBOLIC,
     USER,
@@ -33,7 +32,7 @@ from trt_backend.profiles.profile import (
     tensor_profile,
 )
 
-__all__ = ["CALIBRATED", "SAMPLES", "STATIC", "SYMBOLIC", "USER", "NodeArg", "Profile", "Shape", "TensorProfile",
+__all__ = ["CALIBRATED", "STATIC", "SYMBOLIC", "USER", "NodeArg", "Profile", "Shape", "TensorProfile",
            "check_profile_names", "complete_profiles", "covering_profile", "derive_profiles", "describe_profile",
            "graph_inputs", "node_arg", "normalize_profiles", "profiles_from_json", "profiles_to_json",
            "shape_tensor_inputs", "tensor_profile"]

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 Shape = tuple[int, ...]
 USER, STATIC, SYMBOLIC, CALIBRATED = "user", "static", "symbolic", "calibrated"
 SAMPLES = "samples"  # a model input's profile made from the shapes of real samples given without one
+SOURCES = (USER, SAMPLES, STATIC, SYMBOLIC, CALIBRATED)
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,9 @@ def as_values(value: Any, what: str) -> Shape:
 
 def tensor_profile(value: Any, what: str) -> TensorProfile:
     """A profile entry as a :class:`TensorProfile`. Takes a TensorProfile, ``(min, opt, max)``,
-    one shape (min = opt = max), or ``{"min", "opt", "max"[, "values"][, "source"]}`` (``source``:
-    "samples" for one made from real samples' shapes, else "user"); checked for equal
+    one shape (min = opt = max), or ``{"min", "opt", "max"[, "values"][, "source"]}`` (``source``,
+    as :meth:`TensorProfile.to_dict` writes it: "samples" for one made from real samples' shapes;
+    default "user"); checked for equal
     ranks and min <= opt <= max (ProfileError naming ``what``)."""
     if isinstance(value, TensorProfile):
         tp = value
@@ -134,8 +136,8 @@ def tensor_profile(value: Any, what: str) -> TensorProfile:
             if not all(a <= b <= c for a, b, c in zip(*values)):
                 raise ProfileError(f"{what}: values need min <= opt <= max in every element, got {values!r}")
         source = value.get("source", USER)
-        if source not in (USER, SAMPLES):
-            raise ProfileError(f"{what}: source is {USER!r} or {SAMPLES!r} where one is given, got {source!r}")
+        if source not in SOURCES:
+            raise ProfileError(f"{what}: source is one of {', '.join(SOURCES)} where one is given, got {source!r}")
         tp = TensorProfile(as_shape(value["min"], what), as_shape(value["opt"], what), as_shape(value["max"], what),
                            source, values)
     elif isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
