@@ -116,7 +116,8 @@ def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_r
     ``learned``: the types a probe run at ``shapes`` learned before, by how each was learned (what
     :func:`learned_types` returns of that model): given instead of running the model again."""
     if isinstance(source, Model):
-        if shapes and source.learned and probe_key(shapes) != source.probe_shapes and max_ir_version() is not None:
+        if shapes and source.learned and probe_key(shapes) != source.probe_shapes and max_ir_version() is not None \
+                and _runnable_at(source, shapes):
             learn_unknown_types(source, shapes)
         return source
     if isinstance(source, (str, os.PathLike)) and os.path.isfile(source):
@@ -130,9 +131,26 @@ def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_r
             if any(model.learned.get(name) != how for name in types):  # (declared ones it has already)
                 learn_types(model, types, how)
         model.probe_shapes = probe_key(shapes)
-    elif max_ir_version() is not None:  # None: no onnxruntime here to run the model.
+    elif max_ir_version() is not None and _runnable_at(model, shapes):  # (None: no onnxruntime here to run it)
         learn_unknown_types(model, shapes)
     return model
+
+
+def _runnable_at(model: Model, shapes: ProbeShapes) -> bool:
+    """Whether ``shapes`` agree with the ranks and fixed dims the model's inputs declare: a probe
+    run at shapes that do not fails with ONNX Runtime's own words (a warning before the profile's
+    error, which names the dim, as the caller's profile check then does)."""
+    declared = {vi.name: vi.type.tensor_type.shape.dim for vi in model.proto.graph.input
+                if vi.type.WhichOneof("value") == "tensor_type" and vi.type.tensor_type.HasField("shape")}
+    for run in shapes:
+        for name, shape in run.items():
+            dims = declared.get(name)
+            if dims is None:
+                continue
+            if len(dims) != len(shape) or any(d.WhichOneof("value") == "dim_value" and d.dim_value > 0
+                                               and d.dim_value != int(v) for d, v in zip(dims, shape)):
+                return False
+    return True
 
 
 def as_written(source: ModelSource | Model | Plan, loaded: Model, qdq_rewrite: str,

@@ -392,3 +392,20 @@ def test_a_profile_made_from_samples_says_so(tmp_path, capsys) -> None:
     assert (x["min"], x["max"], x["source"]) == ([1, 6], [4, 6], "samples")
     with pytest.raises(ProfileError, match="source is one of user, samples, static, symbolic, calibrated"):
         tensor_profile({"min": (1,), "opt": (1,), "max": (1,), "source": "given"}, "profile 0, input 'x'")
+
+
+def test_shapes_a_fixed_dim_refuses_are_one_error_without_a_probe_warning_first(caplog) -> None:
+    """A type only a run can learn (after an op of ONNX Runtime's own domain) was probed at the
+    shapes given before the profile check refused them: ONNX Runtime's words came first as a
+    warning, then the error naming the dim."""
+    import logging
+
+    nodes = [h.make_node("Gelu", ["x"], ["g"], domain="com.microsoft", name="gelu"), h.make_node("Relu", ["g"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, "W"])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)])
+    with caplog.at_level(logging.WARNING), pytest.raises(ProfileError, match="dim 0 is fixed at 1"):
+        Session(m, [{"x": ((2, 8),) * 3}], SessionOptions(emulate=True))
+    assert not caplog.records, caplog.text
+    sess = Session(m, [{"x": ((1, 8),) * 3}], SessionOptions(emulate=True))  # (the probe runs at shapes it takes)
+    assert sess.run(None, {"x": np.ones((1, 8), np.float32)})[0].shape == (1, 8)
