@@ -49,6 +49,46 @@ def _at_batch(source: ExportSource, args: Sequence[NodeArg], batch: int | None,
     return shapes
 
 
+def declared_outputs_checked(source: ExportSource) -> list[str]:
+    """The model's outputs whose declared shape one run contradicts (another rank, or a fixed dim
+    of another size: ddddocr's old recognizer declares ``[1, -1]`` for an output of shape
+    ``(24, 1, 8210)``, which ONNX Runtime runs with a warning and Triton would refuse): each is
+    written into the segment models with the rank the run gave and every dim unknown (-1 in the
+    configs), and named in the returned list as ``name declared [...] but computed (...)``. Nothing
+    where the run fails (random inputs the model refuses): the declarations stand."""
+    model = source.plan.model
+    if model is None:
+        return []
+    declared = {vi.name: vi.type.tensor_type.shape.dim for vi in model.proto.graph.output
+                if vi.type.WhichOneof("value") == "tensor_type" and vi.type.tensor_type.HasField("shape")}
+    if not declared:
+        return []
+    names = sorted(declared)
+    try:
+        (shapes,) = observed_shapes(source, names, [None], [], "checking the model's declared output shapes")
+    except (SegmentRunError, SegmentLoadError, FeedError, ExportError):
+        return []
+    wrong = {n: shapes[n] for n in names if len(declared[n]) != len(shapes[n]) or any(
+        d.WhichOneof("value") == "dim_value" and d.dim_value > 0 and d.dim_value != v
+        for d, v in zip(declared[n], shapes[n]))}
+    for seg in source.plan.segments:
+        proto = source.segment_models[seg.id]
+        if not any(vi.name in wrong for vi in list(proto.graph.input) + list(proto.graph.output)):
+            continue
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
+        for vi in list(copy.graph.input) + list(copy.graph.output):
+            if vi.name in wrong and vi.type.WhichOneof("value") == "tensor_type":
+                vi.type.tensor_type.ClearField("shape")
+                shape = vi.type.tensor_type.shape
+                shape.SetInParent()
+                for _ in wrong[vi.name]:
+                    shape.dim.add()
+        source.segment_models[seg.id] = copy
+    return [f"'{n}' declared {[d.dim_value if d.WhichOneof('value') == 'dim_value' else -1 for d in declared[n]]} "
+            f"but computed {shapes}" for n, shapes in wrong.items()]
+
+
 def rows_depend(source: ExportSource, batched: Sequence[str], what: str) -> str | None:
     """Why Triton's batching would change answers: the whole model run in ONNX Runtime on two rows
     of the ``batched`` inputs (other dims at the first profile's opt) against its first row alone

@@ -565,3 +565,25 @@ def test_profiles_the_accelerator_cannot_read_are_left_out_with_a_note(tmp_path,
     assert "trt_profile_max_shapes" not in dict(last.parameters)
     x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_allclose(run_ensemble(repo, {"x": x})["y"], np.maximum(np.sin(np.maximum(x, 0)), 0), atol=1e-6)
+
+
+def test_an_output_shape_the_model_declares_wrongly_is_written_as_it_computes(tmp_path, capsys) -> None:
+    """Where nothing computes an output's shape (an op of ONNX Runtime's own domain), its declaration
+    was written into the configs as it is: ddddocr's old recognizer declares [1, -1] for an output of
+    shape (24, 1, 8210), which Triton would refuse. One run checks the declarations; a contradicted
+    one is written with the rank it computed, every dim -1, and said."""
+    g = h.make_graph([h.make_node("Relu", ["x"], ["r"], name="relu"),
+                      h.make_node("Gelu", ["r"], ["y"], domain="com.microsoft", name="gelu")], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [1, 4])], [h.make_tensor_value_info("y", T.FLOAT, [1])])
+    path = str(tmp_path / "declared.onnx")
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)]), path)
+    folder, repo = str(tmp_path / "b"), str(tmp_path / "repo")
+    assert main(["build", path, "-o", folder, "--min-segment-size", "1", "--no-boundary-cost", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["export-triton", folder, "-o", repo]) == 0
+    out = capsys.readouterr().out
+    assert "model output(s) 'y' declared [1] but computed (1, 4) when the model ran" in out, out
+    models, ens = check_repo(repo)
+    assert [list(o.dims) for o in ens.config.output] == [[-1, -1]]
+    x = np.array([[-1.0, 0.5, 2.0, -3.0]], np.float32)
+    assert run_ensemble(repo, {"x": x})["y"].shape == (1, 4)
