@@ -132,20 +132,21 @@ def compare(model: ModelSource | Model | Plan | Any, options: CompareOptions | N
 def _searched_rule(sess: Session, opts: CompareOptions) -> tuple[CompareOptions, list[str]]:
     """A build folder made with ``--precision auto`` is judged by the rule its precision plan
     was searched with (atol, rtol and --atol-of-range) where ``opts`` give none of their own (the
-    defaults, no per-output tolerances): its search held it to that, and compare at the defaults
+    defaults, no per-output tolerances, ``folder_rule`` left True: the command line sets it False
+    where a tolerance flag is given): its search held it to that, and compare at the defaults
     FAILED a folder that met it. Returns the options and a note saying which rule judged and why."""
     recorded = (sess.folder_manifest or {}).get("precision_plan")
     if not recorded:
         return opts, []
     plan = PrecisionPlan.from_dict(recorded)
     rule = plan.tolerance_words()
-    if (opts.atol, opts.rtol, opts.atol_of_range) == (DEFAULT_TOLERANCE, DEFAULT_TOLERANCE, None) \
+    if opts.folder_rule and (opts.atol, opts.rtol, opts.atol_of_range) == (DEFAULT_TOLERANCE, DEFAULT_TOLERANCE, None) \
             and not opts.output_tolerances:
         if (plan.atol, plan.rtol, plan.atol_of_range) == (opts.atol, opts.rtol, None):
             return opts, []
         return dataclasses.replace(opts, atol=plan.atol, rtol=plan.rtol, atol_of_range=plan.atol_of_range), \
             [f"judged by the tolerance the folder's precision plan was searched with ({rule}); give --atol, "
-             "--rtol or --atol-of-range to judge by another"]
+             "--rtol or --atol-of-range to judge by another (in Python, CompareOptions(folder_rule=False))"]
     return opts, [f"the folder's precision plan was searched with {rule}; judged here by the tolerance given"]
 
 

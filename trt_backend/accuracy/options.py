@@ -71,6 +71,10 @@ class CompareOptions:
     localize: bool | str = "off"
     atol_of_range: float | None = None
     checks: Sequence[Any] = ()
+    # a build folder made with --precision auto is judged by the rule its plan was searched with
+    # where atol, rtol and atol_of_range are at their defaults and no output has its own (False:
+    # by these options, whatever they are)
+    folder_rule: bool = True
     val_range: Mapping[str, tuple[float, float]] | tuple[float, float] | None = None
     int_range: Mapping[str, tuple[int, int]] | tuple[int, int] | None = None
 

@@ -54,10 +54,11 @@ def register(p: argparse.ArgumentParser) -> None:
     add_shape_arguments(p, "compare at")
     p.add_argument("--all-profile-shapes", action="store_true",
                    help="compare at the min, opt and max shapes of every profile (default: opt shapes)")
-    p.add_argument("--atol", default=str(DEFAULT_TOLERANCE), metavar="A",
-                   help=f"absolute tolerance (default {DEFAULT_TOLERANCE:g})")
-    p.add_argument("--rtol", default=str(DEFAULT_TOLERANCE), metavar="R",
-                   help=f"relative tolerance (default {DEFAULT_TOLERANCE:g})")
+    # (None: not given; a folder built with --precision auto is then judged by the rule it was searched with)
+    p.add_argument("--atol", default=None, metavar="A",
+                   help=f"absolute tolerance (default {DEFAULT_TOLERANCE:g}, or an auto folder's searched rule)")
+    p.add_argument("--rtol", default=None, metavar="R",
+                   help=f"relative tolerance (default {DEFAULT_TOLERANCE:g}, or an auto folder's searched rule)")
     p.add_argument("--tolerance", action="append", default=[], metavar="OUT:ATOL,RTOL",
                    help="tolerances of one output (repeatable), e.g. --tolerance logits:1e-2,1e-3")
     p.add_argument("--error-stat", default="elemwise", metavar="|".join(ERROR_STATS),
@@ -103,6 +104,9 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    given = any(v is not None for v in (args.atol, args.rtol, args.atol_of_range)) or bool(args.tolerance)
+    args.atol = str(DEFAULT_TOLERANCE) if args.atol is None else args.atol
+    args.rtol = str(DEFAULT_TOLERANCE) if args.rtol is None else args.rtol
     if is_folder_arg(args):  # First: a flag that would change what was built is the error to report.
         refuse_build_flags(args, args.model)
     profiles = cli_profiles(args.min_shapes, args.opt_shapes, args.max_shapes, args.shapes)
@@ -112,7 +116,7 @@ def _handle(args: argparse.Namespace) -> int:
                              shapes=parse_shapes(args.shapes) if args.shapes else None,
                              all_profile_shapes=args.all_profile_shapes,
                              localize="always" if args.localize_always else "mismatch" if args.localize else "off",
-                             atol_of_range=args.atol_of_range, checks=tuple(args.check),
+                             atol_of_range=args.atol_of_range, checks=tuple(args.check), folder_rule=not given,
                              **random_ranges(args))
     feeds, reference = None, None
     if args.load_outputs:

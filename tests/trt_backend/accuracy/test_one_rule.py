@@ -132,6 +132,12 @@ def test_integer_outputs_are_judged_by_equality_in_compare_and_auto_alike(tmp_pa
     given = trt_backend.compare(auto, trt_backend.CompareOptions(atol=1e-4), session_options=so, feeds=feeds)
     assert given.atol_of_range is None and given.atol == 1e-4
     assert f"the folder's precision plan was searched with {words}; judged here by the tolerance given" in given.notes
+    # a tolerance typed at the default's value is given all the same (it was taken for none)
+    assert main(["compare", auto, "--inputs", str(tmp_path / "x.npz"), "--atol", "0.001", "--rtol", "0.001"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "judged here by the tolerance given" in out and "atol 0.001, rtol 0.001, precision" in out, out
+    at_defaults = trt_backend.CompareOptions(folder_rule=False)
+    assert trt_backend.compare(auto, at_defaults, session_options=so, feeds=feeds).atol_of_range is None
 
 
 @pytest.mark.usefixtures("flavor")
