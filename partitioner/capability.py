@@ -213,9 +213,13 @@ def _ask_parser(model: Model, oracle: CapabilityOracle, candidates: list[int],
         leftover = tuple(i for i in local if i not in covered and i not in rejected)  # (copies: covered)
         if leftover and len(leftover) < len(piece):
             work.append(leftover)
+        elif len(leftover) > 1 and result.unnamed:  # refused whole, naming no node: asked apart
+            work.extend(_apart(index, leftover, result.blamed_ops))
         else:
+            said = f"TensorRT parser: {result.unnamed}" if result.unnamed else \
+                "TensorRT parser left this node out of every supported subgraph"
             for i in leftover:
-                verdicts[i] = Verdict(ONNXRUNTIME, "TensorRT parser left this node out of every supported subgraph")
+                verdicts[i] = Verdict(ONNXRUNTIME, said)
 
 
 def _apart(index: GraphIndex, nodes: tuple[int, ...], blamed_ops: Collection[str]) -> list[tuple[int, ...]]:

@@ -322,3 +322,19 @@ def test_without_an_op_to_blame_the_group_is_halved_until_the_culprit_is_alone()
     assert off == [("bad_neg", "TensorRT parser: UNSUPPORTED_NODE: refused [importSomething]")]
     assert len(oracle.questions) <= 2 * 5 + 1  # one question, then two per halving of 16 nodes
     assert_plan_valid(plan)
+
+
+def test_an_input_the_parser_cannot_type_is_named_with_its_words(oracle) -> None:
+    """A uint16 input: TensorRT-RTX's parser refuses the nodes reading it with an error that names
+    no node (its input importer's); they said "left out of every supported subgraph"."""
+    nodes = [helper.make_node("Identity", ["x"], ["xi"], name="id"),
+             helper.make_node("Cast", ["xi"], ["c"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"), helper.make_node("Neg", ["r"], ["y"], name="neg")]
+    m = model(nodes, [vi("x", [4], TensorProto.UINT16)], [vi("y", [4])])
+    plan = plan_model(m, oracle, PartitionOptions(boundary_cost=None, min_segment_size=1))
+    verdicts = {n.name: (n.verdict, n.reason or "") for n in plan.nodes}
+    if verdicts["id"][0] == "tensorrt":
+        pytest.skip(f"{plan.tensorrt} takes uint16 inputs")
+    assert verdicts["relu"][0] == verdicts["neg"][0] == "tensorrt"
+    assert verdicts["id"][1].startswith("TensorRT parser: ") and "left this node out" not in verdicts["id"][1], verdicts
+    assert_plan_valid(plan)

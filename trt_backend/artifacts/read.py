@@ -43,7 +43,7 @@ from trt_backend.engines.targets import (
 )
 from trt_backend.errors import ArtifactError, ProfileError, TensorRTUnavailableError
 from trt_backend.planning import load_normalized as load
-from trt_backend.planning import sized_cost, with_shipped_plugins
+from trt_backend.planning import with_shipped_plugins
 from trt_backend.profiles import Profile, profiles_from_json, shape_tensor_inputs
 from trt_backend.profiles.profile import as_shape
 from trt_backend.session.options import SessionOptions
@@ -105,7 +105,6 @@ def open_folder(folder: str | os.PathLike[str], *, executes: bool, rebuild: bool
               for which in ("min", "opt", "max")]
     # A folder that refers to its model's weights reads them from the model's own folder.
     plan.model = load(os.path.join(folder, manifest["model_file"]), shapes, base_dir=weights_dir(manifest))
-    plan.cost = sized_cost(plan.cost, plan.model, shapes)  # (at its profiles' shapes, as its build priced them)
     check_plan_fits(plan, os.path.join(folder, MANIFEST))
     return BuiltFolder(plan, manifest, engines)
 

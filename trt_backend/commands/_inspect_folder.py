@@ -7,12 +7,13 @@ from typing import Any
 from partitioner import Plan
 from partitioner.cost import si_bytes
 from partitioner.report import summary, table
-from trt_backend.artifacts.read import BuiltFolder, open_folder, runtime_mismatch
+from trt_backend.artifacts.read import BuiltFolder, open_folder, recorded_profiles, runtime_mismatch
 from trt_backend.artifacts.references import KEY as REFERENCES_KEY
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.commands._segment_notes import precision_notes
 from trt_backend.engines.report import demotion_lines
 from trt_backend.gpu.status import tensorrt_status
+from trt_backend.planning import sized_cost
 
 
 def open_and_report(folder: str, sign_key: str | None, verbose: bool = False) -> tuple[Plan, dict[str, Any], str]:
@@ -90,6 +91,10 @@ def folder_report(built: BuiltFolder, folder: str, verbose: bool = False) -> str
              *_builder_line(opts), *_weights_line(m), *_memory_line(m),
              f"this machine: {_here(m)}", ""]
     demoted = [d["node"] for d in m.get("demoted") or () if isinstance(d, dict) and isinstance(d.get("node"), int)]
+    if built.plan.model is not None:  # its boundaries priced at its profiles' shapes, as its build priced them
+        shapes = [{n: getattr(tp, which) for n, tp in p.items()} for p in recorded_profiles(m)
+                  for which in ("min", "opt", "max")]
+        built.plan.cost = sized_cost(built.plan.cost, built.plan.model, shapes)
     lines.append(summary(built.plan, origin="the plan as built", verbose=verbose,  # (demotions: listed below)
                          listed=demoted).rstrip("\n"))
     lines += ["", "Profiles of TensorRT segments (min / opt / max)"]

@@ -45,6 +45,7 @@ from trt_backend.ort.values import memory_limit
 log = logging.getLogger(__name__)
 # Loaded for the range check of a reduced build with real data only.
 _calibration = lazy_module("trt_backend.engines.calibration")
+_read = lazy_module("trt_backend.artifacts.read")
 _overflow = lazy_module("trt_backend.accuracy.overflow")
 _session = lazy_module("trt_backend.session.session")
 _options = lazy_module("trt_backend.session.options")
@@ -143,7 +144,7 @@ def _check_range(args: argparse.Namespace, manifest: Mapping[str, Any], feeds: l
     not take is no check (``compare DIR --inputs`` measures the folder on any)."""
     if not any(s.get("precision") in ("fp16", "bf16", "int8") for s in manifest.get("segments", ())):
         return
-    sample, where = (feeds[0], f"--inputs {args.inputs}") if feeds else _calibration_sample(args)
+    sample, where = (feeds[0], f"--inputs {args.inputs}") if feeds else _calibration_sample(args, manifest)
     if sample is None:
         return
     try:
@@ -156,17 +157,21 @@ def _check_range(args: argparse.Namespace, manifest: Mapping[str, Any], feeds: l
         log.warning("on %s: %s", where, overflow.message())
 
 
-def _calibration_sample(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
-    """The first sample of the calibration data's first file (its leading dim counts the samples
-    it stacks), and where it came from; None without calibration files."""
+def _calibration_sample(args: argparse.Namespace, manifest: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The first batch of the calibration data's first file at the batch of the folder's first
+    profile's opt shapes (a file's leading dim counts the samples it stacks, as calibration
+    re-batches them), and where it came from; None without calibration files."""
     source = getattr(args, "calibration_data", None)
     if not source or source == "random":
         return None, ""
+    profiles = _read.recorded_profiles(manifest)
+    opt = {n: tp.opt for n, tp in profiles[0].items()} if profiles else {}
     try:
         files = _calibration.calibration_files(str(source))
         with np.load(files[0]) as data:
-            return {name: data[name][:1] for name in data.files}, files[0]
-    except (OSError, ValueError, IndexError, TrtBackendError) as e:
+            return {name: data[name][:opt[name][0] if opt.get(name) else 1] if data[name].ndim else data[name]
+                    for name in data.files}, files[0]
+    except (OSError, ValueError, TrtBackendError) as e:
         log.debug("no calibration sample for a range check: %s", e)
         return None, ""
 

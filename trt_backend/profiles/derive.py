@@ -185,7 +185,7 @@ def _bounded(model: Model, names: Sequence[str]) -> dict[str, tuple[int, str, li
 
 def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], input_profiles: Sequence[Profile],
               make_runner: Callable[[Sequence[str]], Runner], seed: int = 0,
-              samples: Sequence[Mapping[str, Any]] = (), shape_tensors: Collection[str] = ()
+              samples: Sequence[Mapping[str, Any]] = (), shape_tensors: Collection[str] | None = None
               ) -> list[dict[str, TensorProfile]]:
     """Run the whole model at each profile's min/opt/max and record ``names``' shapes (and values,
     for integer tensors of rank <= 1). A sample whose shapes equal a profile's min, opt or max is
@@ -194,7 +194,8 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
     NonMaxSuppression, NonZero, Compress and Unique their max is the op's bound. Random data
     comes from :mod:`trt_backend.ort.random_data`, the ``k``-th feed drawn with ``seed + k``.
     ``shape_tensors``: those of ``names`` a segment reads as a shape (see
-    :func:`shape_tensor_inputs`); a widened value range of another is no warning."""
+    :func:`shape_tensor_inputs`); a widened value range of another is said at INFO, not as a
+    warning (None: every small integer tensor is taken for one)."""
     log.info("%s: calibrating profiles of %d segment input(s) with ONNX Runtime", model.source, len(names))
     total = 3 * len(input_profiles)
     bounded = _bounded(model, names)
@@ -263,7 +264,7 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
             by_value = graph_bounds.value_bounds(name) if value.dtype.kind in "iu" and value.ndim <= 1 else None
             found[name] = _combine(name, [r[name] for r in runs], [r[name] for r in more],
                                    probe[name] if probe is not None else None, bound, traced, by_value,
-                                   name in shape_tensors)
+                                   shape_tensors is None or name in shape_tensors)
         out.append(found)
     return out
 
@@ -352,9 +353,10 @@ def _value_range(name: str, vals: Sequence[tuple[int, ...]], probe: Any, value_b
             hi[i] = max(1, hi[i]) * OBSERVED_WIDEN
             widened.append(i)
     if widened:
-        (log.warning if shape_tensor else log.debug)(
+        (log.warning if shape_tensor else log.info)(
             "%s '%s' has data-dependent value(s) at %s that the graph does not bound: its profile allows %s..%s, "
             "%dx what calibration saw; give it a profile if the data can go further",
-            "shape tensor" if shape_tensor else "integer tensor (read as data, not as a shape)", name, widened,
+            "shape tensor" if shape_tensor else "integer tensor (no node of its segment reads it as a shape that "
+            "this derivation knows of; its values matter where TensorRT reads it as one)", name, widened,
             tuple(lo), tuple(hi), OBSERVED_WIDEN)
     return tuple(lo), opt, tuple(hi)

@@ -75,8 +75,9 @@ class ParserOracle:
         if not supported and not any(k >= 0 for k in errors):  # some versions reject a model without naming a node
             errors = {**self._parse_errors(data, path), **errors}
         unnamed = errors.pop(UNNAMED, None)
-        op = importer_op(unnamed) if unnamed is not None else None
-        return QueryResult(supported, pieces, errors, unnamed=unnamed, blamed_ops=(op,) if op else ())
+        op = importer_op(unnamed) if unnamed is not None else None  # (importInput names no op of the graph)
+        blamed = (op,) if op is not None and any(n.op_type == op for n in model.graph.node) else ()
+        return QueryResult(supported, pieces, errors, unnamed=unnamed, blamed_ops=blamed)
 
     def _supported(self, data: bytes, path: str | None) -> tuple[bool, tuple[Piece, ...], dict[int, str]]:
         supported, pieces, errors = supports(self.flavor, self._builder, self._logger, data, path)

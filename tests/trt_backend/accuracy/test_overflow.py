@@ -109,6 +109,18 @@ def test_a_reduced_build_with_real_data_warns_where_it_leaves_the_range(tmp_path
     with caplog.at_level(logging.WARNING):
         assert main(["build", str(model), "-o", str(tmp_path / "b"), *shapes, "--precision", "fp16"]) == 0
     assert not [r for r in caplog.records if "range" in r.getMessage()]
+    # a model of a fixed batch of 4: the calibration sample is taken at the profile's batch (a
+    # sample of 1 row failed its run, and the check was skipped without a word)
+    four = squares()
+    four.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 4
+    four.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 4
+    onnx.save(four, str(tmp_path / "four.onnx"))
+    np.savez(tmp_path / "cal" / "0.npz", x=np.full((8, 16), 0.9, np.float32))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert main(["build", str(tmp_path / "four.onnx"), "-o", str(tmp_path / "b4"), "--shapes", "x:4x16", "-q",
+                     "--precision", "int8", "--calibration-data", str(tmp_path / "cal")]) == 0
+    assert [r for r in caplog.records if "leaves fp16's range" in r.getMessage()], caplog.text
 
 
 def paddle_batchnorm() -> onnx.ModelProto:
