@@ -56,7 +56,7 @@ from trt_backend.profiles import (
 )
 from trt_backend.profiles.bounds import DimBounds, valued_tensors
 from trt_backend.profiles.derive import Runner
-from trt_backend.profiles.given import profile_shapes
+from trt_backend.profiles.given import profile_shapes, profiles_from_feeds
 from trt_backend.profiles.node_arg import named_shapes
 from trt_backend.session.options import SessionOptions
 from trt_backend.tensorrt.flavor import Flavor, load_flavor
@@ -184,6 +184,8 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
     if not isinstance(opts, SessionOptions):
         raise OptionsError(f"options must be a SessionOptions, got {type(opts).__name__}")
     check_feeds(calibration_feeds)
+    if profiles is None and calibration_feeds:  # (one spanning the samples' shapes, as the command line makes)
+        profiles = profiles_from_feeds(calibration_feeds)
     entry = plan_entry if plan_entry is not None else plan_entry_for(model, profiles, opts)
     if entry is not None and isinstance(model, (str, os.PathLike)):
         model = entry.load() or model

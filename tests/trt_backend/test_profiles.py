@@ -390,6 +390,13 @@ def test_a_profile_made_from_samples_says_so(tmp_path, capsys) -> None:
     with open(tmp_path / "b" / "manifest.json") as f:
         x = json.load(f)["plan"]["input_profiles"][0]["x"]
     assert (x["min"], x["max"], x["source"]) == ([1, 6], [4, 6], "samples")
+    # the Python door makes the same profile of the same samples (it asked for profiles= instead)
+    from trt_backend import build
+
+    samples = [{"x": np.ones((n, 6), np.float32), "target": np.array([n, 2, 3], np.int64)} for n in (1, 4)]
+    manifest = build(path, str(tmp_path / "py"), None, SessionOptions(exclude_nodes=("reshape",), min_segment_size=1),
+                     calibration_feeds=samples)
+    assert manifest["plan"]["input_profiles"][0]["x"] == x
     with pytest.raises(ProfileError, match="source is one of user, samples, static, symbolic, calibrated"):
         tensor_profile({"min": (1,), "opt": (1,), "max": (1,), "source": "given"}, "profile 0, input 'x'")
 

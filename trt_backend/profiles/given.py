@@ -4,9 +4,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from trt_backend.errors import MissingProfileError, ProfileError
+import numpy as np
+
+from trt_backend.errors import FeedError, MissingProfileError, ProfileError
 from trt_backend.profiles.node_arg import NodeArg
 from trt_backend.profiles.profile import (
+    SAMPLES,
     STATIC,
     Profile,
     Shape,
@@ -183,3 +186,36 @@ def _missing_message(missing: Sequence[NodeArg], k: int, count: int, cli: str) -
     return (f"{len(missing)} inputs have dynamic shapes and {where}: {listed}; CLI: --shapes {cli} (dims the model "
             f"leaves open set to 1; a range with --min-shapes/--opt-shapes/--max-shapes); Python: "
             f"profiles=[{{{python}}}]")
+
+
+def profiles_from_feeds(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One profile spanning the shapes of the given samples (per dim their least and greatest;
+    opt: the first sample's; its source "samples"), for feeds given without a profile. A small integer input (rank 0
+    or 1, at most :data:`VALUES_KEPT` elements, the same count in every sample) also gets the
+    span of its values: where TensorRT takes it as a shape tensor (a Range's limits, a Reshape's
+    shape), its profile must hold them; elsewhere they are not used."""
+    shapes: dict[str, list[tuple[int, ...]]] = {}
+    values: dict[str, list[tuple[int, ...]]] = {}
+    for feed in feeds:
+        for name, value in feed.items():
+            shape = getattr(value, "shape", None)
+            if shape is not None:
+                shapes.setdefault(name, []).append(tuple(int(d) for d in shape))
+                if isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.ndim <= 1 \
+                        and value.size <= VALUES_KEPT:
+                    values.setdefault(name, []).append(tuple(int(v) for v in value.reshape(-1)))
+    profile: dict[str, Any] = {}
+    for name, seen in shapes.items():
+        if len({len(s) for s in seen}) != 1:
+            raise FeedError(f"input '{name}' comes with different ranks {sorted({len(s) for s in seen})}")
+        low = tuple(min(d) for d in zip(*seen))
+        high = tuple(max(d) for d in zip(*seen))
+        profile[name] = {"min": low, "opt": seen[0], "max": high, "source": SAMPLES}
+        contents = values.get(name, [])
+        if len(contents) == len(seen) and len({len(v) for v in contents}) == 1:
+            profile[name]["values"] = (tuple(min(v) for v in zip(*contents)), contents[0],
+                                       tuple(max(v) for v in zip(*contents)))
+    return [profile] if profile else []
+
+
+VALUES_KEPT = 8  # the most elements of an integer sample whose values a profile from samples keeps
