@@ -169,19 +169,22 @@ class Crossing:
     stand_ins: tuple[str, ...] = ()  # which stand-ins they needed: "symbolic", "unknown"
     unknown_dim: int = 64
     inferred: bool = False  # some sized as shape inference sizes them at the shapes given
+    stood: int = 0  # tensors sized with the unknown-dim stand-in
 
     def describe(self) -> str:
         sizes = [f"at the shapes given: {', '.join(f'{k}={v}' for k, v in self.given)}"] if self.given else []
         if self.inferred:
             sizes.append("at the shapes given, as shape inference sizes them" if not self.given else
                          "the other dims as shape inference sizes them there")
-        if "symbolic" in self.stand_ins or not (self.given or self.stand_ins or self.inferred):
+        if "symbolic" in self.stand_ins:
             sizes.append(f"{'other ' if self.given else ''}symbolic dims counted as {self.symbolic_dim}")
         if "unknown" in self.stand_ins:
-            sizes.append(f"unknown dims counted as {self.unknown_dim}")
-        unknown = f"; {self.unknown} of unknown size not counted" if self.unknown else ""
+            sizes.append(f"unknown dims counted as {self.unknown_dim}"
+                         + (f" in {self.stood} of the {plural(self.tensors, 'tensor')}" if self.stood else ""))
+        if self.unknown:
+            sizes.append(f"{self.unknown} of unknown size not counted")
         return (f"Boundaries: {plural(self.tensors, 'tensor')} handed between segments per run, "
-                f"{si_bytes(self.bytes)} ({'; '.join(sizes)}{unknown})")
+                f"{si_bytes(self.bytes)}" + (f" ({'; '.join(sizes)})" if sizes else ""))
 
 
 def boundary_crossing(plan: Plan, cost: BoundaryCost | None = None) -> Crossing | None:
@@ -198,12 +201,14 @@ def boundary_crossing(plan: Plan, cost: BoundaryCost | None = None) -> Crossing 
     given: set[tuple[str, int]] = set()
     stand_ins: set[str] = set()
     inferred = False
+    stood = 0
     for name in crossing:
         dims, names = index.dims_of(name) or (), dim_names(index, name) or ()
         sized = cost.tensor_dims.get(name)
         if sized is not None and len(sized) == len(dims) and min(dims, default=0) < 0:
             inferred = True  # (sized as shape inference sizes it at the shapes given)
             continue
+        stood += any(d < -1 for d in dims)
         for k, d in enumerate(dims):
             named = names[k] if k < len(names) else None
             if d == -1 and named is not None and named in cost.sizes:
@@ -211,7 +216,7 @@ def boundary_crossing(plan: Plan, cost: BoundaryCost | None = None) -> Crossing 
             elif d < 0:
                 stand_ins.add("symbolic" if d == -1 else "unknown")
     return Crossing(tensors, total, unknown, cost.symbolic_dim, tuple(sorted(given)), tuple(sorted(stand_ins)),
-                    cost.unknown_dim, inferred)
+                    cost.unknown_dim, inferred, stood)
 
 
 def summary(plan: Plan, cost: BoundaryCost | None = None, origin: str | None = None, verbose: bool = False,

@@ -180,6 +180,9 @@ def test_a_build_derives_profiles_from_the_samples_given_as_run_and_compare_do(t
     assert main(["build", path, "-o", str(tmp_path / "cli"), *ranges, *flags]) == 1  # random values: refused
     assert "real inputs to calibrate with (--inputs" in capsys.readouterr().err
     assert main(["build", path, "-o", str(tmp_path / "cli"), *ranges, *flags, "--inputs",
+                 str(tmp_path / "samples" / "2.npz")]) == 1  # no sample at the min or opt shapes: said so
+    assert "none of the 1 real input sample(s) given has these shapes" in capsys.readouterr().err
+    assert main(["build", path, "-o", str(tmp_path / "cli"), *ranges, *flags, "--inputs",
                  str(tmp_path / "samples")]) == 0
     capsys.readouterr()
     opts = SessionOptions(exclude_nodes=("reshape",), min_segment_size=1)

@@ -44,9 +44,9 @@ from trt_backend.ort.options import OrtOptions
 from trt_backend.ort.sessions import ort_session, runs_whole
 from trt_backend.planning import as_written, load_normalized
 from trt_backend.profiles import Profile
-from trt_backend.profiles.given import profile_shapes
+from trt_backend.profiles.given import profile_shapes, profiles_from_feeds
 from trt_backend.profiles.node_arg import node_arg
-from trt_backend.session.feeds import check_samples, profiles_from_feeds, write_run
+from trt_backend.session.feeds import check_samples, write_run
 from trt_backend.session.options import SessionOptions
 from trt_backend.session.session import Session
 

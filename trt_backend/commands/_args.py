@@ -31,6 +31,7 @@ _ort_options = lazy_module("trt_backend.ort.options")
 _session_options = lazy_module("trt_backend.session.options")
 _planning = lazy_module("trt_backend.planning")  # (it loads onnx: not before a command plans)
 _feeds = lazy_module("trt_backend.session.feeds")
+_given = lazy_module("trt_backend.profiles.given")
 _sessions = lazy_module("trt_backend.ort.sessions")
 _shapes = lazy_module("trt_backend.commands._shapes")
 _read = lazy_module("trt_backend.artifacts.read")  # (a folder's manifest: read where a build flag is given)
@@ -469,7 +470,7 @@ def sample_profiles(feeds: Sequence[Mapping[str, Any]], args: argparse.Namespace
     inputs by :func:`read_samples` first, so that a missing input is named as missing and a
     wrong rank as a wrong rank), and the files of ``--calibration-data`` where ``args`` asks for
     int8 (or auto) with them: one profile spanning their shapes
-    (:func:`trt_backend.session.feeds.profiles_from_feeds`); none without either."""
+    (:func:`trt_backend.profiles.given.profiles_from_feeds`); none without either."""
     source = getattr(args, "calibration_data", None)
     calibration = _calibration.calibration_shapes(source) if source and source != "random" and getattr(
         args, "precision", "fp32") in ("int8", "auto") else []
@@ -482,7 +483,7 @@ def sample_profiles(feeds: Sequence[Mapping[str, Any]], args: argparse.Namespace
 
     shaped = [{name: SimpleNamespace(shape=(batch(name), *shape[1:]) if shape else shape)
                for name, shape in sample.items()} for sample in calibration]
-    profiles = _feeds.profiles_from_feeds([*feeds, *shaped]) if feeds or shaped else []
+    profiles = _given.profiles_from_feeds([*feeds, *shaped]) if feeds or shaped else []
     if shaped and profiles:
         made = ", ".join(f"{n} {'x'.join(map(str, p['min'])) or 'scalar'}" + (
             f"..{'x'.join(map(str, p['max']))}" if p["max"] != p["min"] else "") for n, p in profiles[0].items())

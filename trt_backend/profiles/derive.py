@@ -212,10 +212,13 @@ def calibrate(model: Model, names: Sequence[str], inputs: Sequence[NodeArg], inp
             if not drawn:
                 raise CalibrationError(f"cannot derive profiles for {', '.join(names)}: the model fails on the "
                                        f"input sample given ({what}: {at}): {e}") from None
+            real = (f"none of the {len(samples)} real input sample(s) given has these shapes, which random values "
+                    "stood in for: give one that does (a sample at each profile's min, opt and max shapes is run "
+                    "instead of random values), or profiles whose min, opt and max the samples have") if samples else \
+                ("give shapes the model runs at (--shapes, or --min/--opt/--max-shapes), these tensors profiles, or "
+                 "real inputs to calibrate with (--inputs; in Python, calibration_feeds)")
             raise CalibrationError(f"cannot derive profiles for {', '.join(names)}: the calibration run at {what} "
-                                   f"({at}, random values) failed ({e}); give shapes the model runs at (--shapes, or "
-                                   "--min/--opt/--max-shapes), these tensors profiles, or real inputs to calibrate "
-                                   "with (--inputs; in Python, calibration_feeds)") from None
+                                   f"({at}, random values) failed ({e}); {real}") from None
 
     def shapes(feeds: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
         return {n: tuple(np.shape(v)) for n, v in feeds.items() if isinstance(v, np.ndarray)}

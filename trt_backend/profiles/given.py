@@ -190,9 +190,9 @@ def _missing_message(missing: Sequence[NodeArg], k: int, count: int, cli: str) -
 
 def profiles_from_feeds(feeds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One profile spanning the shapes of the given samples (per dim their least and greatest;
-    opt: the first sample's; its source "samples"), for feeds given without a profile. A small integer input (rank 0
-    or 1, at most :data:`VALUES_KEPT` elements, the same count in every sample) also gets the
-    span of its values: where TensorRT takes it as a shape tensor (a Range's limits, a Reshape's
+    opt: the first sample's; its source "samples"), for feeds given without a profile. A small
+    integer input (rank 0 or 1, at most :data:`VALUES_KEPT` elements, the same count in every
+    sample) also gets the span of its values: where TensorRT takes it as a shape tensor (a Range's limits, a Reshape's
     shape), its profile must hold them; elsewhere they are not used."""
     shapes: dict[str, list[tuple[int, ...]]] = {}
     values: dict[str, list[tuple[int, ...]]] = {}

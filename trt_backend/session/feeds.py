@@ -25,7 +25,6 @@ from trt_backend.ort.sessions import first_line
 from trt_backend.ort.values import check_npz_sizes
 from trt_backend.profiles.given import example_shapes
 from trt_backend.profiles.node_arg import NodeArg, node_arg, shape_text
-from trt_backend.profiles.given import VALUES_KEPT, profiles_from_feeds  # noqa: F401 - (read from here too)
 from trt_backend.profiles.profile import Profile, describe_profile
 
 
