@@ -474,6 +474,11 @@ def sample_profiles(feeds: Sequence[Mapping[str, Any]], args: argparse.Namespace
     source = getattr(args, "calibration_data", None)
     calibration = _calibration.calibration_shapes(source) if source and source != "random" and getattr(
         args, "precision", "fp32") in ("int8", "auto") else []
+    model = getattr(args, "model", None)
+    inputs = _feeds.model_file_inputs(model) if calibration and isinstance(model, str) and os.path.isfile(model) \
+        else None
+    if inputs is not None:  # (an array naming no input is the calibration data's error, which names its file)
+        calibration = [{n: shape for n, shape in c.items() if n in {a.name for a in inputs}} for c in calibration]
     # A calibration file's leading dim counts the samples it stacks (re-batched to the profile's
     # opt batch), not a batch the engine runs at: it spans the other dims only, its batch the
     # samples' (1 without any).

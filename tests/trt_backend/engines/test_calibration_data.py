@@ -279,6 +279,15 @@ def test_calibration_data_given_without_profiles_shapes_the_profile_as_samples_d
                str(data), "--atol", "0.5", "--rtol", "0.5"])
     out, err = capsys.readouterr()
     assert rc == 0 and "outside" not in err and "PASSED" in out, (out, err)
+    # an array naming no input is the calibration data's error, naming its file (it was said of "profile 0")
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    np.savez(extra / "0.npz", x=np.random.default_rng(4).random((1, 3, 24, 24), dtype=np.float32),
+             labels=np.zeros(1, np.int64))
+    assert main(["build", path, "-o", str(tmp_path / "bx"), "--precision", "int8", "--calibration-data",
+                 str(extra)]) == 1
+    err = capsys.readouterr().err
+    assert f"calibration data {extra / '0.npz'}: array(s) 'labels' name no model input" in err, err
 
 
 def test_keep_fp32_ops_reaches_the_fp16_remainder_of_an_int8_build(tmp_path) -> None:
