@@ -145,6 +145,9 @@ class _Search:
         self.fp32_runners: list[SegmentRunner] = list(sess.runners)
         self.trt = [i for i, r in enumerate(sess.runners) if r.segment.backend == "tensorrt"]
         self.protos = {i: sess.plan.extract(sess.runners[i].segment.id) for i in self.trt}
+        # (segment, level) -> the other segments' states when a tail search there found none: the
+        # same search again would run the same trials to the same end
+        self.no_tail: dict[tuple[int, int], tuple[Any, ...]] = {}
         self.feeds = self._feeds(feeds)
         ort_opts = sess.options.ort_for(len(sess.runners) + 1)
         reference = reference_with_boundaries(sess.model, boundary_names(sess.runners), ort_opts)
@@ -499,6 +502,11 @@ class _Search:
         level = states[i].level if level is None else level
         seg_id = self.sess.runners[i].segment.id
         when = f"round {rnd}" if rnd <= self.opts.max_rounds else "descent"  # (the descent's search is no round)
+        others = tuple((j, states[j].level, tuple(sorted(states[j].pinned))) for j in self.trt if j != i)
+        if self.no_tail.get((i, level)) == others:
+            self.note(f"{when}: segment {seg_id} {self.allowed[level]}: no tail search (the one before, with the "
+                      "other segments as they are now, found none)")
+            return None
 
         def trial(k: int) -> tuple[bool, float]:
             pins = {n.name: PinnedNode(n.name, n.op_type, f"(the last {k} node(s) of the segment, pinned by "
@@ -511,6 +519,7 @@ class _Search:
         if not ok:
             self.note(f"{when}: segment {seg_id}: even all {len(order)} node(s) pinned leave {top:.3g} x "
                       "tolerance: no tail search")
+            self.no_tail[(i, level)] = others
             return None
         low, high, tried = 0, len(order), []  # low fails (the caller saw it fail), high passes
         while high - low > 1:
@@ -523,6 +532,7 @@ class _Search:
             # only the whole segment pinned passes (or all the head left computes nothing in 16 bits): that is fp32
             self.note(f"{when}: segment {seg_id} {self.allowed[level]}: tail bisection ({', '.join(tried)}): "
                       f"the last {high} of {len(order)} pinned pass, which leaves nothing reduced: fp32")
+            self.no_tail[(i, level)] = others
             return None
         self.note(f"{when}: segment {seg_id} {self.allowed[level]}: pins stop helping; tail bisection "
                   f"({', '.join(tried)}): the last {high} of {len(order)} node(s) pinned pass")

@@ -377,3 +377,24 @@ def test_a_plan_reused_on_another_partition_keeps_what_it_measured_in_fp32() -> 
     assert pinned_of(plan, ["d", "e"]) == ("fp16", ("e",))
     assert pinned_of(plan, ["a", "b", "g", "c", "d", "e", "f"]) == ("fp16", ("e", "c", "f"))
     assert pinned_of(plan, ["c", "x"]) == ("fp32", ())
+
+
+def test_a_tail_search_that_found_none_is_not_run_again_in_the_descent() -> None:
+    """Its first node leaves fp16's range (x 1000 on inputs of 100): only the whole segment pinned
+    passes, so the round's tail bisection leaves nothing reduced and the segment goes to fp32; the
+    descent then ran the same bisection again, the same runs to the same end (NudeNet: nine runs,
+    its line twice)."""
+    k, k2 = nh.from_array(np.array(1000.0, np.float32), "k"), nh.from_array(np.array(1e-3, np.float32), "k2")
+    g = h.make_graph([h.make_node("Mul", ["x", "k"], ["a"]), h.make_node("Relu", ["a"], ["b"]),
+                      h.make_node("Mul", ["b", "k2"], ["c"]), h.make_node("Neg", ["c"], ["y"])], "wide",
+                     [h.make_tensor_value_info("x", T.FLOAT, ["N", 8])], [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     [k, k2])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    feeds = [{"x": np.full((4, 8), 100.0, np.float32)}]
+    plan = search_precision(m, PROFILE, SessionOptions(emulate=True, min_segment_size=1),
+                            AutoOptions(allow=("fp16",)), feeds=feeds)
+    assert [s.precision for s in plan.segments] == ["fp32"]
+    bisections = [r for r in plan.rounds if "tail bisection" in r]
+    assert len(bisections) == 1 and "leaves nothing reduced" in bisections[0], plan.rounds
+    assert any(r.startswith("descent: segment 0 fp16: no tail search (the one before") for r in plan.rounds), \
+        plan.rounds
