@@ -41,8 +41,9 @@ from partitioner.model import (
 from partitioner.plan import assess_model, build_plan, plan_target, validate_options
 from partitioner.qdq import rewrite_qdq
 from plugins import default_registry
+from trt_backend._lazy import lazy_module
 from trt_backend._progress import progress
-from trt_backend.errors import ParserCrashError, TensorRTUnavailableError
+from trt_backend.errors import ParserCrashError, ProfileError, TensorRTUnavailableError
 from trt_backend.ort.probe import ProbeShapes, learn_unknown_types, opt_shapes, probe_key
 from trt_backend.ort.sessions import max_ir_version
 from trt_backend.tensorrt import early_parse
@@ -50,6 +51,9 @@ from trt_backend.tensorrt.flavor import load_flavor
 from trt_backend.tensorrt.oracle import ParserOracle
 
 log = logging.getLogger(__name__)
+# The profiles' rule for input shapes, read where shapes are given (inspect of a model without them loads none).
+_profiles = lazy_module("trt_backend.profiles")
+_given = lazy_module("trt_backend.profiles.given")
 
 
 _oracle_lock = threading.Lock()  # one parser/builder per flavor, shared by every caller: not re-entrant
@@ -137,19 +141,21 @@ def load_normalized(source: ModelSource | Model, shapes: ProbeShapes = (), qdq_r
 
 
 def _runnable_at(model: Model, shapes: ProbeShapes) -> bool:
-    """Whether ``shapes`` agree with the ranks and fixed dims the model's inputs declare: a probe
-    run at shapes that do not fails with ONNX Runtime's own words (a warning before the profile's
-    error, which names the dim, as the caller's profile check then does)."""
-    declared = {vi.name: vi.type.tensor_type.shape.dim for vi in model.proto.graph.input
-                if vi.type.WhichOneof("value") == "tensor_type" and vi.type.tensor_type.HasField("shape")}
-    for run in shapes:
-        for name, shape in run.items():
-            dims = declared.get(name)
-            if dims is None:
-                continue
-            if len(dims) != len(shape) or any(d.WhichOneof("value") == "dim_value" and d.dim_value > 0
-                                               and d.dim_value != int(v) for d, v in zip(dims, shape)):
-                return False
+    """Whether ``shapes`` agree with the ranks and fixed dims the model's inputs declare, by the
+    profiles' own rule (:func:`~trt_backend.profiles.given.check_against`): a probe run at shapes
+    that do not fails with ONNX Runtime's own words (a warning before the profile's error, which
+    names the dim, as the caller's profile check then does)."""
+    if not shapes:
+        return True
+    args = {a.name: a for a in _profiles.graph_inputs(model.proto.graph)}
+    try:
+        for run in shapes:
+            for name, shape in run.items():
+                if name in args:
+                    fixed = tuple(int(d) for d in shape)
+                    _given.check_against(args[name], _profiles.TensorProfile(fixed, fixed, fixed), f"input '{name}'")
+    except ProfileError:
+        return False
     return True
 
 

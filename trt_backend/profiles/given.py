@@ -80,7 +80,7 @@ def normalize_profiles(user: Sequence[Mapping[str, Any]] | None, inputs: Sequenc
         for name, value in raw.items():
             if name in by_name:
                 tp = tensor_profile(value, f"{where}, input '{name}'")
-                _check_against(by_name[name], tp, where)
+                check_against(by_name[name], tp, where)
                 prof[name] = tp
             elif name in extra_set:
                 over[name] = tensor_profile(value, f"{where}, input '{name}'")
@@ -112,7 +112,8 @@ def _check_shared_dims(prof: Profile, by_name: Mapping[str, NodeArg], where: str
                                    f"{span}")
 
 
-def _check_against(arg: NodeArg, tp: TensorProfile, where: str) -> None:
+def check_against(arg: NodeArg, tp: TensorProfile, where: str) -> None:
+    """ProfileError unless ``tp`` fits the input ``arg`` declares: a tensor, its rank, its fixed dims."""
     if arg.kind != "tensor":
         raise ProfileError(f"{where}: input '{arg.name}' is {arg.type}; profiles are for tensors")
     if arg.rank is None:
