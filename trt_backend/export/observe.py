@@ -49,46 +49,6 @@ def _at_batch(source: ExportSource, args: Sequence[NodeArg], batch: int | None,
     return shapes
 
 
-def declared_outputs_checked(source: ExportSource) -> list[str]:
-    """The model's outputs whose declared shape one run contradicts (another rank, or a fixed dim
-    of another size: ddddocr's old recognizer declares ``[1, -1]`` for an output of shape
-    ``(24, 1, 8210)``, which ONNX Runtime runs with a warning and Triton would refuse): each is
-    written into the segment models with the rank the run gave and every dim unknown (-1 in the
-    configs), and named in the returned list as ``name declared [...] but computed (...)``. Nothing
-    where the run fails (random inputs the model refuses): the declarations stand."""
-    model = source.plan.model
-    if model is None:
-        return []
-    declared = {vi.name: vi.type.tensor_type.shape.dim for vi in model.proto.graph.output
-                if vi.type.WhichOneof("value") == "tensor_type" and vi.type.tensor_type.HasField("shape")}
-    if not declared:
-        return []
-    names = sorted(declared)
-    try:
-        (shapes,) = observed_shapes(source, names, [None], [], "checking the model's declared output shapes")
-    except (SegmentRunError, SegmentLoadError, FeedError, ExportError):
-        return []
-    wrong = {n: shapes[n] for n in names if len(declared[n]) != len(shapes[n]) or any(
-        d.WhichOneof("value") == "dim_value" and d.dim_value > 0 and d.dim_value != v
-        for d, v in zip(declared[n], shapes[n]))}
-    for seg in source.plan.segments:
-        proto = source.segment_models[seg.id]
-        if not any(vi.name in wrong for vi in list(proto.graph.input) + list(proto.graph.output)):
-            continue
-        copy = onnx.ModelProto()
-        copy.CopyFrom(proto)
-        for vi in list(copy.graph.input) + list(copy.graph.output):
-            if vi.name in wrong and vi.type.WhichOneof("value") == "tensor_type":
-                vi.type.tensor_type.ClearField("shape")
-                shape = vi.type.tensor_type.shape
-                shape.SetInParent()
-                for _ in wrong[vi.name]:
-                    shape.dim.add()
-        source.segment_models[seg.id] = copy
-    return [f"'{n}' declared {[d.dim_value if d.WhichOneof('value') == 'dim_value' else -1 for d in declared[n]]} "
-            f"but computed {shapes}" for n, shapes in wrong.items()]
-
-
 def rows_depend(source: ExportSource, batched: Sequence[str], what: str) -> str | None:
     """Why Triton's batching would change answers: the whole model run in ONNX Runtime on two rows
     of the ``batched`` inputs (other dims at the first profile's opt) against its first row alone
@@ -105,10 +65,16 @@ def rows_depend(source: ExportSource, batched: Sequence[str], what: str) -> str 
                          seed=2)
 
 
-def learn_ranks(source: ExportSource) -> list[str]:
-    """Boundary tensors whose type gives no rank (after ``ai.onnx.ml`` ops, Loop outputs...): their
-    rank from one run, written into the segment models (every dim unknown, so -1 in configs).
-    Returns the tensors learned; ExportError naming one if the run fails."""
+def learn_ranks(source: ExportSource) -> tuple[list[str], list[str]]:
+    """What one run of the model tells of shapes its types do not: boundary tensors whose type gives
+    no rank (after ``ai.onnx.ml`` ops, Loop outputs...), and the model's outputs whose declared
+    shape the run contradicts (another rank, or a fixed dim of another size, where only the
+    declaration gives the shape: ddddocr's old recognizer declares ``[1, -1]`` for an output of
+    shape ``(24, 1, 8210)``, which ONNX Runtime runs with a warning and Triton would refuse). Each
+    is written into the segment models with the rank the run gave and every dim unknown (-1 in
+    the configs). Returns (the tensors learned, the outputs contradicted as ``'name' declared [...]
+    but computed (...)``); ExportError naming a tensor of unknown rank if the run fails (where
+    only declarations were to be checked, they stand)."""
     unknown: set[str] = set()
     for seg in source.plan.segments:
         proto = source.segment_models[seg.id]
@@ -116,27 +82,39 @@ def learn_ranks(source: ExportSource) -> list[str]:
             if vi.name in seg.inputs or vi.name in seg.outputs:
                 if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
                     unknown.add(vi.name)
-    if not unknown:
-        return []
-    names = sorted(unknown)
+    model = source.plan.model
+    declared = {vi.name: vi.type.tensor_type.shape.dim for vi in model.proto.graph.output
+                if vi.type.WhichOneof("value") == "tensor_type" and vi.type.tensor_type.HasField("shape")} \
+        if model is not None else {}
+    names = sorted(unknown | set(declared))
+    if not names:
+        return [], []
     try:
         (shapes,) = observed_shapes(source, names, [None], [], "learning the rank of boundary tensors")
-    except (SegmentRunError, SegmentLoadError, FeedError) as e:
-        raise ExportError(f"tensor '{names[0]}' crosses a segment boundary with no known rank, and running the model "
-                          f"to learn it failed: {e}") from None
+    except (SegmentRunError, SegmentLoadError, FeedError, ExportError) as e:
+        if unknown:
+            first = sorted(unknown)[0]
+            raise ExportError(f"tensor '{first}' crosses a segment boundary with no known rank, and running the model "
+                              f"to learn it failed: {e}") from None
+        return [], []
+    wrong = [n for n in sorted(declared) if len(declared[n]) != len(shapes[n]) or any(
+        d.WhichOneof("value") == "dim_value" and d.dim_value > 0 and d.dim_value != v
+        for d, v in zip(declared[n], shapes[n]))]
+    ranks = {n: len(shapes[n]) for n in [*unknown, *wrong]}
     for seg in source.plan.segments:
         proto = source.segment_models[seg.id]
-        todo = [vi for vi in list(proto.graph.input) + list(proto.graph.output) if vi.name in unknown
-                and vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
-        if not todo:
+        if not any(vi.name in ranks for vi in list(proto.graph.input) + list(proto.graph.output)):
             continue
         copy = onnx.ModelProto()
         copy.CopyFrom(proto)
         for vi in list(copy.graph.input) + list(copy.graph.output):
-            if vi.name in unknown and not vi.type.tensor_type.HasField("shape"):
+            if vi.name in ranks and vi.type.WhichOneof("value") == "tensor_type":
+                vi.type.tensor_type.ClearField("shape")
                 shape = vi.type.tensor_type.shape  # touching it marks the rank known
                 shape.SetInParent()
-                for _ in shapes[vi.name]:
+                for _ in range(ranks[vi.name]):
                     shape.dim.add()
         source.segment_models[seg.id] = copy
-    return names
+    said = [f"'{n}' declared {[d.dim_value if d.WhichOneof('value') == 'dim_value' else -1 for d in declared[n]]} "
+            f"but computed {shapes[n]}" for n in wrong]
+    return sorted(unknown), said

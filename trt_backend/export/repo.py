@@ -22,7 +22,7 @@ from trt_backend.errors import ExportError
 from trt_backend.engines.precision import fp32_subgraphs
 from trt_backend.tensorrt.flavor import JIT_PLUGINS
 from trt_backend.export.batching import check_batching
-from trt_backend.export.observe import declared_outputs_checked, learn_ranks
+from trt_backend.export.observe import learn_ranks
 from trt_backend.export.scalars import scalar_io, wrap_scalars
 from trt_backend.export.source import DEFAULT_TARGET, ExportSource
 from trt_backend.export.triton import (
@@ -171,11 +171,10 @@ def triton_repo(source: ExportSource, options: TritonOptions | None = None) -> T
     name = opts.name or model_name(source.name)
     batch = opts.max_batch_size
     notes: list[str] = []
-    learned = learn_ranks(source)
+    learned, contradicted = learn_ranks(source)
     if learned:
         notes.append(f"the rank of {', '.join(learned)} (unknown from the model's types) "
                      "was learned by running the model")
-    contradicted = declared_outputs_checked(source)
     if contradicted:
         notes.append(f"model output(s) {'; '.join(contradicted)} when the model ran: written with the rank it "
                      "computed and every dim -1")
