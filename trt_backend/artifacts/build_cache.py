@@ -143,17 +143,14 @@ def _file_digest(path: str, known: dict[str, Any], data: bool | None) -> dict[st
     return entry
 
 
-def feeds_sha256(feeds: Sequence[Any]) -> str:
-    """SHA-256 of real inputs (a sequence of input name -> array mappings) by their names, dtypes,
-    shapes and values, for cache keys; what is not an array keys by its repr (the build names the
-    problem with it)."""
+def feeds_sha256(feeds: Sequence[Mapping[str, Any]]) -> str:
+    """SHA-256 of real inputs (input name -> array mappings, as ``compiler.check_feeds`` holds
+    them) by their names, dtypes, shapes and values, for cache keys; a value that is no array keys
+    by its repr (the build names the problem with it)."""
     import numpy as np
 
     h = hashlib.sha256()
     for k, sample in enumerate(feeds):
-        if not isinstance(sample, Mapping):
-            h.update(f"{k}:{sample!r}".encode())
-            continue
         for name in sorted(sample, key=str):
             try:
                 a = np.ascontiguousarray(sample[name])
