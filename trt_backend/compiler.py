@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,7 +165,7 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
             saved_plan: Mapping[str, Any] | str | os.PathLike[str] | None = None,
             calibration_feeds: Sequence[Mapping[str, Any]] = (), engines: Mapping[int, bytes] | None = None,
             progress: BuildProgress | None = None, engine_dir: str | None = None,
-            plan_entry: PlanEntry | None = None) -> Compiled:
+            plan_entry: PlanEntry | None = None, before_build: Callable[[Plan], None] | None = None) -> Compiled:
     """Plan ``model`` (a path, a ModelProto, a loaded Model or a Plan), derive the TensorRT
     segments' profiles (``profiles``: the user's, for model inputs; ``saved_plan``: a plan JSON
     whose derived profiles are reused after checking the model still plans the same;
@@ -179,7 +179,12 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
     instead of being held in memory (without an engine cache). With ``options.cache_dir`` and a
     model file, the plan and the derived profiles are taken from the plan cache where they were
     kept (:mod:`trt_backend.artifacts.plan_cache`), and kept there otherwise; ``plan_entry``: the
-    entry of a model the caller loaded from its file (or took from that entry) itself."""
+    entry of a model the caller loaded from its file (or took from that entry) itself.
+    ``before_build``: called with the plan whose engines are about to be built (once its profiles
+    are derived), so a caller can do its own work on that plan while they build (a build folder
+    writes its files while a head start's engine builds beside it, see
+    :mod:`trt_backend.engines.head_start`); the plan a build ends with may be another (segments
+    TensorRT refused are demoted)."""
     opts = options if options is not None else SessionOptions()
     if not isinstance(opts, SessionOptions):
         raise OptionsError(f"options must be a SessionOptions, got {type(opts).__name__}")
@@ -262,6 +267,8 @@ def compile(model: ModelSource | Model | Plan, profiles: Sequence[Mapping[str, A
         rewrite = plugin_rewrite(plan, flavor)
         # (before the build: where a head start builds the model's file, beside it)
         _check_runs_at_max_shapes(the_model, profiles, opts)
+        if before_build is not None:
+            before_build(plan)
         result = build_with_fallback(plan, profiles_of, opts.build, cache, flavor=flavor,
                                      min_segment_size=opts.partition.min_segment_size,
                                      boundary_cost=opts.partition.boundary_cost, rewrite=rewrite,

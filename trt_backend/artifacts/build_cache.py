@@ -23,7 +23,7 @@ from typing import Any
 from trt_backend._files import json_sha256, link_or_copy, missing_parent, new_folder, swap_in_folder, write_atomic
 from trt_backend._lazy import lazy_module
 from trt_backend._version import __version__
-from trt_backend.artifacts.seal import MANIFEST, check_seal, seal
+from trt_backend.artifacts.seal import MANIFEST, check_seal, manifest_text, seal
 from trt_backend.errors import ArtifactError
 
 log = logging.getLogger(__name__)
@@ -275,7 +275,7 @@ class BuildCache:
             if calibration_source is not None and isinstance(build, dict) and isinstance(recorded, dict):
                 manifest = {**manifest, "build": {**build, "calibration": {**recorded, "source": calibration_source}}}
             manifest = seal({**manifest, **updates}, sign_key)
-            write_atomic(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1) + "\n")
+            write_atomic(os.path.join(tmp, MANIFEST), manifest_text(manifest))
             swap_in_folder(tmp, out_dir)
         except OSError as e:
             if tmp is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +28,23 @@ _SEAL_KEYS = (DIGEST, SIGNATURE)
 def canonical(manifest: Mapping[str, Any]) -> bytes:
     """The manifest's content without its seal, as sorted compact JSON (what digest and signature cover)."""
     return canonical_json({k: v for k, v in manifest.items() if k not in _SEAL_KEYS})
+
+
+_NODES_MARK = "\0nodes\0"
+
+
+def manifest_text(manifest: Mapping[str, Any]) -> str:
+    """The manifest's JSON as a folder holds it: indented, but for the plan's row per node, on one
+    line (most of a large model's manifest, which the indenting encoder, Python's own where the
+    compact one is C's, took 14 ms to write for 1,500 nodes)."""
+    plan = manifest.get("plan")
+    if not isinstance(plan, Mapping) or "nodes" not in plan:
+        return json.dumps(manifest, indent=1) + "\n"
+    text = json.dumps({**manifest, "plan": {**plan, "nodes": _NODES_MARK}}, indent=1)
+    mark = json.dumps(_NODES_MARK)
+    if text.count(mark) != 1:  # (a name in the model spelled as the mark)
+        return json.dumps(manifest, indent=1) + "\n"
+    return text.replace(mark, json.dumps(plan["nodes"])) + "\n"
 
 
 def manifest_digest(manifest: Mapping[str, Any]) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -17,7 +16,7 @@ from typing import Any, cast
 
 import onnx
 
-from partitioner import Model
+from partitioner import Model, Plan, Segment
 from partitioner.errors import OptionsError
 from partitioner.model import ModelSource, describe_outputs, serialize, structure_copy
 from partitioner.weights import (
@@ -43,8 +42,8 @@ from trt_backend.artifacts.read import FORMAT, MANIFEST, MODEL_FILE, REFERENCE_F
 from trt_backend.artifacts.references import KEY as REFERENCES_KEY
 from trt_backend.artifacts.references import refer as refer_to_weights
 from trt_backend.artifacts.references import referable_path
-from trt_backend.artifacts.saved import SessionPlan
-from trt_backend.artifacts.seal import seal
+from trt_backend.artifacts.saved import SessionPlan, model_fingerprint
+from trt_backend.artifacts.seal import manifest_text, seal
 from trt_backend.artifacts.seal import sign_key as read_sign_key
 from trt_backend.compiler import Compiled, check_feeds, compile, plan_entry_for
 from trt_backend.engines import head_start
@@ -136,8 +135,11 @@ def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[M
         load_for_planning(model, profile_shapes(profiles), opts.partition.qdq_rewrite)
     stage = _Stage(out_dir, loaded, reference)  # the weights go into the folder while the engines build
     try:
+        # (the folder's model files are made while the engines build: see _Stage.prepare)
+        as_planned = opts.build.precision in ("fp32", "tf32")
         compiled = compile(kept if kept is not None else loaded, profiles, opts, build=True, progress=progress,
-                           engine_dir=stage.engine_dir(), plan_entry=entry, calibration_feeds=calibration_feeds)
+                           engine_dir=stage.engine_dir(), plan_entry=entry, calibration_feeds=calibration_feeds,
+                           before_build=lambda plan: stage.prepare(plan, as_planned))
         if opts.build.precision not in ("fp32", "tf32") and not compiled.plan.tensorrt_segments():
             log.warning("--precision %s applies to TensorRT segments, and the plan has none: ONNX Runtime runs the "
                         "whole model in the precision it has", opts.build.precision)
@@ -194,26 +196,26 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
     placed = stage.data(compiled.model)
     originals, weights, weights_entry = placed.originals, placed.weights, placed.entry
     refer = weights.refs.get if weights is not None else (lambda name: None)
-    # (its outputs' types as the model described them: not ones a run learned at a profile's shapes)
-    own = describe_outputs(structure_copy(compiled.model.proto, lambda t: refer(t.name)), compiled.model)
-    files: dict[str, bytes] = {MODEL_FILE: serialize(own, MODEL_FILE)}
+    files: dict[str, bytes] = {MODEL_FILE: stage.model_file(compiled.model)[0]}
     if exact is not None:
         files[REFERENCE_FILE] = serialize(structure_copy(exact.proto, _shared_weights(compiled.model, refer)),
                                           REFERENCE_FILE)
     session_plan = SessionPlan.of(plan, executors=[EMULATED if s.backend == "tensorrt" else ONNXRUNTIME
                                                    for s in plan.segments],
                                   input_profiles=compiled.input_profiles, segment_profiles=compiled.segment_profiles)
+    session_plan.fingerprint = stage.fingerprint(compiled.model)
     segments = []
     for seg in plan.segments:
         model_file = f"segment_{seg.id}.onnx"
         built = compiled.segments.get(seg.id)
         if built is None or built.precision in ("fp32", "tf32"):  # The segment as planned: weights shared.
-            form = plan.extract(seg.id, lambda t: refer(t.name))
+            form, files[model_file], digest = stage.segment_file(plan, seg)
         else:  # Its own weights: cast to 16 bits, or beside their Q/DQ.
             form = built.model
-        files[model_file] = serialize(form, model_file)
+            files[model_file] = serialize(form, model_file)
+            digest = sha256_bytes(files[model_file])
         entry: dict[str, Any] = {"id": seg.id, "backend": seg.backend, "model": model_file,
-                                 "model_sha256": sha256_bytes(files[model_file]), "engine": None, "engine_sha256": None,
+                                 "model_sha256": digest, "engine": None, "engine_sha256": None,
                                  "engine_bytes": None, "build_seconds": None}
         if built is not None:
             engine = built.engine
@@ -253,7 +255,7 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
         if bopts.precision_plan is not None else None
     manifest = {
         "format": FORMAT, "trt_backend": __version__, "model": compiled.model.source,
-        "model_file": MODEL_FILE, "model_sha256": sha256_bytes(files[MODEL_FILE]),
+        "model_file": MODEL_FILE, "model_sha256": stage.model_file(compiled.model)[1],
         "tensorrt": flv.target, "gpu_target": build_target(flv, bopts), "built_on_sm": current_sm(),
         "versions": _versions(flv), "build_options": bopts.key_fields(),
         "build": {"precision": bopts.precision, "keep_fp32_ops": list(bopts.keep_fp32_ops),
@@ -398,6 +400,11 @@ class _Stage:
         self.reference = reference
         self._taken: dict[str, str] = {}
         self._data: _Placed | None = None
+        # made by prepare, model_file, segment_file and fingerprint: (model proto id, segment, None
+        # or "fingerprint") -> (that proto, kept so the id stays its own; the file's model; its
+        # bytes; their SHA-256, or the fingerprint)
+        self._files: dict[tuple[int, Segment | str | None], tuple[Any, Any, bytes, str]] = {}
+        self._written: dict[str, bytes] = {}  # the files written into the folder so far
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._place, name="build-folder-weights", daemon=True)
         try:  # (a Ctrl-C or SIGTERM while the thread starts, which waits for it: the folder goes with it)
@@ -441,6 +448,56 @@ class _Stage:
         assert self._data is not None
         return self._data
 
+    def prepare(self, plan: Plan, as_planned: bool) -> None:
+        """Make the folder's model file and the model files of ``plan``'s segments (the TensorRT
+        ones too where ``as_planned``: built in fp32 or tf32, their files are the segments as
+        planned), before its engines build: :meth:`model_file` and :meth:`segment_file` then
+        return them. A head start's engine builds in another process meanwhile, and once it is
+        built nothing but its entry is left to write."""
+        assert plan.model is not None
+        self.write({MODEL_FILE: self.model_file(plan.model)[0]}, final=False)
+        self.write({f"segment_{seg.id}.onnx": self.segment_file(plan, seg)[1] for seg in plan.segments
+                    if as_planned or seg.backend != "tensorrt"}, final=False)
+        self.fingerprint(plan.model)
+
+    def model_file(self, model: Model) -> tuple[bytes, str]:
+        """The folder's model file for ``model`` (its weights where the folder has them, its
+        outputs' types as the model described them, not ones a run learned at a profile's
+        shapes) and its SHA-256; made once."""
+        key = (id(model.proto), None)
+        if key not in self._files:
+            refer = self._refer(model)
+            own = describe_outputs(structure_copy(model.proto, lambda t: refer(t.name)), model)
+            data = serialize(own, MODEL_FILE)
+            self._files[key] = (model.proto, own, data, sha256_bytes(data))
+        _, _, data, digest = self._files[key]
+        return data, digest
+
+    def segment_file(self, plan: Plan, seg: Segment) -> tuple[onnx.ModelProto, bytes, str]:
+        """The model file of ``seg`` of ``plan`` as planned (its weights where the folder has
+        them): the model, its bytes and their SHA-256; made once for a segment of the same model
+        with the same nodes, inputs and outputs."""
+        assert plan.model is not None
+        key = (id(plan.model.proto), seg)
+        if key not in self._files:
+            refer = self._refer(plan.model)
+            form = plan.extract(seg.id, lambda t: refer(t.name))
+            data = serialize(form, f"segment_{seg.id}.onnx")
+            self._files[key] = (plan.model.proto, form, data, sha256_bytes(data))
+        _, form, data, digest = self._files[key]
+        return form, data, digest
+
+    def fingerprint(self, model: Model) -> str:
+        """``model``'s fingerprint (:func:`~trt_backend.artifacts.saved.model_fingerprint`), made once."""
+        key = (id(model.proto), "fingerprint")
+        if key not in self._files:
+            self._files[key] = (model.proto, None, b"", model_fingerprint(model.proto))
+        return self._files[key][3]
+
+    def _refer(self, model: Model) -> Any:
+        weights = self.data(model).weights
+        return weights.refs.get if weights is not None else (lambda name: None)
+
     def engine_dir(self) -> str:
         """A folder inside the stage that engines are streamed into as they are built (what is
         left there when the folder is finished, engines of demoted segments, is removed)."""
@@ -463,12 +520,20 @@ class _Stage:
         except OSError as e:
             raise ArtifactError(f"cannot write {self.out_dir}: {e.strerror or e}") from None
 
-    def write(self, files: Mapping[str, bytes]) -> None:
+    def write(self, files: Mapping[str, bytes], final: bool = True) -> None:
+        """Write ``files`` (name -> bytes) into the folder, but those written already with these
+        very bytes; ``final``: these are all of its model files, and any other written before (for
+        a plan its build changed) is removed."""
         assert self.tmp is not None
         try:
             for name, data in files.items():
-                with open(os.path.join(self.tmp, name), "wb") as f:
-                    f.write(data)
+                if self._written.get(name) is not data:
+                    with open(os.path.join(self.tmp, name), "wb") as f:
+                        f.write(data)
+                    self._written[name] = data
+            for name in set(self._written) - set(files) if final else ():
+                os.remove(os.path.join(self.tmp, name))
+                del self._written[name]
         except OSError as e:
             raise ArtifactError(f"cannot write {self.out_dir}: {e.strerror or e}") from None
 
@@ -477,7 +542,7 @@ class _Stage:
         assert self.tmp is not None
         try:
             shutil.rmtree(os.path.join(self.tmp, _ENGINES), ignore_errors=True)
-            write_atomic(os.path.join(self.tmp, MANIFEST), json.dumps(manifest, indent=1) + "\n")
+            write_atomic(os.path.join(self.tmp, MANIFEST), manifest_text(manifest))
             swap_in_folder(self.tmp, self.out_dir)
         except OSError as e:
             raise ArtifactError(f"cannot write {self.out_dir}: {e.strerror or e}") from None
