@@ -52,6 +52,7 @@ import onnx
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.conformance import trained_zoo
+from benchmarks.installed import as_installed
 from trt_backend.engines.builder import BuildOptions
 from trt_backend.engines.config import configure
 from trt_backend.engines.cache import EngineCache
@@ -139,9 +140,7 @@ def cli_rows(model: str, repeat: int, shapes: str = "") -> int:
     with dynamic inputs gets ``shapes`` (``name:1x3x224x224,...``) as one fixed profile on both
     sides (``--shapes`` for ours)."""
     py = sys.executable
-    # as installed: pip compiles bytecode, which this environment may not write (PYTHONDONTWRITEBYTECODE)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "partitioner", "plugins", "trt_backend"], cwd=ROOT,
-                   check=True, env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+    as_installed()  # (bytecode compiled, and the first runs done, as a user has them)
     direct, cold, nocache, warm, byref = [], [], [], [], []
     hits: list[bool] = []
     sizes: dict[str, tuple[int, int]] = {}
@@ -221,8 +220,7 @@ def sweep_rows(repeat: int, only: str | None) -> int:
     """``--sweep``: the build command against the bare TensorRT parse + build, in turn, on every
     model of :func:`sweep_models` the bare build takes whole; a row per model."""
     py = sys.executable
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "partitioner", "plugins", "trt_backend"], cwd=ROOT,
-                   check=True, env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+    as_installed()  # (bytecode compiled, and the first runs done, as a user has them)
     ratios: dict[str, float] = {}
     print(f"processes with start-up, median of {repeat}; build/direct <= {CLI_TARGET}")
     print(f"{'model':<30}{'direct s':>9}{'build s':>9}{'ratio':>7}")

@@ -21,6 +21,7 @@ import onnx
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.installed import as_installed  # noqa: E402
 from tests.support.chains import DEEP_CHAIN_EXCLUDE, deep_chain, long_chain  # noqa: E402
 
 _WRAP = """
@@ -57,9 +58,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs of the inspect step (median)")
     ap.add_argument("--skip-deep", action="store_true", help="only the 6,020-node inspect")
     args = ap.parse_args()
-    # as installed: pip compiles bytecode, which this environment may not write (PYTHONDONTWRITEBYTECODE)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "partitioner", "plugins", "trt_backend"], cwd=ROOT,
-                   check=True, env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+    as_installed()  # (bytecode compiled, and the first runs done, as a user has them)
     py = [sys.executable, "-m", "trt_backend"]
     checks = []
     print(f"{'command':<34} {'wall s':>8} {'cpu s':>8} {'peak GiB':>9}")

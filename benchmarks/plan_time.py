@@ -48,6 +48,7 @@ import onnx
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.conformance import trained_zoo
+from benchmarks.installed import as_installed
 from tests.support.chains import long_chain
 
 from partitioner import PartitionOptions, plan_model
@@ -322,9 +323,7 @@ def trained_models() -> list[tuple[str, str]]:
 
 def cli_mode(args: argparse.Namespace) -> int:
     """``trt-backend inspect`` and Polygraphy, both whole processes, in turn."""
-    # as installed: pip compiles bytecode, which this environment may not write (PYTHONDONTWRITEBYTECODE)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "partitioner", "plugins", "trt_backend"], cwd=ROOT,
-                   check=True, env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+    as_installed()  # (bytecode compiled, and the first runs done, as a user has them)
     env = poly_env(args.polygraphy_pythonpath)
     ours_env = dict(os.environ, PYTHONPATH=ROOT)
     with tempfile.TemporaryDirectory(prefix="plan_time_") as tmp:
