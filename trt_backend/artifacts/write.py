@@ -405,6 +405,7 @@ class _Stage:
         # bytes; their SHA-256, or the fingerprint)
         self._files: dict[tuple[int, Segment | str | None], tuple[Any, Any, bytes, str]] = {}
         self._written: dict[str, bytes] = {}  # the files written into the folder so far
+        self._preparing: threading.Thread | None = None  # making them while the engines build
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._place, name="build-folder-weights", daemon=True)
         try:  # (a Ctrl-C or SIGTERM while the thread starts, which waits for it: the folder goes with it)
@@ -438,6 +439,7 @@ class _Stage:
         """The model's weights as placed in the folder (see :class:`_Placed`), once written;
         ``model`` is the final plan's (placed again if it is another)."""
         self._thread.join()
+        self._prepared()
         try:
             if self._error is not None:
                 raise self._error
@@ -451,19 +453,37 @@ class _Stage:
     def prepare(self, plan: Plan, as_planned: bool) -> None:
         """Make the folder's model file and the model files of ``plan``'s segments (the TensorRT
         ones too where ``as_planned``: built in fp32 or tf32, their files are the segments as
-        planned), before its engines build: :meth:`model_file` and :meth:`segment_file` then
-        return them. A head start's engine builds in another process meanwhile, and once it is
-        built nothing but its entry is left to write."""
+        planned) in a thread, while the engines build: :meth:`model_file` and :meth:`segment_file`
+        then take them (what it could not make, they make). The files refer to the folder's
+        weights, so the thread waits for them first. A head start's engine builds in another
+        process meanwhile, and once it is built nothing but its entry is left to write."""
+        self._preparing = threading.Thread(target=self._prepare, args=(plan, as_planned), daemon=True,
+                                           name="build-folder-files")
+        self._preparing.start()
+
+    def _prepare(self, plan: Plan, as_planned: bool) -> None:
         assert plan.model is not None
-        self.write({MODEL_FILE: self.model_file(plan.model)[0]}, final=False)
-        self.write({f"segment_{seg.id}.onnx": self.segment_file(plan, seg)[1] for seg in plan.segments
-                    if as_planned or seg.backend != "tensorrt"}, final=False)
-        self.fingerprint(plan.model)
+        try:
+            self.write({MODEL_FILE: self._model_file(plan.model)[0]}, final=False)
+            self.write({f"segment_{seg.id}.onnx": self._segment_file(plan, seg)[1] for seg in plan.segments
+                        if as_planned or seg.backend != "tensorrt"}, final=False)
+            self._fingerprint(plan.model)
+        except BaseException as e:  # noqa: BLE001 - the files are made after the build, which meets it
+            log.debug("the folder's files were not made while the engines built: %s", e)
+
+    def _prepared(self) -> None:
+        """Wait for :meth:`prepare`'s thread (from another thread)."""
+        if self._preparing is not None and self._preparing is not threading.current_thread():
+            self._preparing.join()
 
     def model_file(self, model: Model) -> tuple[bytes, str]:
         """The folder's model file for ``model`` (its weights where the folder has them, its
         outputs' types as the model described them, not ones a run learned at a profile's
         shapes) and its SHA-256; made once."""
+        self._prepared()
+        return self._model_file(model)
+
+    def _model_file(self, model: Model) -> tuple[bytes, str]:
         key = (id(model.proto), None)
         if key not in self._files:
             refer = self._refer(model)
@@ -477,6 +497,10 @@ class _Stage:
         """The model file of ``seg`` of ``plan`` as planned (its weights where the folder has
         them): the model, its bytes and their SHA-256; made once for a segment of the same model
         with the same nodes, inputs and outputs."""
+        self._prepared()
+        return self._segment_file(plan, seg)
+
+    def _segment_file(self, plan: Plan, seg: Segment) -> tuple[onnx.ModelProto, bytes, str]:
         assert plan.model is not None
         key = (id(plan.model.proto), seg)
         if key not in self._files:
@@ -489,6 +513,10 @@ class _Stage:
 
     def fingerprint(self, model: Model) -> str:
         """``model``'s fingerprint (:func:`~trt_backend.artifacts.saved.model_fingerprint`), made once."""
+        self._prepared()
+        return self._fingerprint(model)
+
+    def _fingerprint(self, model: Model) -> str:
         key = (id(model.proto), "fingerprint")
         if key not in self._files:
             self._files[key] = (model.proto, None, b"", model_fingerprint(model.proto))
@@ -525,6 +553,7 @@ class _Stage:
         very bytes; ``final``: these are all of its model files, and any other written before (for
         a plan its build changed) is removed."""
         assert self.tmp is not None
+        self._prepared()
         try:
             for name, data in files.items():
                 if self._written.get(name) is not data:
@@ -549,9 +578,10 @@ class _Stage:
         self.tmp = None
 
     def close(self) -> None:
-        """Remove the temp folder unless :meth:`finish` swapped it in (after the thread is done)."""
+        """Remove the temp folder unless :meth:`finish` swapped it in (after the threads are done)."""
         if self._thread.ident is not None:  # (started)
             self._thread.join()
+        self._prepared()
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
