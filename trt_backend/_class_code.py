@@ -7,20 +7,29 @@ loads, ~45 ms of its 0.1 s of our imports. :func:`use` has the ``dataclasses`` m
 through :func:`_exec`, which takes the code of a text compiled before from a file beside this
 module's bytecode (``__pycache__/_class_code.<python tag>.marshal``, where ``sys.pycache_prefix``
 puts bytecode, if it does); :func:`save` adds what was compiled anew, once the command is done.
-The code is what compiling the same text gives (the text is its key); a file that cannot be read
-or written, or a damaged one, costs only the time. Only the command line uses it: a program that
+
+The code is what ``exec`` in ``dataclasses`` compiles from the same text (the text is its key;
+compiled without this module's ``__future__`` imports, as ``dataclasses`` has none): the classes
+are the same, ours and other libraries' alike. The file starts with this format's mark,
+Python's bytecode magic number and the SHA-256 of the rest: a file of another format or Python,
+or a damaged one, is not read (it costs only the time, and is written again), nor is anything
+but a regular file of at most :data:`MAX_BYTES`. Only the command line uses it: a program that
 imports trt_backend makes its classes as Python does."""
 from __future__ import annotations
 
 import builtins
+import hashlib
 import importlib.util
 import marshal
 import os
+import stat
 import sys
 from types import CodeType
 from typing import Any
 
 MAX_ENTRIES = 4096  # past this, a file starts again from what one run compiled
+MAX_BYTES = 16 << 20  # a larger file is not read (~600 kB once every command has run)
+_MARK = b"trt-backend dataclass code 1\n"
 
 _kept: dict[str, CodeType] = {}  # read from the file
 _new: dict[str, CodeType] = {}  # compiled in this process
@@ -48,15 +57,37 @@ def use() -> None:
     file = path()
     if file is None:
         return
-    try:
-        with open(file, "rb") as f:
-            kept = marshal.loads(f.read())
-    except (OSError, EOFError, ValueError, TypeError):
-        kept = {}
-    if isinstance(kept, dict):
-        _kept.update((k, v) for k, v in kept.items() if isinstance(k, str) and isinstance(v, CodeType))
+    _kept.update(_read(file))
     dataclasses.exec = _exec  # type: ignore[attr-defined]  # (found before the builtin: the module's global)
     _in_use = True
+
+
+def _head() -> bytes:
+    return _MARK + importlib.util.MAGIC_NUMBER
+
+
+def _read(file: str) -> dict[str, CodeType]:
+    """The code the file keeps; nothing where it is no regular file of at most MAX_BYTES, or not
+    of this format and Python, or its digest does not match."""
+    try:
+        info = os.stat(file)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_BYTES:
+            return {}
+        with open(file, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError:
+        return {}
+    head = _head()
+    digest, payload = data[len(head):len(head) + 32], data[len(head) + 32:]
+    if not data.startswith(head) or hashlib.sha256(payload).digest() != digest:
+        return {}
+    try:
+        kept = marshal.loads(payload)
+    except (EOFError, ValueError, TypeError):
+        return {}
+    if not isinstance(kept, dict):
+        return {}
+    return {k: v for k, v in kept.items() if isinstance(k, str) and isinstance(v, CodeType)}
 
 
 def _exec(source: Any, globals: Any = None, locals: Any = None, **kwargs: Any) -> None:
@@ -66,8 +97,8 @@ def _exec(source: Any, globals: Any = None, locals: Any = None, **kwargs: Any) -
         code = _kept.get(source)
         if code is not None:
             _taken += 1
-        else:
-            code = _new.get(source) or compile(source, "<string>", "exec")
+        else:  # (not inheriting this module's ``from __future__ import annotations``)
+            code = _new.get(source) or compile(source, "<string>", "exec", dont_inherit=True)
             _new[source] = code
         source = code
     builtins.exec(source, globals, locals, **kwargs)
@@ -75,25 +106,32 @@ def _exec(source: Any, globals: Any = None, locals: Any = None, **kwargs: Any) -
 
 def save() -> None:
     """Add the code compiled anew in this process to the file (written whole, then renamed);
-    nothing where none was, or where Python is told to write no bytecode."""
+    nothing where none was, or where Python is told to write no bytecode. A failure, or a
+    Ctrl-C meanwhile (the command's work is done), leaves the file as it was."""
     file = path()
     if not _new or file is None or sys.dont_write_bytecode:
         return
     kept = {**_kept, **_new} if len(_kept) + len(_new) <= MAX_ENTRIES else dict(_new)
     tmp = f"{file}.{os.getpid()}.tmp"
+    done = False
     try:
+        payload = marshal.dumps(kept)
         os.makedirs(os.path.dirname(file), exist_ok=True)
         with open(tmp, "wb") as f:
-            f.write(marshal.dumps(kept))
+            f.write(_head() + hashlib.sha256(payload).digest() + payload)
         os.replace(tmp, file)
-    except (OSError, ValueError):
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        return
-    _kept.update(_new)
-    _new.clear()
+        done = True
+    except (OSError, ValueError, KeyboardInterrupt):
+        pass
+    finally:
+        if not done:
+            try:
+                os.remove(tmp)
+            except (OSError, KeyboardInterrupt):
+                pass
+    if done:
+        _kept.update(_new)
+        _new.clear()
 
 
 def counts() -> tuple[int, int]:

@@ -52,7 +52,6 @@ class Forked:
     def start(cls, work: Callable[[Send], dict[str, Any]], what: str) -> Forked | None:
         """Fork a child running ``work``; None where :func:`can_fork` says no or the fork failed.
         ``what``: the work in words, for the debug log."""
-        _reap()
         if not can_fork():
             return None
         read_end, write_end = os.pipe()
@@ -105,8 +104,9 @@ class Forked:
 
     def kill(self) -> None:
         """End the child where it still runs (what it would say is not wanted), without waiting
-        for the kernel to take its memory back (~10 ms for a child that built an engine): it is
-        reaped here once that is done, by :func:`_reap` at the next fork or this process's end."""
+        for the kernel to take its memory back (~10 ms for a child that built an engine, more for
+        a large one): a thread of its own reaps it once that is done (at the end of a command
+        line's process, the system does)."""
         if not self._ended:
             self._killed = True
             try:
@@ -132,22 +132,19 @@ class Forked:
             return
         if pid == self.pid:
             self._status = status
-        else:
-            _unreaped.add(self.pid)
-
-
-_unreaped: set[int] = set()  # children killed and not yet reaped (see Forked.kill)
-
-
-def _reap() -> None:
-    """Reap the children killed before that have ended since."""
-    for pid in list(_unreaped):
+            return
         try:
-            if os.waitpid(pid, os.WNOHANG)[0] == 0:
-                continue
-        except ChildProcessError:
+            threading.Thread(target=_reap, args=(self.pid,), name=f"reaper of {self.pid}", daemon=True).start()
+        except RuntimeError:  # (no thread to be had: the system reaps it once this process ends)
             pass
-        _unreaped.discard(pid)
+
+
+def _reap(pid: int) -> None:
+    """Wait for the child ``pid`` to end (it was killed), so that it leaves no zombie behind."""
+    try:
+        os.waitpid(pid, 0)
+    except (ChildProcessError, InterruptedError):
+        pass
 
 
 class _Kept(logging.Handler):

@@ -97,8 +97,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(argv)
     except KeyboardInterrupt as e:  # (before a command's own handling: while its modules load, or its arguments)
-        _error(str(e) or "interrupted", prefix="trt-backend: ")
-        return 143 if isinstance(e, _Terminated) else 130
+        return _interrupted(e)
+    except ImportError as e:
+        if _interrupt_in(e) is None:
+            raise
+        return _interrupted(_interrupt_in(e))
+    except SystemExit:  # --help or a usage error, printed: a reader gone from stdout ends it as a command's end
+        try:
+            if sys.stdout is not None:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            raise SystemExit(_closed_stdout()) from None
+        raise
+
+
+def _interrupted(e: KeyboardInterrupt | None) -> int:
+    """A Ctrl-C or SIGTERM, said in one line: exit 130 or 143."""
+    _error(str(e) or "interrupted", prefix="trt-backend: ")
+    return 143 if isinstance(e, _Terminated) else 130
+
+
+def _interrupt_in(e: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM that cut short the import that failed with ``e`` (a native
+    extension's says "initialization failed"), if one did."""
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 class _Terminated(KeyboardInterrupt):
@@ -192,8 +221,11 @@ def _main(args_list: list[str], command: str | None, build_index: str | None) ->
         _error(f"{where}{e.strerror or e}")
         return error_exit
     except KeyboardInterrupt as e:  # (a command may say what it had finished: see build)
-        _error(str(e) or "interrupted", prefix="trt-backend: ")
-        return 143 if isinstance(e, _Terminated) else 130
+        return _interrupted(e)
+    except ImportError as e:  # (a module the command loads as it goes, cut short by a Ctrl-C)
+        if _interrupt_in(e) is None:
+            raise
+        return _interrupted(_interrupt_in(e))
     finally:
         _stop_progress(handler, streams)
 

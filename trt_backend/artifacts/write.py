@@ -459,7 +459,10 @@ class _Stage:
         process meanwhile, and once it is built nothing but its entry is left to write."""
         self._preparing = threading.Thread(target=self._prepare, args=(plan, as_planned), daemon=True,
                                            name="build-folder-files")
-        self._preparing.start()
+        try:
+            self._preparing.start()
+        except RuntimeError:  # (no thread to be had: the files are made after the build)
+            self._preparing = None
 
     def _prepare(self, plan: Plan, as_planned: bool) -> None:
         assert plan.model is not None
@@ -472,9 +475,10 @@ class _Stage:
             log.debug("the folder's files were not made while the engines built: %s", e)
 
     def _prepared(self) -> None:
-        """Wait for :meth:`prepare`'s thread (from another thread)."""
-        if self._preparing is not None and self._preparing is not threading.current_thread():
-            self._preparing.join()
+        """Wait for :meth:`prepare`'s thread (from another thread), where it started."""
+        thread = self._preparing
+        if thread is not None and thread.ident is not None and thread is not threading.current_thread():
+            thread.join()
 
     def model_file(self, model: Model) -> tuple[bytes, str]:
         """The folder's model file for ``model`` (its weights where the folder has them, its

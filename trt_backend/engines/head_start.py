@@ -244,7 +244,8 @@ class HeadStart:
 
     def wait(self) -> None:
         if self._child is None:
-            self._thread.join()
+            if self._thread.ident is not None:  # (a Ctrl-C as it started may have stopped it starting)
+                self._thread.join()
         elif not self._collected:
             self._collected = True
             first = self._child.message(0)
@@ -419,7 +420,14 @@ def launch(path: str, out_dir: str, flavor: str, profiles: Sequence[Mapping[str,
         previous, _pending = _pending, head
     if previous is not None:
         previous.remove()
-    head.begin()
+    try:
+        head.begin()
+    except BaseException:  # (a Ctrl-C as it starts: nothing of it is left)
+        with _lock:
+            if _pending is head:
+                _pending = None
+        head.remove()
+        raise
     with _lock:
         if _offered is not None:
             early_parse.withdraw(_offered)

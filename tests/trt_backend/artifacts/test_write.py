@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import onnx
@@ -72,22 +73,89 @@ def test_the_manifest_text_is_its_json_with_the_node_rows_on_one_line() -> None:
     assert json.loads(manifest_text(odd)) == odd
 
 
-def test_a_killed_child_is_reaped_without_being_waited_for() -> None:
-    """``Forked.kill`` does not wait for the child to end; the next fork reaps it: no zombie is left."""
-    script = """
-import os, sys, time
-from trt_backend import _forked
-child = _forked.Forked.start(lambda send: time.sleep(60) or {}, "a sleeping child")
-assert child is not None
-child.kill()
-deadline = time.monotonic() + 10
-while _forked._unreaped and time.monotonic() < deadline:
-    time.sleep(0.01)
-    _forked._reap()
-print("LEFT", sorted(_forked._unreaped), os.path.exists(f"/proc/{child.pid}"))
+_CHILDREN = """
+def children():
+    mine = []
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if p.isdigit() and int(fields[1]) == os.getpid():
+            mine.append((int(p), fields[0]))
+    return mine
+def settled():
+    deadline = time.monotonic() + 20
+    while children() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return children()
 """
+
+
+def _python(script: str) -> str:
     if not hasattr(os, "fork") or len(os.sched_getaffinity(0)) < 2:
         pytest.skip("a child is forked only on Linux with two CPUs or more")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", "import os, time\n" + _CHILDREN + script], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "LEFT [] False" in proc.stdout
+    return proc.stdout
+
+
+def test_a_killed_child_is_reaped_without_being_waited_for() -> None:
+    """``Forked.kill`` does not wait for the child to end; it leaves no zombie behind either."""
+    out = _python("""
+from trt_backend import _forked
+child = _forked.Forked.start(lambda send: time.sleep(60) or {}, "a sleeping child")
+assert child is not None and [pid for pid, _ in children()] == [child.pid], children()
+child.kill()
+print("LEFT", settled())
+""")
+    assert "LEFT []" in out
+
+
+def test_builds_through_the_python_door_leave_no_process_behind(flavor, tmp_path) -> None:
+    """Three builds of a model file in one process (each forks a head start, whose engine is
+    taken or not): no child left running or a zombie afterwards."""
+    path = str(tmp_path / "crc.onnx")
+    onnx.save(conv_resize_conv(), path)
+    out = _python(f"""
+import trt_backend
+from partitioner import PartitionOptions
+from trt_backend.session.options import SessionOptions
+from tests.support.graphs import CONV_RESIZE_PROFILE
+cut = PartitionOptions(min_segment_size=1, plugins=())
+for k, partition in enumerate([PartitionOptions(), cut, PartitionOptions()]):
+    options = SessionOptions(partition=partition)
+    trt_backend.build({path!r}, {str(tmp_path)!r} + f"/built{{k}}", CONV_RESIZE_PROFILE, options)
+    print("LEFT", k, settled())
+""")
+    assert [line for line in out.splitlines() if line.startswith("LEFT")] == ["LEFT 0 []", "LEFT 1 []", "LEFT 2 []"]
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("can't start new thread"), KeyboardInterrupt()])
+def test_a_thread_for_the_files_that_does_not_start_leaves_the_build_whole_or_nothing(failure, flavor, tmp_path,
+                                                                                      monkeypatch) -> None:
+    """No thread to be had for the folder's files: they are made after the build, the same.
+    A Ctrl-C as it starts: the build ends with it, and nothing of the folder is left."""
+    path, out = str(tmp_path / "crc.onnx"), str(tmp_path / "built")
+    onnx.save(conv_resize_conv(), path)
+    start = threading.Thread.start
+
+    def refusing(self: threading.Thread) -> None:
+        if self.name == "build-folder-files":
+            raise failure
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refusing)
+    options = SessionOptions(partition=PartitionOptions(min_segment_size=1, plugins=()))
+    if isinstance(failure, KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):
+            trt_backend.build(path, out, CONV_RESIZE_PROFILE, options)
+        assert sorted(os.listdir(tmp_path)) == ["crc.onnx"]
+        return
+    manifest = trt_backend.build(path, out, CONV_RESIZE_PROFILE, options)
+    assert [s["backend"] for s in manifest["segments"]] == ["tensorrt", "onnxruntime", "tensorrt"]
+    x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    expected = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(trt_backend.load(out).run(None, {"x": x})[0], expected, rtol=1e-5, atol=1e-5)

@@ -121,11 +121,13 @@ CLOSED_PIPE = [
     ["build", DEMO_PATH, *SHAPES, "-o", "TMP/b"],
     ["export-triton", "FOLDER", "-o", "TMP/repo", "--dry-run"],
     ["demo", "--out", "TMP/demo"],
+    ["--help"],
+    ["inspect", "--help"],
 ]
 
 
-@pytest.mark.parametrize("argv", CLOSED_PIPE, ids=[" ".join(a[:1] + ["DIR" if "FOLDER" in a else "MODEL"])
-                                                   for a in CLOSED_PIPE])
+@pytest.mark.parametrize("argv", CLOSED_PIPE, ids=[" ".join(a[:1] + ["help" if "--help" in a else "DIR" if "FOLDER" in a
+                                                                     else "MODEL"]) for a in CLOSED_PIPE])
 def test_a_closed_stdout_ends_quietly_like_a_tool_killed_by_sigpipe(argv, demo_folder, tmp_path) -> None:
     args = [demo_folder if a == "FOLDER" else a.replace("TMP", str(tmp_path)) for a in argv]
     reader, writer = os.pipe()
@@ -449,3 +451,27 @@ def test_random_inputs_past_an_address_space_limit_are_one_line(tmp_path) -> Non
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert err[-1].startswith("trt-backend: error: input 'x': shape (200000000, 4) of float32 needs 3.0 GiB (11.9 "
                               "GiB while it is made), and ") and err[-1].endswith("is available to this process"), err
+
+
+def test_an_import_a_ctrl_c_cut_short_is_an_interrupt_not_a_traceback(monkeypatch, capsys) -> None:
+    """A Ctrl-C while a native extension initializes ends its import in ImportError
+    ("initialization failed", raised from the KeyboardInterrupt): said as the interrupt it is."""
+    import importlib
+
+    real = importlib.import_module
+
+    def cut_short(name: str, package: str | None = None) -> Any:
+        if name == "trt_backend.commands.inspect":
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as e:
+                raise ImportError("initialization failed") from e
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", cut_short)
+    assert main(["inspect", DEMO_PATH]) == 130
+    assert capsys.readouterr().err.strip() == "trt-backend: interrupted"
+    monkeypatch.setattr(importlib, "import_module", lambda name, package=None: (_ for _ in ()).throw(
+        ImportError("no module named it")) if name == "trt_backend.commands.inspect" else real(name, package))
+    with pytest.raises(ImportError, match="no module named it"):  # (any other import error is not an interrupt)
+        main(["inspect", DEMO_PATH])

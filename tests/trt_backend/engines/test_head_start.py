@@ -486,3 +486,25 @@ def test_the_head_start_forks_before_the_build_loads_its_own_modules(tmp_path) -
                 "trt_backend.commands._build_hit", "partitioner.wire"}
     assert unwanted & set(loaded.split(",")) == set()
     no_scratch(str(tmp_path))
+
+
+def test_a_ctrl_c_as_the_head_start_begins_leaves_nothing_of_it(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C while the head start's thread starts: the build ends with it (the command line
+    says "interrupted"), and neither its scratch folder nor the build's is left."""
+    import threading
+
+    path, out = str(tmp_path / "cnn.onnx"), str(tmp_path / "built")
+    small_cnn(path)
+    start = threading.Thread.start
+
+    def interrupted(self: threading.Thread) -> None:
+        if self.name == "head-start-build":
+            raise KeyboardInterrupt
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build(path, out, PROFILES)
+    assert sorted(os.listdir(tmp_path)) == ["cnn.onnx"]
+    assert main(["build", path, "-o", out, *SHAPES]) == 130
+    assert sorted(os.listdir(tmp_path)) == ["cnn.onnx"]
