@@ -108,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sys.stdout.flush()
         except BrokenPipeError:
             raise SystemExit(_closed_stdout()) from None
+        except OSError as e:  # (a full device)
+            _drop_stdout()
+            _error(f"cannot write its output: {e.strerror or e}")
+            raise SystemExit(1) from None
         raise
 
 

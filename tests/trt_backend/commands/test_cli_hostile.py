@@ -347,10 +347,11 @@ def test_sigterm_during_a_build_leaves_nothing_behind(tmp_path) -> None:
 def test_stdout_on_a_full_device_or_closed_is_one_line_or_nothing(tmp_path) -> None:
     """stdout on /dev/full ended in OSError's traceback and Python's "Exception ignored" lines;
     a stdout the shell closed (`>&-`) in an AttributeError traceback."""
-    with open("/dev/full", "w") as full:
-        proc = _cli("inspect", DEMO_PATH, stdout=full.fileno(), cwd=str(tmp_path))
-    assert proc.returncode == 1 and proc.stderr.strip() == \
-        "trt-backend: error: cannot write its output: No space left on device", proc.stderr
+    for argv in (["inspect", DEMO_PATH], ["--help"], ["build", "--help"]):
+        with open("/dev/full", "w") as full:
+            proc = _cli(*argv, stdout=full.fileno(), cwd=str(tmp_path))
+        assert proc.returncode == 1 and proc.stderr.strip() == \
+            "trt-backend: error: cannot write its output: No space left on device", (argv, proc.stderr)
     env = {**os.environ, "PYTHONPATH": ROOT}
     closed = subprocess.run(f"{sys.executable} -m trt_backend inspect {DEMO_PATH} >&-", shell=True,
                             capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
