@@ -11,25 +11,26 @@ puts bytecode, if it does); :func:`save` adds what was compiled anew, once the c
 The code is what ``exec`` in ``dataclasses`` compiles from the same text (the text is its key;
 compiled without this module's ``__future__`` imports, as ``dataclasses`` has none): the classes
 are the same, ours and other libraries' alike. The file starts with this format's mark,
-Python's bytecode magic number and the SHA-256 of the rest: a file of another format or Python,
-or a damaged one, is not read (it costs only the time, and is written again), nor is anything
-but a regular file of at most :data:`MAX_BYTES`. Only the command line uses it: a program that
-imports trt_backend makes its classes as Python does."""
+Python's bytecode magic number and the CRC-32 of the rest (zlib's: the command line loads no
+hashlib where it needs none): a file of another format or Python, or a damaged one, is not read
+(it costs only the time, and is written again), nor is anything but a regular file of at most
+:data:`MAX_BYTES`. Only the command line uses it: a program that imports trt_backend makes its
+classes as Python does."""
 from __future__ import annotations
 
 import builtins
-import hashlib
 import importlib.util
 import marshal
 import os
 import stat
 import sys
+import zlib
 from types import CodeType
 from typing import Any
 
 MAX_ENTRIES = 4096  # past this, a file starts again from what one run compiled
 MAX_BYTES = 16 << 20  # a larger file is not read (~600 kB once every command has run)
-_MARK = b"trt-backend dataclass code 1\n"
+_MARK = b"trt-backend dataclass code 2\n"
 
 _kept: dict[str, CodeType] = {}  # read from the file
 _new: dict[str, CodeType] = {}  # compiled in this process
@@ -68,7 +69,7 @@ def _head() -> bytes:
 
 def _read(file: str) -> dict[str, CodeType]:
     """The code the file keeps; nothing where it is no regular file of at most MAX_BYTES, or not
-    of this format and Python, or its digest does not match."""
+    of this format and Python, or its CRC-32 does not match."""
     try:
         info = os.stat(file)
         if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_BYTES:
@@ -78,8 +79,8 @@ def _read(file: str) -> dict[str, CodeType]:
     except OSError:
         return {}
     head = _head()
-    digest, payload = data[len(head):len(head) + 32], data[len(head) + 32:]
-    if not data.startswith(head) or hashlib.sha256(payload).digest() != digest:
+    check, payload = data[len(head):len(head) + 4], data[len(head) + 4:]
+    if not data.startswith(head) or zlib.crc32(payload).to_bytes(4, "little") != check:
         return {}
     try:
         kept = marshal.loads(payload)
@@ -118,7 +119,7 @@ def save() -> None:
         payload = marshal.dumps(kept)
         os.makedirs(os.path.dirname(file), exist_ok=True)
         with open(tmp, "wb") as f:
-            f.write(_head() + hashlib.sha256(payload).digest() + payload)
+            f.write(_head() + zlib.crc32(payload).to_bytes(4, "little") + payload)
         os.replace(tmp, file)
         done = True
     except (OSError, ValueError, KeyboardInterrupt):

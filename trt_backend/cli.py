@@ -63,6 +63,15 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} -h)\n")
 
+    def _print_message(self, message: str, file: Any = None) -> None:
+        """As argparse's, but the help written to a stdout that cannot take it (a full device, a
+        reader gone) is not dropped in silence (argparse drops it): it ends the command as a
+        failed write of any output does."""
+        if message and file is not None and file is sys.stdout:
+            file.write(message)
+        else:
+            super()._print_message(message, file)
+
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         """As argparse's, but options no parser knows are refused by the command's own parser, so
         the line names that command's usage (argparse's top-level parser names its own)."""
@@ -102,17 +111,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _interrupt_in(e) is None:
             raise
         return _interrupted(_interrupt_in(e))
-    except SystemExit:  # --help or a usage error, printed: a reader gone from stdout ends it as a command's end
+    except SystemExit:  # --help or a usage error, printed: a stdout that cannot take it ends it as a command's end
         try:
             if sys.stdout is not None:
                 sys.stdout.flush()
-        except BrokenPipeError:
-            raise SystemExit(_closed_stdout()) from None
-        except OSError as e:  # (a full device)
-            _drop_stdout()
-            _error(f"cannot write its output: {e.strerror or e}")
-            raise SystemExit(1) from None
+        except OSError as e:
+            raise SystemExit(_unwritten(e)) from None
         raise
+    except OSError as e:  # (the help, written: see _Parser._print_message)
+        return _unwritten(e)
+
+
+def _unwritten(e: OSError) -> int:
+    """stdout could not take what was written: a reader gone ends quietly (exit 141), a full
+    device is one line (exit 1)."""
+    if isinstance(e, BrokenPipeError):
+        return _closed_stdout()
+    _drop_stdout()
+    _error(f"cannot write its output: {e.strerror or e}")
+    return 1
 
 
 def _interrupted(e: KeyboardInterrupt | None) -> int:

@@ -85,7 +85,7 @@ def test_a_second_run_takes_the_code_the_first_compiled_and_its_classes_are_the_
 
 @pytest.mark.parametrize("damage", ["not marshal", "a bit flipped", "no mark", "a pipe"])
 def test_a_damaged_or_foreign_file_is_not_read_and_is_written_again(damage, tmp_path) -> None:
-    """A file whose digest does not match (one bit flipped in its code), one without this
+    """A file whose CRC-32 does not match (one bit flipped in its code), one without this
     format's mark (plain marshal data, as another format or Python would leave), one that is no
     regular file: not read, nothing run from it; the next run writes it again."""
     _, _, _, path = _run(str(tmp_path))
@@ -102,7 +102,7 @@ def test_a_damaged_or_foreign_file_is_not_read_and_is_written_again(damage, tmp_
                 data[-1000] ^= 0x20
                 f.write(data)
             else:
-                f.write(data[data.index(b"\n") + 1 + 4 + 32:])  # the marshal data alone
+                f.write(data[data.index(b"\n") + 1 + 4 + 4:])  # the marshal data alone
     _, taken, _, _ = _run(str(tmp_path))
     assert taken == 0
     if damage == "a pipe":
