@@ -1,6 +1,6 @@
 """The project as a user's installation has it, for the scripts that time our commands as
 processes: pip compiles the bytecode of the packages it installs, and the command line's first
-runs keep the compiled code of the dataclasses they make (``trt_backend._class_code``), which
+runs keep the compiled code of the dataclasses they make (``trt_backend.commands._class_code``), which
 every later run takes instead of compiling it again. This environment may be told to write
 neither (``PYTHONDONTWRITEBYTECODE``, which both honour), so :func:`as_installed` does both with
 that variable removed before anything is timed."""

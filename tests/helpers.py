@@ -196,3 +196,16 @@ def skip_optional(what: str) -> NoReturn:
     if os.environ.get("CI"):
         pytest.fail(f"CI must install {what} (tests/install.sh)")
     pytest.skip(f"{OPTIONAL_SKIP} {what} not installed (tests/install.sh installs it)")
+
+
+def refuse_to_start(monkeypatch: pytest.MonkeyPatch, name: str, error: BaseException) -> None:
+    """``threading.Thread.start`` raises ``error`` for a thread named ``name`` (no thread to be had,
+    or a Ctrl-C as it starts); the others start as usual."""
+    start = threading.Thread.start
+
+    def refusing(self: threading.Thread) -> None:
+        if self.name == name:
+            raise error
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refusing)

@@ -17,8 +17,8 @@ PACKAGES = ("partitioner", "plugins", "trt_backend")
 # package prefixes (the longest matching prefix decides).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("partitioner", "plugins"),
-    ("trt_backend.errors", "trt_backend._class_code", "trt_backend._files", "trt_backend._forked", "trt_backend._lazy",
-     "trt_backend._progress", "trt_backend._version", "trt_backend.data"),
+    ("trt_backend.errors", "trt_backend._files", "trt_backend._forked", "trt_backend._lazy", "trt_backend._progress",
+     "trt_backend._version", "trt_backend.data"),
     ("trt_backend.tensorrt", "trt_backend.ort", "trt_backend.gpu"),
     # (a Session's options sit with the stages they are made of: the compile path reads them)
     ("trt_backend.planning", "trt_backend.profiles", "trt_backend.engines", "trt_backend.runners",

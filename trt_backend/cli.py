@@ -17,7 +17,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from trt_backend import _class_code
+from trt_backend.commands import _class_code
 from trt_backend._lazy import lazy_module
 from trt_backend._progress import PROGRESS, ClearingStream, ProgressHandler
 from trt_backend.errors import TrtBackendError
@@ -287,7 +287,7 @@ def script_main() -> NoReturn:
     or numpy is loaded already.
 
     The dataclasses the command makes as it loads take their methods' compiled code from the
-    run before (:mod:`trt_backend._class_code`; ~45 ms of a ``build`` command's start)."""
+    run before (:mod:`trt_backend.commands._class_code`; ~45 ms of a ``build`` command's start)."""
     global _collector_held
     if "numpy" not in sys.modules and not any(v in os.environ for v in _BLAS_THREADS):
         os.environ["OPENBLAS_NUM_THREADS"] = "1"

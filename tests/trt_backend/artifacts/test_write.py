@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import onnx
@@ -17,6 +16,7 @@ import pytest
 
 import trt_backend
 from partitioner import PartitionOptions
+from tests.helpers import refuse_to_start
 from tests.support.graphs import CONV_RESIZE_PROFILE, conv_resize_conv
 from trt_backend.artifacts.seal import manifest_text
 from trt_backend.engines.builder import BuildOptions
@@ -140,14 +140,7 @@ def test_a_thread_for_the_files_that_does_not_start_leaves_the_build_whole_or_no
     A Ctrl-C as it starts: the build ends with it, and nothing of the folder is left."""
     path, out = str(tmp_path / "crc.onnx"), str(tmp_path / "built")
     onnx.save(conv_resize_conv(), path)
-    start = threading.Thread.start
-
-    def refusing(self: threading.Thread) -> None:
-        if self.name == "build-folder-files":
-            raise failure
-        start(self)
-
-    monkeypatch.setattr(threading.Thread, "start", refusing)
+    refuse_to_start(monkeypatch, "build-folder-files", failure)
     options = SessionOptions(partition=PartitionOptions(min_segment_size=1, plugins=()))
     if isinstance(failure, KeyboardInterrupt):
         with pytest.raises(KeyboardInterrupt):

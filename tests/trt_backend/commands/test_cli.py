@@ -45,7 +45,8 @@ def test_a_command_loads_only_its_own_module(flavor) -> None:
     _, rc, loaded = line.split(" ", 2)
     assert rc == "0"
     assert loaded.split(",") == ["trt_backend.commands._args", "trt_backend.commands._argv",
-                                 "trt_backend.commands._shapes", "trt_backend.commands.inspect"]
+                                 "trt_backend.commands._class_code", "trt_backend.commands._shapes",
+                                 "trt_backend.commands.inspect"]
 
 
 def test_a_command_module_that_fails_to_import_fails_loudly(monkeypatch) -> None:

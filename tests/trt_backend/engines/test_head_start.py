@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from partitioner import PartitionOptions, wire
+from tests.helpers import refuse_to_start
 from tests.support.folders import folder
 from tests.support.small_cnn import PROFILES, SHAPES, small_cnn
 from trt_backend.artifacts.write import build
@@ -491,18 +492,9 @@ def test_the_head_start_forks_before_the_build_loads_its_own_modules(tmp_path) -
 def test_a_ctrl_c_as_the_head_start_begins_leaves_nothing_of_it(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Ctrl-C while the head start's thread starts: the build ends with it (the command line
     says "interrupted"), and neither its scratch folder nor the build's is left."""
-    import threading
-
     path, out = str(tmp_path / "cnn.onnx"), str(tmp_path / "built")
     small_cnn(path)
-    start = threading.Thread.start
-
-    def interrupted(self: threading.Thread) -> None:
-        if self.name == "head-start-build":
-            raise KeyboardInterrupt
-        start(self)
-
-    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    refuse_to_start(monkeypatch, "head-start-build", KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         build(path, out, PROFILES)
     assert sorted(os.listdir(tmp_path)) == ["cnn.onnx"]

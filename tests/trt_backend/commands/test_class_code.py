@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 # Some of our dataclasses (plain, frozen, ordered, with defaults and factories), used as the
 # command line uses them, then what the module counted.
 SCRIPT = """
 import dataclasses, sys
-from trt_backend import _class_code
+from trt_backend.commands import _class_code
 _class_code.use()
 from partitioner.plan import Segment
 from trt_backend.engines.report import BuildEvent, BuildReport
