@@ -122,14 +122,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _unwritten(e)
 
 
-def _unwritten(e: OSError) -> int:
-    """stdout could not take what was written: a reader gone ends quietly (exit 141), a full
-    device is one line (exit 1)."""
+def _unwritten(e: OSError, error_exit: int = 1) -> int:
+    """A write failed outside the command's own checks: a reader gone from stdout ends quietly
+    (exit 141), anything else (stdout on a full device) is one line and ``error_exit``."""
     if isinstance(e, BrokenPipeError):
         return _closed_stdout()
     _drop_stdout()
-    _error(f"cannot write its output: {e.strerror or e}")
-    return 1
+    where = f"{e.filename}: " if e.filename else "cannot write its output: "
+    _error(f"{where}{e.strerror or e}")
+    return error_exit
 
 
 def _interrupted(e: KeyboardInterrupt | None) -> int:
@@ -230,17 +231,12 @@ def _main(args_list: list[str], command: str | None, build_index: str | None) ->
     except TrtBackendError as e:
         _error(str(e))
         return error_exit
-    except BrokenPipeError:
-        return _closed_stdout()
     except MemoryError:  # an allocation past what the checks foresaw (numpy's, ONNX Runtime's)
         _error("out of memory: an allocation failed (the memory available, a container's limit or `ulimit -v` "
                "allows less); give smaller shapes or inputs, or --max-memory to be told before")
         return error_exit
     except OSError as e:  # a write that failed outside our own checks: stdout on a full disk or /dev/full
-        _drop_stdout()
-        where = f"{e.filename}: " if e.filename else "cannot write its output: "
-        _error(f"{where}{e.strerror or e}")
-        return error_exit
+        return _unwritten(e, error_exit)
     except KeyboardInterrupt as e:  # (a command may say what it had finished: see build)
         return _interrupted(e)
     except ImportError as e:  # (a module the command loads as it goes, cut short by a Ctrl-C)
