@@ -17,9 +17,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from trt_backend.commands import _class_code
 from trt_backend._lazy import lazy_module
 from trt_backend._progress import PROGRESS, ClearingStream, ProgressHandler
+from trt_backend.commands import _class_code
 from trt_backend.errors import TrtBackendError
 
 _args = lazy_module("trt_backend.commands._args")  # Loaded after a build the index answers: not at all.
@@ -105,12 +105,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(argv)
-    except KeyboardInterrupt as e:  # (before a command's own handling: while its modules load, or its arguments)
+    except (KeyboardInterrupt, ImportError) as e:  # (before a command's own handling: its modules load, its arguments)
         return _interrupted(e)
-    except ImportError as e:
-        if _interrupt_in(e) is None:
-            raise
-        return _interrupted(_interrupt_in(e))
     except SystemExit:  # --help or a usage error, printed: a stdout that cannot take it ends it as a command's end
         try:
             if sys.stdout is not None:
@@ -133,10 +129,14 @@ def _unwritten(e: OSError, error_exit: int = 1) -> int:
     return error_exit
 
 
-def _interrupted(e: KeyboardInterrupt | None) -> int:
-    """A Ctrl-C or SIGTERM, said in one line: exit 130 or 143."""
-    _error(str(e) or "interrupted", prefix="trt-backend: ")
-    return 143 if isinstance(e, _Terminated) else 130
+def _interrupted(e: BaseException) -> int:
+    """A Ctrl-C or SIGTERM, or an import one cut short, said in one line: exit 130 or 143. Any
+    other failed import is raised again."""
+    interrupt = _interrupt_in(e)
+    if interrupt is None:
+        raise e
+    _error(str(interrupt) or "interrupted", prefix="trt-backend: ")
+    return 143 if isinstance(interrupt, _Terminated) else 130
 
 
 def _interrupt_in(e: BaseException) -> KeyboardInterrupt | None:
@@ -237,12 +237,8 @@ def _main(args_list: list[str], command: str | None, build_index: str | None) ->
         return error_exit
     except OSError as e:  # a write that failed outside our own checks: stdout on a full disk or /dev/full
         return _unwritten(e, error_exit)
-    except KeyboardInterrupt as e:  # (a command may say what it had finished: see build)
+    except (KeyboardInterrupt, ImportError) as e:  # (a command may say what it had finished: see build)
         return _interrupted(e)
-    except ImportError as e:  # (a module the command loads as it goes, cut short by a Ctrl-C)
-        if _interrupt_in(e) is None:
-            raise
-        return _interrupted(_interrupt_in(e))
     finally:
         _stop_progress(handler, streams)
 
