@@ -391,11 +391,7 @@ class _Stage:
 
     def __init__(self, out_dir: str, model: Model, reference: str | None = None) -> None:
         self.out_dir = out_dir
-        parent = os.path.dirname(os.path.abspath(out_dir))
-        try:
-            self.tmp: str | None = new_folder(parent, ".build-")
-        except OSError as e:
-            raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
+        self.tmp: str | None = None
         self.model = model
         self.reference = reference
         self._taken: dict[str, str] = {}
@@ -408,8 +404,13 @@ class _Stage:
         self._preparing: threading.Thread | None = None  # making them while the engines build
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._place, name="build-folder-weights", daemon=True)
-        try:  # (a Ctrl-C or SIGTERM while the thread starts, which waits for it: the folder goes with it)
+        # (a Ctrl-C or SIGTERM as the folder is made or the thread starts, which waits for it: the
+        # folder goes with it)
+        try:
+            self.tmp = new_folder(os.path.dirname(os.path.abspath(out_dir)), ".build-")
             self._thread.start()
+        except OSError as e:
+            raise ArtifactError(f"cannot write {out_dir}: {e.strerror or e}") from None
         except BaseException:
             self.close()
             raise
