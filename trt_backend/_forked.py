@@ -52,6 +52,10 @@ class Forked:
     def start(cls, work: Callable[[Send], dict[str, Any]], what: str) -> Forked | None:
         """Fork a child running ``work``; None where :func:`can_fork` says no or the fork failed.
         ``what``: the work in words, for the debug log."""
+        for reaper in list(_reapers):  # (a child killed just before, its memory still being taken back)
+            reaper.join(REAPED_WITHIN)
+            if not reaper.is_alive():
+                _reapers.remove(reaper)
         if not can_fork():
             return None
         read_end, write_end = os.pipe()
@@ -106,7 +110,7 @@ class Forked:
         """End the child where it still runs (what it would say is not wanted), without waiting
         for the kernel to take its memory back (~10 ms for a child that built an engine, more for
         a large one): a thread of its own reaps it once that is done (at the end of a command
-        line's process, the system does)."""
+        line's process, the system does); the next fork waits for that thread."""
         if not self._ended:
             self._killed = True
             try:
@@ -133,10 +137,16 @@ class Forked:
         if pid == self.pid:
             self._status = status
             return
+        reaper = threading.Thread(target=_reap, args=(self.pid,), name=f"reaper of {self.pid}", daemon=True)
         try:
-            threading.Thread(target=_reap, args=(self.pid,), name=f"reaper of {self.pid}", daemon=True).start()
+            reaper.start()
         except RuntimeError:  # (no thread to be had: the system reaps it once this process ends)
-            pass
+            return
+        _reapers.append(reaper)
+
+
+_reapers: list[threading.Thread] = []  # reaping children killed before (see Forked.kill)
+REAPED_WITHIN = 5.0  # seconds a fork waits for them: a process running them may not fork
 
 
 def _reap(pid: int) -> None:

@@ -114,8 +114,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as e:
             raise SystemExit(_unwritten(e)) from None
         raise
-    except OSError as e:  # (the help, written: see _Parser._print_message)
-        return _unwritten(e)
 
 
 def _unwritten(e: OSError, error_exit: int = 1) -> int:
@@ -207,7 +205,10 @@ def _start_early_parse(argv: Sequence[str]) -> None:
 
 def _main(args_list: list[str], command: str | None, build_index: str | None) -> int:
     parser = build_parser(command if command in COMMANDS else None)
-    args = parser.parse_args(args_list)
+    try:
+        args = parser.parse_args(args_list)
+    except OSError as e:  # (the help, written to a stdout that cannot take it: see _Parser._print_message)
+        return _unwritten(e)
     _modules_loaded()
     if command == "build":  # The build records its line in its cache's index (the key, where it was made).
         args.build_line, args.build_index = args_list, build_index

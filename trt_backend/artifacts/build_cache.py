@@ -300,7 +300,7 @@ class BuildCache:
             for name in _files_of(kept):
                 link_or_copy(os.path.join(folder, name), os.path.join(tmp, name), link=name.endswith(".engine"))
             with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
-                f.write(json.dumps(kept, indent=1) + "\n")
+                f.write(manifest_text(kept))
             if os.path.exists(entry):  # A half entry of a process killed before its rename.
                 shutil.rmtree(entry, ignore_errors=True)
             os.replace(tmp, entry)

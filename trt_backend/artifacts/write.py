@@ -400,8 +400,10 @@ class _Stage:
         # or "fingerprint") -> (that proto, kept so the id stays its own; the file's model; its
         # bytes; their SHA-256, or the fingerprint)
         self._files: dict[tuple[int, Segment | str | None], tuple[Any, Any, bytes, str]] = {}
-        self._written: dict[str, bytes] = {}  # the files written into the folder so far
+        # the files written into the folder so far (None: begun, not known to be whole)
+        self._written: dict[str, bytes | None] = {}
         self._preparing: threading.Thread | None = None  # making them while the engines build
+        self._closing = threading.Event()  # (the build ended: the thread makes no more)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._place, name="build-folder-weights", daemon=True)
         # (a Ctrl-C or SIGTERM as the folder is made or the thread starts, which waits for it: the
@@ -445,7 +447,7 @@ class _Stage:
             if self._error is not None:
                 raise self._error
             if model.proto is not self.model.proto:
-                self._data = self._placed(model)
+                self._data, self.model = self._placed(model), model
         except OSError as e:
             raise ArtifactError(f"cannot write {self.out_dir}: {e.strerror or e}") from None
         assert self._data is not None
@@ -458,6 +460,7 @@ class _Stage:
         then take them (what it could not make, they make). The files refer to the folder's
         weights, so the thread waits for them first. A head start's engine builds in another
         process meanwhile, and once it is built nothing but its entry is left to write."""
+        assert self._preparing is None
         self._preparing = threading.Thread(target=self._prepare, args=(plan, as_planned), daemon=True,
                                            name="build-folder-files")
         try:
@@ -466,12 +469,17 @@ class _Stage:
             self._preparing = None
 
     def _prepare(self, plan: Plan, as_planned: bool) -> None:
-        assert plan.model is not None
+        model = plan.model
+        assert model is not None
         try:
-            self.write({MODEL_FILE: self._model_file(plan.model)[0]}, final=False)
-            self.write({f"segment_{seg.id}.onnx": self._segment_file(plan, seg)[1] for seg in plan.segments
-                        if as_planned or seg.backend != "tensorrt"}, final=False)
-            self._fingerprint(plan.model)
+            for seg in [None, *(s for s in plan.segments if as_planned or s.backend != "tensorrt")]:
+                if self._closing.is_set():
+                    return
+                if seg is None:
+                    self.write({MODEL_FILE: self._model_file(model)[0]}, final=False)
+                else:
+                    self.write({f"segment_{seg.id}.onnx": self._segment_file(plan, seg)[1]}, final=False)
+            self._fingerprint(model)
         except BaseException as e:  # noqa: BLE001 - the files are made after the build, which meets it
             log.debug("the folder's files were not made while the engines built: %s", e)
 
@@ -562,6 +570,7 @@ class _Stage:
         try:
             for name, data in files.items():
                 if self._written.get(name) is not data:
+                    self._written[name] = None  # (removed below where it is no file of the plan, whole or not)
                     with open(os.path.join(self.tmp, name), "wb") as f:
                         f.write(data)
                     self._written[name] = data
@@ -583,11 +592,15 @@ class _Stage:
         self.tmp = None
 
     def close(self) -> None:
-        """Remove the temp folder unless :meth:`finish` swapped it in (after the threads are done)."""
-        if self._thread.ident is not None:  # (started)
-            self._thread.join()
-        self._prepared()
-        if self.tmp is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            self.tmp = None
+        """Remove the temp folder unless :meth:`finish` swapped it in (after the threads are done,
+        the files thread told to make no more)."""
+        self._closing.set()
+        try:
+            if self._thread.ident is not None:  # (started)
+                self._thread.join()
+            self._prepared()
+        finally:
+            if self.tmp is not None:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+                self.tmp = None
 

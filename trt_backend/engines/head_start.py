@@ -110,6 +110,9 @@ class HeadStart:
         previous = threading.stack_size(STACK_BYTES)  # (for the threads made meanwhile: this one)
         try:
             self._thread.start()
+        except RuntimeError:  # (no thread to be had: the compile path builds as it would without one)
+            self.problem = "no thread to be had for it"
+            self._answered.set()
         finally:
             threading.stack_size(previous)
 

@@ -103,15 +103,19 @@ def _python(script: str) -> str:
 
 
 def test_a_killed_child_is_reaped_without_being_waited_for() -> None:
-    """``Forked.kill`` does not wait for the child to end; it leaves no zombie behind either."""
+    """``Forked.kill`` does not wait for the child to end; it leaves no zombie behind either, and
+    a fork right after it (the next build's head start) is still a fork, not a thread."""
     out = _python("""
 from trt_backend import _forked
 child = _forked.Forked.start(lambda send: time.sleep(60) or {}, "a sleeping child")
 assert child is not None and [pid for pid, _ in children()] == [child.pid], children()
 child.kill()
+again = _forked.Forked.start(lambda send: time.sleep(60) or {}, "another")
+print("FORKED AGAIN", again is not None)
+again.kill()
 print("LEFT", settled())
 """)
-    assert "LEFT []" in out
+    assert "FORKED AGAIN True" in out and "LEFT []" in out
 
 
 def test_builds_through_the_python_door_leave_no_process_behind(flavor, tmp_path) -> None:

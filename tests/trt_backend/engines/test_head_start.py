@@ -500,3 +500,18 @@ def test_a_ctrl_c_as_the_head_start_begins_leaves_nothing_of_it(tmp_path, monkey
     assert sorted(os.listdir(tmp_path)) == ["cnn.onnx"]
     assert main(["build", path, "-o", out, *SHAPES]) == 130
     assert sorted(os.listdir(tmp_path)) == ["cnn.onnx"]
+
+
+def test_no_thread_for_the_head_start_builds_without_one(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No thread to be had for the head start (a container's limit on processes): it is only a
+    head start, and the build is the same folder, its engine built by the compile path."""
+    path = str(tmp_path / "cnn.onnx")
+    small_cnn(path)
+    refuse_to_start(monkeypatch, "head-start-build", RuntimeError("can't start new thread"))
+    manifest = build(path, str(tmp_path / "built"), PROFILES)
+    assert [s["backend"] for s in manifest["segments"]] == ["tensorrt"]
+    assert sorted(os.listdir(tmp_path)) == ["built", "cnn.onnx"]
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    expected = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = Session.load(str(tmp_path / "built")).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-5)
