@@ -140,7 +140,7 @@ def _build_locked(model: ModelSource | Model, out_dir: str, profiles: Sequence[M
         compiled = compile(kept if kept is not None else loaded, profiles, opts, build=True, progress=progress,
                            engine_dir=stage.engine_dir(), plan_entry=entry, calibration_feeds=calibration_feeds,
                            before_build=lambda plan: stage.prepare(plan, as_planned))
-        if opts.build.precision not in ("fp32", "tf32") and not compiled.plan.tensorrt_segments():
+        if not as_planned and not compiled.plan.tensorrt_segments():
             log.warning("--precision %s applies to TensorRT segments, and the plan has none: ONNX Runtime runs the "
                         "whole model in the precision it has", opts.build.precision)
         exact = as_written(model, compiled.model, compiled.options.partition.qdq_rewrite, profile_shapes(profiles))
@@ -196,7 +196,8 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
     placed = stage.data(compiled.model)
     originals, weights, weights_entry = placed.originals, placed.weights, placed.entry
     refer = weights.refs.get if weights is not None else (lambda name: None)
-    files: dict[str, bytes] = {MODEL_FILE: stage.model_file(compiled.model)[0]}
+    model_bytes, model_sha256 = stage.model_file(compiled.model)
+    files: dict[str, bytes] = {MODEL_FILE: model_bytes}
     if exact is not None:
         files[REFERENCE_FILE] = serialize(structure_copy(exact.proto, _shared_weights(compiled.model, refer)),
                                           REFERENCE_FILE)
@@ -255,7 +256,7 @@ def _write_into(stage: _Stage, compiled: Compiled, flv: Flavor, start: float,
         if bopts.precision_plan is not None else None
     manifest = {
         "format": FORMAT, "trt_backend": __version__, "model": compiled.model.source,
-        "model_file": MODEL_FILE, "model_sha256": stage.model_file(compiled.model)[1],
+        "model_file": MODEL_FILE, "model_sha256": model_sha256,
         "tensorrt": flv.target, "gpu_target": build_target(flv, bopts), "built_on_sm": current_sm(),
         "versions": _versions(flv), "build_options": bopts.key_fields(),
         "build": {"precision": bopts.precision, "keep_fp32_ops": list(bopts.keep_fp32_ops),
@@ -396,10 +397,11 @@ class _Stage:
         self.reference = reference
         self._taken: dict[str, str] = {}
         self._data: _Placed | None = None
-        # made by prepare, model_file, segment_file and fingerprint: (model proto id, segment, None
-        # or "fingerprint") -> (that proto, kept so the id stays its own; the file's model; its
-        # bytes; their SHA-256, or the fingerprint)
-        self._files: dict[tuple[int, Segment | str | None], tuple[Any, Any, bytes, str]] = {}
+        # made by prepare, model_file and segment_file: (model proto id, segment or None for the
+        # model's own file) -> (that proto, kept so the id stays its own; the file's model; its
+        # bytes; their SHA-256); by fingerprint: model proto id -> (that proto, its fingerprint)
+        self._files: dict[tuple[int, Segment | None], tuple[Any, Any, bytes, str]] = {}
+        self._fingerprints: dict[int, tuple[Any, str]] = {}
         # the files written into the folder so far (None: begun, not known to be whole)
         self._written: dict[str, bytes | None] = {}
         self._preparing: threading.Thread | None = None  # making them while the engines build
@@ -530,10 +532,9 @@ class _Stage:
         return self._fingerprint(model)
 
     def _fingerprint(self, model: Model) -> str:
-        key = (id(model.proto), "fingerprint")
-        if key not in self._files:
-            self._files[key] = (model.proto, None, b"", model_fingerprint(model.proto))
-        return self._files[key][3]
+        if id(model.proto) not in self._fingerprints:
+            self._fingerprints[id(model.proto)] = (model.proto, model_fingerprint(model.proto))
+        return self._fingerprints[id(model.proto)][1]
 
     def _refer(self, model: Model) -> Any:
         weights = self.data(model).weights
